@@ -1,0 +1,741 @@
+"""The shared, once-per-file analysis of a training script that every rule reads.
+
+It resolves libcst's metadata once (qualified names through any import alias, scopes, parents,
+positions) and derives the facts the rules need: which calls go where, which names hold data loaders,
+models and wrapped models (a small flow-insensitive data-flow over assignments, tuple returns, function
+arguments and ``self`` attributes), which loops train and which loop is the epoch loop, where the entry
+point is, and which statements sit under a rank guard.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Iterable, Iterator, Sequence, Union
+
+import libcst as cst
+from libcst.metadata import (
+    MetadataWrapper,
+    ParentNodeProvider,
+    PositionProvider,
+    QualifiedNameProvider,
+    ScopeProvider,
+)
+
+from . import names
+
+Scope = Union[cst.Module, cst.FunctionDef, cst.ClassDef]
+BindingKey = tuple[Scope, str]
+
+#: Calls that hand back (a view of) their first argument: ``enumerate(loader)``, ``tqdm(loader)``.
+ITERATION_WRAPPERS = frozenset({"enumerate", "iter", "tqdm", "trange", "zip", "reversed"})
+#: Methods that return the module they are called on, so ``model = model.to(device)`` keeps its identity.
+SELF_RETURNING_METHODS = frozenset({"to", "cuda", "cpu", "float", "half", "double", "bfloat16", "train", "eval"})
+#: Attributes and methods that stay on the DDP wrapper (everything else goes through ``.module``).
+WRAPPER_ATTRIBUTES = frozenset(
+    {
+        "forward",
+        "__call__",
+        "train",
+        "eval",
+        "parameters",
+        "named_parameters",
+        "buffers",
+        "named_buffers",
+        "children",
+        "named_children",
+        "modules",
+        "named_modules",
+        "to",
+        "cuda",
+        "cpu",
+        "float",
+        "half",
+        "double",
+        "bfloat16",
+        "type",
+        "zero_grad",
+        "requires_grad_",
+        "apply",
+        "module",
+        "no_sync",
+        "join",
+        "training",
+        "register_comm_hook",
+        "register_forward_hook",
+        "register_forward_pre_hook",
+        "register_full_backward_hook",
+        "share_memory",
+        "device_ids",
+    }
+)
+
+
+@dataclass(frozen=True)
+class LoaderLoop:
+    """A ``for`` loop that iterates a data loader, and whether it trains (reaches ``backward()``)."""
+
+    loop: cst.For
+    loader_expr: cst.BaseExpression
+    loader_calls: frozenset[cst.Call]
+    trains: bool
+
+
+@dataclass(frozen=True)
+class EpochLoop:
+    """The loop around a training loop's iteration: where ``set_epoch`` belongs.
+
+    ``loader_expr`` is how the loader is spelled where the epoch loop is (an argument at a call site when
+    the inner loop is in another function).
+    """
+
+    loop: cst.For | cst.While
+    loader_expr: cst.BaseExpression
+    epoch_var: str | None
+
+
+def dotted_name(node: cst.CSTNode | None) -> str | None:
+    """``a.b.c`` for a chain of names and attributes; ``None`` for anything else."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        base = dotted_name(node.value)
+        return f"{base}.{node.attr.value}" if base else None
+    return None
+
+
+def call_method_name(call: cst.Call) -> str | None:
+    """The method name of ``x.method(...)``; ``None`` if the call is not a method call."""
+    return call.func.attr.value if isinstance(call.func, cst.Attribute) else None
+
+
+def unwrap_iterable(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """Strip ``enumerate(...)``, ``tqdm(...)``, ``iter(...)`` and the like off the iterated expression."""
+    while isinstance(expr, cst.Call) and expr.args:
+        func = expr.func
+        name = func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else ""
+        if name not in ITERATION_WRAPPERS:
+            break
+        expr = expr.args[0].value
+    return expr
+
+
+class _Indexer(cst.CSTVisitor):
+    """One walk over the module that collects the nodes the analysis works from."""
+
+    def __init__(self) -> None:
+        self.calls: list[cst.Call] = []
+        self.for_loops: list[cst.For] = []
+        self.functions: list[cst.FunctionDef] = []
+        self.classes: list[cst.ClassDef] = []
+        self.assigns: list[cst.Assign | cst.AnnAssign] = []
+        self.returns: list[cst.Return] = []
+        self.ifs: list[cst.If] = []
+        self.name_values: set[str] = set()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.calls.append(node)
+
+    def visit_For(self, node: cst.For) -> None:
+        self.for_loops.append(node)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.functions.append(node)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.classes.append(node)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        self.assigns.append(node)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if node.value is not None:
+            self.assigns.append(node)
+
+    def visit_Return(self, node: cst.Return) -> None:
+        self.returns.append(node)
+
+    def visit_If(self, node: cst.If) -> None:
+        self.ifs.append(node)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.name_values.add(node.value)
+
+
+class ScriptAnalysis:
+    """Facts about one parsed script, computed once and shared by all rules."""
+
+    def __init__(self, module: cst.Module) -> None:
+        # The rules rewrite the very nodes they find, so the wrapper must not copy the module.
+        self.wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+        self.module = module
+        self._positions = self.wrapper.resolve(PositionProvider)
+        self._parents = self.wrapper.resolve(ParentNodeProvider)
+        self._qualified = self.wrapper.resolve(QualifiedNameProvider)
+        self._scopes = self.wrapper.resolve(ScopeProvider)
+        index = _Indexer()
+        module.visit(index)
+        self.calls = index.calls
+        self.for_loops = index.for_loops
+        self.functions = index.functions
+        self.classes = index.classes
+        self._assigns = index.assigns
+        self._returns = index.returns
+        self.ifs = index.ifs
+        self.used_names = index.name_values
+        self._bindings: dict[BindingKey, set[cst.CSTNode]] = {}
+        self._returned: dict[cst.FunctionDef, list[set[cst.CSTNode]]] = {}
+        self._call_targets: dict[cst.Call, cst.FunctionDef] = {}
+        self._solve_bindings()
+
+    # ----------------------------------------------------------------- positions and structure
+
+    def span(self, node: cst.CSTNode) -> tuple[tuple[int, int], tuple[int, int]]:
+        """Start and end (line, column) of a node."""
+        pos = self._positions[node]
+        return (pos.start.line, pos.start.column), (pos.end.line, pos.end.column)
+
+    def line(self, node: cst.CSTNode) -> int:
+        """The 1-based line a node starts on."""
+        return self._positions[node].start.line
+
+    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        """The node's parent, or ``None`` for the module."""
+        return self._parents.get(node)
+
+    def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+        """The node's parents, nearest first."""
+        current = self._parents.get(node)
+        while current is not None:
+            yield current
+            current = self._parents.get(current)
+
+    def statement(self, node: cst.CSTNode) -> cst.BaseStatement:
+        """The statement (simple line or compound) that contains the node."""
+        current: cst.CSTNode = node
+        while not isinstance(current, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            parent = self._parents.get(current)
+            if parent is None:
+                raise ValueError("node is not inside a statement")
+            current = parent
+        return current
+
+    def enclosing_function(self, node: cst.CSTNode) -> cst.FunctionDef | None:
+        """The nearest function definition around the node."""
+        return next((a for a in self.ancestors(node) if isinstance(a, cst.FunctionDef)), None)
+
+    def enclosing_class(self, node: cst.CSTNode) -> cst.ClassDef | None:
+        """The nearest class definition around the node."""
+        return next((a for a in self.ancestors(node) if isinstance(a, cst.ClassDef)), None)
+
+    def scope_of(self, node: cst.CSTNode) -> Scope:
+        """The function around the node, or the module."""
+        return self.enclosing_function(node) or self.module
+
+    def is_inside(self, node: cst.CSTNode, container: cst.CSTNode) -> bool:
+        """Whether ``container`` is the node or one of its ancestors."""
+        return node is container or any(a is container for a in self.ancestors(node))
+
+    def comes_before(self, first: cst.CSTNode, second: cst.CSTNode) -> bool:
+        """Whether ``first`` starts before ``second`` in the file."""
+        a, b = self._positions[first].start, self._positions[second].start
+        return (a.line, a.column) < (b.line, b.column)
+
+    # ------------------------------------------------------------------------ names
+
+    def qualified_names(self, node: cst.CSTNode) -> set[str]:
+        """Qualified names of a name or attribute, through import aliases (``nn.DataParallel`` →
+        ``torch.nn.DataParallel``)."""
+        return {q.name for q in self._qualified.get(node, ())}
+
+    def is_call_to(self, call: cst.Call, targets: Iterable[str]) -> bool:
+        """Whether the call's function resolves to one of the qualified names."""
+        return not self.qualified_names(call.func).isdisjoint(targets)
+
+    def calls_to(self, targets: Iterable[str]) -> list[cst.Call]:
+        """Every call in the file to one of the qualified names, in source order."""
+        wanted = frozenset(targets)
+        return [call for call in self.calls if self.is_call_to(call, wanted)]
+
+    def method_calls(self, method: str) -> list[cst.Call]:
+        """Every ``x.method(...)`` call in the file."""
+        return [call for call in self.calls if call_method_name(call) == method]
+
+    def local_name_for(self, qualified: str) -> str | None:
+        """How the file spells an imported qualified name (``DDP`` for ``from ... import X as DDP``)."""
+        module, _, attr = qualified.rpartition(".")
+        for stmt in self.module.body:
+            for small in getattr(stmt, "body", ()):
+                if isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
+                    if dotted_name(small.module) != module or small.relative:
+                        continue
+                    for alias in small.names:
+                        if dotted_name(alias.name) == attr:
+                            return alias.asname.name.value if alias.asname else attr
+                if isinstance(small, cst.Import):
+                    for alias in small.names:
+                        if dotted_name(alias.name) == qualified and alias.asname:
+                            return alias.asname.name.value
+        return None
+
+    def free_name(self, preferred: str, *fallbacks: str) -> str:
+        """A name not used anywhere in the file, so a new variable never shadows the script's own."""
+        for candidate in (preferred, *fallbacks):
+            if candidate not in self.used_names:
+                return candidate
+        suffix = 2
+        while f"{preferred}_{suffix}" in self.used_names:
+            suffix += 1
+        return f"{preferred}_{suffix}"
+
+    @cached_property
+    def runtime_alias(self) -> str:
+        """The name under which this file reaches ``ddp_migrate.runtime`` (existing import or a free name)."""
+        existing = self.local_name_for(names.RUNTIME_MODULE)
+        if existing:
+            return existing
+        for stmt in self.module.body:
+            for small in getattr(stmt, "body", ()):
+                if isinstance(small, cst.Import):
+                    for alias in small.names:
+                        if dotted_name(alias.name) == names.RUNTIME_MODULE and alias.asname:
+                            return alias.asname.name.value
+        return self.free_name("runtime", "ddp_runtime", "dist_runtime")
+
+    # -------------------------------------------------------------------- data flow
+
+    def _key(self, scope_node: cst.CSTNode, name: str) -> BindingKey:
+        """The binding key for a dotted name used at a node: ``self.x`` belongs to the class."""
+        function = scope_node if isinstance(scope_node, cst.FunctionDef) else self.enclosing_function(scope_node)
+        if name.startswith("self."):
+            owner = self.enclosing_class(function) if function is not None else None
+            if owner is not None:
+                return (owner, ".".join(name.split(".")[:2]) if name.count(".") > 1 else name)
+        if function is not None and self._binds_locally(function, name):
+            return (function, name)
+        return (self.module, name)
+
+    @cached_property
+    def _local_names(self) -> dict[cst.FunctionDef, set[str]]:
+        """Names each function assigns or takes as parameters."""
+        local: dict[cst.FunctionDef, set[str]] = {f: {p.name.value for p in _all_params(f)} for f in self.functions}
+        for assign in self._assigns:
+            function = self.enclosing_function(assign)
+            if function is not None:
+                for target in _assign_targets(assign):
+                    for name in _target_names(target):
+                        local[function].add(name)
+        for loop in self.for_loops:
+            function = self.enclosing_function(loop)
+            if function is not None:
+                local[function].update(_target_names(loop.target))
+        return local
+
+    def _binds_locally(self, function: cst.FunctionDef, name: str) -> bool:
+        return name.split(".")[0] in self._local_names.get(function, set())
+
+    def origins(self, expr: cst.BaseExpression) -> set[cst.CSTNode]:
+        """The calls an expression's value may come from (``DataLoader(...)``, ``Net()``, ``DDP(...)``)."""
+        if isinstance(expr, cst.Call):
+            target = self._call_targets.get(expr)
+            if target is not None and target in self._returned:
+                returned = self._returned[target]
+                return set().union(*returned) if returned else set()
+            method = call_method_name(expr)
+            if method in SELF_RETURNING_METHODS:
+                return {expr} | self.origins(expr.func.value)  # type: ignore[union-attr]
+            return {expr}
+        if isinstance(expr, cst.IfExp):
+            return self.origins(expr.body) | self.origins(expr.orelse)
+        name = dotted_name(expr)
+        if name is None:
+            return set()
+        return set(self._bindings.get(self._key(expr, name), ()))
+
+    def _bind(self, key: BindingKey, values: set[cst.CSTNode]) -> bool:
+        current = self._bindings.setdefault(key, set())
+        before = len(current)
+        current.update(values)
+        return len(current) != before
+
+    def _solve_bindings(self) -> None:
+        """Propagate origins through assignments, returns and arguments until nothing changes."""
+        self._resolve_call_targets()
+        for _ in range(8):
+            changed = False
+            for assign in self._assigns:
+                for target in _assign_targets(assign):
+                    changed |= self._bind_target(target, assign.value)  # type: ignore[arg-type]
+            for ret in self._returns:
+                function = self.enclosing_function(ret)
+                if function is None or ret.value is None:
+                    continue
+                elements = _tuple_elements(ret.value) or [ret.value]
+                slots = self._returned.setdefault(function, [set() for _ in elements])
+                for i, element in enumerate(elements[: len(slots)]):
+                    new = self.origins(element)
+                    if not new <= slots[i]:
+                        slots[i] |= new
+                        changed = True
+            for call, function in self._call_targets.items():
+                for param, arg in self._bound_arguments(call, function):
+                    changed |= self._bind(self._key(function, param), self.origins(arg))
+            if not changed:
+                break
+
+    def _bind_target(self, target: cst.BaseExpression, value: cst.BaseExpression) -> bool:
+        targets = _tuple_elements(target)
+        if targets is None:
+            name = dotted_name(target)
+            return bool(name) and self._bind(self._key(target, name), self.origins(value))  # type: ignore[arg-type]
+        values = _tuple_elements(value)
+        changed = False
+        if values is not None and len(values) == len(targets):
+            for t, v in zip(targets, values):
+                changed |= self._bind_target(t, v)
+            return changed
+        if isinstance(value, cst.Call) and value in self._call_targets:
+            returned = self._returned.get(self._call_targets[value], [])
+            if len(returned) == len(targets):
+                for t, origins in zip(targets, returned):
+                    name = dotted_name(t)
+                    if name:
+                        changed |= self._bind(self._key(t, name), origins)
+        return changed
+
+    def _resolve_call_targets(self) -> None:
+        """Map calls to the functions of this file they run (functions, methods via ``self``, classes)."""
+        top_functions = {f.name.value: f for f in self.functions if self.parent(f) is self.module}
+        classes = {c.name.value: c for c in self.classes}
+        for call in self.calls:
+            target: cst.FunctionDef | None = None
+            if isinstance(call.func, cst.Name):
+                name = call.func.value
+                if name in top_functions:
+                    target = top_functions[name]
+                elif name in classes:
+                    target = _method(classes[name], "__init__")
+            elif isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name):
+                receiver, method = call.func.value.value, call.func.attr.value
+                if receiver == "self":
+                    owner = self.enclosing_class(call)
+                    target = _method(owner, method) if owner else None
+                else:
+                    owner = next((classes[receiver] for _ in [0] if receiver in classes), None)
+                    target = _method(owner, method) if owner else None
+            if target is not None:
+                self._call_targets[call] = target
+
+    def _bound_arguments(self, call: cst.Call, function: cst.FunctionDef) -> Iterator[tuple[str, cst.BaseExpression]]:
+        params = [p.name.value for p in (*function.params.posonly_params, *function.params.params)]
+        if params and params[0] in ("self", "cls") and self.enclosing_class(function) is not None:
+            params = params[1:]
+        kwonly = {p.name.value for p in function.params.kwonly_params}
+        for index, arg in enumerate(call.args):
+            if arg.star:
+                break
+            if arg.keyword is None:
+                if index < len(params):
+                    yield params[index], arg.value
+            elif arg.keyword.value in params or arg.keyword.value in kwonly:
+                yield arg.keyword.value, arg.value
+
+    def call_target(self, call: cst.Call) -> cst.FunctionDef | None:
+        """The function of this file a call runs, if the analysis can tell."""
+        return self._call_targets.get(call)
+
+    def callers_of(self, function: cst.FunctionDef) -> list[cst.Call]:
+        """Calls in this file that run the function."""
+        return [call for call, target in self._call_targets.items() if target is function]
+
+    def argument_for(self, call: cst.Call, function: cst.FunctionDef, param: str) -> cst.BaseExpression | None:
+        """The expression a call passes for a parameter of the function it runs."""
+        return next((arg for name, arg in self._bound_arguments(call, function) if name == param), None)
+
+    def is_parameter(self, function: cst.FunctionDef, name: str) -> bool:
+        """Whether the name is one of the function's parameters."""
+        return any(p.name.value == name for p in _all_params(function))
+
+    # ------------------------------------------------------------------ loaders and loops
+
+    @cached_property
+    def loader_calls(self) -> list[cst.Call]:
+        """Every ``DataLoader(...)`` call."""
+        return self.calls_to(names.DATA_LOADER)
+
+    @cached_property
+    def backward_calls(self) -> list[cst.Call]:
+        """Every ``.backward()`` call (``loss.backward()``, ``scaler.scale(loss).backward()``)."""
+        return self.method_calls("backward")
+
+    @cached_property
+    def is_training_script(self) -> bool:
+        """Whether the file trains something (calls ``backward()``)."""
+        return bool(self.backward_calls)
+
+    @cached_property
+    def _functions_reaching_backward(self) -> set[cst.FunctionDef]:
+        """Functions that call ``backward()`` directly or through other functions of the file."""
+        reaching = {f for f in (self.enclosing_function(c) for c in self.backward_calls) if f is not None}
+        changed = True
+        while changed:
+            changed = False
+            for call, target in self._call_targets.items():
+                caller = self.enclosing_function(call)
+                if target in reaching and caller is not None and caller not in reaching:
+                    reaching.add(caller)
+                    changed = True
+        return reaching
+
+    def reaches_backward(self, node: cst.CSTNode) -> bool:
+        """Whether running the node (a loop, a statement) calls ``backward()``, here or through a call."""
+        if any(self.is_inside(call, node) for call in self.backward_calls):
+            return True
+        reaching = self._functions_reaching_backward
+        return any(target in reaching and self.is_inside(call, node) for call, target in self._call_targets.items())
+
+    @cached_property
+    def loader_loops(self) -> list[LoaderLoop]:
+        """Every ``for`` loop over a data loader."""
+        loops = []
+        loader_set = set(self.loader_calls)
+        for loop in self.for_loops:
+            expr = unwrap_iterable(loop.iter)
+            found = frozenset(o for o in self.origins(expr) if o in loader_set)
+            if found:
+                loops.append(LoaderLoop(loop, expr, found, self.reaches_backward(loop.body)))  # type: ignore[arg-type]
+        return loops
+
+    @cached_property
+    def training_loaders(self) -> set[cst.Call]:
+        """``DataLoader`` calls whose batches reach ``backward()``."""
+        return {call for loop in self.loader_loops if loop.trains for call in loop.loader_calls}
+
+    @cached_property
+    def evaluation_loaders(self) -> set[cst.Call]:
+        """``DataLoader`` calls that are iterated, but never by a loop that trains."""
+        iterated = {call for loop in self.loader_loops for call in loop.loader_calls}
+        return iterated - self.training_loaders
+
+    def epoch_loops(self, loader: cst.Call) -> list[EpochLoop]:
+        """The loops around each training iteration of a loader, with the loader's spelling there."""
+        found: list[EpochLoop] = []
+        for loader_loop in self.loader_loops:
+            if loader_loop.trains and loader in loader_loop.loader_calls:
+                epoch = self._outer_loop(loader_loop.loop, loader_loop.loader_expr, depth=0)
+                if epoch is not None and all(e.loop is not epoch.loop for e in found):
+                    found.append(epoch)
+        return found
+
+    def _outer_loop(self, node: cst.CSTNode, expr: cst.BaseExpression, depth: int) -> EpochLoop | None:
+        function = self.enclosing_function(node)
+        for ancestor in self.ancestors(node):
+            if ancestor is function:
+                break
+            if isinstance(ancestor, (cst.For, cst.While)):
+                return EpochLoop(ancestor, expr, _loop_variable(ancestor))
+        if function is None or depth >= 3:
+            return None
+        for call in self.callers_of(function):
+            spelled = self._spell_at_call(call, function, expr)
+            if spelled is not None:
+                outer = self._outer_loop(call, spelled, depth + 1)
+                if outer is not None:
+                    return outer
+        return None
+
+    def _spell_at_call(
+        self, call: cst.Call, function: cst.FunctionDef, expr: cst.BaseExpression
+    ) -> cst.BaseExpression | None:
+        """How an expression used inside ``function`` is written at one of its call sites."""
+        name = dotted_name(expr)
+        if name is None:
+            return None
+        root = name.split(".")[0]
+        if self.is_parameter(function, root):
+            argument = self.argument_for(call, function, root)
+            if argument is None or root != name:
+                return None
+            return argument
+        if root == "self":
+            return expr if self.enclosing_class(call) is self.enclosing_class(function) else None
+        return expr if not self._binds_locally(function, root) else None
+
+    # ------------------------------------------------------------------------ models
+
+    @cached_property
+    def wrap_calls(self) -> list[cst.Call]:
+        """``DataParallel(...)`` and ``DistributedDataParallel(...)`` calls."""
+        return self.calls_to(names.MODEL_WRAPPERS)
+
+    @cached_property
+    def optimizer_calls(self) -> list[cst.Call]:
+        """Constructor calls of ``torch.optim`` optimizers."""
+        return [
+            c
+            for c in self.calls
+            if any(q.startswith("torch.optim.") and q.count(".") == 2 for q in self.qualified_names(c.func))
+        ]
+
+    @cached_property
+    def trained_models(self) -> list[str]:
+        """Dotted names whose ``parameters()`` are handed to an optimizer (``model``, ``self.net``)."""
+        found: list[str] = []
+        for optimizer in self.optimizer_calls:
+            for call in _calls_within(optimizer):
+                if call_method_name(call) in ("parameters", "named_parameters"):
+                    receiver = dotted_name(call.func.value)  # type: ignore[union-attr]
+                    if receiver:
+                        parts = receiver.split(".")
+                        name = ".".join(parts[:2] if parts[0] == "self" else parts[:1])
+                        if name not in found:
+                            found.append(name)
+        return found
+
+    def wrapped_at(self, expr: cst.BaseExpression) -> cst.Call | None:
+        """The DDP/DP wrap that a name refers to at this point, if it is a wrapped model there."""
+        origins = self.origins(expr)
+        for wrap in self.wrap_calls:
+            if wrap not in origins:
+                continue
+            same_scope = self.scope_of(wrap) is self.scope_of(expr)
+            if same_scope and not self.comes_before(wrap, expr):
+                continue
+            return wrap
+        return None
+
+    # -------------------------------------------------------------------- entry point
+
+    @cached_property
+    def main_guard(self) -> cst.If | None:
+        """The top-level ``if __name__ == "__main__":`` block."""
+        for stmt in self.module.body:
+            if isinstance(stmt, cst.If) and _is_main_test(stmt.test):
+                return stmt
+        return None
+
+    @cached_property
+    def entry_function(self) -> cst.FunctionDef | None:
+        """The function the main block runs (``main()``), when that block only calls one function of the file."""
+        guard = self.main_guard
+        if guard is None:
+            return None
+        targets = [
+            target
+            for call in self.calls
+            if self.is_inside(call, guard) and (target := self._call_targets.get(call)) is not None
+        ]
+        top_level = [t for t in targets if self.parent(t) is self.module]
+        return top_level[0] if len(set(top_level)) == 1 else None
+
+    # ---------------------------------------------------------------------- rank guards
+
+    def is_rank_test(self, test: cst.BaseExpression) -> bool:
+        """Whether an ``if`` test checks the process's rank (``rank == 0``, ``runtime.is_main_process()``)."""
+        for node in _walk(test):
+            if isinstance(node, cst.Call) and self.is_call_to(
+                node, names.RUNTIME_MAIN_CHECK | names.RUNTIME_RANK | {names.runtime("local_rank")}
+            ):
+                return True
+            name = dotted_name(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
+            if name and name.split(".")[-1] in ("rank", "local_rank", "global_rank", "is_main", "is_master", "main_process", "is_main_process", "gpu"):
+                return True
+            if isinstance(node, cst.SimpleString) and node.evaluated_value in ("RANK", "LOCAL_RANK"):
+                return True
+        return False
+
+    def rank_guard(self, node: cst.CSTNode) -> cst.If | None:
+        """The nearest ``if`` around the node whose test is a rank test, with the node in its body."""
+        child: cst.CSTNode = node
+        for ancestor in self.ancestors(node):
+            if isinstance(ancestor, cst.If) and child is ancestor.body and self.is_rank_test(ancestor.test):
+                return ancestor
+            if isinstance(ancestor, cst.FunctionDef):
+                # A function whose every caller is guarded counts as guarded.
+                callers = self.callers_of(ancestor)
+                if callers and all(self.rank_guard(c) is not None for c in callers):
+                    return self.rank_guard(callers[0])
+                return None
+            child = ancestor
+        return None
+
+    # ------------------------------------------------------------------ distributed setup
+
+    @cached_property
+    def process_group_setups(self) -> list[cst.Call]:
+        """Calls that set up a process group (``init_process_group`` or the runtime's ``setup``)."""
+        return self.calls_to(names.INIT_PROCESS_GROUP | names.RUNTIME_SETUP)
+
+    @cached_property
+    def is_distributed(self) -> bool:
+        """Whether the script already sets up a process group."""
+        return bool(self.process_group_setups)
+
+
+# ---------------------------------------------------------------------- module helpers
+
+
+def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    yield node
+    for child in node.children:
+        yield from _walk(child)
+
+
+def _calls_within(node: cst.CSTNode) -> Iterator[cst.Call]:
+    return (n for n in _walk(node) if isinstance(n, cst.Call))
+
+
+def _all_params(function: cst.FunctionDef) -> list[cst.Param]:
+    p = function.params
+    extra = [x for x in (p.star_arg, p.star_kwarg) if isinstance(x, cst.Param)]
+    return [*p.posonly_params, *p.params, *p.kwonly_params, *extra]
+
+
+def _method(owner: cst.ClassDef | None, name: str) -> cst.FunctionDef | None:
+    if owner is None or not isinstance(owner.body, cst.IndentedBlock):
+        return None
+    return next((s for s in owner.body.body if isinstance(s, cst.FunctionDef) and s.name.value == name), None)
+
+
+def _assign_targets(assign: cst.Assign | cst.AnnAssign) -> list[cst.BaseExpression]:
+    if isinstance(assign, cst.AnnAssign):
+        return [assign.target]
+    return [t.target for t in assign.targets]
+
+
+def _tuple_elements(expr: cst.BaseExpression) -> list[cst.BaseExpression] | None:
+    if isinstance(expr, (cst.Tuple, cst.List)):
+        return [e.value for e in expr.elements if not isinstance(e, cst.StarredElement)]
+    return None
+
+
+def _target_names(target: cst.BaseExpression) -> list[str]:
+    elements = _tuple_elements(target)
+    if elements is None:
+        return [target.value] if isinstance(target, cst.Name) else []
+    return [name for element in elements for name in _target_names(element)]
+
+
+def _loop_variable(loop: cst.For | cst.While) -> str | None:
+    if isinstance(loop, cst.For):
+        names_ = _target_names(loop.target)
+        return names_[0] if names_ else None
+    return None
+
+
+def _is_main_test(test: cst.BaseExpression) -> bool:
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return False
+    sides = [test.left, test.comparisons[0].comparator]
+    has_name = any(isinstance(s, cst.Name) and s.value == "__name__" for s in sides)
+    has_main = any(isinstance(s, cst.SimpleString) and s.evaluated_value == "__main__" for s in sides)
+    return has_name and has_main and isinstance(test.comparisons[0].operator, cst.Equal)
+
+
+def statements_of(block: cst.BaseSuite | cst.Module) -> Sequence[cst.BaseStatement]:
+    """The statements of a module or an indented block."""
+    if isinstance(block, cst.Module):
+        return block.body
+    if isinstance(block, cst.IndentedBlock):
+        return block.body
+    return ()

@@ -1,0 +1,199 @@
+"""The rule model: what a rule is, what it reports, and how its fix hands back a new module.
+
+A rule is one class with a stable code, a kebab-case name, a docstring that documents it, and
+examples that are both its specification and its tests. ``find`` reports; ``fix`` (where a fix is safe)
+rewrites. Both read the shared :class:`~ddp_migrate.codemods.analysis.ScriptAnalysis` of the file.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+import inspect
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar, Iterable, Sequence
+
+import libcst as cst
+
+if TYPE_CHECKING:
+    from .analysis import ScriptAnalysis
+
+
+class Phase(enum.IntEnum):
+    """The fixed order in which fixes run (see the design: legacy launch first, clean-up last)."""
+
+    LEGACY_LAUNCH = 10
+    PROCESS_GROUP = 20
+    DEVICES = 30
+    WRAPPING = 40
+    SAMPLERS = 50
+    MODULE_ACCESS = 60
+    CHECKPOINTS = 70
+    OUTPUT = 80
+    CLEANUP = 90
+
+
+class Severity(str, enum.Enum):
+    """How serious a finding is, for the linter's output formats."""
+
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+
+
+class BatchSizePolicy(str, enum.Enum):
+    """What a migrated loader's ``batch_size`` means.
+
+    ``GLOBAL`` keeps the original batch as the global one (each process takes its share), so the migrated
+    script computes what the original computed. ``PER_PROCESS`` keeps the number per process, so the
+    effective batch grows with the number of processes.
+    """
+
+    GLOBAL = "global"
+    PER_PROCESS = "per-process"
+
+
+@dataclass(frozen=True)
+class Options:
+    """Settings that change what a fix writes."""
+
+    batch_size: BatchSizePolicy = BatchSizePolicy.GLOBAL
+
+
+@dataclass(frozen=True)
+class Example:
+    """A ``before`` snippet the rule reports and rewrites into ``after``.
+
+    ``after`` is ``None`` for rules that only report. ``options`` lets an example pin a setting.
+    """
+
+    before: str
+    after: str | None = None
+    options: Options = Options()
+
+
+@dataclass(frozen=True)
+class Valid:
+    """A snippet on which the rule must stay silent."""
+
+    code: str
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem the rule reports at a place in the file (1-based line, 0-based column)."""
+
+    code: str
+    name: str
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+    message: str
+    severity: Severity
+    fixable: bool
+
+    def sort_key(self) -> tuple[int, int, str]:
+        """Order findings by position, then code."""
+        return (self.line, self.column, self.code)
+
+
+@dataclass(frozen=True)
+class Change:
+    """One edit a fix made, for the migration report."""
+
+    code: str
+    line: int
+    message: str
+
+
+@dataclass(frozen=True)
+class Note:
+    """Something the report should tell the user although nothing is wrong (no effect on the exit code)."""
+
+    code: str
+    line: int
+    message: str
+
+
+@dataclass
+class FixResult:
+    """What a fix hands back: the new module and what it did."""
+
+    module: cst.Module
+    changes: list[Change] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Match:
+    """A node a rule found, with the message to report for it.
+
+    Rules compute their matches once (:meth:`Rule.matches`); ``find`` turns them into findings and ``fix``
+    rewrites the same nodes, so the two can never disagree about what is wrong.
+    """
+
+    node: cst.CSTNode
+    message: str
+    fixable: bool = True
+
+
+class Rule(abc.ABC):
+    """Base class of every rule. Subclasses set the class attributes and implement :meth:`matches`."""
+
+    code: ClassVar[str]
+    name: ClassVar[str]
+    phase: ClassVar[Phase] = Phase.CLEANUP
+    severity: ClassVar[Severity] = Severity.WARNING
+    #: Words that must appear in the source for the rule to have anything to find (a cheap pre-parse check).
+    triggers: ClassVar[tuple[str, ...]] = ("torch",)
+    examples: ClassVar[Sequence[Example | Valid]] = ()
+    #: What a human must do when the rule cannot fix a finding by itself.
+    manual_fix: ClassVar[str] = ""
+
+    @classmethod
+    def can_fix(cls) -> bool:
+        """Whether this rule rewrites code (it overrides :meth:`fix`)."""
+        return cls.fix is not Rule.fix
+
+    @classmethod
+    def summary(cls) -> str:
+        """The first line of the rule's docstring."""
+        return inspect.cleandoc(cls.__doc__ or "").splitlines()[0] if cls.__doc__ else ""
+
+    @classmethod
+    def documentation(cls) -> str:
+        """The rule's whole docstring, dedented."""
+        return inspect.cleandoc(cls.__doc__ or "")
+
+    @abc.abstractmethod
+    def matches(self, analysis: ScriptAnalysis) -> Iterable[Match]:
+        """Yield every node this rule reports in the analysed file."""
+
+    def find(self, analysis: ScriptAnalysis) -> list[Finding]:
+        """Report the rule's findings, positioned in the analysed file."""
+        findings = []
+        for match in self.matches(analysis):
+            start, end = analysis.span(match.node)
+            findings.append(
+                Finding(
+                    code=self.code,
+                    name=self.name,
+                    line=start[0],
+                    column=start[1],
+                    end_line=end[0],
+                    end_column=end[1],
+                    message=match.message,
+                    severity=self.severity,
+                    fixable=self.can_fix() and match.fixable,
+                )
+            )
+        return findings
+
+    def notes(self, analysis: ScriptAnalysis, options: Options) -> list[Note]:
+        """Report items about the migrated file that are correct but worth knowing (no effect on exit codes)."""
+        return []
+
+    def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
+        """Rewrite the analysed module; ``None`` when there is nothing this rule can safely change."""
+        return None

@@ -1,0 +1,126 @@
+"""Edits a fix collects against the analysed tree and applies in one pass.
+
+Fixes find nodes in the analysis and describe what to do with them (replace, remove, insert statements
+around them, add a TODO comment, add an import); :meth:`Edits.apply` runs one transformer that matches
+the nodes by identity. Replacements are functions of the *updated* node, so edits nested in one another
+compose instead of overwriting each other.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Union
+
+import libcst as cst
+from libcst.codemod import CodemodContext
+from libcst.codemod.visitors import AddImportsVisitor
+
+from .base import Change, FixResult, Note
+
+TODO_PREFIX = "# TODO(ddp-migrate): "
+
+Replacement = Callable[[cst.CSTNode], Union[cst.CSTNode, cst.RemovalSentinel, cst.FlattenSentinel]]
+
+
+def statement(code: str) -> cst.BaseStatement:
+    """Parse one statement of source code."""
+    return cst.parse_statement(code)
+
+
+def expression(code: str) -> cst.BaseExpression:
+    """Parse one expression of source code."""
+    return cst.parse_expression(code)
+
+
+def code_of(node: cst.CSTNode) -> str:
+    """The source code of a node, as it would be written out."""
+    return cst.Module(body=[]).code_for_node(node)
+
+
+class Edits:
+    """The edits of one fix, applied together by :meth:`apply`."""
+
+    def __init__(self, code: str) -> None:
+        self.code = code
+        self._replacements: dict[cst.CSTNode, list[Replacement]] = {}
+        self._before: dict[cst.CSTNode, list[cst.BaseStatement]] = {}
+        self._after: dict[cst.CSTNode, list[cst.BaseStatement]] = {}
+        self._todos: dict[cst.CSTNode, list[str]] = {}
+        self._imports: list[tuple[str, str | None, str | None]] = []
+        self.changes: list[Change] = []
+        self.notes: list[Note] = []
+
+    def __bool__(self) -> bool:
+        return bool(self._replacements or self._before or self._after or self._todos or self._imports)
+
+    def replace(self, node: cst.CSTNode, new: cst.CSTNode | Replacement) -> None:
+        """Replace a node by a new one, or by what a function makes of the updated node."""
+        make: Replacement = new if callable(new) else (lambda _updated, _new=new: _new)  # type: ignore[misc]
+        self._replacements.setdefault(node, []).append(make)
+
+    def remove(self, stmt: cst.CSTNode) -> None:
+        """Remove a statement (or a small statement within a line)."""
+        self.replace(stmt, lambda _updated: cst.RemoveFromParent())
+
+    def insert_before(self, stmt: cst.BaseStatement, *new: cst.BaseStatement) -> None:
+        """Insert statements right before a statement, in the same block."""
+        self._before.setdefault(stmt, []).extend(new)
+
+    def insert_after(self, stmt: cst.BaseStatement, *new: cst.BaseStatement) -> None:
+        """Insert statements right after a statement, in the same block."""
+        self._after.setdefault(stmt, []).extend(new)
+
+    def todo(self, stmt: cst.BaseStatement, message: str) -> None:
+        """Put a ``# TODO(ddp-migrate): ...`` comment on the line above a statement (once)."""
+        self._todos.setdefault(stmt, []).append(message)
+
+    def add_import(self, module: str, name: str | None = None, asname: str | None = None) -> None:
+        """Make sure ``from module import name [as asname]`` (or ``import module``) is in the file."""
+        if (module, name, asname) not in self._imports:
+            self._imports.append((module, name, asname))
+
+    def apply(self, module: cst.Module) -> FixResult:
+        """Run every collected edit over the module and return the new one with the report items."""
+        new = module.visit(_Applier(self)) if (self._replacements or self._before or self._after or self._todos) else module
+        if self._imports:
+            context = CodemodContext()
+            for mod, name, asname in self._imports:
+                AddImportsVisitor.add_needed_import(context, mod, name, asname)
+            new = AddImportsVisitor(context).transform_module(new)
+        return FixResult(new, list(self.changes), list(self.notes))
+
+
+def has_todo(stmt: cst.BaseStatement, message: str) -> bool:
+    """Whether the statement already carries this TODO comment."""
+    return any(
+        line.comment is not None and line.comment.value == TODO_PREFIX + message for line in stmt.leading_lines
+    )
+
+
+class _Applier(cst.CSTTransformer):
+    def __init__(self, edits: Edits) -> None:
+        super().__init__()
+        self.edits = edits
+
+    def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode):  # type: ignore[override]
+        result: cst.CSTNode | cst.RemovalSentinel | cst.FlattenSentinel = updated
+        for make in self.edits._replacements.get(original, ()):
+            if isinstance(result, cst.CSTNode):
+                result = make(result)
+        todos = self.edits._todos.get(original)
+        if todos and isinstance(result, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            lines = list(result.leading_lines)
+            for message in todos:
+                if not has_todo(result, message):
+                    lines.append(cst.EmptyLine(comment=cst.Comment(TODO_PREFIX + message)))
+            result = result.with_changes(leading_lines=lines)
+        before = self.edits._before.get(original, [])
+        after = self.edits._after.get(original, [])
+        if before or after:
+            kept = [result] if isinstance(result, cst.CSTNode) else list(result.nodes) if isinstance(result, cst.FlattenSentinel) else []
+            if before and kept and isinstance(kept[0], (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+                # Comments above the original statement stay above the first statement of the group.
+                first = before[0].with_changes(leading_lines=[*kept[0].leading_lines, *before[0].leading_lines])
+                kept[0] = kept[0].with_changes(leading_lines=[])
+                before = [first, *before[1:]]
+            return cst.FlattenSentinel([*before, *kept, *after])
+        return result

@@ -1,0 +1,80 @@
+"""Turning the paths on the command line into the Python files to process."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+#: Folders never worth walking into.
+DEFAULT_EXCLUDES = (".git", ".hg", ".svn", ".venv", "venv", ".tox", ".nox", "__pycache__", "build", "dist", "node_modules", "site-packages", ".eggs", "*.egg-info", ".mypy_cache", ".pytest_cache", ".ruff_cache")
+
+
+@dataclass
+class Discovery:
+    """The files found, and one message per path that could not be used."""
+
+    files: list[Path] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    excluded: int = 0
+
+
+def is_excluded(path: Path, patterns: Iterable[str], root: Path | None = None) -> bool:
+    """Whether a path matches an exclude glob, by its name, any folder on its way, or its relative path."""
+    relative = path
+    if root is not None:
+        try:
+            relative = path.relative_to(root)
+        except ValueError:
+            pass
+    text = relative.as_posix()
+    parts = relative.parts
+    for pattern in patterns:
+        pattern = pattern.rstrip("/")
+        if fnmatch.fnmatch(text, pattern) or any(fnmatch.fnmatch(part, pattern) for part in parts):
+            return True
+    return False
+
+
+def discover(paths: Iterable[str], excludes: Iterable[str], root: Path | None = None) -> Discovery:
+    """Expand files and folders (walked for ``*.py``) into a sorted list of files, honouring excludes."""
+    result = Discovery()
+    patterns = tuple(excludes)
+    seen: set[Path] = set()
+    for raw in paths:
+        path = Path(raw)
+        if not path.exists():
+            result.errors.append(f"{raw}:1:1: no such file or directory")
+            continue
+        if path.is_file():
+            if is_excluded(path.resolve(), patterns, root):
+                result.excluded += 1
+            elif path.resolve() not in seen:
+                seen.add(path.resolve())
+                result.files.append(path)
+            continue
+        found = []
+        for folder, dirnames, filenames in os.walk(path):
+            here = Path(folder)
+            kept = []
+            for name in sorted(dirnames):
+                if is_excluded(Path(name), DEFAULT_EXCLUDES) or is_excluded((here / name).resolve(), patterns, root):
+                    result.excluded += 1
+                else:
+                    kept.append(name)
+            dirnames[:] = kept
+            for name in sorted(filenames):
+                if not name.endswith(".py"):
+                    continue
+                file = here / name
+                if is_excluded(file.resolve(), patterns, root):
+                    result.excluded += 1
+                elif file.resolve() not in seen:
+                    seen.add(file.resolve())
+                    found.append(file)
+        if not found:
+            result.errors.append(f"{raw}:1:1: no Python files found")
+        result.files.extend(found)
+    return result

@@ -1,0 +1,162 @@
+"""The per-file pipeline: decode → cheap skip check → parse → analyse → find / fix to a fixed point → verify.
+
+The engine has no rules of its own; it runs whichever rule classes it is given. It never writes: it hands
+back the new bytes, and the runner writes them only after they have been verified.
+"""
+
+from __future__ import annotations
+
+import ast
+import traceback
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import libcst as cst
+
+from ddp_migrate.codemods.analysis import ScriptAnalysis
+from ddp_migrate.codemods.base import Change, Finding, Note, Options, Rule
+
+from .source import SourceError, decode
+
+#: How many rounds of all fixes the engine runs before it calls a file unsettled.
+MAX_PASSES = 8
+
+
+class FileError(Exception):
+    """A problem with one file that the user must hear about as ``path:line:col: message``."""
+
+    def __init__(self, message: str, line: int = 1, column: int = 1) -> None:
+        super().__init__(message)
+        self.message = message
+        self.line = line
+        self.column = column
+
+
+@dataclass
+class FileResult:
+    """What happened to one file."""
+
+    path: str
+    original: bytes
+    output: bytes | None = None
+    changes: list[Change] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
+    error: str | None = None
+    skipped: bool = False
+    text: str = ""
+    new_text: str = ""
+
+    @property
+    def changed(self) -> bool:
+        """Whether the file's bytes would change."""
+        return self.output is not None and self.output != self.original
+
+
+def could_match(text: str, rules: Sequence[type[Rule]]) -> bool:
+    """The cheap pre-parse check: does any rule's trigger word occur in the text at all?"""
+    return any(word in text for rule in rules for word in rule.triggers)
+
+
+def parse(text: str, path: str) -> cst.Module:
+    """Parse source text with libcst, raising :class:`FileError` with Python's own position on bad syntax."""
+    try:
+        ast.parse(text, filename=path)
+    except SyntaxError as error:
+        raise FileError(f"cannot parse: {error.msg}", error.lineno or 1, error.offset or 1) from None
+    except ValueError as error:  # e.g. source code containing NUL bytes
+        raise FileError(f"cannot parse: {error}") from None
+    try:
+        return cst.parse_module(text)
+    except cst.ParserSyntaxError as error:
+        raise FileError(f"cannot parse: {error.message}", error.raw_line, error.raw_column + 1) from None
+
+
+def verify(text: str, path: str, rule: Rule) -> None:
+    """Refuse output that does not parse and compile, naming the rule whose fix produced it."""
+    try:
+        compile(text, path, "exec", dont_inherit=True)
+        cst.parse_module(text)
+    except (SyntaxError, ValueError, cst.ParserSyntaxError) as error:
+        raise FileError(f"{rule.code} ({rule.name}) produced code that does not compile ({error}); file left unchanged") from None
+
+
+def _run_rule(rule: Rule, step: str, call):  # type: ignore[no-untyped-def]
+    try:
+        return call()
+    except FileError:
+        raise
+    except Exception as error:  # a bug in a rule must not cost the user the rest of the run
+        where = traceback.extract_tb(error.__traceback__)[-1]
+        raise FileError(
+            f"internal error in {rule.code} ({rule.name}) while {step}: {type(error).__name__}: {error} "
+            f"[{where.filename.rsplit('/', 1)[-1]}:{where.lineno}]; file left unchanged, please report this"
+        ) from None
+
+
+def fix_to_fixed_point(module: cst.Module, rules: Sequence[Rule], options: Options, path: str) -> tuple[cst.Module, list[Change]]:
+    """Run every fix in phase order, pass after pass, until the text stops changing."""
+    changes: list[Change] = []
+    ordered = sorted((r for r in rules if r.can_fix()), key=lambda r: (r.phase, r.code))
+    changed_last_pass: list[str] = []
+    for _ in range(MAX_PASSES):
+        start = module.code
+        changed_last_pass = []
+        for rule in ordered:
+            analysis = ScriptAnalysis(module)
+            result = _run_rule(rule, "fixing", lambda: rule.fix(analysis, options))
+            if result is None or result.module.code == module.code:
+                continue
+            verify(result.module.code, path, rule)
+            module = result.module
+            changes.extend(result.changes)
+            changed_last_pass.append(rule.code)
+        if module.code == start:
+            return module, changes
+    involved = ", ".join(dict.fromkeys(changed_last_pass))
+    raise FileError(f"fixes did not settle after {MAX_PASSES} passes (rules still changing the file: {involved}); file left unchanged")
+
+
+def find_all(module: cst.Module, rules: Sequence[Rule]) -> list[Finding]:
+    """Every finding of every rule on the module, sorted by position."""
+    analysis = ScriptAnalysis(module)
+    findings: list[Finding] = []
+    for rule in rules:
+        findings.extend(_run_rule(rule, "checking", lambda: rule.find(analysis)))
+    return sorted(findings, key=Finding.sort_key)
+
+
+def collect_notes(module: cst.Module, rules: Sequence[Rule], options: Options) -> list[Note]:
+    """The report's notes about the final module (things that are right but worth knowing)."""
+    analysis = ScriptAnalysis(module)
+    notes: list[Note] = []
+    for rule in rules:
+        notes.extend(_run_rule(rule, "writing notes", lambda: rule.notes(analysis, options)))
+    return sorted(notes, key=lambda n: (n.line, n.code))
+
+
+def process(path: str, data: bytes, rule_classes: Sequence[type[Rule]], options: Options, fix: bool) -> FileResult:
+    """Run the pipeline on one file's bytes; errors land in ``result.error`` as one ``path:line:col:`` line."""
+    result = FileResult(path=path, original=data)
+    try:
+        source = decode(data)
+        result.text = result.new_text = source.text
+        if not could_match(source.text, rule_classes):
+            result.skipped = True
+            return result
+        module = parse(source.text, path)
+        rules = [cls() for cls in rule_classes]
+        if fix:
+            module, result.changes = fix_to_fixed_point(module, rules, options, path)
+            result.new_text = module.code
+            if module.code != source.text:
+                result.output = source.encode(module.code)
+        result.findings = find_all(module, rules)
+        result.notes = collect_notes(module, rules, options) if fix else []
+    except SourceError as error:
+        result.error = f"{path}:{error.line}:{error.column}: {error.message}"
+    except FileError as error:
+        result.error = f"{path}:{error.line}:{error.column}: {error.message}"
+        result.output = None
+        result.changes = []
+    return result

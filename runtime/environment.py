@@ -1,0 +1,145 @@
+"""Where this process sits in the job: ranks, world sizes and its device.
+
+Everything here reads torchrun's environment variables (or the initialised process group), so it works
+before :func:`ddp_migrate.runtime.setup` runs: migrated code may compute ``runtime.device()`` at module
+level. Without torchrun's environment the answers describe a world of one process (rank 0 of 1).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.distributed as dist
+
+from .errors import DistributedEnvironmentError
+
+__all__ = [
+    "device",
+    "device_ids",
+    "is_main_process",
+    "local_rank",
+    "local_world_size",
+    "rank",
+    "world_size",
+]
+
+#: Variables that tell a process it was started by a distributed launcher.
+LAUNCH_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
+#: Variables that must all be present once any launch variable is (``LOCAL_WORLD_SIZE`` is optional).
+REQUIRED_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def _is_set(name: str) -> bool:
+    """Whether environment variable ``name`` holds a non-blank value."""
+    return os.environ.get(name, "").strip() != ""
+
+
+def _env_int(name: str, default: int) -> int:
+    """Environment variable ``name`` as an int, ``default`` when unset or blank."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise DistributedEnvironmentError(
+            f"environment variable {name}={raw!r} is not an integer; it is normally set by torchrun"
+        ) from None
+
+
+def _group_ready() -> bool:
+    """Whether the default process group exists."""
+    return dist.is_available() and dist.is_initialized()
+
+
+def launched_by_torchrun() -> bool:
+    """Whether this process has a complete distributed launch environment.
+
+    Returns ``False`` when none of ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE`` and ``LOCAL_WORLD_SIZE`` is
+    set (a plain ``python train.py`` run; a stray ``MASTER_ADDR``/``MASTER_PORT`` alone does not count),
+    ``True`` when all of ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT``
+    are set and consistent.
+
+    Raises:
+        DistributedEnvironmentError: the environment is partial (names the missing variables) or its
+            values are not valid integers / out of range.
+    """
+    present = [name for name in LAUNCH_VARIABLES if _is_set(name)]
+    if not present:
+        return False
+    missing = [name for name in REQUIRED_VARIABLES if not _is_set(name)]
+    if missing:
+        raise DistributedEnvironmentError(
+            f"incomplete distributed environment: {', '.join(present)} "
+            f"{'is' if len(present) == 1 else 'are'} set but {', '.join(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} missing. Launch the script with torchrun "
+            "(e.g. `torchrun --nproc_per_node=2 train.py`), which sets all of "
+            f"{', '.join(REQUIRED_VARIABLES)}; or unset {', '.join(present)} to run as a single "
+            "process with plain `python train.py`."
+        )
+    global_rank = _env_int("RANK", 0)
+    size = _env_int("WORLD_SIZE", 1)
+    local = _env_int("LOCAL_RANK", 0)
+    port = _env_int("MASTER_PORT", 0)
+    if size < 1 or not 0 <= global_rank < size:
+        raise DistributedEnvironmentError(
+            f"RANK={global_rank} and WORLD_SIZE={size} are inconsistent: need 0 <= RANK < WORLD_SIZE"
+        )
+    if local < 0:
+        raise DistributedEnvironmentError(f"LOCAL_RANK={local} must not be negative")
+    if _is_set("LOCAL_WORLD_SIZE"):
+        local_size = _env_int("LOCAL_WORLD_SIZE", 1)
+        if not 0 <= local < local_size:
+            raise DistributedEnvironmentError(
+                f"LOCAL_RANK={local} and LOCAL_WORLD_SIZE={local_size} are inconsistent: "
+                "need 0 <= LOCAL_RANK < LOCAL_WORLD_SIZE"
+            )
+    if not 0 < port < 65536:
+        raise DistributedEnvironmentError(f"MASTER_PORT={port} is not a valid TCP port")
+    return True
+
+
+def rank() -> int:
+    """Global rank of this process: the process group's when initialised, else ``$RANK``, else 0."""
+    if _group_ready():
+        return dist.get_rank()
+    return _env_int("RANK", 0)
+
+
+def world_size() -> int:
+    """Number of processes in the job: the process group's when initialised, else ``$WORLD_SIZE``,
+    else 1."""
+    if _group_ready():
+        return dist.get_world_size()
+    return _env_int("WORLD_SIZE", 1)
+
+
+def local_rank() -> int:
+    """Rank of this process on its own machine (``$LOCAL_RANK``, else 0); it picks the GPU."""
+    return _env_int("LOCAL_RANK", 0)
+
+
+def local_world_size() -> int:
+    """Number of processes on this machine: ``$LOCAL_WORLD_SIZE``, else :func:`world_size`."""
+    return _env_int("LOCAL_WORLD_SIZE", world_size())
+
+
+def is_main_process() -> bool:
+    """Whether this is global rank 0, the process that saves checkpoints and prints."""
+    return rank() == 0
+
+
+def device() -> torch.device:
+    """This process's device: ``cuda:<local_rank>`` when CUDA is available, else ``cpu``."""
+    if torch.cuda.is_available():
+        return torch.device("cuda", local_rank())
+    return torch.device("cpu")
+
+
+def device_ids() -> list[int] | None:
+    """What to pass as ``DistributedDataParallel(device_ids=...)``: ``[local_rank]`` on CUDA, else
+    ``None`` (DDP on CPU must not be given device ids)."""
+    if torch.cuda.is_available():
+        return [local_rank()]
+    return None

@@ -1,0 +1,354 @@
+"""Launch Python scripts the ways users launch training, for tests that must run the real thing.
+
+- :func:`run_python`: ``python script.py args...`` (a world of one for ``ddp_migrate.runtime``);
+- :func:`run_torchrun`: ``python -m torch.distributed.run --standalone --nproc_per_node=N script.py``;
+- :func:`run_two_nodes`: two torchrun agents on this machine, ``--nnodes=2 --nproc_per_node=1``, meeting
+  through a c10d rendezvous on ``127.0.0.1:<free port>``, so global and local ranks differ;
+- :func:`run_command`: any command line, with the same guarantees.
+
+Every launch runs in its own process session with ``OMP_NUM_THREADS=1`` and ``PYTHONUNBUFFERED=1``, a
+clean distributed environment (no inherited ``RANK``, ``MASTER_PORT``, ... from the caller) and a hard
+timeout: when it passes, the whole process group (torchrun agent and workers alike) is killed and
+:class:`LaunchTimeout` is raised with the tail of the output, so a deadlock fails a test instead of
+hanging it. Output goes to temporary files, never pipes, so a chatty process cannot block.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Union
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "LaunchError",
+    "LaunchResult",
+    "LaunchTimeout",
+    "free_port",
+    "launch_environment",
+    "run_command",
+    "run_python",
+    "run_torchrun",
+    "run_two_nodes",
+    "torchrun_command",
+    "write_script",
+]
+
+#: Seconds a launch may take before its process group is killed.
+DEFAULT_TIMEOUT = 120.0
+#: Seconds the other processes of a multi-process launch get to finish once one has failed.
+FAILURE_GRACE = 10.0
+#: Seconds between SIGTERM and SIGKILL when a process group is stopped.
+KILL_GRACE = 3.0
+#: Characters of output quoted in error messages.
+TAIL_CHARS = 6000
+
+#: Variables a launcher sets; removed from the inherited environment so a launch starts clean.
+DISTRIBUTED_VARIABLES = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+    "ROLE_NAME",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_MAX_RESTARTS",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_USE_AGENT_STORE",
+    "TORCHELASTIC_ERROR_FILE",
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+)
+
+PathArg = Union[str, "os.PathLike[str]"]
+#: Extra environment: a value of ``None`` removes the variable.
+EnvArg = Union[Mapping[str, Union[str, None]], None]
+
+
+@dataclass
+class LaunchResult:
+    """A finished process: its command line, exit status, output and duration in seconds."""
+
+    args: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+    duration: float
+    timed_out: bool = False
+
+    @property
+    def output(self) -> str:
+        """stdout followed by stderr."""
+        return self.stdout + self.stderr
+
+    def tail(self, chars: int = TAIL_CHARS) -> str:
+        """The end of stdout and of stderr, for error messages."""
+        return (
+            f"--- stdout (tail) ---\n{self.stdout[-chars:]}\n"
+            f"--- stderr (tail) ---\n{self.stderr[-chars:]}"
+        )
+
+
+class LaunchError(AssertionError):
+    """A launch exited with a non-zero status (an AssertionError, so pytest reports it as a failure).
+
+    ``results`` holds every process of the launch.
+    """
+
+    def __init__(self, message: str, results: list[LaunchResult]) -> None:
+        super().__init__(message)
+        self.results = results
+
+
+class LaunchTimeout(LaunchError):
+    """A launch ran past its timeout; its whole process group was killed."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it; a race is possible)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def launch_environment(env: EnvArg = None) -> dict[str, str]:
+    """The environment for a launched process.
+
+    The caller's environment without launcher variables (``RANK``, ``MASTER_PORT``, ...), plus
+    ``OMP_NUM_THREADS=1`` and ``PYTHONUNBUFFERED=1``, then ``env`` on top (``None`` values remove).
+    """
+    result = {key: value for key, value in os.environ.items() if key not in DISTRIBUTED_VARIABLES}
+    result["OMP_NUM_THREADS"] = "1"
+    result["PYTHONUNBUFFERED"] = "1"
+    for key, value in (env or {}).items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = str(value)
+    return result
+
+
+@dataclass
+class _Running:
+    """A started process and the files its output goes to."""
+
+    args: list[str]
+    process: subprocess.Popen[bytes]
+    stdout: IO[bytes]
+    stderr: IO[bytes]
+    started: float
+    finished: float | None = None
+    timed_out: bool = False
+
+
+def _start(args: Sequence[str], cwd: PathArg | None, env: EnvArg) -> _Running:
+    """Start ``args`` in a new process session, its output going to temporary files."""
+    stdout = tempfile.TemporaryFile()
+    stderr = tempfile.TemporaryFile()
+    argv = [str(arg) for arg in args]
+    process = subprocess.Popen(
+        argv,
+        cwd=None if cwd is None else str(cwd),
+        env=launch_environment(env),
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=stderr,
+        start_new_session=True,
+    )
+    return _Running(argv, process, stdout, stderr, time.monotonic())
+
+
+def _signal_group(running: _Running, signum: int) -> None:
+    """Send ``signum`` to the process group of ``running`` (its leader's pid is the group id)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(running.process.pid, signum)
+
+
+def _stop(running: _Running) -> None:
+    """Stop the whole process group: SIGTERM, then SIGKILL after :data:`KILL_GRACE` seconds."""
+    if running.process.poll() is None:
+        _signal_group(running, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            running.process.wait(timeout=KILL_GRACE)
+    _signal_group(running, signal.SIGKILL)
+    running.process.wait()
+
+
+def _read(stream: IO[bytes]) -> str:
+    """Everything written to ``stream``, decoded as UTF-8 (undecodable bytes replaced)."""
+    stream.flush()
+    stream.seek(0)
+    text = stream.read().decode("utf-8", errors="replace")
+    stream.close()
+    return text
+
+
+def _wait(launched: list[_Running], timeout: float) -> list[LaunchResult]:
+    """Wait for all processes; kill them all at the timeout, and the rest soon after one fails."""
+    deadline = time.monotonic() + timeout
+    first_failure: float | None = None
+    try:
+        while True:
+            now = time.monotonic()
+            pending = []
+            for running in launched:
+                code = running.process.poll()
+                if code is None:
+                    pending.append(running)
+                    continue
+                if running.finished is None:
+                    running.finished = now
+                if code != 0 and first_failure is None:
+                    first_failure = now
+            if not pending:
+                break
+            failure_grace_over = first_failure is not None and now - first_failure > FAILURE_GRACE
+            if now > deadline or failure_grace_over:
+                for running in pending:
+                    running.timed_out = now > deadline
+                    _stop(running)
+                    running.finished = time.monotonic()
+                break
+            time.sleep(0.05)
+    finally:
+        for running in launched:
+            # Also reaps grandchildren left behind by a process that exited normally.
+            _stop(running)
+    return [
+        LaunchResult(
+            args=running.args,
+            returncode=running.process.returncode,
+            stdout=_read(running.stdout),
+            stderr=_read(running.stderr),
+            duration=(running.finished or time.monotonic()) - running.started,
+            timed_out=running.timed_out,
+        )
+        for running in launched
+    ]
+
+
+def _check(results: list[LaunchResult], timeout: float, check: bool) -> None:
+    """Raise :class:`LaunchTimeout` / :class:`LaunchError` with the output tails when needed."""
+    if any(result.timed_out for result in results):
+        details = "\n".join(f"$ {' '.join(r.args)}\n{r.tail()}" for r in results)
+        raise LaunchTimeout(f"launch timed out after {timeout:.0f} s and was killed\n{details}", results)
+    failed = [result for result in results if result.returncode != 0]
+    if check and failed:
+        details = "\n".join(
+            f"$ {' '.join(r.args)}\nexit status {r.returncode}\n{r.tail()}" for r in results
+        )
+        raise LaunchError(f"{len(failed)} of {len(results)} process(es) failed\n{details}", results)
+
+
+def run_command(
+    args: Sequence[str],
+    *,
+    cwd: PathArg | None = None,
+    env: EnvArg = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    check: bool = True,
+) -> LaunchResult:
+    """Run one command line with the launch guarantees (clean environment, timeout kills the group).
+
+    Raises:
+        LaunchTimeout: it ran past ``timeout`` seconds (always raised, whatever ``check`` says).
+        LaunchError: it exited with a non-zero status and ``check`` is true.
+    """
+    results = _wait([_start(args, cwd, env)], timeout)
+    _check(results, timeout, check)
+    return results[0]
+
+
+def run_python(
+    script: PathArg,
+    *args: object,
+    cwd: PathArg | None = None,
+    env: EnvArg = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    check: bool = True,
+) -> LaunchResult:
+    """``python script args...`` with this interpreter: how a user runs a script without torchrun."""
+    argv = [sys.executable, str(script), *map(str, args)]
+    return run_command(argv, cwd=cwd, env=env, timeout=timeout, check=check)
+
+
+def torchrun_command(*launcher_args: str) -> list[str]:
+    """The argv that starts torchrun with this interpreter: ``python -m torch.distributed.run ...``."""
+    return [sys.executable, "-m", "torch.distributed.run", *launcher_args]
+
+
+def run_torchrun(
+    script: PathArg,
+    *args: object,
+    nproc_per_node: int = 2,
+    cwd: PathArg | None = None,
+    env: EnvArg = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    check: bool = True,
+) -> LaunchResult:
+    """``torchrun --standalone --nproc_per_node=N script args...`` on this machine.
+
+    The workers' output is the agent's output (torchrun does not redirect it by default).
+    """
+    argv = torchrun_command(
+        "--standalone", f"--nproc_per_node={nproc_per_node}", str(script), *map(str, args)
+    )
+    return run_command(argv, cwd=cwd, env=env, timeout=timeout, check=check)
+
+
+def run_two_nodes(
+    script: PathArg,
+    *args: object,
+    cwd: PathArg | None = None,
+    env: EnvArg = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    check: bool = True,
+    port: int | None = None,
+) -> list[LaunchResult]:
+    """A two-node job on one machine: two torchrun agents with one worker each.
+
+    Each agent runs ``--nnodes=2 --nproc_per_node=1 --node_rank=<0|1> --rdzv-backend=c10d
+    --rdzv-endpoint=127.0.0.1:<port>``. Both workers get ``LOCAL_RANK=0`` while their global ranks
+    are 0 and 1. With the c10d rendezvous the agents' order is decided at the rendezvous, so either
+    agent may host global rank 0.
+
+    Returns:
+        The results of agent 0 and agent 1, in that order.
+    """
+    endpoint = f"127.0.0.1:{port or free_port()}"
+    launched = []
+    for node_rank in (0, 1):
+        argv = torchrun_command(
+            "--nnodes=2",
+            "--nproc_per_node=1",
+            f"--node_rank={node_rank}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={endpoint}",
+            "--rdzv-id=ddp-migrate-two-nodes",
+            str(script),
+            *map(str, args),
+        )
+        launched.append(_start(argv, cwd, env))
+    results = _wait(launched, timeout)
+    _check(results, timeout, check)
+    return results
+
+
+def write_script(folder: PathArg, name: str, source: str) -> Path:
+    """Write ``source`` to ``folder/name`` and return the path (a convenience for tests)."""
+    path = Path(folder) / name
+    path.write_text(source, encoding="utf-8")
+    return path
