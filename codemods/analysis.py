@@ -109,13 +109,15 @@ def call_method_name(call: cst.Call) -> str | None:
     return call.func.attr.value if isinstance(call.func, cst.Attribute) else None
 
 
+def _callee_name(call: cst.Call) -> str:
+    """The last name of what a call calls: ``tqdm`` for ``tqdm.tqdm(...)`` and ``tqdm(...)``."""
+    func = call.func
+    return func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else ""
+
+
 def unwrap_iterable(expr: cst.BaseExpression) -> cst.BaseExpression:
     """Strip ``enumerate(...)``, ``tqdm(...)``, ``iter(...)`` and the like off the iterated expression."""
-    while isinstance(expr, cst.Call) and expr.args:
-        func = expr.func
-        name = func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else ""
-        if name not in ITERATION_WRAPPERS:
-            break
+    while isinstance(expr, cst.Call) and expr.args and _callee_name(expr) in ITERATION_WRAPPERS:
         expr = expr.args[0].value
     return expr
 
@@ -131,7 +133,11 @@ class _Indexer(cst.CSTVisitor):
         self.assigns: list[cst.Assign | cst.AnnAssign] = []
         self.returns: list[cst.Return] = []
         self.ifs: list[cst.If] = []
+        self.attributes: list[cst.Attribute] = []
         self.name_values: set[str] = set()
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self.attributes.append(node)
 
     def visit_Call(self, node: cst.Call) -> None:
         self.calls.append(node)
@@ -179,9 +185,10 @@ class ScriptAnalysis:
         self.for_loops = index.for_loops
         self.functions = index.functions
         self.classes = index.classes
-        self._assigns = index.assigns
+        self.assignments = index.assigns
         self._returns = index.returns
         self.ifs = index.ifs
+        self.attributes = index.attributes
         self.used_names = index.name_values
         self._bindings: dict[BindingKey, set[cst.CSTNode]] = {}
         self._returned: dict[cst.FunctionDef, list[set[cst.CSTNode]]] = {}
@@ -246,7 +253,10 @@ class ScriptAnalysis:
     def qualified_names(self, node: cst.CSTNode) -> set[str]:
         """Qualified names of a name or attribute, through import aliases (``nn.DataParallel`` →
         ``torch.nn.DataParallel``)."""
-        return {q.name for q in self._qualified.get(node, ())}
+        value = self._qualified.get(node, ())
+        if callable(value):  # libcst computes some metadata lazily, on first access
+            value = value()
+        return {q.name for q in value}
 
     def is_call_to(self, call: cst.Call, targets: Iterable[str]) -> bool:
         """Whether the call's function resolves to one of the qualified names."""
@@ -261,21 +271,25 @@ class ScriptAnalysis:
         """Every ``x.method(...)`` call in the file."""
         return [call for call in self.calls if call_method_name(call) == method]
 
+    def _top_level_imports(self) -> Iterator[cst.Import | cst.ImportFrom]:
+        for stmt in self.module.body:
+            if isinstance(stmt, cst.SimpleStatementLine):
+                yield from (s for s in stmt.body if isinstance(s, (cst.Import, cst.ImportFrom)))
+
     def local_name_for(self, qualified: str) -> str | None:
         """How the file spells an imported qualified name (``DDP`` for ``from ... import X as DDP``)."""
         module, _, attr = qualified.rpartition(".")
-        for stmt in self.module.body:
-            for small in getattr(stmt, "body", ()):
-                if isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
-                    if dotted_name(small.module) != module or small.relative:
-                        continue
-                    for alias in small.names:
-                        if dotted_name(alias.name) == attr:
-                            return alias.asname.name.value if alias.asname else attr
-                if isinstance(small, cst.Import):
-                    for alias in small.names:
-                        if dotted_name(alias.name) == qualified and alias.asname:
-                            return alias.asname.name.value
+        for small in self._top_level_imports():
+            if isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
+                if dotted_name(small.module) != module or small.relative:
+                    continue
+                for alias in small.names:
+                    if dotted_name(alias.name) == attr:
+                        return alias.asname.name.value if alias.asname else attr  # type: ignore[union-attr]
+            elif isinstance(small, cst.Import):
+                for alias in small.names:
+                    if dotted_name(alias.name) == qualified and alias.asname:
+                        return alias.asname.name.value  # type: ignore[union-attr]
         return None
 
     def free_name(self, preferred: str, *fallbacks: str) -> str:
@@ -294,12 +308,6 @@ class ScriptAnalysis:
         existing = self.local_name_for(names.RUNTIME_MODULE)
         if existing:
             return existing
-        for stmt in self.module.body:
-            for small in getattr(stmt, "body", ()):
-                if isinstance(small, cst.Import):
-                    for alias in small.names:
-                        if dotted_name(alias.name) == names.RUNTIME_MODULE and alias.asname:
-                            return alias.asname.name.value
         return self.free_name("runtime", "ddp_runtime", "dist_runtime")
 
     # -------------------------------------------------------------------- data flow
@@ -310,7 +318,7 @@ class ScriptAnalysis:
         if name.startswith("self."):
             owner = self.enclosing_class(function) if function is not None else None
             if owner is not None:
-                return (owner, ".".join(name.split(".")[:2]) if name.count(".") > 1 else name)
+                return (owner, name)
         if function is not None and self._binds_locally(function, name):
             return (function, name)
         return (self.module, name)
@@ -319,7 +327,7 @@ class ScriptAnalysis:
     def _local_names(self) -> dict[cst.FunctionDef, set[str]]:
         """Names each function assigns or takes as parameters."""
         local: dict[cst.FunctionDef, set[str]] = {f: {p.name.value for p in _all_params(f)} for f in self.functions}
-        for assign in self._assigns:
+        for assign in self.assignments:
             function = self.enclosing_function(assign)
             if function is not None:
                 for target in _assign_targets(assign):
@@ -341,6 +349,9 @@ class ScriptAnalysis:
             if target is not None and target in self._returned:
                 returned = self._returned[target]
                 return set().union(*returned) if returned else set()
+            if _callee_name(expr) in ITERATION_WRAPPERS and expr.args:
+                # ``pbar = tqdm(loader)`` still iterates the loader.
+                return {expr} | self.origins(expr.args[0].value)
             method = call_method_name(expr)
             if method in SELF_RETURNING_METHODS:
                 return {expr} | self.origins(expr.func.value)  # type: ignore[union-attr]
@@ -363,7 +374,7 @@ class ScriptAnalysis:
         self._resolve_call_targets()
         for _ in range(8):
             changed = False
-            for assign in self._assigns:
+            for assign in self.assignments:
                 for target in _assign_targets(assign):
                     changed |= self._bind_target(target, assign.value)  # type: ignore[arg-type]
             for ret in self._returns:
@@ -552,13 +563,13 @@ class ScriptAnalysis:
         if name is None:
             return None
         root = name.split(".")[0]
+        if root == "self":
+            return expr if self.enclosing_class(call) is self.enclosing_class(function) else None
         if self.is_parameter(function, root):
             argument = self.argument_for(call, function, root)
             if argument is None or root != name:
                 return None
             return argument
-        if root == "self":
-            return expr if self.enclosing_class(call) is self.enclosing_class(function) else None
         return expr if not self._binds_locally(function, root) else None
 
     # ------------------------------------------------------------------------ models

@@ -12,7 +12,7 @@ from typing import Callable, Union
 
 import libcst as cst
 from libcst.codemod import CodemodContext
-from libcst.codemod.visitors import AddImportsVisitor
+from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 
 from .base import Change, FixResult, Note
 
@@ -46,11 +46,12 @@ class Edits:
         self._after: dict[cst.CSTNode, list[cst.BaseStatement]] = {}
         self._todos: dict[cst.CSTNode, list[str]] = {}
         self._imports: list[tuple[str, str | None, str | None]] = []
+        self._unused_imports: list[tuple[str, str | None, str | None]] = []
         self.changes: list[Change] = []
         self.notes: list[Note] = []
 
     def __bool__(self) -> bool:
-        return bool(self._replacements or self._before or self._after or self._todos or self._imports)
+        return bool(self._replacements or self._before or self._after or self._todos or self._imports or self._unused_imports)
 
     def replace(self, node: cst.CSTNode, new: cst.CSTNode | Replacement) -> None:
         """Replace a node by a new one, or by what a function makes of the updated node."""
@@ -78,6 +79,10 @@ class Edits:
         if (module, name, asname) not in self._imports:
             self._imports.append((module, name, asname))
 
+    def remove_import_if_unused(self, module: str, name: str | None = None, asname: str | None = None) -> None:
+        """Drop ``from module import name [as asname]`` once nothing in the file uses it any more."""
+        self._unused_imports.append((module, name, asname))
+
     def apply(self, module: cst.Module) -> FixResult:
         """Run every collected edit over the module and return the new one with the report items."""
         new = module.visit(_Applier(self)) if (self._replacements or self._before or self._after or self._todos) else module
@@ -86,6 +91,11 @@ class Edits:
             for mod, name, asname in self._imports:
                 AddImportsVisitor.add_needed_import(context, mod, name, asname)
             new = AddImportsVisitor(context).transform_module(new)
+        if self._unused_imports:
+            context = CodemodContext()
+            for mod, name, asname in self._unused_imports:
+                RemoveImportsVisitor.remove_unused_import(context, mod, name, asname)
+            new = RemoveImportsVisitor(context).transform_module(new)
         return FixResult(new, list(self.changes), list(self.notes))
 
 

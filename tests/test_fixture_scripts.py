@@ -219,11 +219,11 @@ def test_script_is_legacy_code(name):
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("name", ALL)
-def test_original_runs_and_saves_finite_weights(name, first_run, record_property):
+def test_original_runs_and_saves_finite_weights(name, first_run, request):
     _skip_without_tqdm(name)
     entry = MANIFEST[name]
     run = first_run(name)
-    record_property("wall_s", round(run.wall_s, 2))
+    request.node.user_properties.append(("wall_s", round(run.wall_s, 2)))
     assert run.returncode == 0, run.explain()
 
     written = sorted(

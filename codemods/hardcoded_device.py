@@ -1,0 +1,154 @@
+"""DDP004 hardcoded-device."""
+
+from __future__ import annotations
+
+import re
+from typing import Iterator
+
+import libcst as cst
+
+from . import names
+from .analysis import ScriptAnalysis, call_method_name
+from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
+from .edits import Edits, expression
+from .runtime_calls import runtime_name
+
+CUDA_LITERAL = re.compile(r"^cuda(:\d+)?$")
+DEVICE_KEYWORDS = frozenset({"device", "map_location"})
+
+
+def _mentions_cuda(node: cst.CSTNode) -> bool:
+    """Whether an expression spells a CUDA device in a string (``"cuda"``, ``"cuda:0"``, ``f"cuda:{i}"``)."""
+    if isinstance(node, cst.SimpleString):
+        return bool(CUDA_LITERAL.match(str(node.evaluated_value)))
+    if isinstance(node, cst.FormattedString):
+        return any(isinstance(p, cst.FormattedStringText) and p.value.startswith("cuda") for p in node.parts)
+    return any(_mentions_cuda(child) for child in node.children)
+
+
+def _is_literal_index(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Integer) or (isinstance(node, cst.SimpleString) and bool(re.match(r"^cuda:\d+$", str(node.evaluated_value))))
+
+
+class HardcodedDevice(Rule):
+    """Use this process's own device instead of a hard-coded CUDA device.
+
+    What it finds: ``torch.device("cuda")``, ``torch.device("cuda:0")``, ``torch.device("cuda" if ... else
+    "cpu")``, ``.cuda()``, ``.to("cuda")``, ``device="cuda"`` / ``map_location="cuda:0"`` arguments and
+    ``torch.cuda.set_device(0)``. In a script that already sets up a process group only literal indices
+    (``cuda:0``, ``.cuda(0)``, ``set_device(0)``) are reported: there ``.cuda()`` follows the current device.
+
+    Why it is a problem: with one process per GPU, every process that says ``cuda`` or ``cuda:0`` piles
+    onto GPU 0 (out of memory, or NCCL errors about duplicate GPUs), and none of it runs on a CPU-only
+    machine.
+
+    What the fix does: ``runtime.device()`` (``cuda:<LOCAL_RANK>`` on CUDA, ``cpu`` otherwise);
+    ``.cuda()`` becomes ``.to(runtime.device())``; ``set_device`` calls are removed because
+    ``runtime.setup()`` sets the device before any CUDA work.
+    """
+
+    code = "DDP004"
+    name = "hardcoded-device"
+    phase = Phase.DEVICES
+    triggers = ("cuda",)
+    examples = (
+        Example(
+            before="""\
+import torch
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+model = Net().cuda()
+x = x.to("cuda:0")
+""",
+            after="""\
+import torch
+from ddp_migrate import runtime
+
+device = runtime.device()
+model = Net().to(runtime.device())
+x = x.to(runtime.device())
+""",
+        ),
+        Example(
+            before="""\
+import torch
+
+torch.cuda.set_device(0)
+if use_cuda:
+    x, y = x.cuda(), y.cuda()
+""",
+            after="""\
+import torch
+from ddp_migrate import runtime
+if use_cuda:
+    x, y = x.to(runtime.device()), y.to(runtime.device())
+""",
+        ),
+        Valid(
+            """\
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("nccl")
+torch.cuda.set_device(local_rank)
+model = Net().cuda()
+device = torch.device(f"cuda:{local_rank}")
+"""
+        ),
+        Valid(
+            """\
+import torch
+
+with torch.autocast(device_type="cuda", enabled=False):
+    pass
+"""
+        ),
+    )
+
+    def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
+        # Only a script that set up its process group by hand keeps plain ``.cuda()``; the runtime's own
+        # setup (added by DDP003 in the same run) does not count.
+        strict = not analysis.calls_to(names.INIT_PROCESS_GROUP)
+        for call in analysis.calls:
+            if analysis.is_call_to(call, names.TORCH_DEVICE):
+                literal = any(_is_literal_index(a.value) for a in call.args) or (
+                    len(call.args) == 2 and isinstance(call.args[1].value, cst.Integer)
+                )
+                if _mentions_cuda(call) and (strict or literal):
+                    yield Match(call, "hard-coded CUDA device: use this process's device (runtime.device())")
+            elif analysis.is_call_to(call, names.CUDA_SET_DEVICE):
+                if strict or (call.args and _is_literal_index(call.args[0].value)):
+                    yield Match(call, "torch.cuda.set_device with a fixed device: runtime.setup() sets this process's device")
+            elif call_method_name(call) == "cuda" and len(call.args) <= 1:
+                if (strict and not call.args) or (call.args and _is_literal_index(call.args[0].value)):
+                    yield Match(call, ".cuda() sends every process to the same GPU and fails on CPU: use .to(runtime.device())")
+            elif call_method_name(call) == "to" and call.args and call.args[0].keyword is None:
+                first = call.args[0].value
+                if isinstance(first, cst.SimpleString) and _mentions_cuda(first) and (strict or _is_literal_index(first)):
+                    yield Match(first, "hard-coded CUDA device: use this process's device (runtime.device())")
+            for arg in call.args:
+                if arg.keyword is not None and arg.keyword.value in DEVICE_KEYWORDS and isinstance(arg.value, cst.SimpleString):
+                    if _mentions_cuda(arg.value) and (strict or _is_literal_index(arg.value)):
+                        yield Match(arg.value, "hard-coded CUDA device: use this process's device (runtime.device())")
+
+    def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
+        edits = Edits(analysis.module.code)
+        for match in self.matches(analysis):
+            rt = runtime_name(analysis, edits)
+            device = expression(f"{rt}.device()")
+            node = match.node
+            if isinstance(node, cst.Call) and analysis.is_call_to(node, names.CUDA_SET_DEVICE):
+                stmt = analysis.statement(node)
+                if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr)):
+                    continue
+                edits.remove(stmt)
+                message = "torch.cuda.set_device removed (runtime.setup() sets the device)"
+            elif isinstance(node, cst.Call) and call_method_name(node) == "cuda":
+                to = node.func.with_changes(attr=cst.Name("to"))  # type: ignore[union-attr]
+                edits.replace(node, node.with_changes(func=to, args=[cst.Arg(device)]))
+                message = ".cuda() replaced by .to(runtime.device())"
+            else:
+                edits.replace(node, device)
+                message = "hard-coded CUDA device replaced by runtime.device()"
+            edits.changes.append(Change(self.code, analysis.line(node), message))
+        return edits.apply(analysis.module) if edits else None

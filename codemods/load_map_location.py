@@ -1,0 +1,71 @@
+"""DDP009 load-without-map-location."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+
+from . import names
+from .analysis import ScriptAnalysis
+from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
+from .edits import Edits, expression
+from .runtime_calls import runtime_name
+
+
+class LoadWithoutMapLocation(Rule):
+    """Load checkpoints onto this process's device.
+
+    What it finds: ``torch.load(path)`` without ``map_location``.
+
+    Why it is a problem: tensors are restored onto the device they were saved from, usually ``cuda:0``, so
+    every process loads onto GPU 0 (memory spikes, or failure on a machine with fewer GPUs or none).
+
+    What the fix does: ``torch.load(path, map_location=runtime.device())``.
+    """
+
+    code = "DDP009"
+    name = "load-without-map-location"
+    phase = Phase.CHECKPOINTS
+    triggers = ("load",)
+    examples = (
+        Example(
+            before="""\
+import torch
+
+checkpoint = torch.load("checkpoint/best.pt")
+""",
+            after="""\
+import torch
+from ddp_migrate import runtime
+
+checkpoint = torch.load("checkpoint/best.pt", map_location=runtime.device())
+""",
+        ),
+        Valid(
+            """\
+import torch
+
+checkpoint = torch.load(path, map_location="cpu")
+"""
+        ),
+    )
+
+    def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
+        for call in analysis.calls_to(names.TORCH_LOAD):
+            positional = [a for a in call.args if a.keyword is None]
+            keywords = {a.keyword.value for a in call.args if a.keyword is not None}
+            if "map_location" not in keywords and len(positional) < 2 and not any(a.star for a in call.args):
+                yield Match(call, "torch.load without map_location loads onto the device the tensors were saved from")
+
+    def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
+        edits = Edits(analysis.module.code)
+        for match in self.matches(analysis):
+            call = match.node
+            assert isinstance(call, cst.Call)
+            rt = runtime_name(analysis, edits)
+            args = [*call.args[:-1], call.args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)] if call.args else []
+            args.append(cst.Arg(expression(f"{rt}.device()"), keyword=cst.Name("map_location"), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
+            edits.replace(call, call.with_changes(args=args))
+            edits.changes.append(Change(self.code, analysis.line(call), "torch.load maps onto runtime.device()"))
+        return edits.apply(analysis.module) if edits else None

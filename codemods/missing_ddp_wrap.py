@@ -1,0 +1,147 @@
+"""DDP011 missing-ddp-wrap."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+
+from .analysis import ScriptAnalysis, call_method_name, dotted_name, statements_of
+from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
+from .data_parallel import ddp_call, wrapped_argument
+from .edits import Edits, expression
+
+#: Statements that still set the model up (before it may be wrapped).
+SETUP_METHODS = frozenset({"to", "cuda", "load_state_dict", "apply", "float", "half", "double", "bfloat16"})
+
+
+class MissingDdpWrap(Rule):
+    """Wrap the trained model in ``DistributedDataParallel``.
+
+    What it finds: in a training script, a model whose ``parameters()`` go to an optimizer but which is
+    never wrapped in DistributedDataParallel (or DataParallel, which DDP001 converts).
+
+    Why it is a problem: without DDP nothing averages the gradients across processes, so each process
+    trains its own copy on its own shard and the copies drift apart.
+
+    What the fix does: ``model = DistributedDataParallel(model, device_ids=runtime.device_ids())`` right
+    after the last statement that builds, moves or loads the model in the block where it is created.
+    """
+
+    code = "DDP011"
+    name = "missing-ddp-wrap"
+    phase = Phase.WRAPPING
+    triggers = ("backward",)
+    examples = (
+        Example(
+            before="""\
+import torch
+
+model = Net().to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    loss_fn(model(x), y).backward()
+    optimizer.step()
+""",
+            after="""\
+import torch
+from ddp_migrate import runtime
+from torch.nn.parallel import DistributedDataParallel
+
+model = Net().to(device)
+model = DistributedDataParallel(model, device_ids=runtime.device_ids())
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    loss_fn(model(x), y).backward()
+    optimizer.step()
+""",
+        ),
+        Valid(
+            """\
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+model = DDP(Net().to(device))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loss.backward()
+"""
+        ),
+    )
+
+    def _wrapped_names(self, analysis: ScriptAnalysis) -> set[str]:
+        wrapped: set[str] = set()
+        for wrap in analysis.wrap_calls:
+            inner = wrapped_argument(wrap)
+            if inner is not None and dotted_name(inner):
+                wrapped.add(dotted_name(inner))  # type: ignore[arg-type]
+            stmt = analysis.statement(wrap)
+            if isinstance(stmt, cst.SimpleStatementLine) and isinstance(stmt.body[0], cst.Assign):
+                target = dotted_name(stmt.body[0].targets[0].target)
+                if target:
+                    wrapped.add(target)
+        return wrapped
+
+    def _anchor(self, analysis: ScriptAnalysis, model: str) -> cst.BaseStatement | None:
+        """The statement after which the model is ready to be wrapped."""
+        creations = [
+            analysis.statement(a)
+            for a in _assignments_to(analysis, model)
+        ]
+        if not creations:
+            return None
+        first = creations[0]
+        block = analysis.parent(first)
+        body = list(statements_of(block)) if isinstance(block, (cst.IndentedBlock, cst.Module)) else []
+        if first not in body:
+            return None
+        anchor = first
+        for stmt in body[body.index(first) + 1 :]:
+            if analysis.reaches_backward(stmt) or isinstance(stmt, (cst.For, cst.While)):
+                break
+            if _sets_up(stmt, model):
+                anchor = stmt
+        return anchor
+
+    def _cases(self, analysis: ScriptAnalysis) -> Iterator[tuple[str, cst.BaseStatement | None]]:
+        if not analysis.is_training_script:
+            return
+        wrapped = self._wrapped_names(analysis)
+        for model in analysis.trained_models:
+            if model not in wrapped:
+                yield model, self._anchor(analysis, model)
+
+    def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
+        for model, anchor in self._cases(analysis):
+            node = anchor or analysis.optimizer_calls[0]
+            yield Match(node, f"{model} is trained but never wrapped in DistributedDataParallel", fixable=anchor is not None)
+
+    def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
+        edits = Edits(analysis.module.code)
+        for model, anchor in self._cases(analysis):
+            if anchor is None:
+                continue
+            call = ddp_call(analysis, edits, expression(model))
+            wrap = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(expression(model))], call)])
+            edits.insert_after(anchor, wrap)
+            edits.changes.append(Change(self.code, analysis.line(anchor) + 1, f"{model} wrapped in DistributedDataParallel"))
+        return edits.apply(analysis.module) if edits else None
+
+
+def _assignments_to(analysis: ScriptAnalysis, name: str) -> list[cst.Assign]:
+    found = []
+    for stmt_node in analysis.assignments:
+        if isinstance(stmt_node, cst.Assign) and any(dotted_name(t.target) == name for t in stmt_node.targets):
+            found.append(stmt_node)
+    return found
+
+
+def _sets_up(stmt: cst.BaseStatement, model: str) -> bool:
+    if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+        return False
+    small = stmt.body[0]
+    if isinstance(small, cst.Assign):
+        return any(dotted_name(t.target) == model for t in small.targets)
+    if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+        call = small.value
+        return call_method_name(call) in SETUP_METHODS and dotted_name(call.func.value) == model  # type: ignore[union-attr]
+    return False

@@ -1,0 +1,115 @@
+"""DDP006 missing-set-epoch."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+
+from .analysis import EpochLoop, ScriptAnalysis, call_method_name
+from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
+from .distributed_sampler import has_distributed_sampler
+from .edits import Edits, code_of, statement
+
+
+class MissingSetEpoch(Rule):
+    """Call ``sampler.set_epoch(epoch)`` at the start of every epoch.
+
+    What it finds: a training loader with a ``DistributedSampler`` whose epoch loop never calls
+    ``set_epoch``. The epoch loop is the loop around the loader's training loop, found also when the
+    inner loop lives in another function of the file that receives the loader.
+
+    Why it is a problem: the sampler seeds its shuffle with the epoch number; without ``set_epoch`` every
+    epoch replays the first epoch's order on every process.
+
+    What the fix does: ``<loader>.sampler.set_epoch(<epoch>)`` as the first statement of the epoch loop,
+    spelled with the loader as it is named there. When no epoch loop can be found it leaves a TODO comment
+    and a review item instead of guessing.
+    """
+
+    code = "DDP006"
+    name = "missing-set-epoch"
+    phase = Phase.SAMPLERS
+    triggers = ("DistributedSampler",)
+    manual_fix = "call <loader>.sampler.set_epoch(epoch) at the start of each epoch"
+    examples = (
+        Example(
+            before="""\
+from torch.utils.data import DataLoader, DistributedSampler
+
+loader = DataLoader(ds, batch_size=8, sampler=DistributedSampler(ds))
+
+
+def train_one_epoch(model, data):
+    for x, y in data:
+        loss_fn(model(x), y).backward()
+
+
+for epoch in range(10):
+    train_one_epoch(model, loader)
+""",
+            after="""\
+from torch.utils.data import DataLoader, DistributedSampler
+
+loader = DataLoader(ds, batch_size=8, sampler=DistributedSampler(ds))
+
+
+def train_one_epoch(model, data):
+    for x, y in data:
+        loss_fn(model(x), y).backward()
+
+
+for epoch in range(10):
+    loader.sampler.set_epoch(epoch)
+    train_one_epoch(model, loader)
+""",
+        ),
+        Valid(
+            """\
+from torch.utils.data import DataLoader, DistributedSampler
+
+sampler = DistributedSampler(ds)
+loader = DataLoader(ds, batch_size=8, sampler=sampler)
+for epoch in range(10):
+    sampler.set_epoch(epoch)
+    for x, y in loader:
+        loss_fn(model(x), y).backward()
+"""
+        ),
+    )
+
+    def _cases(self, analysis: ScriptAnalysis) -> Iterator[tuple[cst.Call, EpochLoop | None]]:
+        for loader in analysis.loader_calls:
+            if loader not in analysis.training_loaders or not has_distributed_sampler(analysis, loader):
+                continue
+            loops = analysis.epoch_loops(loader)
+            if not loops:
+                if not analysis.method_calls("set_epoch"):
+                    yield loader, None
+                continue
+            for epoch in loops:
+                if not any(call_method_name(c) == "set_epoch" and analysis.is_inside(c, epoch.loop) for c in analysis.calls):
+                    yield loader, epoch
+
+    def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
+        for loader, epoch in self._cases(analysis):
+            if epoch is None:
+                yield Match(loader, "DistributedSampler without set_epoch, and no epoch loop found: call set_epoch(epoch) each epoch", fixable=False)
+            else:
+                fixable = epoch.epoch_var is not None
+                yield Match(epoch.loop, "epoch loop never calls set_epoch: every epoch repeats the same order", fixable=fixable)
+
+    def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
+        edits = Edits(analysis.module.code)
+        for loader, epoch in self._cases(analysis):
+            if epoch is None or epoch.epoch_var is None:
+                anchor = analysis.statement(loader if epoch is None else epoch.loop)
+                edits.todo(anchor, "call <loader>.sampler.set_epoch(epoch) at the start of every epoch")
+                continue
+            body = epoch.loop.body
+            if not isinstance(body, cst.IndentedBlock) or not body.body:
+                continue
+            call = statement(f"{code_of(epoch.loader_expr)}.sampler.set_epoch({epoch.epoch_var})")
+            edits.insert_before(body.body[0], call)
+            edits.changes.append(Change(self.code, analysis.line(epoch.loop), "sampler.set_epoch(epoch) called at the start of each epoch"))
+        return edits.apply(analysis.module) if edits else None

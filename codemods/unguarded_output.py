@@ -1,0 +1,132 @@
+"""DDP010 unguarded-output."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+
+from . import names
+from .analysis import ScriptAnalysis, call_method_name, dotted_name
+from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Severity, Valid
+from .edits import Edits, expression, statement
+from .runtime_calls import runtime_name
+
+LOGGER_METHODS = frozenset({"debug", "info", "warning", "warn", "error", "exception", "critical", "log"})
+
+
+class UnguardedOutput(Rule):
+    """Print, show progress bars and log on rank 0 only.
+
+    What it finds, in a training script: ``print(...)`` outside a rank guard, ``tqdm(...)`` without
+    ``disable=``, and ``logging`` calls (``logging.info``, ``logger.info`` on a ``logging.getLogger``
+    logger) in a file that never installs the runtime's rank-0 logging filter.
+
+    Why it is a problem: every process prints every line, so the console shows each message N times,
+    interleaved, and N progress bars fight over one terminal.
+
+    What the fix does: ``print`` becomes ``runtime.print0`` (prints on global rank 0 only); ``tqdm`` gets
+    ``disable=not runtime.is_main_process()``; ``runtime.silence_non_main_logging()`` is called right after
+    ``runtime.setup()``, so log records are emitted on rank 0 only.
+    """
+
+    code = "DDP010"
+    name = "unguarded-output"
+    phase = Phase.OUTPUT
+    severity = Severity.INFO
+    triggers = ("print", "tqdm", "logging")
+    examples = (
+        Example(
+            before="""\
+import logging
+from tqdm import tqdm
+from ddp_migrate import runtime
+
+logger = logging.getLogger(__name__)
+runtime.setup()
+for x, y in tqdm(loader, desc="train"):
+    loss.backward()
+    logger.info("loss %.3f", loss.item())
+print("done")
+""",
+            after="""\
+import logging
+from tqdm import tqdm
+from ddp_migrate import runtime
+
+logger = logging.getLogger(__name__)
+runtime.setup()
+runtime.silence_non_main_logging()
+for x, y in tqdm(loader, desc="train", disable=not runtime.is_main_process()):
+    loss.backward()
+    logger.info("loss %.3f", loss.item())
+runtime.print0("done")
+""",
+        ),
+        Valid(
+            """\
+import torch.distributed as dist
+
+loss.backward()
+if dist.get_rank() == 0:
+    print("done")
+"""
+        ),
+    )
+
+    def _logging_calls(self, analysis: ScriptAnalysis) -> list[cst.Call]:
+        loggers = set(analysis.calls_to(names.GET_LOGGER))
+        found = []
+        for call in analysis.calls:
+            if analysis.is_call_to(call, names.LOGGING_CALLS):
+                found.append(call)
+            elif call_method_name(call) in LOGGER_METHODS and dotted_name(call.func.value):  # type: ignore[union-attr]
+                if loggers & analysis.origins(call.func.value):  # type: ignore[union-attr]
+                    found.append(call)
+        return found
+
+    def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
+        if not analysis.is_training_script:
+            return
+        for call in analysis.calls:
+            if analysis.rank_guard(call) is not None:
+                continue
+            if analysis.is_call_to(call, {"builtins.print"}):
+                yield Match(call, "print runs on every process: print on rank 0 only (runtime.print0)")
+            elif analysis.is_call_to(call, names.TQDM) and not any(a.keyword and a.keyword.value == "disable" for a in call.args):
+                yield Match(call, "progress bar drawn by every process: disable it off rank 0")
+        if not analysis.calls_to(names.RUNTIME_SILENCE_LOGGING):
+            logging_calls = [c for c in self._logging_calls(analysis) if analysis.rank_guard(c) is None]
+            if logging_calls:
+                yield Match(
+                    logging_calls[0],
+                    "logging on every process: silence it off rank 0 (runtime.silence_non_main_logging())",
+                    fixable=bool(analysis.calls_to(names.RUNTIME_SETUP)),
+                )
+
+    def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
+        edits = Edits(analysis.module.code)
+        for match in self.matches(analysis):
+            call = match.node
+            assert isinstance(call, cst.Call)
+            if not match.fixable:
+                continue
+            rt = runtime_name(analysis, edits)
+            if analysis.is_call_to(call, {"builtins.print"}):
+                edits.replace(call.func, expression(f"{rt}.print0"))
+                message = "print replaced by runtime.print0 (rank 0 only)"
+            elif analysis.is_call_to(call, names.TQDM):
+                disable = cst.Arg(
+                    expression(f"not {rt}.is_main_process()"),
+                    keyword=cst.Name("disable"),
+                    equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+                )
+                args = [*call.args[:-1], call.args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)] if call.args else []
+                edits.replace(call, call.with_changes(args=[*args, disable]))
+                message = "progress bar disabled off rank 0"
+            else:
+                setup = analysis.statement(analysis.calls_to(names.RUNTIME_SETUP)[0])
+                edits.insert_after(setup, statement(f"{rt}.silence_non_main_logging()"))
+                message = "logging silenced off rank 0 (runtime.silence_non_main_logging())"
+            edits.changes.append(Change(self.code, analysis.line(call), message))
+        return edits.apply(analysis.module) if edits else None

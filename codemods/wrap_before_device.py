@@ -1,0 +1,138 @@
+"""DDP002 wrap-before-device."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+
+from .analysis import ScriptAnalysis, call_method_name, dotted_name
+from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
+from .data_parallel import wrapped_argument
+from .edits import Edits
+
+MOVES = frozenset({"to", "cuda"})
+
+
+def _move_of(stmt: cst.BaseStatement, name: str) -> cst.Call | None:
+    """The ``name.to(...)`` / ``name.cuda()`` call a statement consists of (``x.to(d)`` or ``x = x.to(d)``)."""
+    if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+        return None
+    small = stmt.body[0]
+    if isinstance(small, cst.Expr):
+        value = small.value
+    elif isinstance(small, cst.Assign) and len(small.targets) == 1 and dotted_name(small.targets[0].target) == name:
+        value = small.value
+    else:
+        return None
+    if isinstance(value, cst.Call) and call_method_name(value) in MOVES and dotted_name(value.func.value) == name:  # type: ignore[union-attr]
+        return value
+    return None
+
+
+class WrapBeforeDevice(Rule):
+    """Move the model to its device before wrapping it, not after.
+
+    What it finds: a DataParallel or DistributedDataParallel wrap followed by ``.to(device)`` or ``.cuda()``
+    on the wrapper, chained (``DDP(model).to(device)``) or in a later statement of the same block.
+
+    Why it is a problem: DDP records the parameters' devices and registers its gradient hooks when it is
+    built; a model moved afterwards leaves DDP with CPU parameters (or fails with "module must be on a
+    single device"), and ``device_ids`` no longer matches where the parameters live.
+
+    What the fix does: moves the model first, then wraps: ``DDP(model.to(device))`` for the chained form,
+    and the ``.to(...)`` statement moved above the wrap for the separate form.
+    """
+
+    code = "DDP002"
+    name = "wrap-before-device"
+    phase = Phase.WRAPPING
+    triggers = ("DataParallel",)
+    examples = (
+        Example(
+            before="""\
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+model = DDP(Net()).to(device)
+""",
+            after="""\
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+model = DDP(Net().to(device))
+""",
+        ),
+        Example(
+            before="""\
+import torch.nn as nn
+
+model = nn.DataParallel(model)
+model.to(device)
+""",
+            after="""\
+import torch.nn as nn
+
+model.to(device)
+model = nn.DataParallel(model)
+""",
+        ),
+        Valid(
+            """\
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+model = model.to(device)
+model = DDP(model, device_ids=[local_rank])
+"""
+        ),
+    )
+
+    def _cases(self, analysis: ScriptAnalysis) -> Iterator[tuple[cst.Call, cst.Call | None, cst.BaseStatement | None]]:
+        """(wrap, chained move, later move statement) for every wrap moved after wrapping."""
+        for wrap in analysis.wrap_calls:
+            outer = analysis.parent(wrap)
+            if isinstance(outer, cst.Attribute) and outer.attr.value in MOVES:
+                call = analysis.parent(outer)
+                if isinstance(call, cst.Call):
+                    yield wrap, call, None
+                    continue
+            stmt = analysis.statement(wrap)
+            target = None
+            if isinstance(stmt, cst.SimpleStatementLine) and isinstance(stmt.body[0], cst.Assign):
+                target = dotted_name(stmt.body[0].targets[0].target)
+            block = analysis.parent(stmt)
+            siblings = list(getattr(block, "body", ()))
+            if target is None or stmt not in siblings:
+                continue
+            for later in siblings[siblings.index(stmt) + 1 :]:
+                if _move_of(later, target) is not None:
+                    yield wrap, None, later
+                    break
+
+    def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
+        for wrap, _, _ in self._cases(analysis):
+            yield Match(wrap, "model wrapped before it is moved to its device: move it first, then wrap")
+
+    def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
+        edits = Edits(analysis.module.code)
+        for wrap, chained, later in self._cases(analysis):
+            inner = wrapped_argument(wrap)
+            if inner is None:
+                continue
+            if chained is not None:
+                moved = chained.with_changes(func=chained.func.with_changes(value=inner))  # type: ignore[union-attr]
+                new_args = [a if a.value is not inner else a.with_changes(value=moved) for a in wrap.args]
+                edits.replace(chained, wrap.with_changes(args=new_args))
+            elif later is not None:
+                stmt = analysis.statement(wrap)
+                target = dotted_name(stmt.body[0].targets[0].target)  # type: ignore[union-attr]
+                move = _move_of(later, target)  # type: ignore[arg-type]
+                assert move is not None
+                new_move = move.with_changes(func=move.func.with_changes(value=inner))  # type: ignore[union-attr]
+                small = later.body[0]  # type: ignore[union-attr]
+                if isinstance(small, cst.Assign):
+                    new_small = small.with_changes(targets=[cst.AssignTarget(inner)], value=new_move)
+                else:
+                    new_small = small.with_changes(value=new_move)
+                edits.remove(later)
+                edits.insert_before(stmt, later.with_changes(body=[new_small], leading_lines=[]))  # type: ignore[call-arg]
+            edits.changes.append(Change(self.code, analysis.line(wrap), "model moved to its device before it is wrapped"))
+        return edits.apply(analysis.module) if edits else None

@@ -1,0 +1,418 @@
+"""ddp_migrate.runtime in this process: environment, errors, checkpoints, metrics, output.
+
+The launched, multi-process behaviour is in test_runtime_distributed.py.
+"""
+
+from __future__ import annotations
+
+import datetime
+import inspect
+import io
+import logging
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from ddp_migrate import runtime
+
+CONTRACT = {
+    "setup",
+    "cleanup",
+    "is_initialized",
+    "rank",
+    "local_rank",
+    "world_size",
+    "local_world_size",
+    "is_main_process",
+    "device",
+    "device_ids",
+    "barrier",
+    "save",
+    "load",
+    "unwrap",
+    "reduce_sum",
+    "reduce_mean",
+    "weighted_mean",
+    "print0",
+    "silence_non_main_logging",
+    "convert_sync_batchnorm",
+    "per_process_batch_size",
+}
+ENVIRONMENT = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "DDP_MIGRATE_BACKEND",
+    "DDP_MIGRATE_TIMEOUT",
+)
+CPU_ONLY = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU behaviour")
+
+
+@pytest.fixture(autouse=True)
+def clean_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No launcher environment, no process group and logging enabled, before and after each test."""
+    for name in ENVIRONMENT:
+        monkeypatch.delenv(name, raising=False)
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    yield
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    logging.disable(logging.NOTSET)
+
+
+def torchrun_environment(monkeypatch: pytest.MonkeyPatch, **values: str) -> None:
+    """Set launcher variables as torchrun would (only those given)."""
+    for name, value in values.items():
+        monkeypatch.setenv(name, value)
+
+
+class Spy:
+    """Records the calls of a function and forwards them to it."""
+
+    def __init__(self, function: Any) -> None:
+        self.function = function
+        self.calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls.append((args, kwargs))
+        return self.function(*args, **kwargs)
+
+
+# --- the public API ------------------------------------------------------------------------------
+
+
+def test_public_api_is_the_contract_typed_and_documented() -> None:
+    assert CONTRACT <= set(runtime.__all__)
+    assert set(runtime.__all__) - CONTRACT == {"BatchSizeError", "DistributedEnvironmentError"}
+    for name in runtime.__all__:
+        obj = getattr(runtime, name)
+        assert inspect.getdoc(obj), f"{name} has no docstring"
+        if name in CONTRACT:
+            signature = inspect.signature(obj)
+            assert signature.return_annotation is not inspect.Signature.empty, name
+            for parameter in signature.parameters.values():
+                assert parameter.annotation is not inspect.Parameter.empty, (name, parameter)
+    assert issubclass(runtime.DistributedEnvironmentError, RuntimeError)
+    assert issubclass(runtime.BatchSizeError, ValueError)
+
+
+def test_runtime_imports_only_torch_and_the_standard_library() -> None:
+    import ast
+    import sys
+
+    allowed = set(sys.stdlib_module_names) | {"torch", "__future__"}
+    for path in Path(runtime.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            else:
+                continue
+            for name in names:
+                assert name.split(".")[0] in allowed, (path.name, name)
+
+
+# --- environment ---------------------------------------------------------------------------------
+
+
+@CPU_ONLY
+def test_without_a_launcher_everything_describes_a_world_of_one() -> None:
+    assert runtime.rank() == 0
+    assert runtime.local_rank() == 0
+    assert runtime.world_size() == 1
+    assert runtime.local_world_size() == 1
+    assert runtime.is_main_process() is True
+    assert runtime.device() == torch.device("cpu")
+    assert runtime.device_ids() is None
+    assert runtime.is_initialized() is False
+
+
+def test_accessors_read_torchrun_environment_before_setup(monkeypatch: pytest.MonkeyPatch) -> None:
+    torchrun_environment(monkeypatch, RANK="3", LOCAL_RANK="1", WORLD_SIZE="8", LOCAL_WORLD_SIZE="4")
+    assert (runtime.rank(), runtime.local_rank()) == (3, 1)
+    assert (runtime.world_size(), runtime.local_world_size()) == (8, 4)
+    assert runtime.is_main_process() is False
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
+    assert runtime.local_world_size() == 8
+
+
+def test_device_is_the_local_rank_on_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    torchrun_environment(monkeypatch, RANK="5", LOCAL_RANK="1", WORLD_SIZE="8")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert runtime.device() == torch.device("cuda", 1)
+    assert runtime.device_ids() == [1]
+
+
+def test_non_integer_environment_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RANK", "zero")
+    with pytest.raises(runtime.DistributedEnvironmentError, match="RANK='zero'"):
+        runtime.rank()
+
+
+@pytest.mark.parametrize(
+    ("present", "missing"),
+    [
+        ({"RANK": "0"}, ["LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"]),
+        ({"LOCAL_RANK": "0"}, ["RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"]),
+        ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, ["MASTER_ADDR", "MASTER_PORT"]),
+        (
+            {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"},
+            ["MASTER_PORT"],
+        ),
+    ],
+)
+def test_partial_environment_names_the_missing_variables(
+    monkeypatch: pytest.MonkeyPatch, present: dict[str, str], missing: list[str]
+) -> None:
+    torchrun_environment(monkeypatch, **present)
+    with pytest.raises(runtime.DistributedEnvironmentError) as raised:
+        runtime.setup()
+    message = str(raised.value)
+    assert isinstance(raised.value, RuntimeError)
+    named_missing = message.split(" but ")[1].split(" missing")[0].rsplit(" ", 1)[0]
+    assert named_missing.split(", ") == missing
+    assert "torchrun" in message
+    assert runtime.is_initialized() is False
+
+
+def test_inconsistent_environment_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    torchrun_environment(
+        monkeypatch, RANK="2", LOCAL_RANK="0", WORLD_SIZE="2", MASTER_ADDR="x", MASTER_PORT="1"
+    )
+    with pytest.raises(runtime.DistributedEnvironmentError, match="RANK=2 and WORLD_SIZE=2"):
+        runtime.setup()
+
+
+# --- process group -------------------------------------------------------------------------------
+
+
+def test_setup_forms_a_world_of_one_without_a_port_or_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A stray MASTER_ADDR / MASTER_PORT alone is no launch environment.
+    torchrun_environment(monkeypatch, MASTER_ADDR="203.0.113.1", MASTER_PORT="1")
+    runtime.cleanup()  # before setup: nothing to do
+    runtime.setup()
+    group = dist.group.WORLD
+    runtime.setup()  # idempotent
+    assert dist.group.WORLD is group
+    assert runtime.is_initialized() is True
+    assert (dist.get_rank(), dist.get_world_size(), dist.get_backend()) == (0, 1, "gloo")
+    model = nn.parallel.DistributedDataParallel(nn.Linear(3, 1))
+    model(torch.ones(2, 3)).sum().backward()
+    assert model.module.weight.grad is not None
+    runtime.barrier()
+    runtime.cleanup()
+    runtime.cleanup()
+    assert runtime.is_initialized() is False
+    runtime.setup()  # again after clean-up
+    assert runtime.is_initialized() is True
+
+
+def test_setup_timeout_and_backend_choices(monkeypatch: pytest.MonkeyPatch) -> None:
+    spy = Spy(dist.init_process_group)
+    monkeypatch.setattr(dist, "init_process_group", spy)
+    runtime.setup(timeout=12.5)
+    runtime.cleanup()
+    runtime.setup(backend="gloo", timeout=datetime.timedelta(minutes=2))
+    runtime.cleanup()
+    monkeypatch.setenv("DDP_MIGRATE_TIMEOUT", "30")
+    monkeypatch.setenv("DDP_MIGRATE_BACKEND", "gloo")
+    runtime.setup()
+    runtime.cleanup()
+    timeouts = [kwargs["timeout"] for _, kwargs in spy.calls]
+    assert timeouts == [
+        datetime.timedelta(seconds=12.5),
+        datetime.timedelta(minutes=2),
+        datetime.timedelta(seconds=30),
+    ]
+    assert all(kwargs["backend"] == "gloo" for _, kwargs in spy.calls)
+    assert all(kwargs["world_size"] == 1 and kwargs["rank"] == 0 for _, kwargs in spy.calls)
+
+
+def test_setup_rejects_bad_timeouts_and_backends(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ValueError, match="positive"):
+        runtime.setup(timeout=0)
+    with pytest.raises(TypeError):
+        runtime.setup(timeout="10")  # type: ignore[arg-type]
+    monkeypatch.setenv("DDP_MIGRATE_TIMEOUT", "soon")
+    with pytest.raises(runtime.DistributedEnvironmentError, match="DDP_MIGRATE_TIMEOUT"):
+        runtime.setup()
+    monkeypatch.delenv("DDP_MIGRATE_TIMEOUT")
+    if not torch.cuda.is_available():
+        monkeypatch.setenv("DDP_MIGRATE_BACKEND", "nccl")
+        with pytest.raises(runtime.DistributedEnvironmentError, match="gloo"):
+            runtime.setup()
+        runtime.setup(backend="gloo")  # the argument wins over the environment
+        assert dist.get_backend() == "gloo"
+
+
+# --- batch size ----------------------------------------------------------------------------------
+
+
+def test_per_process_batch_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert runtime.per_process_batch_size(7) == 7
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    assert runtime.per_process_batch_size(32) == 8
+    assert runtime.per_process_batch_size(4) == 1
+    with pytest.raises(runtime.BatchSizeError) as raised:
+        runtime.per_process_batch_size(10)
+    message = str(raised.value)
+    for text in ("10", "world size 4", "multiple", "--batch-size per-process"):
+        assert text in message
+    with pytest.raises(runtime.BatchSizeError, match="smaller than the world size 4"):
+        runtime.per_process_batch_size(2)
+    with pytest.raises(ValueError, match="positive"):
+        runtime.per_process_batch_size(0)
+    with pytest.raises(TypeError):
+        runtime.per_process_batch_size(8.0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        runtime.per_process_batch_size(True)
+
+
+# --- models --------------------------------------------------------------------------------------
+
+
+def test_unwrap_removes_every_layer_of_wrappers() -> None:
+    model = nn.Linear(2, 2)
+    assert runtime.unwrap(model) is model
+    assert runtime.unwrap(nn.DataParallel(nn.DataParallel(model))) is model
+
+
+@CPU_ONLY
+def test_convert_sync_batchnorm_is_a_no_op_off_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = nn.Sequential(nn.Conv2d(1, 2, 3), nn.BatchNorm2d(2))
+    assert runtime.convert_sync_batchnorm(model) is model
+    assert isinstance(model[1], nn.BatchNorm2d) and not isinstance(model[1], nn.SyncBatchNorm)
+    # A model still on the CPU of a CUDA process is converted before it moves to its GPU.
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    converted = runtime.convert_sync_batchnorm(model)
+    assert isinstance(converted[1], nn.SyncBatchNorm)
+
+
+# --- checkpoints ---------------------------------------------------------------------------------
+
+
+def test_save_unwraps_models_and_leaves_the_callers_dict_alone(tmp_path: Path) -> None:
+    model = nn.Linear(3, 2)
+    wrapped = nn.DataParallel(model)
+    checkpoint = {"model": wrapped, "epoch": 4}
+    runtime.save(checkpoint, tmp_path / "dict.pt")
+    assert checkpoint["model"] is wrapped
+    loaded = runtime.load(tmp_path / "dict.pt", weights_only=False)
+    assert type(loaded["model"]) is nn.Linear and loaded["epoch"] == 4
+    assert sorted(loaded["model"].state_dict()) == ["bias", "weight"]
+    runtime.save(wrapped, str(tmp_path / "module.pt"))
+    assert type(runtime.load(str(tmp_path / "module.pt"), weights_only=False)) is nn.Linear
+
+
+def test_save_passes_other_objects_through_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spy = Spy(torch.save)
+    monkeypatch.setattr(torch, "save", spy)
+    state = nn.Linear(3, 2).state_dict()
+    runtime.save(state, tmp_path / "state.pt", pickle_protocol=4)
+    (saved, _), kwargs = spy.calls[0]
+    assert saved is state
+    assert kwargs == {"pickle_protocol": 4}
+    buffer = io.BytesIO()
+    runtime.save(state, buffer)
+    assert spy.calls[1][0][1] is buffer
+    buffer.seek(0)
+    assert torch.equal(runtime.load(buffer)["weight"], state["weight"])
+
+
+def test_save_is_atomic(tmp_path: Path) -> None:
+    target = tmp_path / "checkpoint.pt"
+    runtime.save({"step": 1}, target)
+    target.chmod(0o600)
+    runtime.save({"step": 2}, target)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600  # an existing file keeps its permissions
+    with pytest.raises(Exception):
+        runtime.save({"step": 3, "unpicklable": lambda: None}, target)
+    assert runtime.load(target) == {"step": 2}  # the failed save left the old checkpoint intact
+    assert [path.name for path in tmp_path.iterdir()] == ["checkpoint.pt"]  # no temporary files
+
+
+def test_save_writes_nothing_on_other_ranks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    runtime.save({"step": 1}, tmp_path / "checkpoint.pt")
+    buffer = io.BytesIO()
+    runtime.save({"step": 1}, buffer)
+    assert list(tmp_path.iterdir()) == [] and buffer.getvalue() == b""
+
+
+def test_load_maps_onto_this_process_device_unless_told_otherwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtime.save({"x": torch.ones(2)}, tmp_path / "c.pt")
+    spy = Spy(torch.load)
+    monkeypatch.setattr(torch, "load", spy)
+    assert torch.equal(runtime.load(tmp_path / "c.pt")["x"], torch.ones(2))
+    runtime.load(tmp_path / "c.pt", "cpu")
+    runtime.load(tmp_path / "c.pt", map_location=None, weights_only=True)
+    locations = [kwargs["map_location"] for _, kwargs in spy.calls]
+    assert locations == [runtime.device(), "cpu", None]
+    assert spy.calls[2][1]["weights_only"] is True
+
+
+# --- metrics -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("initialised", [False, True], ids=["no-group", "world-of-one"])
+def test_reductions_in_a_world_of_one_return_the_value(initialised: bool) -> None:
+    if initialised:
+        runtime.setup()
+    assert runtime.reduce_sum(3) == 3.0 and type(runtime.reduce_sum(3)) is float
+    assert runtime.reduce_mean(2) == 2.0 and type(runtime.reduce_mean(2)) is float
+    value = torch.tensor([1.0, 2.0], requires_grad=True)
+    for reduced in (runtime.reduce_sum(value), runtime.reduce_mean(value)):
+        assert isinstance(reduced, torch.Tensor) and reduced is not value
+        assert torch.equal(reduced, value.detach())
+    assert runtime.weighted_mean(3, 4) == 0.75
+    assert runtime.weighted_mean(torch.tensor(3), torch.tensor([4.0])) == 0.75
+    with pytest.raises(ZeroDivisionError):
+        runtime.weighted_mean(0, 0)
+    with pytest.raises(ValueError, match="one-element"):
+        runtime.weighted_mean(torch.ones(2), 2)
+
+
+# --- output --------------------------------------------------------------------------------------
+
+
+def test_print0_prints_on_rank_zero_only(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    runtime.print0("from", "rank", 0, sep="-")
+    monkeypatch.setenv("RANK", "1")
+    runtime.print0("from rank 1")
+    assert capsys.readouterr().out == "from-rank-0\n"
+
+
+def test_silence_non_main_logging(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    runtime.silence_non_main_logging()  # rank 0: nothing changes
+    logging.getLogger("rank0").info("kept")
+    monkeypatch.setenv("RANK", "1")
+    runtime.silence_non_main_logging()
+    runtime.silence_non_main_logging()
+    logging.getLogger("rank1").critical("dropped")
+    logging.getLogger("created.after.silencing.%d" % os.getpid()).error("dropped too")
+    logging.log(60, "a custom level above CRITICAL")
+    assert [record.getMessage() for record in caplog.records] == ["kept"]

@@ -1,0 +1,95 @@
+"""The launch helpers in tests/launch.py, which the runtime and end-to-end suites rely on."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from launch import (
+    LaunchError,
+    LaunchTimeout,
+    free_port,
+    launch_environment,
+    run_python,
+    write_script,
+)
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` is a running (not zombie) process."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+
+
+def test_free_port_can_be_bound() -> None:
+    port = free_port()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))
+
+
+def test_launch_environment_is_clean(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("MASTER_PORT", "1234")
+    monkeypatch.setenv("KEEP_ME", "yes")
+    monkeypatch.setenv("DROP_ME", "yes")
+    env = launch_environment({"DROP_ME": None, "EXTRA": "1", "OMP_NUM_THREADS": "2"})
+    assert "RANK" not in env and "MASTER_PORT" not in env and "DROP_ME" not in env
+    assert env["KEEP_ME"] == "yes" and env["EXTRA"] == "1"
+    assert env["OMP_NUM_THREADS"] == "2" and env["PYTHONUNBUFFERED"] == "1"
+    assert launch_environment()["OMP_NUM_THREADS"] == "1"
+
+
+def test_run_python_returns_output_and_honours_cwd_and_env(tmp_path: Path) -> None:
+    script = write_script(
+        tmp_path,
+        "echo.py",
+        "import os, sys\n"
+        "print('args', sys.argv[1:], 'cwd', os.getcwd(), 'extra', os.environ['EXTRA'])\n"
+        "print('to stderr', file=sys.stderr)\n",
+    )
+    result = run_python(script, "a", 2, cwd=tmp_path, env={"EXTRA": "x"})
+    assert result.returncode == 0 and not result.timed_out
+    assert f"args ['a', '2'] cwd {tmp_path} extra x" in result.stdout
+    assert result.stderr == "to stderr\n"
+
+
+def test_a_failing_launch_reports_its_output(tmp_path: Path) -> None:
+    script = write_script(tmp_path, "fail.py", "print('last words')\nraise SystemExit(3)\n")
+    with pytest.raises(LaunchError, match="last words") as raised:
+        run_python(script)
+    assert raised.value.results[0].returncode == 3
+    assert run_python(script, check=False).returncode == 3
+
+
+def test_a_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
+    pid_file = tmp_path / "grandchild.pid"
+    script = write_script(
+        tmp_path,
+        "hang.py",
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+        "print('hanging', flush=True)\n"
+        "time.sleep(120)\n",
+    )
+    started = time.monotonic()
+    with pytest.raises(LaunchTimeout, match="hanging"):
+        run_python(script, timeout=3)
+    assert time.monotonic() - started < 20
+    grandchild = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while _alive(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        assert not _alive(grandchild), "the grandchild outlived the timeout"
+    finally:
+        if _alive(grandchild):
+            os.kill(grandchild, signal.SIGKILL)
