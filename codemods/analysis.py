@@ -485,6 +485,15 @@ class ScriptAnalysis:
         return bool(self.backward_calls)
 
     @cached_property
+    def is_training_code(self) -> bool:
+        """Whether the file takes part in training: it calls ``backward()`` or wraps a model.
+
+        Rules that rewrite devices, checkpoints and output act only on such files, so a data-preparation
+        script or a plain module that happens to use torch is left exactly as it is.
+        """
+        return self.is_training_script or bool(self.wrap_calls)
+
+    @cached_property
     def _functions_reaching_backward(self) -> set[cst.FunctionDef]:
         """Functions that call ``backward()`` directly or through other functions of the file."""
         reaching = {f for f in (self.enclosing_function(c) for c in self.backward_calls) if f is not None}

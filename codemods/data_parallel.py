@@ -86,7 +86,6 @@ if torch.cuda.device_count() > 1:
 """,
             after="""\
 import torch
-from torch.nn import DataParallel as DP
 from torch.nn.parallel import DistributedDataParallel
 from ddp_migrate import runtime
 

@@ -92,8 +92,8 @@ for x, y in loader:
 """,
             after="""\
 from torch.utils.data import DataLoader
-from ddp_migrate import runtime
 from torch.utils.data.distributed import DistributedSampler
+from ddp_migrate import runtime
 
 loader = DataLoader(train_set, batch_size=runtime.per_process_batch_size(64), sampler=DistributedSampler(train_set, shuffle=True))
 for x, y in loader:

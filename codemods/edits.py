@@ -86,10 +86,11 @@ class Edits:
     def apply(self, module: cst.Module) -> FixResult:
         """Run every collected edit over the module and return the new one with the report items."""
         new = module.visit(_Applier(self)) if (self._replacements or self._before or self._after or self._todos) else module
-        if self._imports:
+        # One pass per import, torch's first and the runtime last, so each lands after the file's own
+        # imports in the order a reader expects (libcst would sort a batch alphabetically).
+        for mod, name, asname in sorted(self._imports, key=lambda i: (i[0].startswith("ddp_migrate"), i)):
             context = CodemodContext()
-            for mod, name, asname in self._imports:
-                AddImportsVisitor.add_needed_import(context, mod, name, asname)
+            AddImportsVisitor.add_needed_import(context, mod, name, asname)
             new = AddImportsVisitor(context).transform_module(new)
         if self._unused_imports:
             context = CodemodContext()

@@ -59,6 +59,7 @@ import torch
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 model = Net().cuda()
 x = x.to("cuda:0")
+loss.backward()
 """,
             after="""\
 import torch
@@ -67,6 +68,7 @@ from ddp_migrate import runtime
 device = runtime.device()
 model = Net().to(runtime.device())
 x = x.to(runtime.device())
+loss.backward()
 """,
         ),
         Example(
@@ -76,12 +78,15 @@ import torch
 torch.cuda.set_device(0)
 if use_cuda:
     x, y = x.cuda(), y.cuda()
+loss.backward()
 """,
             after="""\
 import torch
 from ddp_migrate import runtime
+
 if use_cuda:
     x, y = x.to(runtime.device()), y.to(runtime.device())
+loss.backward()
 """,
         ),
         Valid(
@@ -106,6 +111,8 @@ with torch.autocast(device_type="cuda", enabled=False):
     )
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
+        if not analysis.is_training_code:
+            return
         # Only a script that set up its process group by hand keeps plain ``.cuda()``; the runtime's own
         # setup (added by DDP003 in the same run) does not count.
         strict = not analysis.calls_to(names.INIT_PROCESS_GROUP)

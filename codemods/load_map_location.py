@@ -34,12 +34,14 @@ class LoadWithoutMapLocation(Rule):
 import torch
 
 checkpoint = torch.load("checkpoint/best.pt")
+loss.backward()
 """,
             after="""\
 import torch
 from ddp_migrate import runtime
 
 checkpoint = torch.load("checkpoint/best.pt", map_location=runtime.device())
+loss.backward()
 """,
         ),
         Valid(
@@ -52,6 +54,8 @@ checkpoint = torch.load(path, map_location="cpu")
     )
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
+        if not analysis.is_training_code:
+            return
         for call in analysis.calls_to(names.TORCH_LOAD):
             positional = [a for a in call.args if a.keyword is None]
             keywords = {a.keyword.value for a in call.args if a.keyword is not None}

@@ -45,8 +45,8 @@ for x, y in loader:
 """,
             after="""\
 import torch
-from ddp_migrate import runtime
 from torch.nn.parallel import DistributedDataParallel
+from ddp_migrate import runtime
 
 model = Net().to(device)
 model = DistributedDataParallel(model, device_ids=runtime.device_ids())

@@ -59,6 +59,7 @@ if __name__ == "__main__":
 ''',
             after='''\
 from ddp_migrate import runtime
+
 def main():
     """Train."""
     runtime.setup()

@@ -37,6 +37,7 @@ import torch
 
 state = {"net": net.state_dict(), "acc": acc}
 torch.save(state, "checkpoint/best.pt")
+loss.backward()
 """,
             after="""\
 import torch
@@ -44,6 +45,7 @@ from ddp_migrate import runtime
 
 state = {"net": net.state_dict(), "acc": acc}
 runtime.save(state, "checkpoint/best.pt")
+loss.backward()
 """,
         ),
         Valid(
@@ -58,6 +60,8 @@ if dist.get_rank() == 0:
     )
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
+        if not analysis.is_training_code:
+            return
         for call in analysis.calls_to(names.TORCH_SAVE):
             if analysis.rank_guard(call) is None:
                 yield Match(call, "torch.save runs on every process: save on rank 0 only (runtime.save)")
