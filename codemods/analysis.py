@@ -11,16 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Iterable, Iterator, Sequence, Union
+from typing import Iterable, Iterator, Mapping, Sequence, Union
 
 import libcst as cst
-from libcst.metadata import (
-    MetadataWrapper,
-    ParentNodeProvider,
-    PositionProvider,
-    QualifiedNameProvider,
-    ScopeProvider,
-)
+from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider, QualifiedNameProvider
 
 from . import names
 
@@ -126,6 +120,8 @@ class _Indexer(cst.CSTVisitor):
     """One walk over the module that collects the nodes the analysis works from."""
 
     def __init__(self) -> None:
+        self.parents: dict[cst.CSTNode, cst.CSTNode] = {}
+        self._stack: list[cst.CSTNode] = []
         self.calls: list[cst.Call] = []
         self.for_loops: list[cst.For] = []
         self.functions: list[cst.FunctionDef] = []
@@ -138,6 +134,17 @@ class _Indexer(cst.CSTVisitor):
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         self.attributes.append(node)
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        # Parents come from this same walk: cheaper than a separate ParentNodeProvider pass.
+        if self._stack:
+            self.parents[node] = self._stack[-1]
+        self._stack.append(node)
+        return super().on_visit(node)
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        super().on_leave(original_node)
+        self._stack.pop()
 
     def visit_Call(self, node: cst.Call) -> None:
         self.calls.append(node)
@@ -175,12 +182,10 @@ class ScriptAnalysis:
         # The rules rewrite the very nodes they find, so the wrapper must not copy the module.
         self.wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
         self.module = module
-        self._positions = self.wrapper.resolve(PositionProvider)
-        self._parents = self.wrapper.resolve(ParentNodeProvider)
         self._qualified = self.wrapper.resolve(QualifiedNameProvider)
-        self._scopes = self.wrapper.resolve(ScopeProvider)
         index = _Indexer()
         module.visit(index)
+        self._parents = index.parents
         self.calls = index.calls
         self.for_loops = index.for_loops
         self.functions = index.functions
@@ -196,6 +201,11 @@ class ScriptAnalysis:
         self._solve_bindings()
 
     # ----------------------------------------------------------------- positions and structure
+
+    @cached_property
+    def _positions(self) -> Mapping[cst.CSTNode, CodeRange]:
+        # Positions are only needed for reports and ordering, so they are resolved on first use.
+        return self.wrapper.resolve(PositionProvider)
 
     def span(self, node: cst.CSTNode) -> tuple[tuple[int, int], tuple[int, int]]:
         """Start and end (line, column) of a node."""

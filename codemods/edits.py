@@ -12,7 +12,7 @@ from typing import Callable, Union
 
 import libcst as cst
 from libcst.codemod import CodemodContext
-from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
+from libcst.codemod.visitors import RemoveImportsVisitor
 
 from .base import Change, FixResult, Note
 
@@ -86,18 +86,67 @@ class Edits:
     def apply(self, module: cst.Module) -> FixResult:
         """Run every collected edit over the module and return the new one with the report items."""
         new = module.visit(_Applier(self)) if (self._replacements or self._before or self._after or self._todos) else module
-        # One pass per import, torch's first and the runtime last, so each lands after the file's own
-        # imports in the order a reader expects (libcst would sort a batch alphabetically).
-        for mod, name, asname in sorted(self._imports, key=lambda i: (i[0].startswith("ddp_migrate"), i)):
-            context = CodemodContext()
-            AddImportsVisitor.add_needed_import(context, mod, name, asname)
-            new = AddImportsVisitor(context).transform_module(new)
+        if self._imports:
+            new = _add_imports(new, sorted(self._imports, key=lambda i: (i[0].startswith("ddp_migrate"), i)))
         if self._unused_imports:
             context = CodemodContext()
             for mod, name, asname in self._unused_imports:
                 RemoveImportsVisitor.remove_unused_import(context, mod, name, asname)
             new = RemoveImportsVisitor(context).transform_module(new)
         return FixResult(new, list(self.changes), list(self.notes))
+
+
+def _import_statement(module: str, name: str | None, asname: str | None) -> cst.SimpleStatementLine:
+    alias = f" as {asname}" if asname else ""
+    text = f"from {module} import {name}{alias}" if name else f"import {module}{alias}"
+    stmt = cst.parse_statement(text)
+    assert isinstance(stmt, cst.SimpleStatementLine)
+    return stmt
+
+
+def _is_import_line(stmt: cst.BaseStatement) -> bool:
+    return isinstance(stmt, cst.SimpleStatementLine) and all(isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body)
+
+
+def _is_docstring_line(stmt: cst.BaseStatement) -> bool:
+    return (
+        isinstance(stmt, cst.SimpleStatementLine)
+        and isinstance(stmt.body[0], cst.Expr)
+        and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    )
+
+
+def _add_imports(module: cst.Module, imports: list[tuple[str, str | None, str | None]]) -> cst.Module:
+    """Add missing imports after the file's leading block of imports (after its docstring if none).
+
+    The fixes only ask for imports the analysis found missing, so this stays a cheap list insertion
+    instead of a full import-gathering pass over the tree.
+    """
+    body = list(module.body)
+    existing = {cst.Module(body=[]).code_for_node(s).strip() for s in body if _is_import_line(s)}
+    position = 0
+    for index, stmt in enumerate(body):
+        if _is_import_line(stmt) or (index == 0 and _is_docstring_line(stmt)):
+            position = index + 1
+        else:
+            break
+    new_lines = []
+    for mod, name, asname in imports:
+        stmt = _import_statement(mod, name, asname)
+        code = cst.Module(body=[]).code_for_node(stmt).strip()
+        if code not in existing:
+            existing.add(code)
+            new_lines.append(stmt)
+    if not new_lines:
+        return module
+    if position == 0 and body and not _is_import_line(body[0]):
+        # Keep the file's leading comments on top and separate the new imports from the code below.
+        first = body[0]
+        new_lines[0] = new_lines[0].with_changes(leading_lines=first.leading_lines)
+        body[0] = first.with_changes(leading_lines=[cst.EmptyLine(), *first.leading_lines[len(first.leading_lines):]])
+    elif position and not _is_import_line(body[position - 1]) and position < len(body):
+        new_lines[0] = new_lines[0].with_changes(leading_lines=[cst.EmptyLine()])
+    return module.with_changes(body=[*body[:position], *new_lines, *body[position:]])
 
 
 def has_todo(stmt: cst.BaseStatement, message: str) -> bool:

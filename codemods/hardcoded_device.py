@@ -83,7 +83,6 @@ loss.backward()
             after="""\
 import torch
 from ddp_migrate import runtime
-
 if use_cuda:
     x, y = x.to(runtime.device()), y.to(runtime.device())
 loss.backward()

@@ -22,7 +22,11 @@ class Discovery:
 
 
 def is_excluded(path: Path, patterns: Iterable[str], root: Path | None = None) -> bool:
-    """Whether a path matches an exclude glob, by its name, any folder on its way, or its relative path."""
+    """Whether a path matches an exclude glob, by its name, any folder on its way, or its relative path.
+
+    With a ``root`` only the part of the path below it is matched, so a glob never matches a folder above
+    the project (``--exclude 'test_*'`` must not exclude everything under ``/tmp/test_run/``).
+    """
     relative = path
     if root is not None:
         try:
@@ -38,8 +42,22 @@ def is_excluded(path: Path, patterns: Iterable[str], root: Path | None = None) -
     return False
 
 
+def _base(anchor: Path, root: Path | None) -> Path:
+    """The folder exclude globs are relative to: the configuration's folder, else the working folder, else
+    (for paths outside both) the folder named on the command line."""
+    for base in (root, Path.cwd()):
+        if base is not None:
+            base = base.resolve()
+            if anchor == base or base in anchor.parents:
+                return base
+    return anchor
+
+
 def discover(paths: Iterable[str], excludes: Iterable[str], root: Path | None = None) -> Discovery:
-    """Expand files and folders (walked for ``*.py``) into a sorted list of files, honouring excludes."""
+    """Expand files and folders (walked for ``*.py``) into a sorted list of files, honouring excludes.
+
+    Exclude globs are relative to ``root`` (the configuration's folder) or else the working folder.
+    """
     result = Discovery()
     patterns = tuple(excludes)
     seen: set[Path] = set()
@@ -48,20 +66,23 @@ def discover(paths: Iterable[str], excludes: Iterable[str], root: Path | None = 
         if not path.exists():
             result.errors.append(f"{raw}:1:1: no such file or directory")
             continue
+        resolved = path.resolve()
         if path.is_file():
-            if is_excluded(path.resolve(), patterns, root):
+            if is_excluded(resolved, patterns, _base(resolved.parent, root)):
                 result.excluded += 1
-            elif path.resolve() not in seen:
-                seen.add(path.resolve())
+            elif resolved not in seen:
+                seen.add(resolved)
                 result.files.append(path)
             continue
+        base = _base(resolved, root)
         found = []
+        excluded_here = 0
         for folder, dirnames, filenames in os.walk(path):
             here = Path(folder)
             kept = []
             for name in sorted(dirnames):
-                if is_excluded(Path(name), DEFAULT_EXCLUDES) or is_excluded((here / name).resolve(), patterns, root):
-                    result.excluded += 1
+                if is_excluded(Path(name), DEFAULT_EXCLUDES) or is_excluded((here / name).resolve(), patterns, base):
+                    excluded_here += 1
                 else:
                     kept.append(name)
             dirnames[:] = kept
@@ -69,12 +90,14 @@ def discover(paths: Iterable[str], excludes: Iterable[str], root: Path | None = 
                 if not name.endswith(".py"):
                     continue
                 file = here / name
-                if is_excluded(file.resolve(), patterns, root):
-                    result.excluded += 1
+                if is_excluded(file.resolve(), patterns, base):
+                    excluded_here += 1
                 elif file.resolve() not in seen:
                     seen.add(file.resolve())
                     found.append(file)
+        result.excluded += excluded_here
         if not found:
-            result.errors.append(f"{raw}:1:1: no Python files found")
+            hint = f" ({excluded_here} path(s) excluded)" if excluded_here else ""
+            result.errors.append(f"{raw}:1:1: no Python files found{hint}")
         result.files.extend(found)
     return result

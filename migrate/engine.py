@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 import traceback
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence, TypeVar
 
 import libcst as cst
 
@@ -17,6 +17,8 @@ from ddp_migrate.codemods.analysis import ScriptAnalysis
 from ddp_migrate.codemods.base import Change, Finding, Note, Options, Rule
 
 from .source import SourceError, decode
+
+T = TypeVar("T")
 
 #: How many rounds of all fixes the engine runs before it calls a file unsettled.
 MAX_PASSES = 8
@@ -81,7 +83,8 @@ def verify(text: str, path: str, rule: Rule) -> None:
         raise FileError(f"{rule.code} ({rule.name}) produced code that does not compile ({error}); file left unchanged") from None
 
 
-def _run_rule(rule: Rule, step: str, call):  # type: ignore[no-untyped-def]
+def _guarded(what: str, call: Callable[[], T]) -> T:
+    """Run rule code (or the shared analysis the rules read), turning a crash into a one-line :class:`FileError`."""
     try:
         return call()
     except FileError:
@@ -89,46 +92,73 @@ def _run_rule(rule: Rule, step: str, call):  # type: ignore[no-untyped-def]
     except Exception as error:  # a bug in a rule must not cost the user the rest of the run
         where = traceback.extract_tb(error.__traceback__)[-1]
         raise FileError(
-            f"internal error in {rule.code} ({rule.name}) while {step}: {type(error).__name__}: {error} "
+            f"internal error in {what}: {type(error).__name__}: {error} "
             f"[{where.filename.rsplit('/', 1)[-1]}:{where.lineno}]; file left unchanged, please report this"
         ) from None
 
 
-def fix_to_fixed_point(module: cst.Module, rules: Sequence[Rule], options: Options, path: str) -> tuple[cst.Module, list[Change]]:
-    """Run every fix in phase order, pass after pass, until the text stops changing."""
+def _run_rule(rule: Rule, step: str, call: Callable[[], T]) -> T:
+    return _guarded(f"{rule.code} ({rule.name}) while {step}", call)
+
+
+def analyse(module: cst.Module) -> ScriptAnalysis:
+    """The shared analysis of a module (a crash in it is a one-line error, like a crash in a rule)."""
+    return _guarded("the script analysis", lambda: ScriptAnalysis(module))
+
+
+def _applies(rule: Rule, text: str) -> bool:
+    """Whether the rule's trigger words occur in the text (a rule without them has nothing to find)."""
+    return could_match(text, [type(rule)])
+
+
+def fix_to_fixed_point(
+    module: cst.Module, rules: Sequence[Rule], options: Options, path: str
+) -> tuple[cst.Module, list[Change], ScriptAnalysis]:
+    """Run every fix in phase order, pass after pass, until a whole pass changes nothing.
+
+    The file is settled only when no rule changed it during a pass: two rules that undo each other leave
+    the text as it was at the start of the pass, yet they have not settled. The analysis is rebuilt only
+    after a rule changed the module, and the final one is handed back for the findings and notes.
+    """
     changes: list[Change] = []
     ordered = sorted((r for r in rules if r.can_fix()), key=lambda r: (r.phase, r.code))
-    changed_last_pass: list[str] = []
+    analysis = analyse(module)
+    text = module.code
     for _ in range(MAX_PASSES):
-        start = module.code
-        changed_last_pass = []
+        changed_this_pass: list[str] = []
         for rule in ordered:
-            analysis = ScriptAnalysis(module)
-            result = _run_rule(rule, "fixing", lambda: rule.fix(analysis, options))
-            if result is None or result.module.code == module.code:
+            if not _applies(rule, text):
                 continue
-            verify(result.module.code, path, rule)
-            module = result.module
+            current = analysis
+            result = _run_rule(rule, "fixing", lambda: rule.fix(current, options))
+            if result is None:
+                continue
+            new_text = result.module.code
+            if new_text == text:
+                continue
+            verify(new_text, path, rule)
+            module, text = result.module, new_text
+            analysis = analyse(module)
             changes.extend(result.changes)
-            changed_last_pass.append(rule.code)
-        if module.code == start:
-            return module, changes
-    involved = ", ".join(dict.fromkeys(changed_last_pass))
+            changed_this_pass.append(rule.code)
+        if not changed_this_pass:
+            return module, changes, analysis
+    involved = ", ".join(dict.fromkeys(changed_this_pass))
     raise FileError(f"fixes did not settle after {MAX_PASSES} passes (rules still changing the file: {involved}); file left unchanged")
 
 
-def find_all(module: cst.Module, rules: Sequence[Rule]) -> list[Finding]:
-    """Every finding of every rule on the module, sorted by position."""
-    analysis = ScriptAnalysis(module)
+def find_all(analysis: ScriptAnalysis, rules: Sequence[Rule]) -> list[Finding]:
+    """Every finding of every rule whose trigger words occur in the analysed module, sorted by position."""
+    text = analysis.module.code
     findings: list[Finding] = []
     for rule in rules:
-        findings.extend(_run_rule(rule, "checking", lambda: rule.find(analysis)))
+        if _applies(rule, text):
+            findings.extend(_run_rule(rule, "checking", lambda: rule.find(analysis)))
     return sorted(findings, key=Finding.sort_key)
 
 
-def collect_notes(module: cst.Module, rules: Sequence[Rule], options: Options) -> list[Note]:
+def collect_notes(analysis: ScriptAnalysis, rules: Sequence[Rule], options: Options) -> list[Note]:
     """The report's notes about the final module (things that are right but worth knowing)."""
-    analysis = ScriptAnalysis(module)
     notes: list[Note] = []
     for rule in rules:
         notes.extend(_run_rule(rule, "writing notes", lambda: rule.notes(analysis, options)))
@@ -147,16 +177,17 @@ def process(path: str, data: bytes, rule_classes: Sequence[type[Rule]], options:
         module = parse(source.text, path)
         rules = [cls() for cls in rule_classes]
         if fix:
-            module, result.changes = fix_to_fixed_point(module, rules, options, path)
+            module, result.changes, analysis = fix_to_fixed_point(module, rules, options, path)
             result.new_text = module.code
             if module.code != source.text:
                 result.output = source.encode(module.code)
-        result.findings = find_all(module, rules)
-        result.notes = collect_notes(module, rules, options) if fix else []
-    except SourceError as error:
-        result.error = f"{path}:{error.line}:{error.column}: {error.message}"
-    except FileError as error:
+        else:
+            analysis = analyse(module)
+        result.findings = find_all(analysis, rules)
+        result.notes = collect_notes(analysis, rules, options) if fix else []
+    except (SourceError, FileError) as error:
         result.error = f"{path}:{error.line}:{error.column}: {error.message}"
         result.output = None
         result.changes = []
+        result.new_text = result.text
     return result

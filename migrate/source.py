@@ -26,8 +26,22 @@ class DecodedSource:
     encoding: str  # as Python names it; "utf-8-sig" when the file starts with a BOM
 
     def encode(self, text: str) -> bytes:
-        """Encode new text the way the original was encoded (the BOM comes back with ``utf-8-sig``)."""
-        return text.encode(self.encoding)
+        """Encode new text the way the original was encoded (the BOM comes back with ``utf-8-sig``).
+
+        Raises :class:`SourceError` when the new text holds a character the file's encoding cannot
+        represent (a fix that wrote non-ASCII text into a latin-1 file), so the file is left alone.
+        """
+        try:
+            return text.encode(self.encoding)
+        except UnicodeEncodeError as error:
+            line = text.count("\n", 0, error.start) + 1
+            column = error.start - (text.rfind("\n", 0, error.start) + 1) + 1
+            raise SourceError(
+                f"cannot encode the migrated text as {self.encoding}: {text[error.start]!r} is not representable; "
+                "file left unchanged",
+                line,
+                column,
+            ) from None
 
 
 def decode(data: bytes) -> DecodedSource:
