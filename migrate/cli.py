@@ -20,7 +20,7 @@ from ddp_migrate.codemods.base import BatchSizePolicy, Options, Rule
 
 from . import report
 from .config import Config, ConfigError, load_config
-from .discovery import discover
+from .discovery import discover, is_excluded
 from .engine import FileResult, process
 from .runner import default_jobs, run, write_result
 from .selection import SelectionError, normalise_codes, select_rules
@@ -44,6 +44,7 @@ class Settings:
 
     config: Config
     rules: list[type[Rule]]
+    per_file_ignores: dict[str, list[str]]
     excludes: list[str]
     options: Options
     jobs: int
@@ -71,6 +72,7 @@ def resolve_settings(
         config = load_config(paths)
         chosen_select = normalise_codes(select) if select else normalise_codes(config.select)
         chosen_ignore = normalise_codes(ignore) if ignore else normalise_codes(config.ignore)
+        per_file_ignores = {glob: normalise_codes(codes) for glob, codes in config.per_file_ignores.items()}
     except (ConfigError, SelectionError) as error:
         _fail(str(error))
         raise  # unreachable: _fail exits
@@ -78,9 +80,10 @@ def resolve_settings(
     return Settings(
         config=config,
         rules=select_rules(chosen_select, chosen_ignore),
+        per_file_ignores=per_file_ignores,
         excludes=list(exclude) if exclude else config.exclude,
         options=Options(batch_size=policy),
-        jobs=jobs if jobs and jobs > 0 else default_jobs(),
+        jobs=jobs or default_jobs(),
         quiet=quiet,
         verbose=verbose and not quiet,
     )
@@ -93,7 +96,7 @@ def common_options(function: Callable) -> Callable:
         click.option("--select", multiple=True, metavar="CODES", help="Only these rule codes or prefixes (comma-separated, e.g. DDP0)."),
         click.option("--ignore", multiple=True, metavar="CODES", help="Skip these rule codes or prefixes."),
         click.option("--exclude", multiple=True, metavar="GLOB", help="Skip files and folders matching the glob (repeatable)."),
-        click.option("-j", "--jobs", type=int, default=None, help="Worker processes (default: all cores)."),
+        click.option("-j", "--jobs", type=click.IntRange(min=0), default=None, help="Worker processes (default, or 0: all cores)."),
         click.option("-q", "--quiet", is_flag=True, help="Print only errors."),
         click.option("-v", "--verbose", is_flag=True, help="Also list unchanged and skipped files."),
     ]
@@ -105,6 +108,22 @@ def common_options(function: Callable) -> Callable:
 def _files(paths: Sequence[str], settings: Settings) -> tuple[list[Path], list[str], int]:
     found = discover(paths, settings.excludes, settings.config.root)
     return found.files, found.errors, found.excluded
+
+
+def _rules_for(settings: Settings) -> Callable[[Path], Sequence[type[Rule]]]:
+    """The rules for one file: the selected ones less those its ``per-file-ignores`` globs drop."""
+
+    def rules_for(path: Path) -> Sequence[type[Rule]]:
+        resolved = path.resolve()
+        dropped = [
+            code
+            for glob, codes in settings.per_file_ignores.items()
+            if is_excluded(resolved, [glob], settings.config.root)
+            for code in codes
+        ]
+        return select_rules([], dropped, settings.rules) if dropped else settings.rules
+
+    return rules_for
 
 
 def _stdin_result(settings: Settings, fix: bool) -> FileResult:
@@ -169,7 +188,7 @@ def migrate_command(
         files, discovery_errors, excluded = _files(file_paths, settings)
         errors.extend(discovery_errors)
         with _progress(files, settings) as advance:
-            for result in run(files, settings.rules, settings.options, fix=True, jobs=settings.jobs):
+            for result in run(files, _rules_for(settings), settings.options, fix=True, jobs=settings.jobs):
                 advance()
                 results.append(result)
                 if result.error:
@@ -187,7 +206,7 @@ def migrate_command(
         for result in results:
             if result.error:
                 continue
-            for line in report.migration_summary(result, settings.verbose):
+            for line in report.migration_summary(result, settings.verbose, written=write):
                 click.echo(line, err=True)
     for error in errors:
         click.echo(error, err=True)
@@ -251,7 +270,7 @@ def lint_command(
     if file_paths:
         files, discovery_errors, _ = _files(file_paths, settings)
         errors.extend(discovery_errors)
-        for result in run(files, settings.rules, settings.options, fix=fix, jobs=settings.jobs):
+        for result in run(files, _rules_for(settings), settings.options, fix=fix, jobs=settings.jobs):
             results.append(result)
             if fix and not result.error:
                 failure = write_result(result)
@@ -270,7 +289,10 @@ def lint_command(
         click.echo(error, err=True)
     if not quiet:
         fixed = sum(len(r.changes) for r in results)
-        tail = f" ({fixed} fixed)" if fix else ""
+        details = [f"{fixed} fixed"] if fix else []
+        if settings.verbose:
+            details.append(f"{sum(r.skipped for r in results)} skipped by the quick text check")
+        tail = f" ({', '.join(details)})" if details else ""
         click.echo(f"Found {count} problem(s) in {len(results)} file(s){tail}.", err=True)
     sys.exit(EXIT_ERROR if errors else EXIT_FINDINGS if count else EXIT_CLEAN)
 

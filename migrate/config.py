@@ -39,14 +39,25 @@ class Config:
 
 
 def find_pyproject(start: Path) -> Path | None:
-    """The nearest ``pyproject.toml`` with a ``[tool.ddp-migrate]`` table, from ``start`` upwards."""
+    """The nearest ``pyproject.toml`` with a ``[tool.ddp-migrate]`` table, from ``start`` upwards.
+
+    A file that cannot be read or parsed is passed over, unless it mentions ``tool.ddp-migrate``: then it
+    is the user's configuration with a mistake in it, and running without it would silently ignore their
+    excludes, so :func:`load_config` reports the mistake instead.
+    """
     folder = start if start.is_dir() else start.parent
     for candidate in (folder, *folder.parents):
         pyproject = candidate / "pyproject.toml"
         if pyproject.is_file():
             try:
-                data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+                text = pyproject.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                continue
+            try:
+                data = tomllib.loads(text)
+            except tomllib.TOMLDecodeError:
+                if "tool.ddp-migrate" in text:
+                    return pyproject
                 continue
             if "ddp-migrate" in data.get("tool", {}):
                 return pyproject

@@ -16,8 +16,11 @@ def finding_line(path: str, finding: Finding) -> str:
     return f"{path}:{finding.line}:{finding.column + 1}: {finding.code} {finding.message}"
 
 
-def migration_summary(result: FileResult, verbose: bool) -> list[str]:
-    """The lines that tell what a migration did to one file and what still needs a human."""
+def migration_summary(result: FileResult, verbose: bool, written: bool = True) -> list[str]:
+    """The lines that tell what a migration did to one file and what still needs a human.
+
+    ``written`` is false under ``--check`` and ``--diff``: a changed file then "would be migrated".
+    """
     lines: list[str] = []
     if result.error:
         return [result.error]
@@ -25,7 +28,7 @@ def migration_summary(result: FileResult, verbose: bool) -> list[str]:
         return [f"{result.path}: skipped (nothing a rule could match)"] if verbose else []
     if not result.changes and not result.findings and not result.notes:
         return [f"{result.path}: unchanged"] if verbose else []
-    verb = "migrated" if result.changed else "unchanged"
+    verb = ("migrated" if written else "would be migrated") if result.changed else "unchanged"
     head = f"{result.path}: {verb}, {len(result.changes)} change(s)"
     if result.findings:
         head += f", {len(result.findings)} item(s) need a human"
@@ -36,7 +39,7 @@ def migration_summary(result: FileResult, verbose: bool) -> list[str]:
         lines.append(f"  review {finding_line(result.path, finding)}")
     for note in result.notes:
         lines.append(f"  note {note.code} line {note.line}: {note.message}")
-    if result.changed:
+    if result.changed and written and result.path != "-":
         lines.append(f"  launch it with: torchrun --standalone --nproc_per_node=<processes> {result.path}")
     return lines
 

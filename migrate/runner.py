@@ -36,14 +36,17 @@ def default_jobs() -> int:
 
 def run(
     files: Sequence[Path],
-    rules: Sequence[type[Rule]],
+    rules: Sequence[type[Rule]] | Callable[[Path], Sequence[type[Rule]]],
     options: Options,
     fix: bool,
     jobs: int,
-    on_result: Callable[[FileResult], None] | None = None,
 ) -> Iterator[FileResult]:
-    """Yield one result per file, in the order given; several worker processes when ``jobs > 1``."""
-    work = [(path, tuple(rules), options, fix) for path in files]
+    """Yield one result per file, in the order given; several worker processes when ``jobs > 1``.
+
+    ``rules`` is either the rules for every file or a function choosing them per file (per-file ignores).
+    """
+    rules_for = rules if callable(rules) else (lambda _path: rules)
+    work = [(path, tuple(rules_for(path)), options, fix) for path in files]
     if jobs <= 1 or len(files) <= 1:
         for item in work:
             yield _process_star(item)
