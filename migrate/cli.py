@@ -18,10 +18,11 @@ import click
 from ddp_migrate import __version__, codemods
 from ddp_migrate.codemods.base import BatchSizePolicy, Options, Rule
 
-from . import report
+from . import formats, report
 from .config import Config, ConfigError, load_config
 from .discovery import discover, is_excluded
 from .engine import FileResult, process
+from .registry import all_rules, rule_for_code, without_lint_only
 from .runner import default_jobs, run, write_result
 from .selection import SelectionError, normalise_codes, select_rules
 
@@ -92,17 +93,29 @@ def resolve_settings(
 def common_options(function: Callable) -> Callable:
     """The options every file-processing command takes."""
     options = [
-        click.argument("paths", nargs=-1, required=True, metavar="PATH..."),
+        click.argument("paths", nargs=-1, required=False, metavar="[PATH]..."),
         click.option("--select", multiple=True, metavar="CODES", help="Only these rule codes or prefixes (comma-separated, e.g. DDP0)."),
         click.option("--ignore", multiple=True, metavar="CODES", help="Skip these rule codes or prefixes."),
         click.option("--exclude", multiple=True, metavar="GLOB", help="Skip files and folders matching the glob (repeatable)."),
         click.option("-j", "--jobs", type=click.IntRange(min=0), default=None, help="Worker processes (default, or 0: all cores)."),
-        click.option("-q", "--quiet", is_flag=True, help="Print only errors."),
+        click.option("-q", "--quiet", is_flag=True, help="Print only errors (lint: the findings too, without the summary)."),
         click.option("-v", "--verbose", is_flag=True, help="Also list unchanged and skipped files."),
     ]
     for option in reversed(options):
         function = option(function)
     return function
+
+
+def _nothing_to_do(paths: Sequence[str], select: Sequence[str], ignore: Sequence[str]) -> None:
+    """No paths at all (pre-commit with no matching files): check the codes, then exit 0 saying nothing."""
+    if paths:
+        return
+    try:
+        normalise_codes(select)
+        normalise_codes(ignore)
+    except SelectionError as error:
+        _fail(str(error))
+    sys.exit(EXIT_CLEAN)
 
 
 def _files(paths: Sequence[str], settings: Settings) -> tuple[list[Path], list[str], int]:
@@ -167,8 +180,13 @@ def migrate_command(
     check: bool,
     batch_size: str | None,
 ) -> None:
-    """Migrate files in place (folders are walked for *.py; '-' reads stdin and writes stdout)."""
+    """Migrate files in place (folders are walked for *.py; '-' reads stdin and writes stdout).
+
+    With no PATH at all there is nothing to do: exit 0 without a word (as pre-commit expects).
+    """
+    _nothing_to_do(paths, select, ignore)
     settings = resolve_settings(paths, select, ignore, exclude, batch_size, jobs, quiet, verbose)
+    settings.rules = without_lint_only(settings.rules)
     write = not (show_diff or check)
     color = sys.stdout.isatty()
     errors: list[str] = []
@@ -250,6 +268,15 @@ class _progress:
 @cli.command("lint")
 @common_options
 @click.option("--fix", is_flag=True, help="Apply the safe fixes (same as migrating), then report what is left.")
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(formats.FORMATS),
+    default="text",
+    show_default=True,
+    help="text: path:line:col: CODE message; json: a list of objects; github: workflow annotations; sarif: SARIF 2.1.0.",
+)
+@click.option("--statistics", is_flag=True, help="Print how often each code was reported (most frequent first) instead of the findings.")
 def lint_command(
     paths: tuple[str, ...],
     select: tuple[str, ...],
@@ -259,8 +286,17 @@ def lint_command(
     quiet: bool,
     verbose: bool,
     fix: bool,
+    output_format: str,
+    statistics: bool,
 ) -> None:
-    """Report DDP pitfalls as path:line:col: CODE message (exit 1 when any are found)."""
+    """Report DDP pitfalls as path:line:col: CODE message (exit 1 when any are found).
+
+    Findings are sorted by file, line and column. A '# noqa' comment on the line where a finding starts
+    silences it ('# noqa: DDP007,DDP010' only those codes). With no PATH at all: exit 0 without a word.
+    """
+    _nothing_to_do(paths, select, ignore)
+    if statistics and output_format not in formats.STATISTICS_FORMATS:
+        _fail(f"--statistics works with --format {' or '.join(formats.STATISTICS_FORMATS)}, not {output_format}")
     settings = resolve_settings(paths, select, ignore, exclude, None, jobs, quiet, verbose)
     errors: list[str] = []
     results: list[FileResult] = []
@@ -276,31 +312,46 @@ def lint_command(
                 failure = write_result(result)
                 if failure:
                     errors.append(failure)
-    count = 0
-    for result in sorted(results, key=lambda r: r.path):
-        if result.error:
-            errors.append(result.error)
-            continue
-        for finding in result.findings:
-            count += 1
-            if not quiet:
-                click.echo(report.finding_line(result.path, finding))
+    errors.extend(r.error for r in sorted(results, key=lambda r: r.path) if r.error)
+    located = formats.ordered([formats.Located(r.path, f) for r in results if not r.error for f in r.findings])
+    if statistics:
+        stats = formats.statistics(located)
+        out = formats.statistics_json(stats) if output_format == "json" else formats.statistics_text(stats)
+    elif output_format == "json":
+        out = formats.json_list(located)
+    elif output_format == "github":
+        out = formats.github(located)
+    elif output_format == "sarif":
+        out = formats.sarif(located, all_rules(), errors)
+    else:
+        out = formats.text(located)
+    click.echo(out, nl=False)
     for error in errors:
         click.echo(error, err=True)
     if not quiet:
-        fixed = sum(len(r.changes) for r in results)
-        details = [f"{fixed} fixed"] if fix else []
-        if settings.verbose:
-            details.append(f"{sum(r.skipped for r in results)} skipped by the quick text check")
-        tail = f" ({', '.join(details)})" if details else ""
-        click.echo(f"Found {count} problem(s) in {len(results)} file(s){tail}.", err=True)
-    sys.exit(EXIT_ERROR if errors else EXIT_FINDINGS if count else EXIT_CLEAN)
+        click.echo(_lint_summary(results, located, fix, settings.verbose), err=True)
+    sys.exit(EXIT_ERROR if errors else EXIT_FINDINGS if located else EXIT_CLEAN)
+
+
+def _lint_summary(results: Sequence[FileResult], located: Sequence[formats.Located], fix: bool, verbose: bool) -> str:
+    """``Found N problem(s) in M file(s)``, with what was fixed, what could be, and (verbose) what was skipped."""
+    details = []
+    if fix:
+        details.append(f"{sum(len(r.changes) for r in results)} fixed")
+    else:
+        fixable = sum(item.finding.fixable for item in located)
+        if fixable:
+            details.append(f"{fixable} fixable with: ddp-migrate lint --fix")
+    if verbose:
+        details.append(f"{sum(r.skipped for r in results)} skipped by the quick text check")
+    tail = f" ({', '.join(details)})" if details else ""
+    return f"Found {len(located)} problem(s) in {len(results)} file(s){tail}."
 
 
 @cli.command("rules")
 def rules_command() -> None:
     """List every rule: code, name, whether it fixes, and what it finds."""
-    for rule in codemods.ALL_RULES:
+    for rule in all_rules():
         fixes = "fix" if rule.can_fix() else "report"
         click.echo(f"{rule.code}  {rule.name:<34} {fixes:<6}  {rule.summary()}")
 
@@ -309,7 +360,7 @@ def rules_command() -> None:
 @click.argument("code")
 def explain_command(code: str) -> None:
     """Print a rule's documentation and its first example."""
-    rule = codemods.rule_for_code(code)
+    rule = rule_for_code(code)
     if rule is None:
         _fail(f"unknown rule code: {code} (see: ddp-migrate rules)")
         return

@@ -16,6 +16,7 @@ import libcst as cst
 from ddp_migrate.codemods.analysis import ScriptAnalysis
 from ddp_migrate.codemods.base import Change, Finding, Note, Options, Rule
 
+from .noqa import suppress
 from .source import SourceError, decode
 
 T = TypeVar("T")
@@ -166,7 +167,10 @@ def collect_notes(analysis: ScriptAnalysis, rules: Sequence[Rule], options: Opti
 
 
 def process(path: str, data: bytes, rule_classes: Sequence[type[Rule]], options: Options, fix: bool) -> FileResult:
-    """Run the pipeline on one file's bytes; errors land in ``result.error`` as one ``path:line:col:`` line."""
+    """Run the pipeline on one file's bytes; errors land in ``result.error`` as one ``path:line:col:`` line.
+
+    Findings that a ``# noqa`` comment on their first line silences are dropped (:mod:`ddp_migrate.noqa`).
+    """
     result = FileResult(path=path, original=data)
     try:
         source = decode(data)
@@ -183,7 +187,7 @@ def process(path: str, data: bytes, rule_classes: Sequence[type[Rule]], options:
                 result.output = source.encode(module.code)
         else:
             analysis = analyse(module)
-        result.findings = find_all(analysis, rules)
+        result.findings = suppress(find_all(analysis, rules), analysis.module.code)
         result.notes = collect_notes(analysis, rules, options) if fix else []
     except (SourceError, FileError) as error:
         result.error = f"{path}:{error.line}:{error.column}: {error.message}"

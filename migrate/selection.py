@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from ddp_migrate import codemods
 from ddp_migrate.codemods.base import Rule
+
+from .registry import all_rules
 
 
 class SelectionError(Exception):
@@ -20,13 +21,13 @@ def normalise_codes(raw: Iterable[str]) -> list[str]:
     """Split comma-separated values, upper-case them, and check each names at least one rule."""
     codes = [part.strip().upper() for value in raw for part in value.split(",") if part.strip()]
     for code in codes:
-        if code != "ALL" and not any(rule.code.startswith(code) for rule in codemods.ALL_RULES):
+        if code != "ALL" and not any(rule.code.startswith(code) for rule in all_rules()):
             raise SelectionError(f"unknown rule code or prefix: {code}")
     return codes
 
 
 def select_rules(select: Sequence[str], ignore: Sequence[str], rules: Sequence[type[Rule]] | None = None) -> list[type[Rule]]:
     """The rules that ``select`` (all when empty or ``ALL``) keeps and ``ignore`` does not drop."""
-    rules = codemods.ALL_RULES if rules is None else rules
+    rules = all_rules() if rules is None else rules
     chosen = [r for r in rules if not select or "ALL" in select or _matches(r.code, select)]
     return [r for r in chosen if not _matches(r.code, ignore)]
