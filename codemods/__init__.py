@@ -5,15 +5,30 @@ from __future__ import annotations
 from .base import BatchSizePolicy, Example, Finding, Options, Phase, Rule, Severity, Valid
 from .data_parallel import DataParallel
 from .distributed_sampler import MissingDistributedSampler
+from .explicit_rank import ExplicitRankAndWorldSize
 from .hardcoded_device import HardcodedDevice
+from .hardcoded_rendezvous import HardcodedRendezvous
 from .load_map_location import LoadWithoutMapLocation
+from .local_rank_argument import LocalRankArgument
+from .local_rank_guard import LocalRankGuard
 from .missing_ddp_wrap import MissingDdpWrap
 from .process_group import MissingProcessGroup
+from .rank_as_device import RankAsDevice
 from .set_epoch import MissingSetEpoch
+from .spawn_launcher import SpawnLauncher
 from .unguarded_output import UnguardedOutput
 from .unguarded_save import UnguardedSave
 from .wrap_before_device import WrapBeforeDevice
 from .wrapped_module_access import WrappedModuleAccess
+from .accumulation_no_sync import AccumulationWithoutNoSync
+from .async_collective import UnwaitedAsyncCollective
+from .batchnorm_sync import BatchNormWithoutSync
+from .collective_arguments import InvalidCollectiveArgument
+from .collective_in_rank_branch import CollectiveInRankBranch
+from .find_unused_parameters import FindUnusedParameters
+from .padded_eval_sampler import PaddedEvalSampler
+from .sampler_shuffle import SamplerWithShuffle
+from .unsynced_metric_logging import UnsyncedMetricLogging
 
 #: Every rule, in code order. The engine runs their fixes in phase order.
 ALL_RULES: tuple[type[Rule], ...] = tuple(
@@ -30,6 +45,21 @@ ALL_RULES: tuple[type[Rule], ...] = tuple(
             LoadWithoutMapLocation,
             UnguardedOutput,
             MissingDdpWrap,
+            SpawnLauncher,
+            HardcodedRendezvous,
+            ExplicitRankAndWorldSize,
+            LocalRankArgument,
+            RankAsDevice,
+            LocalRankGuard,
+            BatchNormWithoutSync,
+            AccumulationWithoutNoSync,
+            FindUnusedParameters,
+            CollectiveInRankBranch,
+            PaddedEvalSampler,
+            UnwaitedAsyncCollective,
+            SamplerWithShuffle,
+            InvalidCollectiveArgument,
+            UnsyncedMetricLogging,
         ),
         key=lambda rule: rule.code,
     )

@@ -670,6 +670,8 @@ class ScriptAnalysis:
             name = dotted_name(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
             if name and name.split(".")[-1] in ("rank", "local_rank", "global_rank", "is_main", "is_master", "main_process", "is_main_process", "gpu"):
                 return True
+            if name and self.holds_rank(node):  # type: ignore[arg-type]
+                return True
             if isinstance(node, cst.SimpleString) and node.evaluated_value in ("RANK", "LOCAL_RANK"):
                 return True
         return False
@@ -689,6 +691,41 @@ class ScriptAnalysis:
             child = ancestor
         return None
 
+    def splits_ranks(self, test: cst.BaseExpression) -> bool:
+        """Whether an ``if`` test can differ between the ranks of one job: a rank test that is not merely
+        "is this run distributed" (``local_rank != -1``, ``args.gpu is not None``), which all ranks agree on."""
+        if not self.is_rank_test(test):
+            return False
+        if isinstance(test, cst.Comparison):
+            return not all(_is_minus_one_or_none(c.comparator) for c in test.comparisons)
+        return True
+
+    def rank_branches(self, node: cst.CSTNode) -> Iterator[tuple[cst.If, bool]]:
+        """The ``if`` statements around the node (within its function) whose test splits the ranks, nearest
+        first, each with ``True`` when the node is in the body and ``False`` when it is in the ``else``/``elif``."""
+        child: cst.CSTNode = node
+        for ancestor in self.ancestors(node):
+            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                return
+            if isinstance(ancestor, cst.If) and child is not ancestor.test and self.splits_ranks(ancestor.test):
+                yield ancestor, child is ancestor.body
+            child = ancestor
+
+    # ------------------------------------------------------------------------ output
+
+    @cached_property
+    def logging_calls(self) -> list[cst.Call]:
+        """``logging.info(...)``-style calls and calls of a ``logging.getLogger`` logger's methods."""
+        loggers = set(self.calls_to(names.GET_LOGGER))
+        found = []
+        for call in self.calls:
+            if self.is_call_to(call, names.LOGGING_CALLS):
+                found.append(call)
+            elif call_method_name(call) in names.LOGGER_METHODS and dotted_name(call.func.value):  # type: ignore[union-attr]
+                if loggers & self.origins(call.func.value):  # type: ignore[union-attr]
+                    found.append(call)
+        return found
+
     # ------------------------------------------------------------------ distributed setup
 
     @cached_property
@@ -700,6 +737,52 @@ class ScriptAnalysis:
     def is_distributed(self) -> bool:
         """Whether the script already sets up a process group."""
         return bool(self.process_group_setups)
+
+
+    # ------------------------------------------------- reachability and rank values (appended for DDP020-DDP025)
+
+    def reaches(self, node: cst.CSTNode, calls: Iterable[cst.CSTNode]) -> bool:
+        """Whether running the node (a function, a loop, a statement) runs one of the calls: they sit
+        inside it, or inside a function of this file that it calls, directly or through other calls."""
+        wanted = list(calls)
+        if any(self.is_inside(call, node) for call in wanted):
+            return True
+        reaching = {f for f in (self.enclosing_function(c) for c in wanted) if f is not None}
+        changed = True
+        while changed:
+            changed = False
+            for call, target in self._call_targets.items():
+                caller = self.enclosing_function(call)
+                if target in reaching and caller is not None and caller not in reaching:
+                    reaching.add(caller)
+                    changed = True
+        return any(target in reaching and self.is_inside(call, node) for call, target in self._call_targets.items())
+
+    def holds_rank(self, expr: cst.BaseExpression) -> bool:
+        """Whether a name or attribute holds this process's global or local rank, by following its value
+        (``self.gpu_id = gpu_id`` where ``gpu_id`` is passed ``dist.get_rank()``, a spawn index, ...)."""
+        from .legacy_analysis import legacy_facts  # the legacy facts build on this analysis
+
+        return legacy_facts(self).rank_kind(expr) is not None
+
+
+    def device_choice(self, node: cst.BaseExpression, fallback: str = "cpu") -> cst.BaseExpression:
+        """The node, or the ``<node> if torch.cuda.is_available() else <cpu>`` around it, which one
+        device expression (``runtime.device()``) replaces as a whole. ``fallback="none"`` matches
+        ``[rank] if torch.cuda.is_available() else None`` for ``device_ids``."""
+        parent = self.parent(node)
+        if not (isinstance(parent, cst.IfExp) and parent.body is node):
+            return node
+        if not (isinstance(parent.test, cst.Call) and self.is_call_to(parent.test, {"torch.cuda.is_available"})):
+            return node
+        other = parent.orelse
+        if fallback == "none":
+            return parent if isinstance(other, cst.Name) and other.value == "None" else node
+        is_cpu = isinstance(other, cst.SimpleString) and other.evaluated_value == "cpu"
+        if isinstance(other, cst.Call) and self.is_call_to(other, names.TORCH_DEVICE) and len(other.args) == 1:
+            value = other.args[0].value
+            is_cpu = isinstance(value, cst.SimpleString) and value.evaluated_value == "cpu"
+        return parent if is_cpu else node
 
 
 # ---------------------------------------------------------------------- module helpers
@@ -769,3 +852,29 @@ def statements_of(block: cst.BaseSuite | cst.Module) -> Sequence[cst.BaseStateme
     if isinstance(block, cst.IndentedBlock):
         return block.body
     return ()
+
+
+def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """The node and every node below it, in source order."""
+    return _walk(node)
+
+
+def keyword_argument(call: cst.Call, keyword: str) -> cst.Arg | None:
+    """The ``keyword=`` argument of a call, or ``None``."""
+    return next((arg for arg in call.args if arg.keyword is not None and arg.keyword.value == keyword), None)
+
+
+def is_true(expr: cst.BaseExpression | None) -> bool:
+    """Whether an expression is the literal ``True``."""
+    return isinstance(expr, cst.Name) and expr.value == "True"
+
+
+def _is_minus_one_or_none(expr: cst.BaseExpression) -> bool:
+    if isinstance(expr, cst.Name):
+        return expr.value == "None"
+    return (
+        isinstance(expr, cst.UnaryOperation)
+        and isinstance(expr.operator, cst.Minus)
+        and isinstance(expr.expression, cst.Integer)
+        and expr.expression.value == "1"
+    )

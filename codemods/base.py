@@ -150,6 +150,10 @@ class Rule(abc.ABC):
     examples: ClassVar[Sequence[Example | Valid]] = ()
     #: What a human must do when the rule cannot fix a finding by itself.
     manual_fix: ClassVar[str] = ""
+    #: Whether the rule runs unless selected by code. A rule that is off by default reports code that is
+    #: correct but worth a look, which every migration writes on purpose (the rank-0 ``print0`` of a shard's
+    #: loss); it runs only when ``--select`` names it (or ``ALL``).
+    enabled_by_default: ClassVar[bool] = True
 
     @classmethod
     def can_fix(cls) -> bool:

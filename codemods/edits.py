@@ -8,13 +8,17 @@ compose instead of overwriting each other.
 
 from __future__ import annotations
 
-from typing import Callable, Union
+from typing import TYPE_CHECKING, Callable, Iterable, Union
 
 import libcst as cst
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import RemoveImportsVisitor
 
 from .base import Change, FixResult, Note
+from .analysis import statements_of, walk
+
+if TYPE_CHECKING:
+    from .analysis import ScriptAnalysis
 
 TODO_PREFIX = "# TODO(ddp-migrate): "
 
@@ -184,3 +188,106 @@ class _Applier(cst.CSTTransformer):
                 before = [first, *before[1:]]
             return cst.FlattenSentinel([*before, *kept, *after])
         return result
+
+
+def without_argument(call: cst.Call, removed: cst.Arg) -> cst.Call:
+    """The call without one of its arguments, keeping the layout of the others (and a trailing comma)."""
+    args = list(call.args)
+    index = next(i for i, arg in enumerate(args) if arg is removed)
+    del args[index]
+    if index == len(args) and args:
+        # The removed argument was the last one: the new last one takes over its comma (or lack of one).
+        args[-1] = args[-1].with_changes(comma=removed.comma, whitespace_after_arg=removed.whitespace_after_arg)
+    return call.with_changes(args=args)
+
+
+def with_keyword(call: cst.Call, keyword: str, value: cst.BaseExpression) -> cst.Call:
+    """The call with ``keyword=value`` appended to its arguments."""
+    new = cst.Arg(value, keyword=cst.Name(keyword), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
+    if not call.args:
+        return call.with_changes(args=[new])
+    *rest, last = call.args
+    # The new argument sits where the first one does (on its own line in a call laid out one per line) and
+    # takes over what followed the last one: its trailing comma and the whitespace before the parenthesis.
+    indent = call.whitespace_before_args
+    after = indent if isinstance(indent, cst.ParenthesizedWhitespace) else cst.SimpleWhitespace(" ")
+    whitespace_before = last.comma.whitespace_before if isinstance(last.comma, cst.Comma) else cst.SimpleWhitespace("")
+    moved = last.with_changes(comma=cst.Comma(whitespace_before=whitespace_before, whitespace_after=after), whitespace_after_arg=cst.SimpleWhitespace(""))
+    new = new.with_changes(comma=last.comma, whitespace_after_arg=last.whitespace_after_arg)
+    return call.with_changes(args=[*rest, moved, new])
+
+
+# ------------------------------------------- removing statements cleanly (appended for DDP020-DDP025, used by DDP004)
+
+#: Calls that may appear in an ``if`` test that is dropped together with its emptied body.
+PURE_CALLS = frozenset({"is_available", "device_count", "get", "getenv", "int", "str", "len", "isinstance", "hasattr", "is_initialized"})
+
+
+def is_pure(test: cst.BaseExpression) -> bool:
+    """Whether evaluating an expression can have no effect (names, literals, comparisons, a few queries)."""
+    for node in walk(test):
+        if isinstance(node, cst.Call):
+            func = node.func
+            name = func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else ""
+            if name not in PURE_CALLS:
+                return False
+        if isinstance(node, (cst.NamedExpr, cst.Await, cst.Yield, cst.Lambda)):
+            return False
+    return True
+
+
+def statement_line(analysis: ScriptAnalysis, node: cst.CSTNode) -> cst.CSTNode:
+    """The node to remove for a small statement: its whole line when it is alone on it."""
+    parent = analysis.parent(node)
+    if isinstance(node, cst.BaseSmallStatement) and isinstance(parent, cst.SimpleStatementLine) and len(parent.body) == 1:
+        return parent
+    return node
+
+
+def removal_set(analysis: ScriptAnalysis, statements: Iterable[cst.CSTNode]) -> set[cst.CSTNode]:
+    """The statements to remove, plus every ``if`` (no ``else``, side-effect-free test) whose body they
+    empty, so no ``if ...: pass`` is left behind."""
+    removed = {statement_line(analysis, s) for s in statements}
+    changed = True
+    while changed:
+        changed = False
+        for block in {analysis.parent(s) for s in removed}:
+            owner = analysis.parent(block) if isinstance(block, cst.IndentedBlock) else None
+            if not (isinstance(owner, cst.If) and owner.body is block and owner.orelse is None) or owner in removed:
+                continue
+            if isinstance(analysis.parent(owner), cst.If):  # an ``elif``
+                continue
+            if is_pure(owner.test) and all(s in removed for s in block.body):
+                removed.add(owner)
+                changed = True
+    return {s for s in removed if not any(a in removed for a in analysis.ancestors(s))}
+
+
+def remove_statements(analysis: ScriptAnalysis, edits: Edits, statements: Iterable[cst.CSTNode]) -> set[cst.CSTNode]:
+    """Remove statements (see :func:`removal_set`); returns what is removed.
+
+    The blank lines and comments above a run of removed statements stay, above the statement after it.
+    """
+    removed = removal_set(analysis, statements)
+    for stmt in removed:
+        edits.remove(stmt)
+    for block in {analysis.parent(s) for s in removed}:
+        body = list(statements_of(block)) if isinstance(block, (cst.IndentedBlock, cst.Module)) else []
+        for i, stmt in enumerate(body):
+            if stmt in removed and (i == 0 or body[i - 1] not in removed) and stmt.leading_lines:
+                following = next((s for s in body[i + 1 :] if s not in removed), None)
+                if following is not None and any(s in removed for s in body[i:body.index(following)]):
+                    moved = list(stmt.leading_lines)
+                    edits.replace(following, lambda updated, moved=moved: updated.with_changes(leading_lines=[*moved, *updated.leading_lines]))
+    return removed
+
+
+def tidy_top(original: cst.Module, result: FixResult) -> FixResult:
+    """Drop blank lines a removed first import leaves at the top of the file."""
+    module = result.module
+    if module.body and original.body and module.body[0] is not original.body[0]:
+        lines = list(module.body[0].leading_lines)
+        while lines and lines[0].comment is None and not original.body[0].leading_lines:
+            lines.pop(0)
+        result.module = module.with_changes(body=[module.body[0].with_changes(leading_lines=lines), *module.body[1:]])
+    return result

@@ -10,7 +10,7 @@ import libcst as cst
 from . import names
 from .analysis import ScriptAnalysis, call_method_name
 from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
-from .edits import Edits, expression
+from .edits import Edits, expression, remove_statements
 from .runtime_calls import runtime_name
 
 CUDA_LITERAL = re.compile(r"^cuda(:\d+)?$")
@@ -83,6 +83,7 @@ loss.backward()
             after="""\
 import torch
 from ddp_migrate import runtime
+
 if use_cuda:
     x, y = x.to(runtime.device()), y.to(runtime.device())
 loss.backward()
@@ -139,6 +140,7 @@ with torch.autocast(device_type="cuda", enabled=False):
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         edits = Edits(analysis.module.code)
+        removed: list[cst.CSTNode] = []
         for match in self.matches(analysis):
             rt = runtime_name(analysis, edits)
             device = expression(f"{rt}.device()")
@@ -147,14 +149,15 @@ with torch.autocast(device_type="cuda", enabled=False):
                 stmt = analysis.statement(node)
                 if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr)):
                     continue
-                edits.remove(stmt)
+                removed.append(stmt)  # with an ``if torch.cuda.is_available():`` it leaves empty
                 message = "torch.cuda.set_device removed (runtime.setup() sets the device)"
             elif isinstance(node, cst.Call) and call_method_name(node) == "cuda":
                 to = node.func.with_changes(attr=cst.Name("to"))  # type: ignore[union-attr]
                 edits.replace(node, node.with_changes(func=to, args=[cst.Arg(device)]))
                 message = ".cuda() replaced by .to(runtime.device())"
             else:
-                edits.replace(node, device)
+                edits.replace(analysis.device_choice(node), device)  # type: ignore[arg-type]
                 message = "hard-coded CUDA device replaced by runtime.device()"
             edits.changes.append(Change(self.code, analysis.line(node), message))
+        remove_statements(analysis, edits, removed)
         return edits.apply(analysis.module) if edits else None

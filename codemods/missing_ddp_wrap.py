@@ -6,7 +6,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from .analysis import ScriptAnalysis, call_method_name, dotted_name, statements_of
+from .analysis import ScriptAnalysis, call_method_name, dotted_name, statements_of, walk
 from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
 from .data_parallel import ddp_call, wrapped_argument
 from .edits import Edits, expression
@@ -107,8 +107,25 @@ loss.backward()
             return
         wrapped = self._wrapped_names(analysis)
         for model in analysis.trained_models:
-            if model not in wrapped:
+            if model not in wrapped and not self._wrapped_elsewhere(analysis, model):
                 yield model, self._anchor(analysis, model)
+
+    @staticmethod
+    def _wrapped_elsewhere(analysis: ScriptAnalysis, model: str) -> bool:
+        """Whether the model object is wrapped under another name: the DDP tutorial builds ``model`` in one
+        function and wraps ``self.model = DDP(model.to(gpu_id))`` in its ``Trainer``."""
+        wrapped: set[cst.CSTNode] = set()
+        for wrap in analysis.wrap_calls:
+            inner = wrapped_argument(wrap)
+            if inner is not None:
+                wrapped |= analysis.origins(inner)
+        for optimizer in analysis.optimizer_calls:
+            for call in walk(optimizer):
+                if isinstance(call, cst.Call) and call_method_name(call) in ("parameters", "named_parameters"):
+                    receiver = call.func.value  # type: ignore[union-attr]
+                    if dotted_name(receiver) == model and analysis.origins(receiver) & wrapped:
+                        return True
+        return False
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
         for model, anchor in self._cases(analysis):

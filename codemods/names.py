@@ -48,6 +48,8 @@ LOGGING_CALLS = frozenset(
     f"logging.{level}" for level in ("debug", "info", "warning", "warn", "error", "exception", "critical", "log")
 )
 GET_LOGGER = frozenset({"logging.getLogger"})
+#: Methods of a ``logging.Logger`` that emit a record.
+LOGGER_METHODS = frozenset({"debug", "info", "warning", "warn", "error", "exception", "critical", "log"})
 
 #: The module migrated code imports, and the qualified names of its helpers.
 RUNTIME_MODULE = "ddp_migrate.runtime"
@@ -64,3 +66,75 @@ RUNTIME_PRINT = frozenset({runtime("print0")})
 RUNTIME_SILENCE_LOGGING = frozenset({runtime("silence_non_main_logging")})
 RUNTIME_MAIN_CHECK = frozenset({runtime("is_main_process")})
 RUNTIME_RANK = frozenset({runtime("rank"), *GET_RANK})
+
+
+# ------------------------------------------------------------------ collectives (DDP033, DDP035, DDP037)
+
+
+def distributed(name: str) -> frozenset[str]:
+    """The qualified names of a ``torch.distributed`` function (``dist.x`` and the ``distributed_c10d`` module
+    that defines it, for ``from torch.distributed.distributed_c10d import x``)."""
+    return frozenset({f"torch.distributed.{name}", f"torch.distributed.distributed_c10d.{name}"})
+
+
+#: ``torch.distributed`` operations every rank of the group must call, or the callers wait forever.
+COLLECTIVE_FUNCTIONS = (
+    "barrier",
+    "monitored_barrier",
+    "all_reduce",
+    "reduce",
+    "broadcast",
+    "all_gather",
+    "all_gather_into_tensor",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "gather",
+    "scatter",
+    "all_to_all",
+    "all_to_all_single",
+    "broadcast_object_list",
+    "all_gather_object",
+    "gather_object",
+    "scatter_object_list",
+    "new_group",
+)
+#: Point-to-point operations: one rank sends, one receives, so they belong in rank branches.
+POINT_TO_POINT_FUNCTIONS = ("send", "recv", "isend", "irecv")
+#: Point-to-point operations that always run asynchronously and hand back a work handle.
+ASYNC_POINT_TO_POINT_FUNCTIONS = ("isend", "irecv")
+
+TORCH_COLLECTIVES = frozenset(q for name in COLLECTIVE_FUNCTIONS for q in distributed(name))
+TORCH_ASYNC_POINT_TO_POINT = frozenset(q for name in ASYNC_POINT_TO_POINT_FUNCTIONS for q in distributed(name))
+#: Runtime helpers that run a collective inside (``save`` ends with a barrier).
+RUNTIME_COLLECTIVES = frozenset(
+    runtime(name) for name in ("barrier", "save", "reduce_sum", "reduce_mean", "weighted_mean")
+)
+COLLECTIVES = TORCH_COLLECTIVES | RUNTIME_COLLECTIVES
+#: Calls that combine a value across ranks, so what follows them is the whole job's number.
+REDUCTIONS = frozenset(
+    q
+    for name in ("all_reduce", "reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "gather", "gather_object")
+    for q in distributed(name)
+) | frozenset(runtime(name) for name in ("reduce_sum", "reduce_mean", "weighted_mean"))
+
+# -------------------------------------------------------------------------- BatchNorm (DDP030)
+
+BATCH_NORM = frozenset(
+    f"{module}.{kind}BatchNorm{d}d"
+    for module in ("torch.nn", "torch.nn.modules.batchnorm")
+    for kind in ("", "Lazy")
+    for d in (1, 2, 3)
+)
+CONVERT_SYNC_BATCHNORM = frozenset(
+    {
+        "torch.nn.SyncBatchNorm.convert_sync_batchnorm",
+        "torch.nn.modules.batchnorm.SyncBatchNorm.convert_sync_batchnorm",
+        runtime("convert_sync_batchnorm"),
+    }
+)
+
+# -------------------------------------------------------------------------- metric logging (DDP038)
+
+#: Calls that log a metric to an experiment tracker.
+METRIC_LOGGING_CALLS = frozenset({"wandb.log", "mlflow.log_metric", "mlflow.log_metrics"})
+SUMMARY_WRITER = frozenset({"torch.utils.tensorboard.SummaryWriter", "torch.utils.tensorboard.writer.SummaryWriter", "tensorboardX.SummaryWriter"})

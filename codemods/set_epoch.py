@@ -88,7 +88,8 @@ for epoch in range(10):
                     yield loader, None
                 continue
             for epoch in loops:
-                if not any(call_method_name(c) == "set_epoch" and analysis.is_inside(c, epoch.loop) for c in analysis.calls):
+                # set_epoch may sit in a function the epoch loop calls (the DDP tutorial's ``_run_epoch``).
+                if not analysis.reaches(epoch.loop, analysis.method_calls("set_epoch")):
                     yield loader, epoch
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:

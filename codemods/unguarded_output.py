@@ -7,12 +7,10 @@ from typing import Iterator
 import libcst as cst
 
 from . import names
-from .analysis import ScriptAnalysis, call_method_name, dotted_name
+from .analysis import ScriptAnalysis
 from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Severity, Valid
 from .edits import Edits, expression, statement
 from .runtime_calls import runtime_name
-
-LOGGER_METHODS = frozenset({"debug", "info", "warning", "warn", "error", "exception", "critical", "log"})
 
 
 class UnguardedOutput(Rule):
@@ -74,17 +72,6 @@ if dist.get_rank() == 0:
         ),
     )
 
-    def _logging_calls(self, analysis: ScriptAnalysis) -> list[cst.Call]:
-        loggers = set(analysis.calls_to(names.GET_LOGGER))
-        found = []
-        for call in analysis.calls:
-            if analysis.is_call_to(call, names.LOGGING_CALLS):
-                found.append(call)
-            elif call_method_name(call) in LOGGER_METHODS and dotted_name(call.func.value):  # type: ignore[union-attr]
-                if loggers & analysis.origins(call.func.value):  # type: ignore[union-attr]
-                    found.append(call)
-        return found
-
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
         if not analysis.is_training_script:
             return
@@ -96,7 +83,7 @@ if dist.get_rank() == 0:
             elif analysis.is_call_to(call, names.TQDM) and not any(a.keyword and a.keyword.value == "disable" for a in call.args):
                 yield Match(call, "progress bar drawn by every process: disable it off rank 0")
         if not analysis.calls_to(names.RUNTIME_SILENCE_LOGGING):
-            logging_calls = [c for c in self._logging_calls(analysis) if analysis.rank_guard(c) is None]
+            logging_calls = [c for c in analysis.logging_calls if analysis.rank_guard(c) is None]
             if logging_calls:
                 yield Match(
                     logging_calls[0],

@@ -24,7 +24,7 @@ from .discovery import discover, is_excluded
 from .engine import FileResult, process
 from .registry import all_rules, rule_for_code, without_lint_only
 from .runner import default_jobs, run, write_result
-from .selection import SelectionError, normalise_codes, select_rules
+from .selection import SelectionError, drop_rules, normalise_codes, select_rules
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 COMMANDS = ("migrate", "lint", "rules", "explain")
@@ -134,7 +134,7 @@ def _rules_for(settings: Settings) -> Callable[[Path], Sequence[type[Rule]]]:
             if is_excluded(resolved, [glob], settings.config.root)
             for code in codes
         ]
-        return select_rules([], dropped, settings.rules) if dropped else settings.rules
+        return drop_rules(settings.rules, dropped) if dropped else settings.rules
 
     return rules_for
 

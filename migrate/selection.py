@@ -27,7 +27,19 @@ def normalise_codes(raw: Iterable[str]) -> list[str]:
 
 
 def select_rules(select: Sequence[str], ignore: Sequence[str], rules: Sequence[type[Rule]] | None = None) -> list[type[Rule]]:
-    """The rules that ``select`` (all when empty or ``ALL``) keeps and ``ignore`` does not drop."""
+    """The rules that ``select`` keeps and ``ignore`` does not drop.
+
+    Without ``select`` every rule that is on by default runs; rules that are off by default (they would
+    flag correct migrated code, like DDP038) run only when a code or prefix selects them, or ``ALL``.
+    """
     rules = all_rules() if rules is None else rules
-    chosen = [r for r in rules if not select or "ALL" in select or _matches(r.code, select)]
-    return [r for r in chosen if not _matches(r.code, ignore)]
+    if select:
+        chosen = [r for r in rules if "ALL" in select or _matches(r.code, select)]
+    else:
+        chosen = [r for r in rules if getattr(r, "enabled_by_default", True)]
+    return drop_rules(chosen, ignore)
+
+
+def drop_rules(rules: Sequence[type[Rule]], ignore: Sequence[str]) -> list[type[Rule]]:
+    """The rules whose codes no code or prefix in ``ignore`` matches."""
+    return [r for r in rules if not _matches(r.code, ignore)]

@@ -6,6 +6,7 @@ evaluation rather than per step.
 
 from __future__ import annotations
 
+import time
 from typing import Union, overload
 
 import torch
@@ -16,6 +17,9 @@ from .process_group import is_initialized
 __all__ = ["reduce_mean", "reduce_sum", "weighted_mean"]
 
 Number = Union[int, float]
+
+#: Longest wait, in seconds, for gloo's worker threads to let go of a finished collective's tensor.
+RELEASE_TIMEOUT = 2.0
 
 
 def _several_processes() -> bool:
@@ -33,10 +37,30 @@ def _collective_device(current: torch.device) -> torch.device:
     return current
 
 
+def _wait_until_released(tensor: torch.Tensor) -> None:
+    """Wait until the backend's threads hold no more references to ``tensor`` (CPU tensors only).
+
+    gloo runs a collective on its own worker threads, which may drop their references to the
+    tensors a few milliseconds after ``all_reduce`` has returned. A tensor created in Python then
+    has to free its Python object from that thread, which takes the GIL; if the script has ended
+    in the meantime and the interpreter is shutting down, the thread is killed inside a C++
+    destructor and the process aborts with "terminate called without an active exception"
+    (seen with torch 2.13 under load). Waiting here, usually for no time at all, keeps that
+    release inside this call. NCCL keeps its tensors longer, by design, so CUDA tensors are left.
+    """
+    use_count = getattr(tensor, "_use_count", None)  # private: skip where torch lacks it
+    if use_count is None or tensor.device.type != "cpu":
+        return
+    deadline = time.monotonic() + RELEASE_TIMEOUT
+    while use_count() > 1 and time.monotonic() < deadline:
+        time.sleep(0.0002)
+
+
 def _sum_across_ranks(tensor: torch.Tensor) -> torch.Tensor:
     """The element-wise sum of ``tensor`` over all ranks, as a new tensor on ``tensor``'s device."""
     work = tensor.detach().to(_collective_device(tensor.device), copy=True)
     dist.all_reduce(work, op=dist.ReduceOp.SUM)
+    pass
     return work.to(tensor.device)
 
 

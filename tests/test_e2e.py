@@ -42,11 +42,12 @@ import re
 import shutil
 import sys
 import threading
+import warnings
 from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -71,9 +72,17 @@ LAUNCH_TIMEOUT = 120.0
 MIGRATE_TIMEOUT = 60.0
 #: Processes per torchrun launch.
 NPROC = 2
-#: Tolerance for "the same final weights". Measured differences are ~1e-7 (float summation order).
-ATOL = 1e-5
-RTOL = 1e-4
+#: What a process prints when it aborts in torch's gloo teardown. With torch 2.13 on CPU, a script that
+#: calls ``destroy_process_group()`` while its DistributedDataParallel model is alive (as the DDP
+#: tutorial and ``runtime.cleanup()`` do) dies of SIGABRT with this message in roughly 1 of 10 torchrun
+#: launches, after all its work is done. A launch that fails this way is repeated (and a warning says
+#: so); any other failure fails the test.
+TEARDOWN_ABORT = "terminate called without an active exception"
+TEARDOWN_RETRIES = 2
+#: Tolerance for "the same final weights". Measured: at most 1.3e-7 under torchrun (the gradient is
+#: averaged in a different summation order), bit-identical as plain python.
+ATOL = 1e-6
+RTOL = 1e-5
 
 with (SCRIPTS_DIR / "manifest.toml").open("rb") as _fh:
     MANIFEST: dict[str, dict[str, Any]] = tomllib.load(_fh)["fixtures"]
@@ -94,7 +103,23 @@ MODEL_CALL_NAMES: dict[str, dict[str, str]] = {
 
 #: (fixture, check) -> why the migrated script fails that check. ``"*"`` as the check: every check that
 #: needs a migrated run. Each is a defect of the migration tool, documented by a strict xfail.
-KNOWN_BUGS: dict[tuple[str, str], str] = {}
+KNOWN_BUGS: dict[tuple[str, str], str] = {
+    ("tqdm_logging", "*"): (
+        "DDP006 inserts `pbar.sampler.set_epoch(epoch)` as the first statement of the epoch loop, "
+        "naming the tqdm bar that is only assigned later in the loop (`pbar = tqdm(loader, ...)`) "
+        "instead of `loader`: UnboundLocalError on every rank, under torchrun and plain python"
+    ),
+    ("tqdm_logging", "rank0_writes"): (
+        "besides the set_epoch crash: `logging.basicConfig(handlers=[..., "
+        "logging.FileHandler('logs/train.log', mode='w')])` at import time opens (truncates) "
+        "logs/train.log on every rank; silence_non_main_logging() stops the records but not the "
+        "truncation, which can wipe what rank 0 already logged; neither fixed nor reported"
+    ),
+    ("config_shuffle", "rank0_writes"): (
+        "results/history.json is written with `open(..., 'w')` + json.dump on every rank; the "
+        "migration neither guards it with runtime.is_main_process() nor reports it for review"
+    ),
+}
 
 CHECKS_NEEDING_MIGRATED_RUNS = {
     "torchrun_runs", "plain_runs", "same_weights_torchrun", "same_weights_plain", "training_works",
@@ -129,6 +154,9 @@ class Launch:
     results: list[LaunchResult] = field(default_factory=list)
     error: str | None = None
     records: list[dict[str, Any]] = field(default_factory=list)
+    #: Output tails of earlier attempts that died of :data:`TEARDOWN_ABORT` and were repeated.
+    retried: list[str] = field(default_factory=list)
+    _warned: bool = field(default=False, repr=False)
 
     @property
     def output(self) -> str:
@@ -136,6 +164,13 @@ class Launch:
 
     def require(self) -> Launch:
         """Fail the calling test, with the output tails, unless the launch succeeded."""
+        if self.retried and not self._warned:
+            self._warned = True
+            warnings.warn(
+                f"{self.what}: repeated {len(self.retried)} time(s) after a process aborted in "
+                f"torch's gloo teardown ({TEARDOWN_ABORT!r})",
+                stacklevel=2,
+            )
         if self.error is not None:
             pytest.fail(f"{self.what} failed:\n{self.error}", pytrace=False)
         return self
@@ -171,7 +206,6 @@ class FixtureRuns:
     migration: Migration
     torchrun: Launch
     plain: Launch
-    two_node: Launch | None = None
 
 
 def _read_records(folder: Path) -> list[dict[str, Any]]:
@@ -183,14 +217,15 @@ def _read_records(folder: Path) -> list[dict[str, Any]]:
     return records
 
 
-def _launch(what: str, cwd: Path, start: Callable[[dict[str, str]], list[LaunchResult]],
-            record: bool) -> Launch:
-    """Run ``start(env)`` and capture its results, failure and (when ``record``) records."""
-    cwd.mkdir(parents=True, exist_ok=True)
+def _attempt(what: str, cwd: Path, start: Callable[[dict[str, str]], list[LaunchResult]],
+             record_dir: Path | None) -> Launch:
+    """One attempt at a launch, in a fresh ``cwd`` (and record folder)."""
     env = {"PYTHONHASHSEED": "0"}
-    record_dir = cwd.parent / f"{cwd.name}-records"
-    if record:
-        record_dir.mkdir(parents=True, exist_ok=True)
+    for folder in (cwd, record_dir):
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+    if record_dir is not None:
         existing = os.environ.get("PYTHONPATH", "")
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SUPPORT_DIR), existing) if p)
         env[RECORD_VARIABLE] = str(record_dir)
@@ -206,9 +241,34 @@ def _launch(what: str, cwd: Path, start: Callable[[dict[str, str]], list[LaunchR
             launch.error = "\n".join(
                 f"$ {' '.join(r.args)}\nexit status {r.returncode}\n{r.tail()}" for r in launch.results
             )
-    if record:
+    if record_dir is not None:
         launch.records = _read_records(record_dir)
     return launch
+
+
+def _teardown_abort(launch: Launch) -> bool:
+    """Whether the launch failed only because a process aborted in gloo's teardown."""
+    return (
+        launch.error is not None
+        and not any(result.timed_out for result in launch.results)
+        and TEARDOWN_ABORT in launch.output
+    )
+
+
+def _launch(what: str, cwd: Path, start: Callable[[dict[str, str]], list[LaunchResult]],
+            record: bool) -> Launch:
+    """Run ``start(env)`` and capture its results, failure and (when ``record``) records.
+
+    A launch that dies of :data:`TEARDOWN_ABORT` is repeated, up to :data:`TEARDOWN_RETRIES` times.
+    """
+    record_dir = cwd.parent / f"{cwd.name}-records" if record else None
+    retried: list[str] = []
+    while True:
+        launch = _attempt(what, cwd, start, record_dir)
+        if len(retried) >= TEARDOWN_RETRIES or not _teardown_abort(launch):
+            launch.retried = retried
+            return launch
+        retried.append(launch.error or "")
 
 
 def _skipped(what: str, cwd: Path, why: str) -> Launch:
@@ -295,30 +355,62 @@ def _run_two_nodes(runs: FixtureRuns, base: Path) -> Launch:
 
 
 class E2E:
-    """Runs each fixture at most once per session and hands out the results."""
+    """Runs each fixture at most once per session and hands out the results.
+
+    Asking for one fixture also starts the next one (in :data:`ALL` order, the order the tests ask
+    in), so that one fixture's launches fill the gaps in another's (process start-up, rendezvous).
+    """
+
+    PREFETCH = 1
 
     def __init__(self, factory: pytest.TempPathFactory) -> None:
         self._factory = factory
-        self._runs: dict[str, FixtureRuns] = {}
+        self._pool = ThreadPoolExecutor(max_workers=1 + self.PREFETCH, thread_name_prefix="e2e")
+        self._runs: dict[str, Future[FixtureRuns]] = {}
+        self._two_node: dict[str, Future[Launch]] = {}
         self._lock = threading.Lock()
 
-    def __call__(self, name: str) -> FixtureRuns:
+    def _submit(self, name: str) -> Future[FixtureRuns]:
         with self._lock:
             if name not in self._runs:
-                self._runs[name] = _run_fixture(name, self._factory.mktemp(f"e2e-{name}"))
+                folder = self._factory.mktemp(f"e2e-{name}")
+                self._runs[name] = self._pool.submit(_run_fixture, name, folder)
             return self._runs[name]
 
-    def two_node(self, name: str) -> Launch:
-        runs = self(name)
+    def __call__(self, name: str) -> FixtureRuns:
+        future = self._submit(name)
+        position = ALL.index(name)
+        for upcoming in ALL[position + 1 : position + 1 + self.PREFETCH]:
+            self._submit(upcoming)
+        return future.result()
+
+    def _submit_two_node(self, name: str, runs: FixtureRuns) -> Future[Launch]:
         with self._lock:
-            if runs.two_node is None:
-                runs.two_node = _run_two_nodes(runs, self._factory.mktemp(f"e2e-{name}-2n"))
-            return runs.two_node
+            if name not in self._two_node:
+                folder = self._factory.mktemp(f"e2e-{name}-2n")
+                self._two_node[name] = self._pool.submit(_run_two_nodes, runs, folder)
+            return self._two_node[name]
+
+    def two_node(self, name: str) -> Launch:
+        """The two-node launch of ``name``; the next one in TWO_NODE starts in the background when
+        its fixture's runs are done (a pool thread never waits for another pool job)."""
+        future = self._submit_two_node(name, self(name))
+        position = TWO_NODE.index(name)
+        for upcoming in TWO_NODE[position + 1 : position + 1 + self.PREFETCH]:
+            runs = self._runs.get(upcoming)
+            if runs is not None and runs.done() and runs.exception() is None:
+                self._submit_two_node(upcoming, runs.result())
+        return future.result()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
 
 
 @pytest.fixture(scope="session")
-def e2e(tmp_path_factory: pytest.TempPathFactory) -> E2E:
-    return E2E(tmp_path_factory)
+def e2e(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2E]:
+    runner = E2E(tmp_path_factory)
+    yield runner
+    runner.close()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -571,12 +663,20 @@ def test_migration_succeeds_and_compiles(e2e: E2E, name: str) -> None:
 def test_migration_is_idempotent(e2e: E2E, name: str) -> None:
     migration = e2e(name).migration
     assert migration.ok, migration.error
-    assert migration.check is not None
-    assert migration.check.returncode == 0, (
-        f"`ddp-migrate --check` on the migrated file exited {migration.check.returncode}:\n"
-        f"{migration.check.tail()}"
-    )
+    assert migration.check is not None and migration.first is not None
     assert migration.source_after_check == migration.source, "--check modified the file"
+    check = migration.check
+    # Exit 1 from --check means "would change a file" or "findings remain": after a migration that
+    # left review items (exit 1), the items remain, but no file may be about to change.
+    expected = (0,) if migration.first.returncode == 0 else (0, 1)
+    assert check.returncode in expected, (
+        f"`ddp-migrate --check` on the migrated file exited {check.returncode}:\n{check.tail()}"
+    )
+    if check.returncode == 1:
+        would = re.search(r"(\d+) file\(s\) would be migrated", check.output)
+        assert would is not None and int(would.group(1)) == 0, (
+            f"`ddp-migrate --check` would migrate the migrated file again:\n{check.tail()}"
+        )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -749,6 +849,11 @@ def test_two_node_launch(e2e: E2E, name: str) -> None:
     launch = e2e.two_node(name).require()
     ranks = {(r["rank"], r["local_rank"]) for r in launch.kinds("batch")}
     assert ranks == {(0, 0), (1, 0)}, f"expected global ranks 0 and 1, both local rank 0: {ranks}"
+    printed = losses(launch.output, runs.entry)
+    assert len(printed) == runs.entry["epochs"], (
+        f"{launch.what}: {len(printed)} loss lines for {runs.entry['epochs']} epochs (printing must "
+        f"be guarded by the global rank, not the local rank): {printed}"
+    )
     assert_rank0_saves(launch, runs.entry)
     assert_rank0_writes(launch)
     assert_disjoint_shards(launch, runs.entry, 2)

@@ -16,7 +16,7 @@ from ddp_migrate.codemods.base import Options
 from ddp_migrate.engine import process
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-SOURCES = sorted([*FIXTURES.glob("scripts/*.py"), *FIXTURES.glob("cases/*.py")])
+SOURCES = sorted([*FIXTURES.glob("scripts/*.py"), *FIXTURES.glob("cases/*.py"), *FIXTURES.glob("legacy/*.py")])
 EXPECTED = FIXTURES / "expected"
 #: Fixtures that are already correct (or not training code): migrating them must change nothing.
 UNCHANGED = {"already_ddp.py", "not_training.py"}

@@ -5,7 +5,8 @@ module at start-up (``site`` imports ``sitecustomize``). When ``DDP_MIGRATE_E2E_
 folder, every process appends JSON lines to ``<folder>/record-<pid>.jsonl``:
 
 - ``{"kind": "save", ...}`` for every ``torch.save`` call, with the target path (for a file object, its
-  name; ``ddp_migrate.runtime.save`` writes into ``.<name>.<pid>.<hex>.tmp`` and renames it, so the final
+  name, or for one made by ``os.fdopen`` the path its descriptor points to, on Linux;
+  ``ddp_migrate.runtime.save`` writes into ``.<name>.<pid>.<hex>.tmp`` and renames it, so the final
   target is derived from that name) and the process's ranks;
 - ``{"kind": "open", ...}`` for every ``open()`` of a file for writing (modes with ``w``, ``a``, ``x`` or
   ``+``), with its absolute path;
@@ -71,6 +72,11 @@ def _install(record_dir: str) -> None:
             raw = os.path.abspath(os.fsdecode(os.fspath(f)))
         else:
             name = getattr(f, "name", None)
+            if isinstance(name, int):  # os.fdopen(descriptor): ask the kernel for the path
+                try:
+                    name = os.readlink(f"/proc/self/fd/{name}")
+                except OSError:
+                    name = None
             raw = os.path.abspath(os.fsdecode(name)) if isinstance(name, (str, bytes)) else None
         if raw is None:
             return None, None

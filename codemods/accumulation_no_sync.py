@@ -1,0 +1,384 @@
+"""DDP031 accumulation-without-no-sync."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import libcst as cst
+
+from . import names
+from .analysis import ScriptAnalysis, call_method_name, dotted_name, walk
+from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Severity, Valid
+from .edits import Edits, code_of, statement
+
+#: Calls that read or change gradients, which hold only this process's share inside ``no_sync()``.
+GRADIENT_READERS = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm", "unscale_"})
+#: Expressions an accumulation test may be made of, so it can be evaluated earlier with the same result.
+PURE_NODES = (
+    cst.Name,
+    cst.Attribute,
+    cst.Integer,
+    cst.BinaryOperation,
+    cst.UnaryOperation,
+    cst.Comparison,
+    cst.ComparisonTarget,
+    cst.BaseBinaryOp,
+    cst.BaseUnaryOp,
+    cst.BaseCompOp,
+    cst.LeftParen,
+    cst.RightParen,
+    cst.BaseParenthesizableWhitespace,
+    cst.Dot,
+)
+
+
+@dataclass(frozen=True)
+class Accumulation:
+    """A loop that calls ``backward()`` every step and steps the optimizer under ``gate`` only."""
+
+    loop: cst.For
+    backward: cst.Call
+    gate: cst.If
+    model: str
+    #: The block holding the statements to wrap (``start`` … ``end``, inclusive) and the gate; ``None`` when
+    #: the rewrite would not be safe.
+    block: cst.IndentedBlock | None = None
+    start: int = 0
+    end: int = 0
+
+
+class AccumulationWithoutNoSync(Rule):
+    """Skip DDP's gradient all-reduce on the steps where gradient accumulation does not step.
+
+    What it finds: a training loop over a DDP-wrapped model that calls ``backward()`` on every
+    iteration but ``optimizer.step()`` (or ``scaler.step(optimizer)``) only under an ``if`` that counts
+    iterations (its test uses ``%`` or an ``accum...`` name: gradient accumulation), without
+    ``model.no_sync()``.
+
+    Why it is a problem: DDP all-reduces the gradients during every ``backward()``. With accumulation over k
+    micro-batches, k-1 of those all-reduces are wasted: their result is only added to and synchronised again
+    at the stepping iteration. The training is right but communication costs up to k times what it
+    needs to.
+
+    What the fix does: for the usual gate ``if (i + 1) % k == 0:`` it wraps the statements from the
+    forward pass through ``backward()`` in ``with (model.no_sync() if (i + 1) % k != 0 else
+    contextlib.nullcontext()):``. On accumulating steps the gradients then accumulate locally; the
+    stepping iteration's ``backward()`` all-reduces their sum, which gives the same averaged gradient as
+    before (up to float rounding). A trailing partial window is synchronised by the next synchronising
+    ``backward()``, as before. The rewrite is made only when it keeps the result:
+    - the gate's test is a single ``<expr> % <k> == 0`` made of names, attributes and numbers (no calls),
+      and the wrapped statements do not assign any name it uses, so testing it earlier gives the same answer;
+    - the forward pass through the DDP model, ``backward()`` and the gate are statements of the same block,
+      in that order (the forward pass must run inside ``no_sync()`` too);
+    - nothing outside the gate reads gradients on every step (``.grad``, gradient clipping,
+      ``scaler.unscale_``): inside ``no_sync()`` they hold only this process's share.
+    Other accumulation patterns are reported only: wrap the forward and backward of the non-stepping
+    iterations in ``with model.no_sync():`` by hand.
+    """
+
+    code = "DDP031"
+    name = "accumulation-without-no-sync"
+    phase = Phase.WRAPPING
+    severity = Severity.WARNING
+    triggers = ("backward",)
+    manual_fix = "run the forward and backward passes of the non-stepping iterations inside model.no_sync()"
+    examples = (
+        Example(
+            before="""\
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+model = DDP(net, device_ids=[local_rank])
+for i, (x, y) in enumerate(loader):
+    loss = criterion(model(x), y) / accum_steps
+    loss.backward()
+    if (i + 1) % accum_steps == 0:
+        optimizer.step()
+        optimizer.zero_grad()
+""",
+            after="""\
+import contextlib
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+model = DDP(net, device_ids=[local_rank])
+for i, (x, y) in enumerate(loader):
+    with (model.no_sync() if (i + 1) % accum_steps != 0 else contextlib.nullcontext()):
+        loss = criterion(model(x), y) / accum_steps
+        loss.backward()
+    if (i + 1) % accum_steps == 0:
+        optimizer.step()
+        optimizer.zero_grad()
+""",
+        ),
+        Example(
+            before="""\
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+model = DDP(net, device_ids=[local_rank])
+for step, (x, y) in enumerate(loader):
+    loss = criterion(model(x), y)
+    loss.backward()
+    if step % 4 == 3 or step == len(loader) - 1:
+        optimizer.step()
+        optimizer.zero_grad()
+""",
+        ),
+        Valid(
+            """\
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+model = DDP(net, device_ids=[local_rank])
+for i, (x, y) in enumerate(loader):
+    if (i + 1) % accum_steps != 0:
+        with model.no_sync():
+            criterion(model(x), y).backward()
+    else:
+        criterion(model(x), y).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+for x, y in loader:
+    optimizer.zero_grad()
+    criterion(model(x), y).backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    if torch.isfinite(norm):
+        optimizer.step()
+"""
+        ),
+    )
+
+    # ------------------------------------------------------------------------------ finding
+
+    def _is_optimizer(self, analysis: ScriptAnalysis, expr: cst.BaseExpression) -> bool:
+        if set(analysis.optimizer_calls) & analysis.origins(expr):
+            return True
+        name = dotted_name(expr)
+        return name is not None and "optim" in name.split(".")[-1].lower()
+
+    def _is_optimizer_step(self, analysis: ScriptAnalysis, call: cst.Call) -> bool:
+        if call_method_name(call) != "step":
+            return False
+        receiver = call.func.value  # type: ignore[union-attr]
+        return self._is_optimizer(analysis, receiver) or any(self._is_optimizer(analysis, a.value) for a in call.args)
+
+    def _ddp_model(self, analysis: ScriptAnalysis, node: cst.CSTNode) -> str | None:
+        """The DDP-wrapped model a statement runs forward (``model(x)``, or ``model`` handed to a call)."""
+        for call in (n for n in walk(node) if isinstance(n, cst.Call)):
+            for expr in (call.func, *(a.value for a in call.args)):
+                name = dotted_name(expr)
+                if name is None:
+                    continue
+                wrap = analysis.wrapped_at(expr)
+                if wrap is not None and analysis.is_call_to(wrap, names.DISTRIBUTED_DATA_PARALLEL):
+                    return name
+        return None
+
+    def _nearest_loop(self, analysis: ScriptAnalysis, node: cst.CSTNode) -> cst.CSTNode | None:
+        for ancestor in analysis.ancestors(node):
+            if isinstance(ancestor, (cst.For, cst.While, cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+                return ancestor
+        return None
+
+    def _gate(self, analysis: ScriptAnalysis, node: cst.CSTNode, loop: cst.For) -> cst.If | None:
+        """The outermost ``if`` within the loop whose body holds the node."""
+        child, found = node, None
+        for ancestor in analysis.ancestors(node):
+            if ancestor is loop:
+                return found
+            if isinstance(ancestor, cst.If) and child is ancestor.body:
+                found = ancestor
+            child = ancestor
+        return None
+
+    def accumulations(self, analysis: ScriptAnalysis) -> Iterator[Accumulation]:
+        """Every accumulating loop without ``no_sync()``, with what the rewrite needs when it is safe."""
+        for loop in analysis.for_loops:
+            backwards = [c for c in analysis.backward_calls if self._nearest_loop(analysis, c) is loop]
+            steps = [
+                c for c in analysis.calls if self._is_optimizer_step(analysis, c) and self._nearest_loop(analysis, c) is loop
+            ]
+            if not backwards or not steps:
+                continue
+            gates = {self._gate(analysis, step, loop) for step in steps}
+            if None in gates or len(gates) != 1:
+                continue  # the optimizer steps on every iteration: no accumulation
+            gate = gates.pop()
+            assert gate is not None
+            if any(analysis.is_inside(b, gate) for b in backwards) or not _counts_steps(gate.test):
+                continue
+            if any(call_method_name(c) == "no_sync" for c in analysis.calls if analysis.is_inside(c, loop)):
+                continue
+            if any(call_method_name(c) == "no_sync" for a in analysis.ancestors(loop) if isinstance(a, cst.With) for c in _calls_in(a.items)):
+                continue
+            model = self._ddp_model(analysis, loop.body)
+            if model is None:
+                continue
+            yield self._plan(analysis, Accumulation(loop, backwards[0], gate, model), backwards)
+
+    def _plan(self, analysis: ScriptAnalysis, found: Accumulation, backwards: list[cst.Call]) -> Accumulation:
+        """The accumulation with the statements to wrap, when the rewrite is safe (see the docstring)."""
+        block = analysis.parent(found.gate)
+        if not isinstance(block, cst.IndentedBlock) or not _is_modulo_gate(found.gate.test):
+            return found
+        body = list(block.body)
+        gate_index = body.index(found.gate)
+        holders = [_child_of(analysis, b, block) for b in backwards]
+        if any(h is None for h in holders):
+            return found
+        end = max(body.index(h) for h in holders)  # type: ignore[arg-type]
+        start = next((i for i in range(end + 1) if self._ddp_model(analysis, body[i]) == found.model), None)
+        if start is None or end >= gate_index or self._ddp_model(analysis, body[start]) is None:
+            return found
+        used = {dotted_name(n) for n in walk(found.gate.test) if isinstance(n, (cst.Name, cst.Attribute))}
+        if used & _assigned(body[start:gate_index]):
+            return found
+        if _reads_gradients(found.loop.body, skip=found.gate.body):
+            return found
+        return Accumulation(found.loop, found.backward, found.gate, found.model, block, start, end)
+
+    def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
+        for found in self.accumulations(analysis):
+            yield Match(
+                found.backward,
+                f"gradient accumulation: backward() all-reduces gradients on every iteration but the optimizer "
+                f"steps only when `{code_of(found.gate.test)}`; skip the sync on the other iterations with {found.model}.no_sync()",
+                fixable=found.block is not None,
+            )
+
+    # ------------------------------------------------------------------------------- fixing
+
+    def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
+        edits = Edits(analysis.module.code)
+        nullcontext = None
+        for found in self.accumulations(analysis):
+            if found.block is None:
+                continue
+            nullcontext = nullcontext or _nullcontext(analysis, edits)
+            test = found.gate.test
+            assert isinstance(test, cst.Comparison)
+            negated = test.with_changes(
+                comparisons=[test.comparisons[0].with_changes(operator=cst.NotEqual())]
+            )
+            header = statement(f"with ({found.model}.no_sync() if {code_of(negated)} else {nullcontext}()):\n    pass\n")
+            assert isinstance(header, cst.With)
+            edits.replace(found.block, lambda updated, _f=found, _h=header: _wrap(updated, _f.start, _f.end, _h))  # type: ignore[misc]
+            edits.changes.append(
+                Change(
+                    self.code,
+                    analysis.line(found.backward),
+                    f"forward and backward of the accumulating iterations run inside {found.model}.no_sync()",
+                )
+            )
+        return edits.apply(analysis.module) if edits else None
+
+
+def _nullcontext(analysis: ScriptAnalysis, edits: Edits) -> str:
+    """How the file spells ``contextlib.nullcontext``; adds ``import contextlib`` at the head of the imports if needed."""
+    function = analysis.local_name_for("contextlib.nullcontext")
+    if function:
+        return function
+    module = analysis.local_name_for("contextlib")
+    if module:
+        return f"{module}.nullcontext"
+    imports = [
+        stmt
+        for stmt in analysis.module.body
+        if isinstance(stmt, cst.SimpleStatementLine) and all(isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body)
+    ]
+    if any(isinstance(s, cst.Import) and any(dotted_name(a.name) == "contextlib" and a.asname is None for a in s.names) for stmt in imports for s in stmt.body):
+        return "contextlib.nullcontext"
+    # A standard-library import goes first, before the file's other imports (after ``from __future__``).
+    first = next((stmt for stmt in imports if not any(isinstance(s, cst.ImportFrom) and dotted_name(s.module) == "__future__" for s in stmt.body)), None)
+    if first is not None:
+        edits.insert_before(first, statement("import contextlib"))
+    else:
+        edits.add_import("contextlib")
+    return "contextlib.nullcontext"
+
+
+def _wrap(block: cst.CSTNode, start: int, end: int, header: cst.With) -> cst.CSTNode:
+    """The block with statements ``start`` … ``end`` moved into the ``with`` statement."""
+    assert isinstance(block, cst.IndentedBlock)
+    body = list(block.body)
+    group = body[start : end + 1]
+    first = group[0]
+    comments = first.leading_lines
+    group[0] = first.with_changes(leading_lines=[])
+    with_statement = header.with_changes(body=cst.IndentedBlock(body=group), leading_lines=comments)
+    return block.with_changes(body=[*body[:start], with_statement, *body[end + 1 :]])
+
+
+def _calls_in(nodes: Sequence[cst.CSTNode]) -> Iterator[cst.Call]:
+    for node in nodes:
+        yield from (n for n in walk(node) if isinstance(n, cst.Call))
+
+
+def _child_of(analysis: ScriptAnalysis, node: cst.CSTNode, block: cst.IndentedBlock) -> cst.BaseStatement | None:
+    """The statement of ``block`` that holds the node."""
+    for ancestor in analysis.ancestors(node):
+        if analysis.parent(ancestor) is block:
+            return ancestor  # type: ignore[return-value]
+    return None
+
+
+def _counts_steps(test: cst.BaseExpression) -> bool:
+    """Whether a test looks like an accumulation counter (``i % k``, ``accum_count == k``), not a condition
+    such as ``torch.isfinite(grad_norm)`` that skips a step now and then."""
+    for node in walk(test):
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo):
+            return True
+        if isinstance(node, (cst.Name, cst.Attribute)) and "accum" in (dotted_name(node) or "").lower():
+            return True
+    return False
+
+
+def _is_modulo_gate(test: cst.BaseExpression) -> bool:
+    """``<expr> % <k> == 0`` built only of names, attributes, numbers and arithmetic."""
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return False
+    target = test.comparisons[0]
+    if not isinstance(target.operator, cst.Equal):
+        return False
+    if not (isinstance(target.comparator, cst.Integer) and target.comparator.value == "0"):
+        return False
+    if not (isinstance(test.left, cst.BinaryOperation) and isinstance(test.left.operator, cst.Modulo)):
+        return False
+    return all(isinstance(n, PURE_NODES) for n in walk(test))
+
+
+def _assigned(statements: Sequence[cst.BaseStatement]) -> set[str | None]:
+    """Dotted names the statements assign (plain, augmented, annotated, ``for`` targets, ``:=``)."""
+    found: set[str | None] = set()
+    for stmt in statements:
+        for node in walk(stmt):
+            targets: list[cst.BaseExpression] = []
+            if isinstance(node, cst.Assign):
+                targets = [t.target for t in node.targets]
+            elif isinstance(node, (cst.AnnAssign, cst.AugAssign)):
+                targets = [node.target]
+            elif isinstance(node, (cst.For, cst.CompFor)):
+                targets = [node.target]
+            elif isinstance(node, cst.NamedExpr):
+                targets = [node.target]
+            for target in targets:
+                found.update(dotted_name(n) for n in walk(target) if isinstance(n, (cst.Name, cst.Attribute)))
+    return found
+
+
+def _reads_gradients(node: cst.CSTNode, skip: cst.CSTNode) -> bool:
+    """Whether the code outside ``skip`` reads gradients: ``.grad``, gradient clipping, ``scaler.unscale_``."""
+    for n in _walk_except(node, skip):
+        if isinstance(n, cst.Attribute) and n.attr.value == "grad":
+            return True
+        if isinstance(n, cst.Call) and isinstance(n.func, (cst.Name, cst.Attribute)):
+            last = n.func.value if isinstance(n.func, cst.Name) else n.func.attr.value
+            if last in GRADIENT_READERS:
+                return True
+    return False
+
+
+def _walk_except(node: cst.CSTNode, skip: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    if node is skip:
+        return
+    yield node
+    for child in node.children:
+        yield from _walk_except(child, skip)

@@ -1,0 +1,195 @@
+"""DDP030 batchnorm-without-sync."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+
+from . import names
+from .analysis import ScriptAnalysis, dotted_name, walk
+from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Severity, Valid
+from .edits import Edits, code_of, expression, statement
+from .runtime_calls import runtime_name
+
+
+def wrapped_module(wrap: cst.Call) -> cst.Arg | None:
+    """The model argument of a ``DistributedDataParallel(...)`` call (first positional, or ``module=``)."""
+    for index, arg in enumerate(wrap.args):
+        if arg.star:
+            return None
+        if (arg.keyword is None and index == 0) or (arg.keyword is not None and arg.keyword.value == "module"):
+            return arg
+    return None
+
+
+class BatchNormWithoutSync(Rule):
+    """Convert BatchNorm layers to SyncBatchNorm before wrapping the model in DDP.
+
+    What it finds: a ``DistributedDataParallel(model)`` wrap of a model that has BatchNorm layers
+    (``nn.BatchNorm1d`` / ``2d`` / ``3d`` under any import alias, in a model class defined in the file,
+    in a class that class builds, or in an ``nn.Sequential(...)`` built in place) when the model is not
+    passed through ``SyncBatchNorm.convert_sync_batchnorm`` (or ``runtime.convert_sync_batchnorm``).
+
+    Why it is a problem: each process normalises its activations with the mean and variance of its own
+    shard of the batch, and the running statistics are those of rank 0's shards (DDP broadcasts buffers
+    from rank 0). With the global batch split over N processes, each shard is N times smaller than the
+    batch the model was tuned for, so statistics get noisier; with small per-process batches training
+    degrades or diverges. (With large per-process batches, plain BatchNorm is often fine and faster.)
+
+    What the fix does: ``model = runtime.convert_sync_batchnorm(model)`` right before the wrap, so
+    BatchNorm computes its statistics over the whole global batch, as the original single-process script
+    did. The runtime converts only when the model is on (or headed for) CUDA: SyncBatchNorm does not run
+    on CPU, where the call returns the model unchanged. The finding is informational: drop the line if
+    per-process statistics are what you want.
+    """
+
+    code = "DDP030"
+    name = "batchnorm-without-sync"
+    phase = Phase.WRAPPING
+    severity = Severity.INFO
+    triggers = ("BatchNorm",)
+    manual_fix = "convert the model with runtime.convert_sync_batchnorm(model) before wrapping it"
+    examples = (
+        Example(
+            before="""\
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 16, 3)
+        self.bn = nn.BatchNorm2d(16)
+
+    def forward(self, x):
+        return self.bn(self.conv(x))
+
+
+model = Net().to(device)
+model = DDP(model, device_ids=[local_rank])
+""",
+            after="""\
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from ddp_migrate import runtime
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 16, 3)
+        self.bn = nn.BatchNorm2d(16)
+
+    def forward(self, x):
+        return self.bn(self.conv(x))
+
+
+model = Net().to(device)
+model = runtime.convert_sync_batchnorm(model)
+model = DDP(model, device_ids=[local_rank])
+""",
+        ),
+        Example(
+            before="""\
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+ddp_model = DistributedDataParallel(nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8)).to(device))
+""",
+            after="""\
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from ddp_migrate import runtime
+
+ddp_model = DistributedDataParallel(runtime.convert_sync_batchnorm(nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8)).to(device)))
+""",
+        ),
+        Valid(
+            """\
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm1d(16)
+
+
+model = nn.SyncBatchNorm.convert_sync_batchnorm(Net()).to(device)
+model = DDP(model, device_ids=[local_rank])
+plain = DDP(nn.Linear(4, 4))
+"""
+        ),
+    )
+
+    def _batchnorm_classes(self, analysis: ScriptAnalysis) -> dict[str, cst.ClassDef]:
+        """Classes of the file that hold BatchNorm layers, directly or through other classes of the file."""
+        classes = {c.name.value: c for c in analysis.classes}
+        found: dict[str, cst.ClassDef] = {}
+        for call in analysis.calls_to(names.BATCH_NORM):
+            owner = analysis.enclosing_class(call)
+            if owner is not None:
+                found[owner.name.value] = owner
+        changed = True
+        while changed:
+            changed = False
+            for name, cls in classes.items():
+                if name not in found and any(
+                    isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value in found for n in walk(cls)
+                ):
+                    found[name] = cls
+                    changed = True
+        return found
+
+    def _batchnorm_source(self, analysis: ScriptAnalysis, origin: cst.CSTNode, classes: dict[str, cst.ClassDef]) -> str | None:
+        """What makes a model origin hold BatchNorm layers (a class name, or the layer), if anything."""
+        if not isinstance(origin, cst.Call):
+            return None
+        if isinstance(origin.func, cst.Name) and origin.func.value in classes:
+            return origin.func.value
+        for node in walk(origin):
+            if isinstance(node, cst.Call) and analysis.is_call_to(node, names.BATCH_NORM):
+                return dotted_name(node.func) or "BatchNorm"
+            if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in classes:
+                return node.func.value
+        return None
+
+    def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
+        classes = self._batchnorm_classes(analysis)
+        if not classes and not analysis.calls_to(names.BATCH_NORM):
+            return
+        for wrap in analysis.calls_to(names.DISTRIBUTED_DATA_PARALLEL):
+            arg = wrapped_module(wrap)
+            if arg is None:
+                continue
+            origins = analysis.origins(arg.value)
+            if any(isinstance(o, cst.Call) and analysis.is_call_to(o, names.CONVERT_SYNC_BATCHNORM) for o in origins):
+                continue
+            sources = [s for s in (self._batchnorm_source(analysis, o, classes) for o in origins if o is not wrap) if s]
+            if sources:
+                yield Match(
+                    wrap,
+                    f"model with BatchNorm layers ({sorted(set(sources))[0]}) wrapped in DDP without SyncBatchNorm: "
+                    "each process normalises with the statistics of its own shard of the batch",
+                )
+
+    def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
+        edits = Edits(analysis.module.code)
+        for match in self.matches(analysis):
+            wrap = match.node
+            assert isinstance(wrap, cst.Call)
+            arg = wrapped_module(wrap)
+            assert arg is not None
+            rt = runtime_name(analysis, edits)
+            target = dotted_name(arg.value)
+            if target is not None:
+                edits.insert_before(analysis.statement(wrap), statement(f"{target} = {rt}.convert_sync_batchnorm({target})"))
+            else:
+                edits.replace(arg.value, expression(f"{rt}.convert_sync_batchnorm({code_of(arg.value)})"))
+            edits.changes.append(
+                Change(self.code, analysis.line(wrap), "BatchNorm converted to SyncBatchNorm before the DDP wrap (on CUDA only)")
+            )
+        return edits.apply(analysis.module) if edits else None

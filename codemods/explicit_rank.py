@@ -1,0 +1,286 @@
+"""DDP022 explicit-rank-and-world-size."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+
+from . import names
+from .analysis import ScriptAnalysis, dotted_name
+from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
+from .edits import Edits, code_of, expression, statement
+from .legacy_analysis import (
+    INIT_PARAMETERS,
+    LaunchIndex,
+    LegacyFacts,
+    argument,
+    is_pure,
+    legacy_facts,
+    remove_statements,
+    removal_set,
+    replace_values,
+    statement_line,
+    string_value,
+    tidy_top,
+)
+from .runtime_calls import runtime_name
+
+#: ``init_process_group`` arguments the runtime's ``setup()`` replaces or takes over.
+REPLACED = frozenset({"backend", "init_method", "rank", "world_size", "timeout"})
+#: Backends the runtime chooses by itself (``nccl`` on CUDA, ``gloo`` otherwise).
+DEFAULT_BACKENDS = frozenset({"nccl", "gloo"})
+
+
+class ExplicitRankAndWorldSize(Rule):
+    """Create the process group from torchrun's environment, not from a rank and world size of the script.
+
+    What it finds: ``init_process_group(backend, rank=..., world_size=...)`` where the rank or the world
+    size comes from the script (a spawn index, a command-line option, arithmetic) rather than from
+    torchrun's ``RANK``/``WORLD_SIZE``; and a world size that is this machine's GPU count or a constant
+    (``world_size = torch.cuda.device_count()``).
+
+    Why it is a problem: the rank and world size of a job belong to whoever starts its processes. Under
+    torchrun the script's own numbers disagree with the processes that actually exist (two nodes of four
+    GPUs are a world of eight, not four; ``node_rank * ngpus + gpu`` assumes a layout torchrun does not
+    promise), and the group waits forever for ranks that never come.
+
+    What the fix does: ``runtime.setup()``, which reads torchrun's environment (or forms a world of one
+    without it), keeps a backend or timeout the script chose (the usual ``"nccl" if cuda else "gloo"`` is
+    what ``setup()`` does anyway, so it goes) and drops ``init_method``. Variables that held the rank or
+    world size and are read later are set from the runtime right after (``args.rank = runtime.rank()``),
+    and their earlier, now dead, computations go. A world size taken from the GPU count or a constant
+    becomes ``runtime.world_size()``.
+    """
+
+    code = "DDP022"
+    name = "explicit-rank-and-world-size"
+    phase = Phase.LEGACY_LAUNCH
+    triggers = ("init_process_group",)
+    manual_fix = "create the process group from torchrun's environment (runtime.setup()) and read rank and world size from it"
+    examples = (
+        Example(
+            before="""\
+import sys
+
+import torch
+import torch.distributed as dist
+
+
+def setup(rank, world_size):
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    dist.init_process_group(backend, rank=rank, world_size=world_size)
+
+
+if __name__ == "__main__":
+    world_size = torch.cuda.device_count()
+    setup(int(sys.argv[1]), world_size)
+""",
+            after="""\
+import sys
+
+import torch
+from ddp_migrate import runtime
+
+
+def setup(rank, world_size):
+    runtime.setup()
+
+
+if __name__ == "__main__":
+    world_size = runtime.world_size()
+    setup(int(sys.argv[1]), world_size)
+""",
+        ),
+        Example(
+            before="""\
+import os
+
+import torch.distributed as dist
+
+
+def main_worker(gpu, ngpus_per_node, args):
+    if args.dist_url == "env://" and args.rank == -1:
+        args.rank = int(os.environ["RANK"])
+    args.rank = args.rank * ngpus_per_node + gpu
+    dist.init_process_group(
+        backend=args.dist_backend, init_method=args.dist_url, world_size=args.world_size, rank=args.rank
+    )
+    print(f"rank {args.rank} of {args.world_size}")
+""",
+            after="""\
+from ddp_migrate import runtime
+
+
+def main_worker(gpu, ngpus_per_node, args):
+    runtime.setup(backend=args.dist_backend)
+    args.rank = runtime.rank()
+    args.world_size = runtime.world_size()
+    print(f"rank {args.rank} of {args.world_size}")
+""",
+        ),
+        Valid(
+            """\
+import os
+
+import torch.distributed as dist
+
+dist.init_process_group("nccl", rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
+"""
+        ),
+    )
+
+    def _fixable(self, analysis: ScriptAnalysis, call: cst.Call) -> bool:
+        stmt = analysis.statement(call)
+        is_statement = (
+            isinstance(stmt, cst.SimpleStatementLine)
+            and len(stmt.body) == 1
+            and isinstance(stmt.body[0], cst.Expr)
+            and stmt.body[0].value is call
+        )
+        if not is_statement or any(a.star for a in call.args):
+            return False
+        given = {a.keyword.value if a.keyword else INIT_PARAMETERS[i] for i, a in enumerate(call.args) if a.keyword or i < len(INIT_PARAMETERS)}
+        return given <= REPLACED
+
+    def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
+        facts = legacy_facts(analysis)
+        for call in facts.explicit_inits:
+            fixable = self._fixable(analysis, call)
+            extra = "" if fixable else " (it passes arguments the runtime's setup() does not take, such as a store)"
+            yield Match(call, f"init_process_group given its rank and world size by the script: torchrun's environment has them{extra}", fixable)
+        for value in facts.world_size_sources:
+            yield Match(value, "world size taken from this machine's GPU count or a constant: under torchrun it is every process on every node")
+
+    def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
+        facts = legacy_facts(analysis)
+        edits = Edits(analysis.module.code)
+        removed: set[cst.CSTNode] = set()
+        for call in facts.explicit_inits:
+            if not self._fixable(analysis, call):
+                continue
+            rt = runtime_name(analysis, edits)
+            stmt = analysis.statement(call)
+            parts = []
+            backend = argument(call, INIT_PARAMETERS, "backend")
+            if backend is not None:
+                if self._is_default_backend(facts, backend.value):
+                    removed |= self._drop_backend_variable(analysis, facts, call, backend.value)
+                else:
+                    parts.append(f"backend={code_of(backend.value)}" if backend.keyword else code_of(backend.value))
+            timeout = argument(call, INIT_PARAMETERS, "timeout")
+            if timeout is not None:
+                parts.append(f"timeout={code_of(timeout.value)}")
+            edits.replace(call, expression(f"{rt}.setup({', '.join(parts)})"))
+            after = []
+            for parameter in ("rank", "world_size"):
+                arg = argument(call, INIT_PARAMETERS, parameter)
+                name = dotted_name(arg.value) if arg is not None and isinstance(arg.value, (cst.Name, cst.Attribute)) else None
+                if arg is None or name is None:
+                    continue
+                read_later, dead = self._variable(analysis, facts, call, arg.value, name)
+                removed |= dead
+                if read_later and not self._trusted(analysis, facts, arg.value, parameter):
+                    after.append(statement(f"{name} = {rt}.{parameter}()"))
+            if after:
+                edits.insert_after(stmt, *after)
+            edits.changes.append(
+                Change(self.code, analysis.line(call), "init_process_group with a hand-made rank and world size replaced by runtime.setup() (torchrun's environment)")
+            )
+        remove_statements(analysis, edits, removed)
+        sizes = [v for v in facts.world_size_sources if not any(analysis.is_inside(v, r) for r in removed)]
+        if sizes:
+            rt = runtime_name(analysis, edits)
+            replace_values(analysis, edits, sizes, f"{rt}.world_size()")
+            for value in sizes:
+                edits.changes.append(Change(self.code, analysis.line(value), "world size taken from torchrun (runtime.world_size())"))
+        if not edits:
+            return None
+        for module, name, asname in (
+            ("torch.distributed", "init_process_group", None),
+            ("torch.distributed", None, analysis.local_name_for("torch.distributed")),
+            ("os", None, None),
+        ):
+            edits.remove_import_if_unused(module, name, asname)
+        return tidy_top(analysis.module, edits.apply(analysis.module))
+
+    @staticmethod
+    def _is_default_backend(facts: LegacyFacts, value: cst.BaseExpression) -> bool:
+        """Whether the backend is the runtime's own choice: ``"nccl"``, or ``nccl``/``gloo`` by CUDA."""
+        chosen: set[str] = set()
+        for source in facts.sources(value):
+            if isinstance(source, cst.Attribute) and dotted_name(source) in ("dist.Backend.NCCL", "torch.distributed.Backend.NCCL"):
+                chosen.add("nccl")
+                continue
+            literal = string_value(source) if isinstance(source, cst.BaseExpression) else None
+            if literal not in DEFAULT_BACKENDS:
+                return False
+            chosen.add(literal)  # type: ignore[arg-type]
+            parent = facts.analysis.parent(source)
+            if isinstance(parent, cst.Param):  # a default the caller may override
+                return False
+        return "nccl" in chosen
+
+    @staticmethod
+    def _drop_backend_variable(analysis: ScriptAnalysis, facts: LegacyFacts, call: cst.Call, value: cst.BaseExpression) -> set[cst.CSTNode]:
+        """The assignments of a backend variable that only this call read."""
+        name = dotted_name(value) if isinstance(value, cst.Name) else None
+        if name is None:
+            return set()
+        key = facts.key(value, name)
+        if any(not analysis.is_inside(r, call) for r in facts.reads(key)):
+            return set()
+        assignments = facts.assignments_to(key)
+        if not all(isinstance(a, cst.Assign) and len(a.targets) == 1 and is_pure(a.value) for a in assignments):
+            return set()
+        return {statement_line(analysis, a) for a in assignments}
+
+    @staticmethod
+    def _trusted(analysis: ScriptAnalysis, facts: LegacyFacts, expr: cst.BaseExpression, parameter: str) -> bool:
+        """Whether the variable holds torchrun's value once the legacy launch is migrated: a spawn index that
+        stands for the rank (DDP020 passes ``runtime.rank()``), a GPU count that becomes
+        ``runtime.world_size()``, or the value read from the environment."""
+        sizes = facts.world_size_sources
+        from_runtime = names.RUNTIME_RANK if parameter == "rank" else {names.runtime("world_size"), "torch.distributed.get_world_size"}
+        variable = "RANK" if parameter == "rank" else "WORLD_SIZE"
+        sources = facts.sources(expr)
+        for source in sources:
+            if isinstance(source, LaunchIndex):
+                trusted = parameter == "rank" and facts.index_is_global(source.launch)
+            elif source in sizes:
+                trusted = parameter == "world_size"
+            else:
+                trusted = (isinstance(source, cst.Call) and analysis.is_call_to(source, from_runtime)) or facts.env_read(source) == variable
+            if not trusted:
+                return False
+        return bool(sources)
+
+    @staticmethod
+    def _variable(
+        analysis: ScriptAnalysis, facts: LegacyFacts, call: cst.Call, expr: cst.BaseExpression, name: str
+    ) -> tuple[bool, set[cst.CSTNode]]:
+        """Whether the variable that held the rank (or world size) is read after the setup, and its earlier
+        computations in the same function that the setup makes dead."""
+        key = facts.key(expr, name)
+        function = analysis.enclosing_function(call)
+        scope = key[0]
+        stores = [
+            statement_line(analysis, a)
+            for a in facts.assignments_to(key)
+            if analysis.enclosing_function(a) is function
+            and analysis.comes_before(a, call)
+            and isinstance(a, cst.Assign)
+            and len(a.targets) == 1
+            and is_pure(a.value)
+        ]
+        dead = removal_set(analysis, stores) if stores else set()
+        reads = [r for r in facts.reads(key) if not analysis.is_inside(r, call) and not any(analysis.is_inside(r, d) for d in dead)]
+        if scope is None or isinstance(scope, cst.ClassDef):
+            read_later = bool(reads)  # an attribute lives on: any read elsewhere counts
+        else:
+            read_later = any(analysis.enclosing_function(r) is function and analysis.comes_before(call, r) for r in reads)
+        if dead and stores:
+            first = min(stores, key=lambda s: analysis.span(s)[0])
+            if any(analysis.comes_before(first, r) and analysis.comes_before(r, call) for r in reads):
+                return read_later, set()  # an earlier value is read before the setup: not dead
+        return read_later, dead

@@ -1,0 +1,201 @@
+"""DDP025 local-rank-guard."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+
+from .analysis import ScriptAnalysis, dotted_name, walk
+from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
+from .edits import Edits, expression
+from .legacy_analysis import LegacyFacts, int_value, legacy_facts, tidy_top
+from .runtime_calls import runtime_name
+
+#: Calls that write files or print: a guard around them decides which processes produce output.
+OUTPUT_CALLS = frozenset(
+    {"print", "open", "makedirs", "mkdir", "copyfile", "copy", "copy2", "savefig", "add_scalar", "add_scalars", "info", "warning", "log"}
+)
+OUTPUT_PREFIXES = ("save", "write", "dump", "print", "log")
+
+
+def _callee(call: cst.Call) -> str:
+    func = call.func
+    return func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else ""
+
+
+class LocalRankGuard(Rule):
+    """Write files and print on global rank 0, not on local rank 0.
+
+    What it finds: an ``if`` that lets only the local rank 0 write or print: ``if local_rank == 0:``,
+    ``if args.local_rank in [-1, 0]:``, ``if not local_rank:``, and the ImageNet example's
+    ``if args.rank % ngpus_per_node == 0:`` (the first process of each machine). The guarded block saves,
+    writes, logs or prints (also through a function of the file it calls).
+
+    Why it is a problem: every machine has a local rank 0, so on a job of several nodes each node writes
+    the same checkpoint (racing on shared storage) and prints the same lines. On one machine the two
+    tests agree, which is why the bug survives until the first multi-node run.
+
+    What the fix does: the local-rank test becomes ``runtime.is_main_process()`` (global rank 0). A guard
+    whose block only prepares something each machine needs (a download, a cache) is per node on purpose
+    and is left alone.
+    """
+
+    code = "DDP025"
+    name = "local-rank-guard"
+    phase = Phase.OUTPUT
+    triggers = ("rank", "RANK", "spawn", "Process")
+    manual_fix = "guard the output with the global rank (runtime.is_main_process())"
+    examples = (
+        Example(
+            before="""\
+import os
+
+import torch
+
+local_rank = int(os.environ["LOCAL_RANK"])
+for epoch in range(10):
+    train(model, loader)
+    if local_rank == 0:
+        torch.save(model.module.state_dict(), "model.pt")
+        print("saved epoch", epoch)
+""",
+            after="""\
+import os
+
+import torch
+from ddp_migrate import runtime
+
+local_rank = int(os.environ["LOCAL_RANK"])
+for epoch in range(10):
+    train(model, loader)
+    if runtime.is_main_process():
+        torch.save(model.module.state_dict(), "model.pt")
+        print("saved epoch", epoch)
+""",
+        ),
+        Example(
+            before="""\
+import logging
+
+import torch
+
+
+def save_checkpoint(state, filename="checkpoint.pth.tar"):
+    torch.save(state, filename)
+
+
+def main_worker(gpu, ngpus_per_node, args):
+    args.rank = args.rank * ngpus_per_node + gpu
+    if args.local_rank in [-1, 0]:
+        logging.info("step done")
+    if not args.multiprocessing_distributed or args.rank % ngpus_per_node == 0:
+        save_checkpoint({"state_dict": model.state_dict()})
+""",
+            after="""\
+import logging
+
+import torch
+from ddp_migrate import runtime
+
+
+def save_checkpoint(state, filename="checkpoint.pth.tar"):
+    torch.save(state, filename)
+
+
+def main_worker(gpu, ngpus_per_node, args):
+    args.rank = args.rank * ngpus_per_node + gpu
+    if runtime.is_main_process():
+        logging.info("step done")
+    if not args.multiprocessing_distributed or runtime.is_main_process():
+        save_checkpoint({"state_dict": model.state_dict()})
+""",
+        ),
+        Valid(
+            """\
+import os
+
+import torch.distributed as dist
+
+local_rank = int(os.environ["LOCAL_RANK"])
+if local_rank == 0:
+    download_dataset("data/")
+dist.barrier()
+if dist.get_rank() == 0:
+    print("ready")
+"""
+        ),
+    )
+
+    def _local_zero_tests(self, facts: LegacyFacts, test: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
+        """The parts of an ``if`` test that mean "local rank 0"."""
+        for node in walk(test):
+            if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Not):
+                if self._is_local(facts, node.expression):
+                    yield node
+            if not isinstance(node, cst.Comparison) or len(node.comparisons) != 1:
+                continue
+            target = node.comparisons[0]
+            left, right, operator = node.left, target.comparator, target.operator
+            if isinstance(operator, cst.Equal):
+                for side, other in ((left, right), (right, left)):
+                    if int_value(other) != 0:
+                        continue
+                    if self._is_local(facts, side) or self._is_node_first(facts, side):
+                        yield node
+                        break
+            elif isinstance(operator, cst.In) and isinstance(right, (cst.List, cst.Tuple, cst.Set)):
+                values = {int_value(e.value) for e in right.elements}
+                if 0 in values and values <= {0, -1} and self._is_local(facts, left):
+                    yield node
+            elif isinstance(operator, (cst.LessThanEqual, cst.LessThan)):
+                bound = int_value(right)
+                if bound == (0 if isinstance(operator, cst.LessThanEqual) else 1) and self._is_local(facts, left):
+                    yield node
+
+    @staticmethod
+    def _is_local(facts: LegacyFacts, node: cst.BaseExpression) -> bool:
+        return isinstance(node, (cst.Name, cst.Attribute, cst.Call)) and facts.holds_local_rank(node)
+
+    @staticmethod
+    def _is_node_first(facts: LegacyFacts, node: cst.BaseExpression) -> bool:
+        """``rank % ngpus_per_node``: the position of the process on its machine."""
+        if not (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo)):
+            return False
+        left = node.left
+        if isinstance(left, (cst.Name, cst.Attribute, cst.Call)) and facts.holds_global_rank(left):
+            return True
+        name = dotted_name(left)
+        return bool(name) and name.split(".")[-1] in ("rank", "global_rank")  # type: ignore[union-attr]
+
+    def _writes(self, analysis: ScriptAnalysis, node: cst.CSTNode, depth: int = 0) -> bool:
+        """Whether running the block prints, logs or writes (looking two calls deep into the file)."""
+        for inner in walk(node):
+            if not isinstance(inner, cst.Call):
+                continue
+            name = _callee(inner)
+            if name in OUTPUT_CALLS or name.startswith(OUTPUT_PREFIXES):
+                return True
+            target = analysis.call_target(inner)
+            if target is not None and depth < 2 and self._writes(analysis, target.body, depth + 1):
+                return True
+        return False
+
+    def _cases(self, analysis: ScriptAnalysis) -> Iterator[cst.BaseExpression]:
+        facts = legacy_facts(analysis)
+        for branch in analysis.ifs:
+            tests = list(self._local_zero_tests(facts, branch.test))
+            if tests and self._writes(analysis, branch.body):
+                yield from tests
+
+    def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
+        for test in self._cases(analysis):
+            yield Match(test, "output guarded by the local rank: every node's local rank 0 writes it; guard with the global rank 0")
+
+    def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
+        edits = Edits(analysis.module.code)
+        for test in self._cases(analysis):
+            rt = runtime_name(analysis, edits)
+            edits.replace(test, expression(f"{rt}.is_main_process()"))
+            edits.changes.append(Change(self.code, analysis.line(test), "local-rank guard replaced by runtime.is_main_process() (global rank 0)"))
+        return tidy_top(analysis.module, edits.apply(analysis.module)) if edits else None

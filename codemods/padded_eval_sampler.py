@@ -1,0 +1,151 @@
+"""DDP034 padded-eval-sampler."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+
+from . import names
+from .analysis import ScriptAnalysis, dotted_name, is_true, keyword_argument, walk
+from .base import Example, Match, Phase, Rule, Severity, Valid
+from .distributed_sampler import has_distributed_sampler, sampler_origin
+
+
+def _reductions_in(analysis: ScriptAnalysis, node: cst.CSTNode) -> list[cst.Call]:
+    return [n for n in walk(node) if isinstance(n, cst.Call) and analysis.is_call_to(n, names.REDUCTIONS)]
+
+
+class PaddedEvalSampler(Rule):
+    """Reduce the metrics of a sharded evaluation across ranks, and mind the sampler's padding.
+
+    What it finds: an evaluation ``DataLoader`` (iterated, but never by a loop that calls
+    ``backward()``) that draws from a ``DistributedSampler``,
+    - when the function that evaluates it reduces nothing across ranks (no ``dist.all_reduce`` /
+      ``all_gather`` / ``reduce`` / ``gather``, no ``runtime.reduce_sum`` / ``reduce_mean`` /
+      ``weighted_mean``, neither there nor where its result is used), or
+    - when it does, but the sampler pads (``drop_last`` is not ``True``).
+
+    Why it is a problem: each rank evaluates only its 1/N of the set. Unreduced, every rank reports the
+    accuracy of its own shard: rank 0 prints a number computed on a fraction of the data, and choices
+    made from it (``if acc > best: save``, early stopping, learning-rate schedules) differ between ranks,
+    which can deadlock the job or desynchronise it. Reduced, the number is still slightly off when the set
+    size is not a multiple of N: ``DistributedSampler`` repeats up to N-1 samples so that every rank gets
+    the same count, and they are counted twice.
+
+    What a human must do: either evaluate the whole set on every rank (remove the ``DistributedSampler``
+    from the evaluation loader: correct, but N times the work), or reduce the metric's sum and count
+    across ranks (``runtime.weighted_mean(correct, seen)``) and accept or remove the padded repeats (an
+    evaluation set whose size divides by N, or a sampler that does not pad). The choice between speed and
+    exactness is yours.
+    """
+
+    code = "DDP034"
+    name = "padded-eval-sampler"
+    phase = Phase.SAMPLERS
+    severity = Severity.WARNING
+    triggers = ("DistributedSampler",)
+    manual_fix = "reduce the metrics across ranks (runtime.weighted_mean), or evaluate the whole set on every rank"
+    examples = (
+        Example(
+            before="""\
+import torch
+from torch.utils.data import DataLoader, DistributedSampler
+
+
+def evaluate(model, dataset):
+    loader = DataLoader(dataset, batch_size=64, sampler=DistributedSampler(dataset, shuffle=False))
+    correct = 0
+    with torch.no_grad():
+        for x, y in loader:
+            correct += (model(x).argmax(1) == y).sum().item()
+    return correct / len(dataset)
+""",
+        ),
+        Example(
+            before="""\
+import torch
+from ddp_migrate import runtime
+from torch.utils.data import DataLoader, DistributedSampler
+
+
+def evaluate(model, dataset):
+    loader = DataLoader(dataset, batch_size=64, sampler=DistributedSampler(dataset, shuffle=False))
+    correct = seen = 0
+    with torch.no_grad():
+        for x, y in loader:
+            correct += (model(x).argmax(1) == y).sum().item()
+            seen += len(y)
+    return runtime.weighted_mean(correct, seen)
+""",
+        ),
+        Valid(
+            """\
+import torch
+from ddp_migrate import runtime
+from torch.utils.data import DataLoader, DistributedSampler
+
+
+def evaluate(model, dataset):
+    sampler = DistributedSampler(dataset, shuffle=False, drop_last=True)
+    loader = DataLoader(dataset, batch_size=64, sampler=sampler)
+    correct = seen = 0
+    with torch.no_grad():
+        for x, y in loader:
+            correct += (model(x).argmax(1) == y).sum().item()
+            seen += len(y)
+    return runtime.weighted_mean(correct, seen)
+
+
+val_loader = DataLoader(val_set, batch_size=64)
+for x, y in val_loader:
+    correct += (model(x).argmax(1) == y).sum().item()
+"""
+        ),
+    )
+
+    def _reduced(self, analysis: ScriptAnalysis, loop: cst.For) -> bool:
+        """Whether the evaluating function reduces something across ranks, or its callers reduce its result."""
+        function = analysis.enclosing_function(loop)
+        if function is None:
+            return any(analysis.enclosing_function(r) is None for r in _reductions_in(analysis, analysis.module))
+        if _reductions_in(analysis, function):
+            return True
+        for call in analysis.callers_of(function):
+            statement = analysis.statement(call)
+            if _reductions_in(analysis, statement):
+                return True
+            results = {
+                dotted_name(t.target) for t in (statement.body[0].targets if _is_assign_line(statement) else ())  # type: ignore[union-attr]
+            }
+            scope = analysis.enclosing_function(call) or analysis.module
+            for reduction in _reductions_in(analysis, scope):
+                if any(dotted_name(n) in results for n in walk(reduction) if isinstance(n, (cst.Name, cst.Attribute))):
+                    return True
+        return False
+
+    def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
+        for loader in analysis.loader_calls:
+            if loader not in analysis.evaluation_loaders or not has_distributed_sampler(analysis, loader):
+                continue
+            loops = [loop.loop for loop in analysis.loader_loops if loader in loop.loader_calls]
+            if not all(self._reduced(analysis, loop) for loop in loops):
+                yield Match(
+                    loader,
+                    "evaluation DataLoader sharded with a DistributedSampler, but its metrics are not reduced across "
+                    "ranks: each rank reports the metric of its own shard only",
+                    fixable=False,
+                )
+                continue
+            samplers = [o for o in sampler_origin(analysis, loader) if isinstance(o, cst.Call) and analysis.is_call_to(o, names.DISTRIBUTED_SAMPLER)]
+            if any(not is_true(getattr(keyword_argument(s, "drop_last"), "value", None)) for s in samplers):
+                yield Match(
+                    loader,
+                    "evaluation DistributedSampler pads the set to a multiple of the world size with repeated samples: "
+                    "the reduced metric counts up to N-1 samples twice",
+                    fixable=False,
+                )
+
+
+def _is_assign_line(statement: cst.BaseStatement) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and isinstance(statement.body[0], cst.Assign)

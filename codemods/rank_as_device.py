@@ -1,0 +1,222 @@
+"""DDP024 rank-as-device."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+import libcst as cst
+
+from . import names
+from .analysis import ScriptAnalysis, call_method_name, walk
+from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
+from .edits import Edits, expression, without_argument
+from .legacy_analysis import DDP_PARAMETERS, LegacyFacts, argument, legacy_facts, remove_statements, tidy_top
+from .runtime_calls import runtime_name
+
+DEVICE = "device"  # the expression becomes runtime.device()
+CUDA_CALL = "cuda"  # x.cuda(rank) becomes x.to(runtime.device())
+SET_DEVICE = "set_device"  # torch.cuda.set_device(rank): runtime.setup() does it
+DEVICE_IDS = "device_ids"  # device_ids=[rank] becomes runtime.device_ids()
+OUTPUT_DEVICE = "output_device"  # dropped: DDP uses device_ids[0]
+
+
+@dataclass(frozen=True)
+class _Case:
+    node: cst.CSTNode
+    kind: str
+    message: str
+
+
+def _mentions_rank(facts: LegacyFacts, node: cst.CSTNode) -> bool:
+    """Whether any name, attribute or call inside the node holds the global rank."""
+    return any(
+        isinstance(n, (cst.Name, cst.Attribute, cst.Call)) and facts.holds_global_rank(n)  # type: ignore[arg-type]
+        for n in walk(node)
+    )
+
+
+def _cuda_fstring(node: cst.CSTNode) -> bool:
+    """``f"cuda:{...}"``."""
+    if not isinstance(node, cst.FormattedString) or not node.parts:
+        return False
+    first = node.parts[0]
+    return isinstance(first, cst.FormattedStringText) and first.value.startswith("cuda:")
+
+
+class RankAsDevice(Rule):
+    """Pick the GPU by the local rank, not by the global rank.
+
+    What it finds: the global rank (a spawn function's rank parameter, ``dist.get_rank()``, ``RANK`` from
+    the environment, or a variable copied from them) used as a device: ``.to(rank)``, ``.cuda(rank)``,
+    ``torch.device(f"cuda:{rank}")``, ``torch.cuda.set_device(rank)``, ``DistributedDataParallel(model,
+    device_ids=[rank], output_device=rank)``.
+
+    Why it is a problem: on one machine the global rank happens to equal the GPU index, so the bug hides
+    until the job spans nodes: there, rank 8 asks for ``cuda:8`` on a machine with eight GPUs and fails,
+    or ranks of different nodes share GPUs. The GPU index of a process is its local rank.
+
+    What the fix does: the device expression becomes ``runtime.device()`` (``cuda:<LOCAL_RANK>``, or the
+    CPU without CUDA, so a ``... if torch.cuda.is_available() else "cpu"`` around it goes too);
+    ``.cuda(rank)`` becomes ``.to(runtime.device())``; ``device_ids=[rank]`` becomes
+    ``device_ids=runtime.device_ids()`` and ``output_device`` goes; ``set_device(rank)`` is removed where
+    ``runtime.setup()`` sets the device, and uses ``runtime.local_rank()`` otherwise. Where the variable
+    is used as a rank (``if rank == 0:``, ``DistributedSampler(rank=rank)``) it stays.
+    """
+
+    code = "DDP024"
+    name = "rank-as-device"
+    phase = Phase.DEVICES
+    triggers = ("rank", "RANK")
+    manual_fix = "choose the device by the local rank (runtime.device())"
+    examples = (
+        Example(
+            before="""\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def train(rank, world_size):
+    dist.init_process_group("nccl", rank=rank, world_size=world_size)
+    torch.cuda.set_device(rank)
+    model = Net().to(rank)
+    model = DDP(model, device_ids=[rank], output_device=rank)
+    for x, y in loader:
+        x, y = x.cuda(rank), y.to(f"cuda:{rank}")
+        loss_fn(model(x), y).backward()
+    if rank == 0:
+        torch.save(model.module.state_dict(), "model.pt")
+""",
+            after="""\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from ddp_migrate import runtime
+
+
+def train(rank, world_size):
+    dist.init_process_group("nccl", rank=rank, world_size=world_size)
+    torch.cuda.set_device(runtime.local_rank())
+    model = Net().to(runtime.device())
+    model = DDP(model, device_ids=runtime.device_ids())
+    for x, y in loader:
+        x, y = x.to(runtime.device()), y.to(runtime.device())
+        loss_fn(model(x), y).backward()
+    if rank == 0:
+        torch.save(model.module.state_dict(), "model.pt")
+""",
+        ),
+        Example(
+            before="""\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from ddp_migrate import runtime
+
+runtime.setup()
+rank = dist.get_rank()
+if torch.cuda.is_available():
+    torch.cuda.set_device(rank)
+device = torch.device("cuda", rank) if torch.cuda.is_available() else torch.device("cpu")
+model = DDP(Net().to(device), device_ids=[rank] if torch.cuda.is_available() else None)
+""",
+            after="""\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from ddp_migrate import runtime
+
+runtime.setup()
+rank = dist.get_rank()
+device = runtime.device()
+model = DDP(Net().to(device), device_ids=runtime.device_ids())
+""",
+        ),
+        Valid(
+            """\
+import os
+
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+local_rank = int(os.environ["LOCAL_RANK"])
+rank = int(os.environ["RANK"])
+model = DDP(Net().to(local_rank), device_ids=[local_rank])
+if rank == 0:
+    print("training on", torch.cuda.device_count(), "GPUs")
+"""
+        ),
+    )
+
+    def _cases(self, analysis: ScriptAnalysis) -> Iterator[_Case]:
+        facts = legacy_facts(analysis)
+        devices: list[cst.Call] = []
+        for call in analysis.calls:
+            if analysis.is_call_to(call, names.TORCH_DEVICE):
+                if any(_mentions_rank(facts, a.value) for a in call.args):
+                    devices.append(call)
+                    yield _Case(call, DEVICE, "torch.device from the global rank: the GPU of a process is its local rank")
+            elif analysis.is_call_to(call, names.CUDA_SET_DEVICE):
+                if call.args and facts.holds_global_rank(call.args[0].value):
+                    yield _Case(call, SET_DEVICE, "set_device(global rank): the GPU of a process is its local rank")
+            elif call_method_name(call) in ("to", "cuda") and call.args:
+                first = call.args[0]
+                if (first.keyword is None or first.keyword.value == "device") and facts.holds_global_rank(first.value):
+                    if call_method_name(call) == "cuda":
+                        yield _Case(call, CUDA_CALL, ".cuda(global rank): the GPU of a process is its local rank")
+                    else:
+                        yield _Case(first.value, DEVICE, ".to(global rank): the GPU of a process is its local rank")
+            if analysis.is_call_to(call, names.DISTRIBUTED_DATA_PARALLEL):
+                ids = argument(call, DDP_PARAMETERS, "device_ids")
+                listed = ids.value.body if ids is not None and isinstance(ids.value, cst.IfExp) else ids.value if ids is not None else None
+                if isinstance(listed, cst.List) and len(listed.elements) == 1 and facts.holds_global_rank(listed.elements[0].value):
+                    yield _Case(listed, DEVICE_IDS, "device_ids=[global rank]: DDP needs this process's local GPU")
+                    output = argument(call, DDP_PARAMETERS, "output_device")
+                    if output is not None and _mentions_rank(facts, output.value):
+                        yield _Case(output.value, OUTPUT_DEVICE, "output_device=global rank: DDP needs this process's local GPU")
+        for node in walk(analysis.module):
+            if _cuda_fstring(node) and _mentions_rank(facts, node) and not any(analysis.is_inside(node, d) for d in devices):
+                yield _Case(node, DEVICE, 'f"cuda:{rank}" from the global rank: the GPU of a process is its local rank')
+
+    def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
+        for case in self._cases(analysis):
+            yield Match(case.node, case.message)
+
+    def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
+        facts = legacy_facts(analysis)
+        edits = Edits(analysis.module.code)
+        removed: list[cst.CSTNode] = []
+        runtime_sets_device = not analysis.calls_to(names.INIT_PROCESS_GROUP)
+        for case in self._cases(analysis):
+            rt = runtime_name(analysis, edits)
+            node = case.node
+            if case.kind == DEVICE:
+                edits.replace(facts.device_choice(node), expression(f"{rt}.device()"))  # type: ignore[arg-type]
+                message = "device of the global rank replaced by runtime.device() (the local rank's GPU)"
+            elif case.kind == CUDA_CALL:
+                assert isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+                edits.replace(node, node.with_changes(func=node.func.with_changes(attr=cst.Name("to")), args=[cst.Arg(expression(f"{rt}.device()"))]))
+                message = ".cuda(rank) replaced by .to(runtime.device())"
+            elif case.kind == SET_DEVICE:
+                assert isinstance(node, cst.Call)
+                stmt = analysis.statement(node)
+                if runtime_sets_device and isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1:
+                    removed.append(stmt)
+                    message = "torch.cuda.set_device(rank) removed (runtime.setup() sets the local rank's device)"
+                else:
+                    edits.replace(node.args[0].value, expression(f"{rt}.local_rank()"))
+                    message = "torch.cuda.set_device uses the local rank"
+            elif case.kind == DEVICE_IDS:
+                edits.replace(facts.device_choice(node, fallback="none"), expression(f"{rt}.device_ids()"))  # type: ignore[arg-type]
+                message = "device_ids=[rank] replaced by runtime.device_ids()"
+            else:
+                arg = analysis.parent(node)
+                call = analysis.parent(arg)
+                assert isinstance(arg, cst.Arg) and isinstance(call, cst.Call)
+                index = list(call.args).index(arg)
+                edits.replace(call, lambda updated, i=index: without_argument(updated, updated.args[i]))  # type: ignore[arg-type]
+                message = "output_device removed (DDP uses device_ids[0])"
+            edits.changes.append(Change(self.code, analysis.line(node), message))
+        remove_statements(analysis, edits, removed)
+        return tidy_top(analysis.module, edits.apply(analysis.module)) if edits else None

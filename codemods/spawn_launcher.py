@@ -1,0 +1,262 @@
+"""DDP020 spawn-launcher."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+
+from .analysis import ScriptAnalysis, dotted_name
+from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
+from .edits import Edits, code_of, expression
+from .legacy_analysis import (
+    Launch,
+    is_pure,
+    legacy_facts,
+    call_with,
+    remove_statements,
+    replace_values,
+    without_launch_comments,
+    tidy_top,
+)
+from .runtime_calls import runtime_name
+
+#: Imports that only served a hand-made launch: (module, name) as ``Edits.remove_import_if_unused`` takes them.
+LAUNCH_IMPORTS = (
+    ("torch.multiprocessing", None),
+    ("multiprocessing", None),
+    ("torch.multiprocessing", "spawn"),
+    ("torch.multiprocessing", "start_processes"),
+    ("torch.multiprocessing", "Process"),
+    ("torch.multiprocessing", "set_start_method"),
+    ("torch.multiprocessing", "get_context"),
+    ("multiprocessing", "Process"),
+    ("multiprocessing", "set_start_method"),
+    ("multiprocessing", "get_context"),
+)
+
+
+class SpawnLauncher(Rule):
+    """Let torchrun start the processes: call the worker function once instead of spawning it.
+
+    What it finds: a script that starts its own training processes, with ``mp.spawn(fn, args=(...),
+    nprocs=N)`` (``torch.multiprocessing.spawn``, ``start_processes``) or with a loop that starts
+    ``multiprocessing.Process(target=fn, args=(rank, ...))`` objects and joins them, where ``fn`` sets up
+    a process group or a DDP model.
+
+    Why it is a problem: a launcher inside the script can only start processes on its own machine, so the
+    job can never span nodes, and under torchrun every one of torchrun's processes would spawn N more.
+    torchrun starts the processes, restarts them on failure, and hands each its rank in the environment.
+
+    What the fix does: the launch becomes one call, ``fn(runtime.rank(), *args)``: the extra ``args`` pass
+    through unchanged, and the index that ``spawn`` used to pass comes from torchrun's environment. It is
+    the global rank (``runtime.rank()``) when the function hands it to ``init_process_group(rank=...)``,
+    and the local rank (``runtime.local_rank()``) when the function uses it as a GPU index and computes the
+    global rank itself (``node_rank * ngpus + gpu``). The join loop, the list of processes and
+    ``set_start_method`` go. A process count that is only this machine's GPU count becomes
+    ``runtime.world_size()`` where it also serves as the world size, else ``runtime.local_world_size()``
+    (the processes on this node); one that is no longer used is removed. The report says how to launch:
+    ``torchrun --nproc_per_node=<GPUs per node> script.py``.
+    """
+
+    code = "DDP020"
+    name = "spawn-launcher"
+    phase = Phase.LEGACY_LAUNCH
+    triggers = ("spawn", "Process", "start_processes")
+    manual_fix = "remove the launcher and call the worker function once per process with runtime.rank(); start the script with torchrun"
+    examples = (
+        Example(
+            before="""\
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def train(rank, world_size, epochs):
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    run_epochs(epochs)
+
+
+if __name__ == "__main__":
+    world_size = torch.cuda.device_count()
+    mp.spawn(train, args=(world_size, 10), nprocs=world_size, join=True)
+""",
+            after="""\
+import torch
+import torch.distributed as dist
+from ddp_migrate import runtime
+
+
+def train(rank, world_size, epochs):
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    run_epochs(epochs)
+
+
+if __name__ == "__main__":
+    world_size = runtime.world_size()
+    train(runtime.rank(), world_size, 10)
+""",
+        ),
+        Example(
+            before="""\
+import torch.distributed as dist
+from multiprocessing import Process
+
+
+def init_process(rank, size, fn):
+    dist.init_process_group("gloo", rank=rank, world_size=size)
+    fn(rank, size)
+
+
+if __name__ == "__main__":
+    size = 2
+    processes = []
+    for rank in range(size):
+        p = Process(target=init_process, args=(rank, size, run))
+        p.start()
+        processes.append(p)
+
+    for p in processes:
+        p.join()
+""",
+            after="""\
+import torch.distributed as dist
+from ddp_migrate import runtime
+
+
+def init_process(rank, size, fn):
+    dist.init_process_group("gloo", rank=rank, world_size=size)
+    fn(rank, size)
+
+
+if __name__ == "__main__":
+    size = runtime.world_size()
+    init_process(runtime.rank(), size, run)
+""",
+        ),
+        Example(
+            before="""\
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def main_worker(gpu, ngpus_per_node, args):
+    args.rank = args.rank * ngpus_per_node + gpu
+    dist.init_process_group("nccl", rank=args.rank, world_size=args.world_size)
+    torch.cuda.set_device(gpu)
+
+
+def main(args):
+    ngpus_per_node = torch.cuda.device_count()
+    args.world_size = ngpus_per_node * args.world_size
+    # launch one process per GPU with torch.multiprocessing.spawn
+    mp.spawn(main_worker, nprocs=ngpus_per_node, args=(ngpus_per_node, args))
+""",
+            after="""\
+import torch
+import torch.distributed as dist
+from ddp_migrate import runtime
+
+
+def main_worker(gpu, ngpus_per_node, args):
+    args.rank = args.rank * ngpus_per_node + gpu
+    dist.init_process_group("nccl", rank=args.rank, world_size=args.world_size)
+    torch.cuda.set_device(gpu)
+
+
+def main(args):
+    ngpus_per_node = runtime.local_world_size()
+    args.world_size = ngpus_per_node * args.world_size
+    main_worker(runtime.local_rank(), ngpus_per_node, args)
+""",
+        ),
+        Valid(
+            """\
+import torch.multiprocessing as mp
+
+
+def train(model):
+    for x, y in loader:
+        model(x).sum().backward()
+
+
+if __name__ == "__main__":
+    model.share_memory()
+    workers = [mp.Process(target=train, args=(model,)) for _ in range(4)]
+"""
+        ),
+        Valid(
+            """\
+import torch.distributed as dist
+
+
+def main():
+    dist.init_process_group("nccl")
+
+
+if __name__ == "__main__":
+    main()
+"""
+        ),
+    )
+
+    def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
+        for launch in legacy_facts(analysis).launches:
+            what = "mp.spawn" if launch.kind == "spawn" else "multiprocessing.Process"
+            if launch.problem is None:
+                yield Match(launch.call, f"{what} starts the training processes itself: let torchrun start them and call the worker once")
+            else:
+                yield Match(launch.call, f"{what} starts the training processes itself ({launch.problem}): let torchrun start them", fixable=False)
+
+    def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
+        facts = legacy_facts(analysis)
+        edits = Edits(analysis.module.code)
+        for launch in facts.launches:
+            if launch.problem is not None or launch.function is None:
+                continue
+            rt = runtime_name(analysis, edits)
+            index = f"{rt}.rank()" if facts.index_is_global(launch) else f"{rt}.local_rank()"
+            call = call_with(launch.function, expression(index), launch.arguments)
+            statement = launch.statement
+            kept_comments = without_launch_comments(statement.leading_lines)
+            edits.replace(statement, cst.SimpleStatementLine([cst.Expr(call)], leading_lines=kept_comments))
+            remove_statements(analysis, edits, launch.extra)
+            self._fix_process_count(analysis, edits, launch, rt)
+            count = code_of(launch.nprocs) if launch.nprocs is not None else "1"
+            edits.changes.append(
+                Change(
+                    self.code,
+                    analysis.line(launch.call),
+                    f"{'mp.spawn' if launch.kind == 'spawn' else 'Process loop'} replaced by {code_of(call)}: launch with "
+                    f"torchrun --nproc_per_node=<processes per node, was {count}> (and --nnodes for several machines)",
+                )
+            )
+        for module, name in LAUNCH_IMPORTS:
+            alias = analysis.local_name_for(module if name is None else f"{module}.{name}")
+            edits.remove_import_if_unused(module, name, None if alias in (None, name) else alias)
+        return tidy_top(analysis.module, edits.apply(analysis.module)) if edits else None
+
+    @staticmethod
+    def _fix_process_count(analysis: ScriptAnalysis, edits: Edits, launch: Launch, rt: str) -> None:
+        """The launch's process count: dropped when only the launch read it, else taken from torchrun."""
+        facts = legacy_facts(analysis)
+        nprocs = launch.nprocs
+        name = dotted_name(nprocs) if isinstance(nprocs, (cst.Name, cst.Attribute)) else None
+        if nprocs is None or name is None:
+            return
+        key = facts.key(nprocs, name)
+        launch_nodes = [launch.statement, *launch.extra]
+        passed_on = [a.value for a in launch.arguments]
+        only_launch = all(
+            any(analysis.is_inside(r, n) for n in launch_nodes) and not any(analysis.is_inside(r, p) for p in passed_on)
+            for r in facts.reads(key)
+        )
+        assignments = facts.assignments_to(key)
+        if only_launch and assignments and all(isinstance(a, cst.Assign) and len(a.targets) == 1 and is_pure(a.value) for a in assignments):
+            remove_statements(analysis, edits, assignments)
+            return
+        counts = facts.process_count_sources(launch)
+        world = set(facts.world_size_sources)
+        replace_values(analysis, edits, [c for c in counts if c in world], f"{rt}.world_size()")
+        replace_values(analysis, edits, [c for c in counts if c not in world], f"{rt}.local_world_size()")
