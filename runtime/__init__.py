@@ -11,7 +11,7 @@ using torch's own ``DistributedDataParallel`` and ``DistributedSampler``::
     model = DistributedDataParallel(model.to(device), device_ids=runtime.device_ids())
     ...
     runtime.print0(f"epoch {epoch}: accuracy {runtime.weighted_mean(correct, seen):.3f}")
-    runtime.save({"model": model, "epoch": epoch}, "checkpoint.pt")   # rank 0 writes, all wait
+    runtime.save({"model": runtime.unwrap(model).state_dict()}, "ckpt.pt")  # rank 0 writes
     runtime.cleanup()
 
 The script runs under ``torchrun`` and as plain ``python train.py``, on CUDA (nccl) and on CPU

@@ -18,7 +18,7 @@ from .process_group import barrier
 __all__ = ["load", "save"]
 
 #: What ``torch.save`` / ``torch.load`` accept as a destination or source.
-FileLike = Union[str, "os.PathLike[str]", "os.PathLike[bytes]", bytes, IO[bytes]]
+FileLike = Union[str, "os.PathLike[str]", IO[bytes]]
 
 _NOT_GIVEN: Any = object()
 
@@ -40,13 +40,13 @@ def _unwrap_for_saving(obj: Any) -> Any:
     return obj
 
 
-def _atomic_torch_save(obj: Any, path: str | bytes | os.PathLike, kwargs: dict[str, Any]) -> None:
+def _atomic_torch_save(obj: Any, path: str | os.PathLike[str], kwargs: dict[str, Any]) -> None:
     """``torch.save`` into a temporary file beside ``path``, then rename it over ``path``.
 
     A reader never sees a half-written checkpoint, and a crash leaves the previous one intact. An
     existing file's permissions are kept; a new file gets the usual ``0o666 & ~umask``.
     """
-    target = os.fsdecode(os.fspath(path))
+    target = os.fspath(path)
     if os.path.islink(target):
         target = os.path.realpath(target)  # write through the link, as torch.save would
     folder, name = os.path.split(os.path.abspath(target))
@@ -88,7 +88,7 @@ def save(obj: Any, path: FileLike, **torch_save_kwargs: Any) -> None:
     try:
         if is_main_process():
             payload = _unwrap_for_saving(obj)
-            if isinstance(path, (str, bytes, os.PathLike)):
+            if isinstance(path, (str, os.PathLike)):
                 _atomic_torch_save(payload, path, torch_save_kwargs)
             else:
                 torch.save(payload, path, **torch_save_kwargs)

@@ -1,8 +1,8 @@
 """Where this process sits in the job: ranks, world sizes and its device.
 
-Everything here reads torchrun's environment variables (or the initialised process group), so it works
-before :func:`ddp_migrate.runtime.setup` runs: migrated code may compute ``runtime.device()`` at module
-level. Without torchrun's environment the answers describe a world of one process (rank 0 of 1).
+Everything here reads torchrun's environment variables (or the initialised process group), so it
+works before :func:`ddp_migrate.runtime.setup` runs: migrated code may compute ``runtime.device()``
+at module level. Without torchrun's environment the answers describe a world of one (rank 0 of 1).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ __all__ = [
 
 #: Variables that tell a process it was started by a distributed launcher.
 LAUNCH_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
-#: Variables that must all be present once any launch variable is (``LOCAL_WORLD_SIZE`` is optional).
+#: Variables that must all be set once any launch variable is (``LOCAL_WORLD_SIZE`` is optional).
 REQUIRED_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
@@ -56,10 +56,10 @@ def _group_ready() -> bool:
 def launched_by_torchrun() -> bool:
     """Whether this process has a complete distributed launch environment.
 
-    Returns ``False`` when none of ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE`` and ``LOCAL_WORLD_SIZE`` is
-    set (a plain ``python train.py`` run; a stray ``MASTER_ADDR``/``MASTER_PORT`` alone does not count),
-    ``True`` when all of ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT``
-    are set and consistent.
+    Returns ``False`` when none of ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE`` and
+    ``LOCAL_WORLD_SIZE`` is set (a plain ``python train.py`` run; a stray ``MASTER_ADDR`` /
+    ``MASTER_PORT`` alone does not count), ``True`` when all of ``RANK``, ``LOCAL_RANK``,
+    ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` are set and consistent.
 
     Raises:
         DistributedEnvironmentError: the environment is partial (names the missing variables) or its
@@ -84,7 +84,8 @@ def launched_by_torchrun() -> bool:
     port = _env_int("MASTER_PORT", 0)
     if size < 1 or not 0 <= global_rank < size:
         raise DistributedEnvironmentError(
-            f"RANK={global_rank} and WORLD_SIZE={size} are inconsistent: need 0 <= RANK < WORLD_SIZE"
+            f"RANK={global_rank} and WORLD_SIZE={size} are inconsistent: "
+            "need 0 <= RANK < WORLD_SIZE"
         )
     if local < 0:
         raise DistributedEnvironmentError(f"LOCAL_RANK={local} must not be negative")

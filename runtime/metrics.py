@@ -60,7 +60,7 @@ def _sum_across_ranks(tensor: torch.Tensor) -> torch.Tensor:
     """The element-wise sum of ``tensor`` over all ranks, as a new tensor on ``tensor``'s device."""
     work = tensor.detach().to(_collective_device(tensor.device), copy=True)
     dist.all_reduce(work, op=dist.ReduceOp.SUM)
-    pass
+    _wait_until_released(work)
     return work.to(tensor.device)
 
 
@@ -132,9 +132,9 @@ def _scalar(value: torch.Tensor | Number, name: str) -> float:
 def weighted_mean(total: torch.Tensor | Number, count: torch.Tensor | Number) -> float:
     """Sum of ``total`` over all ranks divided by the sum of ``count`` over all ranks.
 
-    The exact metric over a sharded evaluation, e.g. ``weighted_mean(correct, seen)`` is the accuracy
-    over every sample any rank evaluated, even when ranks saw different numbers of samples. Both are
-    reduced in one collective.
+    The exact metric over a sharded evaluation, e.g. ``weighted_mean(correct, seen)`` is the
+    accuracy over every sample any rank evaluated, even when ranks saw different numbers of
+    samples. Both are reduced in one collective.
 
     Raises:
         ZeroDivisionError: the counts add up to zero.
@@ -145,4 +145,4 @@ def weighted_mean(total: torch.Tensor | Number, count: torch.Tensor | Number) ->
     total_sum, count_sum = pair.tolist()
     if count_sum == 0:
         raise ZeroDivisionError("weighted_mean: the counts add up to 0 over all ranks")
-    return total_sum / count_sum
+    return float(total_sum) / float(count_sum)

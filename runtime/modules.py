@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from typing import cast
 
 from torch import nn
 from torch.nn.parallel import DataParallel, DistributedDataParallel
@@ -35,5 +36,6 @@ def convert_sync_batchnorm(model: nn.Module) -> nn.Module:
     on_cuda = "cuda" in kinds
     headed_for_cuda = kinds <= {"cpu"} and device().type == "cuda"
     if on_cuda or headed_for_cuda:
-        return nn.SyncBatchNorm.convert_sync_batchnorm(model)
+        converted = nn.SyncBatchNorm.convert_sync_batchnorm(model)  # type: ignore[no-untyped-call]
+        return cast(nn.Module, converted)
     return model

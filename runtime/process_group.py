@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import os
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -42,7 +43,7 @@ def _positive_timedelta(seconds: float, source: str) -> datetime.timedelta:
 
 
 def _resolve_timeout(timeout: float | datetime.timedelta | None) -> datetime.timedelta | None:
-    """The timeout argument, else ``$DDP_MIGRATE_TIMEOUT`` seconds, else ``None`` (torch's default)."""
+    """The timeout argument, else ``$DDP_MIGRATE_TIMEOUT`` seconds, else ``None`` (torch's)."""
     if isinstance(timeout, datetime.timedelta):
         return _positive_timedelta(timeout.total_seconds(), "timeout")
     if timeout is not None:
@@ -79,8 +80,9 @@ def _select_cuda_device(backend: str) -> None:
     count = torch.cuda.device_count()
     if local >= count:
         raise DistributedEnvironmentError(
-            f"LOCAL_RANK={local} but only {count} CUDA device(s) are visible: start at most {count} "
-            "process(es) per machine (torchrun --nproc_per_node) or check CUDA_VISIBLE_DEVICES"
+            f"LOCAL_RANK={local} but only {count} CUDA device(s) are visible: start at most "
+            f"{count} process(es) per machine (torchrun --nproc_per_node) or check "
+            "CUDA_VISIBLE_DEVICES"
         )
     torch.cuda.set_device(local)
 
@@ -91,15 +93,15 @@ def setup(
 ) -> None:
     """Initialise the default process group; a second call does nothing.
 
-    Under torchrun (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` set) the
-    group is created from that environment. Without any of them, a world of one process is created on
-    an in-memory store, so ``python train.py`` still runs the DDP code path.
+    Under torchrun (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``
+    set) the group is created from that environment. Without any of them, a world of one process
+    is created on an in-memory store, so ``python train.py`` still runs the DDP code path.
 
     On CUDA, ``torch.cuda.set_device(local_rank)`` runs first, before any CUDA work.
 
     Args:
-        backend: ``"gloo"``, ``"nccl"``, ...; default ``$DDP_MIGRATE_BACKEND``, else ``nccl`` when CUDA
-            is available, else ``gloo``.
+        backend: ``"gloo"``, ``"nccl"``, ...; default ``$DDP_MIGRATE_BACKEND``, else ``nccl``
+            when CUDA is available, else ``gloo``.
         timeout: timeout of collectives, in seconds or as a timedelta; default
             ``$DDP_MIGRATE_TIMEOUT`` seconds, else torch's default.
 
@@ -116,7 +118,7 @@ def setup(
         return
     launched = launched_by_torchrun()
     chosen = _choose_backend(backend)
-    options: dict[str, object] = {"backend": chosen}
+    options: dict[str, Any] = {"backend": chosen}
     resolved_timeout = _resolve_timeout(timeout)
     if resolved_timeout is not None:
         options["timeout"] = resolved_timeout
@@ -124,7 +126,9 @@ def setup(
     if launched:
         dist.init_process_group(init_method="env://", **options)
     else:
-        dist.init_process_group(store=dist.HashStore(), rank=0, world_size=1, **options)
+        # An in-memory store: a world of one needs no port, file or network.
+        store = dist.HashStore()  # type: ignore[attr-defined]
+        dist.init_process_group(store=store, rank=0, world_size=1, **options)
 
 
 def cleanup() -> None:

@@ -1,16 +1,18 @@
 """Launch Python scripts the ways users launch training, for tests that must run the real thing.
 
 - :func:`run_python`: ``python script.py args...`` (a world of one for ``ddp_migrate.runtime``);
-- :func:`run_torchrun`: ``python -m torch.distributed.run --standalone --nproc_per_node=N script.py``;
-- :func:`run_two_nodes`: two torchrun agents on this machine, ``--nnodes=2 --nproc_per_node=1``, meeting
-  through a c10d rendezvous on ``127.0.0.1:<free port>``, so global and local ranks differ;
+- :func:`run_torchrun`: ``python -m torch.distributed.run --standalone --nproc_per_node=N
+  script.py args...``;
+- :func:`run_two_nodes`: two torchrun agents on this machine, ``--nnodes=2 --nproc_per_node=1``,
+  meeting through a c10d rendezvous on ``127.0.0.1:<free port>``, so global and local ranks differ;
 - :func:`run_command`: any command line, with the same guarantees.
 
-Every launch runs in its own process session with ``OMP_NUM_THREADS=1`` and ``PYTHONUNBUFFERED=1``, a
-clean distributed environment (no inherited ``RANK``, ``MASTER_PORT``, ... from the caller) and a hard
-timeout: when it passes, the whole process group (torchrun agent and workers alike) is killed and
-:class:`LaunchTimeout` is raised with the tail of the output, so a deadlock fails a test instead of
-hanging it. Output goes to temporary files, never pipes, so a chatty process cannot block.
+Every launch runs in its own process session with ``OMP_NUM_THREADS=1`` and
+``PYTHONUNBUFFERED=1``, a clean distributed environment (no inherited ``RANK``, ``MASTER_PORT``,
+... from the caller) and a hard timeout: when it passes, the whole process group (torchrun
+agent and workers alike) is killed and :class:`LaunchTimeout` is raised with the tail of the
+output, so a deadlock fails a test instead of hanging it. Output goes to temporary files, never
+pipes, so a chatty process cannot block.
 """
 
 from __future__ import annotations
@@ -103,7 +105,7 @@ class LaunchResult:
 
 
 class LaunchError(AssertionError):
-    """A launch exited with a non-zero status (an AssertionError, so pytest reports it as a failure).
+    """A launch exited with a non-zero status (an AssertionError: pytest reports a failure).
 
     ``results`` holds every process of the launch.
     """
@@ -177,13 +179,65 @@ def _signal_group(running: _Running, signum: int) -> None:
         os.killpg(running.process.pid, signum)
 
 
+def _process_table() -> dict[int, tuple[int, str]]:
+    """``pid -> (parent pid, start time)`` of every process, read from /proc (empty without it)."""
+    table: dict[int, tuple[int, str]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return table
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                data = stat.read()
+        except OSError:
+            continue
+        fields = data[data.rfind(b")") + 2 :].split()  # from field 3 (state) on
+        table[int(entry)] = (int(fields[1]), fields[19].decode())  # ppid, starttime
+    return table
+
+
+def _process_tree(root: int) -> dict[int, str]:
+    """``root`` and all its descendants, as ``pid -> start time``."""
+    table = _process_table()
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _) in table.items():
+        children.setdefault(parent, []).append(pid)
+    tree: dict[int, str] = {}
+    stack = [root]
+    while stack:
+        pid = stack.pop()
+        if pid in table and pid not in tree:
+            tree[pid] = table[pid][1]
+            stack.extend(children.get(pid, []))
+    return tree
+
+
+def _kill_tree(tree: dict[int, str]) -> None:
+    """SIGKILL each process of ``tree`` that is still the same process (same start time)."""
+    table = _process_table()
+    for pid, started in tree.items():
+        if table.get(pid, (0, ""))[1] == started:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+
+
 def _stop(running: _Running) -> None:
-    """Stop the whole process group: SIGTERM, then SIGKILL after :data:`KILL_GRACE` seconds."""
+    """Stop everything the launch started: SIGTERM to its process group, then SIGKILL after
+    :data:`KILL_GRACE` seconds to the group and to every descendant. torchrun starts each worker in
+    a session of its own, so the process group alone would miss the workers."""
+    tree = _process_tree(running.process.pid)  # before anything dies and orphans are re-parented
     if running.process.poll() is None:
         _signal_group(running, signal.SIGTERM)
         with contextlib.suppress(subprocess.TimeoutExpired):
             running.process.wait(timeout=KILL_GRACE)
+    for pid in list(tree):
+        tree.update(_process_tree(pid))  # children started meanwhile by processes still alive
+    tree.pop(running.process.pid, None)  # the leader: killed through its group, reaped below
     _signal_group(running, signal.SIGKILL)
+    _kill_tree(tree)
     running.process.wait()
 
 
@@ -244,7 +298,8 @@ def _check(results: list[LaunchResult], timeout: float, check: bool) -> None:
     """Raise :class:`LaunchTimeout` / :class:`LaunchError` with the output tails when needed."""
     if any(result.timed_out for result in results):
         details = "\n".join(f"$ {' '.join(r.args)}\n{r.tail()}" for r in results)
-        raise LaunchTimeout(f"launch timed out after {timeout:.0f} s and was killed\n{details}", results)
+        message = f"launch timed out after {timeout:.0f} s and was killed\n{details}"
+        raise LaunchTimeout(message, results)
     failed = [result for result in results if result.returncode != 0]
     if check and failed:
         details = "\n".join(
@@ -280,13 +335,13 @@ def run_python(
     timeout: float = DEFAULT_TIMEOUT,
     check: bool = True,
 ) -> LaunchResult:
-    """``python script args...`` with this interpreter: how a user runs a script without torchrun."""
+    """``python script args...`` with this interpreter: a script run without torchrun."""
     argv = [sys.executable, str(script), *map(str, args)]
     return run_command(argv, cwd=cwd, env=env, timeout=timeout, check=check)
 
 
 def torchrun_command(*launcher_args: str) -> list[str]:
-    """The argv that starts torchrun with this interpreter: ``python -m torch.distributed.run ...``."""
+    """The argv that starts torchrun with this interpreter (``python -m torch.distributed.run``)."""
     return [sys.executable, "-m", "torch.distributed.run", *launcher_args]
 
 
@@ -329,19 +384,24 @@ def run_two_nodes(
         The results of agent 0 and agent 1, in that order.
     """
     endpoint = f"127.0.0.1:{port or free_port()}"
-    launched = []
-    for node_rank in (0, 1):
-        argv = torchrun_command(
-            "--nnodes=2",
-            "--nproc_per_node=1",
-            f"--node_rank={node_rank}",
-            "--rdzv-backend=c10d",
-            f"--rdzv-endpoint={endpoint}",
-            "--rdzv-id=ddp-migrate-two-nodes",
-            str(script),
-            *map(str, args),
-        )
-        launched.append(_start(argv, cwd, env))
+    launched: list[_Running] = []
+    try:
+        for node_rank in (0, 1):
+            argv = torchrun_command(
+                "--nnodes=2",
+                "--nproc_per_node=1",
+                f"--node_rank={node_rank}",
+                "--rdzv-backend=c10d",
+                f"--rdzv-endpoint={endpoint}",
+                "--rdzv-id=ddp-migrate-two-nodes",
+                str(script),
+                *map(str, args),
+            )
+            launched.append(_start(argv, cwd, env))
+    except BaseException:
+        for running in launched:
+            _stop(running)
+        raise
     results = _wait(launched, timeout)
     _check(results, timeout, check)
     return results

@@ -111,6 +111,8 @@ def test_runtime_imports_only_torch_and_the_standard_library() -> None:
     import ast
     import sys
 
+    if not hasattr(sys, "stdlib_module_names"):  # Python < 3.10
+        pytest.skip("needs sys.stdlib_module_names")
     allowed = set(sys.stdlib_module_names) | {"torch", "__future__"}
     for path in Path(runtime.__file__).parent.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -140,7 +142,9 @@ def test_without_a_launcher_everything_describes_a_world_of_one() -> None:
 
 
 def test_accessors_read_torchrun_environment_before_setup(monkeypatch: pytest.MonkeyPatch) -> None:
-    torchrun_environment(monkeypatch, RANK="3", LOCAL_RANK="1", WORLD_SIZE="8", LOCAL_WORLD_SIZE="4")
+    torchrun_environment(
+        monkeypatch, RANK="3", LOCAL_RANK="1", WORLD_SIZE="8", LOCAL_WORLD_SIZE="4"
+    )
     assert (runtime.rank(), runtime.local_rank()) == (3, 1)
     assert (runtime.world_size(), runtime.local_world_size()) == (8, 4)
     assert runtime.is_main_process() is False
@@ -202,7 +206,7 @@ def test_setup_forms_a_world_of_one_without_a_port_or_file(monkeypatch: pytest.M
     # A stray MASTER_ADDR / MASTER_PORT alone is no launch environment.
     torchrun_environment(monkeypatch, MASTER_ADDR="203.0.113.1", MASTER_PORT="1")
     runtime.cleanup()  # before setup: nothing to do
-    runtime.setup()
+    runtime.setup(timeout=20)  # were that address used, this would fail instead of hanging
     group = dist.group.WORLD
     runtime.setup()  # idempotent
     assert dist.group.WORLD is group

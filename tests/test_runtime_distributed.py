@@ -1,5 +1,5 @@
-"""ddp_migrate.runtime under real launches: plain python (a world of one), torchrun with 2 processes,
-and a two-node job on one machine (two torchrun agents), all on gloo / CPU.
+"""ddp_migrate.runtime under real launches: plain python (a world of one), torchrun with 2
+processes, and a two-node job on one machine (two torchrun agents), all on gloo / CPU.
 
 One worker script exercises the whole runtime per launch and writes each rank's observations to
 ``rank<N>.json``; the tests below check those files, the files the job saved and its output. Each
@@ -110,9 +110,8 @@ def main():
     res["reduce_sum_tensor_type"] = type(summed).__name__
     res["input_after_reduce"] = values.tolist()
     # gloo's threads have let go of the tensors when a reduction returns (else: abort at exit).
-    res["reduced_tensors_released"] = all(
-        runtime.reduce_sum(torch.ones(2))._use_count() == 1 for _ in range(20)
-    )
+    # (The same number of reductions on every rank: a collective is never skipped on one.)
+    res["reduced_use_counts"] = [runtime.reduce_sum(torch.ones(2))._use_count() for _ in range(20)]
     res["reduce_mean_number"] = runtime.reduce_mean(r)
     res["reduce_mean_number_type"] = type(res["reduce_mean_number"]).__name__
     res["reduce_mean_tensor"] = runtime.reduce_mean(torch.tensor([2.0 * r])).tolist()
@@ -255,7 +254,7 @@ def _check_common(job: Job, world: int) -> None:
         assert res["reduce_sum_tensor"] == [float(sum(range(world))), float(world)]
         assert res["reduce_sum_tensor_type"] == "Tensor"
         assert res["input_after_reduce"] == [float(r), 1.0]
-        assert res["reduced_tensors_released"] is True
+        assert res["reduced_use_counts"] == [1] * 20
         assert res["reduce_mean_number"] == pytest.approx((world - 1) / 2)
         assert res["reduce_mean_number_type"] == "float"
         assert res["reduce_mean_tensor"] == pytest.approx([float(world - 1)])

@@ -69,14 +69,18 @@ def test_a_failing_launch_reports_its_output(tmp_path: Path) -> None:
     assert run_python(script, check=False).returncode == 3
 
 
-def test_a_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
-    pid_file = tmp_path / "grandchild.pid"
+def test_a_timeout_kills_every_process_the_launch_started(tmp_path: Path) -> None:
+    # One child in the same process group, one in a session of its own (as torchrun's workers).
+    pid_file = tmp_path / "children.pid"
     script = write_script(
         tmp_path,
         "hang.py",
-        "import subprocess, sys, time\n"
-        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
-        f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+        "import signal, subprocess, sys, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a launcher that ignores SIGTERM\n"
+        "sleeper = [sys.executable, '-c', 'import time; time.sleep(120)']\n"
+        "same = subprocess.Popen(sleeper)\n"
+        "own = subprocess.Popen(sleeper, start_new_session=True)\n"
+        f"open({str(pid_file)!r}, 'w').write(f'{{same.pid}} {{own.pid}}')\n"
         "print('hanging', flush=True)\n"
         "time.sleep(120)\n",
     )
@@ -84,12 +88,12 @@ def test_a_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
     with pytest.raises(LaunchTimeout, match="hanging"):
         run_python(script, timeout=3)
     assert time.monotonic() - started < 20
-    grandchild = int(pid_file.read_text())
+    children = [int(pid) for pid in pid_file.read_text().split()]
     deadline = time.monotonic() + 5
-    while _alive(grandchild) and time.monotonic() < deadline:
+    while any(map(_alive, children)) and time.monotonic() < deadline:
         time.sleep(0.05)
     try:
-        assert not _alive(grandchild), "the grandchild outlived the timeout"
+        assert not any(map(_alive, children)), "a child outlived the timeout"
     finally:
-        if _alive(grandchild):
-            os.kill(grandchild, signal.SIGKILL)
+        for pid in filter(_alive, children):
+            os.kill(pid, signal.SIGKILL)
