@@ -10,6 +10,8 @@ folder, every process appends JSON lines to ``<folder>/record-<pid>.jsonl``:
   target is derived from that name) and the process's ranks;
 - ``{"kind": "open", ...}`` for every ``open()`` of a file for writing (modes with ``w``, ``a``, ``x`` or
   ``+``), with its absolute path;
+- ``{"kind": "mkdir", ...}`` for every direct ``os.mkdir`` call (not those made by ``os.makedirs``),
+  which ``DDP_MIGRATE_E2E_MKDIR_DELAY`` can slow down (see below);
 - ``{"kind": "batch", ...}`` for every batch of indices a ``DataLoader`` draws: the loader (a number in
   the order loaders were first iterated), its sampler's class, the length of its dataset, the epoch
   (how many times that loader has been iterated before) and the indices.
@@ -35,6 +37,7 @@ def _install(record_dir: str) -> None:
     import json
     import re
     import threading
+    import time
 
     import torch
     import torch.utils.data.dataloader as dataloader
@@ -105,6 +108,40 @@ def _install(record_dir: str) -> None:
 
     builtins.open = recording_open
     io.open = recording_open
+
+    # -- os.mkdir: recorded, and (optionally) slowed down to expose check-then-create races ------------
+    # ``if not os.path.isdir(d): os.mkdir(d)`` run by every rank is a race: when both ranks check before
+    # either creates, one of them dies of FileExistsError. On one machine that happens now and then (on
+    # a shared filesystem, often). With DDP_MIGRATE_E2E_MKDIR_DELAY=<seconds>, a direct os.mkdir of a
+    # folder under the working directory that does not exist yet waits that long before creating it,
+    # so ranks that reach the check together always collide: a flaky failure becomes a reproducible
+    # one. os.makedirs (which tolerates an existing folder with exist_ok=True) is neither delayed nor
+    # recorded as a direct call.
+    delay = float(os.environ.get("DDP_MIGRATE_E2E_MKDIR_DELAY", "0") or 0)
+    start_folder = os.path.join(os.getcwd(), "")  # only the script's own folders are delayed
+    real_mkdir = os.mkdir
+    real_makedirs = os.makedirs
+    inside_makedirs = threading.local()
+
+    def mkdir(path, mode=0o777, *, dir_fd=None):
+        if not getattr(inside_makedirs, "depth", 0) and dir_fd is None and isinstance(
+            path, (str, bytes, os.PathLike)
+        ):
+            target = os.path.abspath(os.fsdecode(os.fspath(path)))
+            emit({"kind": "mkdir", "path": target})
+            if delay > 0 and target.startswith(start_folder) and not os.path.exists(target):
+                time.sleep(delay)
+        return real_mkdir(path, mode, dir_fd=dir_fd)
+
+    def makedirs(name, mode=0o777, exist_ok=False):
+        inside_makedirs.depth = getattr(inside_makedirs, "depth", 0) + 1
+        try:
+            return real_makedirs(name, mode, exist_ok)
+        finally:
+            inside_makedirs.depth -= 1
+
+    os.mkdir = mkdir
+    os.makedirs = makedirs
 
     # -- DataLoader indices -------------------------------------------------------------------------
     loader_numbers = itertools.count()
