@@ -16,6 +16,7 @@ from .process_group import MissingProcessGroup
 from .rank_as_device import RankAsDevice
 from .set_epoch import MissingSetEpoch
 from .spawn_launcher import SpawnLauncher
+from .unguarded_file_write import UnguardedFileWrite
 from .unguarded_output import UnguardedOutput
 from .unguarded_save import UnguardedSave
 from .wrap_before_device import WrapBeforeDevice
@@ -45,6 +46,7 @@ ALL_RULES: tuple[type[Rule], ...] = tuple(
             LoadWithoutMapLocation,
             UnguardedOutput,
             MissingDdpWrap,
+            UnguardedFileWrite,
             SpawnLauncher,
             HardcodedRendezvous,
             ExplicitRankAndWorldSize,

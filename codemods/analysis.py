@@ -530,11 +530,40 @@ class ScriptAnalysis:
         loops = []
         loader_set = set(self.loader_calls)
         for loop in self.for_loops:
-            expr = unwrap_iterable(loop.iter)
+            expr = self._through_wrapper_variables(unwrap_iterable(loop.iter), loop)
             found = frozenset(o for o in self.origins(expr) if o in loader_set)
             if found:
                 loops.append(LoaderLoop(loop, expr, found, self.reaches_backward(loop.body)))  # type: ignore[arg-type]
         return loops
+
+    def _through_wrapper_variables(self, expr: cst.BaseExpression, loop: cst.For) -> cst.BaseExpression:
+        """``loader`` for ``pbar`` when the same function did ``pbar = tqdm(loader, ...)``.
+
+        The loader is then named by what it is, so ``set_epoch`` can be called on it before the wrapper
+        variable exists (it is usually assigned inside the epoch loop).
+        """
+        function = self.enclosing_function(loop)
+        for _ in range(4):
+            name = expr.value if isinstance(expr, cst.Name) else None
+            source = next(
+                (
+                    a.value
+                    for a in self.assignments
+                    if name is not None
+                    and self.enclosing_function(a) is function
+                    and isinstance(a, cst.Assign)
+                    and len(a.targets) == 1
+                    and isinstance(a.targets[0].target, cst.Name)
+                    and a.targets[0].target.value == name
+                    and isinstance(a.value, cst.Call)
+                    and _callee_name(a.value) in ITERATION_WRAPPERS
+                ),
+                None,
+            )
+            if source is None:
+                return expr
+            expr = unwrap_iterable(source)
+        return expr
 
     @cached_property
     def training_loaders(self) -> set[cst.Call]:

@@ -6,7 +6,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from .analysis import EpochLoop, ScriptAnalysis, call_method_name
+from .analysis import EpochLoop, ScriptAnalysis
 from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
 from .distributed_sampler import has_distributed_sampler
 from .edits import Edits, code_of, statement
@@ -62,6 +62,29 @@ def train_one_epoch(model, data):
 for epoch in range(10):
     loader.sampler.set_epoch(epoch)
     train_one_epoch(model, loader)
+""",
+        ),
+        Example(
+            before="""\
+from torch.utils.data import DataLoader, DistributedSampler
+from tqdm import tqdm
+
+loader = DataLoader(ds, batch_size=8, sampler=DistributedSampler(ds))
+for epoch in range(10):
+    pbar = tqdm(loader, desc=f"epoch {epoch}")
+    for x, y in pbar:
+        loss_fn(model(x), y).backward()
+""",
+            after="""\
+from torch.utils.data import DataLoader, DistributedSampler
+from tqdm import tqdm
+
+loader = DataLoader(ds, batch_size=8, sampler=DistributedSampler(ds))
+for epoch in range(10):
+    loader.sampler.set_epoch(epoch)
+    pbar = tqdm(loader, desc=f"epoch {epoch}")
+    for x, y in pbar:
+        loss_fn(model(x), y).backward()
 """,
         ),
         Valid(

@@ -121,29 +121,7 @@ MODEL_CALL_NAMES: dict[str, dict[str, str]] = {
 #: (fixture, check) -> why the migrated script fails that check: a defect of the migration tool,
 #: documented by a strict xfail. Besides a check's own name, the key may name a group of checks:
 #: ``"torchrun"`` (every check of a torchrun or two-node run) or ``"*"`` (every check of a migrated run).
-KNOWN_BUGS: dict[tuple[str, str], str] = {
-    ("tqdm_logging", "*"): (
-        "DDP006 inserts `pbar.sampler.set_epoch(epoch)` as the first statement of the epoch loop, "
-        "naming the tqdm bar that is only assigned later in the loop (`pbar = tqdm(loader, ...)`) "
-        "instead of `loader`: UnboundLocalError on every rank, under torchrun and plain python"
-    ),
-    ("tqdm_logging", "rank0_writes"): (
-        "besides the set_epoch crash: `logging.basicConfig(handlers=[..., "
-        "logging.FileHandler('logs/train.log', mode='w')])` at import time opens (truncates) "
-        "logs/train.log on every rank; silence_non_main_logging() stops the records but not the "
-        "truncation, which can wipe what rank 0 already logged; neither fixed nor reported"
-    ),
-    ("config_shuffle", "rank0_writes"): (
-        "results/history.json is written with `open(..., 'w')` + json.dump on every rank; the "
-        "migration neither guards it with runtime.is_main_process() nor reports it for review"
-    ),
-    ("best_checkpoint", "torchrun"): (
-        "`if not os.path.isdir('checkpoint'): os.mkdir('checkpoint')` in test() stays on every rank: "
-        "when both ranks check before either creates the folder, one dies of FileExistsError (about "
-        "1 torchrun run in 4 on a 2-core machine; every run with the suite's mkdir delay); the "
-        "migration neither guards it (or makes it os.makedirs(..., exist_ok=True)) nor reports it"
-    ),
-}
+KNOWN_BUGS: dict[tuple[str, str], str] = {}
 
 #: Checks that look at a torchrun (or two-node) run of the migrated script.
 TORCHRUN_CHECKS = {
