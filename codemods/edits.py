@@ -280,14 +280,3 @@ def remove_statements(analysis: ScriptAnalysis, edits: Edits, statements: Iterab
                     moved = list(stmt.leading_lines)
                     edits.replace(following, lambda updated, moved=moved: updated.with_changes(leading_lines=[*moved, *updated.leading_lines]))
     return removed
-
-
-def tidy_top(original: cst.Module, result: FixResult) -> FixResult:
-    """Drop blank lines a removed first import leaves at the top of the file."""
-    module = result.module
-    if module.body and original.body and module.body[0] is not original.body[0]:
-        lines = list(module.body[0].leading_lines)
-        while lines and lines[0].comment is None and not original.body[0].leading_lines:
-            lines.pop(0)
-        result.module = module.with_changes(body=[module.body[0].with_changes(leading_lines=lines), *module.body[1:]])
-    return result

@@ -9,20 +9,25 @@ import libcst as cst
 from . import names
 from .analysis import ScriptAnalysis, dotted_name
 from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
-from .edits import Edits, code_of, expression, statement
+from .edits import (
+    Edits,
+    code_of,
+    expression,
+    is_pure,
+    removal_set,
+    remove_statements,
+    statement,
+    statement_line,
+)
 from .legacy_analysis import (
     INIT_PARAMETERS,
     LaunchIndex,
     LegacyFacts,
     argument,
-    is_pure,
+    drop_unused_imports,
     legacy_facts,
-    remove_statements,
-    removal_set,
     replace_values,
-    statement_line,
     string_value,
-    tidy_top,
 )
 from .runtime_calls import runtime_name
 
@@ -50,7 +55,9 @@ class ExplicitRankAndWorldSize(Rule):
     what ``setup()`` does anyway, so it goes) and drops ``init_method``. Variables that held the rank or
     world size and are read later are set from the runtime right after (``args.rank = runtime.rank()``),
     and their earlier, now dead, computations go. A world size taken from the GPU count or a constant
-    becomes ``runtime.world_size()``.
+    becomes ``runtime.world_size()``. While the script still starts its own processes in a way DDP020
+    cannot rewrite, those processes have no torchrun environment, so this (like DDP021 to DDP025) only
+    reports.
     """
 
     code = "DDP022"
@@ -79,7 +86,6 @@ if __name__ == "__main__":
             after="""\
 import sys
 
-import torch
 from ddp_migrate import runtime
 
 
@@ -119,6 +125,24 @@ def main_worker(gpu, ngpus_per_node, args):
     print(f"rank {args.rank} of {args.world_size}")
 """,
         ),
+        Example(
+            # The script still starts its own processes (DDP020 cannot rewrite a spawn whose context is
+            # used): they have no torchrun environment, so only report.
+            before="""\
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def run(rank, world_size):
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+
+
+if __name__ == "__main__":
+    context = mp.spawn(run, args=(2,), nprocs=2, join=False)
+    context.join()
+""",
+            after=None,
+        ),
         Valid(
             """\
 import os
@@ -145,15 +169,20 @@ dist.init_process_group("nccl", rank=int(os.environ["RANK"]), world_size=int(os.
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
         facts = legacy_facts(analysis)
+        blocked = facts.blocked()
         for call in facts.explicit_inits:
             fixable = self._fixable(analysis, call)
             extra = "" if fixable else " (it passes arguments the runtime's setup() does not take, such as a store)"
-            yield Match(call, f"init_process_group given its rank and world size by the script: torchrun's environment has them{extra}", fixable)
+            message = f"init_process_group given its rank and world size by the script: torchrun's environment has them{extra}"
+            yield Match(call, message + blocked, fixable and not blocked)
         for value in facts.world_size_sources:
-            yield Match(value, "world size taken from this machine's GPU count or a constant: under torchrun it is every process on every node")
+            message = "world size taken from this machine's GPU count or a constant: under torchrun it is every process on every node"
+            yield Match(value, message + blocked, not blocked)
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         facts = legacy_facts(analysis)
+        if facts.blocked():
+            return None
         edits = Edits(analysis.module.code)
         removed: set[cst.CSTNode] = set()
         for call in facts.explicit_inits:
@@ -196,13 +225,7 @@ dist.init_process_group("nccl", rank=int(os.environ["RANK"]), world_size=int(os.
                 edits.changes.append(Change(self.code, analysis.line(value), "world size taken from torchrun (runtime.world_size())"))
         if not edits:
             return None
-        for module, name, asname in (
-            ("torch.distributed", "init_process_group", None),
-            ("torch.distributed", None, analysis.local_name_for("torch.distributed")),
-            ("os", None, None),
-        ):
-            edits.remove_import_if_unused(module, name, asname)
-        return tidy_top(analysis.module, edits.apply(analysis.module))
+        return drop_unused_imports(analysis.module, edits.apply(analysis.module))
 
     @staticmethod
     def _is_default_backend(facts: LegacyFacts, value: cst.BaseExpression) -> bool:

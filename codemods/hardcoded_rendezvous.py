@@ -9,16 +9,15 @@ import libcst as cst
 from . import names
 from .analysis import ScriptAnalysis, call_method_name
 from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
-from .edits import Edits, without_argument
+from .edits import Edits, remove_statements, without_argument
 from .legacy_analysis import (
     INIT_PARAMETERS,
     LAUNCH_VARIABLES,
     OS_ENVIRON,
     argument,
+    drop_unused_imports,
     legacy_facts,
-    remove_statements,
     string_value,
-    tidy_top,
 )
 
 
@@ -68,13 +67,14 @@ class HardcodedRendezvous(Rule):
         Example(
             before="""\
 import os
+import random
 
 import torch.distributed as dist
 
 
 def setup(rank, world_size):
     os.environ["MASTER_ADDR"] = "localhost"
-    os.environ["MASTER_PORT"] = "12355"
+    os.environ["MASTER_PORT"] = str(random.randint(20000, 30000))
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
 """,
             after="""\
@@ -167,10 +167,13 @@ print("rendezvous at", os.environ["MASTER_ADDR"])
         return found
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
+        blocked = legacy_facts(analysis).blocked()
         for node, message, fixable in self._cases(analysis):
-            yield Match(node, message, fixable)
+            yield Match(node, message + blocked, fixable and not blocked)
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
+        if legacy_facts(analysis).blocked():
+            return None
         edits = Edits(analysis.module.code)
         removed = []
         for node, _message, fixable in self._cases(analysis):
@@ -190,6 +193,4 @@ print("rendezvous at", os.environ["MASTER_ADDR"])
                 edits.replace(call, lambda updated, i=index: without_argument(updated, updated.args[i]))  # type: ignore[arg-type]
                 edits.changes.append(Change(self.code, analysis.line(node), "tcp:// init_method removed (the process group reads torchrun's environment)"))
         remove_statements(analysis, edits, removed)
-        if edits:
-            edits.remove_import_if_unused("os")
-        return tidy_top(analysis.module, edits.apply(analysis.module)) if edits else None
+        return drop_unused_imports(analysis.module, edits.apply(analysis.module)) if edits else None

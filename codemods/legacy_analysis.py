@@ -23,7 +23,8 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name, statements_of, walk
-from .edits import Edits, code_of, expression, is_pure, removal_set, remove_statements, statement_line, tidy_top
+from .base import FixResult
+from .edits import Edits, expression
 
 # ----------------------------------------------------------------------------------- qualified names
 
@@ -45,7 +46,6 @@ PROCESS = frozenset(
 GET_CONTEXT = frozenset({"multiprocessing.get_context", "torch.multiprocessing.get_context"})
 SET_START_METHOD = frozenset({"multiprocessing.set_start_method", "torch.multiprocessing.set_start_method"})
 DEVICE_COUNT = frozenset({"torch.cuda.device_count"})
-CUDA_AVAILABLE = frozenset({"torch.cuda.is_available"})
 OS_ENVIRON = frozenset({"os.environ"})
 ENV_GETTERS = frozenset({"os.environ.get", "os.getenv"})
 RUNTIME_LOCAL_RANK = frozenset({names.runtime("local_rank")})
@@ -204,14 +204,6 @@ class LegacyFacts:
         self._memo: dict[Key, tuple[Source, ...]] = {}
 
     # ------------------------------------------------------------------------------ where names live
-
-    def _binds_in(self, function: cst.FunctionDef, name: str) -> bool:
-        if self.analysis.is_parameter(function, name):
-            return True
-        return any(
-            isinstance(node, cst.Name) and node.value == name and self.analysis.enclosing_function(node) is function
-            for node in self._stores
-        )
 
     @cached_property
     def _local_names(self) -> dict[cst.FunctionDef, set[str]]:
@@ -406,15 +398,18 @@ class LegacyFacts:
             if isinstance(small, cst.Assign) and dotted_name(small.targets[0].target) == f"{process}.daemon":
                 continue
             return unsupported
-        extra = list(self._launch_companions(loop, collection))
+        context = dotted_name(call.func.value) if call_method_name(call) == "Process" else None  # type: ignore[union-attr]
+        extra = list(self._launch_companions(loop, collection, context))
         if collection is not None and not self._only_used_by(collection, loop, extra):
             return unsupported
+        if context is not None and not self._only_used_by(context, loop, extra):
+            extra = [s for s in extra if not _assigns(s, context)]
         arguments = tuple(cst.Arg(e) for e in rest)
         return Launch("process", call, loop, target, function, arguments, nprocs, tuple(extra))
 
-    def _launch_companions(self, loop: cst.For, collection: str | None) -> Iterator[cst.BaseStatement]:
+    def _launch_companions(self, loop: cst.For, collection: str | None, context: str | None) -> Iterator[cst.BaseStatement]:
         """Statements next to a start loop that only serve the launch: ``procs = []``, ``set_start_method``,
-        ``for p in procs: p.join()``."""
+        ``ctx = mp.get_context("spawn")``, ``for p in procs: p.join()``."""
         block = self.analysis.parent(loop)
         for stmt in statements_of(block):  # type: ignore[arg-type]
             if stmt is loop:
@@ -422,6 +417,9 @@ class LegacyFacts:
             small = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
             if collection and isinstance(small, cst.Assign) and dotted_name(small.targets[0].target) == collection:
                 if isinstance(small.value, cst.List) and not small.value.elements:
+                    yield stmt
+            elif context and _assigns(stmt, context) and isinstance(small.value, cst.Call) and self.analysis.is_call_to(small.value, GET_CONTEXT):  # type: ignore[union-attr]
+                if self.analysis.comes_before(stmt, loop):
                     yield stmt
             elif isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) and self.analysis.is_call_to(small.value, SET_START_METHOD):
                 if self.analysis.comes_before(stmt, loop):
@@ -438,6 +436,17 @@ class LegacyFacts:
             if node.value == collection and not any(self.analysis.is_inside(node, s) for s in keep):
                 return False
         return True
+
+    @cached_property
+    def unmigrated_launch(self) -> Launch | None:
+        """A launch DDP020 cannot rewrite. While it stays, its processes get no torchrun environment, so
+        the other legacy fixes (which read rank and device from that environment) must wait."""
+        return next((launch for launch in self.launches if launch.problem is not None), None)
+
+    def blocked(self) -> str:
+        """``""``, or the reason a legacy fix must only report (for its message)."""
+        launch = self.unmigrated_launch
+        return f" (fix by hand once the script no longer starts its own processes: {launch.problem})" if launch else ""
 
     def launches_of(self, function: cst.FunctionDef) -> list[Launch]:
         """Launches whose processes run the function."""
@@ -805,6 +814,75 @@ def without_launch_comments(lines: Iterable[cst.EmptyLine]) -> list[cst.EmptyLin
 # --------------------------------------------------------------------------------- small helpers
 
 
+class _UsedNames(cst.CSTVisitor):
+    """Every name read outside import statements (``os`` in ``os.path.join`` counts)."""
+
+    def __init__(self) -> None:
+        self.used: set[str] = set()
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        return False
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.used.add(node.value)
+
+
+def drop_unused_imports(original: cst.Module, result: FixResult) -> FixResult:
+    """Remove the top-level imports (``import os``, ``import torch.multiprocessing as mp``, ``from
+    torch.distributed import init_process_group``) whose names the original used and the fixed module no
+    longer does: the fix removed their last use.
+
+    Two name scans, much cheaper than libcst's ``RemoveImportsVisitor`` and enough for the imports a
+    legacy fix can leave behind.
+    """
+    before, visitor = _UsedNames(), _UsedNames()
+    original.visit(before)
+    result.module.visit(visitor)
+    gone = before.used - visitor.used
+    body = []
+    pending: list[cst.EmptyLine] = []  # the blank lines and comments above removed imports
+    for stmt in result.module.body:
+        if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], (cst.Import, cst.ImportFrom)):
+            small = stmt.body[0]
+            kept = [alias for alias in small.names if not _unused_alias(small, alias, gone)] if not isinstance(small.names, cst.ImportStar) else None
+            if kept is not None and len(kept) != len(small.names):  # type: ignore[arg-type]
+                if not kept:
+                    if stmt is result.module.body[0]:
+                        body.append(None)  # its leading lines go to the next statement
+                    elif not pending:
+                        pending = list(stmt.leading_lines)
+                    continue
+                kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+                stmt = stmt.with_changes(body=[small.with_changes(names=kept)])
+        if pending and not stmt.leading_lines:
+            stmt = stmt.with_changes(leading_lines=pending)
+        pending = []
+        body.append(stmt)
+    if len(body) != len(result.module.body) or any(b is not s for b, s in zip(body, result.module.body)):
+        first_removed = body and body[0] is None
+        body = [b for b in body if b is not None]
+        if first_removed and body and not result.module.body[0].leading_lines:
+            lines = list(body[0].leading_lines)
+            while lines and lines[0].comment is None:
+                lines.pop(0)
+            body[0] = body[0].with_changes(leading_lines=lines)
+        result.module = result.module.with_changes(body=body)
+    return result
+
+
+def _unused_alias(small: cst.Import | cst.ImportFrom, alias: cst.ImportAlias, gone: set[str]) -> bool:
+    name = dotted_name(alias.name) or ""
+    if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+        return alias.asname.name.value in gone
+    # ``import torch.distributed`` binds ``torch``: leave such imports alone.
+    return (isinstance(small, cst.ImportFrom) or "." not in name) and name in gone
+
+
+
+
 def target_nodes(target: cst.CSTNode) -> Iterator[cst.CSTNode]:
     """The names, attributes and subscripts an assignment target binds (through tuples and ``*rest``)."""
     if isinstance(target, (cst.Tuple, cst.List)):
@@ -823,6 +901,12 @@ def _is_expression_statement(statement: cst.BaseStatement, call: cst.Call) -> bo
         and isinstance(statement.body[0], cst.Expr)
         and statement.body[0].value is call
     )
+
+
+def _assigns(stmt: cst.BaseStatement, name: str) -> bool:
+    """Whether the statement is ``name = ...``."""
+    small = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
+    return isinstance(small, cst.Assign) and len(small.targets) == 1 and dotted_name(small.targets[0].target) == name
 
 
 def _is_method_call_on(stmt: cst.BaseStatement, method: str, receiver: str) -> bool:
@@ -882,11 +966,11 @@ __all__ = [
     "Option",
     "argument",
     "call_with",
-    "code_of",
-    "is_pure",
+    "drop_unused_imports",
+    "int_value",
     "legacy_facts",
-    "remove_statements",
-    "removal_set",
     "replace_values",
+    "string_value",
+    "target_nodes",
     "without_launch_comments",
 ]

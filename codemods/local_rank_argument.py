@@ -8,15 +8,14 @@ import libcst as cst
 
 from .analysis import ScriptAnalysis
 from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
-from .edits import Edits, expression, with_keyword
+from .edits import Edits, code_of, expression, is_pure, remove_statements, statement_line, with_keyword
 from .legacy_analysis import (
     RUNTIME_LOCAL_RANK,
     LegacyFacts,
     Option,
+    drop_unused_imports,
+    int_value,
     legacy_facts,
-    remove_statements,
-    statement_line,
-    tidy_top,
 )
 from .runtime_calls import runtime_name
 
@@ -39,6 +38,9 @@ class LocalRankArgument(Rule):
     What the fix does: ``args.local_rank`` becomes ``runtime.local_rank()`` (``LOCAL_RANK`` from the
     environment), and assignments to it go. The option is removed when nothing else reads it; when
     something still does (``getattr(args, "local_rank")``), it stays with ``default=runtime.local_rank()``.
+    A script that tests the option against its default to tell a run without the launcher
+    (``if args.local_rank == -1:``) keeps the option and its reads, with the default read from the
+    environment (``int(os.environ.get("LOCAL_RANK", -1))``), so that test keeps its meaning.
     """
 
     code = "DDP023"
@@ -102,6 +104,36 @@ def main(parser):
     log_rank = getattr(args, "local_rank", 0)
 """,
         ),
+        Example(
+            before="""\
+import os
+
+import torch
+
+parser.add_argument("--local_rank", type=int, default=-1, help="-1: not distributed")
+args = parser.parse_args()
+if args.local_rank == -1:
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+else:
+    torch.cuda.set_device(args.local_rank)
+    device = torch.device("cuda", args.local_rank)
+    torch.distributed.init_process_group(backend="nccl")
+""",
+            after="""\
+import os
+
+import torch
+
+parser.add_argument("--local_rank", type=int, default=int(os.environ.get("LOCAL_RANK", -1)), help="-1: not distributed")
+args = parser.parse_args()
+if args.local_rank == -1:
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+else:
+    torch.cuda.set_device(args.local_rank)
+    device = torch.device("cuda", args.local_rank)
+    torch.distributed.init_process_group(backend="nccl")
+""",
+        ),
         Valid(
             """\
 import os
@@ -117,56 +149,108 @@ torch.cuda.set_device(local_rank)
     def _cases(self, analysis: ScriptAnalysis) -> Iterator[tuple[str, cst.CSTNode, Option]]:
         facts = legacy_facts(analysis)
         for option in facts.local_rank_options:
+            if self._sentinel(facts, option) is not None:
+                # ``-1`` means "not launched by the launcher": keep the option, default from LOCAL_RANK.
+                if not self._default_from_environment(facts, option):
+                    yield OPTION, option.call, option
+                continue
             for attribute in facts.option_attributes(option.dest):
                 if facts.is_load(attribute):
                     yield READ, attribute, option
                 else:
                     yield WRITE, attribute, option
-            if self._removable(facts, option) or not self._default_from_environment(analysis, option):
+            if self._removable(facts, option) or not self._default_from_environment(facts, option):
                 yield OPTION, option.call, option
+
+    @staticmethod
+    def _default(option: Option) -> cst.Arg | None:
+        return next((a for a in option.call.args if a.keyword is not None and a.keyword.value == "default"), None)
+
+    def _sentinel(self, facts: LegacyFacts, option: Option) -> str | None:
+        """``"-1"`` or ``"None"`` when the script tests the option against its default to tell a run
+        without the launcher (``if args.local_rank == -1:``), which ``runtime.local_rank()`` (0) would
+        change."""
+        default = self._default(option)
+        value = default.value if default is not None else cst.Name("None")
+        if isinstance(value, cst.IfExp) and facts.env_read(value.body) == "LOCAL_RANK":
+            value = value.orelse  # int(os.environ["LOCAL_RANK"]) if "LOCAL_RANK" in os.environ else None
+        elif facts.env_read(value) == "LOCAL_RANK" and isinstance(value, cst.Call) and len(value.args) == 1:
+            inner = value.args[0].value  # int(os.environ.get("LOCAL_RANK", -1))
+            value = inner.args[1].value if isinstance(inner, cst.Call) and len(inner.args) == 2 else value
+        sentinel = "-1" if int_value(value) == -1 else "None" if isinstance(value, cst.Name) and value.value == "None" else None
+        if sentinel is None:
+            return None
+        for attribute in facts.option_attributes(option.dest):
+            comparison = facts.analysis.parent(attribute)
+            if isinstance(comparison, cst.Comparison):
+                for other in (comparison.left, *(c.comparator for c in comparison.comparisons)):
+                    if other is not attribute and code_of(other).strip() == sentinel:
+                        return sentinel
+                    if isinstance(other, (cst.List, cst.Tuple)) and any(code_of(e.value).strip() == sentinel for e in other.elements):
+                        return sentinel
+        return None
 
     @staticmethod
     def _removable(facts: LegacyFacts, option: Option) -> bool:
         """Whether nothing but ``args.<dest>`` reads the option (no ``getattr(args, "local_rank")``)."""
         return not facts.mentions_string(option.dest, outside=[option.call])
 
-    @staticmethod
-    def _default_from_environment(analysis: ScriptAnalysis, option: Option) -> bool:
-        default = next((a for a in option.call.args if a.keyword is not None and a.keyword.value == "default"), None)
-        return default is not None and isinstance(default.value, cst.Call) and analysis.is_call_to(default.value, RUNTIME_LOCAL_RANK)
+    def _default_from_environment(self, facts: LegacyFacts, option: Option) -> bool:
+        default = self._default(option)
+        value = default.value if default is not None else None
+        if isinstance(value, cst.IfExp):
+            value = value.body
+        if not isinstance(value, cst.Call):
+            return False
+        return facts.analysis.is_call_to(value, RUNTIME_LOCAL_RANK) or facts.env_read(value) == "LOCAL_RANK"
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
+        blocked = legacy_facts(analysis).blocked()
         for kind, node, option in self._cases(analysis):
             if kind == READ:
-                yield Match(node, f"args.{option.dest} from the command line: torchrun sets LOCAL_RANK in the environment instead")
+                message = f"args.{option.dest} from the command line: torchrun sets LOCAL_RANK in the environment instead"
             elif kind == WRITE:
-                yield Match(node, f"args.{option.dest} set by hand: the local rank comes from the environment (runtime.local_rank())")
+                message = f"args.{option.dest} set by hand: the local rank comes from the environment (runtime.local_rank())"
             else:
-                yield Match(node, f"{option.flags[0]} option: torchrun does not pass it, so every process would keep its default")
+                message = f"{option.flags[0]} option: torchrun does not pass it, so every process would keep its default"
+            yield Match(node, message + blocked, not blocked)
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         facts = legacy_facts(analysis)
+        if facts.blocked():
+            return None
         edits = Edits(analysis.module.code)
         removed: list[cst.CSTNode] = []
         for kind, node, option in self._cases(analysis):
-            rt = runtime_name(analysis, edits)
             if kind == READ:
+                rt = runtime_name(analysis, edits)
                 edits.replace(node, expression(f"{rt}.local_rank()"))
                 edits.changes.append(Change(self.code, analysis.line(node), f"args.{option.dest} replaced by runtime.local_rank() (LOCAL_RANK)"))
             elif kind == WRITE:
                 assign = analysis.parent(analysis.parent(node))
                 if isinstance(assign, cst.Assign) and len(assign.targets) == 1:
-                    removed.append(statement_line(analysis, assign))
+                    if is_pure(assign.value):
+                        removed.append(statement_line(analysis, assign))
+                    else:  # keep what the value does: ``args.local_rank = init_distributed()``
+                        edits.replace(assign, cst.Expr(assign.value))
                     edits.changes.append(Change(self.code, analysis.line(node), f"assignment to args.{option.dest} removed"))
-            elif self._removable(facts, option):
+            elif self._sentinel(facts, option) is None and self._removable(facts, option):
                 stmt = analysis.statement(option.call)
                 if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr):
                     removed.append(stmt)
                     edits.changes.append(Change(self.code, analysis.line(node), f"{option.flags[0]} option removed (torchrun sets LOCAL_RANK)"))
             else:
                 call = option.call
-                default = next((a for a in call.args if a.keyword is not None and a.keyword.value == "default"), None)
-                value = expression(f"{rt}.local_rank()")
+                default = self._default(option)
+                sentinel = self._sentinel(facts, option)
+                if sentinel == "-1":
+                    value = expression('int(os.environ.get("LOCAL_RANK", -1))')
+                elif sentinel == "None":
+                    value = expression('int(os.environ["LOCAL_RANK"]) if "LOCAL_RANK" in os.environ else None')
+                else:
+                    value = expression(f"{runtime_name(analysis, edits)}.local_rank()")
+                if sentinel is not None and "os" not in facts.imported_names:
+                    edits.add_import("os")
                 if default is not None:
                     edits.replace(default.value, value)
                 else:
@@ -175,6 +259,5 @@ torch.cuda.set_device(local_rank)
         remove_statements(analysis, edits, removed)
         if not edits:
             return None
-        edits.remove_import_if_unused("os")
-        return tidy_top(analysis.module, edits.apply(analysis.module))
+        return drop_unused_imports(analysis.module, edits.apply(analysis.module))
 

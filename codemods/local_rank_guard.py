@@ -9,14 +9,17 @@ import libcst as cst
 from .analysis import ScriptAnalysis, dotted_name, walk
 from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
 from .edits import Edits, expression
-from .legacy_analysis import LegacyFacts, int_value, legacy_facts, tidy_top
+from .legacy_analysis import LegacyFacts, int_value, legacy_facts
 from .runtime_calls import runtime_name
 
 #: Calls that write files or print: a guard around them decides which processes produce output.
 OUTPUT_CALLS = frozenset(
-    {"print", "open", "makedirs", "mkdir", "copyfile", "copy", "copy2", "savefig", "add_scalar", "add_scalars", "info", "warning", "log"}
+    {
+        "print", "open", "makedirs", "mkdir", "copyfile", "copy", "copy2", "savefig", "add_scalar", "add_scalars",
+        "debug", "info", "warning", "error", "log", "log_metric", "log_metrics", "log_dict", "log_artifact",
+    }
 )
-OUTPUT_PREFIXES = ("save", "write", "dump", "print", "log")
+OUTPUT_PREFIXES = ("save", "write", "dump", "print")
 
 
 def _callee(call: cst.Call) -> str:
@@ -189,13 +192,17 @@ if dist.get_rank() == 0:
                 yield from tests
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
+        blocked = legacy_facts(analysis).blocked()
         for test in self._cases(analysis):
-            yield Match(test, "output guarded by the local rank: every node's local rank 0 writes it; guard with the global rank 0")
+            message = "output guarded by the local rank: every node's local rank 0 writes it; guard with the global rank 0"
+            yield Match(test, message + blocked, not blocked)
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
+        if legacy_facts(analysis).blocked():
+            return None
         edits = Edits(analysis.module.code)
         for test in self._cases(analysis):
             rt = runtime_name(analysis, edits)
             edits.replace(test, expression(f"{rt}.is_main_process()"))
             edits.changes.append(Change(self.code, analysis.line(test), "local-rank guard replaced by runtime.is_main_process() (global rank 0)"))
-        return tidy_top(analysis.module, edits.apply(analysis.module)) if edits else None
+        return edits.apply(analysis.module) if edits else None

@@ -10,8 +10,8 @@ import libcst as cst
 from . import names
 from .analysis import ScriptAnalysis, call_method_name, walk
 from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
-from .edits import Edits, expression, without_argument
-from .legacy_analysis import DDP_PARAMETERS, LegacyFacts, argument, legacy_facts, remove_statements, tidy_top
+from .edits import Edits, expression, remove_statements, without_argument
+from .legacy_analysis import DDP_PARAMETERS, LegacyFacts, argument, drop_unused_imports, legacy_facts
 from .runtime_calls import runtime_name
 
 DEVICE = "device"  # the expression becomes runtime.device()
@@ -33,6 +33,15 @@ def _mentions_rank(facts: LegacyFacts, node: cst.CSTNode) -> bool:
     return any(
         isinstance(n, (cst.Name, cst.Attribute, cst.Call)) and facts.holds_global_rank(n)  # type: ignore[arg-type]
         for n in walk(node)
+    )
+
+
+def _is_cuda_query(analysis: ScriptAnalysis, call: cst.Call) -> bool:
+    """``torch.cuda.get_device_name(i)``, ``torch.cuda.memory_allocated(i)``, ``torch.cuda.device(i)``, ...:
+    the ``torch.cuda`` functions that take a device (``set_device`` is handled on its own)."""
+    return any(
+        q.startswith("torch.cuda.") and q.count(".") == 2 and q not in names.CUDA_SET_DEVICE | names.CUDA_QUERIES
+        for q in analysis.qualified_names(call.func)
     )
 
 
@@ -86,6 +95,7 @@ def train(rank, world_size):
         x, y = x.cuda(rank), y.to(f"cuda:{rank}")
         loss_fn(model(x), y).backward()
     if rank == 0:
+        print("trained on", torch.cuda.get_device_name(rank))
         torch.save(model.module.state_dict(), "model.pt")
 """,
             after="""\
@@ -104,6 +114,7 @@ def train(rank, world_size):
         x, y = x.to(runtime.device()), y.to(runtime.device())
         loss_fn(model(x), y).backward()
     if rank == 0:
+        print("trained on", torch.cuda.get_device_name(runtime.device()))
         torch.save(model.module.state_dict(), "model.pt")
 """,
         ),
@@ -122,7 +133,6 @@ device = torch.device("cuda", rank) if torch.cuda.is_available() else torch.devi
 model = DDP(Net().to(device), device_ids=[rank] if torch.cuda.is_available() else None)
 """,
             after="""\
-import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 from ddp_migrate import runtime
@@ -160,6 +170,8 @@ if rank == 0:
             elif analysis.is_call_to(call, names.CUDA_SET_DEVICE):
                 if call.args and facts.holds_global_rank(call.args[0].value):
                     yield _Case(call, SET_DEVICE, "set_device(global rank): the GPU of a process is its local rank")
+            elif _is_cuda_query(analysis, call) and call.args and call.args[0].keyword is None and facts.holds_global_rank(call.args[0].value):
+                yield _Case(call.args[0].value, DEVICE, f"{call_method_name(call)}(global rank): the GPU of a process is its local rank")
             elif call_method_name(call) in ("to", "cuda") and call.args:
                 first = call.args[0]
                 if (first.keyword is None or first.keyword.value == "device") and facts.holds_global_rank(first.value):
@@ -180,11 +192,14 @@ if rank == 0:
                 yield _Case(node, DEVICE, 'f"cuda:{rank}" from the global rank: the GPU of a process is its local rank')
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
+        blocked = legacy_facts(analysis).blocked()
         for case in self._cases(analysis):
-            yield Match(case.node, case.message)
+            yield Match(case.node, case.message + blocked, not blocked)
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         facts = legacy_facts(analysis)
+        if facts.blocked():
+            return None
         edits = Edits(analysis.module.code)
         removed: list[cst.CSTNode] = []
         runtime_sets_device = not analysis.calls_to(names.INIT_PROCESS_GROUP)
@@ -219,4 +234,4 @@ if rank == 0:
                 message = "output_device removed (DDP uses device_ids[0])"
             edits.changes.append(Change(self.code, analysis.line(node), message))
         remove_statements(analysis, edits, removed)
-        return tidy_top(analysis.module, edits.apply(analysis.module)) if edits else None
+        return drop_unused_imports(analysis.module, edits.apply(analysis.module)) if edits else None

@@ -8,32 +8,16 @@ import libcst as cst
 
 from .analysis import ScriptAnalysis, dotted_name
 from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
-from .edits import Edits, code_of, expression
+from .edits import Edits, code_of, expression, is_pure, remove_statements
 from .legacy_analysis import (
     Launch,
-    is_pure,
-    legacy_facts,
     call_with,
-    remove_statements,
+    drop_unused_imports,
+    legacy_facts,
     replace_values,
     without_launch_comments,
-    tidy_top,
 )
 from .runtime_calls import runtime_name
-
-#: Imports that only served a hand-made launch: (module, name) as ``Edits.remove_import_if_unused`` takes them.
-LAUNCH_IMPORTS = (
-    ("torch.multiprocessing", None),
-    ("multiprocessing", None),
-    ("torch.multiprocessing", "spawn"),
-    ("torch.multiprocessing", "start_processes"),
-    ("torch.multiprocessing", "Process"),
-    ("torch.multiprocessing", "set_start_method"),
-    ("torch.multiprocessing", "get_context"),
-    ("multiprocessing", "Process"),
-    ("multiprocessing", "set_start_method"),
-    ("multiprocessing", "get_context"),
-)
 
 
 class SpawnLauncher(Rule):
@@ -82,7 +66,6 @@ if __name__ == "__main__":
     mp.spawn(train, args=(world_size, 10), nprocs=world_size, join=True)
 """,
             after="""\
-import torch
 import torch.distributed as dist
 from ddp_migrate import runtime
 
@@ -171,6 +154,36 @@ def main(args):
     main_worker(runtime.local_rank(), ngpus_per_node, args)
 """,
         ),
+        Example(
+            before="""\
+import torch.distributed as dist
+from torch.multiprocessing import spawn
+
+
+def worker(index, config, data):
+    dist.init_process_group("gloo", init_method="env://")
+    fit(config, data)
+
+
+def launch(config, data):
+    worker_args = (config, data)
+    spawn(worker, worker_args, 2)
+""",
+            after="""\
+import torch.distributed as dist
+from ddp_migrate import runtime
+
+
+def worker(index, config, data):
+    dist.init_process_group("gloo", init_method="env://")
+    fit(config, data)
+
+
+def launch(config, data):
+    worker_args = (config, data)
+    worker(runtime.local_rank(), *worker_args)
+""",
+        ),
         Valid(
             """\
 import torch.multiprocessing as mp
@@ -232,10 +245,9 @@ if __name__ == "__main__":
                     f"torchrun --nproc_per_node=<processes per node, was {count}> (and --nnodes for several machines)",
                 )
             )
-        for module, name in LAUNCH_IMPORTS:
-            alias = analysis.local_name_for(module if name is None else f"{module}.{name}")
-            edits.remove_import_if_unused(module, name, None if alias in (None, name) else alias)
-        return tidy_top(analysis.module, edits.apply(analysis.module)) if edits else None
+        if not edits:
+            return None
+        return drop_unused_imports(analysis.module, edits.apply(analysis.module))
 
     @staticmethod
     def _fix_process_count(analysis: ScriptAnalysis, edits: Edits, launch: Launch, rt: str) -> None:
