@@ -503,26 +503,34 @@ class ScriptAnalysis:
         """
         return self.is_training_script or bool(self.wrap_calls)
 
-    @cached_property
-    def _functions_reaching_backward(self) -> set[cst.FunctionDef]:
-        """Functions that call ``backward()`` directly or through other functions of the file."""
-        reaching = {f for f in (self.enclosing_function(c) for c in self.backward_calls) if f is not None}
-        changed = True
-        while changed:
-            changed = False
-            for call, target in self._call_targets.items():
-                caller = self.enclosing_function(call)
-                if target in reaching and caller is not None and caller not in reaching:
-                    reaching.add(caller)
-                    changed = True
-        return reaching
+    def _functions_reaching(self, calls: frozenset[cst.CSTNode]) -> set[cst.FunctionDef]:
+        """Functions that run one of the calls directly or through other functions of the file (cached)."""
+        cache: dict[frozenset[cst.CSTNode], set[cst.FunctionDef]] = self.__dict__.setdefault("_reaching_cache", {})
+        if calls not in cache:
+            reaching = {f for f in (self.enclosing_function(c) for c in calls) if f is not None}
+            changed = True
+            while changed:
+                changed = False
+                for call, target in self._call_targets.items():
+                    caller = self.enclosing_function(call)
+                    if target in reaching and caller is not None and caller not in reaching:
+                        reaching.add(caller)
+                        changed = True
+            cache[calls] = reaching
+        return cache[calls]
+
+    def reaches(self, node: cst.CSTNode, calls: Iterable[cst.CSTNode]) -> bool:
+        """Whether running the node (a function, a loop, a statement) runs one of the calls: they sit
+        inside it, or inside a function of this file that it calls, directly or through other calls."""
+        wanted = frozenset(calls)
+        if any(self.is_inside(call, node) for call in wanted):
+            return True
+        reaching = self._functions_reaching(wanted)
+        return any(target in reaching and self.is_inside(call, node) for call, target in self._call_targets.items())
 
     def reaches_backward(self, node: cst.CSTNode) -> bool:
         """Whether running the node (a loop, a statement) calls ``backward()``, here or through a call."""
-        if any(self.is_inside(call, node) for call in self.backward_calls):
-            return True
-        reaching = self._functions_reaching_backward
-        return any(target in reaching and self.is_inside(call, node) for call, target in self._call_targets.items())
+        return self.reaches(node, self.backward_calls)
 
     @cached_property
     def loader_loops(self) -> list[LoaderLoop]:
@@ -769,23 +777,6 @@ class ScriptAnalysis:
 
 
     # ------------------------------------------------- reachability and rank values (appended for DDP020-DDP025)
-
-    def reaches(self, node: cst.CSTNode, calls: Iterable[cst.CSTNode]) -> bool:
-        """Whether running the node (a function, a loop, a statement) runs one of the calls: they sit
-        inside it, or inside a function of this file that it calls, directly or through other calls."""
-        wanted = list(calls)
-        if any(self.is_inside(call, node) for call in wanted):
-            return True
-        reaching = {f for f in (self.enclosing_function(c) for c in wanted) if f is not None}
-        changed = True
-        while changed:
-            changed = False
-            for call, target in self._call_targets.items():
-                caller = self.enclosing_function(call)
-                if target in reaching and caller is not None and caller not in reaching:
-                    reaching.add(caller)
-                    changed = True
-        return any(target in reaching and self.is_inside(call, node) for call, target in self._call_targets.items())
 
     def holds_rank(self, expr: cst.BaseExpression) -> bool:
         """Whether a name or attribute holds this process's global or local rank, by following its value
