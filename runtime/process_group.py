@@ -3,12 +3,16 @@
 ``setup()`` reads torchrun's environment (``env://``). Without it, the process forms a world of one:
 the process group is built on an in-memory ``torch.distributed.HashStore``, so no free port, no file
 and no network are needed, and ``DistributedDataParallel`` still wraps the model as under torchrun.
+
+``cleanup()`` on gloo also waits until gloo's worker threads are idle, so that the process does not
+abort at exit (see :func:`_wait_for_idle_gloo_workers`).
 """
 
 from __future__ import annotations
 
 import datetime
 import os
+import time
 from typing import Any
 
 import torch
@@ -23,6 +27,19 @@ __all__ = ["barrier", "cleanup", "is_initialized", "setup"]
 BACKEND_VARIABLE = "DDP_MIGRATE_BACKEND"
 #: Environment variable holding the collective timeout in seconds.
 TIMEOUT_VARIABLE = "DDP_MIGRATE_TIMEOUT"
+
+#: Longest wait, in seconds, in :func:`cleanup` for gloo's worker threads to become idle.
+GLOO_IDLE_TIMEOUT = 2.0
+#: Seconds between two looks at gloo's worker threads; the GIL is released meanwhile.
+_GLOO_POLL_INTERVAL = 0.005
+#: Consecutive looks that must find every gloo worker thread asleep (about 20 ms in all).
+_GLOO_QUIET_POLLS = 4
+#: GIL-free pause, in seconds, where threads cannot be observed (no ``/proc``).
+_GLOO_BLIND_WAIT = 0.1
+#: Name torch gives gloo's worker threads (``ProcessGroupGloo::runLoop``), as in ``/proc``.
+_GLOO_WORKER_NAME = b"pt_gloo_runloop"
+#: ``/proc`` thread states of a thread that runs or waits for a CPU (R) or for I/O (D).
+_BUSY_STATES = (b"R", b"D")
 
 
 def _choose_backend(backend: str | None) -> str:
@@ -132,9 +149,88 @@ def setup(
 
 
 def cleanup() -> None:
-    """Destroy the default process group; safe to call twice or when :func:`setup` never ran."""
-    if is_initialized():
-        dist.destroy_process_group()
+    """Destroy the default process group; safe to call twice or when :func:`setup` never ran.
+
+    On gloo, then wait until gloo's worker threads are idle (usually about 20 ms, at most
+    :data:`GLOO_IDLE_TIMEOUT` seconds): otherwise the process may abort at exit, after all its
+    work, when one of them still has a Python object to release (see
+    :func:`_wait_for_idle_gloo_workers`). Other backends (nccl): ``destroy_process_group()`` only.
+    """
+    if not is_initialized():
+        return
+    uses_gloo = "gloo" in str(dist.get_backend()).lower()  # also "cpu:gloo,cuda:nccl"
+    dist.destroy_process_group()
+    if uses_gloo:
+        _wait_for_idle_gloo_workers()
+
+
+def _gloo_workers() -> dict[str, tuple[bytes, bytes]] | None:
+    """Each gloo worker thread of this process: thread id -> (``/proc`` state such as ``R`` or
+    ``S``, scheduler statistics); ``None`` where threads cannot be observed (no ``/proc``).
+
+    The statistics (``schedstat``: CPU time, times scheduled) change whenever the thread runs;
+    empty where the kernel does not keep them.
+    """
+    try:
+        threads = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    workers: dict[str, tuple[bytes, bytes]] = {}
+    for thread in threads:
+        folder = f"/proc/self/task/{thread}"
+        try:
+            with open(f"{folder}/stat", "rb") as file:
+                stat = file.read()
+        except OSError:  # the thread has just ended
+            continue
+        name_end = stat.rfind(b")")  # "tid (name) state ..."
+        if stat[stat.find(b"(") + 1 : name_end] != _GLOO_WORKER_NAME:
+            continue
+        try:
+            with open(f"{folder}/schedstat", "rb") as file:
+                ran = file.read()
+        except OSError:
+            ran = b""
+        workers[thread] = (stat[name_end + 2 : name_end + 3], ran)
+    return workers
+
+
+def _wait_for_idle_gloo_workers(timeout: float = GLOO_IDLE_TIMEOUT) -> None:
+    """Wait until no gloo worker thread may still need the GIL, at most ``timeout`` seconds.
+
+    Why: gloo runs each collective on a worker thread, which drops the work object only after the
+    caller has been released: microseconds later, or much later when the machine is loaded and
+    the thread is preempted. A collective started during ``backward()`` (DDP's gradient
+    all_reduce) holds a Python object in the thread-local state it captured (torch 2.13 stashes
+    a ``contextvars.Context`` there for the backward pass; Python tensors and Python comm hooks
+    are held the same way), and dropping it takes the GIL. If the script has ended meanwhile, the
+    interpreter is shutting down: Python ends the thread inside that C++ destructor and the
+    process aborts with "terminate called without an active exception" (SIGABRT), so torchrun
+    reports a failed job. ``destroy_process_group()`` cannot prevent it: a live DDP model keeps
+    the process group and its threads, which cannot be joined from here, and torch does not
+    report when they are done.
+
+    How: a worker with nothing left to do sleeps on its empty queue and does not run at all. One
+    preempted before dropping its work is runnable (state ``R``); one waiting for the GIL gets it
+    while this thread sleeps in ``time.sleep`` (which releases the GIL), so it runs. Hence once
+    every worker has been found not runnable and not to have run since the previous look,
+    :data:`_GLOO_QUIET_POLLS` times in a row (about 20 ms), all of them have finished with their
+    last collective. (Not seen: a worker blocked for longer than that, on something other than
+    the GIL, before it drops its work.) Without ``/proc`` (not Linux), a fixed GIL-free pause
+    instead. Called once, at clean-up: nothing is added to a training step.
+    """
+    deadline = time.monotonic() + timeout
+    quiet = 0
+    previous = None
+    while quiet < _GLOO_QUIET_POLLS and time.monotonic() < deadline:
+        time.sleep(_GLOO_POLL_INTERVAL)
+        workers = _gloo_workers()
+        if workers is None:
+            time.sleep(_GLOO_BLIND_WAIT)
+            return
+        asleep = all(state not in _BUSY_STATES for state, _ in workers.values())
+        quiet = quiet + 1 if asleep and workers == previous else 0
+        previous = workers
 
 
 def is_initialized() -> bool:
