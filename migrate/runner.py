@@ -9,21 +9,23 @@ from typing import Callable, Iterator, Sequence
 
 from ddp_migrate.codemods.base import Options, Rule
 
-from .engine import FileResult, process
+from .engine import FileResult
+from .program import RulesFor, Unit, plan, process_unit
 from .writer import write_atomic
 
 
-def process_path(path: Path, rules: Sequence[type[Rule]], options: Options, fix: bool) -> FileResult:
-    """Read one file and run the engine on it (a read error becomes the result's error line)."""
-    try:
-        data = path.read_bytes()
-    except OSError as error:
-        return FileResult(path=str(path), original=b"", error=f"{path}:1:1: cannot read: {error.strerror or error}")
-    return process(str(path), data, rules, options, fix)
+class _PerPathRules:
+    """A picklable ``rules_for`` built from a mapping (worker processes receive it)."""
+
+    def __init__(self, table: dict[Path, tuple[type[Rule], ...]]) -> None:
+        self.table = table
+
+    def __call__(self, path: Path) -> Sequence[type[Rule]]:
+        return self.table[path]
 
 
-def _process_star(args: tuple[Path, Sequence[type[Rule]], Options, bool]) -> FileResult:
-    return process_path(*args)
+def _process_star(args: tuple[Unit, RulesFor, Options, bool]) -> list[FileResult]:
+    return process_unit(*args)
 
 
 def default_jobs() -> int:
@@ -40,19 +42,25 @@ def run(
     options: Options,
     fix: bool,
     jobs: int,
+    follow_imports: bool = True,
 ) -> Iterator[FileResult]:
-    """Yield one result per file, in the order given; several worker processes when ``jobs > 1``.
+    """Yield one result per file, unit by unit; several worker processes when ``jobs > 1``.
 
-    ``rules`` is either the rules for every file or a function choosing them per file (per-file ignores).
+    The files are grouped into units (:func:`ddp_migrate.program.plan`): a program's local modules are
+    processed with its entry even when they were not named. ``rules`` is either the rules for every file or
+    a function choosing them per file (per-file ignores).
     """
-    rules_for = rules if callable(rules) else (lambda _path: rules)
-    work = [(path, tuple(rules_for(path)), options, fix) for path in files]
-    if jobs <= 1 or len(files) <= 1:
+    units = plan(files, follow_imports)
+    choose = rules if callable(rules) else (lambda _path: rules)
+    rules_for = _PerPathRules({path: tuple(choose(path)) for unit in units for path in unit.paths})
+    work = [(unit, rules_for, options, fix) for unit in units]
+    if jobs <= 1 or len(units) <= 1:
         for item in work:
-            yield _process_star(item)
+            yield from _process_star(item)
         return
-    with ProcessPoolExecutor(max_workers=min(jobs, len(files))) as pool:
-        yield from pool.map(_process_star, work, chunksize=max(1, len(work) // (jobs * 4)))
+    with ProcessPoolExecutor(max_workers=min(jobs, len(units))) as pool:
+        for results in pool.map(_process_star, work, chunksize=max(1, len(work) // (jobs * 4))):
+            yield from results
 
 
 def write_result(result: FileResult) -> str | None:
