@@ -58,6 +58,11 @@ class Options:
     """Settings that change what a fix writes."""
 
     batch_size: BatchSizePolicy = BatchSizePolicy.GLOBAL
+    #: Make the migrated program restartable under ``torchrun --max-restarts``: snapshot the training state
+    #: at the end of every epoch and resume from it at start.
+    elastic: bool = False
+    #: With ``elastic``, also snapshot every this many optimizer steps inside the epoch (``None``: epochs only).
+    snapshot_every: int | None = None
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,17 @@ def parse(text: str, path: str) -> cst.Module:
         raise FileError(f"cannot parse: {error.message}", error.raw_line, error.raw_column + 1) from None
 
 
+def check_syntax(text: str, path: str) -> None:
+    """Report a syntax error through Python's own compiler: cheap, so files skipped by the text check are
+    still checked (a syntax error is always reported, never skipped)."""
+    try:
+        compile(text, path, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+    except SyntaxError as error:
+        raise FileError(f"cannot parse: {error.msg}", error.lineno or 1, error.offset or 1) from None
+    except ValueError as error:
+        raise FileError(f"cannot parse: {error}") from None
+
+
 def verify(text: str, path: str, rule: Rule) -> None:
     """Refuse output that does not parse and compile, naming the rule whose fix produced it."""
     try:
@@ -176,6 +187,7 @@ def process(path: str, data: bytes, rule_classes: Sequence[type[Rule]], options:
         source = decode(data)
         result.text = result.new_text = source.text
         if not could_match(source.text, rule_classes):
+            check_syntax(source.text, path)
             result.skipped = True
             return result
         module = parse(source.text, path)
