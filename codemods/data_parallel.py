@@ -7,33 +7,11 @@ from typing import Iterator
 import libcst as cst
 
 from . import names
-from .analysis import ScriptAnalysis
+from .analysis import ScriptAnalysis, wrapped_argument
 from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
-from .edits import Edits, code_of, expression
-from .runtime_calls import imported_name, runtime_name
+from .edits import Edits, code_of
+from .runtime_calls import ddp_call
 
-DDP_MODULE, DDP_CLASS = "torch.nn.parallel", "DistributedDataParallel"
-
-
-def ddp_call(analysis: ScriptAnalysis, edits: Edits, model: cst.BaseExpression, extra: list[cst.Arg] | None = None) -> cst.Call:
-    """``DistributedDataParallel(model, device_ids=runtime.device_ids())`` in this file's spelling."""
-    ddp = imported_name(analysis, edits, DDP_MODULE, DDP_CLASS)
-    rt = runtime_name(analysis, edits)
-    call = expression(f"{ddp}(MODEL, device_ids={rt}.device_ids())")
-    assert isinstance(call, cst.Call)
-    args = [call.args[0].with_changes(value=model), call.args[1]]
-    for arg in extra or []:
-        args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-        args.append(arg.with_changes(comma=cst.MaybeSentinel.DEFAULT))
-    return call.with_changes(args=args)
-
-
-def wrapped_argument(call: cst.Call) -> cst.BaseExpression | None:
-    """The module a DataParallel/DDP call wraps (first positional or ``module=``)."""
-    for index, arg in enumerate(call.args):
-        if (arg.keyword is None and index == 0 and not arg.star) or (arg.keyword and arg.keyword.value == "module"):
-            return arg.value
-    return None
 
 
 class DataParallel(Rule):
@@ -150,7 +128,7 @@ model = DDP(model, device_ids=[local_rank])
             local = analysis.local_name_for(qualified)
             if local:
                 module, _, attr = qualified.rpartition(".")
-                edits.remove_import_if_unused(module, attr, None if local == attr else local)
+                edits.drop_unused_imports()
         return edits.apply(analysis.module) if edits else None
 
     def _hoist_out_of_condition(self, analysis: ScriptAnalysis, edits: Edits, call: cst.Call, new_call: cst.Call) -> bool:

@@ -6,55 +6,13 @@ from typing import Iterator
 
 import libcst as cst
 
-from . import names
-from .analysis import ScriptAnalysis
+from .analysis import LOADER_PARAMETERS, ScriptAnalysis, loader_argument
 from .base import BatchSizePolicy, Change, Example, FixResult, Match, Note, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression, statement
 from .runtime_calls import imported_name, runtime_name
 
 #: ``DataLoader``'s positional parameters, in order.
-LOADER_PARAMETERS = (
-    "dataset",
-    "batch_size",
-    "shuffle",
-    "sampler",
-    "batch_sampler",
-    "num_workers",
-    "collate_fn",
-    "pin_memory",
-    "drop_last",
-    "timeout",
-    "worker_init_fn",
-    "multiprocessing_context",
-    "generator",
-)
 SAMPLER_MODULE, SAMPLER_CLASS = "torch.utils.data.distributed", "DistributedSampler"
-
-
-def loader_argument(call: cst.Call, parameter: str) -> cst.Arg | None:
-    """The argument a ``DataLoader(...)`` call passes for a parameter, positional or keyword."""
-    position = LOADER_PARAMETERS.index(parameter)
-    for index, arg in enumerate(call.args):
-        if arg.star:
-            return None
-        if arg.keyword is None and index == position:
-            return arg
-        if arg.keyword is not None and arg.keyword.value == parameter:
-            return arg
-    return None
-
-
-def sampler_origin(analysis: ScriptAnalysis, loader: cst.Call) -> set[cst.CSTNode]:
-    """The calls the loader's ``sampler=`` argument comes from."""
-    arg = loader_argument(loader, "sampler")
-    return analysis.origins(arg.value) if arg is not None else set()
-
-
-def has_distributed_sampler(analysis: ScriptAnalysis, loader: cst.Call) -> bool:
-    """Whether the loader draws from a ``DistributedSampler``."""
-    return any(
-        isinstance(o, cst.Call) and analysis.is_call_to(o, names.DISTRIBUTED_SAMPLER) for o in sampler_origin(analysis, loader)
-    )
 
 
 class MissingDistributedSampler(Rule):
@@ -132,7 +90,7 @@ with torch.no_grad():
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
         for loader in analysis.loader_calls:
-            if loader not in analysis.training_loaders or has_distributed_sampler(analysis, loader):
+            if loader not in analysis.training_loaders or analysis.has_distributed_sampler(loader):
                 continue
             dataset = loader_argument(loader, "dataset")
             if loader_argument(loader, "sampler") or loader_argument(loader, "batch_sampler"):
@@ -193,7 +151,7 @@ with torch.no_grad():
         notes = []
         for loader in analysis.loader_calls:
             line = analysis.line(loader)
-            if loader in analysis.evaluation_loaders and not has_distributed_sampler(analysis, loader):
+            if loader in analysis.evaluation_loaders and not analysis.has_distributed_sampler(loader):
                 notes.append(
                     Note(
                         self.code,
@@ -203,7 +161,7 @@ with torch.no_grad():
                         "runtime.weighted_mean(total, count)",
                     )
                 )
-            elif loader in analysis.training_loaders and has_distributed_sampler(analysis, loader):
+            elif loader in analysis.training_loaders and analysis.has_distributed_sampler(loader):
                 if loader_argument(loader, "batch_size") is None:
                     notes.append(Note(self.code, line, "no batch_size given: each process takes batches of 1"))
                 elif options.batch_size is BatchSizePolicy.PER_PROCESS:

@@ -11,11 +11,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable, Iterable, Union
 
 import libcst as cst
-from libcst.codemod import CodemodContext
-from libcst.codemod.visitors import RemoveImportsVisitor
 
+from .analysis import dotted_name, statements_of, walk
 from .base import Change, FixResult, Note
-from .analysis import statements_of, walk
 
 if TYPE_CHECKING:
     from .analysis import ScriptAnalysis
@@ -50,12 +48,12 @@ class Edits:
         self._after: dict[cst.CSTNode, list[cst.BaseStatement]] = {}
         self._todos: dict[cst.CSTNode, list[str]] = {}
         self._imports: list[tuple[str, str | None, str | None]] = []
-        self._unused_imports: list[tuple[str, str | None, str | None]] = []
+        self._drop_unused_imports = False
         self.changes: list[Change] = []
         self.notes: list[Note] = []
 
     def __bool__(self) -> bool:
-        return bool(self._replacements or self._before or self._after or self._todos or self._imports or self._unused_imports)
+        return bool(self._replacements or self._before or self._after or self._todos or self._imports)
 
     def replace(self, node: cst.CSTNode, new: cst.CSTNode | Replacement) -> None:
         """Replace a node by a new one, or by what a function makes of the updated node."""
@@ -83,20 +81,18 @@ class Edits:
         if (module, name, asname) not in self._imports:
             self._imports.append((module, name, asname))
 
-    def remove_import_if_unused(self, module: str, name: str | None = None, asname: str | None = None) -> None:
-        """Drop ``from module import name [as asname]`` once nothing in the file uses it any more."""
-        self._unused_imports.append((module, name, asname))
+    def drop_unused_imports(self) -> None:
+        """When applied, remove the top-level imports whose last use these edits removed (the one mechanism
+        for imports a fix leaves behind; imports the file never used stay, they are the user's business)."""
+        self._drop_unused_imports = True
 
     def apply(self, module: cst.Module) -> FixResult:
         """Run every collected edit over the module and return the new one with the report items."""
         new = module.visit(_Applier(self)) if (self._replacements or self._before or self._after or self._todos) else module
         if self._imports:
             new = _add_imports(new, sorted(self._imports, key=lambda i: (i[0].startswith("ddp_migrate"), i)))
-        if self._unused_imports:
-            context = CodemodContext()
-            for mod, name, asname in self._unused_imports:
-                RemoveImportsVisitor.remove_unused_import(context, mod, name, asname)
-            new = RemoveImportsVisitor(context).transform_module(new)
+        if self._drop_unused_imports:
+            new = _without_imports_made_unused(module, new)
         return FixResult(new, list(self.changes), list(self.notes))
 
 
@@ -280,3 +276,141 @@ def remove_statements(analysis: ScriptAnalysis, edits: Edits, statements: Iterab
                     moved = list(stmt.leading_lines)
                     edits.replace(following, lambda updated, moved=moved: updated.with_changes(leading_lines=[*moved, *updated.leading_lines]))
     return removed
+
+
+# ------------------------------------------------------------------ edit helpers of the legacy launch rules
+
+def replace_values(analysis: ScriptAnalysis, edits: Edits, values: Iterable[cst.BaseExpression], code: str) -> None:
+    """Replace expressions by new code. Two assignments that are the whole of an ``if``/``else`` and now
+    assign the same thing become that one assignment."""
+    values = list(values)
+    handled: set[cst.CSTNode] = set()
+    for value in values:
+        if value in handled:
+            continue
+        branch = _if_else_branch(analysis, value)
+        if branch is not None:
+            condition, target = branch
+            partner = next(
+                (v for v in values if v is not value and (b := _if_else_branch(analysis, v)) is not None and b[0] is condition and b[1] == target),
+                None,
+            )
+            if partner is not None and condition.orelse is not None and isinstance(condition.orelse, cst.Else):
+                new = cst.parse_statement(f"{target} = {code}\n")
+                edits.replace(condition, new.with_changes(leading_lines=condition.leading_lines))
+                handled.update((value, partner))
+                continue
+        edits.replace(value, expression(code))
+        handled.add(value)
+
+
+def _if_else_branch(analysis: ScriptAnalysis, value: cst.BaseExpression) -> tuple[cst.If, str] | None:
+    """``(if_statement, target)`` when the value is assigned by the only statement of one branch of an
+    ``if``/``else``."""
+    assign = analysis.parent(value)
+    if not (isinstance(assign, cst.Assign) and assign.value is value and len(assign.targets) == 1):
+        return None
+    line = analysis.parent(assign)
+    block = analysis.parent(line) if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 else None
+    if not isinstance(block, cst.IndentedBlock) or len(block.body) != 1:
+        return None
+    owner = analysis.parent(block)
+    if isinstance(owner, cst.Else):
+        owner = analysis.parent(owner)
+    if not isinstance(owner, cst.If) or not isinstance(owner.orelse, cst.Else):
+        return None
+    if isinstance(analysis.parent(owner), cst.If):
+        return None
+    target = dotted_name(assign.targets[0].target)
+    return (owner, target) if target else None
+
+
+def without_launch_comments(lines: Iterable[cst.EmptyLine]) -> list[cst.EmptyLine]:
+    """The lines above a launch without the comment block right above it when that block describes the
+    launch (mentions spawn or multiprocessing): it would be wrong about the call that replaces it."""
+    lines = list(lines)
+    start = len(lines)
+    while start > 0 and lines[start - 1].comment is not None:
+        start -= 1
+    block = " ".join(line.comment.value.lower() for line in lines[start:] if line.comment is not None)
+    if any(word in block for word in ("spawn", "multiprocessing", "process(")):
+        return lines[:start]
+    return lines
+
+
+# --------------------------------------------------------------------------------- small helpers
+
+
+class _UsedNames(cst.CSTVisitor):
+    """Every name read outside import statements (``os`` in ``os.path.join`` counts)."""
+
+    def __init__(self) -> None:
+        self.used: set[str] = set()
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        return False
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.used.add(node.value)
+
+
+def _without_imports_made_unused(original: cst.Module, new: cst.Module) -> cst.Module:
+    """Remove the top-level imports (``import os``, ``import torch.multiprocessing as mp``, ``from
+    torch.distributed import init_process_group``) whose names the original used and the fixed module no
+    longer does: the fix removed their last use.
+
+    Two name scans, much cheaper than libcst's ``RemoveImportsVisitor`` and enough for the imports a
+    legacy fix can leave behind.
+    """
+    before, visitor = _UsedNames(), _UsedNames()
+    original.visit(before)
+    new.visit(visitor)
+    gone = before.used - visitor.used
+    body = []
+    pending: list[cst.EmptyLine] = []  # the blank lines and comments above removed imports
+    for stmt in new.body:
+        if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], (cst.Import, cst.ImportFrom)):
+            small = stmt.body[0]
+            kept = [alias for alias in small.names if not _unused_alias(small, alias, gone)] if not isinstance(small.names, cst.ImportStar) else None
+            if kept is not None and len(kept) != len(small.names):  # type: ignore[arg-type]
+                if not kept:
+                    if stmt is new.body[0]:
+                        body.append(None)  # its leading lines go to the next statement
+                    elif not pending:
+                        pending = list(stmt.leading_lines)
+                    continue
+                kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+                stmt = stmt.with_changes(body=[small.with_changes(names=kept)])
+        if pending and not stmt.leading_lines:
+            stmt = stmt.with_changes(leading_lines=pending)
+        pending = []
+        body.append(stmt)
+    if len(body) != len(new.body) or any(b is not s for b, s in zip(body, new.body)):
+        first_removed = body and body[0] is None
+        body = [b for b in body if b is not None]
+        if first_removed and body and not new.body[0].leading_lines:
+            lines = list(body[0].leading_lines)
+            while lines and lines[0].comment is None:
+                lines.pop(0)
+            body[0] = body[0].with_changes(leading_lines=lines)
+        new = new.with_changes(body=body)
+    return new
+
+
+def _unused_alias(small: cst.Import | cst.ImportFrom, alias: cst.ImportAlias, gone: set[str]) -> bool:
+    name = dotted_name(alias.name) or ""
+    if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+        return alias.asname.name.value in gone
+    # ``import torch.distributed`` binds ``torch``: leave such imports alone.
+    return (isinstance(small, cst.ImportFrom) or "." not in name) and name in gone
+
+
+def call_with(function: cst.BaseExpression, first: cst.BaseExpression, rest: Iterable[cst.Arg]) -> cst.Call:
+    """``function(first, *rest)`` with plain ``, `` separators."""
+    args = [cst.Arg(first), *(a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in rest)]
+    comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    args = [a.with_changes(comma=comma) for a in args[:-1]] + args[-1:]
+    return cst.Call(func=function, args=args)

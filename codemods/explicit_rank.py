@@ -9,26 +9,8 @@ import libcst as cst
 from . import names
 from .analysis import ScriptAnalysis, dotted_name
 from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
-from .edits import (
-    Edits,
-    code_of,
-    expression,
-    is_pure,
-    removal_set,
-    remove_statements,
-    statement,
-    statement_line,
-)
-from .legacy_analysis import (
-    INIT_PARAMETERS,
-    LaunchIndex,
-    LegacyFacts,
-    argument,
-    drop_unused_imports,
-    legacy_facts,
-    replace_values,
-    string_value,
-)
+from .edits import Edits, code_of, expression, is_pure, removal_set, remove_statements, replace_values, statement, statement_line
+from .analysis.legacy import INIT_PARAMETERS, LaunchIndex, LegacyFacts, argument, legacy_facts, string_value
 from .runtime_calls import runtime_name
 
 #: ``init_process_group`` arguments the runtime's ``setup()`` replaces or takes over.
@@ -225,7 +207,8 @@ dist.init_process_group("nccl", rank=int(os.environ["RANK"]), world_size=int(os.
                 edits.changes.append(Change(self.code, analysis.line(value), "world size taken from torchrun (runtime.world_size())"))
         if not edits:
             return None
-        return drop_unused_imports(analysis.module, edits.apply(analysis.module))
+        edits.drop_unused_imports()
+        return edits.apply(analysis.module)
 
     @staticmethod
     def _is_default_backend(facts: LegacyFacts, value: cst.BaseExpression) -> bool:

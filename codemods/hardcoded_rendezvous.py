@@ -10,15 +10,7 @@ from . import names
 from .analysis import ScriptAnalysis, call_method_name
 from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
 from .edits import Edits, remove_statements, without_argument
-from .legacy_analysis import (
-    INIT_PARAMETERS,
-    LAUNCH_VARIABLES,
-    OS_ENVIRON,
-    argument,
-    drop_unused_imports,
-    legacy_facts,
-    string_value,
-)
+from .analysis.legacy import INIT_PARAMETERS, LAUNCH_VARIABLES, OS_ENVIRON, argument, legacy_facts, string_value
 
 
 def _environ_key(analysis: ScriptAnalysis, node: cst.CSTNode) -> str | None:
@@ -193,4 +185,7 @@ print("rendezvous at", os.environ["MASTER_ADDR"])
                 edits.replace(call, lambda updated, i=index: without_argument(updated, updated.args[i]))  # type: ignore[arg-type]
                 edits.changes.append(Change(self.code, analysis.line(node), "tcp:// init_method removed (the process group reads torchrun's environment)"))
         remove_statements(analysis, edits, removed)
-        return drop_unused_imports(analysis.module, edits.apply(analysis.module)) if edits else None
+        if not edits:
+            return None
+        edits.drop_unused_imports()
+        return edits.apply(analysis.module)

@@ -9,14 +9,7 @@ import libcst as cst
 from .analysis import ScriptAnalysis
 from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression, is_pure, remove_statements, statement_line, with_keyword
-from .legacy_analysis import (
-    RUNTIME_LOCAL_RANK,
-    LegacyFacts,
-    Option,
-    drop_unused_imports,
-    int_value,
-    legacy_facts,
-)
+from .analysis.legacy import RUNTIME_LOCAL_RANK, LegacyFacts, Option, int_value, legacy_facts
 from .runtime_calls import runtime_name
 
 OPTION = "option"
@@ -259,5 +252,6 @@ torch.cuda.set_device(local_rank)
         remove_statements(analysis, edits, removed)
         if not edits:
             return None
-        return drop_unused_imports(analysis.module, edits.apply(analysis.module))
+        edits.drop_unused_imports()
+        return edits.apply(analysis.module)
 

@@ -9,7 +9,7 @@ import libcst as cst
 from .analysis import ScriptAnalysis, dotted_name, walk
 from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
 from .edits import Edits, expression
-from .legacy_analysis import LegacyFacts, int_value, legacy_facts
+from .analysis.legacy import LegacyFacts, int_value, legacy_facts
 from .runtime_calls import runtime_name
 
 #: Calls that write files or print: a guard around them decides which processes produce output.

@@ -6,10 +6,17 @@ from typing import Iterator
 
 import libcst as cst
 
-from .analysis import ScriptAnalysis, call_method_name, dotted_name, statements_of, walk
+from .analysis import (
+    ScriptAnalysis,
+    call_method_name,
+    dotted_name,
+    statements_of,
+    walk,
+    wrapped_argument,
+)
 from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
-from .data_parallel import ddp_call, wrapped_argument
 from .edits import Edits, expression
+from .runtime_calls import ddp_call
 
 #: Statements that still set the model up (before it may be wrapped).
 SETUP_METHODS = frozenset({"to", "cuda", "load_state_dict", "apply", "float", "half", "double", "bfloat16"})

@@ -9,7 +9,6 @@ import libcst as cst
 from . import names
 from .analysis import ScriptAnalysis, dotted_name, is_true, keyword_argument, walk
 from .base import Example, Match, Phase, Rule, Severity, Valid
-from .distributed_sampler import has_distributed_sampler, sampler_origin
 
 
 def _reductions_in(analysis: ScriptAnalysis, node: cst.CSTNode) -> list[cst.Call]:
@@ -126,7 +125,7 @@ for x, y in val_loader:
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
         for loader in analysis.loader_calls:
-            if loader not in analysis.evaluation_loaders or not has_distributed_sampler(analysis, loader):
+            if loader not in analysis.evaluation_loaders or not analysis.has_distributed_sampler(loader):
                 continue
             loops = [loop.loop for loop in analysis.loader_loops if loader in loop.loader_calls]
             if not all(self._reduced(analysis, loop) for loop in loops):
@@ -137,7 +136,7 @@ for x, y in val_loader:
                     fixable=False,
                 )
                 continue
-            samplers = [o for o in sampler_origin(analysis, loader) if isinstance(o, cst.Call) and analysis.is_call_to(o, names.DISTRIBUTED_SAMPLER)]
+            samplers = [o for o in analysis.sampler_origins(loader) if isinstance(o, cst.Call) and analysis.is_call_to(o, names.DISTRIBUTED_SAMPLER)]
             if any(not is_true(getattr(keyword_argument(s, "drop_last"), "value", None)) for s in samplers):
                 yield Match(
                     loader,

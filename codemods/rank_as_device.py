@@ -11,7 +11,7 @@ from . import names
 from .analysis import ScriptAnalysis, call_method_name, walk
 from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
 from .edits import Edits, expression, remove_statements, without_argument
-from .legacy_analysis import DDP_PARAMETERS, LegacyFacts, argument, drop_unused_imports, legacy_facts
+from .analysis.legacy import DDP_PARAMETERS, LegacyFacts, argument, legacy_facts
 from .runtime_calls import runtime_name
 
 DEVICE = "device"  # the expression becomes runtime.device()
@@ -234,4 +234,7 @@ if rank == 0:
                 message = "output_device removed (DDP uses device_ids[0])"
             edits.changes.append(Change(self.code, analysis.line(node), message))
         remove_statements(analysis, edits, removed)
-        return drop_unused_imports(analysis.module, edits.apply(analysis.module)) if edits else None
+        if not edits:
+            return None
+        edits.drop_unused_imports()
+        return edits.apply(analysis.module)

@@ -1,9 +1,13 @@
-"""How fixes spell calls into ``ddp_migrate.runtime`` and make sure the file imports it."""
+"""How fixes spell calls into ``ddp_migrate.runtime`` and torch's DDP, and make sure the file imports them."""
 
 from __future__ import annotations
 
+import libcst as cst
+
 from .analysis import ScriptAnalysis
-from .edits import Edits
+from .edits import Edits, expression
+
+DDP_MODULE, DDP_CLASS = "torch.nn.parallel", "DistributedDataParallel"
 
 
 def runtime_name(analysis: ScriptAnalysis, edits: Edits) -> str:
@@ -20,3 +24,16 @@ def imported_name(analysis: ScriptAnalysis, edits: Edits, module: str, name: str
         return existing
     edits.add_import(module, name)
     return name
+
+
+def ddp_call(analysis: ScriptAnalysis, edits: Edits, model: cst.BaseExpression, extra: list[cst.Arg] | None = None) -> cst.Call:
+    """``DistributedDataParallel(model, device_ids=runtime.device_ids())`` in this file's spelling."""
+    ddp = imported_name(analysis, edits, DDP_MODULE, DDP_CLASS)
+    rt = runtime_name(analysis, edits)
+    call = expression(f"{ddp}(MODEL, device_ids={rt}.device_ids())")
+    assert isinstance(call, cst.Call)
+    args = [call.args[0].with_changes(value=model), call.args[1]]
+    for arg in extra or []:
+        args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        args.append(arg.with_changes(comma=cst.MaybeSentinel.DEFAULT))
+    return call.with_changes(args=args)

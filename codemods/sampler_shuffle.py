@@ -7,9 +7,8 @@ from typing import Iterator
 import libcst as cst
 
 from . import names
-from .analysis import ScriptAnalysis, is_true, keyword_argument
+from .analysis import ScriptAnalysis, is_true, keyword_argument, loader_argument
 from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Severity, Valid
-from .distributed_sampler import loader_argument
 from .edits import Edits, with_keyword, without_argument
 
 #: ``DistributedSampler``'s parameters before ``shuffle``, so a positional ``shuffle`` is recognised.

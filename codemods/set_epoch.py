@@ -8,7 +8,6 @@ import libcst as cst
 
 from .analysis import EpochLoop, ScriptAnalysis
 from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
-from .distributed_sampler import has_distributed_sampler
 from .edits import Edits, code_of, statement
 
 
@@ -103,7 +102,7 @@ for epoch in range(10):
 
     def _cases(self, analysis: ScriptAnalysis) -> Iterator[tuple[cst.Call, EpochLoop | None]]:
         for loader in analysis.loader_calls:
-            if loader not in analysis.training_loaders or not has_distributed_sampler(analysis, loader):
+            if loader not in analysis.training_loaders or not analysis.has_distributed_sampler(loader):
                 continue
             loops = analysis.epoch_loops(loader)
             if not loops:

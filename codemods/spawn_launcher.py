@@ -8,15 +8,8 @@ import libcst as cst
 
 from .analysis import ScriptAnalysis, dotted_name
 from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
-from .edits import Edits, code_of, expression, is_pure, remove_statements
-from .legacy_analysis import (
-    Launch,
-    call_with,
-    drop_unused_imports,
-    legacy_facts,
-    replace_values,
-    without_launch_comments,
-)
+from .edits import Edits, call_with, code_of, expression, is_pure, remove_statements, replace_values, without_launch_comments
+from .analysis.legacy import Launch, legacy_facts
 from .runtime_calls import runtime_name
 
 
@@ -247,7 +240,8 @@ if __name__ == "__main__":
             )
         if not edits:
             return None
-        return drop_unused_imports(analysis.module, edits.apply(analysis.module))
+        edits.drop_unused_imports()
+        return edits.apply(analysis.module)
 
     @staticmethod
     def _fix_process_count(analysis: ScriptAnalysis, edits: Edits, launch: Launch, rt: str) -> None:

@@ -9,7 +9,6 @@ import libcst as cst
 from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name, walk
 from .base import Example, Match, Phase, Rule, Severity, Valid
-from .distributed_sampler import has_distributed_sampler
 
 Owner = Union[cst.Module, cst.FunctionDef, cst.ClassDef]
 #: Methods that put a value into a container, so the container holds per-rank values too.
@@ -211,7 +210,7 @@ for epoch in range(epochs):
     def _seeds(self, analysis: ScriptAnalysis) -> list[tuple[cst.CSTNode, cst.BaseExpression]]:
         seeds: list[tuple[cst.CSTNode, cst.BaseExpression]] = []
         for loop in analysis.loader_loops:
-            if not any(has_distributed_sampler(analysis, loader) for loader in loop.loader_calls):
+            if not any(analysis.has_distributed_sampler(loader) for loader in loop.loader_calls):
                 continue
             target = loop.loop.target
             is_enumerate = isinstance(loop.loop.iter, cst.Call) and dotted_name(loop.loop.iter.func) == "enumerate"
@@ -221,7 +220,7 @@ for epoch in range(epochs):
         for call in analysis.backward_calls:
             receiver = call.func.value  # type: ignore[union-attr]
             if isinstance(receiver, (cst.Name, cst.Attribute)) and any(
-                has_distributed_sampler(analysis, loader) for loader in analysis.training_loaders
+                analysis.has_distributed_sampler(loader) for loader in analysis.training_loaders
             ):
                 seeds.append((call, receiver))
         return seeds

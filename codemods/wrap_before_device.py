@@ -6,9 +6,8 @@ from typing import Iterator
 
 import libcst as cst
 
-from .analysis import ScriptAnalysis, call_method_name, dotted_name
+from .analysis import ScriptAnalysis, call_method_name, dotted_name, wrapped_argument
 from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
-from .data_parallel import wrapped_argument
 from .edits import Edits
 
 MOVES = frozenset({"to", "cuda"})

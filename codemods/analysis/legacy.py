@@ -9,7 +9,7 @@ the arguments a launch hands to the function it starts. Arithmetic ends the trai
 ``rank = node_rank * ngpus + gpu`` is *computed from* ``gpu``, not a copy of it.
 
 Everything is computed once per :class:`~ddp_migrate.codemods.analysis.ScriptAnalysis`
-(:func:`legacy_facts`), and the edit helpers at the end are the ones every legacy fix needs.
+(:func:`legacy_facts`).
 """
 
 from __future__ import annotations
@@ -21,10 +21,8 @@ from typing import Iterable, Iterator, Optional, Union
 
 import libcst as cst
 
-from . import names
-from .analysis import ScriptAnalysis, call_method_name, dotted_name, statements_of, walk
-from .base import FixResult
-from .edits import Edits, expression
+from .. import names
+from .script import ScriptAnalysis, argument, call_method_name, dotted_name, statements_of, walk
 
 # ----------------------------------------------------------------------------------- qualified names
 
@@ -64,19 +62,6 @@ PROCESS_PARAMETERS = ("group", "target", "name", "args", "kwargs")
 DDP_PARAMETERS = ("module", "device_ids", "output_device")
 
 Key = tuple[Optional[cst.CSTNode], str]
-
-
-def argument(call: cst.Call, parameters: tuple[str, ...], name: str) -> cst.Arg | None:
-    """The argument a call passes for a parameter, by position or by keyword (``None`` past a ``*args``)."""
-    position = parameters.index(name)
-    for index, arg in enumerate(call.args):
-        if arg.star:
-            return None
-        if arg.keyword is None and index == position:
-            return arg
-        if arg.keyword is not None and arg.keyword.value == name:
-            return arg
-    return None
 
 
 def int_value(node: cst.CSTNode | None) -> int | None:
@@ -751,138 +736,6 @@ def legacy_facts(analysis: ScriptAnalysis) -> LegacyFacts:
     return facts
 
 
-# ------------------------------------------------------------------------------------ edit helpers
-
-def replace_values(analysis: ScriptAnalysis, edits: Edits, values: Iterable[cst.BaseExpression], code: str) -> None:
-    """Replace expressions by new code. Two assignments that are the whole of an ``if``/``else`` and now
-    assign the same thing become that one assignment."""
-    values = list(values)
-    handled: set[cst.CSTNode] = set()
-    for value in values:
-        if value in handled:
-            continue
-        branch = _if_else_branch(analysis, value)
-        if branch is not None:
-            condition, target = branch
-            partner = next(
-                (v for v in values if v is not value and (b := _if_else_branch(analysis, v)) is not None and b[0] is condition and b[1] == target),
-                None,
-            )
-            if partner is not None and condition.orelse is not None and isinstance(condition.orelse, cst.Else):
-                new = cst.parse_statement(f"{target} = {code}\n")
-                edits.replace(condition, new.with_changes(leading_lines=condition.leading_lines))
-                handled.update((value, partner))
-                continue
-        edits.replace(value, expression(code))
-        handled.add(value)
-
-
-def _if_else_branch(analysis: ScriptAnalysis, value: cst.BaseExpression) -> tuple[cst.If, str] | None:
-    """``(if_statement, target)`` when the value is assigned by the only statement of one branch of an
-    ``if``/``else``."""
-    assign = analysis.parent(value)
-    if not (isinstance(assign, cst.Assign) and assign.value is value and len(assign.targets) == 1):
-        return None
-    line = analysis.parent(assign)
-    block = analysis.parent(line) if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 else None
-    if not isinstance(block, cst.IndentedBlock) or len(block.body) != 1:
-        return None
-    owner = analysis.parent(block)
-    if isinstance(owner, cst.Else):
-        owner = analysis.parent(owner)
-    if not isinstance(owner, cst.If) or not isinstance(owner.orelse, cst.Else):
-        return None
-    if isinstance(analysis.parent(owner), cst.If):
-        return None
-    target = dotted_name(assign.targets[0].target)
-    return (owner, target) if target else None
-
-
-def without_launch_comments(lines: Iterable[cst.EmptyLine]) -> list[cst.EmptyLine]:
-    """The lines above a launch without the comment block right above it when that block describes the
-    launch (mentions spawn or multiprocessing): it would be wrong about the call that replaces it."""
-    lines = list(lines)
-    start = len(lines)
-    while start > 0 and lines[start - 1].comment is not None:
-        start -= 1
-    block = " ".join(line.comment.value.lower() for line in lines[start:] if line.comment is not None)
-    if any(word in block for word in ("spawn", "multiprocessing", "process(")):
-        return lines[:start]
-    return lines
-
-
-# --------------------------------------------------------------------------------- small helpers
-
-
-class _UsedNames(cst.CSTVisitor):
-    """Every name read outside import statements (``os`` in ``os.path.join`` counts)."""
-
-    def __init__(self) -> None:
-        self.used: set[str] = set()
-
-    def visit_Import(self, node: cst.Import) -> bool:
-        return False
-
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
-        return False
-
-    def visit_Name(self, node: cst.Name) -> None:
-        self.used.add(node.value)
-
-
-def drop_unused_imports(original: cst.Module, result: FixResult) -> FixResult:
-    """Remove the top-level imports (``import os``, ``import torch.multiprocessing as mp``, ``from
-    torch.distributed import init_process_group``) whose names the original used and the fixed module no
-    longer does: the fix removed their last use.
-
-    Two name scans, much cheaper than libcst's ``RemoveImportsVisitor`` and enough for the imports a
-    legacy fix can leave behind.
-    """
-    before, visitor = _UsedNames(), _UsedNames()
-    original.visit(before)
-    result.module.visit(visitor)
-    gone = before.used - visitor.used
-    body = []
-    pending: list[cst.EmptyLine] = []  # the blank lines and comments above removed imports
-    for stmt in result.module.body:
-        if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], (cst.Import, cst.ImportFrom)):
-            small = stmt.body[0]
-            kept = [alias for alias in small.names if not _unused_alias(small, alias, gone)] if not isinstance(small.names, cst.ImportStar) else None
-            if kept is not None and len(kept) != len(small.names):  # type: ignore[arg-type]
-                if not kept:
-                    if stmt is result.module.body[0]:
-                        body.append(None)  # its leading lines go to the next statement
-                    elif not pending:
-                        pending = list(stmt.leading_lines)
-                    continue
-                kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-                stmt = stmt.with_changes(body=[small.with_changes(names=kept)])
-        if pending and not stmt.leading_lines:
-            stmt = stmt.with_changes(leading_lines=pending)
-        pending = []
-        body.append(stmt)
-    if len(body) != len(result.module.body) or any(b is not s for b, s in zip(body, result.module.body)):
-        first_removed = body and body[0] is None
-        body = [b for b in body if b is not None]
-        if first_removed and body and not result.module.body[0].leading_lines:
-            lines = list(body[0].leading_lines)
-            while lines and lines[0].comment is None:
-                lines.pop(0)
-            body[0] = body[0].with_changes(leading_lines=lines)
-        result.module = result.module.with_changes(body=body)
-    return result
-
-
-def _unused_alias(small: cst.Import | cst.ImportFrom, alias: cst.ImportAlias, gone: set[str]) -> bool:
-    name = dotted_name(alias.name) or ""
-    if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
-        return alias.asname.name.value in gone
-    # ``import torch.distributed`` binds ``torch``: leave such imports alone.
-    return (isinstance(small, cst.ImportFrom) or "." not in name) and name in gone
-
-
-
-
 def target_nodes(target: cst.CSTNode) -> Iterator[cst.CSTNode]:
     """The names, attributes and subscripts an assignment target binds (through tuples and ``*rest``)."""
     if isinstance(target, (cst.Tuple, cst.List)):
@@ -949,14 +802,6 @@ def _parameter(function: cst.FunctionDef, name: str) -> cst.Param | None:
     return next((param for param in (*p.posonly_params, *p.params, *p.kwonly_params) if param.name.value == name), None)
 
 
-def call_with(function: cst.BaseExpression, first: cst.BaseExpression, rest: Iterable[cst.Arg]) -> cst.Call:
-    """``function(first, *rest)`` with plain ``, `` separators."""
-    args = [cst.Arg(first), *(a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in rest)]
-    comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-    args = [a.with_changes(comma=comma) for a in args[:-1]] + args[-1:]
-    return cst.Call(func=function, args=args)
-
-
 __all__ = [
     "LAUNCH_VARIABLES",
     "RENDEZVOUS_VARIABLES",
@@ -965,12 +810,8 @@ __all__ = [
     "LegacyFacts",
     "Option",
     "argument",
-    "call_with",
-    "drop_unused_imports",
     "int_value",
     "legacy_facts",
-    "replace_values",
     "string_value",
     "target_nodes",
-    "without_launch_comments",
 ]

@@ -16,7 +16,7 @@ from typing import Iterable, Iterator, Mapping, Sequence, Union
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider, QualifiedNameProvider
 
-from . import names
+from .. import names
 
 Scope = Union[cst.Module, cst.FunctionDef, cst.ClassDef]
 BindingKey = tuple[Scope, str]
@@ -573,6 +573,17 @@ class ScriptAnalysis:
             expr = unwrap_iterable(source)
         return expr
 
+    def sampler_origins(self, loader: cst.Call) -> set[cst.CSTNode]:
+        """The calls the loader's ``sampler=`` argument comes from."""
+        arg = loader_argument(loader, "sampler")
+        return self.origins(arg.value) if arg is not None else set()
+
+    def has_distributed_sampler(self, loader: cst.Call) -> bool:
+        """Whether the loader draws from a ``DistributedSampler``."""
+        return any(
+            isinstance(o, cst.Call) and self.is_call_to(o, names.DISTRIBUTED_SAMPLER) for o in self.sampler_origins(loader)
+        )
+
     @cached_property
     def training_loaders(self) -> set[cst.Call]:
         """``DataLoader`` calls whose batches reach ``backward()``."""
@@ -781,7 +792,7 @@ class ScriptAnalysis:
     def holds_rank(self, expr: cst.BaseExpression) -> bool:
         """Whether a name or attribute holds this process's global or local rank, by following its value
         (``self.gpu_id = gpu_id`` where ``gpu_id`` is passed ``dist.get_rank()``, a spawn index, ...)."""
-        from .legacy_analysis import legacy_facts  # the legacy facts build on this analysis
+        from .legacy import legacy_facts  # the legacy facts build on this analysis
 
         return legacy_facts(self).rank_kind(expr) is not None
 
@@ -806,6 +817,50 @@ class ScriptAnalysis:
 
 
 # ---------------------------------------------------------------------- module helpers
+
+
+LOADER_PARAMETERS = (
+    "dataset",
+    "batch_size",
+    "shuffle",
+    "sampler",
+    "batch_sampler",
+    "num_workers",
+    "collate_fn",
+    "pin_memory",
+    "drop_last",
+    "timeout",
+    "worker_init_fn",
+    "multiprocessing_context",
+    "generator",
+)
+
+
+def argument(call: cst.Call, parameters: tuple[str, ...], name: str) -> cst.Arg | None:
+    """The argument a call passes for a parameter, by position or by keyword (``None`` past a ``*args``)."""
+    position = parameters.index(name)
+    for index, arg in enumerate(call.args):
+        if arg.star:
+            return None
+        if arg.keyword is None and index == position:
+            return arg
+        if arg.keyword is not None and arg.keyword.value == name:
+            return arg
+    return None
+
+
+def loader_argument(call: cst.Call, parameter: str) -> cst.Arg | None:
+    """The argument a ``DataLoader(...)`` call passes for a parameter, positional or keyword."""
+    return argument(call, LOADER_PARAMETERS, parameter)
+
+
+def wrapped_argument(call: cst.Call) -> cst.BaseExpression | None:
+    """The module a DataParallel/DDP call wraps (first positional or ``module=``)."""
+    for index, arg in enumerate(call.args):
+        if (arg.keyword is None and index == 0 and not arg.star) or (arg.keyword and arg.keyword.value == "module"):
+            return arg.value
+    return None
+
 
 
 def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
