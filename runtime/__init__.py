@@ -7,15 +7,17 @@ using torch's own ``DistributedDataParallel`` and ``DistributedSampler``::
     from ddp_migrate import runtime
 
     runtime.setup()                      # torchrun's environment, or a world of one
-    device = runtime.device()            # cuda:<local_rank>, or cpu
+    device = runtime.device()            # cuda:<local_rank>, xpu:<local_rank>, ..., or cpu
     model = DistributedDataParallel(model.to(device), device_ids=runtime.device_ids())
     ...
     runtime.print0(f"epoch {epoch}: accuracy {runtime.weighted_mean(correct, seen):.3f}")
     runtime.save({"model": runtime.unwrap(model).state_dict()}, "ckpt.pt")  # rank 0 writes
     runtime.cleanup()
 
-The script runs under ``torchrun`` and as plain ``python train.py``, on CUDA (nccl) and on CPU
-(gloo). Nothing here adds work to a training step. Only torch and the standard library are used.
+The script runs under ``torchrun`` and as plain ``python train.py``, on whatever accelerator
+``torch.accelerator`` reports (CUDA with nccl, XPU with xccl, ...) and on the CPU (gloo). With
+:class:`Snapshot` it also resumes where it was when torchrun restarts it (``--max-restarts``).
+Nothing here adds work to a training step. Only torch and the standard library are used.
 """
 
 from __future__ import annotations
@@ -36,10 +38,12 @@ from .metrics import reduce_mean, reduce_sum, weighted_mean
 from .modules import convert_sync_batchnorm, unwrap
 from .output import print0, silence_non_main_logging
 from .process_group import barrier, cleanup, is_initialized, setup
+from .snapshot import Snapshot
 
 __all__ = [
     "BatchSizeError",
     "DistributedEnvironmentError",
+    "Snapshot",
     "barrier",
     "cleanup",
     "convert_sync_batchnorm",

@@ -3,6 +3,10 @@
 Everything here reads torchrun's environment variables (or the initialised process group), so it
 works before :func:`ddp_migrate.runtime.setup` runs: migrated code may compute ``runtime.device()``
 at module level. Without torchrun's environment the answers describe a world of one (rank 0 of 1).
+
+The device type comes from ``torch.accelerator`` (torch >= 2.6: CUDA, XPU, MPS, ... whichever this
+build and machine have), with a fallback to ``torch.cuda`` / ``torch.xpu`` on older torch; an
+accelerator counts only when ``torch.distributed`` knows a backend for it. Without one: the CPU.
 """
 
 from __future__ import annotations
@@ -15,12 +19,16 @@ import torch.distributed as dist
 from .errors import DistributedEnvironmentError
 
 __all__ = [
+    "accelerator_type",
+    "default_backend",
     "device",
+    "device_count",
     "device_ids",
     "is_main_process",
     "local_rank",
     "local_world_size",
     "rank",
+    "set_device_index",
     "world_size",
 ]
 
@@ -131,16 +139,90 @@ def is_main_process() -> bool:
     return rank() == 0
 
 
+#: Default backend per device type where torch has no ``Backend.default_device_backend_map``.
+_FALLBACK_BACKENDS = {"cpu": "gloo", "cuda": "nccl", "xpu": "xccl"}
+
+
+def _backend_map() -> dict[str, str]:
+    """torch's default backend per device type (``cuda`` -> nccl, ``xpu`` -> xccl, ``cpu`` -> gloo)."""
+    known = getattr(dist.Backend, "default_device_backend_map", None) if dist.is_available() else None
+    return dict(known) if known else dict(_FALLBACK_BACKENDS)
+
+
+def _detected_accelerator() -> str | None:
+    """The device type of this machine's accelerator per torch, or ``None`` when there is none."""
+    api = getattr(torch, "accelerator", None)
+    if api is not None and hasattr(api, "current_accelerator"):  # torch >= 2.6
+        available = getattr(api, "is_available", None)
+        if available is not None and not available():
+            return None
+        found = api.current_accelerator()
+        return None if found is None else torch.device(found).type
+    if torch.cuda.is_available():  # torch < 2.6
+        return "cuda"
+    xpu = getattr(torch, "xpu", None)
+    if xpu is not None and xpu.is_available():
+        return "xpu"
+    return None
+
+
+def accelerator_type() -> str | None:
+    """The accelerator this process trains on: ``"cuda"``, ``"xpu"``, ... or ``None`` (the CPU).
+
+    Read from ``torch.accelerator`` (torch >= 2.6; else ``torch.cuda`` and ``torch.xpu``). An
+    accelerator that ``torch.distributed`` has no default backend for is not used.
+    """
+    kind = _detected_accelerator()
+    if kind is None or kind == "cpu" or kind not in _backend_map():
+        return None
+    return kind
+
+
+def default_backend(device_type: str | None = None) -> str:
+    """torch's default process-group backend for a device type (default: this process's).
+
+    ``nccl`` for CUDA, ``xccl`` for XPU, ``gloo`` for the CPU, from
+    ``torch.distributed.Backend.default_device_backend_map``; ``gloo`` for a type torch maps to none.
+    """
+    kind = device_type or accelerator_type() or "cpu"
+    return _backend_map().get(kind, "gloo")
+
+
+def device_count(device_type: str) -> int:
+    """Number of devices of ``device_type`` visible to this process (1 for the CPU)."""
+    if device_type == "cpu":
+        return 1
+    api = getattr(torch, "accelerator", None)
+    counter = getattr(api, "device_count", None)
+    if counter is not None and _detected_accelerator() == device_type:
+        return int(counter())
+    return int(getattr(torch, device_type).device_count())
+
+
+def set_device_index(device_type: str, index: int) -> None:
+    """Make device ``index`` of ``device_type`` this process's current device (no-op on the CPU)."""
+    if device_type == "cpu":
+        return
+    api = getattr(torch, "accelerator", None)
+    setter = getattr(api, "set_device_index", None) or getattr(api, "set_device_idx", None)
+    if setter is not None and _detected_accelerator() == device_type:
+        setter(index)
+    else:
+        getattr(torch, device_type).set_device(index)
+
+
 def device() -> torch.device:
-    """This process's device: ``cuda:<local_rank>`` when CUDA is available, else ``cpu``."""
-    if torch.cuda.is_available():
-        return torch.device("cuda", local_rank())
+    """This process's device: ``<accelerator>:<local_rank>`` (``cuda:1``, ``xpu:0``, ...) when an
+    accelerator is available, else ``cpu``."""
+    kind = accelerator_type()
+    if kind is not None:
+        return torch.device(kind, local_rank())
     return torch.device("cpu")
 
 
 def device_ids() -> list[int] | None:
-    """What to pass as ``DistributedDataParallel(device_ids=...)``: ``[local_rank]`` on CUDA, else
-    ``None`` (DDP on CPU must not be given device ids)."""
-    if torch.cuda.is_available():
+    """What to pass as ``DistributedDataParallel(device_ids=...)``: ``[local_rank]`` on an
+    accelerator (CUDA, XPU, ...), else ``None`` (DDP on CPU must not be given device ids)."""
+    if accelerator_type() is not None:
         return [local_rank()]
     return None

@@ -15,10 +15,17 @@ import os
 import time
 from typing import Any
 
-import torch
 import torch.distributed as dist
 
-from .environment import launched_by_torchrun, local_rank
+from .environment import (
+    accelerator_type,
+    default_backend,
+    device,
+    device_count,
+    launched_by_torchrun,
+    local_rank,
+    set_device_index,
+)
 from .errors import DistributedEnvironmentError
 
 __all__ = ["barrier", "cleanup", "is_initialized", "setup"]
@@ -43,13 +50,14 @@ _BUSY_STATES = (b"R", b"D")
 
 
 def _choose_backend(backend: str | None) -> str:
-    """The backend to use: the argument, else ``$DDP_MIGRATE_BACKEND``, else nccl on CUDA / gloo."""
+    """The backend to use: the argument, else ``$DDP_MIGRATE_BACKEND``, else torch's default for
+    this process's device type (nccl on CUDA, xccl on XPU, gloo on the CPU, ...)."""
     if backend:
         return backend
     from_env = os.environ.get(BACKEND_VARIABLE, "").strip()
     if from_env:
         return from_env
-    return "nccl" if torch.cuda.is_available() else "gloo"
+    return default_backend()
 
 
 def _positive_timedelta(seconds: float, source: str) -> datetime.timedelta:
@@ -84,24 +92,37 @@ def _resolve_timeout(timeout: float | datetime.timedelta | None) -> datetime.tim
         raise DistributedEnvironmentError(str(error)) from None
 
 
-def _select_cuda_device(backend: str) -> None:
-    """Bind this process to ``cuda:<local_rank>`` before any CUDA work; check that nccl has CUDA."""
-    if not torch.cuda.is_available():
-        if backend.strip().lower() == "nccl":
-            raise DistributedEnvironmentError(
-                "backend 'nccl' needs CUDA, but no CUDA device is available; use gloo "
-                f"(unset {BACKEND_VARIABLE} or set {BACKEND_VARIABLE}=gloo)"
-            )
+#: Backends that drive only accelerators: each needs its device type, never the CPU alone.
+_ACCELERATOR_BACKENDS = {"nccl": "cuda", "xccl": "xpu"}
+
+
+def _select_device(backend: str) -> None:
+    """Bind this process to device ``LOCAL_RANK`` of its accelerator before any device work.
+
+    Checks that an accelerator-only backend (nccl, xccl) has its device type, and that this machine
+    has a device for every local rank. Nothing to do on the CPU.
+    """
+    kind = accelerator_type()
+    name = backend.strip().lower()
+    needed = _ACCELERATOR_BACKENDS.get(name)
+    if needed is not None and kind != needed:
+        raise DistributedEnvironmentError(
+            f"backend {name!r} needs a {needed.upper()} device, but "
+            f"{'no accelerator' if kind is None else f'only {kind!r}'} is available; use "
+            f"{default_backend()} (unset {BACKEND_VARIABLE} or set {BACKEND_VARIABLE}="
+            f"{default_backend()})"
+        )
+    if kind is None:
         return
     local = local_rank()
-    count = torch.cuda.device_count()
+    count = device_count(kind)
     if local >= count:
         raise DistributedEnvironmentError(
-            f"LOCAL_RANK={local} but only {count} CUDA device(s) are visible: start at most "
-            f"{count} process(es) per machine (torchrun --nproc_per_node) or check "
-            "CUDA_VISIBLE_DEVICES"
+            f"LOCAL_RANK={local} but only {count} {kind.upper()} device(s) are visible: start at "
+            f"most {count} process(es) per machine (torchrun --nproc_per_node) or check which "
+            f"devices are visible (CUDA_VISIBLE_DEVICES, ZE_AFFINITY_MASK, ...)"
         )
-    torch.cuda.set_device(local)
+    set_device_index(kind, local)
 
 
 def setup(
@@ -114,11 +135,13 @@ def setup(
     set) the group is created from that environment. Without any of them, a world of one process
     is created on an in-memory store, so ``python train.py`` still runs the DDP code path.
 
-    On CUDA, ``torch.cuda.set_device(local_rank)`` runs first, before any CUDA work.
+    On an accelerator (CUDA, XPU, ... from ``torch.accelerator``) the process is first bound to
+    device ``LOCAL_RANK``, before any device work.
 
     Args:
-        backend: ``"gloo"``, ``"nccl"``, ...; default ``$DDP_MIGRATE_BACKEND``, else ``nccl``
-            when CUDA is available, else ``gloo``.
+        backend: ``"gloo"``, ``"nccl"``, ...; default ``$DDP_MIGRATE_BACKEND``, else torch's default
+            backend for this process's device type (``nccl`` on CUDA, ``xccl`` on XPU, ``gloo`` on
+            the CPU).
         timeout: timeout of collectives, in seconds or as a timedelta; default
             ``$DDP_MIGRATE_TIMEOUT`` seconds, else torch's default.
 
@@ -139,7 +162,7 @@ def setup(
     resolved_timeout = _resolve_timeout(timeout)
     if resolved_timeout is not None:
         options["timeout"] = resolved_timeout
-    _select_cuda_device(chosen)
+    _select_device(chosen)
     if launched:
         dist.init_process_group(init_method="env://", **options)
     else:
@@ -245,8 +268,9 @@ def barrier() -> None:
     """
     if not is_initialized() or dist.get_world_size() == 1:
         return
-    if dist.get_backend() == "nccl":
-        # Name the device explicitly: NCCL otherwise guesses it (and warns).
-        dist.barrier(device_ids=[torch.cuda.current_device()])
+    here = device()
+    if here.type != "cpu" and "gloo" not in str(dist.get_backend()).lower():
+        # Name the device explicitly: NCCL / XCCL otherwise guess it (and warn).
+        dist.barrier(device_ids=[here.index])
     else:
         dist.barrier()

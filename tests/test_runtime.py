@@ -55,7 +55,9 @@ ENVIRONMENT = (
     "DDP_MIGRATE_BACKEND",
     "DDP_MIGRATE_TIMEOUT",
 )
-CPU_ONLY = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU behaviour")
+CPU_ONLY = pytest.mark.skipif(
+    runtime.environment.accelerator_type() is not None, reason="checks the CPU behaviour"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -94,7 +96,18 @@ class Spy:
 
 def test_public_api_is_the_contract_typed_and_documented() -> None:
     assert CONTRACT <= set(runtime.__all__)
-    assert set(runtime.__all__) - CONTRACT == {"BatchSizeError", "DistributedEnvironmentError"}
+    assert set(runtime.__all__) - CONTRACT == {
+        "BatchSizeError",
+        "DistributedEnvironmentError",
+        "Snapshot",
+    }
+    for name in ("__init__", "exists", "resume", "done", "save"):
+        method = getattr(runtime.Snapshot, name)
+        assert inspect.getdoc(method), f"Snapshot.{name} has no docstring"
+        signature = inspect.signature(method)
+        assert signature.return_annotation is not inspect.Signature.empty, name
+        for parameter in list(signature.parameters.values())[1:]:
+            assert parameter.annotation is not inspect.Parameter.empty, (name, parameter)
     for name in runtime.__all__:
         obj = getattr(runtime, name)
         assert inspect.getdoc(obj), f"{name} has no docstring"
@@ -152,9 +165,15 @@ def test_accessors_read_torchrun_environment_before_setup(monkeypatch: pytest.Mo
     assert runtime.local_world_size() == 8
 
 
+def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make ``torch.accelerator`` report CUDA (test_runtime_accelerator.py covers the others)."""
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
+    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda *a: torch.device("cuda"))
+
+
 def test_device_is_the_local_rank_on_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
     torchrun_environment(monkeypatch, RANK="5", LOCAL_RANK="1", WORLD_SIZE="8")
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    fake_cuda(monkeypatch)
     assert runtime.device() == torch.device("cuda", 1)
     assert runtime.device_ids() == [1]
 
@@ -299,7 +318,7 @@ def test_convert_sync_batchnorm_is_a_no_op_off_cuda(monkeypatch: pytest.MonkeyPa
     assert runtime.convert_sync_batchnorm(model) is model
     assert isinstance(model[1], nn.BatchNorm2d) and not isinstance(model[1], nn.SyncBatchNorm)
     # A model still on the CPU of a CUDA process is converted before it moves to its GPU.
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    fake_cuda(monkeypatch)
     converted = runtime.convert_sync_batchnorm(model)
     assert isinstance(converted[1], nn.SyncBatchNorm)
 
