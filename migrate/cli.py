@@ -1,33 +1,41 @@
 """The ``ddp-migrate`` command line.
 
 ``ddp-migrate PATH...`` migrates (the ``migrate`` subcommand is the default, so a path is never mistaken
-for a command: ``ddp-migrate ./lint`` is a path). ``lint``, ``rules`` and ``explain`` are subcommands.
-Exit codes follow ruff and black: 0 nothing left to report, 1 findings remain or ``--check`` would change a
-file, 2 an error.
+for a command: ``ddp-migrate ./lint`` is a path). ``lint``, ``rules``, ``explain`` and ``example`` are
+subcommands. Exit codes follow ruff and black: 0 nothing left to report, 1 findings remain or ``--check``
+would change a file, 2 an error, 130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import sys
-from dataclasses import dataclass
+from contextlib import closing
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import click
 
 from ddp_migrate import __version__, codemods
 from ddp_migrate.codemods.base import BatchSizePolicy, Options, Rule
 
-from . import formats, report
+from . import docs, formats, report
+from .color import CHOICES as COLOR_CHOICES
+from .color import use_color
 from .config import Config, ConfigError, load_config
 from .discovery import discover, is_excluded
 from .engine import FileResult, process
+from .example import DEFAULT as DEFAULT_EXAMPLE
+from .example import EXAMPLES
+from .progress import progress_for
 from .registry import all_rules, rule_for_code, without_lint_only
-from .runner import default_jobs, run, write_result
+from .runner import default_jobs, is_notebook, run, write_result
 from .selection import SelectionError, drop_rules, normalise_codes, select_rules
 
-EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
-COMMANDS = ("migrate", "lint", "rules", "explain")
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
+COMMANDS = ("migrate", "lint", "rules", "explain", "example")
 
 
 class DefaultToMigrate(click.Group):
@@ -37,6 +45,38 @@ class DefaultToMigrate(click.Group):
         if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
             args = ["migrate", *args]
         return super().parse_args(ctx, args)
+
+
+@dataclass
+class Flags:
+    """The flags every file-processing command takes, as click hands them over."""
+
+    paths: tuple[str, ...] = ()
+    select: tuple[str, ...] = ()
+    extend_select: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
+    extend_ignore: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    jobs: int | None = None
+    quiet: bool = False
+    verbose: bool = False
+    color: str | None = None
+    stdin_filename: str | None = None
+    follow_imports: bool = True
+
+    @classmethod
+    def take(cls, kwargs: dict[str, Any]) -> "Flags":
+        """Pop the common flags out of a command's keyword arguments."""
+        return cls(**{f.name: kwargs.pop(f.name) for f in dataclasses.fields(cls) if f.name in kwargs})
+
+    @property
+    def reads_stdin(self) -> bool:
+        """``-`` among the paths, or no path but ``--stdin-filename`` (as in ruff)."""
+        return "-" in self.paths or (not self.paths and self.stdin_filename is not None)
+
+    @property
+    def file_paths(self) -> list[str]:
+        return [p for p in self.paths if p != "-"]
 
 
 @dataclass
@@ -51,6 +91,9 @@ class Settings:
     jobs: int
     quiet: bool
     verbose: bool
+    follow_imports: bool = True
+    stdin_filename: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def _fail(message: str) -> None:
@@ -58,21 +101,24 @@ def _fail(message: str) -> None:
     sys.exit(EXIT_ERROR)
 
 
-def resolve_settings(
-    paths: Sequence[str],
-    select: Sequence[str],
-    ignore: Sequence[str],
-    exclude: Sequence[str],
-    batch_size: str | None,
-    jobs: int | None,
-    quiet: bool,
-    verbose: bool,
-) -> Settings:
-    """Merge flags over ``[tool.ddp-migrate]``; a bad configuration or code is a one-line error (exit 2)."""
+def _choose(flag: Sequence[str], configured: Sequence[str], extend_configured: Sequence[str], extend_flag: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(base, extension): a flag replaces the configuration's list and its ``extend-`` list; ``--extend-*`` adds."""
+    if flag:
+        return normalise_codes(flag), normalise_codes(extend_flag)
+    return normalise_codes(configured), normalise_codes([*extend_configured, *extend_flag])
+
+
+def resolve_settings(flags: Flags, batch_size: str | None = None, options: dict[str, Any] | None = None) -> Settings:
+    """Merge flags over ``[tool.ddp-migrate]``; a bad configuration or code is a one-line error (exit 2).
+
+    ``--select`` replaces the configuration's ``select`` and ``extend-select``; ``--extend-select`` adds
+    to whatever is selected. ``--ignore`` and ``--extend-ignore`` work the same way.
+    """
+    where = [*flags.file_paths, *([flags.stdin_filename] if flags.stdin_filename else [])]
     try:
-        config = load_config(paths)
-        chosen_select = normalise_codes(select) if select else normalise_codes(config.select)
-        chosen_ignore = normalise_codes(ignore) if ignore else normalise_codes(config.ignore)
+        config = load_config(where)
+        select, extend_select = _choose(flags.select, config.select, config.extend_select, flags.extend_select)
+        ignore, extend_ignore = _choose(flags.ignore, config.ignore, config.extend_ignore, flags.extend_ignore)
         per_file_ignores = {glob: normalise_codes(codes) for glob, codes in config.per_file_ignores.items()}
     except (ConfigError, SelectionError) as error:
         _fail(str(error))
@@ -80,14 +126,20 @@ def resolve_settings(
     policy = BatchSizePolicy(batch_size) if batch_size else config.batch_size
     return Settings(
         config=config,
-        rules=select_rules(chosen_select, chosen_ignore),
+        rules=select_rules(select, [*ignore, *extend_ignore], extend_select=extend_select),
         per_file_ignores=per_file_ignores,
-        excludes=list(exclude) if exclude else config.exclude,
-        options=Options(batch_size=policy),
-        jobs=jobs or default_jobs(),
-        quiet=quiet,
-        verbose=verbose and not quiet,
+        excludes=list(flags.exclude) if flags.exclude else config.exclude,
+        options=dataclasses.replace(Options(batch_size=policy), **(options or {})),
+        jobs=flags.jobs or default_jobs(),
+        quiet=flags.quiet,
+        verbose=flags.verbose and not flags.quiet,
+        follow_imports=flags.follow_imports,
+        stdin_filename=flags.stdin_filename,
     )
+
+
+def _codes(*values: str) -> Callable:
+    return click.option(*values, multiple=True, metavar="CODES")
 
 
 def common_options(function: Callable) -> Callable:
@@ -95,32 +147,46 @@ def common_options(function: Callable) -> Callable:
     options = [
         click.argument("paths", nargs=-1, required=False, metavar="[PATH]..."),
         click.option("--select", multiple=True, metavar="CODES", help="Only these rule codes or prefixes (comma-separated, e.g. DDP0)."),
+        click.option("--extend-select", multiple=True, metavar="CODES", help="Add these codes or prefixes to the selection."),
         click.option("--ignore", multiple=True, metavar="CODES", help="Skip these rule codes or prefixes."),
+        click.option("--extend-ignore", multiple=True, metavar="CODES", help="Skip these too, on top of the configured ignore."),
         click.option("--exclude", multiple=True, metavar="GLOB", help="Skip files and folders matching the glob (repeatable)."),
         click.option("-j", "--jobs", type=click.IntRange(min=0), default=None, help="Worker processes (default, or 0: all cores)."),
         click.option("-q", "--quiet", is_flag=True, help="Print only errors (lint: the findings too, without the summary)."),
         click.option("-v", "--verbose", is_flag=True, help="Also list unchanged and skipped files."),
+        click.option(
+            "--color",
+            type=click.Choice(COLOR_CHOICES),
+            default=None,
+            help="Colour the output: auto (default: on a terminal, unless NO_COLOR is set or FORCE_COLOR is), always, never.",
+        ),
+        click.option("--stdin-filename", metavar="PATH", default=None, help="The name of the code read from '-' (stdin): for messages, per-file ignores and excludes."),
+        click.option(
+            "--follow-imports/--no-follow-imports",
+            default=True,
+            help="Process the local modules an entry script imports with it (default), or only the files named.",
+        ),
     ]
     for option in reversed(options):
         function = option(function)
     return function
 
 
-def _nothing_to_do(paths: Sequence[str], select: Sequence[str], ignore: Sequence[str]) -> None:
-    """No paths at all (pre-commit with no matching files): check the codes, then exit 0 saying nothing."""
-    if paths:
+def _nothing_to_do(flags: Flags, empty_output: str = "") -> None:
+    """No paths at all (pre-commit with no matching files): check the codes, then exit 0.
+
+    ``empty_output`` is what a machine-readable format prints for no findings (``[]``, an empty SARIF log).
+    """
+    if flags.paths or flags.stdin_filename is not None:
         return
     try:
-        normalise_codes(select)
-        normalise_codes(ignore)
+        for codes in (flags.select, flags.extend_select, flags.ignore, flags.extend_ignore):
+            normalise_codes(codes)
     except SelectionError as error:
         _fail(str(error))
+    if empty_output:
+        click.echo(empty_output, nl=False)
     sys.exit(EXIT_CLEAN)
-
-
-def _files(paths: Sequence[str], settings: Settings) -> tuple[list[Path], list[str], int]:
-    found = discover(paths, settings.excludes, settings.config.root)
-    return found.files, found.errors, found.excluded
 
 
 def _rules_for(settings: Settings) -> Callable[[Path], Sequence[type[Rule]]]:
@@ -139,12 +205,44 @@ def _rules_for(settings: Settings) -> Callable[[Path], Sequence[type[Rule]]]:
     return rules_for
 
 
+def _stdin_excluded(settings: Settings) -> bool:
+    """Whether ``--stdin-filename`` names a file the excludes skip (then stdin passes through untouched)."""
+    name = settings.stdin_filename
+    if not name:
+        return False
+    resolved = Path(name).resolve()
+    base = settings.config.root or Path.cwd()
+    return is_excluded(resolved, settings.excludes, base)
+
+
 def _stdin_result(settings: Settings, fix: bool) -> FileResult:
+    """Process standard input under its ``--stdin-filename`` (or ``-``); a notebook's code cells if it is one."""
     data = sys.stdin.buffer.read()
-    return process("-", data, settings.rules, settings.options, fix)
+    name = settings.stdin_filename or "-"
+    rules = _rules_for(settings)(Path(name)) if settings.stdin_filename else settings.rules
+    if is_notebook(name):
+        from .notebook import process_notebook_bytes
+
+        return process_notebook_bytes(name, data, tuple(rules), settings.options, fix)
+    return process(name, data, tuple(rules), settings.options, fix)
 
 
-@click.group(cls=DefaultToMigrate, context_settings={"help_option_names": ["-h", "--help"]})
+def _discover(flags: Flags, settings: Settings) -> tuple[list[Path], list[str], int]:
+    found = discover(flags.file_paths, settings.excludes, settings.config.root)
+    for warning in found.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    return found.files, found.errors, found.excluded
+
+
+def _interrupted(progress: Any, written: int) -> None:
+    """Ctrl-C: say what was done and exit 130 (workers are already gone, every file is whole)."""
+    progress.close()
+    done = f"{written} file(s) written before it; " if written else ""
+    click.echo(f"\nddp-migrate: interrupted: {done}every file is whole (unchanged or completely rewritten).", err=True)
+    sys.exit(EXIT_INTERRUPTED)
+
+
+@click.group(cls=DefaultToMigrate, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, "--version", prog_name="ddp-migrate")
 def cli() -> None:
     """Rewrite single-GPU and nn.DataParallel PyTorch scripts into torchrun-ready DDP code.
@@ -154,7 +252,8 @@ def cli() -> None:
     ddp-migrate --diff train.py     show the change, write nothing
     ddp-migrate lint src/           report DDP pitfalls (exit 1 when any are found)
     ddp-migrate rules               list the rules
-    ddp-migrate explain DDP001      document one rule
+    ddp-migrate explain DDP001      document one rule (by code or name)
+    ddp-migrate example > train.py  a small DataParallel script to try it on
     """
 
 
@@ -168,58 +267,92 @@ def cli() -> None:
     default=None,
     help="global (default): keep the original batch as the global batch; per-process: keep it per process.",
 )
-def migrate_command(
-    paths: tuple[str, ...],
-    select: tuple[str, ...],
-    ignore: tuple[str, ...],
-    exclude: tuple[str, ...],
-    jobs: int | None,
-    quiet: bool,
-    verbose: bool,
-    show_diff: bool,
-    check: bool,
-    batch_size: str | None,
-) -> None:
-    """Migrate files in place (folders are walked for *.py; '-' reads stdin and writes stdout).
+@click.option("--elastic", is_flag=True, help="Make the program restartable under torchrun --max-restarts (snapshot and resume).")
+@click.option(
+    "--snapshot-every",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="With --elastic, also snapshot every N optimizer steps (default: at the end of every epoch only).",
+)
+def migrate_command(show_diff: bool, check: bool, batch_size: str | None, elastic: bool, snapshot_every: int | None, **kwargs: Any) -> None:
+    """Migrate files in place (folders are walked for *.py and *.ipynb; '-' reads stdin and writes stdout).
 
-    With no PATH at all there is nothing to do: exit 0 without a word (as pre-commit expects).
+    A notebook is left as it is: its migrated code is written to NAME_ddp.py beside it. With no PATH at
+    all there is nothing to do: exit 0 without a word (as pre-commit expects).
     """
-    _nothing_to_do(paths, select, ignore)
-    settings = resolve_settings(paths, select, ignore, exclude, batch_size, jobs, quiet, verbose)
+    flags = Flags.take(kwargs)
+    _nothing_to_do(flags)
+    if snapshot_every is not None and not elastic:
+        _fail("--snapshot-every needs --elastic")
+    extra = {"elastic": True, "snapshot_every": snapshot_every} if elastic else {}
+    settings = resolve_settings(flags, batch_size, extra)
     settings.rules = without_lint_only(settings.rules)
     write = not (show_diff or check)
-    color = sys.stdout.isatty()
+    stdout_color = use_color(flags.color, sys.stdout)
+    stderr_color = use_color(flags.color, sys.stderr)
     errors: list[str] = []
     results: list[FileResult] = []
-    if "-" in paths:
-        result = _stdin_result(settings, fix=True)
-        results.append(result)
-        if result.error:
-            errors.append(result.error)
-        elif show_diff:
-            click.echo(report.unified_diff(result, color), nl=False)
-        elif write:
-            sys.stdout.buffer.write(result.output if result.output is not None else result.original)
-            sys.stdout.buffer.flush()
-    file_paths = [p for p in paths if p != "-"]
-    if file_paths:
-        files, discovery_errors, excluded = _files(file_paths, settings)
+    if flags.reads_stdin:
+        results.append(_migrate_stdin(settings, show_diff, write, stdout_color, errors))
+    written = 0
+    progress = progress_for("checking" if not write else "migrating", settings.quiet)
+    if flags.file_paths:
+        files, discovery_errors, excluded = _discover(flags, settings)
         errors.extend(discovery_errors)
-        with _progress(files, settings) as advance:
-            for result in run(files, _rules_for(settings), settings.options, fix=True, jobs=settings.jobs):
-                advance()
-                results.append(result)
-                if result.error:
-                    errors.append(result.error)
-                    continue
-                if show_diff and result.changed:
-                    click.echo(report.unified_diff(result, color), nl=False)
-                if write:
-                    failure = write_result(result)
-                    if failure:
-                        errors.append(failure)
+        from_files: list[FileResult] = []
+        try:
+            with progress, closing(run(files, _rules_for(settings), settings.options, True, settings.jobs, settings.follow_imports, progress)) as stream:
+                for result in stream:
+                    from_files.append(result)
+                    if write and not result.error:
+                        failure = write_result(result)
+                        if failure:
+                            errors.append(failure)
+                        elif result.changed:
+                            written += 1
+        except KeyboardInterrupt:
+            _interrupted(progress, written)
+        from_files.sort(key=lambda r: r.path)
+        results.extend(from_files)
+        if show_diff:
+            for result in from_files:
+                if result.changed and not result.error:
+                    click.echo(report.unified_diff(result, stdout_color), nl=False, color=stdout_color)
         if settings.verbose and excluded:
             click.echo(f"{excluded} path(s) excluded", err=True)
+    errors[:0] = [r.error for r in results if r.error]
+    _migration_report(results, errors, settings, write, stderr_color)
+    changed = sum(r.changed for r in results)
+    needs_human = sum(len(r.findings) for r in results if not r.error)
+    if errors:
+        sys.exit(EXIT_ERROR)
+    if (check or show_diff) and changed:
+        sys.exit(EXIT_FINDINGS)
+    sys.exit(EXIT_FINDINGS if needs_human else EXIT_CLEAN)
+
+
+def _migrate_stdin(settings: Settings, show_diff: bool, write: bool, color: bool, errors: list[str]) -> FileResult:
+    """Migrate standard input to standard output (excluded by ``--stdin-filename``: echoed untouched)."""
+    if _stdin_excluded(settings):
+        data = sys.stdin.buffer.read()
+        if write:
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+        return FileResult(path=settings.stdin_filename or "-", original=data, skipped=True)
+    result = _stdin_result(settings, fix=True)
+    if result.error:
+        return result
+    if show_diff:
+        click.echo(report.unified_diff(result, color), nl=False, color=color)
+    elif write:
+        sys.stdout.buffer.write(result.output if result.output is not None else result.original)
+        sys.stdout.buffer.flush()
+    return result
+
+
+def _migration_report(results: Sequence[FileResult], errors: Sequence[str], settings: Settings, write: bool, color: bool) -> None:
+    """Per-file summaries, the errors, and the closing line, on standard error."""
     if not settings.quiet:
         for result in results:
             if result.error:
@@ -228,41 +361,17 @@ def migrate_command(
                 click.echo(line, err=True)
     for error in errors:
         click.echo(error, err=True)
+    if settings.quiet:
+        return
     changed = sum(r.changed for r in results)
+    failed = sum(1 for r in results if r.error)
     needs_human = sum(len(r.findings) for r in results if not r.error)
-    if not settings.quiet:
-        verb = "would be migrated" if not write else "migrated"
-        skipped = sum(r.skipped for r in results)
-        line = f"{changed} file(s) {verb}, {len(results) - changed - len([r for r in results if r.error])} unchanged"
-        if settings.verbose:
-            line += f" ({skipped} skipped by the quick text check)"
-        line += f", {needs_human} item(s) need a human, {len(errors)} error(s)."
-        click.echo(line, err=True)
-    if errors:
-        sys.exit(EXIT_ERROR)
-    if (check or show_diff) and changed:
-        sys.exit(EXIT_FINDINGS)
-    sys.exit(EXIT_FINDINGS if needs_human else EXIT_CLEAN)
-
-
-class _progress:
-    """A progress bar on a terminal when there are many files; nothing otherwise."""
-
-    THRESHOLD = 20
-
-    def __init__(self, files: Sequence[Path], settings: Settings) -> None:
-        self.enabled = len(files) >= self.THRESHOLD and sys.stderr.isatty() and not settings.quiet
-        self.bar = click.progressbar(length=len(files), label="migrating", file=sys.stderr) if self.enabled else None
-
-    def __enter__(self) -> Callable[[], None]:
-        if self.bar is None:
-            return lambda: None
-        bar = self.bar.__enter__()
-        return lambda: bar.update(1)
-
-    def __exit__(self, *exc: object) -> None:
-        if self.bar is not None:
-            self.bar.__exit__(*exc)
+    verb = "would be migrated" if not write else "migrated"
+    line = f"{changed} file(s) {verb}, {len(results) - changed - failed} unchanged"
+    if settings.verbose:
+        line += f" ({sum(r.skipped for r in results)} skipped by the quick text check)"
+    line += f", {needs_human} item(s) need a human, {len(errors)} error(s)."
+    click.echo(line, err=True)
 
 
 @cli.command("lint")
@@ -277,65 +386,91 @@ class _progress:
     help="text: path:line:col: CODE message; json: a list of objects; github: workflow annotations; sarif: SARIF 2.1.0.",
 )
 @click.option("--statistics", is_flag=True, help="Print how often each code was reported (most frequent first) instead of the findings.")
-def lint_command(
-    paths: tuple[str, ...],
-    select: tuple[str, ...],
-    ignore: tuple[str, ...],
-    exclude: tuple[str, ...],
-    jobs: int | None,
-    quiet: bool,
-    verbose: bool,
-    fix: bool,
-    output_format: str,
-    statistics: bool,
-) -> None:
+@click.option("--exit-zero", is_flag=True, help="Exit 0 even when findings remain (errors still exit 2), e.g. to upload SARIF.")
+@click.option("-o", "--output-file", type=click.Path(dir_okay=False, writable=True), default=None, help="Write the findings (in --format) to this file instead of stdout.")
+def lint_command(fix: bool, output_format: str, statistics: bool, exit_zero: bool, output_file: str | None, **kwargs: Any) -> None:
     """Report DDP pitfalls as path:line:col: CODE message (exit 1 when any are found).
 
-    Findings are sorted by file, line and column. A '# noqa' comment on the line where a finding starts
-    silences it ('# noqa: DDP007,DDP010' only those codes). With no PATH at all: exit 0 without a word.
+    Findings are sorted by file, line and column; in a notebook, path:cell N:line:col. A '# noqa' comment
+    on the line where a finding starts silences it ('# noqa: DDP007,DDP010' only those codes). With no PATH
+    at all: exit 0 (json and sarif print an empty list / log).
     """
-    _nothing_to_do(paths, select, ignore)
+    flags = Flags.take(kwargs)
     if statistics and output_format not in formats.STATISTICS_FORMATS:
         _fail(f"--statistics works with --format {' or '.join(formats.STATISTICS_FORMATS)}, not {output_format}")
-    settings = resolve_settings(paths, select, ignore, exclude, None, jobs, quiet, verbose)
+    _nothing_to_do(flags, _empty_output(output_format, statistics) if output_file is None else "")
+    settings = resolve_settings(flags)
     errors: list[str] = []
     results: list[FileResult] = []
-    if "-" in paths:
+    checked = 0
+    if flags.reads_stdin and not _stdin_excluded(settings):
         results.append(_stdin_result(settings, fix=False))
-    file_paths = [p for p in paths if p != "-"]
-    if file_paths:
-        files, discovery_errors, _ = _files(file_paths, settings)
+    elif flags.reads_stdin:
+        sys.stdin.buffer.read()
+    if flags.file_paths:
+        files, discovery_errors, _ = _discover(flags, settings)
         errors.extend(discovery_errors)
-        for result in run(files, _rules_for(settings), settings.options, fix=fix, jobs=settings.jobs):
-            results.append(result)
-            if fix and not result.error:
-                failure = write_result(result)
-                if failure:
-                    errors.append(failure)
-    errors.extend(r.error for r in sorted(results, key=lambda r: r.path) if r.error)
-    located = formats.ordered([formats.Located(r.path, f) for r in results if not r.error for f in r.findings])
-    if statistics:
-        stats = formats.statistics(located)
-        out = formats.statistics_json(stats) if output_format == "json" else formats.statistics_text(stats)
-    elif output_format == "json":
-        out = formats.json_list(located)
-    elif output_format == "github":
-        out = formats.github(located)
-    elif output_format == "sarif":
-        out = formats.sarif(located, all_rules(), errors)
+        progress = progress_for("fixing" if fix else "linting", settings.quiet)
+        written = 0
+        try:
+            with progress, closing(run(files, _rules_for(settings), settings.options, fix, settings.jobs, settings.follow_imports, progress)) as stream:
+                for result in stream:
+                    results.append(result)
+                    if fix and not result.error:
+                        failure = write_result(result)
+                        if failure:
+                            errors.append(failure)
+                        elif result.changed:
+                            written += 1
+        except KeyboardInterrupt:
+            _interrupted(progress, written)
+    checked = len(results)
+    errors[:0] = [r.error for r in sorted(results, key=lambda r: r.path) if r.error]
+    located = formats.locate(results)
+    to_terminal = output_file is None
+    color = to_terminal and use_color(flags.color, sys.stdout)
+    out = _render(located, output_format, statistics, errors, color)
+    if output_file is None:
+        click.echo(out, nl=False, color=color)
     else:
-        out = formats.text(located)
-    click.echo(out, nl=False)
+        try:
+            Path(output_file).write_text(out, encoding="utf-8")
+        except OSError as error:
+            errors.append(f"{output_file}:1:1: cannot write: {error.strerror or error}")
     for error in errors:
         click.echo(error, err=True)
-    if not quiet:
-        click.echo(_lint_summary(results, located, fix, settings.verbose), err=True)
-    sys.exit(EXIT_ERROR if errors else EXIT_FINDINGS if located else EXIT_CLEAN)
+    if not flags.quiet:
+        click.echo(_lint_summary(results, located, fix, settings.verbose, checked), err=True)
+    if errors:
+        sys.exit(EXIT_ERROR)
+    sys.exit(EXIT_FINDINGS if located and not exit_zero else EXIT_CLEAN)
 
 
-def _lint_summary(results: Sequence[FileResult], located: Sequence[formats.Located], fix: bool, verbose: bool) -> str:
-    """``Found N problem(s) in M file(s)``, with what was fixed, what could be, and (verbose) what was skipped."""
-    details = []
+def _empty_output(output_format: str, statistics: bool) -> str:
+    """What a format prints when there is nothing at all to lint."""
+    if output_format == "json":
+        return "[]\n"
+    if output_format == "sarif" and not statistics:
+        return formats.sarif([], all_rules(), [])
+    return ""
+
+
+def _render(located: Sequence[formats.Located], output_format: str, statistics: bool, errors: Sequence[str], color: bool) -> str:
+    if statistics:
+        stats = formats.statistics(located)
+        return formats.statistics_json(stats) if output_format == "json" else formats.statistics_text(stats)
+    if output_format == "json":
+        return formats.json_list(located)
+    if output_format == "github":
+        return formats.github(located)
+    if output_format == "sarif":
+        return formats.sarif(located, all_rules(), errors)
+    return formats.text(located, color)
+
+
+def _lint_summary(results: Sequence[FileResult], located: Sequence[formats.Located], fix: bool, verbose: bool, checked: int) -> str:
+    """``Found N problem(s) in M file(s)`` (files with problems), with what was checked, fixed and fixable."""
+    details = [f"{checked} file(s) checked"]
     if fix:
         details.append(f"{sum(len(r.changes) for r in results)} fixed")
     else:
@@ -344,28 +479,64 @@ def _lint_summary(results: Sequence[FileResult], located: Sequence[formats.Locat
             details.append(f"{fixable} fixable with: ddp-migrate lint --fix")
     if verbose:
         details.append(f"{sum(r.skipped for r in results)} skipped by the quick text check")
-    tail = f" ({', '.join(details)})" if details else ""
-    return f"Found {len(located)} problem(s) in {len(results)} file(s){tail}."
+    with_problems = len({item.path for item in located})
+    return f"Found {len(located)} problem(s) in {with_problems} file(s) ({', '.join(details)})."
 
 
 @cli.command("rules")
-def rules_command() -> None:
-    """List every rule: code, name, whether it fixes, and what it finds."""
-    for rule in all_rules():
+@click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True, help="text: one rule per line; json: a list of objects.")
+def rules_command(output_format: str) -> None:
+    """List every rule: code, name, whether it fixes, and what it does."""
+    rules = all_rules()
+    if output_format == "json":
+        click.echo(json.dumps([_rule_json(rule) for rule in rules], indent=2, ensure_ascii=False))
+        return
+    name_width = max(len(rule.name) for rule in rules)
+    for rule in rules:
         fixes = "fix" if rule.can_fix() else "report"
-        click.echo(f"{rule.code}  {rule.name:<34} {fixes:<6}  {rule.summary()}")
+        head = f"{rule.code}  {rule.name:<{name_width}}  {fixes:<6}  "
+        click.echo(_hang(head, docs.inline(rule.summary()), docs.WIDTH))
+
+
+def _hang(head: str, text: str, width: int) -> str:
+    """``head`` then ``text`` wrapped to ``width``, continuation lines indented under the text."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width=width, initial_indent=head, subsequent_indent=" " * len(head), break_on_hyphens=False))
+
+
+def _rule_json(rule: type[Rule]) -> dict[str, Any]:
+    return {
+        "code": rule.code,
+        "name": rule.name,
+        "summary": docs.inline(rule.summary()),
+        "fixable": rule.can_fix(),
+        "severity": rule.severity.value,
+        "enabled_by_default": getattr(rule, "enabled_by_default", True),
+        "documentation": docs.plain(rule.documentation(), width=10_000),
+        "manual_fix": rule.manual_fix or None,
+    }
+
+
+def find_rule(code_or_name: str) -> type[Rule] | None:
+    """A rule by its code (``DDP003``) or its name (``missing-process-group``), case-insensitive."""
+    rule = rule_for_code(code_or_name)
+    if rule is not None:
+        return rule
+    wanted = code_or_name.strip().lower().replace("_", "-")
+    return next((r for r in all_rules() if r.name == wanted), None)
 
 
 @cli.command("explain")
-@click.argument("code")
-def explain_command(code: str) -> None:
-    """Print a rule's documentation and its first example."""
-    rule = rule_for_code(code)
+@click.argument("rule_name", metavar="CODE_OR_NAME")
+def explain_command(rule_name: str) -> None:
+    """Print a rule's documentation and its first example (by code, DDP005, or name, missing-set-epoch)."""
+    rule = find_rule(rule_name)
     if rule is None:
-        _fail(f"unknown rule code: {code} (see: ddp-migrate rules)")
+        _fail(f"unknown rule code or name: {rule_name} (see: ddp-migrate rules)")
         return
     click.echo(f"{rule.code} {rule.name}\n")
-    click.echo(rule.documentation())
+    click.echo(docs.plain(rule.documentation()))
     example = next((e for e in rule.examples if isinstance(e, codemods.Example)), None)
     if example is not None:
         click.echo("\nExample:\n")
@@ -374,16 +545,49 @@ def explain_command(code: str) -> None:
             click.echo("becomes:\n")
             click.echo(_indent(example.after))
     fix = "yes" if rule.can_fix() else "no: " + (rule.manual_fix or "a human must change the code")
-    click.echo(f"Fix available: {fix}")
+    click.echo(_hang("Fix available: ", fix, docs.WIDTH))
 
 
 def _indent(code: str) -> str:
     return "".join(f"    {line}" if line.strip() else line for line in code.strip("\n").splitlines(keepends=True)) + "\n"
 
 
+@cli.command("example")
+@click.argument("name", required=False, default=DEFAULT_EXAMPLE, type=click.Choice(sorted(EXAMPLES)))
+@click.option("--list", "list_them", is_flag=True, help="List the bundled examples.")
+def example_command(name: str, list_them: bool) -> None:
+    """Print a bundled training script to try the tool on: ddp-migrate example > train.py
+
+    \b
+    ddp-migrate example > train.py
+    ddp-migrate --diff train.py
+    ddp-migrate train.py && python train.py
+    """
+    if list_them:
+        for key, (description, _) in EXAMPLES.items():
+            click.echo(f"{key}  {description}")
+        return
+    sys.stdout.write(EXAMPLES[name][1])
+    sys.stdout.flush()
+
+
 def main() -> None:
     """Console-script entry point."""
-    cli(prog_name="ddp-migrate")
+    try:
+        code = cli.main(prog_name="ddp-migrate", standalone_mode=False)
+    except click.exceptions.Abort as abort:  # click turns Ctrl-C outside the run loops into Abort
+        if isinstance(abort.__context__, KeyboardInterrupt) or isinstance(abort.__cause__, KeyboardInterrupt):
+            click.echo("ddp-migrate: interrupted.", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+        click.echo("Aborted!", err=True)
+        sys.exit(EXIT_FINDINGS)
+    except KeyboardInterrupt:
+        click.echo("\nddp-migrate: interrupted.", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    except click.ClickException as error:
+        error.show()
+        sys.exit(error.exit_code)
+    sys.exit(code if isinstance(code, int) else EXIT_CLEAN)
 
 
-__all__ = ["cli", "main"]
+__all__ = ["cli", "main", "find_rule"]

@@ -14,7 +14,16 @@ else:  # pragma: no cover - exercised on older interpreters only
 
 from ddp_migrate.codemods.base import BatchSizePolicy
 
-KNOWN_KEYS = {"select", "ignore", "exclude", "extend-exclude", "batch-size", "per-file-ignores"}
+KNOWN_KEYS = {
+    "select",
+    "extend-select",
+    "ignore",
+    "extend-ignore",
+    "exclude",
+    "extend-exclude",
+    "batch-size",
+    "per-file-ignores",
+}
 
 
 class ConfigError(Exception):
@@ -27,7 +36,9 @@ class Config:
 
     path: Path | None = None
     select: list[str] = field(default_factory=list)
+    extend_select: list[str] = field(default_factory=list)
     ignore: list[str] = field(default_factory=list)
+    extend_ignore: list[str] = field(default_factory=list)
     exclude: list[str] = field(default_factory=list)
     batch_size: BatchSizePolicy = BatchSizePolicy.GLOBAL
     per_file_ignores: dict[str, list[str]] = field(default_factory=dict)
@@ -102,7 +113,9 @@ def load_config(paths: Iterable[str], explicit: Path | None = None) -> Config:
         raise ConfigError(f"{pyproject}: unknown option(s) in [tool.ddp-migrate]: {', '.join(unknown)}")
     config = Config(path=pyproject)
     config.select = _string_list(table, "select", pyproject)
+    config.extend_select = _string_list(table, "extend-select", pyproject)
     config.ignore = _string_list(table, "ignore", pyproject)
+    config.extend_ignore = _string_list(table, "extend-ignore", pyproject)
     config.exclude = _string_list(table, "exclude", pyproject) + _string_list(table, "extend-exclude", pyproject)
     policy = table.get("batch-size", BatchSizePolicy.GLOBAL.value)
     try:

@@ -8,16 +8,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
+#: What a folder is walked for: Python files and Jupyter notebooks.
+SUFFIXES = (".py", ".ipynb")
+
 #: Folders never worth walking into.
-DEFAULT_EXCLUDES = (".git", ".hg", ".svn", ".venv", "venv", ".tox", ".nox", "__pycache__", "build", "dist", "node_modules", "site-packages", ".eggs", "*.egg-info", ".mypy_cache", ".pytest_cache", ".ruff_cache")
+DEFAULT_EXCLUDES = (".git", ".hg", ".svn", ".venv", "venv", ".tox", ".nox", "__pycache__", "build", "dist", "node_modules", "site-packages", ".ipynb_checkpoints", ".eggs", "*.egg-info", ".mypy_cache", ".pytest_cache", ".ruff_cache")
 
 
 @dataclass
 class Discovery:
-    """The files found, and one message per path that could not be used."""
+    """The files found, one error per path that could not be used, one warning per folder with no files."""
 
     files: list[Path] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
     excluded: int = 0
 
 
@@ -54,9 +58,10 @@ def _base(anchor: Path, root: Path | None) -> Path:
 
 
 def discover(paths: Iterable[str], excludes: Iterable[str], root: Path | None = None) -> Discovery:
-    """Expand files and folders (walked for ``*.py``) into a sorted list of files, honouring excludes.
+    """Expand files and folders (walked for ``*.py`` and ``*.ipynb``) into a list of files, honouring excludes.
 
-    Exclude globs are relative to ``root`` (the configuration's folder) or else the working folder.
+    Exclude globs are relative to ``root`` (the configuration's folder) or else the working folder. A
+    folder with no such file is a warning, not an error (as in ruff and black): there is nothing to do.
     """
     result = Discovery()
     patterns = tuple(excludes)
@@ -87,7 +92,7 @@ def discover(paths: Iterable[str], excludes: Iterable[str], root: Path | None = 
                     kept.append(name)
             dirnames[:] = kept
             for name in sorted(filenames):
-                if not name.endswith(".py"):
+                if not name.endswith(SUFFIXES):
                     continue
                 file = here / name
                 if is_excluded(file.resolve(), patterns, base):
@@ -98,6 +103,6 @@ def discover(paths: Iterable[str], excludes: Iterable[str], root: Path | None = 
         result.excluded += excluded_here
         if not found:
             hint = f" ({excluded_here} path(s) excluded)" if excluded_here else ""
-            result.errors.append(f"{raw}:1:1: no Python files found{hint}")
+            result.warnings.append(f"{raw}: no Python files or notebooks found{hint}")
         result.files.extend(found)
     return result

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 from urllib.parse import quote
@@ -18,7 +18,8 @@ from urllib.parse import quote
 from ddp_migrate import __version__
 from ddp_migrate.codemods.base import Finding, Rule, Severity
 
-from . import report
+from . import docs, report
+from .engine import FileResult
 
 FORMATS = ("text", "json", "github", "sarif")
 STATISTICS_FORMATS = ("text", "json")
@@ -30,15 +31,16 @@ GITHUB_LEVELS = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.
 
 @dataclass(frozen=True)
 class Located:
-    """A finding and the file it is in."""
+    """A finding and the file it is in; ``cell`` is the notebook code cell its lines count from (1-based)."""
 
     path: str
     finding: Finding
+    cell: int | None = None
 
-    def sort_key(self) -> tuple[str, int, int, str, int, int, str]:
-        """By file, line, column, code (then end and message, so equal positions still sort the same way)."""
+    def sort_key(self) -> tuple[str, int, int, int, str, int, int, str]:
+        """By file, cell, line, column, code (then end and message, so equal positions sort the same way)."""
         f = self.finding
-        return (self.path, f.line, f.column, f.code, f.end_line, f.end_column, f.message)
+        return (self.path, self.cell or 0, f.line, f.column, f.code, f.end_line, f.end_column, f.message)
 
 
 def ordered(located: Sequence[Located]) -> list[Located]:
@@ -46,12 +48,34 @@ def ordered(located: Sequence[Located]) -> list[Located]:
     return sorted(located, key=Located.sort_key)
 
 
+def locate(results: Sequence[FileResult]) -> list[Located]:
+    """Every finding of the results that have no error, in reporting order; a notebook's per cell."""
+    located = []
+    for result in results:
+        if result.error:
+            continue
+        extracted = getattr(result, "extracted", None)
+        for finding in result.findings:
+            if extracted is None:
+                located.append(Located(result.path, finding))
+                continue
+            cell, line = extracted.position(finding.line)
+            end_cell, end_line = extracted.position(finding.end_line)
+            if end_cell != cell:  # cannot happen for code within a cell; keep the end on the start line
+                end_line = line
+            located.append(Located(result.path, replace(finding, line=line, end_line=end_line), cell))
+    return ordered(located)
+
+
 # ------------------------------------------------------------------------------------------------ text
 
 
-def text(located: Sequence[Located]) -> str:
-    """``path:line:col: CODE message``, one line per finding."""
-    return "".join(report.finding_line(item.path, item.finding) + "\n" for item in located)
+def text(located: Sequence[Located], color: bool = False) -> str:
+    """``path:line:col: CODE message``, one line per finding (``path:cell N:line:col:`` in a notebook).
+
+    With ``color``, as ruff colours it: the path bold, the separators cyan, the code bold red.
+    """
+    return "".join(report.finding_line(item.path, item.finding, item.cell, color) + "\n" for item in located)
 
 
 # ------------------------------------------------------------------------------------------------ JSON
@@ -71,6 +95,7 @@ def as_dict(item: Located) -> dict[str, Any]:
         "message": f.message,
         "severity": Severity(f.severity).value,
         "fixable": f.fixable,
+        **({"cell": item.cell} if item.cell is not None else {}),
     }
 
 
@@ -106,15 +131,44 @@ def github(located: Sequence[Located]) -> str:
             "title": f.code,
         }
         joined = ",".join(f"{key}={_escape_property(str(value))}" for key, value in properties.items())
-        lines.append(f"::{GITHUB_LEVELS[Severity(f.severity)]} {joined}::{_escape_data(f.message)}\n")
+        message = f"cell {item.cell}: {f.message}" if item.cell is not None else f.message
+        lines.append(f"::{GITHUB_LEVELS[Severity(f.severity)]} {joined}::{_escape_data(message)}\n")
     return "".join(lines)
 
 
 # ------------------------------------------------------------------------------------------------ SARIF
 
 
+def repository_root(start: Path | None = None) -> Path:
+    """The root of the git work tree holding ``start`` (the working folder), else ``start`` itself.
+
+    SARIF paths are relative to it, as GitHub code scanning expects, wherever in the tree lint runs.
+    """
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / ".git").exists():
+            return folder
+    return here
+
+
+def docs_url() -> str:
+    """Where the rules are documented: the distribution's ``Documentation`` or ``Homepage`` project URL,
+    else its page on the package index (the README, with the rule table, is shown there)."""
+    try:
+        from importlib.metadata import PackageNotFoundError, metadata
+
+        urls = metadata("ddp-migrate").get_all("Project-URL") or []
+    except (ImportError, PackageNotFoundError):  # pragma: no cover - not installed
+        urls = []
+    found = dict(entry.split(", ", 1) for entry in urls if ", " in entry)
+    for key in ("Documentation", "Homepage", "Repository", "Source"):
+        if key in found:
+            return found[key]
+    return "https://pypi.org/project/ddp-migrate/"
+
+
 def _artifact_location(path: str, base: Path) -> dict[str, str]:
-    """A relative URI under ``%SRCROOT%`` (the working folder) when the file is below it, else a file URI."""
+    """A relative URI under ``%SRCROOT%`` (the repository root) when the file is below it, else a file URI."""
     if path == "-":
         return {"uri": "stdin"}
     absolute = Path(os.path.abspath(path))
@@ -125,21 +179,25 @@ def _artifact_location(path: str, base: Path) -> dict[str, str]:
     return {"uri": quote(relative.as_posix(), safe="/"), "uriBaseId": "%SRCROOT%"}
 
 
-def _rule_help(rule: type[Rule]) -> str:
-    help_text = rule.documentation()
+def _rule_help(rule: type[Rule], markdown: bool = False) -> str:
+    help_text = docs.markdown(rule.documentation()) if markdown else docs.plain(rule.documentation(), width=10_000)
     if not rule.can_fix() and rule.manual_fix:
         help_text += f"\n\nWhat to do: {rule.manual_fix}."
     return help_text
 
 
-def sarif_rule(rule: type[Rule]) -> dict[str, Any]:
-    """A ``reportingDescriptor`` for one rule, its documentation taken from the rule's docstring."""
+def sarif_rule(rule: type[Rule], url: str | None = None) -> dict[str, Any]:
+    """A ``reportingDescriptor`` for one rule, its documentation taken from the rule's docstring.
+
+    The texts are plain (no reStructuredText markup); ``help.markdown`` is what GitHub shows.
+    """
     return {
         "id": rule.code,
         "name": rule.name,
-        "shortDescription": {"text": rule.summary()},
-        "fullDescription": {"text": rule.documentation()},
-        "help": {"text": _rule_help(rule)},
+        "shortDescription": {"text": docs.inline(rule.summary())},
+        "fullDescription": {"text": docs.plain(rule.documentation(), width=10_000)},
+        "helpUri": f"{url or docs_url()}#rules",
+        "help": {"text": _rule_help(rule), "markdown": _rule_help(rule, markdown=True)},
         "defaultConfiguration": {"level": SARIF_LEVELS[Severity(rule.severity)]},
         "properties": {"tags": ["ddp", "pytorch"], "fixable": rule.can_fix()},
     }
@@ -151,7 +209,8 @@ def sarif(located: Sequence[Located], rules: Sequence[type[Rule]], errors: Seque
     ``rules`` is the whole registry, so a rule's ``ruleIndex`` does not depend on what was selected;
     ``errors`` (files that could not be processed) become tool execution notifications.
     """
-    base = (base or Path.cwd()).resolve()
+    base = (base or repository_root()).resolve()
+    url = docs_url()
     index = {rule.code: position for position, rule in enumerate(rules)}
     results = []
     for item in located:
@@ -160,7 +219,9 @@ def sarif(located: Sequence[Located], rules: Sequence[type[Rule]], errors: Seque
         if f.code in index:
             result["ruleIndex"] = index[f.code]
         result["level"] = SARIF_LEVELS[Severity(f.severity)]
-        result["message"] = {"text": f.message}
+        result["message"] = {"text": f"cell {item.cell}: {f.message}" if item.cell is not None else f.message}
+        if item.cell is not None:
+            result["properties"] = {"cell": item.cell}
         result["locations"] = [
             {
                 "physicalLocation": {
@@ -185,7 +246,7 @@ def sarif(located: Sequence[Located], rules: Sequence[type[Rule]], errors: Seque
                         "name": "ddp-migrate",
                         "version": __version__,
                         "semanticVersion": __version__,
-                        "rules": [sarif_rule(rule) for rule in rules],
+                        "rules": [sarif_rule(rule, url) for rule in rules],
                     }
                 },
                 "originalUriBaseIds": {"%SRCROOT%": {"uri": base.as_uri().rstrip("/") + "/"}},

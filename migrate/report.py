@@ -8,12 +8,23 @@ import click
 
 from ddp_migrate.codemods.base import Finding
 
+from .color import paint
 from .engine import FileResult
 
 
-def finding_line(path: str, finding: Finding) -> str:
-    """``path:line:col: CODE message`` with a 1-based column, like ruff and flake8."""
-    return f"{path}:{finding.line}:{finding.column + 1}: {finding.code} {finding.message}"
+def finding_line(path: str, finding: Finding, cell: int | None = None, color: bool = False) -> str:
+    """``path:line:col: CODE message`` with a 1-based column, like ruff and flake8.
+
+    In a notebook the line counts within a code cell: ``path:cell 3:2:1: CODE message``. With ``color``
+    the path is bold, the separators cyan and the code bold red, as in ruff (the reset before any newline).
+    """
+    where = [f"cell {cell}"] if cell is not None else []
+    where += [str(finding.line), str(finding.column + 1)]
+    if not color:
+        return f"{path}:{':'.join(where)}: {finding.code} {finding.message}"
+    colon = click.style(":", fg="cyan")
+    head = click.style(path, bold=True) + colon + colon.join(where) + colon
+    return f"{head} {click.style(finding.code, fg='red', bold=True)} {finding.message}"
 
 
 def migration_summary(result: FileResult, verbose: bool, written: bool = True) -> list[str]:
@@ -24,6 +35,9 @@ def migration_summary(result: FileResult, verbose: bool, written: bool = True) -
     lines: list[str] = []
     if result.error:
         return [result.error]
+    write_path = getattr(result, "write_path", "")
+    if write_path or getattr(result, "extracted", None) is not None:
+        return _notebook_summary(result, write_path, verbose, written)
     if result.skipped:
         return [f"{result.path}: skipped (nothing a rule could match)"] if verbose else []
     if not result.changes and not result.findings and not result.notes:
@@ -44,23 +58,52 @@ def migration_summary(result: FileResult, verbose: bool, written: bool = True) -
     return lines
 
 
+def _notebook_summary(result: FileResult, write_path: str, verbose: bool, written: bool) -> list[str]:
+    """A notebook is never rewritten: its migrated code goes to a script beside it, and the report says so."""
+    status = getattr(result, "script_status", "")
+    if not result.changed:
+        if write_path:
+            return [f"{result.path}: {write_path} is up to date (the notebook is left as it is)"] if verbose else []
+        if not result.findings:
+            return [f"{result.path}: nothing to migrate (the notebook is left as it is)"] if verbose else []
+        lines = [f"{result.path}: nothing migrated, {len(result.findings)} item(s) need a human"]
+    else:
+        verb = {"new": "written to", "updated": "rewritten into"}.get(status, "written to")
+        action = f"migrated code {verb}" if written else f"migrated code would be {verb}"
+        lines = [f"{result.path}: {action} {write_path}, {len(result.changes)} change(s); the notebook is left as it is"]
+        if result.findings:
+            lines[0] += f", {len(result.findings)} item(s) need a human"
+    for change in result.changes:
+        lines.append(f"  {change.code} line {change.line}: {change.message}")
+    for finding in result.findings:
+        lines.append(f"  review {finding_line(result.path, finding)}")
+    if result.changed and written:
+        lines.append(f"  launch it with: torchrun --standalone --nproc_per_node=<processes> {write_path}")
+    return lines
+
+
 def unified_diff(result: FileResult, color: bool) -> str:
-    """The change to one file as a unified diff (coloured for a terminal when asked)."""
+    """The change to one file as a unified diff (coloured for a terminal when asked, reset before the newline).
+
+    A notebook's diff is that of the script its migration writes (from nothing, for a new script).
+    """
+    name = getattr(result, "write_path", "") or result.path
     old = result.text.splitlines(keepends=True)
     new = result.new_text.splitlines(keepends=True)
-    diff = list(difflib.unified_diff(old, new, fromfile=f"a/{result.path}", tofile=f"b/{result.path}"))
+    fromfile = f"a/{name}" if old else "/dev/null"
+    diff = list(difflib.unified_diff(old, new, fromfile=fromfile, tofile=f"b/{name}"))
     out = []
     for line in diff:
         if not line.endswith("\n"):
             line += "\n\\ No newline at end of file\n"
         if color:
             if line.startswith(("+++", "---")):
-                line = click.style(line, bold=True)
+                line = paint(line, True, bold=True)
             elif line.startswith("@@"):
-                line = click.style(line, fg="cyan")
+                line = paint(line, True, fg="cyan")
             elif line.startswith("+"):
-                line = click.style(line, fg="green")
+                line = paint(line, True, fg="green")
             elif line.startswith("-"):
-                line = click.style(line, fg="red")
+                line = paint(line, True, fg="red")
         out.append(line)
     return "".join(out)

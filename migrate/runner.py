@@ -1,17 +1,36 @@
-"""Processing many files, in parallel processes when there are several, and writing the results."""
+"""Processing many files, in parallel processes when there are several, and writing the results.
+
+Work is handed out one unit at a time (chunk size 1) and results come back in the order units finish,
+so a progress bar advances per file; callers sort what they print. Worker processes ignore SIGINT: on
+Ctrl-C the main process terminates them at once (they never write; only the main process writes, and
+atomically), so an interrupted run stops within a second and leaves every file whole.
+"""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor
+import signal
+import tempfile
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator, Protocol, Sequence, Union
 
 from ddp_migrate.codemods.base import Options, Rule
 
 from .engine import FileResult
 from .program import RulesFor, Unit, plan, process_unit
 from .writer import write_atomic
+
+#: One piece of work: a unit of Python files, or one notebook.
+Work = Union[Unit, Path]
+
+
+class ProgressSink(Protocol):
+    """What the runner reports progress to (:class:`ddp_migrate.progress.Progress`)."""
+
+    def start(self, total: int) -> None: ...
+
+    def advance(self, count: int = 1) -> None: ...
 
 
 class _PerPathRules:
@@ -24,8 +43,23 @@ class _PerPathRules:
         return self.table[path]
 
 
-def _process_star(args: tuple[Unit, RulesFor, Options, bool]) -> list[FileResult]:
-    return process_unit(*args)
+def is_notebook(path: Path | str) -> bool:
+    """Whether a path names a Jupyter notebook (processed through :mod:`ddp_migrate.notebook`)."""
+    return str(path).endswith(".ipynb")
+
+
+def _process_work(args: tuple[Work, RulesFor, Options, bool]) -> list[FileResult]:
+    work, rules_for, options, fix = args
+    if isinstance(work, Unit):
+        return process_unit(work, rules_for, options, fix)
+    from .notebook import process_notebook
+
+    return [process_notebook(work, tuple(rules_for(work)), options, fix)]
+
+
+def _ignore_sigint() -> None:
+    """Worker initialiser: Ctrl-C is the main process's to handle (it terminates the workers)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def default_jobs() -> int:
@@ -36,6 +70,10 @@ def default_jobs() -> int:
         return os.cpu_count() or 1
 
 
+def _size(work: Work) -> int:
+    return len(work.paths) if isinstance(work, Unit) else 1
+
+
 def run(
     files: Sequence[Path],
     rules: Sequence[type[Rule]] | Callable[[Path], Sequence[type[Rule]]],
@@ -43,32 +81,73 @@ def run(
     fix: bool,
     jobs: int,
     follow_imports: bool = True,
+    progress: ProgressSink | None = None,
 ) -> Iterator[FileResult]:
-    """Yield one result per file, unit by unit; several worker processes when ``jobs > 1``.
+    """Yield the results of every file, unit by unit as units finish; worker processes when ``jobs > 1``.
 
-    The files are grouped into units (:func:`ddp_migrate.program.plan`): a program's local modules are
-    processed with its entry even when they were not named. ``rules`` is either the rules for every file or
-    a function choosing them per file (per-file ignores).
+    Python files are grouped into units (:func:`ddp_migrate.program.plan`): a program's local modules are
+    processed with its entry even when they were not named (``follow_imports=False``: only the files
+    named). Notebooks are units of their own. ``rules`` is either the rules for every file or a function
+    choosing them per file (per-file ignores). ``progress`` hears the number of files, then each finished
+    unit's. Closing the generator early (or Ctrl-C while it runs) terminates the workers.
     """
-    units = plan(files, follow_imports)
+    python_files = [path for path in files if not is_notebook(path)]
+    work: list[Work] = [*plan(python_files, follow_imports), *(path for path in files if is_notebook(path))]
     choose = rules if callable(rules) else (lambda _path: rules)
-    rules_for = _PerPathRules({path: tuple(choose(path)) for unit in units for path in unit.paths})
-    work = [(unit, rules_for, options, fix) for unit in units]
-    if jobs <= 1 or len(units) <= 1:
-        for item in work:
-            yield from _process_star(item)
-        return
-    with ProcessPoolExecutor(max_workers=min(jobs, len(units))) as pool:
-        for results in pool.map(_process_star, work, chunksize=max(1, len(work) // (jobs * 4))):
+    paths = [path for item in work for path in (item.paths if isinstance(item, Unit) else (item,))]
+    rules_for = _PerPathRules({path: tuple(choose(path)) for path in paths})
+    items = [(item, rules_for, options, fix) for item in work]
+    if progress is not None:
+        progress.start(sum(_size(item) for item in work))
+    if jobs <= 1 or len(items) <= 1:
+        for item in items:
+            results = _process_work(item)
+            if progress is not None:
+                progress.advance(len(results))
             yield from results
+        return
+    pool = multiprocessing.get_context().Pool(processes=min(jobs, len(items)), initializer=_ignore_sigint)
+    finished = False
+    try:
+        for results in pool.imap_unordered(_process_work, items, chunksize=1):
+            if progress is not None:
+                progress.advance(len(results))
+            yield from results
+        finished = True
+    finally:
+        if finished:
+            pool.close()
+        else:  # interrupted, or the caller stopped early: the workers' work is not wanted
+            pool.terminate()
+        pool.join()
+
+
+def _write_new(path: Path, data: bytes) -> None:
+    """Create a file atomically (a notebook's migrated script): never a half-written one, never a clobber."""
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".ddp-migrate")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)
+        os.link(temporary, path)  # fails if the file appeared meanwhile: it is not ours to replace
+    finally:
+        os.unlink(temporary)
 
 
 def write_result(result: FileResult) -> str | None:
     """Write a changed file atomically; return an error line if that fails."""
     if not result.changed or result.error or result.output is None:
         return None
+    target = Path(getattr(result, "write_path", None) or result.path)
     try:
-        write_atomic(Path(result.path), result.output)
+        if target.exists() or target.is_symlink():
+            write_atomic(target, result.output)
+        else:
+            _write_new(target, result.output)
     except OSError as error:
-        return f"{result.path}:1:1: cannot write: {error.strerror or error}"
+        return f"{target}:1:1: cannot write: {error.strerror or error}"
     return None

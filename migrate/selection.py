@@ -26,17 +26,27 @@ def normalise_codes(raw: Iterable[str]) -> list[str]:
     return codes
 
 
-def select_rules(select: Sequence[str], ignore: Sequence[str], rules: Sequence[type[Rule]] | None = None) -> list[type[Rule]]:
-    """The rules that ``select`` keeps and ``ignore`` does not drop.
+def select_rules(
+    select: Sequence[str],
+    ignore: Sequence[str],
+    rules: Sequence[type[Rule]] | None = None,
+    extend_select: Sequence[str] = (),
+) -> list[type[Rule]]:
+    """The rules that ``select`` (or ``extend_select``) keeps and ``ignore`` does not drop.
 
     Without ``select`` every rule that is on by default runs; rules that are off by default (they would
     flag correct migrated code, like DDP038) run only when a code or prefix selects them, or ``ALL``.
+    ``extend_select`` adds rules to that choice, whatever it was.
     """
     rules = all_rules() if rules is None else rules
     if select:
         chosen = [r for r in rules if "ALL" in select or _matches(r.code, select)]
     else:
         chosen = [r for r in rules if getattr(r, "enabled_by_default", True)]
+    if extend_select:
+        chosen += [r for r in rules if r not in chosen and ("ALL" in extend_select or _matches(r.code, extend_select))]
+        order = {rule: position for position, rule in enumerate(rules)}
+        chosen.sort(key=order.__getitem__)
     return drop_rules(chosen, ignore)
 
 

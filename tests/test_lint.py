@@ -126,7 +126,7 @@ def test_text_format_lines_and_summary(tmp_path: Path) -> None:
     assert result.stdout.splitlines()[1] == (
         "train.py:6:9: DDP001 nn.DataParallel: use DistributedDataParallel with one process per device (launched by torchrun)"
     )
-    assert result.stderr.splitlines()[-1] == "Found 5 problem(s) in 1 file(s) (5 fixable with: ddp-migrate lint --fix)."
+    assert result.stderr.splitlines()[-1] == "Found 5 problem(s) in 1 file(s) (1 file(s) checked, 5 fixable with: ddp-migrate lint --fix)."
 
 
 def test_findings_are_sorted_by_file_line_and_column_the_same_way_every_run(tmp_path: Path) -> None:
@@ -141,7 +141,7 @@ def test_findings_are_sorted_by_file_line_and_column_the_same_way_every_run(tmp_
     assert [r[0] for r in rows[:: len(LOADER_FINDINGS)]] == ["a.py", "b.py", "sub/m.py", "z.py"]
     assert found(parallel) == rows
     assert invoke("lint", "-j", "2", ".").stdout == parallel.stdout
-    assert "in 5 file(s)" in serial.stderr
+    assert "Found 20 problem(s) in 4 file(s) (5 file(s) checked, " in serial.stderr, "files with problems, then files checked"
 
 
 def test_exit_codes(tmp_path: Path) -> None:
@@ -150,7 +150,7 @@ def test_exit_codes(tmp_path: Path) -> None:
     write(tmp_path / "bad.py", "import torch.nn as nn\ndef f(:\n    nn.DataParallel(m)\n")
     clean = invoke("lint", "clean.py")
     assert (clean.exit_code, clean.stdout) == (0, "")
-    assert clean.stderr == "Found 0 problem(s) in 1 file(s).\n"
+    assert clean.stderr == "Found 0 problem(s) in 0 file(s) (1 file(s) checked).\n"
     assert invoke("lint", "train.py").exit_code == 1
     broken = invoke("lint", "train.py", "bad.py")
     assert broken.exit_code == 2
@@ -376,9 +376,14 @@ def test_sarif_is_valid_and_complete(tmp_path: Path, test_rules: None) -> None:
     dp = codemods.rule_for_code("DDP001")
     assert dp is not None
     assert by_id["DDP001"]["name"] == "data-parallel"
-    assert by_id["DDP001"]["shortDescription"]["text"] == dp.summary()
-    assert by_id["DDP001"]["fullDescription"]["text"] == dp.documentation()
-    assert by_id["DDP001"]["help"]["text"] == dp.documentation()
+    assert by_id["DDP001"]["shortDescription"]["text"] == dp.summary().replace("``", "`")
+    for rule in driver["rules"]:
+        texts = [rule["shortDescription"]["text"], rule["fullDescription"]["text"], *rule["help"].values()]
+        assert not [text for text in texts if "``" in text], "plain text and Markdown, no reStructuredText"
+        assert rule["helpUri"].startswith("https://")
+    markdown = by_id["DDP001"]["help"]["markdown"]
+    assert "`nn.DataParallel`" in markdown and "What the fix does" in markdown
+    assert by_id["DDP001"]["help"]["text"].startswith(dp.summary().replace("``", "`"))
     assert by_id["TST962"]["help"]["text"].endswith("What to do: read the hint.")
     assert {r["id"]: r["defaultConfiguration"]["level"] for r in driver["rules"] if r["id"].startswith("TST")} == {
         "TST961": "error",
@@ -464,10 +469,10 @@ def test_fix_applies_the_safe_fixes_then_reports_what_is_left(tmp_path: Path) ->
     assert path.read_text() == reference.read_text() != LOADER_SCRIPT, "--fix writes what a migration writes"
     assert [r[3] for r in found(result)] == ["DDP006"]
     assert result.exit_code == 1
-    assert "Found 1 problem(s) in 1 file(s) (5 fixed)." in result.stderr
+    assert "Found 1 problem(s) in 1 file(s) (1 file(s) checked, 5 fixed)." in result.stderr
     again = invoke("lint", "--fix", "train.py")
     assert found(again) == found(result)
-    assert "(0 fixed)" in again.stderr
+    assert ", 0 fixed)" in again.stderr
 
 
 def test_fix_that_fixes_everything_exits_0(tmp_path: Path) -> None:
@@ -512,7 +517,7 @@ def test_config_and_per_file_ignores_apply_to_lint(tmp_path: Path) -> None:
         ("b.py", 4, 36, "DDP100"),
         ("scripts/a.py", 4, 1, "DDP007"),
     ]
-    assert "in 3 file(s)" in result.stderr
+    assert "Found 4 problem(s) in 2 file(s) (3 file(s) checked" in result.stderr
     fixed = invoke("lint", "--fix", "scripts/a.py")
     assert "nn.DataParallel(model)" in (tmp_path / "scripts" / "a.py").read_text(), "per-file-ignores hold for --fix"
     assert found(fixed) == []
@@ -521,7 +526,7 @@ def test_config_and_per_file_ignores_apply_to_lint(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------------- no paths at all
 
 
-@pytest.mark.parametrize("args", [["lint"], ["lint", "--format", "json"], ["migrate"], ["migrate", "--check"], ["--diff"], ["-q"]])
+@pytest.mark.parametrize("args", [["lint"], ["lint", "--statistics"], ["migrate"], ["migrate", "--check"], ["--diff"], ["-q"]])
 def test_no_paths_is_a_silent_no_op(tmp_path: Path, args: list[str]) -> None:
     write(tmp_path / "train.py", DP_SCRIPT)
     result = invoke(*args)
