@@ -5,6 +5,7 @@ from __future__ import annotations
 from .base import BatchSizePolicy, Example, Finding, Options, Phase, Rule, Severity, Valid
 from .data_parallel import DataParallel
 from .distributed_sampler import MissingDistributedSampler
+from .elastic_snapshot import RestartableTraining
 from .explicit_rank import ExplicitRankAndWorldSize
 from .hardcoded_device import HardcodedDevice
 from .hardcoded_rendezvous import HardcodedRendezvous
@@ -47,6 +48,7 @@ ALL_RULES: tuple[type[Rule], ...] = tuple(
             UnguardedOutput,
             MissingDdpWrap,
             UnguardedFileWrite,
+            RestartableTraining,
             SpawnLauncher,
             HardcodedRendezvous,
             ExplicitRankAndWorldSize,
