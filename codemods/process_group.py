@@ -27,15 +27,18 @@ def _is_import(stmt: cst.BaseStatement) -> bool:
 class MissingProcessGroup(Rule):
     """Set up the process group at the start of the entry point and tear it down at its end.
 
-    What it finds: a training script (it calls ``backward()``) that never calls
-    ``init_process_group`` or the runtime's ``setup()``.
+    What it finds: the entry script of a training program (a module of the program calls ``backward()``)
+    when no module of the program calls ``init_process_group`` or the runtime's ``setup()``. Modules the
+    entry imports are never given a set-up of their own.
 
     Why it is a problem: DistributedDataParallel, DistributedSampler and every collective need the default
     process group. Without it, processes launched by torchrun each train alone on the whole data set.
 
-    What the fix does: ``runtime.setup()`` first in the entry point (``main()`` when the
-    ``if __name__ == "__main__":`` block runs it, else that block, else the module after its imports) and
-    ``runtime.cleanup()`` last. ``setup()`` reads torchrun's environment, picks ``nccl`` on CUDA and
+    What the fix does: ``runtime.setup()`` before the first statement, in execution order from the entry,
+    that needs the process group or the device: first in ``main()`` when the ``if __name__ == "__main__":``
+    block hands all that work to it, else first in that block, else (a model or loader built at module
+    level) after the module's imports; ``runtime.cleanup()`` at the end of the same block (the
+    ``__main__`` block's end when the set-up is at module level). ``setup()`` reads torchrun's environment, picks ``nccl`` on CUDA and
     ``gloo`` on CPU, sets this process's CUDA device, and falls back to a world of one process when the
     script runs as plain ``python train.py``.
     """
@@ -102,28 +105,29 @@ loss.backward()
     )
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
-        if analysis.is_training_script and not analysis.is_distributed:
-            yield Match(analysis.backward_calls[0], "training script never sets up a process group for DDP")
+        if not (analysis.is_entry and analysis.is_training_script) or analysis.is_distributed:
+            return
+        node = analysis.backward_calls[0] if analysis.backward_calls else analysis.first_group_need
+        if node is not None:
+            yield Match(node, "training script never sets up a process group for DDP")
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         if not list(self.matches(analysis)):
             return None
+        site = analysis.setup_site
+        if site is None:
+            return None
         edits = Edits(analysis.module.code)
         rt = runtime_name(analysis, edits)
         setup, cleanup = statement(f"{rt}.setup()"), statement(f"{rt}.cleanup()")
-        entry = analysis.entry_function or analysis.main_guard
-        if entry is not None:
-            body = statements_of(entry.body)
+        if isinstance(site, (cst.FunctionDef, cst.If)):
+            body = statements_of(site.body)
             first = next((i for i, s in enumerate(body) if not _is_docstring(s)), None)
             if first is None:
                 return None
             edits.insert_before(body[first], setup)
-            last = body[-1]
-            if isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[0], cst.Return):
-                edits.insert_before(last, cleanup)
-            else:
-                edits.insert_after(last, cleanup)
-            where = f"{entry.name.value}()" if isinstance(entry, cst.FunctionDef) else "the main block"
+            self._cleanup_at_end(edits, body, cleanup)
+            where = f"{site.name.value}()" if isinstance(site, cst.FunctionDef) else "the main block"
             line = analysis.line(body[first])
         else:
             body = analysis.module.body
@@ -132,11 +136,24 @@ loss.backward()
                 edits.insert_before(body[0], setup)
             else:
                 edits.insert_after(anchor, setup.with_changes(leading_lines=[cst.EmptyLine()]))
-            edits.insert_after(body[-1], cleanup)
+            guard = analysis.main_guard
+            if guard is not None:
+                self._cleanup_at_end(edits, statements_of(guard.body), cleanup)
+            else:
+                edits.insert_after(body[-1], cleanup)
             where = "the module"
             line = analysis.line(anchor) + 1 if anchor is not None else 1
         edits.changes.append(Change(self.code, line, f"process group set up at the start of {where} and cleaned up at its end"))
         return edits.apply(analysis.module)
+
+    @staticmethod
+    def _cleanup_at_end(edits: Edits, body: Sequence[cst.BaseStatement], cleanup: cst.BaseStatement) -> None:
+        """``cleanup()`` after the last statement of a block, or before it when that is a ``return``."""
+        last = body[-1]
+        if isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[0], cst.Return):
+            edits.insert_before(last, cleanup)
+        else:
+            edits.insert_after(last, cleanup)
 
     @staticmethod
     def _after_imports(body: Sequence[cst.BaseStatement]) -> cst.BaseStatement | None:

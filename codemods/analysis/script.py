@@ -175,37 +175,139 @@ class _Indexer(cst.CSTVisitor):
         self.name_values.add(node.value)
 
 
-class ScriptAnalysis:
-    """Facts about one parsed script, computed once and shared by all rules."""
+class SharedFlow:
+    """The binding model of one program: parents, call targets and value origins of all its modules.
+
+    Every module of a program is a :class:`ScriptAnalysis` that reads and writes these same tables, so a
+    value follows calls, returns, attributes and imports from one module into another. A lone script is a
+    program of one module.
+    """
+
+    def __init__(self) -> None:
+        self.analyses: list[ScriptAnalysis] = []
+        self.by_name: dict[str, ScriptAnalysis] = {}
+        self.by_module: dict[cst.Module, ScriptAnalysis] = {}
+        self.parents: dict[cst.CSTNode, cst.CSTNode] = {}
+        self.call_targets: dict[cst.Call, cst.FunctionDef] = {}
+        self.constructed: dict[cst.Call, cst.ClassDef] = {}
+        self.bindings: dict[BindingKey, set[cst.CSTNode]] = {}
+        self.returned: dict[cst.FunctionDef, list[set[cst.CSTNode]]] = {}
+
+    def add(self, analysis: ScriptAnalysis) -> None:
+        """Register a module of the program."""
+        self.analyses.append(analysis)
+        self.by_name[analysis.module_name] = analysis
+        self.by_module[analysis.module] = analysis
+        self.parents.update(analysis.index.parents)
+
+    def solve(self) -> None:
+        """Resolve call targets and propagate origins through every module until nothing changes."""
+        for analysis in self.analyses:
+            analysis._resolve_call_targets()
+        for _ in range(12):
+            changed = False
+            for analysis in self.analyses:
+                changed |= analysis._propagate()
+            if not changed:
+                break
+
+    def module_of(self, node: cst.CSTNode) -> cst.Module:
+        """The module a node belongs to."""
+        current = node
+        while not isinstance(current, cst.Module):
+            parent = self.parents.get(current)
+            if parent is None:
+                break
+            current = parent
+        return current  # type: ignore[return-value]
+
+    def analysis_of(self, node: cst.CSTNode) -> ScriptAnalysis | None:
+        """The analysis of the module a node belongs to."""
+        return self.by_module.get(self.module_of(node))
+
+    def calls_to(self, targets: Iterable[str]) -> list[cst.Call]:
+        """Every call to one of the qualified names, in every module of the program."""
+        wanted = frozenset(targets)
+        return [call for analysis in self.analyses for call in analysis.calls_to(wanted)]
+
+
+class ModuleIndex:
+    """What one walk and libcst's qualified-name resolution give for a module: its nodes by kind, the
+    parent of every node and (on first use) positions. Built once per module object and reused while
+    the module is unchanged."""
 
     def __init__(self, module: cst.Module) -> None:
         # The rules rewrite the very nodes they find, so the wrapper must not copy the module.
         self.wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+        self.qualified = self.wrapper.resolve(QualifiedNameProvider)
+        self.nodes = _Indexer()
+        module.visit(self.nodes)
+        self.parents = self.nodes.parents
+
+    @cached_property
+    def positions(self) -> Mapping[cst.CSTNode, CodeRange]:
+        """Start and end of every node (resolved on first use: only reports and ordering need them)."""
+        return self.wrapper.resolve(PositionProvider)
+
+
+class ScriptAnalysis:
+    """Facts about one parsed module of a program, computed once and shared by all rules.
+
+    ``module_name`` is the module's dotted name in its project (``__main__`` for a lone script);
+    ``is_entry`` whether the program starts here (a lone script is its own entry). ``shared`` is the
+    program's binding model; without it the module is a program of its own.
+    """
+
+    def __init__(
+        self,
+        module: cst.Module,
+        shared: SharedFlow | None = None,
+        *,
+        module_name: str = "__main__",
+        is_entry: bool = True,
+        index: ModuleIndex | None = None,
+        is_package: bool = False,
+    ) -> None:
+        self.index = index if index is not None else ModuleIndex(module)
+        self.wrapper = self.index.wrapper
         self.module = module
-        self._qualified = self.wrapper.resolve(QualifiedNameProvider)
-        index = _Indexer()
-        module.visit(index)
-        self._parents = index.parents
-        self.calls = index.calls
-        self.for_loops = index.for_loops
-        self.functions = index.functions
-        self.classes = index.classes
-        self.assignments = index.assigns
-        self._returns = index.returns
-        self.ifs = index.ifs
-        self.attributes = index.attributes
-        self.used_names = index.name_values
-        self._bindings: dict[BindingKey, set[cst.CSTNode]] = {}
-        self._returned: dict[cst.FunctionDef, list[set[cst.CSTNode]]] = {}
-        self._call_targets: dict[cst.Call, cst.FunctionDef] = {}
-        self._solve_bindings()
+        self.module_name = module_name
+        self.is_entry = is_entry
+        self.is_package = is_package
+        self._qualified = self.index.qualified
+        index_nodes = self.index.nodes
+        standalone = shared is None
+        self.shared = shared if shared is not None else SharedFlow()
+        self.shared.add(self)
+        self._parents = self.shared.parents
+        self.calls = index_nodes.calls
+        self.for_loops = index_nodes.for_loops
+        self.functions = index_nodes.functions
+        self.classes = index_nodes.classes
+        self.assignments = index_nodes.assigns
+        self._returns = index_nodes.returns
+        self.ifs = index_nodes.ifs
+        self.attributes = index_nodes.attributes
+        self.used_names = index_nodes.name_values
+        self._bindings = self.shared.bindings
+        self._returned = self.shared.returned
+        self._call_targets = self.shared.call_targets
+        if standalone:
+            self.shared.solve()
 
     # ----------------------------------------------------------------- positions and structure
 
-    @cached_property
+    @property
     def _positions(self) -> Mapping[cst.CSTNode, CodeRange]:
-        # Positions are only needed for reports and ordering, so they are resolved on first use.
-        return self.wrapper.resolve(PositionProvider)
+        return self.index.positions
+
+    def owns(self, node: cst.CSTNode) -> bool:
+        """Whether the node belongs to this module (not to another module of the program)."""
+        return self.shared.module_of(node) is self.module
+
+    def module_of(self, node: cst.CSTNode) -> cst.Module:
+        """The module (of the program) a node belongs to."""
+        return self.shared.module_of(node)
 
     def span(self, node: cst.CSTNode) -> tuple[tuple[int, int], tuple[int, int]]:
         """Start and end (line, column) of a node."""
@@ -246,15 +348,17 @@ class ScriptAnalysis:
         return next((a for a in self.ancestors(node) if isinstance(a, cst.ClassDef)), None)
 
     def scope_of(self, node: cst.CSTNode) -> Scope:
-        """The function around the node, or the module."""
-        return self.enclosing_function(node) or self.module
+        """The function around the node, or its module."""
+        return self.enclosing_function(node) or self.module_of(node)
 
     def is_inside(self, node: cst.CSTNode, container: cst.CSTNode) -> bool:
         """Whether ``container`` is the node or one of its ancestors."""
         return node is container or any(a is container for a in self.ancestors(node))
 
     def comes_before(self, first: cst.CSTNode, second: cst.CSTNode) -> bool:
-        """Whether ``first`` starts before ``second`` in the file."""
+        """Whether ``first`` starts before ``second`` in the file (``False`` for nodes of two modules)."""
+        if not (self.owns(first) and self.owns(second)):
+            return False
         a, b = self._positions[first].start, self._positions[second].start
         return (a.line, a.column) < (b.line, b.column)
 
@@ -323,7 +427,9 @@ class ScriptAnalysis:
     # -------------------------------------------------------------------- data flow
 
     def _key(self, scope_node: cst.CSTNode, name: str) -> BindingKey:
-        """The binding key for a dotted name used at a node: ``self.x`` belongs to the class."""
+        """The binding key for a dotted name used at a node: ``self.x`` belongs to the class, a local to its
+        function, a global to its module, and a name imported from a module of the program to that module
+        (``from data import loader`` and ``data.loader`` are the same binding)."""
         function = scope_node if isinstance(scope_node, cst.FunctionDef) else self.enclosing_function(scope_node)
         if name.startswith("self."):
             owner = self.enclosing_class(function) if function is not None else None
@@ -331,7 +437,82 @@ class ScriptAnalysis:
                 return (owner, name)
         if function is not None and self._binds_locally(function, name):
             return (function, name)
+        module = self.module_of(scope_node) if not isinstance(scope_node, cst.Module) else scope_node
+        home = self.shared.by_module.get(module, self)
+        return home._global_key(name)
+
+    def _global_key(self, name: str, depth: int = 0) -> BindingKey:
+        """The key of a module-level name of this module, following imports of the program's modules."""
+        root, _, rest = name.partition(".")
+        target = self.local_imports.get(root)
+        if target is not None and depth < 8:
+            module_name, symbol = target
+            other = self.shared.by_name.get(module_name)
+            if other is not None:
+                if symbol is None:
+                    if rest:
+                        return other._global_key(rest, depth + 1)
+                else:
+                    return other._global_key(f"{symbol}.{rest}" if rest else symbol, depth + 1)
         return (self.module, name)
+
+    @cached_property
+    def local_imports(self) -> dict[str, tuple[str, str | None]]:
+        """Names this module binds by importing a module of its program: ``{local: (module, symbol)}``
+        (``symbol`` is ``None`` when the name is the module itself). Relative imports are resolved
+        against this module's package."""
+        found: dict[str, tuple[str, str | None]] = {}
+        known = self.shared.by_name
+        if len(known) <= 1:
+            return found
+        package = self.module_name if self.is_package else self.module_name.rpartition(".")[0]
+        for node in _walk(self.module):
+            if isinstance(node, cst.Import):
+                for alias in node.names:
+                    full = dotted_name(alias.name) or ""
+                    if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                        if full in known:
+                            found[alias.asname.name.value] = (full, None)
+                    elif full.split(".")[0] in known:
+                        found[full.split(".")[0]] = (full.split(".")[0], None)
+            elif isinstance(node, cst.ImportFrom) and not isinstance(node.names, cst.ImportStar):
+                base = dotted_name(node.module) if node.module is not None else ""
+                if node.relative:
+                    parts = package.split(".") if package else []
+                    up = len(node.relative) - 1
+                    parts = parts[: len(parts) - up] if up else parts
+                    base = ".".join([*parts, base] if base else parts)
+                for alias in node.names:
+                    symbol = dotted_name(alias.name) or ""
+                    local = alias.asname.name.value if alias.asname is not None and isinstance(alias.asname.name, cst.Name) else symbol
+                    submodule = f"{base}.{symbol}" if base else symbol
+                    if submodule in known:
+                        found[local] = (submodule, None)
+                    elif base in known:
+                        found[local] = (base, symbol)
+        return found
+
+    def imported_definition(self, name: str) -> cst.FunctionDef | cst.ClassDef | None:
+        """The function or class of another module of the program that a name of this module imports."""
+        target = self.local_imports.get(name.split(".")[0])
+        if target is None:
+            return None
+        module_name, symbol = target
+        other = self.shared.by_name.get(module_name)
+        if other is None:
+            return None
+        rest = name.split(".")[1:]
+        path = ([symbol] if symbol else []) + rest
+        if len(path) != 1:
+            return None
+        return other.top_definitions.get(path[0]) or (other.imported_definition(path[0]) if other is not self else None)
+
+    @cached_property
+    def top_definitions(self) -> dict[str, cst.FunctionDef | cst.ClassDef]:
+        """The functions and classes defined at this module's top level, by name."""
+        return {
+            stmt.name.value: stmt for stmt in self.module.body if isinstance(stmt, (cst.FunctionDef, cst.ClassDef))
+        }
 
     @cached_property
     def _local_names(self) -> dict[cst.FunctionDef, set[str]]:
@@ -350,13 +531,14 @@ class ScriptAnalysis:
         return local
 
     def _binds_locally(self, function: cst.FunctionDef, name: str) -> bool:
-        return name.split(".")[0] in self._local_names.get(function, set())
+        home = self if function in self._local_names else self.shared.analysis_of(function) or self
+        return name.split(".")[0] in home._local_names.get(function, set())
 
     def origins(self, expr: cst.BaseExpression) -> set[cst.CSTNode]:
         """The calls an expression's value may come from (``DataLoader(...)``, ``Net()``, ``DDP(...)``)."""
         if isinstance(expr, cst.Call):
             target = self._call_targets.get(expr)
-            if target is not None and target in self._returned:
+            if target is not None and target in self._returned and expr not in self.shared.constructed:
                 returned = self._returned[target]
                 return set().union(*returned) if returned else set()
             if _callee_name(expr) in ITERATION_WRAPPERS and expr.args:
@@ -379,30 +561,31 @@ class ScriptAnalysis:
         current.update(values)
         return len(current) != before
 
-    def _solve_bindings(self) -> None:
-        """Propagate origins through assignments, returns and arguments until nothing changes."""
-        self._resolve_call_targets()
-        for _ in range(8):
-            changed = False
-            for assign in self.assignments:
-                for target in _assign_targets(assign):
-                    changed |= self._bind_target(target, assign.value)  # type: ignore[arg-type]
-            for ret in self._returns:
-                function = self.enclosing_function(ret)
-                if function is None or ret.value is None:
-                    continue
-                elements = _tuple_elements(ret.value) or [ret.value]
-                slots = self._returned.setdefault(function, [set() for _ in elements])
-                for i, element in enumerate(elements[: len(slots)]):
-                    new = self.origins(element)
-                    if not new <= slots[i]:
-                        slots[i] |= new
-                        changed = True
-            for call, function in self._call_targets.items():
+    def _propagate(self) -> bool:
+        """One round of propagating origins through this module's assignments, returns and call arguments
+        (into the shared tables); whether anything changed. Method calls whose receiver's class became
+        known in an earlier round are resolved here too."""
+        changed = self._resolve_method_calls()
+        for assign in self.assignments:
+            for target in _assign_targets(assign):
+                changed |= self._bind_target(target, assign.value)  # type: ignore[arg-type]
+        for ret in self._returns:
+            function = self.enclosing_function(ret)
+            if function is None or ret.value is None:
+                continue
+            elements = _tuple_elements(ret.value) or [ret.value]
+            slots = self._returned.setdefault(function, [set() for _ in elements])
+            for i, element in enumerate(elements[: len(slots)]):
+                new = self.origins(element)
+                if not new <= slots[i]:
+                    slots[i] |= new
+                    changed = True
+        for call in self.calls:
+            function = self._call_targets.get(call)
+            if function is not None:
                 for param, arg in self._bound_arguments(call, function):
                     changed |= self._bind(self._key(function, param), self.origins(arg))
-            if not changed:
-                break
+        return changed
 
     def _bind_target(self, target: cst.BaseExpression, value: cst.BaseExpression) -> bool:
         targets = _tuple_elements(target)
@@ -425,27 +608,66 @@ class ScriptAnalysis:
         return changed
 
     def _resolve_call_targets(self) -> None:
-        """Map calls to the functions of this file they run (functions, methods via ``self``, classes)."""
+        """Map calls to the functions of the program they run: functions and classes of this module or
+        imported from another module of the program, methods through ``self`` or a class name."""
         top_functions = {f.name.value: f for f in self.functions if self.parent(f) is self.module}
         classes = {c.name.value: c for c in self.classes}
         for call in self.calls:
             target: cst.FunctionDef | None = None
+            owner: cst.ClassDef | None = None
             if isinstance(call.func, cst.Name):
                 name = call.func.value
                 if name in top_functions:
                     target = top_functions[name]
                 elif name in classes:
-                    target = _method(classes[name], "__init__")
+                    owner = classes[name]
+                else:
+                    imported = self.imported_definition(name)
+                    if isinstance(imported, cst.FunctionDef):
+                        target = imported
+                    elif isinstance(imported, cst.ClassDef):
+                        owner = imported
             elif isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name):
                 receiver, method = call.func.value.value, call.func.attr.value
                 if receiver == "self":
-                    owner = self.enclosing_class(call)
-                    target = _method(owner, method) if owner else None
+                    enclosing = self.enclosing_class(call)
+                    target = _method(enclosing, method) if enclosing else None
+                elif receiver in classes:
+                    target = _method(classes[receiver], method)
                 else:
-                    owner = next((classes[receiver] for _ in [0] if receiver in classes), None)
-                    target = _method(owner, method) if owner else None
+                    imported = self.imported_definition(f"{receiver}.{method}")
+                    if isinstance(imported, cst.FunctionDef):
+                        target = imported
+                    elif isinstance(imported, cst.ClassDef):
+                        owner = imported
+                    else:
+                        imported_class = self.imported_definition(receiver)
+                        if isinstance(imported_class, cst.ClassDef):
+                            target = _method(imported_class, method)
+            if owner is not None:
+                self.shared.constructed[call] = owner
+                target = _method(owner, "__init__")
             if target is not None:
                 self._call_targets[call] = target
+
+    def _resolve_method_calls(self) -> bool:
+        """Resolve ``obj.method(...)`` where ``obj`` holds an instance of a class of the program
+        (``trainer = Trainer(...)``; ``trainer.fit(loader)``, ``Trainer(...).fit(loader)``)."""
+        changed = False
+        for call in self.calls:
+            if call in self._call_targets or not isinstance(call.func, cst.Attribute):
+                continue
+            receiver = call.func.value
+            if isinstance(receiver, cst.Name) and receiver.value == "self":
+                continue
+            for origin in self.origins(receiver):
+                owner = self.shared.constructed.get(origin) if isinstance(origin, cst.Call) else None
+                method = _method(owner, call.func.attr.value) if owner is not None else None
+                if method is not None:
+                    self._call_targets[call] = method
+                    changed = True
+                    break
+        return changed
 
     def _bound_arguments(self, call: cst.Call, function: cst.FunctionDef) -> Iterator[tuple[str, cst.BaseExpression]]:
         params = [p.name.value for p in (*function.params.posonly_params, *function.params.params)]
@@ -490,9 +712,17 @@ class ScriptAnalysis:
         return self.method_calls("backward")
 
     @cached_property
+    def program_backward_calls(self) -> list[cst.Call]:
+        """Every ``.backward()`` call in every module of the program."""
+        return [call for analysis in self.shared.analyses for call in analysis.backward_calls]
+
+    @cached_property
     def is_training_script(self) -> bool:
-        """Whether the file trains something (calls ``backward()``)."""
-        return bool(self.backward_calls)
+        """Whether the module trains something: it calls ``backward()``, or it is a module of a program
+        that does (a ``Trainer`` module, the entry that builds the model and loaders for it)."""
+        if self.backward_calls:
+            return True
+        return len(self.shared.analyses) > 1 and bool(self.program_backward_calls)
 
     @cached_property
     def is_training_code(self) -> bool:
@@ -529,14 +759,26 @@ class ScriptAnalysis:
         return any(target in reaching and self.is_inside(call, node) for call, target in self._call_targets.items())
 
     def reaches_backward(self, node: cst.CSTNode) -> bool:
-        """Whether running the node (a loop, a statement) calls ``backward()``, here or through a call."""
-        return self.reaches(node, self.backward_calls)
+        """Whether running the node (a loop, a statement) calls ``backward()``, here or through a call
+        into any module of the program."""
+        return self.reaches(node, self.program_backward_calls)
+
+    @cached_property
+    def program_loader_calls(self) -> list[cst.Call]:
+        """Every ``DataLoader(...)`` call in every module of the program."""
+        return [call for analysis in self.shared.analyses for call in analysis.loader_calls]
+
+    @cached_property
+    def program_loader_loops(self) -> list[LoaderLoop]:
+        """Every ``for`` loop over a data loader in every module of the program (a loader built in one
+        module is often iterated in another: ``engine.train_one_epoch(model, loader)``)."""
+        return [loop for analysis in self.shared.analyses for loop in analysis.loader_loops]
 
     @cached_property
     def loader_loops(self) -> list[LoaderLoop]:
-        """Every ``for`` loop over a data loader."""
+        """Every ``for`` loop of this module over a data loader (built here or in another module)."""
         loops = []
-        loader_set = set(self.loader_calls)
+        loader_set = set(self.program_loader_calls)
         for loop in self.for_loops:
             expr = self._through_wrapper_variables(unwrap_iterable(loop.iter), loop)
             found = frozenset(o for o in self.origins(expr) if o in loader_set)
@@ -587,18 +829,18 @@ class ScriptAnalysis:
     @cached_property
     def training_loaders(self) -> set[cst.Call]:
         """``DataLoader`` calls whose batches reach ``backward()``."""
-        return {call for loop in self.loader_loops if loop.trains for call in loop.loader_calls}
+        return {call for loop in self.program_loader_loops if loop.trains for call in loop.loader_calls}
 
     @cached_property
     def evaluation_loaders(self) -> set[cst.Call]:
         """``DataLoader`` calls that are iterated, but never by a loop that trains."""
-        iterated = {call for loop in self.loader_loops for call in loop.loader_calls}
+        iterated = {call for loop in self.program_loader_loops for call in loop.loader_calls}
         return iterated - self.training_loaders
 
     def epoch_loops(self, loader: cst.Call) -> list[EpochLoop]:
         """The loops around each training iteration of a loader, with the loader's spelling there."""
         found: list[EpochLoop] = []
-        for loader_loop in self.loader_loops:
+        for loader_loop in self.program_loader_loops:
             if loader_loop.trains and loader in loader_loop.loader_calls:
                 epoch = self._outer_loop(loader_loop.loop, loader_loop.loader_expr, depth=0)
                 if epoch is not None and all(e.loop is not epoch.loop for e in found):
@@ -783,8 +1025,72 @@ class ScriptAnalysis:
 
     @cached_property
     def is_distributed(self) -> bool:
-        """Whether the script already sets up a process group."""
-        return bool(self.process_group_setups)
+        """Whether the program already sets up a process group, in this module or any other (a helper
+        such as ``utils.init_distributed_mode(args)``)."""
+        return any(analysis.process_group_setups for analysis in self.shared.analyses)
+
+    @cached_property
+    def group_needing_calls(self) -> frozenset[cst.Call]:
+        """Calls, anywhere in the program, that need the process group or this process's device: model
+        wraps, data loaders, optimizers, ``backward()``, device moves and ``torch.distributed`` calls."""
+        found: set[cst.Call] = set()
+        for analysis in self.shared.analyses:
+            found.update(analysis.wrap_calls, analysis.loader_calls, analysis.optimizer_calls, analysis.backward_calls)
+            for call in analysis.calls:
+                method = call_method_name(call)
+                if method in ("cuda", "to"):
+                    found.add(call)
+                elif any(q.startswith(("torch.distributed.", names.RUNTIME_MODULE + ".", "torch.device")) for q in analysis.qualified_names(call.func)):
+                    found.add(call)
+        return frozenset(found)
+
+    @cached_property
+    def execution_order(self) -> list[cst.BaseStatement]:
+        """The entry module's top-level statements in the order a run executes them: the module's own
+        statements (definitions and imports aside), then the body of its ``__main__`` block."""
+        guard = self.main_guard
+        order = [
+            stmt
+            for stmt in self.module.body
+            if stmt is not guard and not isinstance(stmt, (cst.FunctionDef, cst.ClassDef)) and not _is_import_line(stmt)
+        ]
+        if guard is not None:
+            order.extend(statements_of(guard.body))
+        return order
+
+    @cached_property
+    def first_group_need(self) -> cst.BaseStatement | None:
+        """The first statement, in execution order from the entry, that needs the process group."""
+        needs = self.group_needing_calls
+        return next((stmt for stmt in self.execution_order if self.reaches(stmt, needs)), None)
+
+    @cached_property
+    def setup_site(self) -> cst.FunctionDef | cst.If | cst.Module | None:
+        """Where ``setup()`` belongs: the function the ``__main__`` block runs when all the work that needs
+        the process group happens inside it (``main()``), else the ``__main__`` block, else the module
+        (work at module level, such as a module-level model, needs the group before the block runs)."""
+        first = self.first_group_need
+        if first is None:
+            return None
+        guard = self.main_guard
+        if guard is None or not self.is_inside(first, guard):
+            return self.module
+        body = list(statements_of(guard.body))
+        later = body[body.index(first) + 1 :] if first in body else []
+        if any(self.reaches(stmt, self.group_needing_calls) for stmt in later):
+            return guard
+        for node in _walk(first):
+            if isinstance(node, cst.Call):
+                target = self._call_targets.get(node)
+                if (
+                    target is not None
+                    and self.owns(target)
+                    and self.parent(target) is self.module
+                    and self.reaches(target, self.group_needing_calls)
+                    and len(self.callers_of(target)) == 1
+                ):
+                    return target
+        return guard
 
 
     # ------------------------------------------------- reachability and rank values (appended for DDP020-DDP025)
@@ -909,6 +1215,10 @@ def _loop_variable(loop: cst.For | cst.While) -> str | None:
         names_ = _target_names(loop.target)
         return names_[0] if names_ else None
     return None
+
+
+def _is_import_line(stmt: cst.BaseStatement) -> bool:
+    return isinstance(stmt, cst.SimpleStatementLine) and all(isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body)
 
 
 def _is_main_test(test: cst.BaseExpression) -> bool:
