@@ -168,11 +168,14 @@ def process_notebook_bytes(
     if engine.error:
         result.error = relocate_error(engine.error, extracted)
         return result
-    if not fix or engine.output is None or target is None:
+    if not fix or engine.output is None:
         return result
-    script = _script_text(path, str(target), engine.new_text)
-    result.write_path = str(target)
+    script = _script_text(path, str(target or script_path(path)), engine.new_text)
     result.new_text = script
+    if target is None:  # standard input: the script goes to standard output
+        result.output = script.encode("utf-8")
+        return result
+    result.write_path = str(target)
     try:
         existing = target.read_bytes() if target.exists() else None
     except OSError as error:

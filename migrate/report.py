@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+from dataclasses import replace
 
 import click
 
@@ -70,14 +71,18 @@ def _notebook_summary(result: FileResult, write_path: str, verbose: bool, writte
     else:
         verb = {"new": "written to", "updated": "rewritten into"}.get(status, "written to")
         action = f"migrated code {verb}" if written else f"migrated code would be {verb}"
-        lines = [f"{result.path}: {action} {write_path}, {len(result.changes)} change(s); the notebook is left as it is"]
+        lines = [f"{result.path}: {action} {write_path or 'standard output'}, {len(result.changes)} change(s); the notebook is left as it is"]
         if result.findings:
             lines[0] += f", {len(result.findings)} item(s) need a human"
+    extracted = getattr(result, "extracted", None)
     for change in result.changes:
-        lines.append(f"  {change.code} line {change.line}: {change.message}")
+        cell, line = extracted.position(change.line) if extracted is not None else (0, change.line)
+        lines.append(f"  {change.code} cell {cell} line {line}: {change.message}")
     for finding in result.findings:
-        lines.append(f"  review {finding_line(result.path, finding)}")
-    if result.changed and written:
+        cell, line = extracted.position(finding.line) if extracted is not None else (None, finding.line)
+        end = extracted.position(finding.end_line)[1] if extracted is not None else finding.end_line
+        lines.append(f"  review {finding_line(result.path, replace(finding, line=line, end_line=end), cell)}")
+    if result.changed and written and write_path:
         lines.append(f"  launch it with: torchrun --standalone --nproc_per_node=<processes> {write_path}")
     return lines
 
