@@ -424,6 +424,40 @@ def test_sarif_of_a_clean_run(tmp_path: Path) -> None:
     assert log["runs"][0]["results"] == []
 
 
+def test_sarif_paths_are_relative_to_the_repository_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "repo" / ".git").mkdir(parents=True)
+    write(tmp_path / "repo" / "src" / "pkg" / "train.py", DP_SCRIPT)
+    monkeypatch.chdir(tmp_path / "repo" / "src")
+    result, log = sarif_of("pkg")
+    assert result.exit_code == 1
+    [run] = log["runs"]
+    assert run["originalUriBaseIds"] == {"%SRCROOT%": {"uri": (tmp_path / "repo").resolve().as_uri() + "/"}}
+    locations = {r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] for r in run["results"]}
+    assert locations == {"src/pkg/train.py"}, "GitHub code scanning wants paths from the repository root"
+    bases = {r["locations"][0]["physicalLocation"]["artifactLocation"]["uriBaseId"] for r in run["results"]}
+    assert bases == {"%SRCROOT%"}
+
+
+@pytest.mark.parametrize("args", [[], ["empty"]])
+def test_sarif_of_an_empty_run_is_a_valid_log(tmp_path: Path, args: list[str]) -> None:
+    (tmp_path / "empty").mkdir()
+    result, log = sarif_of(*args)
+    assert result.exit_code == 0
+    assert log["runs"][0]["results"] == []
+    assert [rule["id"] for rule in log["runs"][0]["tool"]["driver"]["rules"]] == [rule.code for rule in all_rules()]
+    as_json = invoke("lint", "--format", "json", *args)
+    assert (as_json.exit_code, json.loads(as_json.stdout)) == (0, [])
+
+
+def test_sarif_with_exit_zero_for_an_upload_step(tmp_path: Path) -> None:
+    write(tmp_path / "train.py", DP_SCRIPT)
+    result = invoke("lint", "--format", "sarif", "--exit-zero", "--output-file", "ddp.sarif", "train.py")
+    assert result.exit_code == 0 and result.stdout == ""
+    log = json.loads((tmp_path / "ddp.sarif").read_text())
+    jsonschema.validate(log, SARIF_SCHEMA)
+    assert {r["ruleId"] for r in log["runs"][0]["results"]} == {"DDP001", "DDP007"}
+
+
 # ------------------------------------------------------------------------------------- statistics
 
 
