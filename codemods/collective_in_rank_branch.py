@@ -8,38 +8,13 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, dotted_name, walk
+from .analysis.ranks import Condition, Kind, RankFacts, rank_facts
 from .base import Example, Match, Phase, Rule, Severity, Valid
 from .edits import code_of
 
 
 def _call_name(call: cst.Call) -> str:
     return dotted_name(call.func) or "collective"
-
-
-def _zero_side(analysis: ScriptAnalysis, test: cst.BaseExpression) -> bool | None:
-    """Whether an ``if`` body runs on rank 0 only (``True``), on the other ranks only (``False``), or unknown.
-
-    Recognises ``rank == 0``, ``rank != 0``, ``rank > 0``, ``rank in (-1, 0)``, ``rank not in [-1, 0]``,
-    ``is_main_process()`` and ``not`` of any of these.
-    """
-    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-        inner = _zero_side(analysis, test.expression)
-        return None if inner is None else not inner
-    if isinstance(test, cst.Call) and analysis.is_call_to(test, names.RUNTIME_MAIN_CHECK):
-        return True
-    if isinstance(test, (cst.Name, cst.Attribute)) and (dotted_name(test) or "").split(".")[-1] in ("is_main", "is_master", "is_main_process", "main_process"):
-        return True
-    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
-        operator, comparator = test.comparisons[0].operator, test.comparisons[0].comparator
-        zero = isinstance(comparator, cst.Integer) and comparator.value == "0"
-        holds_zero = isinstance(comparator, (cst.List, cst.Tuple, cst.Set)) and any(
-            isinstance(e.value, cst.Integer) and e.value.value == "0" for e in comparator.elements
-        )
-        if (zero and isinstance(operator, cst.Equal)) or (holds_zero and isinstance(operator, cst.In)):
-            return True
-        if (zero and isinstance(operator, (cst.NotEqual, cst.GreaterThan))) or (holds_zero and isinstance(operator, cst.NotIn)):
-            return False
-    return None
 
 
 def _branch_has(analysis: ScriptAnalysis, branch: cst.CSTNode | None, targets: set[str]) -> bool:
@@ -53,12 +28,16 @@ class CollectiveInRankBranch(Rule):
     What it finds: a barrier or collective (``torch.distributed.barrier``, ``all_reduce``, ``all_gather``,
     ``broadcast``, ``reduce``, ``gather``, ``scatter``, ``new_group``, ...) or a runtime helper that runs one
     (``runtime.save``, ``runtime.barrier``, ``runtime.reduce_sum`` / ``reduce_mean`` / ``weighted_mean``)
-    inside one branch of a rank test (``if rank == 0:``, ``if runtime.is_main_process():``, ``if
-    args.local_rank != 0:``) when the other branch does not make the same call, or in a function that is
-    only called under such a test. Tests that all ranks answer alike (``if local_rank != -1:``) are not
-    rank tests. Two barriers that pair up across opposite tests in one function (``if rank != 0:
-    barrier()`` ... ``if rank == 0: barrier()``, the "let rank 0 download first" idiom) are recognised and
-    left alone.
+    under a condition that may differ between ranks, when the other branch does not make the same call,
+    or in a function called under such a condition. Which conditions may differ is proven by data flow
+    (the rank analysis), not by names: a test whose value flows from the rank (``if rank == 0:``, ``if
+    master_process:`` with ``master_process = rank == 0``, ``if get_rank() == 0:`` of a helper of the file,
+    ``if it % 2 == 0 and master_process:``), and a test the analysis cannot prove is the same on every rank
+    (``if acc > best:`` with a per-rank ``acc``, a call of an unknown function); also ``while`` tests,
+    ``except`` handlers and loops over rank-dependent ranges. Tests that all ranks answer alike (``if
+    local_rank != -1:``, ``if args.distributed:``, ``if epoch % 5 == 0:``) are fine. Two barriers that pair
+    up across opposite rank-0 tests in one function (``if rank != 0: barrier()`` ... ``if rank == 0:
+    barrier()``, the "let rank 0 download first" idiom) are recognised and left alone.
 
     Why it is a problem: a collective returns only when every rank of the group has called it. The ranks
     that skip the branch never do, so the ranks inside it wait forever: the job hangs (until the NCCL or
@@ -108,6 +87,36 @@ else:
     print("waiting for the configuration")
 """,
         ),
+        # Rank tests found by data flow (issue 14): a variable, a helper of the file, a conjunction.
+        Example(
+            before="""\
+import os
+import torch.distributed as dist
+from ddp_migrate import runtime
+
+master_process = int(os.environ.get("RANK", 0)) == 0
+
+def get_rank():
+    return dist.get_rank() if dist.is_initialized() else 0
+
+for it in range(4):
+    if it % 2 == 0 and master_process:
+        runtime.save(state, "ckpt.pt")
+    if get_rank() == 0:
+        dist.barrier()
+""",
+        ),
+        # A condition the analysis cannot prove is the same on every rank.
+        Example(
+            before="""\
+from ddp_migrate import runtime
+
+for x, y in loader:
+    acc = (model(x).argmax(1) == y).float().mean().item()
+    if acc > best:
+        runtime.save(model.state_dict(), "best.pt")
+""",
+        ),
         Valid(
             """\
 import torch.distributed as dist
@@ -125,76 +134,120 @@ if args.local_rank != -1:
     dist.barrier()
 """
         ),
+        # Conditions every rank answers alike, a reduced metric, a self-recursive helper.
+        Valid(
+            """\
+import argparse
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+from ddp_migrate import runtime
+
+args = argparse.ArgumentParser().parse_args()
+loader = DataLoader(dataset, batch_size=args.batch_size)
+best = 0.0
+
+def flatten(h):
+    return h if isinstance(h, int) else tuple(flatten(v) for v in h)
+
+def checkpoint(path):
+    flatten((1, (2, 3)))
+    runtime.save(state, path)
+
+for epoch in range(args.epochs):
+    for i, (x, y) in enumerate(loader):
+        if i % 10 == 0:
+            dist.barrier()
+    acc = runtime.reduce_mean(correct)
+    if acc > best and epoch % 5 == 0:
+        checkpoint("best.pt")
+"""
+        ),
     )
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
+        facts = rank_facts(analysis)
         collectives = analysis.calls_to(names.COLLECTIVES)
-        placed = [(call, list(analysis.rank_branches(call))) for call in collectives]
-        for call, branches in placed:
+        placed = [(call, [c for c in facts.conditions(call) if c.splits_ranks]) for call in collectives]
+        for call, conditions in placed:
             targets = analysis.qualified_names(call.func) & names.COLLECTIVES
-            for branch_if, in_body in branches:
-                other = branch_if.orelse if in_body else branch_if.body
-                if _branch_has(analysis, other, targets):
-                    continue  # both branches make the call: every rank takes one of them
-                if self._paired(analysis, call, targets, branch_if, in_body, placed):
+            for condition in conditions:
+                if isinstance(condition.owner, cst.If) and condition.in_body is not None:
+                    other = condition.owner.orelse if condition.in_body else condition.owner.body
+                    if _branch_has(analysis, other, targets):
+                        continue  # both branches make the call: every rank takes one of them
+                if self._paired(facts, call, targets, condition, placed):
                     break
-                yield Match(
-                    call,
-                    f"{_call_name(call)}() is a collective but runs only on the ranks for which "
-                    f"`{code_of(branch_if.test)}` is {'true' if in_body else 'false'}: the others never call it and the job hangs",
-                    fixable=False,
-                )
+                yield Match(call, f"{_call_name(call)}() is a collective but {_where(condition)}", fixable=False)
                 break
             else:
-                guard = self._guarded_function(analysis, call)
-                if guard is not None:
+                outer = self._caller_condition(facts, call)
+                if outer is not None:
                     yield Match(
                         call,
-                        f"{_call_name(call)}() is a collective in a function called only under "
-                        f"`{code_of(guard.test)}`: the other ranks never call it and the job hangs",
+                        f"{_call_name(call)}() is a collective in a function whose call {_where(outer)}",
                         fixable=False,
                     )
 
     def _paired(
         self,
-        analysis: ScriptAnalysis,
+        facts: RankFacts,
         call: cst.Call,
         targets: set[str],
-        branch_if: cst.If,
-        in_body: bool,
-        placed: list[tuple[cst.Call, list[tuple[cst.If, bool]]]],
+        condition: Condition,
+        placed: list[tuple[cst.Call, list[Condition]]],
     ) -> bool:
         """Whether the call pairs up with the same collective under the opposite rank test in its function."""
-        side = _zero_side(analysis, branch_if.test)
+        analysis = facts.analysis
+        if not isinstance(condition.owner, cst.If) or condition.in_body is None:
+            return False
+        side = facts.zero_side(condition.test)  # type: ignore[arg-type]
         if side is None:
             return False
-        side = side if in_body else not side
+        side = side if condition.in_body else not side
         function = analysis.enclosing_function(call)
-        for other, branches in placed:
-            if other is call or not branches or analysis.enclosing_function(other) is not function:
+        for other, conditions in placed:
+            if other is call or not conditions or analysis.enclosing_function(other) is not function:
                 continue
             if not targets & analysis.qualified_names(other.func):
                 continue
-            other_if, other_in_body = branches[0]
-            other_side = _zero_side(analysis, other_if.test)
-            if other_if is not branch_if and other_side is not None and (other_side if other_in_body else not other_side) != side:
+            nearest = conditions[0]
+            if nearest.owner is condition.owner or not isinstance(nearest.owner, cst.If) or nearest.in_body is None:
+                continue
+            other_side = facts.zero_side(nearest.test)  # type: ignore[arg-type]
+            if other_side is not None and (other_side if nearest.in_body else not other_side) != side:
                 return True
         return False
 
-    def _guarded_function(self, analysis: ScriptAnalysis, call: cst.Call) -> cst.If | None:
-        """The rank test around every call of the function the collective is in (when there is one)."""
+    def _caller_condition(self, facts: RankFacts, call: cst.Call) -> Condition | None:
+        """A condition that may keep some ranks from calling the function the collective is in (through
+        every call site, transitively; bounded)."""
+        analysis = facts.analysis
         function = analysis.enclosing_function(call)
-        callers = analysis.callers_of(function) if function is not None else []
-        if not callers:
+        if function is None:
             return None
-        guards = []
-        for caller in callers:
-            branches = list(analysis.rank_branches(caller))
-            if not branches:
-                return None
-            branch_if, in_body = branches[0]
-            other = branch_if.orelse if in_body else branch_if.body
-            if other is not None and any(isinstance(n, cst.Call) and analysis.call_target(n) is function for n in walk(other)):
-                return None
-            guards.append(branch_if)
-        return guards[0]
+        for caller in analysis.callers_of(function):
+            if analysis.is_inside(caller, function):
+                continue  # a recursive call runs only once the function runs
+            condition = facts.unsafe_condition(caller)
+            if condition is None:
+                continue
+            if isinstance(condition.owner, cst.If) and condition.in_body is not None:
+                other = condition.owner.orelse if condition.in_body else condition.owner.body
+                if other is not None and any(isinstance(n, cst.Call) and analysis.call_target(n) is function for n in walk(other)):
+                    continue  # both branches call the function
+            return condition
+        return None
+
+
+def _where(condition: Condition) -> str:
+    """Which ranks get to a place under the condition, for a message."""
+    test = code_of(condition.test)
+    if condition.in_body is None:
+        return f"runs only where `{test}` lets it, which may differ between ranks: the others never call it and the job hangs"
+    value = "true" if condition.in_body else "false"
+    if condition.kind is Kind.RANK:
+        return f"runs only on the ranks for which `{test}` is {value}: the others never call it and the job hangs"
+    return (
+        f"runs only where `{test}` is {value}, which the analysis cannot prove is the same on every rank: "
+        "if it differs, the others never call it and the job hangs"
+    )

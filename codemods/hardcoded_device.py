@@ -10,7 +10,7 @@ import libcst as cst
 from . import names
 from .analysis import ScriptAnalysis, call_method_name
 from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
-from .edits import Edits, expression, remove_statements
+from .edits import Edits, code_of, expression, remove_statements
 from .runtime_calls import runtime_name
 
 CUDA_LITERAL = re.compile(r"^cuda(:\d+)?$")
@@ -24,6 +24,21 @@ def _mentions_cuda(node: cst.CSTNode) -> bool:
     if isinstance(node, cst.FormattedString):
         return any(isinstance(p, cst.FormattedStringText) and p.value.startswith("cuda") for p in node.parts)
     return any(_mentions_cuda(child) for child in node.children)
+
+
+def _user_choice(analysis: ScriptAnalysis, call: cst.Call) -> cst.IfExp | None:
+    """The ``"cuda" if use_cuda else "cpu"`` inside ``torch.device(...)`` when its test is the user's
+    choice (a flag, ``--no-cuda``), not merely ``torch.cuda.is_available()``."""
+    if len(call.args) != 1 or not isinstance(call.args[0].value, cst.IfExp):
+        return None
+    choice = call.args[0].value
+    test = choice.test
+    if isinstance(test, cst.Call) and analysis.is_call_to(test, {"torch.cuda.is_available"}):
+        return None
+    sides = [choice.body, choice.orelse]
+    if not any(isinstance(s, cst.SimpleString) and CUDA_LITERAL.match(str(s.evaluated_value)) for s in sides):
+        return None
+    return choice
 
 
 def _is_literal_index(node: cst.BaseExpression) -> bool:
@@ -86,6 +101,24 @@ from ddp_migrate import runtime
 
 if use_cuda:
     x, y = x.to(runtime.device()), y.to(runtime.device())
+loss.backward()
+""",
+        ),
+        # The user's choice is kept (issue 14: --no-cuda used to stop working).
+        Example(
+            before="""\
+import torch
+
+use_cuda = not args.no_cuda and torch.cuda.is_available()
+device = torch.device("cuda" if use_cuda else "cpu")
+loss.backward()
+""",
+            after="""\
+import torch
+from ddp_migrate import runtime
+
+use_cuda = not args.no_cuda and torch.cuda.is_available()
+device = runtime.device() if use_cuda else torch.device("cpu")
 loss.backward()
 """,
         ),
@@ -155,6 +188,15 @@ with torch.autocast(device_type="cuda", enabled=False):
                 to = node.func.with_changes(attr=cst.Name("to"))  # type: ignore[union-attr]
                 edits.replace(node, node.with_changes(func=to, args=[cst.Arg(device)]))
                 message = ".cuda() replaced by .to(runtime.device())"
+            elif isinstance(node, cst.Call) and (choice := _user_choice(analysis, node)) is not None:
+                # Keep the user's choice: the CUDA side becomes this process's device, the other side stays.
+                cuda_in_body = isinstance(choice.body, cst.SimpleString) and bool(CUDA_LITERAL.match(str(choice.body.evaluated_value)))
+                other = choice.orelse if cuda_in_body else choice.body
+                kept = f"{code_of(node.func)}({code_of(other)})"
+                test = code_of(choice.test)
+                new = f"{rt}.device() if {test} else {kept}" if cuda_in_body else f"{kept} if {test} else {rt}.device()"
+                edits.replace(node, expression(new))
+                message = "CUDA side of the device choice replaced by runtime.device(); the user's choice is kept"
             else:
                 edits.replace(analysis.device_choice(node), device)  # type: ignore[arg-type]
                 message = "hard-coded CUDA device replaced by runtime.device()"

@@ -6,6 +6,7 @@ from typing import Iterator
 
 import libcst as cst
 
+from . import names
 from .analysis import ScriptAnalysis, dotted_name, walk
 from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
 from .edits import Edits, expression
@@ -171,16 +172,20 @@ if dist.get_rank() == 0:
         name = dotted_name(left)
         return bool(name) and name.split(".")[-1] in ("rank", "global_rank")  # type: ignore[union-attr]
 
-    def _writes(self, analysis: ScriptAnalysis, node: cst.CSTNode, depth: int = 0) -> bool:
-        """Whether running the block prints, logs or writes (looking two calls deep into the file)."""
+    def _writes(self, analysis: ScriptAnalysis, node: cst.CSTNode, depth: int = 0, seen: frozenset[cst.CSTNode] = frozenset()) -> bool:
+        """Whether running the block prints, logs or writes (a writer of ``names.WRITERS`` other than a
+        download, or an output call), looking two calls deep into the file (each function once)."""
         for inner in walk(node):
             if not isinstance(inner, cst.Call):
                 continue
             name = _callee(inner)
-            if name in OUTPUT_CALLS or name.startswith(OUTPUT_PREFIXES):
+            kind = names.writer_kind(analysis.qualified_names(inner.func))
+            if kind == "download":
+                continue
+            if kind is not None or name in OUTPUT_CALLS or name.startswith(OUTPUT_PREFIXES):
                 return True
             target = analysis.call_target(inner)
-            if target is not None and depth < 2 and self._writes(analysis, target.body, depth + 1):
+            if target is not None and target not in seen and depth < 2 and self._writes(analysis, target.body, depth + 1, seen | {target}):
                 return True
         return False
 

@@ -138,3 +138,82 @@ CONVERT_SYNC_BATCHNORM = frozenset(
 #: Calls that log a metric to an experiment tracker.
 METRIC_LOGGING_CALLS = frozenset({"wandb.log", "mlflow.log_metric", "mlflow.log_metrics"})
 SUMMARY_WRITER = frozenset({"torch.utils.tensorboard.SummaryWriter", "torch.utils.tensorboard.writer.SummaryWriter", "tensorboardX.SummaryWriter"})
+
+# --------------------------------------------------------------- writers (DDP007, DDP012): one table
+
+#: What a call does to the file system or the outside world, so only one rank should do it. Kinds:
+#: ``checkpoint`` (``torch.save``: DDP007), ``open`` (a writing mode decides), ``folder`` (safe on every rank
+#: with ``exist_ok=True``), ``file`` (writes or changes a file), ``handle`` (writes to a file object it is
+#: given: guarded with the ``open`` that made the object), ``event-log`` (a ``SummaryWriter``: created on
+#: rank 0 only), ``tracker`` (``wandb.init``: disabled off rank 0), ``download`` (rank 0 first, the others
+#: wait on a path all ranks take).
+WRITERS: dict[str, str] = {
+    **{name: "checkpoint" for name in TORCH_SAVE},
+    "builtins.open": "open",
+    "io.open": "open",
+    "os.mkdir": "folder",
+    "os.makedirs": "folder",
+    **{
+        name: "file"
+        for name in (
+            "torchvision.utils.save_image",
+            "matplotlib.pyplot.savefig",
+            "matplotlib.pyplot.imsave",
+            "numpy.save",
+            "numpy.savetxt",
+            "numpy.savez",
+            "numpy.savez_compressed",
+            "shutil.copy",
+            "shutil.copy2",
+            "shutil.copyfile",
+            "shutil.copytree",
+            "shutil.move",
+            "shutil.rmtree",
+            "os.remove",
+            "os.unlink",
+            "os.rename",
+            "os.replace",
+            "os.symlink",
+            "imageio.imwrite",
+            "cv2.imwrite",
+        )
+    },
+    **{name: "handle" for name in ("json.dump", "pickle.dump", "yaml.dump", "yaml.safe_dump", "csv.writer", "csv.DictWriter")},
+    **{name: "event-log" for name in SUMMARY_WRITER},
+    "wandb.init": "tracker",
+    **{
+        name: "download"
+        for name in (
+            "torch.hub.load",
+            "torch.hub.download_url_to_file",
+            "torch.hub.load_state_dict_from_url",
+            "torch.utils.model_zoo.load_url",
+            "torchvision.datasets.utils.download_url",
+            "torchvision.datasets.utils.download_and_extract_archive",
+            "urllib.request.urlretrieve",
+        )
+    },
+}
+#: Methods that write whatever object they are called on (``fig.savefig``, ``path.write_text``,
+#: ``model.save_pretrained``, ``df.to_csv``); ``mkdir`` is ``pathlib.Path.mkdir``.
+WRITER_METHODS: dict[str, str] = {
+    "savefig": "file",
+    "write_text": "file",
+    "write_bytes": "file",
+    "save_pretrained": "file",
+    "to_csv": "file",
+    "to_json": "file",
+    "to_parquet": "file",
+    "mkdir": "folder",
+    "from_pretrained": "download",
+}
+#: Calls that create a PIL image: ``.save(path)`` on their result writes a file.
+PIL_IMAGES = frozenset({"PIL.Image.open", "PIL.Image.fromarray", "PIL.Image.new", "PIL.Image.frombytes"})
+#: Keyword arguments that make any call a download (``datasets.MNIST(..., download=True)``,
+#: ``models.resnet18(pretrained=True)``).
+DOWNLOAD_KEYWORDS = frozenset({"download", "pretrained"})
+
+
+def writer_kind(qualified: "set[str] | frozenset[str]") -> str | None:
+    """The kind of writer (see :data:`WRITERS`) a call to one of these qualified names is."""
+    return next((WRITERS[q] for q in sorted(qualified) if q in WRITERS), None)

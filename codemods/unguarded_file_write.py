@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Iterator
 
 import libcst as cst
 
 from . import names
-from .analysis import ScriptAnalysis, keyword_argument
+from .analysis import ScriptAnalysis, call_method_name, dotted_name, keyword_argument, statements_of, walk
+from .analysis.ranks import rank_facts
 from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
-from .edits import Edits, expression, with_keyword
+from .edits import Edits, code_of, expression, statement, with_keyword
 from .runtime_calls import runtime_name
 
-MAKE_FOLDER = frozenset({"os.mkdir", "os.makedirs"})
-OPEN = frozenset({"builtins.open", "io.open"})
 FILE_HANDLER = frozenset({"logging.FileHandler", "logging.handlers.RotatingFileHandler", "logging.handlers.TimedRotatingFileHandler"})
-#: Calls that, reached from a ``with open(...)`` block, make a rank-0 guard around it a deadlock.
+#: Calls that, reached from a block this rule puts on rank 0, make that guard a deadlock.
 BLOCKING = names.COLLECTIVES | names.RUNTIME_SAVE
+BARRIER = frozenset({names.runtime("barrier")}) | names.distributed("barrier")
 
 
 def _write_mode(call: cst.Call) -> bool:
@@ -30,29 +31,75 @@ def _write_mode(call: cst.Call) -> bool:
     return any(flag in str(mode.value.evaluated_value) for flag in "wax+")
 
 
-class UnguardedFileWrite(Rule):
-    """Create folders and write files so that N processes do not trip over each other.
+def _is_false(expr: cst.BaseExpression | None) -> bool:
+    return expr is None or (isinstance(expr, cst.Name) and expr.value == "False")
 
-    What it finds, in training code outside a rank-0 guard: ``os.mkdir(path)`` and ``os.makedirs(path)``
-    without ``exist_ok=True``; ``with open(path, "w") as f:`` blocks (metrics, histories, configs); and
-    logging ``FileHandler``\\s opened at start-up.
+
+def _expression_line(analysis: ScriptAnalysis, call: cst.Call) -> cst.SimpleStatementLine | None:
+    """The statement line when it holds nothing but this call, as a statement or assigned to names
+    (``fig.savefig(p)``, ``train_set = MNIST(..., download=True)``), in an indented block or the module."""
+    small = analysis.parent(call)
+    if isinstance(small, cst.Assign) and small.value is call:
+        pass
+    elif not (isinstance(small, cst.Expr) and small.value is call):
+        return None
+    line = analysis.parent(small)
+    if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 and isinstance(analysis.parent(line), (cst.IndentedBlock, cst.Module)):
+        return line
+    return None
+
+
+@dataclass(frozen=True)
+class _Case:
+    """One write: the call, its kind (``names.WRITERS``, plus ``handler``), and what the fix acts on."""
+
+    call: cst.Call
+    kind: str
+    block: cst.CSTNode | None = None  # the statement the fix guards; ``None``: report only
+
+
+class UnguardedFileWrite(Rule):
+    """Write files, event logs and downloads once: on rank 0, never N times at once.
+
+    What it finds, in training code, outside a condition that flows from the rank (``if rank == 0:``,
+    ``if master_process:``, a helper's ``is_main_process()``): every writer of the one table in
+    ``names.WRITERS``: ``open(path, "w")`` (also ``"a"``, ``"x"``, ``"wb"``, ...), ``os.mkdir`` /
+    ``os.makedirs`` / ``Path.mkdir`` without ``exist_ok=True``, ``torchvision.utils.save_image``,
+    ``savefig`` (``plt`` and figures), ``np.save`` / ``savetxt`` / ``savez``, ``pickle.dump`` / ``json.dump``
+    / ``csv`` writers on a file object of their own, ``shutil.copy*`` / ``move``, ``Path.write_text`` /
+    ``write_bytes``, a PIL image's ``save``, ``save_pretrained``; ``SummaryWriter(...)``; ``wandb.init``;
+    logging ``FileHandler``\s opened at start-up; and downloads (``download=True`` data sets,
+    ``pretrained=True``, ``torch.hub``, ``from_pretrained``). ``torch.save`` is DDP007's.
 
     Why it is a problem: every process runs the same code. ``if not os.path.isdir(p): os.mkdir(p)`` is a
     race: one rank creates the folder between another's check and its ``mkdir``, which then dies with
-    ``FileExistsError``. Files opened for writing on every rank are written N times at once (garbled or
-    truncated output on shared storage), and a log file opened with ``mode="w"`` by every rank is
-    truncated by the last one to start, wiping what rank 0 already wrote.
+    ``FileExistsError``. Files written on every rank are written N times at once (garbled or truncated
+    output on shared storage); N ``SummaryWriter``\s write N event files into one log folder (TensorBoard
+    shows every curve N times); N ``wandb`` runs appear for one job; N processes downloading the same
+    archive into one folder corrupt it.
 
-    What the fix does: ``os.makedirs(path, exist_ok=True)`` (safe on every rank); the ``with open(...)``
-    block goes under ``if runtime.is_main_process():`` when nothing inside it waits for other ranks
-    (otherwise it is reported for a human); ``FileHandler`` gets ``delay=True``, so it opens its file only
-    when it first emits, which with ``runtime.silence_non_main_logging()`` happens on rank 0 alone.
+    What the fix does: ``exist_ok=True`` on folder creation (safe on every rank); a writing statement or
+    ``with open(...)`` block goes under ``if runtime.is_main_process():`` when nothing inside it waits for
+    other ranks (otherwise it is reported for a human); ``SummaryWriter(...)`` becomes ``SummaryWriter(...)
+    if runtime.is_main_process() else None`` and each statement that uses it runs under ``if writer is not
+    None:``; ``wandb.init`` gets ``mode="disabled"`` off rank 0 (its ``log`` calls then do nothing there);
+    a download runs on rank 0 first while the others wait: ``if not runtime.is_main_process():
+    runtime.barrier()`` before and ``if runtime.is_main_process(): runtime.barrier()`` after, only where
+    every rank passes (proven by the rank analysis; otherwise a TODO); ``FileHandler`` gets
+    ``delay=True``, so it opens its file only when it first emits, which with
+    ``runtime.silence_non_main_logging()`` happens on rank 0 alone.
+
+    Fix safety: rank 0 writes what every rank wrote before (the same content when the ranks computed the
+    same thing); per-rank files (a name that contains the rank) are left alone.
     """
 
     code = "DDP012"
     name = "unguarded-file-write"
     phase = Phase.CHECKPOINTS
-    triggers = ("mkdir", "makedirs", "open", "FileHandler")
+    triggers = (
+        "mkdir", "makedirs", "open", "FileHandler", "save", "dump", "write", "writer", "Writer", "copy", "move",
+        "rmtree", "remove", "unlink", "rename", "replace", "download", "pretrained", "hub", "wandb", "urlretrieve",
+    )
     manual_fix = "write the file on rank 0 only, keeping collectives outside the rank-0 branch"
     examples = (
         Example(
@@ -109,68 +156,226 @@ with open("config.yaml") as f:
         ),
     )
 
-    def _cases(self, analysis: ScriptAnalysis) -> Iterator[tuple[cst.Call, str, cst.With | None]]:
+
+    # ------------------------------------------------------------------------------ what is written
+
+    @staticmethod
+    def _writer(analysis: ScriptAnalysis, call: cst.Call) -> str | None:
+        """The kind of writer a call is (``names.WRITERS``), ``handler`` for a logging file handler."""
+        qualified = analysis.qualified_names(call.func)
+        kind = names.writer_kind(qualified)
+        if kind is None and qualified & FILE_HANDLER:
+            return "handler"
+        if kind is None:
+            method = call_method_name(call)
+            receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
+            if method in names.WRITER_METHODS:
+                kind = names.WRITER_METHODS[method]
+            elif method == "save" and receiver is not None and any(
+                isinstance(o, cst.Call) and analysis.is_call_to(o, names.PIL_IMAGES) for o in analysis.origins(receiver)
+            ):
+                kind = "file"
+            elif any(
+                a.keyword is not None and a.keyword.value in names.DOWNLOAD_KEYWORDS and isinstance(a.value, cst.Name) and a.value.value == "True"
+                for a in call.args
+            ):
+                kind = "download"
+        if kind == "open" and not _write_mode(call):
+            return None
+        return None if kind == "checkpoint" else kind
+
+    def _cases(self, analysis: ScriptAnalysis) -> Iterator[_Case]:
+        if not analysis.is_training_code:
+            return
+        facts = rank_facts(analysis)
         blocking = analysis.calls_to(BLOCKING)
+        write_opens = [c for c in analysis.calls_to({"builtins.open", "io.open"}) if _write_mode(c)]
         for call in analysis.calls:
-            if analysis.rank_guard(call) is not None:
+            kind = self._writer(analysis, call)
+            if kind is None or facts.guard(call) is not None:
                 continue
-            if analysis.is_call_to(call, MAKE_FOLDER):
+            if kind != "folder" and any(facts.is_rank_dependent(a.value) for a in call.args if a.keyword is None or a.keyword.value != "mode"):
+                continue  # a file of each rank's own (its name or contents carry the rank)
+            if kind == "folder":
                 exist_ok = keyword_argument(call, "exist_ok")
-                if exist_ok is None or (isinstance(exist_ok.value, cst.Name) and exist_ok.value.value == "False"):
-                    yield call, "folder", None
-            elif analysis.is_call_to(call, FILE_HANDLER) and keyword_argument(call, "delay") is None:
-                yield call, "handler", None
-            elif analysis.is_call_to(call, OPEN) and _write_mode(call):
+                if _is_false(exist_ok.value if exist_ok is not None else None):
+                    yield _Case(call, kind, call)
+            elif kind == "handler":
+                if keyword_argument(call, "delay") is None:
+                    yield _Case(call, kind, call)
+            elif kind == "open":
                 item = analysis.parent(call)
                 block = analysis.parent(item) if isinstance(item, cst.WithItem) else None
                 safe = isinstance(block, cst.With) and len(block.items) == 1 and not analysis.reaches(block, blocking)
-                yield call, "file", block if safe else None
+                yield _Case(call, kind, block if safe else None)
+            elif kind in ("file", "handle"):
+                if kind == "handle" and self._on_open_file(analysis, call, write_opens):
+                    continue
+                line = _expression_line(analysis, call)
+                plain = line is not None and isinstance(line.body[0], cst.Expr) and not analysis.reaches(line, blocking)
+                yield _Case(call, "file", line if plain else None)
+            elif kind == "event-log":
+                assign = analysis.parent(call)
+                ok = isinstance(assign, cst.Assign) and assign.value is call and len(assign.targets) == 1 and dotted_name(assign.targets[0].target)
+                yield _Case(call, kind, assign if ok else None)
+            elif kind == "tracker":
+                mode = keyword_argument(call, "mode")
+                if mode is None or not facts.is_rank_dependent(mode.value):
+                    yield _Case(call, kind, call)
+            elif kind == "download":
+                line = _expression_line(analysis, call)
+                if line is not None and self._bracketed(analysis, line):
+                    continue
+                safe = line is not None and facts.collective_safe_at(line) and not analysis.reaches(line, blocking)
+                yield _Case(call, kind, line if safe else None)
+
+    @staticmethod
+    def _on_open_file(analysis: ScriptAnalysis, call: cst.Call, write_opens: list[cst.Call]) -> bool:
+        """Whether a ``json.dump``-style call writes to a file an ``open(..., "w")`` of its own made (that
+        ``open`` is the write to guard)."""
+        for ancestor in analysis.ancestors(call):
+            if isinstance(ancestor, cst.With) and any(analysis.is_inside(o, item) for item in ancestor.items for o in write_opens):
+                return True
+        for arg in call.args:
+            if any(o in write_opens for o in analysis.origins(arg.value)) or any(analysis.is_inside(o, arg.value) for o in write_opens):
+                return True
+        return False
+
+    @staticmethod
+    def _bracketed(analysis: ScriptAnalysis, line: cst.SimpleStatementLine) -> bool:
+        """Whether a download statement already runs between ``if not main: barrier()`` and
+        ``if main: barrier()`` (this fix's, or the classic ``local_rank`` idiom)."""
+        facts = rank_facts(analysis)
+        body = list(statements_of(analysis.parent(line)))  # type: ignore[arg-type]
+        index = body.index(line) - 1
+        while index >= 0 and isinstance(body[index], cst.SimpleStatementLine):
+            stmt = body[index]
+            if not any(isinstance(n, cst.Call) and UnguardedFileWrite._writer(analysis, n) == "download" for n in walk(stmt)):
+                break
+            index -= 1
+        if index < 0 or not isinstance(body[index], cst.If):
+            return False
+        before = body[index]
+        return facts.zero_side(before.test) is False and any(
+            isinstance(n, cst.Call) and analysis.is_call_to(n, BARRIER) for n in walk(before.body)
+        )
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
-        if not analysis.is_training_code:
-            return
-        for call, kind, block in self._cases(analysis):
-            if kind == "folder":
-                yield Match(call, "every rank creates this folder: a race (FileExistsError); use os.makedirs(..., exist_ok=True)")
-            elif kind == "handler":
-                yield Match(call, "every rank opens this log file at start-up: open it lazily (delay=True)")
-            else:
-                yield Match(call, "every rank writes this file: write it on rank 0 only", fixable=block is not None)
+        messages = {
+            "folder": "every rank creates this folder: a race (FileExistsError); create it with exist_ok=True",
+            "handler": "every rank opens this log file at start-up: open it lazily (delay=True)",
+            "open": "every rank writes this file: write it on rank 0 only",
+            "file": "every rank writes this file: write it on rank 0 only",
+            "event-log": "every rank creates a SummaryWriter (N event files in one log folder): create it on rank 0 only",
+            "tracker": "every rank starts a wandb run: disable it off rank 0 (mode=\"disabled\")",
+            "download": "every rank downloads into the same folder at once: download on rank 0 first while the others wait",
+        }
+        for case in self._cases(analysis):
+            yield Match(case.call, messages[case.kind], fixable=case.block is not None)
+
+    # --------------------------------------------------------------------------------------- the fix
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
-        if not analysis.is_training_code:
-            return None
         edits = Edits(analysis.module.code)
-        for call, kind, block in self._cases(analysis):
+        downloads: list[cst.SimpleStatementLine] = []
+        for case in self._cases(analysis):
+            call, kind = case.call, case.kind
+            if case.block is None:
+                what = {
+                    "download": "download on rank 0 first while the others wait at a barrier on a path every rank takes",
+                    "event-log": "create the SummaryWriter on rank 0 only, and use it only there",
+                }.get(kind, "write this file on rank 0 only (the block waits for other ranks)")
+                edits.todo(analysis.statement(call), what)
+                continue
             if kind == "folder":
-                func = call.func
-                if isinstance(func, cst.Attribute) and func.attr.value == "mkdir":
-                    func = func.with_changes(attr=cst.Name("makedirs"))
-                elif isinstance(func, cst.Name) and func.value == "mkdir":
-                    edits.add_import("os")
-                    func = expression("os.makedirs")
-                existing = keyword_argument(call, "exist_ok")
-                if existing is not None:
-                    new_args = [a.with_changes(value=cst.Name("True")) if a is existing else a for a in call.args]
-                    edits.replace(call, call.with_changes(func=func, args=new_args))
-                else:
-                    edits.replace(call, with_keyword(call.with_changes(func=func), "exist_ok", cst.Name("True")))
-                message = "folder created with os.makedirs(..., exist_ok=True)"
+                message = self._fix_folder(analysis, edits, call)
             elif kind == "handler":
                 edits.replace(call, with_keyword(call, "delay", cst.Name("True")))
                 message = "log file opened lazily (delay=True), so only the rank that logs opens it"
-            elif block is not None:
+            elif kind in ("open", "file"):
                 rt = runtime_name(analysis, edits)
-                guard = cst.If(
-                    test=expression(f"{rt}.is_main_process()"),
-                    body=cst.IndentedBlock(body=[block.with_changes(leading_lines=[])]),
-                    leading_lines=block.leading_lines,
-                )
-                edits.replace(block, lambda updated, guard=guard: guard.with_changes(
-                    body=cst.IndentedBlock(body=[updated.with_changes(leading_lines=[])])))
+                _guard_statement(edits, case.block, f"{rt}.is_main_process()")  # type: ignore[arg-type]
                 message = "file written on rank 0 only"
+            elif kind == "event-log":
+                message = self._fix_event_log(analysis, edits, case)
+            elif kind == "tracker":
+                rt = runtime_name(analysis, edits)
+                mode = keyword_argument(call, "mode")
+                if mode is None:
+                    edits.replace(call, with_keyword(call, "mode", expression(f'None if {rt}.is_main_process() else "disabled"')))
+                else:
+                    edits.replace(mode.value, expression(f'({code_of(mode.value)}) if {rt}.is_main_process() else "disabled"'))
+                message = "wandb run disabled off rank 0"
             else:
-                edits.todo(analysis.statement(call), "write this file on rank 0 only (the block waits for other ranks)")
+                downloads.append(case.block)  # type: ignore[arg-type]
                 continue
             edits.changes.append(Change(self.code, analysis.line(call), message))
+        self._fix_downloads(analysis, edits, downloads)
         return edits.apply(analysis.module) if edits else None
+
+    @staticmethod
+    def _fix_folder(analysis: ScriptAnalysis, edits: Edits, call: cst.Call) -> str:
+        func = call.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "mkdir" and analysis.is_call_to(call, {"os.mkdir"}):
+            func = func.with_changes(attr=cst.Name("makedirs"))
+        elif isinstance(func, cst.Name) and analysis.is_call_to(call, {"os.mkdir"}):
+            edits.add_import("os")
+            func = expression("os.makedirs")
+        existing = keyword_argument(call, "exist_ok")
+        if existing is not None:
+            new_args = [a.with_changes(value=cst.Name("True")) if a is existing else a for a in call.args]
+            edits.replace(call, call.with_changes(func=func, args=new_args))
+        else:
+            edits.replace(call, with_keyword(call.with_changes(func=func), "exist_ok", cst.Name("True")))
+        return "folder created with exist_ok=True"
+
+    @staticmethod
+    def _fix_event_log(analysis: ScriptAnalysis, edits: Edits, case: _Case) -> str:
+        rt = runtime_name(analysis, edits)
+        call = case.call
+        edits.replace(call, lambda updated: cst.IfExp(
+            test=expression(f"{rt}.is_main_process()"), body=updated, orelse=cst.Name("None"),
+            whitespace_before_if=cst.SimpleWhitespace(" "), whitespace_after_if=cst.SimpleWhitespace(" "),
+            whitespace_before_else=cst.SimpleWhitespace(" "), whitespace_after_else=cst.SimpleWhitespace(" "),
+        ))
+        facts = rank_facts(analysis)
+        for use in analysis.calls:
+            receiver = use.func.value if isinstance(use.func, cst.Attribute) else None
+            if receiver is None or call not in analysis.origins(receiver) or facts.guard(use) is not None:
+                continue
+            line = _expression_line(analysis, use)
+            name = dotted_name(receiver)
+            if line is None or name is None or not isinstance(line.body[0], cst.Expr):
+                edits.todo(analysis.statement(use), "the SummaryWriter is None off rank 0: use it on rank 0 only")
+                continue
+            _guard_statement(edits, line, f"{name} is not None")
+        return "SummaryWriter created on rank 0 only (None elsewhere), its uses guarded"
+
+    def _fix_downloads(self, analysis: ScriptAnalysis, edits: Edits, lines: list[cst.SimpleStatementLine]) -> None:
+        if not lines:
+            return
+        rt = runtime_name(analysis, edits)
+        chosen = set(lines)
+        done: set[cst.CSTNode] = set()
+        for line in lines:
+            if line in done:
+                continue
+            body = list(statements_of(analysis.parent(line)))  # type: ignore[arg-type]
+            start = end = body.index(line)
+            while end + 1 < len(body) and body[end + 1] in chosen:
+                end += 1
+            done.update(body[start : end + 1])
+            edits.insert_before(body[start], statement(f"if not {rt}.is_main_process():\n    {rt}.barrier()\n"))
+            edits.insert_after(body[end], statement(f"if {rt}.is_main_process():\n    {rt}.barrier()\n"))
+            for stmt in body[start : end + 1]:
+                edits.changes.append(Change(self.code, analysis.line(stmt), "downloaded on rank 0 first; the other ranks wait, then read it"))
+
+
+
+def _guard_statement(edits: Edits, stmt: cst.CSTNode, test: str) -> None:
+    """Put a statement under ``if <test>:``, keeping its comments and blank lines above the ``if``."""
+    guard = cst.If(test=expression(test), body=cst.IndentedBlock(body=[]))
+    edits.replace(stmt, lambda updated, guard=guard: guard.with_changes(
+        leading_lines=updated.leading_lines,
+        body=cst.IndentedBlock(body=[updated.with_changes(leading_lines=[])]),
+    ))

@@ -8,6 +8,7 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis
+from .analysis.ranks import rank_facts
 from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Severity, Valid
 from .edits import Edits, expression, statement
 from .runtime_calls import runtime_name
@@ -22,6 +23,10 @@ class UnguardedOutput(Rule):
 
     Why it is a problem: every process prints every line, so the console shows each message N times,
     interleaved, and N progress bars fight over one terminal.
+
+    Prints that carry the rank (``print(f"rank {rank}: ...")``, the value flowing from a rank source) and
+    prints with ``force=True`` (a script's own rank-aware ``print``) are meant for every rank and stay.
+    Guards are recognised by data flow (``if master_process:``, ``if get_rank() == 0:`` of a helper).
 
     What the fix does: ``print`` becomes ``runtime.print0`` (prints on global rank 0 only); ``tqdm`` gets
     ``disable=not runtime.is_main_process()``; ``runtime.silence_non_main_logging()`` is called right after
@@ -70,20 +75,48 @@ if dist.get_rank() == 0:
     print("done")
 """
         ),
+        # What the user chose is kept (issue 14): per-rank prints, force=True, data-flow guards, and a
+        # self-recursive helper (RecursionError in the guard search).
+        Valid(
+            """\
+import os
+import torch
+
+
+def repackage_hidden(h):
+    if isinstance(h, torch.Tensor):
+        return h.detach()
+    return tuple(repackage_hidden(v) for v in h)
+
+
+rank = int(os.environ["RANK"])
+master_process = rank == 0
+loss.backward()
+print(f"rank {rank}: {len(loader)} batches")
+print("setup done", force=True)
+if master_process:
+    print(repackage_hidden(h))
+"""
+        ),
     )
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
         if not analysis.is_training_script:
             return
+        facts = rank_facts(analysis)
         for call in analysis.calls:
-            if analysis.rank_guard(call) is not None:
+            if facts.guard(call) is not None:
                 continue
             if analysis.is_call_to(call, {"builtins.print"}):
+                if any(a.keyword is not None and a.keyword.value == "force" for a in call.args):
+                    continue  # the script's own rank-aware print (``setup_for_distributed``): its choice
+                if any(facts.is_rank_dependent(a.value) for a in call.args if a.keyword is None):
+                    continue  # it says which rank speaks: meant for every rank
                 yield Match(call, "print runs on every process: print on rank 0 only (runtime.print0)")
             elif analysis.is_call_to(call, names.TQDM) and not any(a.keyword and a.keyword.value == "disable" for a in call.args):
                 yield Match(call, "progress bar drawn by every process: disable it off rank 0")
         if not analysis.calls_to(names.RUNTIME_SILENCE_LOGGING):
-            logging_calls = [c for c in analysis.logging_calls if analysis.rank_guard(c) is None]
+            logging_calls = [c for c in analysis.logging_calls if facts.guard(c) is None]
             if logging_calls:
                 yield Match(
                     logging_calls[0],

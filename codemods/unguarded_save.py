@@ -8,22 +8,45 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis
+from .analysis.ranks import Condition, rank_facts
 from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
-from .edits import Edits, expression
+from .edits import Edits, code_of, expression, statement
 from .runtime_calls import runtime_name
+
+CHECKPOINT_WRITERS = frozenset(q for q, kind in names.WRITERS.items() if kind == "checkpoint")
+LOADS = names.TORCH_LOAD | {names.runtime("load")}
+
+
+def _expression_line(analysis: ScriptAnalysis, call: cst.Call) -> cst.SimpleStatementLine | None:
+    """The line when the call is the whole of a statement line of its own (``torch.save(...)``)."""
+    expr = analysis.parent(call)
+    line = analysis.parent(expr) if isinstance(expr, cst.Expr) else None
+    if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1:
+        return line
+    return None
 
 
 class UnguardedSave(Rule):
-    """Save checkpoints on rank 0 only, then wait for it on every rank.
+    """Save checkpoints on rank 0 only, and never put a barrier where not every rank goes.
 
-    What it finds: ``torch.save(...)`` that every process executes (not under a rank-0 guard).
+    What it finds: ``torch.save(...)`` that every process executes (no condition that flows from the rank,
+    such as ``if rank == 0:``, ``if master_process:`` or ``if get_rank() == 0:`` of a helper, keeps it off the
+    other ranks).
 
     Why it is a problem: N processes write the same file at once (torn or corrupt checkpoints on shared
     storage, N times the I/O), and a process that loads the file right after may read it half-written.
 
-    What the fix does: ``runtime.save(obj, path)``: it unwraps DDP modules inside ``obj``, writes on global
-    rank 0 only, then waits on a barrier on every rank. It is called by all ranks, so it must not sit in a
-    rank-0-only branch (DDP033 reports that).
+    What the fix does, depending on where the save is (proven by data flow, see the rank analysis):
+
+    - on a path every rank takes: ``runtime.save(obj, path)``: it unwraps DDP modules inside ``obj``,
+      writes on global rank 0 only, then waits on a barrier on every rank;
+    - under a condition that may differ between ranks (``if acc > best:`` with a per-rank ``acc``, a test
+      the analysis cannot resolve): ``if runtime.is_main_process(): torch.save(...)``, with no barrier
+      there, since the other ranks may never get to it. When the file loads a checkpoint after the save,
+      ``runtime.barrier()`` follows the outermost such condition, where every rank passes.
+
+    Fix safety: the checkpoint keeps its contents; a save written on rank 0 only under a per-rank
+    condition follows rank 0's decision (``acc`` of rank 0's shard).
     """
 
     code = "DDP007"
@@ -48,6 +71,57 @@ runtime.save(state, "checkpoint/best.pt")
 loss.backward()
 """,
         ),
+        # A per-rank condition: rank 0 saves alone, no barrier where the other ranks may not go.
+        Example(
+            before="""\
+import torch
+
+for x, y in loader:
+    loss = criterion(model(x), y)
+    loss.backward()
+    acc = evaluate(model)
+    if acc > best:
+        best = acc
+        torch.save(model.state_dict(), "best.pt")
+""",
+            after="""\
+import torch
+from ddp_migrate import runtime
+
+for x, y in loader:
+    loss = criterion(model(x), y)
+    loss.backward()
+    acc = evaluate(model)
+    if acc > best:
+        best = acc
+        if runtime.is_main_process():
+            torch.save(model.state_dict(), "best.pt")
+""",
+        ),
+        # A later load needs the file complete: the barrier goes after the condition, on the common path.
+        Example(
+            before="""\
+import torch
+
+for epoch in range(3):
+    loss.backward()
+    if check(epoch):
+        torch.save(model.state_dict(), "last.pt")
+model.load_state_dict(torch.load("last.pt"))
+""",
+            after="""\
+import torch
+from ddp_migrate import runtime
+
+for epoch in range(3):
+    loss.backward()
+    if check(epoch):
+        if runtime.is_main_process():
+            torch.save(model.state_dict(), "last.pt")
+    runtime.barrier()
+model.load_state_dict(torch.load("last.pt"))
+""",
+        ),
         Valid(
             """\
 import torch
@@ -57,20 +131,124 @@ if dist.get_rank() == 0:
     torch.save(model.state_dict(), "model.pt")
 """
         ),
+        # Rank-0 guards recognised through data flow: a variable, a helper of the file, a condition in a
+        # conjunction (issue 14: these saves used to become runtime.save, whose barrier hung).
+        Valid(
+            """\
+import os
+import torch
+import torch.distributed as dist
+
+master_process = int(os.environ.get("RANK", 0)) == 0
+
+def get_rank():
+    if not dist.is_initialized():
+        return 0
+    return dist.get_rank()
+
+for it in range(4):
+    loss.backward()
+    if it % 2 == 0 and master_process:
+        torch.save({"model": model.state_dict()}, "ckpt.pt")
+    if get_rank() == 0:
+        torch.save(model.state_dict(), "last.pt")
+"""
+        ),
+        # A self-recursive helper in the file (issue 14: RecursionError in the guard search).
+        Valid(
+            """\
+import torch
+import torch.distributed as dist
+
+def repackage_hidden(h):
+    if isinstance(h, torch.Tensor):
+        return h.detach()
+    return tuple(repackage_hidden(v) for v in h)
+
+def checkpoint(h):
+    torch.save(repackage_hidden(h), "h.pt")
+
+loss.backward()
+if dist.get_rank() == 0:
+    checkpoint(hidden)
+"""
+        ),
     )
 
-    def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
+    def _cases(self, analysis: ScriptAnalysis) -> Iterator[tuple[cst.Call, Condition | None]]:
+        """Every save that runs on every rank reaching it, with the condition that may keep some ranks away."""
         if not analysis.is_training_code:
             return
-        for call in analysis.calls_to(names.TORCH_SAVE):
-            if analysis.rank_guard(call) is None:
+        facts = rank_facts(analysis)
+        for call in analysis.calls_to(CHECKPOINT_WRITERS):
+            if facts.guard(call) is None:
+                yield call, facts.unsafe_condition(call)
+
+    def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
+        for call, condition in self._cases(analysis):
+            if condition is None:
                 yield Match(call, "torch.save runs on every process: save on rank 0 only (runtime.save)")
+            else:
+                yield Match(
+                    call,
+                    f"torch.save runs on every process that gets here, and `{code_of(condition.test)}` may differ "
+                    "between ranks: save on rank 0 only, without a barrier here",
+                    fixable=_expression_line(analysis, call) is not None,
+                )
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         edits = Edits(analysis.module.code)
-        for match in self.matches(analysis):
+        facts = rank_facts(analysis)
+        loads = analysis.calls_to(LOADS)
+        barriers: set[cst.CSTNode] = set()
+        for call, condition in self._cases(analysis):
             rt = runtime_name(analysis, edits)
-            assert isinstance(match.node, cst.Call)
-            edits.replace(match.node.func, expression(f"{rt}.save"))
-            edits.changes.append(Change(self.code, analysis.line(match.node), "torch.save replaced by runtime.save (rank 0 writes, all ranks wait)"))
+            if condition is None:
+                edits.replace(call.func, expression(f"{rt}.save"))
+                edits.changes.append(Change(self.code, analysis.line(call), "torch.save replaced by runtime.save (rank 0 writes, all ranks wait)"))
+                continue
+            line = _expression_line(analysis, call)
+            if line is None:
+                edits.todo(analysis.statement(call), "save on rank 0 only (the ranks may not all get here: no barrier)")
+                continue
+            guard = cst.If(test=expression(f"{rt}.is_main_process()"), body=cst.IndentedBlock(body=[line]))
+            edits.replace(line, lambda updated, guard=guard: guard.with_changes(
+                leading_lines=updated.leading_lines,
+                body=cst.IndentedBlock(body=[updated.with_changes(leading_lines=[])]),
+            ))
+            message = "torch.save on rank 0 only, without a barrier (the ranks may not all get here)"
+            outer = self._outermost_split(analysis, call)
+            needs_barrier = outer is not None and any(
+                not analysis.comes_before(load, call) or self._same_loop(analysis, load, call) for load in loads
+            )
+            if needs_barrier and outer is not None and facts.collective_safe_at(outer):
+                if outer not in barriers:
+                    barriers.add(outer)
+                    edits.insert_after(outer, statement(f"{rt}.barrier()"))
+                message += "; every rank waits after the condition"
+            edits.changes.append(Change(self.code, analysis.line(call), message))
         return edits.apply(analysis.module) if edits else None
+
+    @staticmethod
+    def _outermost_split(analysis: ScriptAnalysis, call: cst.Call) -> cst.BaseStatement | None:
+        """The statement, in a block, of the outermost condition around the call (within its function)
+        that may differ between ranks: after it, every rank that got to it is on a common path."""
+        facts = rank_facts(analysis)
+        outer = None
+        for condition in facts.conditions(call):
+            if condition.splits_ranks:
+                outer = condition.owner
+        if outer is None:
+            return None
+        node: cst.CSTNode | None = outer
+        while node is not None and not (
+            isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement))
+            and isinstance(analysis.parent(node), (cst.IndentedBlock, cst.Module))
+        ):
+            node = analysis.parent(node)  # an ``elif`` or ``except``: the whole statement
+        return node  # type: ignore[return-value]
+
+    @staticmethod
+    def _same_loop(analysis: ScriptAnalysis, load: cst.Call, call: cst.Call) -> bool:
+        """Whether a loop runs both calls (the load may run after the save of an earlier iteration)."""
+        return any(isinstance(a, (cst.For, cst.While)) and analysis.is_inside(load, a) for a in analysis.ancestors(call))

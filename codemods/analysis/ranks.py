@@ -1,0 +1,522 @@
+"""Rank dependence: which values may differ between the processes of one job (design principle 4).
+
+One data-flow fact, three answers for any expression (:class:`Kind`):
+
+- ``RANK``: its value flows from a rank source (``RANK`` / ``LOCAL_RANK`` in the environment,
+  ``dist.get_rank()``, ``runtime.rank()`` / ``local_rank()`` / ``is_main_process()``, the launcher's
+  ``args.local_rank``, ``mp.spawn``'s first parameter, ...) through assignments (``master_process = rank ==
+  0``), attributes, function parameters and return values of the file's helpers (``def get_rank(): return
+  dist.get_rank()``);
+- ``UNIFORM``: provably the same on every rank (literals, the command line, the world size, loop counters
+  over such values, results of a reduction across ranks, ...);
+- ``UNKNOWN``: the analysis cannot tell (calls of unknown functions, model outputs, data from a sharded
+  loader, values of unknown attributes). Where a collective would sit under such a condition it counts
+  as possibly rank-dependent.
+
+On top of it: :meth:`RankFacts.collective_safe_at` (no possibly rank-dependent condition around a node,
+within its function and at every call site of its function, transitively) and :meth:`RankFacts.guard`
+(the rank-dependent condition that lets only some ranks run a node: what makes a write or a print
+rank-0-only). Every walk over the call graph is bounded by visited sets, so recursive helpers are fine.
+
+Computed once per :class:`~ddp_migrate.codemods.analysis.ScriptAnalysis` (:func:`rank_facts`).
+"""
+
+from __future__ import annotations
+
+import enum
+import weakref
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Iterable, Iterator, Optional, Union
+
+import libcst as cst
+
+from .. import names
+from .legacy import ENV_GETTERS, Key, LaunchIndex, LegacyFacts, int_value, legacy_facts, string_value, target_nodes
+from .script import ScriptAnalysis, dotted_name, walk
+
+
+class Kind(enum.IntEnum):
+    """How a value relates to the ranks of a job, ordered so that ``max`` combines parts of an expression."""
+
+    UNIFORM = 0
+    UNKNOWN = 1
+    RANK = 2
+
+
+#: Environment variables that differ between the processes of one job (torchrun sets them per process).
+RANK_VARIABLES = frozenset({"RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "SLURM_PROCID", "SLURM_LOCALID", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"})
+#: Calls whose value is this process's rank (or derived from it).
+RANK_CALLS = (
+    names.RUNTIME_RANK
+    | names.RUNTIME_MAIN_CHECK
+    | {names.runtime("local_rank"), names.runtime("device"), names.runtime("device_ids")}
+    | names.distributed("get_rank")
+    | names.distributed("get_node_local_rank")
+    | names.distributed("get_global_rank")
+    | names.distributed("get_group_rank")
+    | {"torch.cuda.current_device", "torch.distributed.get_node_local_rank"}
+)
+#: Calls whose value is the same on every rank whatever their arguments.
+UNIFORM_CALLS = (
+    names.REDUCTIONS
+    | names.distributed("get_world_size")
+    | names.distributed("is_initialized")
+    | names.distributed("is_available")
+    | names.distributed("get_backend")
+    | names.CUDA_QUERIES
+    | {
+        names.runtime(n)
+        for n in ("world_size", "local_world_size", "is_initialized", "per_process_batch_size")
+    }
+    | {"torch.cuda.is_bf16_supported", "torch.backends.mps.is_available", "torch.accelerator.is_available", "torch.accelerator.device_count"}
+)
+#: Calls that compute their value from their arguments alone: uniform arguments give a uniform value.
+PURE_CALLS = frozenset(
+    {
+        *(f"builtins.{n}" for n in (
+            "int", "float", "str", "bool", "len", "range", "abs", "min", "max", "round", "sum", "isinstance",
+            "issubclass", "hasattr", "getattr", "tuple", "list", "dict", "set", "frozenset", "sorted", "enumerate",
+            "zip", "reversed", "any", "all", "type", "repr", "format", "divmod", "pow", "ord", "chr", "map", "filter",
+        )),
+        "argparse.ArgumentParser",
+        "torch.device",
+        "torch.load",
+        "torch.serialization.load",
+        names.runtime("load"),
+        "json.load",
+        "json.loads",
+        "yaml.safe_load",
+        "yaml.load",
+        "pickle.load",
+        "numpy.load",
+    }
+)
+#: Modules whose functions (and constants) compute from their arguments alone.
+PURE_MODULES = ("math.", "os.path.", "operator.", "pathlib.", "string.")
+#: Keyword arguments that do not change the value a pure call computes (the device a checkpoint lands on).
+IGNORED_KEYWORDS = frozenset({"map_location", "weights_only"})
+#: Names that, when the analysis cannot resolve them, almost surely hold the rank (a hint, never a proof of
+#: uniformity: unresolved values count as possibly rank-dependent anyway).
+RANK_NAMES = frozenset(
+    {
+        "rank", "local_rank", "global_rank", "world_rank", "node_rank", "gpu", "gpu_id", "device_id",
+        "is_main", "is_master", "master_process", "main_process", "is_main_process", "is_master_process",
+        "is_rank_zero", "is_rank0", "rank0", "is_chief",
+    }
+)
+ALWAYS_UNIFORM_NAMES = frozenset({"True", "False", "None", "__name__", "__file__", "NotImplemented", "Ellipsis"})
+
+Store = tuple[str, Optional[cst.BaseExpression]]  # ("iter" | "index" | "value" | "unknown", expression)
+Conditional = Union[cst.If, cst.While, cst.IfExp, cst.BooleanOperation, cst.For, cst.ExceptHandler, cst.CompIf]
+
+
+@dataclass(frozen=True)
+class Condition:
+    """A condition around a node: the statement or expression that decides whether the node runs, its
+    test, how that test relates to the ranks, and whether the node is in the branch the test selects
+    (``True``), in the other one (``False``) or neither applies (``None``: a loop, an ``except``)."""
+
+    owner: cst.CSTNode
+    test: cst.CSTNode
+    kind: Kind
+    in_body: bool | None
+
+    @property
+    def splits_ranks(self) -> bool:
+        """Whether the test may differ between the ranks of one job."""
+        return self.kind is not Kind.UNIFORM
+
+
+class _Stores(cst.CSTVisitor):
+    """Bindings the legacy facts record without a value: loop targets, ``with ... as``, ``+=``, walrus."""
+
+    def __init__(self) -> None:
+        self.found: list[tuple[cst.CSTNode, Store]] = []
+
+    def _add(self, target: cst.CSTNode, store: Store) -> None:
+        for node in target_nodes(target):
+            self.found.append((node, store))
+
+    def visit_For(self, node: cst.For) -> None:
+        self._loop(node.target, node.iter)
+
+    def visit_CompFor(self, node: cst.CompFor) -> None:
+        self._loop(node.target, node.iter)
+
+    def _loop(self, target: cst.BaseExpression, iterable: cst.BaseExpression) -> None:
+        is_enumerate = isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Name) and iterable.func.value == "enumerate" and iterable.args
+        if is_enumerate and isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
+            self._add(target.elements[0].value, ("index", iterable.args[0].value))  # type: ignore[union-attr]
+            self._add(target.elements[1].value, ("iter", iterable.args[0].value))  # type: ignore[union-attr]
+        else:
+            self._add(target, ("iter", iterable))
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._add(node.target, ("value", node.value))
+
+    def visit_WithItem(self, node: cst.WithItem) -> None:
+        if node.asname is not None:
+            self._add(node.asname.name, ("value", node.item))
+
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+        self._add(node.target, ("value", node.value))
+
+    def visit_ExceptHandler(self, node: cst.ExceptHandler) -> None:
+        if node.name is not None:
+            self._add(node.name.name, ("unknown", None))
+
+    def visit_Global(self, node: cst.Global) -> None:
+        for item in node.names:
+            self._add(item.name, ("unknown", None))
+
+
+class RankFacts:
+    """Rank dependence of the values and positions of one analysed file. Use :func:`rank_facts`."""
+
+    #: How deep a single query may follow values before it gives up (and answers ``UNKNOWN``).
+    MAX_DEPTH = 60
+
+    def __init__(self, analysis: ScriptAnalysis) -> None:
+        self.analysis = analysis
+        self.legacy: LegacyFacts = legacy_facts(analysis)
+        collector = _Stores()
+        analysis.module.visit(collector)
+        self._stores: dict[Key, list[Store]] = {}
+        for node, store in collector.found:
+            name = dotted_name(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
+            if name:
+                self._stores.setdefault(self.legacy.key(node, name), []).append(store)
+        self._memo: dict[cst.CSTNode, Kind] = {}
+        self._active: set[object] = set()
+        self._cycles = 0
+
+    # ------------------------------------------------------------------------------------- queries
+
+    def kind(self, expr: cst.CSTNode) -> Kind:
+        """How the expression's value relates to the ranks (see :class:`Kind`)."""
+        return self._kind(expr, 0)
+
+    def is_rank_dependent(self, expr: cst.CSTNode) -> bool:
+        """Whether the expression's value flows from a rank source (so it differs between ranks)."""
+        return self.kind(expr) is Kind.RANK
+
+    def may_differ_between_ranks(self, test: cst.CSTNode) -> bool:
+        """Whether a condition may take different values on different ranks: rank-dependent, or not
+        provably the same everywhere."""
+        return self.kind(test) is not Kind.UNIFORM
+
+    def conditions(self, node: cst.CSTNode) -> Iterator[Condition]:
+        """The conditions around a node within its function (or the module), nearest first: ``if`` and
+        ``while`` tests, conditional expressions, the left side of ``and`` / ``or``, comprehension filters,
+        loops over rank-dependent iterables and ``except`` handlers."""
+        analysis = self.analysis
+        child: cst.CSTNode = node
+        for ancestor in analysis.ancestors(node):
+            if isinstance(ancestor, (cst.FunctionDef, cst.Lambda)):
+                return
+            if isinstance(ancestor, (cst.If, cst.While)) and child is not ancestor.test:
+                yield Condition(ancestor, ancestor.test, self.kind(ancestor.test), child is ancestor.body)
+            elif isinstance(ancestor, cst.IfExp) and child is not ancestor.test:
+                yield Condition(ancestor, ancestor.test, self.kind(ancestor.test), child is ancestor.body)
+            elif isinstance(ancestor, cst.BooleanOperation) and child is ancestor.right:
+                yield Condition(ancestor, ancestor.left, self.kind(ancestor.left), isinstance(ancestor.operator, cst.And))
+            elif isinstance(ancestor, cst.For) and child is not ancestor.iter and child is not ancestor.target:
+                kind = self.kind(ancestor.iter)
+                if kind is Kind.RANK:  # a loop runs a number of times that only unknown data decides: not a split
+                    yield Condition(ancestor, ancestor.iter, kind, None)
+            elif isinstance(ancestor, cst.ExceptHandler):
+                yield Condition(ancestor, ancestor.type or ancestor, Kind.UNKNOWN, None)
+            elif isinstance(ancestor, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
+                comp: cst.CompFor | None = ancestor.for_in
+                while comp is not None:
+                    for test in comp.ifs:
+                        if not analysis.is_inside(node, test):
+                            yield Condition(test, test.test, self.kind(test.test), True)
+                    comp = comp.inner_for_in
+            child = ancestor
+
+    def unsafe_condition(self, node: cst.CSTNode) -> Condition | None:
+        """The nearest condition that may let only some ranks reach the node: around it in its function, or
+        (bounded, through every call site) around a call of its function. ``None``: every rank gets there."""
+        return self._unsafe(node, set())
+
+    def _unsafe(self, node: cst.CSTNode, visited: set[cst.FunctionDef]) -> Condition | None:
+        found = next((c for c in self.conditions(node) if c.splits_ranks), None)
+        if found is not None:
+            return found
+        function = self.analysis.enclosing_function(node)
+        if function is None or function in visited:
+            return None
+        visited.add(function)
+        for call in self.analysis.callers_of(function):
+            outer = self._unsafe(call, visited)
+            if outer is not None:
+                return outer
+        return None
+
+    def collective_safe_at(self, node: cst.CSTNode) -> bool:
+        """Whether a collective at the node is reached by every rank (see :meth:`unsafe_condition`)."""
+        return self.unsafe_condition(node) is None
+
+    def guard(self, node: cst.CSTNode) -> Condition | None:
+        """The rank-dependent condition that lets only some ranks run the node (the nearest ``if`` around
+        it, either branch, whose test flows from a rank source), or, when its function is only called from
+        such places, the guard of its first call. ``None``: the node runs on every rank that gets there."""
+        return self._guard(node, set())
+
+    def _guard(self, node: cst.CSTNode, visited: set[cst.FunctionDef]) -> Condition | None:
+        for condition in self.conditions(node):
+            if condition.kind is Kind.RANK and isinstance(condition.owner, (cst.If, cst.IfExp, cst.BooleanOperation, cst.CompIf)):
+                return condition
+        function = self.analysis.enclosing_function(node)
+        if function is None or function in visited:
+            return None
+        visited = visited | {function}
+        # Calls from inside the function itself (recursion) only run once it runs: they decide nothing.
+        callers = [c for c in self.analysis.callers_of(function) if not any(self.analysis.is_inside(c, f) for f in visited)]
+        guards = [self._guard(c, visited) for c in callers]
+        if callers and all(g is not None for g in guards):
+            return guards[0]
+        return None
+
+    def runs_on_every_rank(self, node: cst.CSTNode) -> bool:
+        """Whether no rank-dependent condition keeps the node off some ranks (see :meth:`guard`)."""
+        return self.guard(node) is None
+
+    # ----------------------------------------------------------------------------- the data flow
+
+    def _kind(self, expr: cst.CSTNode, depth: int) -> Kind:
+        memo = self._memo.get(expr)
+        if memo is not None:
+            return memo
+        if depth > self.MAX_DEPTH:
+            return Kind.UNKNOWN
+        if expr in self._active:
+            self._cycles += 1
+            return Kind.UNIFORM  # a value that flows into itself adds nothing new
+        self._active.add(expr)
+        cycles = self._cycles
+        try:
+            result = self._compute(expr, depth + 1)
+        finally:
+            self._active.discard(expr)
+        if self._cycles == cycles:  # results computed inside a cycle may be partial: keep only final ones
+            self._memo[expr] = result
+        return result
+
+    def _join(self, nodes: Iterable[cst.CSTNode], depth: int) -> Kind:
+        result = Kind.UNIFORM
+        for node in nodes:
+            result = max(result, self._kind(node, depth))
+            if result is Kind.RANK:
+                break
+        return result
+
+    def _compute(self, expr: cst.CSTNode, depth: int) -> Kind:
+        if isinstance(expr, (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.Ellipsis, cst.Lambda)):
+            return Kind.UNIFORM
+        if isinstance(expr, cst.Arg):
+            return self._kind(expr.value, depth)
+        if isinstance(expr, cst.Call):
+            return self._call(expr, depth)
+        if isinstance(expr, (cst.Name, cst.Attribute)):
+            return self._variable(expr, depth)
+        if isinstance(expr, cst.Subscript):
+            variable = self.legacy.env_read(expr)
+            if variable is not None:
+                return Kind.RANK if variable in RANK_VARIABLES else Kind.UNIFORM
+            return self._join([expr.value, *(e.slice for e in expr.slice)], depth)
+        if isinstance(expr, cst.Comparison):
+            if all(_is_minus_one_or_none(c.comparator) for c in expr.comparisons) and self._holds_rank_number(expr.left):
+                # ``local_rank != -1``, ``args.gpu is not None``: "is this run distributed", which all ranks agree on.
+                return Kind.UNIFORM
+            return self._join([expr.left, *(c.comparator for c in expr.comparisons)], depth)
+        return self._join(expr.children, depth)
+
+    def _holds_rank_number(self, expr: cst.BaseExpression) -> bool:
+        """Whether the expression is the rank itself (not an object that is ``None`` off rank 0)."""
+        if isinstance(expr, (cst.Name, cst.Attribute)):
+            return self.legacy.rank_kind(expr) is not None or (
+                (dotted_name(expr) or "").split(".")[-1] in RANK_NAMES and self.kind(expr) is Kind.RANK
+            )
+        if isinstance(expr, cst.Call):
+            return self.analysis.is_call_to(expr, RANK_CALLS) or self.legacy.env_read(expr) in RANK_VARIABLES
+        return self.legacy.env_read(expr) in RANK_VARIABLES
+
+    def _call(self, call: cst.Call, depth: int) -> Kind:
+        analysis = self.analysis
+        qualified = analysis.qualified_names(call.func)
+        if qualified & RANK_CALLS:
+            return Kind.RANK
+        variable = self.legacy.env_read(call)
+        if variable is not None:
+            return Kind.RANK if variable in RANK_VARIABLES else Kind.UNIFORM
+        if qualified & ENV_GETTERS:
+            return Kind.UNKNOWN  # a variable the analysis cannot name
+        if qualified & UNIFORM_CALLS:
+            return Kind.UNIFORM
+        args = [a for a in call.args if not (a.keyword is not None and a.keyword.value in IGNORED_KEYWORDS)]
+        if qualified & {"builtins.len"} and call.args and analysis.loader_calls and set(analysis.loader_calls) & analysis.origins(call.args[0].value):
+            return Kind.UNIFORM  # every rank's loader has the same length (DistributedSampler pads)
+        if any(q in PURE_CALLS or q.startswith(PURE_MODULES) for q in qualified):
+            return self._join(args, depth)
+        target = analysis.call_target(call)
+        if target is not None:
+            if target.name.value == "__init__":
+                return Kind.UNKNOWN  # an object of the file's own class: its attributes are followed one by one
+            key = ("returns", target)
+            if key in self._active:
+                self._cycles += 1
+                return Kind.UNIFORM
+            self._active.add(key)
+            try:
+                returns = [r.value for r in _returns_of(target) if r.value is not None]
+                return self._join(returns, depth)
+            finally:
+                self._active.discard(key)
+        root = (dotted_name(call.func) or "").split(".")[0]
+        if root in self.legacy.imported_names or any(q.startswith("builtins.") for q in qualified):
+            return Kind.UNKNOWN  # an imported or built-in function the analysis knows nothing about
+        if isinstance(call.func, cst.Attribute):
+            # A method of a value: the same on every rank when the value and the arguments are.
+            return self._join([call.func.value, *args], depth)
+        if isinstance(call.func, cst.Name) and call.func.value in RANK_NAMES:
+            return Kind.RANK
+        return Kind.UNKNOWN
+
+    def _variable(self, expr: cst.Name | cst.Attribute, depth: int) -> Kind:
+        analysis, legacy = self.analysis, self.legacy
+        name = dotted_name(expr)
+        if name is None:  # ``f(x).attr``: the attribute of a computed value
+            return self._kind(expr.value, depth) if isinstance(expr, cst.Attribute) else Kind.UNKNOWN
+        if name in ALWAYS_UNIFORM_NAMES:
+            return Kind.UNIFORM
+        if legacy.rank_kind(expr) is not None:  # type: ignore[arg-type]
+            return Kind.RANK
+        root = name.split(".")[0]
+        qualified = analysis.qualified_names(expr)
+        if root in legacy.imported_names and root != "self":
+            if qualified & RANK_CALLS:
+                return Kind.UNKNOWN
+            if any(q.startswith(("torch.", "math.", "numpy.", "os.", "sys.", "string.", "pathlib.")) or q in ("torch", "os", "sys", "math") for q in qualified):
+                return Kind.UNIFORM  # a library's constant or module (``torch.float32``, ``math.pi``)
+        if name in legacy.top_functions or any(c.name.value == name for c in analysis.classes):
+            return Kind.UNIFORM  # a function or class object
+        key = legacy.key(expr, name)
+        sources = [s for s in legacy.sources(expr) if s is not expr]  # type: ignore[arg-type]
+        stores = self._stores.get(key, [])
+        parts: list[Kind] = []
+        for source in sources:
+            parts.append(Kind.RANK if isinstance(source, LaunchIndex) else self._kind(source, depth))
+        for store in stores:
+            parts.append(self._store_kind(store, depth))
+        if isinstance(expr, cst.Attribute) and root != "self":
+            parts.append(self._kind(expr.value, depth))  # ``args.epochs``: what the namespace holds
+        if not parts:
+            if name.split(".")[-1] in RANK_NAMES:
+                return Kind.RANK
+            if isinstance(expr, cst.Name) and root in legacy.imported_names:
+                return Kind.UNKNOWN
+            return Kind.UNKNOWN
+        result = max(parts)
+        if result is Kind.UNKNOWN and name.split(".")[-1] in RANK_NAMES and not sources and not stores:
+            return Kind.RANK
+        return result
+
+    def _store_kind(self, store: Store, depth: int) -> Kind:
+        how, value = store
+        if value is None or how == "unknown":
+            return Kind.UNKNOWN
+        if how == "index":
+            # ``for i, batch in enumerate(x)``: the index is uniform when every rank iterates as many items.
+            if set(self.analysis.loader_calls) & self.analysis.origins(value):  # type: ignore[arg-type]
+                return Kind.UNIFORM
+            return self._kind(value, depth)
+        if how == "iter" and set(self.analysis.loader_calls) & self.analysis.origins(value):  # type: ignore[arg-type]
+            return Kind.UNKNOWN  # a batch of a (sharded) loader: different data on every rank
+        return self._kind(value, depth)
+
+    # ---------------------------------------------------------------------------- rank-0 tests
+
+    def zero_side(self, test: cst.BaseExpression) -> bool | None:
+        """Whether an ``if`` body runs on rank 0 only (``True``), on the other ranks only (``False``), or
+        unknown: ``rank == 0``, ``rank != 0``, ``rank > 0``, ``rank in (-1, 0)``, ``is_main_process()``,
+        ``not`` of these, and names holding one of them (``master_process = rank == 0``)."""
+        return self._zero_side(test, set())
+
+    def _zero_side(self, test: cst.BaseExpression, seen: set[cst.CSTNode]) -> bool | None:
+        if test in seen:
+            return None
+        seen.add(test)
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            inner = self._zero_side(test.expression, seen)
+            return None if inner is None else not inner
+        if isinstance(test, cst.Call):
+            if self.analysis.is_call_to(test, names.RUNTIME_MAIN_CHECK):
+                return True
+            target = self.analysis.call_target(test)
+            if target is not None and target not in seen:
+                seen.add(target)
+                sides = {self._zero_side(r.value, seen) for r in _returns_of(target) if r.value is not None}
+                return sides.pop() if len(sides) == 1 else None
+        if isinstance(test, (cst.Name, cst.Attribute)):
+            sources = [s for s in self.legacy.sources(test) if s is not test and isinstance(s, cst.BaseExpression)]
+            if len(sources) == 1:
+                return self._zero_side(sources[0], seen)
+            if (dotted_name(test) or "").split(".")[-1] in ("is_main", "is_master", "is_main_process", "main_process", "master_process", "is_master_process"):
+                return True
+            return None
+        if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and self.kind(test.left) is Kind.RANK:
+            operator, comparator = test.comparisons[0].operator, test.comparisons[0].comparator
+            zero = int_value(comparator) == 0
+            holds_zero = isinstance(comparator, (cst.List, cst.Tuple, cst.Set)) and any(int_value(e.value) == 0 for e in comparator.elements)
+            if (zero and isinstance(operator, cst.Equal)) or (holds_zero and isinstance(operator, cst.In)):
+                return True
+            if (zero and isinstance(operator, (cst.NotEqual, cst.GreaterThan))) or (holds_zero and isinstance(operator, cst.NotIn)):
+                return False
+        return None
+
+    def is_rank_zero_guard(self, condition: Condition) -> bool:
+        """Whether the node under the condition runs on rank 0 only (``and`` of a rank-0 test and more counts)."""
+        test = condition.test
+        if condition.in_body is None or not isinstance(test, cst.BaseExpression):
+            return False
+        side = self._and_zero_side(test) if condition.in_body else self.zero_side(test)
+        return side is (True if condition.in_body else False)
+
+    def _and_zero_side(self, test: cst.BaseExpression) -> bool | None:
+        if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+            left, right = self._and_zero_side(test.left), self._and_zero_side(test.right)
+            return True if True in (left, right) else None
+        return self.zero_side(test)
+
+
+def _returns_of(function: cst.FunctionDef) -> Iterator[cst.Return]:
+    """The ``return`` statements of the function itself (not of functions or lambdas nested in it)."""
+    stack: list[cst.CSTNode] = [function.body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Return):
+            yield node
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            continue
+        stack.extend(node.children)
+
+
+def _is_minus_one_or_none(expr: cst.BaseExpression) -> bool:
+    return (isinstance(expr, cst.Name) and expr.value == "None") or int_value(expr) == -1
+
+
+_FACTS: "weakref.WeakKeyDictionary[ScriptAnalysis, RankFacts]" = weakref.WeakKeyDictionary()
+
+
+def rank_facts(analysis: ScriptAnalysis) -> RankFacts:
+    """The rank facts of an analysed file, computed once."""
+    facts = _FACTS.get(analysis)
+    if facts is None:
+        facts = _FACTS[analysis] = RankFacts(analysis)
+    return facts
+
+
+__all__ = ["Condition", "Kind", "RankFacts", "rank_facts"]
