@@ -216,3 +216,34 @@ def test_migrate_hook_rewrites_the_file(hook_env: Path, hook_repo: tuple[Path, s
     migrated = (project / "train.py").read_text()
     assert "DistributedDataParallel(model, device_ids=runtime.device_ids())" in migrated
     compile(migrated, "train.py", "exec")
+
+
+def test_readme_local_hook_snippet_works_as_written(tmp_path: Path) -> None:
+    """The README's ``repo: local`` configuration, copied verbatim, against the installed command line."""
+    pytest.importorskip("pre_commit", reason="pre-commit is not installed (pip install -e '.[test]')")
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Pre-commit", 1)[1]
+    snippet = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    assert "repo: local" in snippet
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / ".pre-commit-config.yaml").write_text(snippet)
+    (project / "train.py").write_text(DP_SCRIPT)
+    (project / "clean.py").write_text(CLEAN_SCRIPT)
+    git(project, "init", "-q")
+    git(project, "add", "-A")
+    env_path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    env = {**os.environ, "PRE_COMMIT_HOME": str(tmp_path / "home"), "PRE_COMMIT_COLOR": "never", "NO_COLOR": "1", "PATH": env_path}
+    done = subprocess.run([sys.executable, "-m", "pre_commit", "run", "--all-files"], cwd=project, env=env, capture_output=True, text=True, timeout=300)
+    output = done.stdout + done.stderr
+    assert done.returncode == 1, output
+    assert "train.py:4:9: DDP001 " in output and "Failed" in output
+    (project / "train.py").write_text(CLEAN_SCRIPT)
+    done = subprocess.run([sys.executable, "-m", "pre_commit", "run", "--all-files"], cwd=project, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_hooks_run_serially() -> None:
+    yaml = pytest.importorskip("yaml")
+    hooks = yaml.safe_load((REPO / ".pre-commit-hooks.yaml").read_text(encoding="utf-8"))
+    assert {hook["id"]: hook["require_serial"] for hook in hooks} == {"ddp-migrate-lint": True, "ddp-migrate": True}
