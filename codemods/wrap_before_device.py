@@ -6,7 +6,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from .analysis import ScriptAnalysis, call_method_name, dotted_name, wrapped_argument
+from .analysis import ScriptAnalysis, call_method_name, dotted_name, walk, wrapped_argument
 from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
 from .edits import Edits
 
@@ -29,6 +29,29 @@ def _move_of(stmt: cst.BaseStatement, name: str) -> cst.Call | None:
     return None
 
 
+def _conditional_move(stmt: cst.BaseStatement, name: str) -> bool:
+    """Whether a statement is ``if <test>: name.cuda()`` (only moves of ``name``, no ``else``, a test that
+    does not read ``name``)."""
+    if not isinstance(stmt, cst.If) or stmt.orelse is not None or not isinstance(stmt.body, cst.IndentedBlock):
+        return False
+    if any(dotted_name(n) == name for n in walk(stmt.test) if isinstance(n, (cst.Name, cst.Attribute))):
+        return False
+    return bool(stmt.body.body) and all(_move_of(s, name) is not None for s in stmt.body.body)
+
+
+def _moved_to_inner(stmt: cst.BaseStatement, name: str, inner: cst.BaseExpression) -> cst.BaseStatement:
+    """A move statement of the wrapper (``name.to(d)``, ``name = name.to(d)``) as a move of the wrapped model."""
+    move = _move_of(stmt, name)
+    assert move is not None and isinstance(stmt, cst.SimpleStatementLine)
+    new_move = move.with_changes(func=move.func.with_changes(value=inner))  # type: ignore[attr-defined]
+    small = stmt.body[0]
+    if isinstance(small, cst.Assign):
+        new_small = small.with_changes(targets=[cst.AssignTarget(inner)], value=new_move)
+    else:
+        new_small = small.with_changes(value=new_move)  # type: ignore[call-arg]
+    return stmt.with_changes(body=[new_small])
+
+
 class WrapBeforeDevice(Rule):
     """Move the model to its device before wrapping it, not after.
 
@@ -40,7 +63,8 @@ class WrapBeforeDevice(Rule):
     single device"), and ``device_ids`` no longer matches where the parameters live.
 
     What the fix does: moves the model first, then wraps: ``DDP(model.to(device))`` for the chained form,
-    and the ``.to(...)`` statement moved above the wrap for the separate form.
+    and the ``.to(...)`` statement moved above the wrap for the separate form, also when the move sits
+    under a condition of its own (``if train_on_gpu: model.cuda()``: the whole ``if`` moves).
     """
 
     code = "DDP002"
@@ -74,6 +98,24 @@ model.to(device)
 model = nn.DataParallel(model)
 """,
         ),
+        Example(
+            before="""\
+import torch.nn as nn
+
+model = nn.DataParallel(model)
+optimizer = SGD(model.parameters(), lr=0.1)
+if train_on_gpu:
+    model.cuda()
+""",
+            after="""\
+import torch.nn as nn
+
+if train_on_gpu:
+    model.cuda()
+model = nn.DataParallel(model)
+optimizer = SGD(model.parameters(), lr=0.1)
+""",
+        ),
         Valid(
             """\
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -102,7 +144,7 @@ model = DDP(model, device_ids=[local_rank])
             if target is None or stmt not in siblings:
                 continue
             for later in siblings[siblings.index(stmt) + 1 :]:
-                if _move_of(later, target) is not None:
+                if _move_of(later, target) is not None or _conditional_move(later, target):
                     yield wrap, None, later
                     break
 
@@ -123,15 +165,13 @@ model = DDP(model, device_ids=[local_rank])
             elif later is not None:
                 stmt = analysis.statement(wrap)
                 target = dotted_name(stmt.body[0].targets[0].target)  # type: ignore[union-attr]
-                move = _move_of(later, target)  # type: ignore[arg-type]
-                assert move is not None
-                new_move = move.with_changes(func=move.func.with_changes(value=inner))  # type: ignore[union-attr]
-                small = later.body[0]  # type: ignore[union-attr]
-                if isinstance(small, cst.Assign):
-                    new_small = small.with_changes(targets=[cst.AssignTarget(inner)], value=new_move)
+                assert target is not None
+                if isinstance(later, cst.If):
+                    body = [_moved_to_inner(s, target, inner) for s in later.body.body]  # type: ignore[union-attr]
+                    moved: cst.BaseStatement = later.with_changes(body=later.body.with_changes(body=body), leading_lines=[])
                 else:
-                    new_small = small.with_changes(value=new_move)
+                    moved = _moved_to_inner(later, target, inner).with_changes(leading_lines=[])
                 edits.remove(later)
-                edits.insert_before(stmt, later.with_changes(body=[new_small], leading_lines=[]))  # type: ignore[call-arg]
+                edits.insert_before(stmt, moved)
             edits.changes.append(Change(self.code, analysis.line(wrap), "model moved to its device before it is wrapped"))
         return edits.apply(analysis.module) if edits else None

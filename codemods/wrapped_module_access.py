@@ -2,36 +2,85 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Iterator
 
 import libcst as cst
 
-from .analysis import WRAPPER_ATTRIBUTES, ScriptAnalysis, dotted_name
+from . import names
+from .analysis import WRAPPER_ATTRIBUTES, ScriptAnalysis, call_method_name, dotted_name, walk
 from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
-from .edits import Edits, expression
-from .runtime_calls import runtime_name
+from .edits import Edits, code_of, expression
+from .runtime_calls import DDP_CLASS, DDP_MODULE, imported_name, runtime_name
+
+#: DDP's own attributes, which stay on the wrapper (should move to the analysis's WRAPPER_ATTRIBUTES).
+DDP_ATTRIBUTES = frozenset(
+    {
+        "require_backward_grad_sync",
+        "require_forward_param_sync",
+        "broadcast_buffers",
+        "find_unused_parameters",
+        "static_graph",
+        "_set_static_graph",
+        "process_group",
+        "reducer",
+        "gradient_as_bucket_view",
+        "bucket_bytes_cap",
+    }
+)
+#: Methods that read or write the model's state, never a forward pass.
+STATE_METHODS = frozenset({"state_dict", "load_state_dict", "named_modules", "get_submodule", "get_parameter", "extra_repr"})
+#: Calls that take a model as their first argument and must get the model itself, not its DDP wrapper.
+HANDOFFS = frozenset({"copy.deepcopy", "torch.jit.trace", "torch.jit.script", "torch.jit.trace_module", "torch.onnx.export", "torch.export.export"})
+#: Functions that hand back the model inside a wrapper.
+UNWRAP_FUNCTIONS = frozenset({"unwrap", "de_parallel", "unwrap_model", "get_model"})
+TRAINING_STEP_TODO = (
+    "this model method runs in the training step: through .module it would skip DDP's gradient all-reduce; "
+    "call the model (its forward) instead, e.g. make forward() return the loss"
+)
 
 
 class WrappedModuleAccess(Rule):
     """Reach the model's own state and attributes through ``.module`` once it is wrapped.
 
     What it finds: ``state_dict()``, ``load_state_dict()`` and the model's own attributes and methods
-    (``model.fc``, ``model.predict(...)``) used on a name that holds the DDP-wrapped model. Calls
-    (``forward``), ``train()``, ``eval()``, ``parameters()``, ``to()``, ``zero_grad()`` and the like stay on
-    the wrapper.
+    (``model.fc``, ``model.predict(...)``) used on a name that holds the DDP-wrapped model, also from a
+    nested function (``def resume(): model.load_state_dict(...)``); the wrapper handed to code that needs
+    the model itself (``copy.deepcopy``, ``torch.jit.trace``/``script``, ``torch.onnx.export``,
+    ``SummaryWriter.add_graph``); settings assigned on the wrapper (``model.hyp = {...}``); ``no_sync()``
+    on a model that is not wrapped on every path; ``isinstance(model, nn.DataParallel)`` checks, which are
+    False for DDP; a model method called in the training step (``loss = model.compute_loss(x)``). Calls
+    (``forward``), ``train()``, ``eval()``, ``parameters()``, ``to()``, ``zero_grad()``, ``no_sync()`` and
+    DDP's own switches (``require_backward_grad_sync``) stay on the wrapper.
 
     Why it is a problem: the wrapper has no attribute ``fc`` (AttributeError), and its ``state_dict()``
-    prefixes every key with ``module.``, so the checkpoint no longer loads into the plain model.
+    prefixes every key with ``module.``, so the checkpoint no longer loads into the plain model. A copy or a
+    trace of the wrapper carries DDP's hooks (tracing fails on its buffer broadcast); a plain model has no
+    ``no_sync()``; ``raw = model.module if isinstance(model, nn.DataParallel) else model`` keeps the wrapper.
 
-    What the fix does: inserts ``.module``: ``model.module.state_dict()``, ``model.module.fc``. Where the
-    wrap happens only on some paths (``if args.distributed:``), it uses ``runtime.unwrap(model)`` instead,
-    which returns the model itself when it was not wrapped.
+    What the fix does: inserts ``.module``: ``model.module.state_dict()``, ``model.module.fc``,
+    ``copy.deepcopy(model.module)``. ``load_state_dict`` accepts both forms of checkpoint, with and without
+    the ``module.`` prefix (one written by a DataParallel or DDP run, or by a plain one): ``{k.removeprefix(
+    "module."): v for k, v in state.items()}``. A setting assigned on the wrapper is set on the model too
+    (``model.hyp = model.module.hyp = ...``), so code that reads it through either finds it. Where the wrap
+    happens only on some paths (``if args.distributed:``), or the access sits in a nested function that may
+    run before the wrap, it uses ``runtime.unwrap(model)`` instead, which returns the model itself when it
+    was not wrapped; ``no_sync()`` there becomes ``(model.no_sync() if hasattr(model, "no_sync") else
+    contextlib.nullcontext())``. ``isinstance`` checks for ``DistributedDataParallel`` too.
+
+    A model method in the training step is not fixed: through ``.module`` it would run without DDP, whose
+    forward is what all-reduces the gradients, so the ranks would drift apart. A TODO asks a human to route
+    it through ``forward()``.
+
+    Fix safety: the checkpoint keeps the keys ``model.module.state_dict()`` gives (unprefixed), which is
+    what a single-device original wrote; DDP016 keeps a DataParallel script's ``module.`` keys.
     """
 
     code = "DDP008"
     name = "wrapped-module-access"
     phase = Phase.MODULE_ACCESS
     triggers = ("DistributedDataParallel", "DataParallel")
+    manual_fix = "call the model (its forward) in the training step, e.g. make forward() return the loss"
     examples = (
         Example(
             before="""\
@@ -68,6 +117,135 @@ if args.distributed:
 torch.save(runtime.unwrap(model).state_dict(), "model.pt")
 """,
         ),
+        Example(
+            before="""\
+from torch.nn.parallel import DistributedDataParallel
+
+
+def main():
+    model = DistributedDataParallel(net, device_ids=None)
+
+    def resume(path):
+        model.load_state_dict(torch.load(path)["model"])
+
+    resume("ckpt.pt")
+    model.load_state_dict(torch.load("best.pt"), strict=False)
+""",
+            after="""\
+from torch.nn.parallel import DistributedDataParallel
+from ddp_migrate import runtime
+
+
+def main():
+    model = DistributedDataParallel(net, device_ids=None)
+
+    def resume(path):
+        runtime.unwrap(model).load_state_dict({k.removeprefix("module."): v for k, v in torch.load(path)["model"].items()})
+
+    resume("ckpt.pt")
+    model.module.load_state_dict({k.removeprefix("module."): v for k, v in torch.load("best.pt").items()}, strict=False)
+""",
+        ),
+        Example(
+            before="""\
+import contextlib
+from torch.nn.parallel import DistributedDataParallel
+
+if args.distributed:
+    model = DistributedDataParallel(model, device_ids=None)
+for i, (x, y) in enumerate(loader):
+    with model.no_sync():
+        loss_fn(model(x), y).backward()
+""",
+            after="""\
+import contextlib
+from torch.nn.parallel import DistributedDataParallel
+
+if args.distributed:
+    model = DistributedDataParallel(model, device_ids=None)
+for i, (x, y) in enumerate(loader):
+    with (model.no_sync() if hasattr(model, "no_sync") else contextlib.nullcontext()):
+        loss_fn(model(x), y).backward()
+""",
+        ),
+        Example(
+            before="""\
+import copy
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+model = DistributedDataParallel(net, device_ids=None)
+model.hyp = {"box": 0.05}
+model.require_backward_grad_sync = False
+ema = copy.deepcopy(model)
+traced = torch.jit.trace(model, example)
+writer.add_graph(model, example)
+""",
+            after="""\
+import copy
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+model = DistributedDataParallel(net, device_ids=None)
+model.hyp = model.module.hyp = {"box": 0.05}
+model.require_backward_grad_sync = False
+ema = copy.deepcopy(model.module)
+traced = torch.jit.trace(model.module, example)
+writer.add_graph(model.module, example)
+""",
+        ),
+        Example(
+            before="""\
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel
+
+model = DistributedDataParallel(net, device_ids=None)
+raw = model.module if isinstance(model, nn.DataParallel) else model
+torch.save(raw.state_dict(), "final.pt")
+""",
+            after="""\
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel
+
+model = DistributedDataParallel(net, device_ids=None)
+raw = model.module if isinstance(model, (nn.DataParallel, DistributedDataParallel)) else model
+torch.save(raw.state_dict(), "final.pt")
+""",
+        ),
+        Example(
+            before="""\
+from torch.nn.parallel import DistributedDataParallel
+
+model = DistributedDataParallel(net, device_ids=None)
+for x, y in loader:
+    loss = model.compute_loss(x, y)
+    loss.backward()
+    optimizer.step()
+""",
+            after="""\
+from torch.nn.parallel import DistributedDataParallel
+
+model = DistributedDataParallel(net, device_ids=None)
+for x, y in loader:
+    # TODO(ddp-migrate): this model method runs in the training step: through .module it would skip DDP's gradient all-reduce; call the model (its forward) instead, e.g. make forward() return the loss
+    loss = model.compute_loss(x, y)
+    loss.backward()
+    optimizer.step()
+""",
+        ),
+        Valid(
+            """\
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel
+
+model = DistributedDataParallel(net, device_ids=None)
+raw = model.module if isinstance(model, (nn.DataParallel, DistributedDataParallel)) else model
+torch.save(raw.state_dict(), "final.pt")
+model.require_backward_grad_sync = False
+with model.no_sync():
+    model(x).sum().backward()
+"""
+        ),
         Valid(
             """\
 from torch.nn.parallel import DistributedDataParallel
@@ -81,15 +259,57 @@ torch.save(model.module.state_dict(), "model.pt")
     )
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
+        for case in self.cases(analysis):
+            yield Match(case.node, case.message, fixable=case.kind != "step")
+
+    def cases(self, analysis: ScriptAnalysis) -> Iterator[_Case]:
+        """Every place that reaches the model through a wrapper, with how to fix it."""
         if not analysis.wrap_calls:
             return
         for attribute in analysis.attributes:
-            if attribute.attr.value in WRAPPER_ATTRIBUTES or dotted_name(attribute.value) is None:
+            attr = attribute.attr.value
+            if attr in WRAPPER_ATTRIBUTES and attr != "no_sync" or attr in DDP_ATTRIBUTES:
                 continue
-            if isinstance(analysis.parent(attribute), cst.AssignTarget) and attribute.attr.value in ("module",):
+            if dotted_name(attribute.value) is None:
                 continue
-            if analysis.wrapped_at(attribute.value) is not None:
-                yield Match(attribute, f"{attribute.attr.value} is not on the DDP wrapper: use .module.{attribute.attr.value}")
+            parent = analysis.parent(attribute)
+            assigned = isinstance(parent, cst.AssignTarget)
+            if assigned and attr == "module":
+                continue
+            wrap, closure = _wrap_of(analysis, attribute.value)
+            if wrap is None:
+                continue
+            sometimes = closure or self._wrapped_only_sometimes(analysis, wrap, attribute)
+            if attr == "no_sync":
+                guarded = isinstance(analysis.parent(parent), cst.IfExp) and "hasattr" in code_of(analysis.parent(parent).test)  # type: ignore[union-attr]
+                if sometimes and isinstance(parent, cst.Call) and parent.func is attribute and not guarded:
+                    yield _Case("no_sync", parent, attribute, sometimes, "no_sync() exists only on the DDP wrapper, and the model is not wrapped on every path: fall back to contextlib.nullcontext()")
+                continue
+            if assigned:
+                statement_ = analysis.parent(parent)
+                if isinstance(statement_, cst.Assign) and not _builds_module(analysis, statement_.value):
+                    if any(t.target is not attribute and _same_attribute_unwrapped(analysis, t.target, attr) for t in statement_.targets):
+                        continue  # already set on both
+                    yield _Case("assign", statement_, attribute, sometimes, f"{attr} set on the DDP wrapper: set it on the model too, so code that reads it through either finds it")
+                    continue
+            if isinstance(parent, cst.Call) and parent.func is attribute:
+                if attr == "load_state_dict":
+                    yield _Case("load", parent, attribute, sometimes, "load_state_dict is not on the DDP wrapper: use .module.load_state_dict, accepting keys with and without the module. prefix")
+                    continue
+                if attr not in STATE_METHODS and _in_training_step(analysis, parent):
+                    yield _Case("step", parent, attribute, sometimes, f"{attr}() in the training step bypasses DDP's forward (no gradient all-reduce through .module): route it through the model's forward()")
+                    continue
+            yield _Case("access", attribute, attribute, sometimes, f"{attr} is not on the DDP wrapper: use .module.{attr}")
+        for call in analysis.calls:
+            if analysis.is_call_to(call, HANDOFFS) or call_method_name(call) == "add_graph":
+                if call.args and not call.args[0].keyword and not call.args[0].star:
+                    wrap, closure = _wrap_of(analysis, call.args[0].value)
+                    if wrap is not None and dotted_name(call.args[0].value) is not None:
+                        sometimes = closure or self._wrapped_only_sometimes(analysis, wrap, call)
+                        what = "copy" if analysis.is_call_to(call, {"copy.deepcopy"}) else "tracing"
+                        yield _Case("handoff", call.args[0].value, call.args[0].value, sometimes, f"{code_of(call.func)} gets the DDP wrapper: hand it the model itself ({what} of the wrapper fails or keeps DDP's hooks)")
+            elif _is_data_parallel_check(analysis, call):
+                yield _Case("isinstance", call, call, False, "isinstance(..., DataParallel) is False for a DistributedDataParallel model: check for both")
 
     @staticmethod
     def _wrapped_only_sometimes(analysis: ScriptAnalysis, wrap: cst.Call, access: cst.CSTNode) -> bool:
@@ -104,20 +324,203 @@ torch.save(model.module.state_dict(), "model.pt")
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         edits = Edits(analysis.module.code)
-        for match in self.matches(analysis):
-            attribute = match.node
+        for case in self.cases(analysis):
+            line = analysis.line(case.node)
+            if case.kind == "step":
+                edits.todo(analysis.statement(case.node), TRAINING_STEP_TODO)
+                continue
+            if case.kind == "isinstance":
+                call = case.node
+                assert isinstance(call, cst.Call)
+                ddp = imported_name(analysis, edits, DDP_MODULE, DDP_CLASS)
+                classes = call.args[1].value
+                both = expression(f"({code_of(classes)}, {ddp})")
+                edits.replace(classes, lambda _updated, both=both: both)
+                edits.changes.append(Change(self.code, line, f"isinstance checks for {ddp} too"))
+                continue
+            if case.kind == "handoff":
+                model = case.node
+                assert isinstance(model, cst.BaseExpression)
+                inner = self._inner(analysis, edits, model, case.sometimes)
+                edits.replace(model, lambda _updated, inner=inner: inner)
+                edits.changes.append(Change(self.code, line, "the model itself (not its DDP wrapper) is copied or traced"))
+                continue
+            attribute = case.attribute
             assert isinstance(attribute, cst.Attribute)
-            wrap = analysis.wrapped_at(attribute.value)
-            if wrap is not None and self._wrapped_only_sometimes(analysis, wrap, attribute):
-                # ``if args.distributed: model = DDP(model)``: .module would fail on the other path.
-                rt = runtime_name(analysis, edits)
-                unwrapped = expression(f"{rt}.unwrap(MODEL)")
-                assert isinstance(unwrapped, cst.Call)
-                inner: cst.BaseExpression = unwrapped.with_changes(args=[cst.Arg(attribute.value)])
-                how = "runtime.unwrap(...)"
+            how = "runtime.unwrap(...)" if case.sometimes else ".module"
+            inner = self._inner(analysis, edits, attribute.value, case.sometimes) if case.kind != "no_sync" else attribute.value
+            if case.kind == "no_sync":
+                call = case.node
+                nullcontext = _nullcontext(analysis, edits)
+                fallback = expression('(MODEL.no_sync() if hasattr(MODEL, "no_sync") else ' + nullcontext + "())")
+                assert isinstance(fallback, cst.IfExp)
+                fallback = fallback.with_changes(
+                    body=call, test=fallback.test.with_changes(args=[cst.Arg(attribute.value, comma=fallback.test.args[0].comma), fallback.test.args[1]])  # type: ignore[attr-defined]
+                )
+                edits.replace(call, lambda _updated, new=fallback: new)
+                edits.changes.append(Change(self.code, line, "no_sync() falls back to contextlib.nullcontext() when the model is not wrapped"))
+            elif case.kind == "assign":
+                assign = case.node
+                assert isinstance(assign, cst.Assign)
+                also = cst.AssignTarget(attribute.with_changes(value=inner))
+                edits.replace(assign, lambda updated, also=also: updated.with_changes(targets=[*updated.targets, also]))  # type: ignore[attr-defined]
+                edits.changes.append(Change(self.code, line, f"{attribute.attr.value} set on the DDP wrapper and on the model"))
+            elif case.kind == "load":
+                call = case.node
+                assert isinstance(call, cst.Call)
+                edits.replace(attribute, lambda updated, inner=inner: updated.with_changes(value=inner))
+                if call.args and call.args[0].keyword is None and not call.args[0].star:
+                    state = call.args[0].value
+                    stripped = expression(f'{{k.removeprefix("module."): v for k, v in {code_of(state)}.items()}}')
+                    edits.replace(state, lambda _updated, stripped=stripped: stripped)
+                edits.changes.append(Change(self.code, line, f"load_state_dict reached through {how}, accepting keys with and without module."))
             else:
-                inner = cst.Attribute(value=attribute.value, attr=cst.Name("module"))
-                how = ".module"
-            edits.replace(attribute, lambda updated, inner=inner: updated.with_changes(value=inner))
-            edits.changes.append(Change(self.code, analysis.line(attribute), f"{attribute.attr.value} reached through {how}"))
+                edits.replace(attribute, lambda updated, inner=inner: updated.with_changes(value=inner))
+                edits.changes.append(Change(self.code, line, f"{attribute.attr.value} reached through {how}"))
         return edits.apply(analysis.module) if edits else None
+
+    @staticmethod
+    def _inner(analysis: ScriptAnalysis, edits: Edits, model: cst.BaseExpression, sometimes: bool) -> cst.BaseExpression:
+        """``model.module``, or ``runtime.unwrap(model)`` where the model is not wrapped on every path."""
+        if not sometimes:
+            return cst.Attribute(value=model, attr=cst.Name("module"))
+        rt = runtime_name(analysis, edits)
+        unwrapped = expression(f"{rt}.unwrap(MODEL)")
+        assert isinstance(unwrapped, cst.Call)
+        return unwrapped.with_changes(args=[cst.Arg(model)])
+
+
+@dataclass(frozen=True)
+class _Case:
+    kind: str
+    node: cst.CSTNode
+    attribute: cst.CSTNode
+    sometimes: bool
+    message: str
+
+
+def _wrap_of(analysis: ScriptAnalysis, expr: cst.BaseExpression) -> tuple[cst.Call | None, bool]:
+    """The wrap the expression's model comes from, and whether it is reached from a nested function
+    (a closure: it may run before or after the wrap, so only ``runtime.unwrap`` is safe there)."""
+    name = dotted_name(expr)
+    if name is None or _holds_unwrapped(analysis, expr, name):
+        return None, False
+    wrap = analysis.wrapped_at(expr)
+    if wrap is not None:
+        return wrap, False
+    # Should move to the analysis: a free variable of a nested function is bound in the enclosing one.
+    root = name.split(".")[0]
+    function = analysis.enclosing_function(expr)
+    if function is None or root == "self" or _binds(analysis, function, root):
+        return None, False
+    for outer in analysis.ancestors(function):
+        if not isinstance(outer, cst.FunctionDef):
+            continue
+        if not _binds(analysis, outer, root):
+            continue
+        for assign in analysis.assignments:
+            if analysis.enclosing_function(assign) is not outer:
+                continue
+            for target in _targets(assign):
+                if dotted_name(target) == name:
+                    origins = analysis.origins(target)
+                    found = next((w for w in analysis.wrap_calls if w in origins), None)
+                    if found is not None:
+                        return found, True
+        return None, False
+    return None, False
+
+
+def _targets(assign: cst.Assign | cst.AnnAssign) -> list[cst.BaseExpression]:
+    return [assign.target] if isinstance(assign, cst.AnnAssign) else [t.target for t in assign.targets]
+
+
+def _binds(analysis: ScriptAnalysis, function: cst.FunctionDef, name: str) -> bool:
+    """Whether the function itself (not a function nested in it) binds the name."""
+    if analysis.is_parameter(function, name):
+        return True
+    return any(
+        analysis.enclosing_function(assign) is function and any(isinstance(t, cst.Name) and t.value == name for t in _targets(assign))
+        for assign in analysis.assignments
+    )
+
+
+def _holds_unwrapped(analysis: ScriptAnalysis, expr: cst.BaseExpression, name: str) -> bool:
+    """Whether every assignment of the name in its scope stores an unwrapped model: ``raw = model.module if
+    isinstance(model, DataParallel) else model``, ``net = model.module``, ``net = runtime.unwrap(model)``.
+    (Should move to the analysis: the binding model follows the ``else`` branch into the wrapper.)"""
+    scope = analysis.enclosing_function(expr)
+    values = [
+        assign.value
+        for assign in analysis.assignments
+        if analysis.enclosing_function(assign) is scope and any(dotted_name(t) == name for t in _targets(assign))
+    ]
+    return bool(values) and all(v is not None and _is_unwrapped(analysis, v) for v in values)
+
+
+def _is_unwrapped(analysis: ScriptAnalysis, value: cst.BaseExpression) -> bool:
+    if isinstance(value, cst.Attribute) and value.attr.value == "module":
+        return True
+    if isinstance(value, cst.Call):
+        func = value.func
+        last = func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else ""
+        return last in UNWRAP_FUNCTIONS
+    if isinstance(value, cst.IfExp):
+        return _is_unwrapped(analysis, value.body) and any(
+            isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value in ("isinstance", "hasattr")
+            for n in walk(value.test)
+        )
+    return False
+
+
+def _same_attribute_unwrapped(analysis: ScriptAnalysis, target: cst.BaseExpression, attr: str) -> bool:
+    """Whether an assignment target is ``<unwrapped model>.attr`` (``model.module.hyp``, ``runtime.unwrap(model).hyp``)."""
+    return isinstance(target, cst.Attribute) and target.attr.value == attr and _is_unwrapped(analysis, target.value)
+
+
+def _builds_module(analysis: ScriptAnalysis, value: cst.BaseExpression) -> bool:
+    """Whether an assigned value is a new layer (``nn.Linear(...)``): a structural change, not a setting."""
+    if not isinstance(value, cst.Call):
+        return False
+    for qualified in analysis.qualified_names(value.func):
+        parts = qualified.split(".")
+        if parts[:2] == ["torch", "nn"] and parts[-1][:1].isupper():
+            return True
+    target = analysis.call_target(value)
+    return target is not None and target.name.value == "__init__"
+
+
+def _is_data_parallel_check(analysis: ScriptAnalysis, call: cst.Call) -> bool:
+    """``isinstance(x, nn.DataParallel)`` in a file that wraps with DDP (the check no longer matches)."""
+    if not (isinstance(call.func, cst.Name) and call.func.value == "isinstance" and len(call.args) == 2):
+        return False
+    if not any(analysis.is_call_to(w, names.DISTRIBUTED_DATA_PARALLEL) for w in analysis.wrap_calls):
+        return False
+    classes = call.args[1].value
+    elements = [e.value for e in classes.elements] if isinstance(classes, cst.Tuple) else [classes]
+    qualified = set().union(*(analysis.qualified_names(e) for e in elements))
+    return bool(qualified & names.DATA_PARALLEL) and not qualified & names.DISTRIBUTED_DATA_PARALLEL
+
+
+def _in_training_step(analysis: ScriptAnalysis, call: cst.Call) -> bool:
+    """Whether the call runs in a loop that calls ``backward()`` after it, in the same function."""
+    function = analysis.enclosing_function(call)
+    loop = next((a for a in analysis.ancestors(call) if isinstance(a, (cst.For, cst.While))), None)
+    if loop is None or (function is not None and not analysis.is_inside(loop, function)):
+        return False
+    return any(
+        analysis.is_inside(b, loop) and analysis.enclosing_function(b) is function and analysis.comes_before(call, b)
+        for b in analysis.backward_calls
+    )
+
+
+def _nullcontext(analysis: ScriptAnalysis, edits: Edits) -> str:
+    """How the file spells ``contextlib.nullcontext`` (adding ``import contextlib`` if needed)."""
+    function = analysis.local_name_for("contextlib.nullcontext")
+    if function:
+        return function
+    module = analysis.local_name_for("contextlib")
+    if module:
+        return f"{module}.nullcontext"
+    edits.add_import("contextlib")
+    return "contextlib.nullcontext"
