@@ -25,6 +25,8 @@ from .wrapped_module_access import WrappedModuleAccess
 from .accumulation_no_sync import AccumulationWithoutNoSync
 from .async_collective import UnwaitedAsyncCollective
 from .batchnorm_sync import BatchNormWithoutSync
+from .checkpoint_keys import DataParallelCheckpointKeys
+from .sum_reduction_loss import SumReductionLoss
 from .collective_arguments import InvalidCollectiveArgument
 from .collective_in_rank_branch import CollectiveInRankBranch
 from .find_unused_parameters import FindUnusedParameters
@@ -64,6 +66,8 @@ ALL_RULES: tuple[type[Rule], ...] = tuple(
             SamplerWithShuffle,
             InvalidCollectiveArgument,
             UnsyncedMetricLogging,
+            DataParallelCheckpointKeys,
+            SumReductionLoss,
         ),
         key=lambda rule: rule.code,
     )
