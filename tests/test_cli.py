@@ -438,6 +438,10 @@ def test_cli_never_imports_torch(tmp_path: Path) -> None:
         assert runner.invoke(ddp_migrate.cli.cli, ["lint", "train.py"]).exit_code == 1
         assert runner.invoke(ddp_migrate.cli.cli, ["-j", "1", "train.py"]).exit_code in (0, 1)
         assert runner.invoke(ddp_migrate.cli.cli, ["explain", "DDP007"]).exit_code == 0
+        assert runner.invoke(ddp_migrate.cli.cli, ["explain", "missing-process-group"]).exit_code == 0
+        assert runner.invoke(ddp_migrate.cli.cli, ["rules", "--format", "json"]).exit_code == 0
+        assert "DataParallel" in runner.invoke(ddp_migrate.cli.cli, ["example"]).output
+        assert runner.invoke(ddp_migrate.cli.cli, ["lint", "--format", "sarif", "--exit-zero", "train.py"]).exit_code == 0
         assert "runtime.save(" in open("train.py").read()
         loaded = sorted(m for m in sys.modules if m == "torch" or m.startswith("torch."))
         assert not loaded, loaded
