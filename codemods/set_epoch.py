@@ -101,17 +101,21 @@ for epoch in range(10):
     )
 
     def _cases(self, analysis: ScriptAnalysis) -> Iterator[tuple[cst.Call, EpochLoop | None]]:
-        for loader in analysis.loader_calls:
+        """Training loaders with a DistributedSampler whose epoch loop in THIS module never calls
+        ``set_epoch`` (the loader may be built in another module of the program: ``utils.build_loaders``),
+        and this module's loaders with no epoch loop anywhere."""
+        set_epoch_calls = analysis.program_method_calls("set_epoch")
+        for loader in analysis.program_loader_calls:
             if loader not in analysis.training_loaders or not analysis.has_distributed_sampler(loader):
                 continue
             loops = analysis.epoch_loops(loader)
             if not loops:
-                if not analysis.method_calls("set_epoch"):
+                if analysis.owns(loader) and not set_epoch_calls:
                     yield loader, None
                 continue
             for epoch in loops:
                 # set_epoch may sit in a function the epoch loop calls (the DDP tutorial's ``_run_epoch``).
-                if not analysis.reaches(epoch.loop, analysis.method_calls("set_epoch")):
+                if analysis.owns(epoch.loop) and not analysis.reaches(epoch.loop, set_epoch_calls):
                     yield loader, epoch
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:

@@ -14,6 +14,7 @@ from typing import Callable, Sequence, TypeVar
 import libcst as cst
 
 from ddp_migrate.codemods.analysis import ScriptAnalysis
+from ddp_migrate.codemods.analysis.program import ModuleInfo, Program
 from ddp_migrate.codemods.base import Change, Finding, Note, Options, Rule
 
 from .noqa import suppress
@@ -49,6 +50,11 @@ class FileResult:
     skipped: bool = False
     text: str = ""
     new_text: str = ""
+    #: ``entry`` (a program starts here, or a lone script), ``module`` (a module of a program, migrated
+    #: with its entry) or ``library`` (no entry reaches it: linted, never migrated).
+    role: str = "entry"
+    #: The entry script of the program the file belongs to (``None`` for a lone script or a library).
+    entry: str | None = None
 
     @property
     def changed(self) -> bool:
@@ -113,9 +119,9 @@ def _run_rule(rule: Rule, step: str, call: Callable[[], T]) -> T:
     return _guarded(f"{rule.code} ({rule.name}) while {step}", call)
 
 
-def analyse(module: cst.Module) -> ScriptAnalysis:
-    """The shared analysis of a module (a crash in it is a one-line error, like a crash in a rule)."""
-    return _guarded("the script analysis", lambda: ScriptAnalysis(module))
+def analyse(module: cst.Module, is_entry: bool = True) -> ScriptAnalysis:
+    """The shared analysis of a lone module (a crash in it is a one-line error, like a crash in a rule)."""
+    return _guarded("the script analysis", lambda: ScriptAnalysis(module, is_entry=is_entry))
 
 
 def _applies(rule: Rule, text: str) -> bool:
@@ -124,7 +130,7 @@ def _applies(rule: Rule, text: str) -> bool:
 
 
 def fix_to_fixed_point(
-    module: cst.Module, rules: Sequence[Rule], options: Options, path: str
+    module: cst.Module, rules: Sequence[Rule], options: Options, path: str, is_entry: bool = True
 ) -> tuple[cst.Module, list[Change], ScriptAnalysis]:
     """Run every fix in phase order, pass after pass, until a whole pass changes nothing.
 
@@ -134,7 +140,7 @@ def fix_to_fixed_point(
     """
     changes: list[Change] = []
     ordered = sorted((r for r in rules if r.can_fix()), key=lambda r: (r.phase, r.code))
-    analysis = analyse(module)
+    analysis = analyse(module, is_entry)
     text = module.code
     for _ in range(MAX_PASSES):
         changed_this_pass: list[str] = []
@@ -150,7 +156,7 @@ def fix_to_fixed_point(
                 continue
             verify(new_text, path, rule)
             module, text = result.module, new_text
-            analysis = analyse(module)
+            analysis = analyse(module, is_entry)
             changes.extend(result.changes)
             changed_this_pass.append(rule.code)
         if not changed_this_pass:
@@ -159,9 +165,10 @@ def fix_to_fixed_point(
     raise FileError(f"fixes did not settle after {MAX_PASSES} passes (rules still changing the file: {involved}); file left unchanged")
 
 
-def find_all(analysis: ScriptAnalysis, rules: Sequence[Rule]) -> list[Finding]:
-    """Every finding of every rule whose trigger words occur in the analysed module, sorted by position."""
-    text = analysis.module.code
+def find_all(analysis: ScriptAnalysis, rules: Sequence[Rule], text: str | None = None) -> list[Finding]:
+    """Every finding of every rule whose trigger words occur in the analysed module (or ``text``: the
+    whole program's source), sorted by position."""
+    text = analysis.module.code if text is None else text
     findings: list[Finding] = []
     for rule in rules:
         if _applies(rule, text):
@@ -177,12 +184,15 @@ def collect_notes(analysis: ScriptAnalysis, rules: Sequence[Rule], options: Opti
     return sorted(notes, key=lambda n: (n.line, n.code))
 
 
-def process(path: str, data: bytes, rule_classes: Sequence[type[Rule]], options: Options, fix: bool) -> FileResult:
-    """Run the pipeline on one file's bytes; errors land in ``result.error`` as one ``path:line:col:`` line.
+def process(
+    path: str, data: bytes, rule_classes: Sequence[type[Rule]], options: Options, fix: bool, is_entry: bool = True
+) -> FileResult:
+    """Run the pipeline on one file's bytes, a program of its own; errors land in ``result.error`` as one
+    ``path:line:col:`` line. ``is_entry=False`` for a module no entry reaches (no process group is due).
 
     Findings that a ``# noqa`` comment on their first line silences are dropped (:mod:`ddp_migrate.noqa`).
     """
-    result = FileResult(path=path, original=data)
+    result = FileResult(path=path, original=data, role="entry" if is_entry else "library")
     try:
         source = decode(data)
         result.text = result.new_text = source.text
@@ -193,12 +203,12 @@ def process(path: str, data: bytes, rule_classes: Sequence[type[Rule]], options:
         module = parse(source.text, path)
         rules = [cls() for cls in rule_classes]
         if fix:
-            module, result.changes, analysis = fix_to_fixed_point(module, rules, options, path)
+            module, result.changes, analysis = fix_to_fixed_point(module, rules, options, path, is_entry)
             result.new_text = module.code
             if module.code != source.text:
                 result.output = source.encode(module.code)
         else:
-            analysis = analyse(module)
+            analysis = analyse(module, is_entry)
         result.findings = suppress(find_all(analysis, rules), analysis.module.code)
         result.notes = collect_notes(analysis, rules, options) if fix else []
     except (SourceError, FileError) as error:
@@ -207,3 +217,105 @@ def process(path: str, data: bytes, rule_classes: Sequence[type[Rule]], options:
         result.changes = []
         result.new_text = result.text
     return result
+
+
+@dataclass
+class ProgramFile:
+    """One file of a program, as the engine receives it."""
+
+    path: str
+    data: bytes
+    info: ModuleInfo
+    rules: Sequence[type[Rule]]
+    #: Whether the file may be rewritten (``False``: analysed with the program, reported, left as it is).
+    migrate: bool = True
+
+
+def process_program(files: Sequence[ProgramFile], options: Options, fix: bool) -> list[FileResult]:
+    """Run the pipeline on the files of one program analysed together (the entry first).
+
+    Every file is decoded and parsed; one :class:`Program` analysis spans them all, so a loader built in
+    one module and iterated in another, or a model built in the entry and trained by a ``Trainer`` module,
+    is known as such. Fixes run in phase order across the modules, pass after pass, until a pass changes
+    nothing; only the module a fix rewrote is indexed again. Each file gets its own result; a file that
+    cannot be read or parsed is reported and the others go on without it.
+    """
+    entry = files[0].path if files else None
+    results: dict[str, FileResult] = {}
+    modules: dict[str, tuple[cst.Module, ModuleInfo]] = {}
+    sources = {}
+    for file in files:
+        result = FileResult(path=file.path, original=file.data, role="entry" if file.info.is_entry else "module", entry=entry)
+        results[file.path] = result
+        try:
+            source = decode(file.data)
+            result.text = result.new_text = source.text
+            modules[file.path] = (parse(source.text, file.path), file.info)
+            sources[file.path] = source
+        except (SourceError, FileError) as error:
+            result.error = f"{file.path}:{error.line}:{error.column}: {error.message}"
+    by_path = {file.path: file for file in files}
+    try:
+        program = _guarded("the program analysis", lambda: Program(modules))
+        rules_of = {path: [cls for cls in by_path[path].rules] for path in modules}
+        instances = {cls: cls() for path in modules for cls in rules_of[path]}
+        if fix:
+            changes = _fix_program(program, instances, rules_of, {p for p in modules if by_path[p].migrate}, options)
+            for path, found in changes.items():
+                results[path].changes = found
+        for path in modules:
+            analysis = program.analysis(path)
+            rules = [instances[cls] for cls in rules_of[path]]
+            result = results[path]
+            result.findings = suppress(find_all(analysis, rules, program_text(program)), analysis.module.code)
+            result.notes = collect_notes(analysis, rules, options) if fix and by_path[path].migrate else []
+            new_code = program.module(path).code
+            result.new_text = new_code
+            if new_code != result.text:
+                result.output = sources[path].encode(new_code)
+    except FileError as error:
+        for path in modules:
+            result = results[path]
+            result.error = f"{path}:{error.line}:{error.column}: {error.message}"
+            result.output, result.changes, result.new_text = None, [], result.text
+    return [results[file.path] for file in files]
+
+
+def program_text(program: Program) -> str:
+    """All the program's source, for the rules' trigger-word check (a rule may act on one module because
+    of what another one holds)."""
+    return "\n".join(program.module(key).code for key in program.keys())
+
+
+def _fix_program(
+    program: Program,
+    instances: dict[type[Rule], Rule],
+    rules_of: dict[str, list[type[Rule]]],
+    writable: set[str],
+    options: Options,
+) -> dict[str, list[Change]]:
+    """Run every fix over the program's writable modules to a fixed point; the changes per module."""
+    changes: dict[str, list[Change]] = {key: [] for key in program.keys()}
+    ordered = sorted({rule for rule in instances.values() if rule.can_fix()}, key=lambda r: (r.phase, r.code))
+    for _ in range(MAX_PASSES):
+        changed_this_pass: list[str] = []
+        text = program_text(program)
+        for rule in ordered:
+            if not _applies(rule, text):
+                continue
+            for key in program.keys():
+                if key not in writable or type(rule) not in rules_of[key]:
+                    continue
+                analysis = program.analysis(key)
+                result = _run_rule(rule, f"fixing {key}", lambda: rule.fix(analysis, options))
+                if result is None or result.module.code == analysis.module.code:
+                    continue
+                verify(result.module.code, key, rule)
+                program.replace(key, result.module)
+                changes[key].extend(result.changes)
+                changed_this_pass.append(rule.code)
+                text = program_text(program)
+        if not changed_this_pass:
+            return changes
+    involved = ", ".join(dict.fromkeys(changed_this_pass))
+    raise FileError(f"fixes did not settle after {MAX_PASSES} passes (rules still changing the program: {involved}); files left unchanged")

@@ -11,9 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ddp_migrate.codemods.base import Options, Rule
+from ddp_migrate.codemods.analysis.program import ModuleInfo
+from ddp_migrate.codemods.analysis.project import SourceFacts, is_test_file, module_name, resolve_imports, scan, search_roots
+from ddp_migrate.codemods.base import Note, Options, Rule
 
-from .engine import FileResult, process
+from .engine import FileResult, ProgramFile, process, process_program
+from .source import SourceError, decode
 
 RulesFor = Callable[[Path], Sequence[type[Rule]]]
 
@@ -22,18 +25,116 @@ RulesFor = Callable[[Path], Sequence[type[Rule]]]
 class Unit:
     """Files processed together by one worker.
 
-    ``paths`` are every file of the unit, the entry first for a program; ``named`` are the ones the user
-    asked for (the others were reached by following imports); ``entry`` is ``None`` for a standalone file.
+    ``paths`` are every file of the unit, the entry first for a program; ``migrate`` the ones that may be
+    rewritten (all of a program's modules, or only the files named with ``follow_imports=False``);
+    ``entry`` is ``None`` for a file no entry reaches (a library module or a test: linted, not migrated).
+    ``names`` holds each file's dotted module name and ``packages`` the files that are packages.
     """
 
     paths: tuple[Path, ...]
-    named: frozenset[Path] = field(default_factory=frozenset)
+    migrate: frozenset[Path] = field(default_factory=frozenset)
     entry: Path | None = None
+    names: tuple[tuple[Path, str], ...] = ()
+    packages: frozenset[Path] = field(default_factory=frozenset)
+    why_not: str = ""
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return decode(path.read_bytes()).text
+    except (OSError, SourceError):
+        return None
+
+
+class _Scanner:
+    """The cheap ``ast`` scan of every file the plan touches, done once per file."""
+
+    def __init__(self) -> None:
+        self.facts: dict[Path, SourceFacts | None] = {}
+
+    def __call__(self, path: Path) -> SourceFacts | None:
+        key = path.resolve()
+        if key not in self.facts:
+            text = _read_text(key)
+            self.facts[key] = scan(key, text) if text is not None else None
+        return self.facts[key]
+
+
+def _closure(entry: Path, scanner: _Scanner) -> list[Path]:
+    """The entry and every local module it imports, directly or through other local modules."""
+    roots = search_roots(entry)
+    order = [entry.resolve()]
+    seen = set(order)
+    queue = list(order)
+    while queue:
+        current = queue.pop(0)
+        facts = scanner(current)
+        if facts is None or facts.tree is None:
+            continue
+        for imported in resolve_imports(facts, roots):
+            if imported not in seen and not is_test_file(imported):
+                seen.add(imported)
+                order.append(imported)
+                queue.append(imported)
+    return order
+
+
+def _is_entry(path: Path, facts: SourceFacts | None, imported: set[Path]) -> bool:
+    if facts is None or facts.tree is None or is_test_file(path):
+        return False
+    return facts.has_main_guard or (facts.works_at_module_level and path.resolve() not in imported)
 
 
 def plan(files: Sequence[Path], follow_imports: bool = True) -> list[Unit]:
-    """Group the files into units (today: one unit per file; programs come with the project analysis)."""
-    return [Unit(paths=(path,), named=frozenset({path})) for path in files]
+    """Group the files into units: one per program (an entry and the local modules it imports, programs
+    that share a module merged into one unit), and one per file that no entry reaches.
+
+    Files keep the spelling the user gave; modules reached through imports are named by their path.
+    """
+    scanner = _Scanner()
+    given = {path.resolve(): path for path in files}
+    closures: dict[Path, list[Path]] = {}
+    imported: set[Path] = set()
+    for resolved in given:
+        facts = scanner(resolved)
+        if facts is not None and facts.tree is not None and not is_test_file(resolved):
+            closure = _closure(resolved, scanner)
+            imported.update(closure[1:])
+            closures[resolved] = closure
+    entries = [r for r in given if _is_entry(r, scanner(r), imported)]
+    groups: list[tuple[list[Path], list[Path]]] = []  # (entries, modules in order)
+    for entry in entries:
+        members = closures[entry]
+        overlapping = [g for g in groups if set(g[1]) & set(members)]
+        merged_entries, merged = [entry], list(members)
+        for group in overlapping:
+            groups.remove(group)
+            merged_entries = [*group[0], *merged_entries]
+            merged = [*group[1], *(m for m in merged if m not in group[1])]
+        groups.append((merged_entries, merged))
+    units: list[Unit] = []
+    covered: set[Path] = set()
+    for group_entries, members in groups:
+        ordered = [*group_entries, *(m for m in members if m not in group_entries)]
+        roots = search_roots(group_entries[0])
+        names = tuple((given.get(m, m), module_name(m, roots)[0]) for m in ordered)
+        packages = frozenset(given.get(m, m) for m in ordered if module_name(m, roots)[1])
+        paths = tuple(given.get(m, m) for m in ordered)
+        writable = frozenset(p for p in paths if follow_imports or p.resolve() in given)
+        units.append(
+            Unit(paths=paths, migrate=writable, entry=paths[0], names=names, packages=packages)
+        )
+        covered.update(ordered)
+    for resolved, path in given.items():
+        if resolved in covered:
+            continue
+        facts = scanner(resolved)
+        if facts is None or facts.tree is None:
+            units.append(Unit(paths=(path,), migrate=frozenset({path}), entry=path))
+            continue
+        why = "a test file" if is_test_file(resolved) else "a module no entry script reaches (migrate the script that runs it)"
+        units.append(Unit(paths=(path,), why_not=why))
+    return units
 
 
 def read_result(path: Path) -> tuple[bytes | None, FileResult | None]:
@@ -45,12 +146,31 @@ def read_result(path: Path) -> tuple[bytes | None, FileResult | None]:
 
 
 def process_unit(unit: Unit, rules_for: RulesFor, options: Options, fix: bool) -> list[FileResult]:
-    """Run the engine over every file of a unit; one result per file, in the unit's order."""
-    results = []
+    """Run the engine over a unit: a lone script through the single-file pipeline, a program of several
+    modules through :func:`ddp_migrate.engine.process_program`, a library file or test linted only."""
+    if unit.entry is None:
+        path = unit.paths[0]
+        data, failed = read_result(path)
+        if failed is not None:
+            return [failed]
+        result = process(str(path), data, tuple(rules_for(path)), options, fix=False, is_entry=False)  # type: ignore[arg-type]
+        if fix and not result.error:
+            result.notes.append(Note("program", 1, f"not migrated: {unit.why_not}"))
+        return [result]
+    if len(unit.paths) == 1:
+        path = unit.paths[0]
+        data, failed = read_result(path)
+        if failed is not None:
+            return [failed]
+        return [process(str(path), data, tuple(rules_for(path)), options, fix and path in unit.migrate)]  # type: ignore[arg-type]
+    names = dict(unit.names)
+    files: list[ProgramFile] = []
+    failures: list[FileResult] = []
     for path in unit.paths:
         data, failed = read_result(path)
         if failed is not None:
-            results.append(failed)
+            failures.append(failed)
             continue
-        results.append(process(str(path), data, tuple(rules_for(path)), options, fix))  # type: ignore[arg-type]
-    return results
+        info = ModuleInfo(names.get(path, path.stem), is_entry=path == unit.entry, is_package=path in unit.packages)
+        files.append(ProgramFile(str(path), data, info, tuple(rules_for(path)), migrate=path in unit.migrate))  # type: ignore[arg-type]
+    return [*process_program(files, options, fix), *failures]

@@ -238,6 +238,7 @@ class ModuleIndex:
 
     def __init__(self, module: cst.Module) -> None:
         # The rules rewrite the very nodes they find, so the wrapper must not copy the module.
+        self.module = module
         self.wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
         self.qualified = self.wrapper.resolve(QualifiedNameProvider)
         self.nodes = _Indexer()
@@ -367,7 +368,10 @@ class ScriptAnalysis:
     def qualified_names(self, node: cst.CSTNode) -> set[str]:
         """Qualified names of a name or attribute, through import aliases (``nn.DataParallel`` →
         ``torch.nn.DataParallel``)."""
-        value = self._qualified.get(node, ())
+        value = self._qualified.get(node)
+        if value is None:
+            owner = self.shared.analysis_of(node) if node not in self._parents or not self.owns(node) else None
+            return owner.qualified_names(node) if owner is not None and owner is not self else set()
         if callable(value):  # libcst computes some metadata lazily, on first access
             value = value()
         return {q.name for q in value}
@@ -384,6 +388,10 @@ class ScriptAnalysis:
     def method_calls(self, method: str) -> list[cst.Call]:
         """Every ``x.method(...)`` call in the file."""
         return [call for call in self.calls if call_method_name(call) == method]
+
+    def program_method_calls(self, method: str) -> list[cst.Call]:
+        """Every ``x.method(...)`` call in every module of the program."""
+        return [call for analysis in self.shared.analyses for call in analysis.method_calls(method)]
 
     def _top_level_imports(self) -> Iterator[cst.Import | cst.ImportFrom]:
         for stmt in self.module.body:
@@ -889,6 +897,11 @@ class ScriptAnalysis:
         return self.calls_to(names.MODEL_WRAPPERS)
 
     @cached_property
+    def program_wrap_calls(self) -> list[cst.Call]:
+        """``DataParallel(...)`` and ``DistributedDataParallel(...)`` calls in every module of the program."""
+        return [call for analysis in self.shared.analyses for call in analysis.wrap_calls]
+
+    @cached_property
     def optimizer_calls(self) -> list[cst.Call]:
         """Constructor calls of ``torch.optim`` optimizers."""
         return [
@@ -915,7 +928,7 @@ class ScriptAnalysis:
     def wrapped_at(self, expr: cst.BaseExpression) -> cst.Call | None:
         """The DDP/DP wrap that a name refers to at this point, if it is a wrapped model there."""
         origins = self.origins(expr)
-        for wrap in self.wrap_calls:
+        for wrap in self.program_wrap_calls:
             if wrap not in origins:
                 continue
             same_scope = self.scope_of(wrap) is self.scope_of(expr)

@@ -1,0 +1,168 @@
+"""The project a file belongs to, how its imports resolve to local modules, and what role it plays.
+
+Cheap on purpose: everything here reads Python's own ``ast`` (a tenth of a libcst parse), so the engine can
+group files into programs before it parses any of them with libcst.
+
+- the project root is the nearest folder above a file with ``pyproject.toml``, ``setup.py``,
+  ``setup.cfg`` or ``.git`` (else the file's own folder);
+- imports resolve against the importing script's folder, the project root and ``<root>/src``, relative
+  imports against the importing module's package;
+- an entry is a file with an ``if __name__ == "__main__":`` block, or with work at module level (a call,
+  a loop) that no other module of the project imports; tests (``test_*.py``, ``*_test.py``,
+  ``conftest.py``, anything under a ``tests``/``test`` folder) are never entries.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
+TEST_FOLDERS = frozenset({"tests", "test", "testing"})
+
+
+@lru_cache(maxsize=None)
+def project_root(folder: Path) -> Path:
+    """The nearest folder at or above ``folder`` that marks a project root; ``folder`` itself if none."""
+    for candidate in (folder, *folder.parents):
+        if any((candidate / marker).exists() for marker in ROOT_MARKERS):
+            return candidate
+    return folder
+
+
+def search_roots(script: Path) -> tuple[Path, ...]:
+    """Where the imports of a script are looked up: its folder, the project root and ``<root>/src``."""
+    folder = script.resolve().parent
+    root = project_root(folder)
+    roots = [folder, root, root / "src"]
+    unique: list[Path] = []
+    for path in roots:
+        if path.is_dir() and path not in unique:
+            unique.append(path)
+    return tuple(unique)
+
+
+def is_test_file(path: Path) -> bool:
+    """Whether a file is a test: pytest's naming, or a file under a tests folder of its project."""
+    resolved = path.resolve()
+    name = resolved.name
+    if name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py":
+        return True
+    root = project_root(resolved.parent)
+    try:
+        parts = resolved.parent.relative_to(root).parts
+    except ValueError:
+        parts = ()
+    return any(part in TEST_FOLDERS for part in parts)
+
+
+def module_name(path: Path, roots: tuple[Path, ...]) -> tuple[str, bool]:
+    """The dotted name under which the file is imported from the first root that contains it, and
+    whether it is a package (``__init__.py``)."""
+    resolved = path.resolve()
+    for root in roots:
+        try:
+            relative = resolved.relative_to(root)
+        except ValueError:
+            continue
+        parts = list(relative.with_suffix("").parts)
+        is_package = parts[-1] == "__init__"
+        if is_package:
+            parts = parts[:-1]
+        if parts and all(part.isidentifier() for part in parts):
+            return ".".join(parts), is_package
+    return resolved.stem, False
+
+
+@dataclass
+class SourceFacts:
+    """What the cheap scan learned of one file."""
+
+    path: Path
+    tree: ast.Module | None
+    has_main_guard: bool = False
+    works_at_module_level: bool = False
+    imports: list[tuple[str, int, tuple[str, ...]]] = field(default_factory=list)
+
+
+def scan(path: Path, text: str) -> SourceFacts:
+    """Parse a file with ``ast`` and note its main guard, its module-level work and its imports
+    (``(module, level, names)``; a file that does not parse gets no facts, the engine reports it)."""
+    try:
+        tree = ast.parse(text, filename=str(path))
+    except (SyntaxError, ValueError):
+        return SourceFacts(path, None)
+    facts = SourceFacts(path, tree)
+    for stmt in tree.body:
+        if isinstance(stmt, ast.If) and _is_main_test(stmt.test):
+            facts.has_main_guard = True
+        elif isinstance(stmt, (ast.For, ast.While, ast.With)) or (
+            isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
+        ):
+            facts.works_at_module_level = True
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                facts.imports.append((alias.name, 0, ()))
+        elif isinstance(node, ast.ImportFrom):
+            facts.imports.append((node.module or "", node.level, tuple(a.name for a in node.names)))
+    return facts
+
+
+def _is_main_test(test: ast.expr) -> bool:
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+        return False
+    sides = [test.left, test.comparators[0]]
+    has_name = any(isinstance(s, ast.Name) and s.id == "__name__" for s in sides)
+    has_main = any(isinstance(s, ast.Constant) and s.value == "__main__" for s in sides)
+    return has_name and has_main
+
+
+def _module_file(base: Path, dotted: str) -> Path | None:
+    """``base/a/b.py`` or ``base/a/b/__init__.py`` for ``a.b``."""
+    if not dotted:
+        return None
+    target = base.joinpath(*dotted.split("."))
+    for candidate in (target.with_suffix(".py"), target / "__init__.py"):
+        if candidate.is_file():
+            return candidate.resolve()
+    return None
+
+
+def resolve_imports(facts: SourceFacts, roots: tuple[Path, ...], package_dir: Path | None = None) -> list[Path]:
+    """The local files a file imports: modules and packages found under the roots (relative imports
+    under the file's own package folder), with ``from pkg import mod`` reaching ``pkg/mod.py``."""
+    found: list[Path] = []
+    here = package_dir or facts.path.resolve().parent
+
+    def add(path: Path | None) -> None:
+        if path is not None and path not in found and path != facts.path.resolve():
+            found.append(path)
+
+    for module, level, names in facts.imports:
+        if level:
+            base = here
+            for _ in range(level - 1):
+                base = base.parent
+            bases = [base]
+            dotted = module
+        else:
+            bases = list(roots)
+            dotted = module
+        for base in bases:
+            hit = _module_file(base, dotted) if dotted else None
+            if dotted:
+                # Every package on the way is imported too (its __init__ runs).
+                parts = dotted.split(".")
+                for i in range(1, len(parts)):
+                    add(_module_file(base, ".".join(parts[:i])))
+            add(hit)
+            prefix = f"{dotted}." if dotted else ""
+            for name in names:
+                if name != "*":
+                    add(_module_file(base, prefix + name))
+            if hit is not None or (level and names):
+                break
+    return found
