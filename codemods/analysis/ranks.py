@@ -33,7 +33,7 @@ import libcst as cst
 
 from .. import names
 from .legacy import ENV_GETTERS, Key, LaunchIndex, LegacyFacts, int_value, legacy_facts, string_value, target_nodes
-from .script import ScriptAnalysis, dotted_name, walk
+from .script import SELF_RETURNING_METHODS, ScriptAnalysis, dotted_name, walk
 
 
 class Kind(enum.IntEnum):
@@ -50,14 +50,15 @@ RANK_VARIABLES = frozenset({"RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "SL
 RANK_CALLS = (
     names.RUNTIME_RANK
     | names.RUNTIME_MAIN_CHECK
-    | {names.runtime("local_rank"), names.runtime("device"), names.runtime("device_ids")}
+    | {names.runtime("local_rank")}
     | names.distributed("get_rank")
     | names.distributed("get_node_local_rank")
     | names.distributed("get_global_rank")
     | names.distributed("get_group_rank")
-    | {"torch.cuda.current_device", "torch.distributed.get_node_local_rank"}
+    | {"torch.distributed.get_node_local_rank"}
 )
-#: Calls whose value is the same on every rank whatever their arguments.
+#: Calls whose value is the same on every rank whatever their arguments. This process's device counts as the
+#: same: data moved to it keeps its value, and a device is no evidence that a print "carries the rank".
 UNIFORM_CALLS = (
     names.REDUCTIONS
     | names.distributed("get_world_size")
@@ -67,7 +68,7 @@ UNIFORM_CALLS = (
     | names.CUDA_QUERIES
     | {
         names.runtime(n)
-        for n in ("world_size", "local_world_size", "is_initialized", "per_process_batch_size")
+        for n in ("world_size", "local_world_size", "is_initialized", "per_process_batch_size", "device", "device_ids")
     }
     | {"torch.cuda.is_bf16_supported", "torch.backends.mps.is_available", "torch.accelerator.is_available", "torch.accelerator.device_count"}
 )
@@ -376,10 +377,13 @@ class RankFacts:
             finally:
                 self._active.discard(key)
         root = (dotted_name(call.func) or "").split(".")[0]
-        if root in self.legacy.imported_names or any(q.startswith("builtins.") for q in qualified):
+        if (root and root in self.legacy.imported_names) or (isinstance(call.func, cst.Name) and any(q.startswith("builtins.") for q in qualified)):
             return Kind.UNKNOWN  # an imported or built-in function the analysis knows nothing about
         if isinstance(call.func, cst.Attribute):
-            # A method of a value: the same on every rank when the value and the arguments are.
+            # A method of a value: the same on every rank when the value and the arguments are. Moving a
+            # value to a device or dtype (``x.to(device)``, ``.cuda(rank)``) keeps it what it is.
+            if call.func.attr.value in SELF_RETURNING_METHODS:
+                return self._kind(call.func.value, depth)
             return self._join([call.func.value, *args], depth)
         if isinstance(call.func, cst.Name) and call.func.value in RANK_NAMES:
             return Kind.RANK
