@@ -27,6 +27,7 @@ from .async_collective import UnwaitedAsyncCollective
 from .batchnorm_sync import BatchNormWithoutSync
 from .checkpoint_keys import DataParallelCheckpointKeys
 from .sum_reduction_loss import SumReductionLoss
+from .wrap_after_structure import LayerAddedAfterWrap
 from .collective_arguments import InvalidCollectiveArgument
 from .collective_in_rank_branch import CollectiveInRankBranch
 from .find_unused_parameters import FindUnusedParameters
@@ -68,6 +69,7 @@ ALL_RULES: tuple[type[Rule], ...] = tuple(
             UnsyncedMetricLogging,
             DataParallelCheckpointKeys,
             SumReductionLoss,
+            LayerAddedAfterWrap,
         ),
         key=lambda rule: rule.code,
     )

@@ -233,6 +233,25 @@ for x, y in loader:
     optimizer.step()
 """,
         ),
+        Example(
+            before="""\
+from torch.nn.parallel import DistributedDataParallel
+
+model = DistributedDataParallel(net, device_ids=None)
+for (x,) in loader:
+    loss = model.module.compute_loss(x)
+    loss.backward()
+""",
+            after="""\
+from torch.nn.parallel import DistributedDataParallel
+
+model = DistributedDataParallel(net, device_ids=None)
+for (x,) in loader:
+    # TODO(ddp-migrate): this model method runs in the training step: through .module it would skip DDP's gradient all-reduce; call the model (its forward) instead, e.g. make forward() return the loss
+    loss = model.module.compute_loss(x)
+    loss.backward()
+""",
+        ),
         Valid(
             """\
 import torch.nn as nn
@@ -275,6 +294,9 @@ torch.save(model.module.state_dict(), "model.pt")
             parent = analysis.parent(attribute)
             assigned = isinstance(parent, cst.AssignTarget)
             if assigned and attr == "module":
+                continue
+            if _bypasses_ddp(analysis, attribute, parent):
+                yield _Case("step", parent, attribute, False, f"{attr}() through .module in the training step bypasses DDP's forward (no gradient all-reduce): route it through the model's forward()")
                 continue
             wrap, closure = _wrap_of(analysis, attribute.value)
             if wrap is None:
@@ -500,6 +522,17 @@ def _is_data_parallel_check(analysis: ScriptAnalysis, call: cst.Call) -> bool:
     elements = [e.value for e in classes.elements] if isinstance(classes, cst.Tuple) else [classes]
     qualified = set().union(*(analysis.qualified_names(e) for e in elements))
     return bool(qualified & names.DATA_PARALLEL) and not qualified & names.DISTRIBUTED_DATA_PARALLEL
+
+
+def _bypasses_ddp(analysis: ScriptAnalysis, attribute: cst.Attribute, parent: cst.CSTNode | None) -> bool:
+    """``model.module.compute_loss(x)`` on a DDP model, in the training step."""
+    inner = attribute.value
+    if not (isinstance(inner, cst.Attribute) and inner.attr.value == "module" and dotted_name(inner.value) is not None):
+        return False
+    if not (isinstance(parent, cst.Call) and parent.func is attribute) or attribute.attr.value in STATE_METHODS | WRAPPER_ATTRIBUTES:
+        return False
+    wrap, _ = _wrap_of(analysis, inner.value)
+    return wrap is not None and analysis.is_call_to(wrap, names.DISTRIBUTED_DATA_PARALLEL) and _in_training_step(analysis, parent)
 
 
 def _in_training_step(analysis: ScriptAnalysis, call: cst.Call) -> bool:
