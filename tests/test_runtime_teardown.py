@@ -1,16 +1,18 @@
 """``runtime.cleanup()`` as the last statement of a script on gloo: the process must exit cleanly.
 
-On CPU/gloo (seen with torch 2.13), a gloo worker thread may still have a Python object to release
-shortly after a collective has returned: DDP's gradient all_reduce holds one. If the interpreter is
-already shutting down when the thread gets to it, the process aborts with "terminate called
-without an active exception" after all its work is done, and torchrun reports a failed job.
+On CPU/gloo (torch 2.13), a gloo worker thread may still have a Python object to release shortly
+after a collective has returned: DDP's gradient all_reduce holds one. If the interpreter is already
+shutting down when the thread gets to it, the process aborts with "terminate called without an
+active exception" after all its work is done, and torchrun reports a failed job.
 ``runtime.cleanup()`` therefore waits until gloo's worker threads are idle
 (``ddp_migrate.runtime.process_group._wait_for_idle_gloo_workers``).
 
-The abort itself is a race (about 1 run in 100 up to 1 in 5 before the fix, depending on how loaded
-the machine is), so the first test checks the property the fix rests on, deterministically: it
-fails with a bare ``destroy_process_group()``. The second runs the common migrated-script shape a
-few times: it must always pass, but a few launches rarely hit the race.
+With a training script the abort is a race (measured with torch 2.13 on 2 cores: 5 of 30 launches
+without clean-up, 2 of 30 with a bare ``destroy_process_group()``, 0 of 90 with ``cleanup()``). The
+first two tests make it deterministic: a Python callback keeps a gloo worker busy while the script
+ends. With a bare ``destroy_process_group()`` the process aborts every time (the control: it fails
+on the first torch version that no longer needs the work-around); with ``cleanup()`` it never does.
+The third runs the common migrated-script shape a few times: it must always pass.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from launch import LaunchResult, run_torchrun, write_script
 
@@ -36,12 +39,15 @@ import torch.distributed as dist
 from ddp_migrate import runtime
 
 OUT = Path(sys.argv[1])
+MODE = sys.argv[2]
+KEPT = []
 
 
 def main():
     runtime.setup()
     rank = runtime.rank()
     group = dist.group.WORLD  # kept alive, as a DistributedDataParallel model keeps its group
+    KEPT.append(group)  # until the interpreter ends, as a module-level model's
     attached = OUT / "attached"
     if rank == 1:  # join the all_reduce once rank 0's callback is attached: it cannot run early
         deadline = time.monotonic() + 60
@@ -64,6 +70,10 @@ def main():
     if rank == 0:
         attached.touch()
     future.wait()
+    if MODE == "destroy":  # without the work-around
+        dist.destroy_process_group()
+        (OUT / f"rank{rank}.done").write_text("all work done")
+        return
     runtime.cleanup()
     result = {
         "callback_on_worker": bool(ran_on) and ran_on[0] != threading.get_ident(),
@@ -72,7 +82,6 @@ def main():
     }
     runtime.cleanup()  # a second call does nothing
     (OUT / f"rank{rank}.json").write_text(json.dumps(result))
-    del group
 
 
 main()
@@ -117,6 +126,8 @@ if __name__ == "__main__":
     main()
 '''
 
+#: What a process that aborts in gloo's teardown prints.
+TEARDOWN_ABORT = "terminate called without an active exception"
 #: Launches of the training script; each takes a few seconds on two cores.
 TRAINING_LAUNCHES = 3
 
@@ -126,7 +137,8 @@ def test_cleanup_waits_until_gloo_workers_are_idle(tmp_path: Path) -> None:
     script = write_script(tmp_path, "late_worker.py", LATE_WORKER)
     out = tmp_path / "out"
     out.mkdir()
-    result = run_torchrun(script, out, nproc_per_node=2, cwd=tmp_path, timeout=120)
+    result = run_torchrun(script, out, "cleanup", nproc_per_node=2, cwd=tmp_path, timeout=120)
+    assert TEARDOWN_ABORT not in result.output, result.tail()
     ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
     assert all(rank["initialized_after_cleanup"] is False for rank in ranks), result.tail()
     # Rank 0 attached its callback before the all_reduce could complete: it ran on a gloo worker.
@@ -134,6 +146,22 @@ def test_cleanup_waits_until_gloo_workers_are_idle(tmp_path: Path) -> None:
     # cleanup() returned only once that worker was done (destroy_process_group() alone returns
     # at once, the group being kept alive).
     assert ranks[0]["finished_when_cleanup_returned"] is True, ranks
+
+
+@pytest.mark.distributed
+def test_without_the_wait_the_same_script_aborts_at_exit(tmp_path: Path) -> None:
+    # The control: what cleanup() prevents. If this fails, this torch no longer aborts here, and
+    # the wait in cleanup() may be removable (check the training-script test below as well).
+    script = write_script(tmp_path, "late_worker.py", LATE_WORKER)
+    out = tmp_path / "out"
+    out.mkdir()
+    result = run_torchrun(
+        script, out, "destroy", nproc_per_node=2, cwd=tmp_path, timeout=120, check=False
+    )
+    assert (out / "rank0.done").exists(), result.tail()  # rank 0 did all its work first
+    assert result.returncode != 0 and TEARDOWN_ABORT in result.output, (
+        f"torch {torch.__version__} no longer aborts without the wait:\n{result.tail()}"
+    )
 
 
 @pytest.mark.distributed
