@@ -258,7 +258,7 @@ for epoch in range(snapshot.resume(), 10):
         if not loops:
             for loop in analysis.loader_loops:
                 if loop.trains:
-                    yield _Plan(loop.loop, todo="no epoch loop around the training loop was found")
+                    yield _Plan(loop.loop, todo="no epoch loop around the training loop: keep a runtime.Snapshot by hand")
                     return
             return
         loops.sort(key=analysis.line)

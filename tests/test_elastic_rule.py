@@ -126,3 +126,15 @@ def test_an_existing_enumerate_index_is_the_step(monkeypatch: pytest.MonkeyPatch
     migrated = run(code, True, Options(elastic=True, snapshot_every=3), monkeypatch).new_text
     assert "for i, (x, y) in enumerate(loader):\n        if snapshot.done(epoch, i):" in migrated
     assert "        if (i + 1) % 3 == 0:\n            snapshot.save(epoch, i + 1)\n" in migrated
+
+
+def test_no_epoch_loop_gets_a_todo(monkeypatch: pytest.MonkeyPatch) -> None:
+    code = (
+        "import torch\nfrom torch.utils.data import DataLoader\n\n"
+        "loader = DataLoader(dataset, batch_size=32)\n"
+        "optimizer = torch.optim.SGD(model.parameters())\n" + LOOP.replace("\n    ", "\n").lstrip()
+    )
+    migrated = run(code, True, ELASTIC, monkeypatch)
+    assert "runtime.Snapshot(" not in migrated.new_text
+    assert "# TODO(ddp-migrate): make training restartable by hand: no epoch loop" in migrated.new_text
+    assert [f.fixable for f in migrated.findings] == [False]
