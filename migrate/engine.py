@@ -7,8 +7,9 @@ back the new bytes, and the runner writes them only after they have been verifie
 from __future__ import annotations
 
 import ast
+import difflib
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence, TypeVar
 
 import libcst as cst
@@ -17,7 +18,7 @@ from ddp_migrate.codemods.analysis import ScriptAnalysis
 from ddp_migrate.codemods.analysis.program import ModuleInfo, Program
 from ddp_migrate.codemods.base import Change, Finding, Note, Options, Rule
 
-from .noqa import suppress
+from .noqa import noqa_comments, suppress
 from .source import SourceError, decode
 
 T = TypeVar("T")
@@ -142,6 +143,7 @@ def fix_to_fixed_point(
     ordered = sorted((r for r in rules if r.can_fix()), key=lambda r: (r.phase, r.code))
     analysis = analyse(module, is_entry)
     text = module.code
+    origins = LineOrigins(text)
     for _ in range(MAX_PASSES):
         changed_this_pass: list[str] = []
         for rule in ordered:
@@ -154,15 +156,137 @@ def fix_to_fixed_point(
             new_text = result.module.code
             if new_text == text:
                 continue
+            if blocked_by_noqa(rule, current, new_text):
+                continue
             verify(new_text, path, rule)
+            changes.extend(origins.changes(result.changes))
+            origins = origins.advance(text, new_text)
             module, text = result.module, new_text
             analysis = analyse(module, is_entry)
-            changes.extend(result.changes)
             changed_this_pass.append(rule.code)
         if not changed_this_pass:
-            return module, changes, analysis
+            return module, sort_changes(changes), analysis
     involved = ", ".join(dict.fromkeys(changed_this_pass))
     raise FileError(f"fixes did not settle after {MAX_PASSES} passes (rules still changing the file: {involved}); file left unchanged")
+
+
+def sort_changes(changes: Sequence[Change]) -> list[Change]:
+    """The report's order: by line in the original file, then by code (stable for equal keys)."""
+    return sorted(changes, key=lambda change: (change.line, change.code))
+
+
+class LineOrigins:
+    """Where each line of an intermediate text of a migration came from in the original file.
+
+    A rule reports its :class:`Change` at a line of the text it fixed, which earlier fixes may already have
+    moved (an import block inserted at the top shifts everything below it). The engine keeps, for every
+    line of the current text, the 1-based line of the original file it descends from, and moves each
+    change's line through it, so the report speaks of the file the user wrote. Each step is aligned with
+    :class:`difflib.SequenceMatcher` on the two line lists: an unchanged line keeps its origin, a rewritten
+    line takes the origin of the line it replaced (the last one, when a fix turned fewer lines into more),
+    and an inserted line takes the origin of the original line it was inserted before (the last line when
+    inserted at the end).
+    """
+
+    __slots__ = ("origins",)
+
+    def __init__(self, text: str | None = None, origins: list[int] | None = None) -> None:
+        self.origins = origins if origins is not None else list(range(1, len(text.splitlines()) + 1)) if text else []
+
+    def original(self, line: int) -> int:
+        """The original line of a 1-based line of the current text (clamped to the text's lines)."""
+        if not self.origins:
+            return max(line, 1)
+        return self.origins[min(max(line, 1), len(self.origins)) - 1]
+
+    def changes(self, changes: Sequence[Change]) -> list[Change]:
+        """The changes a fix reported at lines of the current text, moved to lines of the original file."""
+        return [replace(change, line=self.original(change.line)) for change in changes]
+
+    def advance(self, old_text: str, new_text: str) -> "LineOrigins":
+        """The origins of the lines of ``new_text``, the current text (``old_text``) after one fix."""
+        old, new = old_text.splitlines(), new_text.splitlines()
+        at = self.origins
+        if len(at) != len(old):  # not the text these origins describe: start from it as it is
+            at = list(range(1, len(old) + 1))
+        result: list[int] = []
+        last = at[-1] if at else 1
+        for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+            if tag == "equal":
+                result.extend(at[i1:i2])
+            elif tag == "replace":
+                result.extend(at[min(i1 + k, i2 - 1)] for k in range(j2 - j1))
+            elif tag == "insert":
+                result.extend([at[i1] if i1 < len(at) else last] * (j2 - j1))
+        return LineOrigins(origins=result)
+
+
+def _statement_starts(text: str) -> dict[int, int]:
+    """For every line of a statement, the line the statement starts on (where its noqa comment goes).
+
+    A compound statement's header (``for ...:``, a decorated ``def``) counts as one statement; its body's
+    statements are their own. Lines outside any statement (blank, comments) are left out.
+    """
+    starts: dict[int, int] = {}
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return starts
+
+    def visit(statements: list[ast.stmt]) -> None:
+        for statement in statements:
+            first = min([statement.lineno, *(d.lineno for d in getattr(statement, "decorator_list", ()))])
+            bodies = [getattr(statement, name) for name in ("body", "orelse", "finalbody") if isinstance(getattr(statement, name, None), list)]
+            bodies += [handler.body for handler in getattr(statement, "handlers", ())]
+            bodies += [case.body for case in getattr(statement, "cases", ())]
+            inner = [s for body in bodies for s in body if isinstance(s, ast.stmt)]
+            header_end = (min(s.lineno for s in inner) - 1) if inner else (statement.end_lineno or statement.lineno)
+            for line in range(first, max(header_end, first) + 1):
+                starts.setdefault(line, first)
+            visit(inner)
+
+    visit(tree.body)
+    return starts
+
+
+def _touched_lines(old_text: str, new_text: str) -> set[int]:
+    """The 1-based lines of ``old_text`` that a fix rewrote or removed (a line inserted between two others
+    touches neither)."""
+    old, new = old_text.splitlines(), new_text.splitlines()
+    touched: set[int] = set()
+    for tag, i1, i2, _, _ in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+        if tag in ("replace", "delete"):
+            touched.update(range(i1 + 1, i2 + 1))
+    return touched
+
+
+def blocked_by_noqa(rule: Rule, analysis: ScriptAnalysis, new_text: str) -> bool:
+    """Whether a ``# noqa`` comment in the text the rule fixed forbids the fix that produced ``new_text``.
+
+    As in ruff, a line that carries ``# noqa`` (bare) or ``# noqa: CODE`` is neither reported nor
+    rewritten by that rule. The fix is dropped whole when
+
+    * any of the rule's own findings in the current text starts on such a line (even when other findings
+      of the rule are not silenced: a fix rewrites all its matches at once and cannot be split safely, so
+      the whole fix is skipped and the findings that are not silenced stay in the report for a human), or
+    * it rewrites or removes a line of a statement whose first line (or the line itself) carries such a
+      comment, found or not (a fix that reaches into a protected statement for another reason).
+
+    Comments are read from the CURRENT text (the one the rule analysed), so lines moved by earlier fixes
+    are compared at their current positions. Without a matching comment nothing is computed.
+    """
+    old_text = analysis.module.code
+    comments = {line: c for line, c in noqa_comments(old_text).items() if c.suppresses(rule.code)}
+    if not comments:
+        return False
+    findings = _run_rule(rule, "checking noqa comments", lambda: rule.find(analysis))
+    if any(finding.line in comments for finding in findings):
+        return True
+    touched = _touched_lines(old_text, new_text)
+    if touched & comments.keys():
+        return True
+    starts = _statement_starts(old_text)
+    return any(starts.get(line) in comments for line in touched)
 
 
 def find_all(analysis: ScriptAnalysis, rules: Sequence[Rule], text: str | None = None) -> list[Finding]:
@@ -296,6 +420,7 @@ def _fix_program(
 ) -> dict[str, list[Change]]:
     """Run every fix over the program's writable modules to a fixed point; the changes per module."""
     changes: dict[str, list[Change]] = {key: [] for key in program.keys()}
+    origins = {key: LineOrigins(program.module(key).code) for key in program.keys()}
     ordered = sorted({rule for rule in instances.values() if rule.can_fix()}, key=lambda r: (r.phase, r.code))
     for _ in range(MAX_PASSES):
         changed_this_pass: list[str] = []
@@ -310,12 +435,15 @@ def _fix_program(
                 result = _run_rule(rule, f"fixing {key}", lambda: rule.fix(analysis, options))
                 if result is None or result.module.code == analysis.module.code:
                     continue
+                if blocked_by_noqa(rule, analysis, result.module.code):
+                    continue
                 verify(result.module.code, key, rule)
+                changes[key].extend(origins[key].changes(result.changes))
+                origins[key] = origins[key].advance(analysis.module.code, result.module.code)
                 program.replace(key, result.module)
-                changes[key].extend(result.changes)
                 changed_this_pass.append(rule.code)
                 text = program_text(program)
         if not changed_this_pass:
-            return changes
+            return {key: sort_changes(found) for key, found in changes.items()}
     involved = ", ".join(dict.fromkeys(changed_this_pass))
     raise FileError(f"fixes did not settle after {MAX_PASSES} passes (rules still changing the program: {involved}); files left unchanged")

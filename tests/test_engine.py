@@ -373,12 +373,14 @@ def test_missing_path_is_one_line(tmp_path: Path) -> None:
     assert error_lines(result) == ["nothere.py:1:1: no such file or directory"]
 
 
-def test_folder_without_python_files_is_one_line(tmp_path: Path) -> None:
+def test_folder_without_python_files_is_a_warning_and_exit_0(tmp_path: Path) -> None:
+    """Like ruff and black, a folder with nothing to do is not an error (issue 12, item 4)."""
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "readme.txt").write_text("torch\n")
     result = invoke("docs")
-    assert result.exit_code == 2
-    assert error_lines(result) == ["docs:1:1: no Python files found"]
+    assert result.exit_code == 0
+    assert "warning: docs: no Python files or notebooks found" in result.stderr
+    assert error_lines(result) == []
 
 
 # ------------------------------------------------------------------------------- rules that misbehave
