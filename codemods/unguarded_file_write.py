@@ -68,13 +68,13 @@ class UnguardedFileWrite(Rule):
     ``savefig`` (``plt`` and figures), ``np.save`` / ``savetxt`` / ``savez``, ``pickle.dump`` / ``json.dump``
     / ``csv`` writers on a file object of their own, ``shutil.copy*`` / ``move``, ``Path.write_text`` /
     ``write_bytes``, a PIL image's ``save``, ``save_pretrained``; ``SummaryWriter(...)``; ``wandb.init``;
-    logging ``FileHandler``\s opened at start-up; and downloads (``download=True`` data sets,
+    logging ``FileHandler`` objects opened at start-up; and downloads (``download=True`` data sets,
     ``pretrained=True``, ``torch.hub``, ``from_pretrained``). ``torch.save`` is DDP007's.
 
     Why it is a problem: every process runs the same code. ``if not os.path.isdir(p): os.mkdir(p)`` is a
     race: one rank creates the folder between another's check and its ``mkdir``, which then dies with
     ``FileExistsError``. Files written on every rank are written N times at once (garbled or truncated
-    output on shared storage); N ``SummaryWriter``\s write N event files into one log folder (TensorBoard
+    output on shared storage); N ``SummaryWriter`` objects write N event files into one log folder (TensorBoard
     shows every curve N times); N ``wandb`` runs appear for one job; N processes downloading the same
     archive into one folder corrupt it.
 
@@ -284,7 +284,7 @@ with open("config.yaml") as f:
                 what = {
                     "download": "download on rank 0 first while the others wait at a barrier on a path every rank takes",
                     "event-log": "create the SummaryWriter on rank 0 only, and use it only there",
-                }.get(kind, "write this file on rank 0 only (the block waits for other ranks)")
+                }.get(kind, "write this file on rank 0 only" + (" (the block waits for other ranks)" if isinstance(analysis.parent(analysis.parent(call)), cst.With) else ""))
                 edits.todo(analysis.statement(call), what)
                 continue
             if kind == "folder":

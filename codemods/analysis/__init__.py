@@ -5,6 +5,7 @@ Modules, each importing only those listed before it:
 - :mod:`.script`: one parsed module: index, qualified names, bindings and value flow, loops and loaders,
   models, entry point, rank guards (:class:`ScriptAnalysis`);
 - :mod:`.legacy`: hand-made launches and rank values of legacy distributed code (:class:`LegacyFacts`);
+- :mod:`.ranks`: which values may differ between ranks and where collectives are safe, by data flow (:class:`RankFacts`);
 - :mod:`.project`: the project a file belongs to and how its imports resolve to local modules;
 - :mod:`.program`: the modules of one program analysed together (:class:`Program`).
 """

@@ -1,0 +1,104 @@
+"""Unit tests of the rank-dependence fact (codemods/analysis/ranks.py)."""
+
+from __future__ import annotations
+
+import libcst as cst
+import pytest
+
+from ddp_migrate.codemods.analysis import ScriptAnalysis
+from ddp_migrate.codemods.analysis.ranks import Kind, rank_facts
+
+CODE = '''
+import argparse
+import os
+import torch.distributed as dist
+from ddp_migrate import runtime
+from torch.utils.data import DataLoader
+
+args = argparse.ArgumentParser().parse_args()
+rank = int(os.environ["RANK"])
+master_process = rank == 0
+world = int(os.environ.get("WORLD_SIZE", 1))
+loader = DataLoader(data, batch_size=args.batch_size)
+
+def get_rank():
+    if not dist.is_initialized():
+        return 0
+    return dist.get_rank()
+
+def is_main_process():
+    return get_rank() == 0
+
+def flatten(h):
+    return h if isinstance(h, int) else tuple(flatten(v) for v in h)
+
+def report(flag):
+    if flag:
+        dist.barrier()
+
+for epoch in range(args.epochs):
+    for i, (x, y) in enumerate(loader):
+        acc = model(x).mean().item()
+    mean = runtime.reduce_mean(acc)
+    if it % 2 == 0 and master_process: pass
+    if is_main_process(): pass
+    if acc > best: pass
+    if mean > best_known and epoch % 5 == 0: pass
+    if world > 1 and i % 10 == 0: pass
+    if rank != -1: pass
+    if flatten((1, 2)): pass
+report(master_process)
+report(True)
+'''
+
+
+@pytest.fixture(scope="module")
+def facts():
+    return rank_facts(ScriptAnalysis(cst.parse_module(CODE)))
+
+
+def _test(facts, text: str) -> cst.BaseExpression:
+    for node in facts.analysis.ifs:
+        if cst.Module([]).code_for_node(node.test) == text:
+            return node.test
+    raise AssertionError(text)
+
+
+@pytest.mark.parametrize(
+    ("test", "kind"),
+    [
+        ("it % 2 == 0 and master_process", Kind.RANK),
+        ("is_main_process()", Kind.RANK),
+        ("acc > best", Kind.UNKNOWN),
+        ("world > 1 and i % 10 == 0", Kind.UNIFORM),
+        ("rank != -1", Kind.UNIFORM),
+    ],
+)
+def test_kinds(facts, test: str, kind: Kind) -> None:
+    assert facts.kind(_test(facts, test)) is kind
+
+
+def test_self_recursive_helper_is_not_rank_dependent(facts) -> None:
+    assert facts.kind(_test(facts, "flatten((1, 2))")) is not Kind.RANK
+
+
+def test_queries(facts) -> None:
+    assert facts.is_rank_dependent(_test(facts, "is_main_process()"))
+    assert facts.may_differ_between_ranks(_test(facts, "acc > best"))
+    assert not facts.may_differ_between_ranks(_test(facts, "world > 1 and i % 10 == 0"))
+    assert facts.zero_side(_test(facts, "is_main_process()")) is True
+
+
+def test_collective_safe_through_call_sites(facts) -> None:
+    barrier = next(c for c in facts.analysis.calls if facts.analysis.is_call_to(c, {"torch.distributed.barrier"}))
+    condition = facts.unsafe_condition(barrier)
+    assert condition is not None and cst.Module([]).code_for_node(condition.test) == "flag"
+    assert not facts.collective_safe_at(barrier)
+
+
+def test_recursive_helpers_are_bounded() -> None:
+    code = "import torch\ndef f(h):\n    return tuple(f(v) for v in h)\ndef g(x):\n    return g(x) if x else f(x)\nif g(1):\n    torch.save(f(2), 'p')\n"
+    facts = rank_facts(ScriptAnalysis(cst.parse_module(code)))
+    save = next(c for c in facts.analysis.calls if facts.analysis.is_call_to(c, {"torch.save"}))
+    assert facts.guard(save) is None
+    assert facts.unsafe_condition(save) is None  # g and f only ever compute from their arguments
