@@ -54,8 +54,8 @@ def _writes(records: Path) -> list[dict]:
     for path in sorted(records.glob("record-*.jsonl")):
         for line in path.read_text(encoding="utf-8").splitlines():
             record = json.loads(line)
-            if record["kind"] in ("save", "open", "mkdir") and record["pid"] is not None and record["rank"] is not None:
-                # (records without a rank are the torchrun agent's own files)
+            if record["kind"] in ("save", "open") and record["rank"] is not None:
+                # (the agent has no rank; folders made with exist_ok=True are safe on every rank)
                 found.append(record)
     return found
 
