@@ -48,7 +48,8 @@ class LayerAddedAfterWrap(Rule):
 
     code = "DDP017"
     name = "layer-added-after-wrap"
-    phase = Phase.WRAPPING
+    #: Before DDP002 moves a device move above the wrap, so the layer is added first and moved with the model.
+    phase = Phase.DEVICES
     triggers = ("DataParallel",)
     manual_fix = "build the whole model (every layer replaced or added) before wrapping it in DDP"
     examples = (
