@@ -314,7 +314,13 @@ def process(
     """Run the pipeline on one file's bytes, a program of its own; errors land in ``result.error`` as one
     ``path:line:col:`` line. ``is_entry=False`` for a module no entry reaches (no process group is due).
 
-    Findings that a ``# noqa`` comment on their first line silences are dropped (:mod:`ddp_migrate.noqa`).
+    Findings that a ``# noqa`` comment on their first line silences are dropped (:mod:`ddp_migrate.noqa`),
+    and a fix that would rewrite such a line is not applied (:func:`blocked_by_noqa`).
+
+    Positions: ``result.changes`` are at lines of the ORIGINAL file (:class:`LineOrigins`), sorted by line
+    then code; ``result.findings`` and ``result.notes`` after a migration are at lines of the FINAL text
+    (``result.new_text``: the file as written, and the ``+`` side of ``--diff``), since that is the text a
+    human reviews them in.
     """
     result = FileResult(path=path, original=data, role="entry" if is_entry else "library")
     try:
@@ -363,6 +369,9 @@ def process_program(files: Sequence[ProgramFile], options: Options, fix: bool) -
     is known as such. Fixes run in phase order across the modules, pass after pass, until a pass changes
     nothing; only the module a fix rewrote is indexed again. Each file gets its own result; a file that
     cannot be read or parsed is reported and the others go on without it.
+
+    As in :func:`process`: a fix that would rewrite a line its rule's ``# noqa`` protects is not applied;
+    changes are at lines of each module's original text, sorted; findings and notes at lines of its final text.
     """
     entry = files[0].path if files else None
     results: dict[str, FileResult] = {}

@@ -7,6 +7,13 @@ with :mod:`tokenize`, so text that merely looks like a comment inside a string n
 Only the finding's first line is looked at: for a finding on a statement that spans several lines, put the
 comment on the line where the reported code starts.
 
+As in ruff, such a line is not rewritten either: ``migrate`` drops a rule's fix when one of the rule's
+findings starts on a line whose comment silences it, or when the fix would rewrite or remove a line of a
+statement whose first line (or the line itself) carries such a comment (see
+:func:`ddp_migrate.engine.blocked_by_noqa`). A fix rewrites all of its matches at once, so when only some
+of a rule's findings are silenced the fix is skipped whole and the others stay in the report for a human.
+The other rules still migrate the rest of the file.
+
 A code in a noqa comment that looks like one of ours (same letters as a registered code, ``DDP``) but names
 no rule is reported as ``DDP100 unknown-noqa-code``: a typo there would otherwise silently suppress
 nothing. Codes of other tools (``# noqa: E501``) are left alone.

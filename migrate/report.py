@@ -48,7 +48,8 @@ def migration_summary(result: FileResult, verbose: bool, written: bool = True) -
     if result.findings:
         head += f", {len(result.findings)} item(s) need a human"
     lines.append(head)
-    for change in result.changes:
+    # changes at lines of the original file, findings and notes at lines of the migrated one (the engine's)
+    for change in sorted(result.changes, key=lambda change: (change.line, change.code)):
         lines.append(f"  {change.code} line {change.line}: {change.message}")
     for finding in result.findings:
         lines.append(f"  review {finding_line(result.path, finding)}")
