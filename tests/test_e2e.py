@@ -24,8 +24,9 @@ What the processes did is recorded by ``tests/e2e_support/sitecustomize.py``, wh
 on the ``PYTHONPATH`` of the migrated runs (the originals run untouched). It also delays a direct
 ``os.mkdir`` of a new folder by two seconds, so a check-then-create race between ranks fails every time
 rather than now and then. Every launch has a timeout (``tests/launch.py``): a hang fails with the
-tail of the output instead of blocking the suite. A launch that dies only of a known abort in torch's
-gloo teardown (see ``TEARDOWN_ABORT``) is repeated, with a warning.
+tail of the output instead of blocking the suite. No launch is repeated: a process that aborts at exit
+in torch's gloo teardown fails its test (``runtime.cleanup()`` waits for gloo's worker threads so that it
+does not: tests/test_runtime_teardown.py).
 
 Each script's runs happen once per session (cached by fixture name); the checks are separate tests so
 that a failure names the script and the property. Known defects of the migration are listed in
@@ -47,7 +48,6 @@ import re
 import shutil
 import sys
 import threading
-import warnings
 from collections import defaultdict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -89,13 +89,6 @@ LAUNCH_TIMEOUT = 120.0
 MIGRATE_TIMEOUT = 60.0
 #: Processes per torchrun launch.
 NPROC = 2
-#: What a process prints when it aborts in torch's gloo teardown. With torch 2.13 on CPU, a script that
-#: calls ``destroy_process_group()`` while its DistributedDataParallel model is alive (as the DDP
-#: tutorial and ``runtime.cleanup()`` do) dies of SIGABRT with this message in 1 of 5 to 1 of 12 torchrun
-#: launches, after all its work is done. A launch that fails this way is repeated (and a warning says
-#: so); any other failure fails the test.
-TEARDOWN_ABORT = "terminate called without an active exception"
-TEARDOWN_RETRIES = 2
 #: Tolerance for "the same final weights". Measured: at most 1.3e-7 under torchrun (the gradient is
 #: averaged in a different summation order), bit-identical as plain python.
 ATOL = 1e-6
@@ -169,9 +162,6 @@ class Launch:
     results: list[LaunchResult] = field(default_factory=list)
     error: str | None = None
     records: list[dict[str, Any]] = field(default_factory=list)
-    #: Output tails of earlier attempts that died of :data:`TEARDOWN_ABORT` and were repeated.
-    retried: list[str] = field(default_factory=list)
-    _warned: bool = field(default=False, repr=False)
 
     @property
     def output(self) -> str:
@@ -179,13 +169,6 @@ class Launch:
 
     def require(self) -> Launch:
         """Fail the calling test, with the output tails, unless the launch succeeded."""
-        if self.retried and not self._warned:
-            self._warned = True
-            warnings.warn(
-                f"{self.what}: repeated {len(self.retried)} time(s) after a process aborted in "
-                f"torch's gloo teardown ({TEARDOWN_ABORT!r})",
-                stacklevel=2,
-            )
         if self.error is not None:
             pytest.fail(f"{self.what} failed:\n{self.error}", pytrace=False)
         return self
@@ -262,29 +245,11 @@ def _attempt(what: str, cwd: Path, start: Callable[[dict[str, str]], list[Launch
     return launch
 
 
-def _teardown_abort(launch: Launch) -> bool:
-    """Whether the launch failed only because a process aborted in gloo's teardown."""
-    return (
-        launch.error is not None
-        and not any(result.timed_out for result in launch.results)
-        and TEARDOWN_ABORT in launch.output
-    )
-
-
 def _launch(what: str, cwd: Path, start: Callable[[dict[str, str]], list[LaunchResult]],
             record: bool) -> Launch:
-    """Run ``start(env)`` and capture its results, failure and (when ``record``) records.
-
-    A launch that dies of :data:`TEARDOWN_ABORT` is repeated, up to :data:`TEARDOWN_RETRIES` times.
-    """
+    """Run ``start(env)`` and capture its results, failure and (when ``record``) records."""
     record_dir = cwd.parent / f"{cwd.name}-records" if record else None
-    retried: list[str] = []
-    while True:
-        launch = _attempt(what, cwd, start, record_dir)
-        if len(retried) >= TEARDOWN_RETRIES or not _teardown_abort(launch):
-            launch.retried = retried
-            return launch
-        retried.append(launch.error or "")
+    return _attempt(what, cwd, start, record_dir)
 
 
 def _skipped(what: str, cwd: Path, why: str) -> Launch:
