@@ -73,6 +73,8 @@ class AccumulationWithoutNoSync(Rule):
       in that order (the forward pass must run inside ``no_sync()`` too);
     - nothing outside the gate reads gradients on every step (``.grad``, gradient clipping,
       ``scaler.unscale_``): inside ``no_sync()`` they hold only this process's share.
+    Where the model is wrapped only on some paths (``if args.distributed: model = DDP(model)``), the test
+    also asks ``hasattr(model, "no_sync")``: a plain model has no ``no_sync()``.
     Other accumulation patterns are reported only: wrap the forward and backward of the non-stepping
     iterations in ``with model.no_sync():`` by hand.
     """
@@ -108,6 +110,32 @@ for i, (x, y) in enumerate(loader):
     if (i + 1) % accum_steps == 0:
         optimizer.step()
         optimizer.zero_grad()
+""",
+        ),
+        Example(
+            before="""\
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+if distributed:
+    model = DDP(model, device_ids=[local_rank])
+for i, (x, y) in enumerate(loader):
+    loss = criterion(model(x), y) / accum_steps
+    loss.backward()
+    if (i + 1) % accum_steps == 0:
+        optimizer.step()
+""",
+            after="""\
+import contextlib
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+if distributed:
+    model = DDP(model, device_ids=[local_rank])
+for i, (x, y) in enumerate(loader):
+    with (model.no_sync() if (i + 1) % accum_steps != 0 and hasattr(model, "no_sync") else contextlib.nullcontext()):
+        loss = criterion(model(x), y) / accum_steps
+        loss.backward()
+    if (i + 1) % accum_steps == 0:
+        optimizer.step()
 """,
         ),
         Example(
@@ -171,6 +199,23 @@ for x, y in loader:
                 if wrap is not None and analysis.is_call_to(wrap, names.DISTRIBUTED_DATA_PARALLEL):
                     return name
         return None
+
+    def _wrapped_only_sometimes(self, analysis: ScriptAnalysis, found: Accumulation) -> bool:
+        """Whether the model's DDP wrap sits under a condition that does not also hold around the loop
+        (``if args.distributed: model = DDP(model)``)."""
+        for node in walk(found.loop.body):
+            if isinstance(node, (cst.Name, cst.Attribute)) and dotted_name(node) == found.model:
+                wrap = analysis.wrapped_at(node)
+                if wrap is None:
+                    continue
+                function = analysis.enclosing_function(wrap)
+                for ancestor in analysis.ancestors(wrap):
+                    if ancestor is function:
+                        break
+                    if isinstance(ancestor, (cst.If, cst.IfExp)) and not analysis.is_inside(found.loop, ancestor):
+                        return True
+                return False
+        return False
 
     def _nearest_loop(self, analysis: ScriptAnalysis, node: cst.CSTNode) -> cst.CSTNode | None:
         for ancestor in analysis.ancestors(node):
@@ -258,7 +303,11 @@ for x, y in loader:
             negated = test.with_changes(
                 comparisons=[test.comparisons[0].with_changes(operator=cst.NotEqual())]
             )
-            header = statement(f"with ({found.model}.no_sync() if {code_of(negated)} else {nullcontext}()):\n    pass\n")
+            test_code = code_of(negated)
+            if self._wrapped_only_sometimes(analysis, found):
+                # ``if distributed: model = DDP(model)``: a plain model has no no_sync().
+                test_code = f'{test_code} and hasattr({found.model}, "no_sync")'
+            header = statement(f"with ({found.model}.no_sync() if {test_code} else {nullcontext}()):\n    pass\n")
             assert isinstance(header, cst.With)
             edits.replace(found.block, lambda updated, _f=found, _h=header: _wrap(updated, _f.start, _f.end, _h))  # type: ignore[misc]
             edits.changes.append(

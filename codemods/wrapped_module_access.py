@@ -73,7 +73,10 @@ class WrappedModuleAccess(Rule):
     it through ``forward()``.
 
     Fix safety: the checkpoint keeps the keys ``model.module.state_dict()`` gives (unprefixed), which is
-    what a single-device original wrote; DDP016 keeps a DataParallel script's ``module.`` keys.
+    what a single-device original wrote; DDP016 keeps a DataParallel script's ``module.`` keys. Loading
+    strips one leading ``module.`` from every key, so a model whose own top-level submodule is named
+    ``module`` would need the keys as they are; the state dict's ``_metadata`` (module versions) is not
+    carried over by the comprehension.
     """
 
     code = "DDP008"
@@ -260,6 +263,8 @@ from torch.nn.parallel import DistributedDataParallel
 model = DistributedDataParallel(net, device_ids=None)
 raw = model.module if isinstance(model, (nn.DataParallel, DistributedDataParallel)) else model
 torch.save(raw.state_dict(), "final.pt")
+net = model.module if args.distributed else model
+net.fc.reset_parameters()
 model.require_backward_grad_sync = False
 with model.no_sync():
     model(x).sum().backward()
@@ -316,7 +321,7 @@ torch.save(model.module.state_dict(), "model.pt")
                     continue
             if isinstance(parent, cst.Call) and parent.func is attribute:
                 if attr == "load_state_dict":
-                    yield _Case("load", parent, attribute, sometimes, "load_state_dict is not on the DDP wrapper: use .module.load_state_dict, accepting keys with and without the module. prefix")
+                    yield _Case("load", parent, attribute, sometimes, "load_state_dict on the DDP wrapper takes only module.-prefixed keys: load into .module, accepting keys with and without the prefix")
                     continue
                 if attr not in STATE_METHODS and _in_training_step(analysis, parent):
                     yield _Case("step", parent, attribute, sometimes, f"{attr}() in the training step bypasses DDP's forward (no gradient all-reduce through .module): route it through the model's forward()")
@@ -488,6 +493,10 @@ def _is_unwrapped(analysis: ScriptAnalysis, value: cst.BaseExpression) -> bool:
         last = func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else ""
         return last in UNWRAP_FUNCTIONS
     if isinstance(value, cst.IfExp):
+        body = value.body
+        if isinstance(body, cst.Attribute) and body.attr.value == "module" and dotted_name(body.value) is not None:
+            if dotted_name(body.value) == dotted_name(value.orelse):
+                return True  # ``model.module if distributed else model``
         return _is_unwrapped(analysis, value.body) and any(
             isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value in ("isinstance", "hasattr")
             for n in walk(value.test)

@@ -9,6 +9,8 @@ Fixtures in ``fixtures/shapes_models/`` (small, deterministic, CPU):
 - ``single_shapes.py`` (+ ``shapes_loss.py``): a single-device script with a ``reduction="sum"`` loss,
   ``model.hyp`` set after the (inserted) wrap and read by a class of another module, an EMA
   ``copy.deepcopy(model)``, ``torch.jit.trace(model, ...)`` and resume in a closure;
+- ``cond_accum.py``: gradient accumulation in a script that wraps in DDP only when launched distributed
+  (``if distributed: model = DDP(model)``): the inserted ``no_sync()`` must work wrapped or not;
 - ``method_step.py``: a training step that calls a model method (``model.module.compute_loss``): the
   migration must not pass it off as done (it bypasses DDP's forward); it leaves a TODO and a review line.
 
@@ -56,6 +58,15 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         [sys.executable, "-m", "ddp_migrate", *TRAINED], cwd=migrated, capture_output=True, text=True, timeout=120
     )
     assert migration.returncode == 0, migration.stdout + migration.stderr
+    # cond_accum.py has no epoch loop: DDP006 asks for a human (exit 1) about set_epoch, nothing else.
+    migration = subprocess.run(
+        [sys.executable, "-m", "ddp_migrate", "cond_accum.py"], cwd=migrated, capture_output=True, text=True, timeout=120
+    )
+    assert migration.returncode == 1 and "DDP031" in migration.stderr, migration.stdout + migration.stderr
+    assert 'hasattr(model, "no_sync")' in (migrated / "cond_accum.py").read_text()
+    for folder in (original, migrated):
+        for run in ("python", "torchrun"):
+            (folder / f"cond_{run}").mkdir()
 
     def original_run(script: str, *args: str) -> LaunchResult:
         return run_python(original / script, *args, cwd=original, env=ENV, timeout=TIMEOUT)
@@ -73,6 +84,14 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             stem = Path(script).stem
             first[f"{stem}/original"] = pool.submit(original_run, script, "--out", f"{stem}_o1")
             first[f"{stem}/torchrun"] = pool.submit(torchrun, script, "--out", f"{stem}_m1")
+        for label, folder in (("original", original), ("migrated", migrated)):
+            script = folder / "cond_accum.py"
+            first[f"cond_accum/{label}-python"] = pool.submit(
+                run_python, script, cwd=folder / "cond_python", env=ENV, timeout=TIMEOUT
+            )
+            first[f"cond_accum/{label}-torchrun"] = pool.submit(
+                run_torchrun, script, nproc_per_node=2, cwd=folder / "cond_torchrun", env=ENV, timeout=TIMEOUT
+            )
         outputs.update({key: future.result() for key, future in first.items()})
         second = {}
         for script in TRAINED:
@@ -131,6 +150,14 @@ def test_resume_gives_the_original_resumed_weights(runs, script: str, source: st
     out = "m2" if source == "resumed-from-original" else "m3"
     expected = _load(runs["original"] / f"{stem}_o2" / "final.pt")
     _assert_same_weights(_load(runs["migrated"] / f"{stem}_{out}" / "final.pt"), expected)
+
+
+@pytest.mark.parametrize("run", ["python", "torchrun"])
+def test_conditional_wrap_accumulates_like_the_original(runs, run: str) -> None:
+    """``no_sync()`` inserted for a conditional wrap: no AttributeError on the plain model (python), and
+    the same weights as the original with the wrap (torchrun)."""
+    expected = _load(runs["original"] / f"cond_{run}" / "final.pt")
+    _assert_same_weights(_load(runs["migrated"] / f"cond_{run}" / "final.pt"), expected)
 
 
 def test_traced_model_is_the_plain_model(runs) -> None:
