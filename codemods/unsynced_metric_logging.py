@@ -8,6 +8,7 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name, walk
+from .analysis.ranks import rank_facts
 from .base import Example, Match, Phase, Rule, Severity, Valid
 
 Owner = Union[cst.Module, cst.FunctionDef, cst.ClassDef]
@@ -233,7 +234,7 @@ for epoch in range(epochs):
             if analysis.is_call_to(call, names.RUNTIME_PRINT):
                 yield call, "runtime.print0"
                 continue
-            if analysis.rank_guard(call) is None:
+            if rank_facts(analysis).guard(call) is None:
                 continue
             if analysis.is_call_to(call, {"builtins.print"}):
                 yield call, "print on rank 0"

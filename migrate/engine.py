@@ -94,12 +94,29 @@ def check_syntax(text: str, path: str) -> None:
 
 
 def verify(text: str, path: str, rule: Rule) -> None:
-    """Refuse output that does not parse and compile, naming the rule whose fix produced it."""
+    """Refuse a fix whose output does not compile, naming the rule that produced it (Python's own
+    compiler: cheap enough to run after every fix)."""
     try:
         compile(text, path, "exec", dont_inherit=True)
-        cst.parse_module(text)
-    except (SyntaxError, ValueError, cst.ParserSyntaxError) as error:
+    except (SyntaxError, ValueError) as error:
         raise FileError(f"{rule.code} ({rule.name}) produced code that does not compile ({error}); file left unchanged") from None
+
+
+def verify_output(text: str) -> None:
+    """Refuse a migrated file that libcst itself cannot read back (checked once, on the final text)."""
+    try:
+        cst.parse_module(text)
+    except cst.ParserSyntaxError as error:
+        raise FileError(f"the migrated code cannot be parsed again ({error.message}); file left unchanged") from None
+
+
+def _instance(rule_class: type[Rule], options: Options) -> Rule:
+    """A rule object for this run: rules whose findings depend on the options (DDP013 reports only with
+    ``elastic``) take them when they are built."""
+    try:
+        return rule_class(options)  # type: ignore[call-arg]
+    except TypeError:
+        return rule_class()
 
 
 def _guarded(what: str, call: Callable[[], T]) -> T:
@@ -331,11 +348,12 @@ def process(
             result.skipped = True
             return result
         module = parse(source.text, path)
-        rules = [cls() for cls in rule_classes]
+        rules = [_instance(cls, options) for cls in rule_classes]
         if fix:
             module, result.changes, analysis = fix_to_fixed_point(module, rules, options, path, is_entry)
             result.new_text = module.code
             if module.code != source.text:
+                verify_output(module.code)
                 result.output = source.encode(module.code)
         else:
             analysis = analyse(module, is_entry)
@@ -391,7 +409,7 @@ def process_program(files: Sequence[ProgramFile], options: Options, fix: bool) -
     try:
         program = _guarded("the program analysis", lambda: Program(modules))
         rules_of = {path: [cls for cls in by_path[path].rules] for path in modules}
-        instances = {cls: cls() for path in modules for cls in rules_of[path]}
+        instances = {cls: _instance(cls, options) for path in modules for cls in rules_of[path]}
         if fix:
             changes = _fix_program(program, instances, rules_of, {p for p in modules if by_path[p].migrate}, options)
             for path, found in changes.items():
@@ -405,6 +423,7 @@ def process_program(files: Sequence[ProgramFile], options: Options, fix: bool) -
             new_code = program.module(path).code
             result.new_text = new_code
             if new_code != result.text:
+                verify_output(new_code)
                 result.output = sources[path].encode(new_code)
     except FileError as error:
         for path in modules:

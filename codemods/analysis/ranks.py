@@ -26,14 +26,13 @@ from __future__ import annotations
 import enum
 import weakref
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Iterable, Iterator, Optional, Union
 
 import libcst as cst
 
 from .. import names
-from .legacy import ENV_GETTERS, Key, LaunchIndex, LegacyFacts, int_value, legacy_facts, string_value, target_nodes
-from .script import SELF_RETURNING_METHODS, ScriptAnalysis, dotted_name, walk
+from .legacy import ENV_GETTERS, Key, LaunchIndex, LegacyFacts, int_value, legacy_facts, target_nodes
+from .script import SELF_RETURNING_METHODS, ScriptAnalysis, dotted_name
 
 
 class Kind(enum.IntEnum):
