@@ -6,7 +6,9 @@ from typing import Iterator
 
 import libcst as cst
 
+from . import names
 from .analysis import LOADER_PARAMETERS, ScriptAnalysis, loader_argument
+from .analysis.loaders import SAMPLING_KEYS, KwargsDict, loader_facts
 from .base import BatchSizePolicy, Change, Example, FixResult, Match, Note, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression, statement
 from .runtime_calls import imported_name, runtime_name
@@ -89,16 +91,48 @@ with torch.no_grad():
     )
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
+        facts = loader_facts(analysis)
         for loader in analysis.loader_calls:
-            if loader not in analysis.training_loaders or analysis.has_distributed_sampler(loader):
+            if loader in facts.dict_training:
+                yield Match(
+                    loader,
+                    "training DataLoader built in a dict and iterated by phase: shard the training phase's loader by hand "
+                    "(DistributedSampler) and leave the evaluation one whole",
+                    fixable=False,
+                )
+                continue
+            if loader in facts.undecided:
+                yield Match(
+                    loader,
+                    "DataLoader iterated by a loop that trains only for some callers: cannot tell whether it trains; "
+                    "left unsharded (if it trains, shard it by hand)",
+                    fixable=False,
+                )
+                continue
+            if loader not in facts.training_loaders or analysis.has_distributed_sampler(loader):
                 continue
             dataset = loader_argument(loader, "dataset")
+            kwargs = facts.kwargs_dict(loader)
             if loader_argument(loader, "sampler") or loader_argument(loader, "batch_sampler"):
                 yield Match(loader, "training DataLoader with its own sampler is not sharded across processes: shard it by hand", fixable=False)
+            elif kwargs is not None and kwargs.keys is not None and kwargs.keys & SAMPLING_KEYS:
+                if self._distributed_in(analysis, kwargs):
+                    continue
+                yield Match(loader, "training DataLoader with its own sampler (in its keyword dict) is not sharded across processes: shard it by hand", fixable=False)
+            elif dataset is not None and kwargs is not None and kwargs.keys is not None and sum(1 for a in loader.args if a.star) == 1:
+                yield Match(loader, "training DataLoader without a DistributedSampler: every process would see the whole data set")
             elif dataset is None or any(a.star for a in loader.args):
                 yield Match(loader, "training DataLoader without a DistributedSampler (arguments too dynamic to rewrite)", fixable=False)
             else:
                 yield Match(loader, "training DataLoader without a DistributedSampler: every process would see the whole data set")
+
+    @staticmethod
+    def _distributed_in(analysis: ScriptAnalysis, kwargs: KwargsDict) -> bool:
+        return any(
+            isinstance(o, cst.Call) and analysis.is_call_to(o, names.DISTRIBUTED_SAMPLER)
+            for value in kwargs.value_of("sampler")
+            for o in analysis.origins(value)
+        )
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         edits = Edits(analysis.module.code)
@@ -117,7 +151,11 @@ with torch.no_grad():
                 name = analysis.free_name("train_dataset", "train_set", "dataset")
                 edits.insert_before(analysis.statement(loader), statement(f"{name} = {code_of(dataset_expr)}"))
                 dataset_expr = cst.Name(name)
-            edits.replace(loader, self._rewrite(analysis, edits, loader, dataset_expr, options))
+            kwargs = loader_facts(analysis).kwargs_dict(loader)
+            if kwargs is not None:
+                edits.replace(loader, self._rewrite_kwargs(analysis, edits, loader, dataset_expr, kwargs, options))
+            else:
+                edits.replace(loader, self._rewrite(analysis, edits, loader, dataset_expr, options))
             edits.changes.append(Change(self.code, analysis.line(loader), "DistributedSampler added to the training DataLoader"))
         return edits.apply(analysis.module) if edits else None
 
@@ -147,11 +185,51 @@ with torch.no_grad():
         args.append(cst.Arg(sampler, keyword=cst.Name("sampler"), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
         return loader.with_changes(args=args)
 
+    def _rewrite_kwargs(
+        self, analysis: ScriptAnalysis, edits: Edits, loader: cst.Call, dataset: cst.BaseExpression, kwargs: KwargsDict, options: Options
+    ) -> cst.Call:
+        """``DataLoader(ds, **kw)``: the dict is left as it is (other loaders may share it); the call
+        overrides ``shuffle`` and ``batch_size`` and adds the sampler with the dict's shuffle."""
+        sampler_class = imported_name(analysis, edits, SAMPLER_MODULE, SAMPLER_CLASS)
+        keys = kwargs.keys or frozenset()
+        overrides = []
+        if "batch_size" in keys and options.batch_size is BatchSizePolicy.GLOBAL:
+            rt = runtime_name(analysis, edits)
+            overrides.append(f'"batch_size": {rt}.per_process_batch_size({kwargs.name}["batch_size"])')
+        shuffle = "False"
+        if "shuffle" in keys:
+            overrides.append('"shuffle": False')
+            shuffle = f'{kwargs.name}.get("shuffle", False)'
+        sampler = f"{sampler_class}({code_of(dataset)}, shuffle={shuffle})"
+        args: list[cst.Arg] = []
+        original_dataset = loader_argument(loader, "dataset")
+        sampler_arg = cst.Arg(expression(sampler), keyword=cst.Name("sampler"), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
+        for arg in loader.args:
+            if arg is original_dataset:
+                arg = arg.with_changes(value=dataset)
+            if arg.star == "**":
+                # The sampler goes before the unpacked dict: it is then an argument the analysis can read.
+                args.append(sampler_arg)
+                if overrides:
+                    arg = arg.with_changes(value=expression("{**" + kwargs.name + ", " + ", ".join(overrides) + "}"))
+            args.append(arg.with_changes(comma=cst.MaybeSentinel.DEFAULT))
+        return loader.with_changes(args=args)
+
     def notes(self, analysis: ScriptAnalysis, options: Options) -> list[Note]:
         notes = []
+        facts = loader_facts(analysis)
         for loader in analysis.loader_calls:
             line = analysis.line(loader)
-            if loader in analysis.evaluation_loaders and not analysis.has_distributed_sampler(loader):
+            if loader in facts.evaluated_by_call_site and not analysis.has_distributed_sampler(loader):
+                notes.append(
+                    Note(
+                        self.code,
+                        line,
+                        "DataLoader passed only where the shared loop does not train (no optimizer given): treated as "
+                        "an evaluation loader and left unsharded, so every process computes the same metrics",
+                    )
+                )
+            elif loader in facts.evaluation_loaders and not analysis.has_distributed_sampler(loader):
                 notes.append(
                     Note(
                         self.code,
@@ -161,8 +239,8 @@ with torch.no_grad():
                         "runtime.weighted_mean(total, count)",
                     )
                 )
-            elif loader in analysis.training_loaders and analysis.has_distributed_sampler(loader):
-                if loader_argument(loader, "batch_size") is None:
+            elif loader in facts.training_loaders and analysis.has_distributed_sampler(loader):
+                if loader_argument(loader, "batch_size") is None and not any(a.star for a in loader.args):
                     notes.append(Note(self.code, line, "no batch_size given: each process takes batches of 1"))
                 elif options.batch_size is BatchSizePolicy.PER_PROCESS:
                     notes.append(

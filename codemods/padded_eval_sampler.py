@@ -8,6 +8,7 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, dotted_name, is_true, keyword_argument, walk
+from .analysis.loaders import loader_facts
 from .base import Example, Match, Phase, Rule, Severity, Valid
 
 
@@ -125,7 +126,7 @@ for x, y in val_loader:
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
         for loader in analysis.loader_calls:
-            if loader not in analysis.evaluation_loaders or not analysis.has_distributed_sampler(loader):
+            if loader not in loader_facts(analysis).evaluation_loaders or not analysis.has_distributed_sampler(loader):
                 continue
             loops = [loop.loop for loop in analysis.loader_loops if loader in loop.loader_calls]
             if not all(self._reduced(analysis, loop) for loop in loops):

@@ -7,6 +7,7 @@ from typing import Iterator
 import libcst as cst
 
 from .analysis import EpochLoop, ScriptAnalysis
+from .analysis.loaders import loader_facts
 from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, statement
 
@@ -86,6 +87,60 @@ for epoch in range(10):
         loss_fn(model(x), y).backward()
 """,
         ),
+        Example(
+            before="""\
+from torch.utils.data import DataLoader, DistributedSampler
+
+loader = DataLoader(ds, batch_size=8, sampler=DistributedSampler(ds))
+for epoch in range(10):
+    batches = tqdm(loader) if tqdm else loader
+    for x, y in batches:
+        loss_fn(model(x), y).backward()
+""",
+            after="""\
+from torch.utils.data import DataLoader, DistributedSampler
+
+loader = DataLoader(ds, batch_size=8, sampler=DistributedSampler(ds))
+for epoch in range(10):
+    loader.sampler.set_epoch(epoch)
+    batches = tqdm(loader) if tqdm else loader
+    for x, y in batches:
+        loss_fn(model(x), y).backward()
+""",
+        ),
+        Example(
+            before="""\
+from torch.utils.data import DataLoader, DistributedSampler
+
+def run_epoch(loader, optimizer=None):
+    for x, y in loader:
+        loss = loss_fn(model(x), y)
+        if optimizer is not None:
+            loss.backward()
+
+train_loader = DataLoader(ds, batch_size=8, sampler=DistributedSampler(ds))
+val_loader = DataLoader(val_ds, batch_size=8)
+for epoch in range(10):
+    run_epoch(val_loader)
+    run_epoch(train_loader, optimizer)
+""",
+            after="""\
+from torch.utils.data import DataLoader, DistributedSampler
+
+def run_epoch(loader, optimizer=None):
+    for x, y in loader:
+        loss = loss_fn(model(x), y)
+        if optimizer is not None:
+            loss.backward()
+
+train_loader = DataLoader(ds, batch_size=8, sampler=DistributedSampler(ds))
+val_loader = DataLoader(val_ds, batch_size=8)
+for epoch in range(10):
+    train_loader.sampler.set_epoch(epoch)
+    run_epoch(val_loader)
+    run_epoch(train_loader, optimizer)
+""",
+        ),
         Valid(
             """\
 from torch.utils.data import DataLoader, DistributedSampler
@@ -100,43 +155,45 @@ for epoch in range(10):
         ),
     )
 
-    def _cases(self, analysis: ScriptAnalysis) -> Iterator[tuple[cst.Call, EpochLoop | None]]:
+    def _cases(self, analysis: ScriptAnalysis) -> Iterator[tuple[cst.Call, EpochLoop | None, cst.BaseExpression | None]]:
         """Training loaders with a DistributedSampler whose epoch loop in THIS module never calls
         ``set_epoch`` (the loader may be built in another module of the program: ``utils.build_loaders``),
-        and this module's loaders with no epoch loop anywhere."""
+        and this module's loaders with no epoch loop anywhere; with how the loader can be named at the top of
+        the epoch loop (a name bound before the loop, never a progress wrapper made inside it)."""
+        facts = loader_facts(analysis)
         set_epoch_calls = analysis.program_method_calls("set_epoch")
         for loader in analysis.program_loader_calls:
-            if loader not in analysis.training_loaders or not analysis.has_distributed_sampler(loader):
+            if loader not in facts.training_loaders or not analysis.has_distributed_sampler(loader):
                 continue
             loops = analysis.epoch_loops(loader)
             if not loops:
                 if analysis.owns(loader) and not set_epoch_calls:
-                    yield loader, None
+                    yield loader, None, None
                 continue
             for epoch in loops:
                 # set_epoch may sit in a function the epoch loop calls (the DDP tutorial's ``_run_epoch``).
                 if analysis.owns(epoch.loop) and not analysis.reaches(epoch.loop, set_epoch_calls):
-                    yield loader, epoch
+                    yield loader, epoch, facts.spelling_in(epoch.loop, loader, epoch.loader_expr)
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
-        for loader, epoch in self._cases(analysis):
+        for loader, epoch, spelling in self._cases(analysis):
             if epoch is None:
                 yield Match(loader, "DistributedSampler without set_epoch, and no epoch loop found: call set_epoch(epoch) each epoch", fixable=False)
             else:
-                fixable = epoch.epoch_var is not None
+                fixable = epoch.epoch_var is not None and spelling is not None
                 yield Match(epoch.loop, "epoch loop never calls set_epoch: every epoch repeats the same order", fixable=fixable)
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         edits = Edits(analysis.module.code)
-        for loader, epoch in self._cases(analysis):
-            if epoch is None or epoch.epoch_var is None:
+        for loader, epoch, spelling in self._cases(analysis):
+            if epoch is None or epoch.epoch_var is None or spelling is None:
                 anchor = analysis.statement(loader if epoch is None else epoch.loop)
                 edits.todo(anchor, "call <loader>.sampler.set_epoch(epoch) at the start of every epoch")
                 continue
             body = epoch.loop.body
             if not isinstance(body, cst.IndentedBlock) or not body.body:
                 continue
-            call = statement(f"{code_of(epoch.loader_expr)}.sampler.set_epoch({epoch.epoch_var})")
+            call = statement(f"{code_of(spelling)}.sampler.set_epoch({epoch.epoch_var})")
             edits.insert_before(body.body[0], call)
             edits.changes.append(Change(self.code, analysis.line(epoch.loop), "sampler.set_epoch(epoch) called at the start of each epoch"))
         return edits.apply(analysis.module) if edits else None

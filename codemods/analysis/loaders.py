@@ -1,0 +1,356 @@
+"""Facts about data loaders beyond the ``for x in loader`` loops of :class:`ScriptAnalysis`.
+
+Built only on the public queries of :class:`~.script.ScriptAnalysis` and computed once per analysis
+(:func:`loader_facts`):
+
+- loader arguments passed through a dict (``train_kwargs = {...}; train_kwargs.update({...});
+  DataLoader(ds, **train_kwargs)``): the keys the dict can hold, when every write to it is visible;
+- loaders stored in dicts (``{x: DataLoader(...) for x in phases}``) and iterated by subscript
+  (``for x, y in loaders[phase]``);
+- loaders driven by hand (``it = iter(loader)`` / ``next(it)``) in code that trains;
+- which training loops are shared by training and evaluation (``run_epoch(loader, optimizer=None)`` with
+  ``if training: loss.backward()``): a call site that leaves the optimizer ``None`` evaluates;
+- the training and evaluation loaders that follow from all of the above.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from .. import names
+from .script import ScriptAnalysis, dotted_name, loader_argument, statements_of, walk
+
+#: ``DataLoader`` keywords that bring their own sampling: sharding must not replace them.
+SAMPLING_KEYS = frozenset({"sampler", "batch_sampler"})
+
+
+@dataclass(frozen=True)
+class KwargsDict:
+    """The dict a loader's ``**name`` unpacks: its name and every key it may hold (``None``: unknown)."""
+
+    name: str
+    keys: frozenset[str] | None
+    values: tuple[tuple[str, cst.BaseExpression], ...] = ()
+
+    def value_of(self, key: str) -> list[cst.BaseExpression]:
+        return [v for k, v in self.values if k == key]
+
+
+@dataclass
+class LoaderFacts:
+    """What the loader rules need to know, for one analysed module (see the module docstring)."""
+
+    analysis: ScriptAnalysis
+    #: Loader calls stored in a dict (literal or comprehension) -> the dict's name.
+    dict_loaders: dict[cst.Call, str] = field(default_factory=dict)
+    #: Of those, the ones a loop that trains iterates by subscript.
+    dict_training: set[cst.Call] = field(default_factory=set)
+    #: Loaders whose batches are drawn with ``next(...)`` in code that trains.
+    iterator_training: set[cst.Call] = field(default_factory=set)
+    #: Loaders iterated by a loop that trains only at some call sites, passed only at evaluating ones.
+    evaluated_by_call_site: set[cst.Call] = field(default_factory=set)
+    #: Loaders iterated by a conditionally training loop whose call sites do not tell whether they train.
+    undecided: set[cst.Call] = field(default_factory=set)
+    training_loaders: set[cst.Call] = field(default_factory=set)
+    evaluation_loaders: set[cst.Call] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        a = self.analysis
+        self._loader_set = set(a.program_loader_calls)
+        self._find_dict_loaders()
+        self._find_iterator_loops()
+        training: set[cst.Call] = set()
+        for loop in a.program_loader_loops:
+            if not loop.trains:
+                continue
+            home = a.shared.analysis_of(loop.loop) or a
+            split = _split_by_call_site(home, loop.loop, loop.loader_expr, self._loader_set)
+            if split is None:
+                training |= loop.loader_calls
+                continue
+            trains, evaluates = split
+            training |= trains & loop.loader_calls
+            for call in loop.loader_calls - trains:
+                (self.evaluated_by_call_site if call in evaluates else self.undecided).add(call)
+        self.evaluated_by_call_site -= training
+        self.undecided -= training | self.evaluated_by_call_site
+        training |= self.iterator_training
+        self.training_loaders = training
+        iterated = {call for loop in a.program_loader_loops for call in loop.loader_calls}
+        self.evaluation_loaders = (iterated | set(self.dict_loaders)) - training - self.undecided - self.dict_training
+
+    # ------------------------------------------------------------------ loaders in dicts
+
+    def _find_dict_loaders(self) -> None:
+        for analysis in self.analysis.shared.analyses:
+            for loader in analysis.loader_calls:
+                container = _dict_container(analysis, loader)
+                if container is None:
+                    continue
+                stmt = analysis.statement(loader)
+                small = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and stmt.body else None
+                if not isinstance(small, cst.Assign) or len(small.targets) != 1:
+                    continue
+                name = dotted_name(small.targets[0].target)
+                if name is None:
+                    continue
+                self.dict_loaders[loader] = name
+                for loop in analysis.for_loops:
+                    if _subscript_of(loop.iter, name) and analysis.reaches_backward(loop.body):
+                        self.dict_training.add(loader)
+
+    # ------------------------------------------------------------------ iterator-driven loops
+
+    def _find_iterator_loops(self) -> None:
+        for analysis in self.analysis.shared.analyses:
+            for call in analysis.calls:
+                if not (isinstance(call.func, cst.Name) and call.func.value == "next" and call.args):
+                    continue
+                found = {o for o in analysis.origins(call.args[0].value) if o in self._loader_set}
+                if not found:
+                    continue
+                scope = next(
+                    (n for n in analysis.ancestors(call) if isinstance(n, (cst.For, cst.While, cst.FunctionDef))), None
+                )
+                body = scope.body if scope is not None else analysis.module
+                if analysis.reaches_backward(body):
+                    self.iterator_training |= found  # type: ignore[arg-type]
+
+    # ------------------------------------------------------------------ queries
+
+    def kwargs_dict(self, loader: cst.Call) -> KwargsDict | None:
+        """The dict a loader unpacks with ``**name`` (its only starred argument), with its keys when every
+        write to it in the scope is a literal dict, ``name.update(<literal or such a dict>)`` or
+        ``name["key"] = ...``; ``None`` when the loader unpacks nothing (or ``*args``, or several dicts)."""
+        starred = [a for a in loader.args if a.star]
+        if len(starred) != 1 or starred[0].star != "**" or not isinstance(starred[0].value, cst.Name):
+            return None
+        analysis = self.analysis.shared.analysis_of(loader) or self.analysis
+        name = starred[0].value.value
+        scope = analysis.enclosing_function(loader)
+        values = _dict_writes(analysis, scope, name, depth=0)
+        if values is None:
+            return KwargsDict(name, None)
+        return KwargsDict(name, frozenset(k for k, _ in values), tuple(values))
+
+    def is_iterator_driven(self, loader: cst.Call) -> bool:
+        return loader in self.iterator_training
+
+    def spelling_in(self, loop: cst.For | cst.While, loader: cst.Call, preferred: cst.BaseExpression) -> cst.BaseExpression | None:
+        """How to name the loader at the top of an epoch loop: ``preferred`` when it holds the loader and is
+        bound before the loop, else a name or attribute used inside the loop that is; ``None`` if none."""
+        analysis = self.analysis.shared.analysis_of(loop) or self.analysis
+        candidates = [preferred] + [n for n in walk(loop.body) if isinstance(n, (cst.Name, cst.Attribute))]
+        for expr in candidates:
+            name = dotted_name(expr)
+            if name is None or loader not in analysis.origins(expr):  # type: ignore[arg-type]
+                continue
+            if expr is not preferred and not analysis.is_inside(expr, loop):
+                continue
+            if _assigned_inside(analysis, loop, name):
+                continue
+            return expr  # type: ignore[return-value]
+        return None
+
+
+_FACTS: "weakref.WeakKeyDictionary[ScriptAnalysis, LoaderFacts]" = weakref.WeakKeyDictionary()
+
+
+def loader_facts(analysis: ScriptAnalysis) -> LoaderFacts:
+    """The loader facts of an analysed module, computed once."""
+    facts = _FACTS.get(analysis)
+    if facts is None:
+        facts = _FACTS[analysis] = LoaderFacts(analysis)
+    return facts
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def _dict_container(analysis: ScriptAnalysis, loader: cst.Call) -> cst.CSTNode | None:
+    """The dict literal or comprehension the loader call is a value of (before reaching its statement)."""
+    child: cst.CSTNode = loader
+    for node in analysis.ancestors(loader):
+        if isinstance(node, cst.DictComp) and child is node.value:
+            return node
+        if isinstance(node, cst.DictElement) and child is node.value:
+            return node
+        if isinstance(node, cst.BaseStatement):
+            return None
+        child = node
+    return None
+
+
+def _subscript_of(expr: cst.BaseExpression, name: str) -> bool:
+    """``loaders[phase]`` (through ``enumerate``/``tqdm``/``iter``) for the dict ``loaders``."""
+    while isinstance(expr, cst.Call) and expr.args:
+        expr = expr.args[0].value
+    return isinstance(expr, cst.Subscript) and dotted_name(expr.value) == name
+
+
+def _assigned_inside(analysis: ScriptAnalysis, loop: cst.CSTNode, name: str) -> bool:
+    root = name.split(".")[0]
+    for assign in analysis.assignments:
+        if not analysis.is_inside(assign, loop):
+            continue
+        targets = [t.target for t in assign.targets] if isinstance(assign, cst.Assign) else [assign.target]
+        for target in targets:
+            for element in _target_elements(target):
+                bound = dotted_name(element)
+                if bound is not None and (bound == name or name.startswith(bound + ".")):
+                    return True
+    for node in walk(loop):
+        if isinstance(node, cst.For) and node is not loop:
+            if any(isinstance(n, cst.Name) and n.value == root for n in walk(node.target)):
+                return True
+    return False
+
+
+def _target_elements(target: cst.BaseExpression) -> list[cst.BaseExpression]:
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [e for element in target.elements for e in _target_elements(element.value)]
+    if isinstance(target, cst.StarredElement):
+        return _target_elements(target.value)
+    return [target]
+
+
+def _literal_items(expr: cst.BaseExpression) -> list[tuple[str, cst.BaseExpression]] | None:
+    if isinstance(expr, cst.Dict):
+        items = []
+        for element in expr.elements:
+            if not isinstance(element, cst.DictElement) or not isinstance(element.key, cst.SimpleString):
+                return None
+            items.append((element.key.evaluated_value, element.value))  # type: ignore[arg-type]
+        return items
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value == "dict":
+        items = []
+        for arg in expr.args:
+            if arg.keyword is None:
+                return None
+            items.append((arg.keyword.value, arg.value))
+        return items
+    return None
+
+
+def _dict_writes(
+    analysis: ScriptAnalysis, scope: cst.FunctionDef | None, name: str, depth: int
+) -> list[tuple[str, cst.BaseExpression]] | None:
+    """Every (key, value) written into the dict ``name`` of ``scope``; ``None`` if one write is unknown."""
+    if depth > 3 or (scope is not None and analysis.is_parameter(scope, name)):
+        return None
+    items: list[tuple[str, cst.BaseExpression]] = []
+    seen = False
+    for assign in analysis.assignments:
+        if analysis.enclosing_function(assign) is not scope or not isinstance(assign, cst.Assign):
+            continue
+        for target in assign.targets:
+            if isinstance(target.target, cst.Name) and target.target.value == name:
+                literal = _literal_items(assign.value)
+                if literal is None:
+                    other = assign.value.value if isinstance(assign.value, cst.Name) else None
+                    literal = _dict_writes(analysis, scope, other, depth + 1) if other else None
+                if literal is None:
+                    return None
+                items += literal
+                seen = True
+            elif isinstance(target.target, cst.Subscript) and dotted_name(target.target.value) == name:
+                index = target.target.slice[0].slice if len(target.target.slice) == 1 else None
+                key = getattr(index, "value", None)
+                if not isinstance(key, cst.SimpleString):
+                    return None
+                items.append((key.evaluated_value, assign.value))  # type: ignore[arg-type]
+    if not seen:
+        return None
+    for call in analysis.calls:
+        func = call.func
+        if analysis.enclosing_function(call) is not scope or not isinstance(func, cst.Attribute):
+            continue
+        if dotted_name(func.value) != name:
+            continue
+        method = func.attr.value
+        if method in ("get", "items", "keys", "values", "copy"):
+            continue
+        if method != "update" or len(call.args) != 1 or call.args[0].keyword is not None or call.args[0].star:
+            return None
+        value = call.args[0].value
+        literal = _literal_items(value)
+        if literal is None and isinstance(value, cst.Name):
+            literal = _dict_writes(analysis, scope, value.value, depth + 1)
+        if literal is None:
+            return None
+        items += literal
+    return items
+
+
+def _gating_parameters(analysis: ScriptAnalysis, function: cst.FunctionDef, loop: cst.CSTNode) -> set[str]:
+    """Parameters defaulting to ``None`` that decide whether the loop trains: a ``backward()`` under the loop
+    sits under an ``if`` whose test reads the parameter, or a local name computed from it."""
+    optional = {
+        p.name.value
+        for p in (*function.params.params, *function.params.kwonly_params)
+        if isinstance(p.default, cst.Name) and p.default.value == "None"
+    }
+    if not optional:
+        return set()
+    derived: dict[str, set[str]] = {}
+    for assign in analysis.assignments:
+        if analysis.enclosing_function(assign) is not function or not isinstance(assign, cst.Assign):
+            continue
+        read = {n.value for n in walk(assign.value) if isinstance(n, cst.Name)} & optional
+        for target in assign.targets:
+            if isinstance(target.target, cst.Name) and read:
+                derived.setdefault(target.target.value, set()).update(read)
+    gating: set[str] = set()
+    backward = [c for c in analysis.backward_calls if analysis.is_inside(c, loop)]
+    if not backward:
+        return set()
+    for call in backward:
+        tests = [n.test for n in analysis.ancestors(call) if isinstance(n, cst.If) and analysis.is_inside(n, loop)]
+        found: set[str] = set()
+        for test in tests:
+            for n in walk(test):
+                if isinstance(n, cst.Name):
+                    if n.value in optional:
+                        found.add(n.value)
+                    found |= derived.get(n.value, set())
+        if not found:
+            return set()  # one backward() runs whatever the call site passes: the loop always trains
+        gating |= found
+    return gating
+
+
+def _split_by_call_site(
+    analysis: ScriptAnalysis, loop: cst.For, loader_expr: cst.BaseExpression, loader_set: set[cst.Call]
+) -> tuple[set[cst.Call], set[cst.Call]] | None:
+    """For a loop that trains only when an optional parameter is given, the loaders passed at training call
+    sites and those passed at evaluating ones; ``None`` when the loop always trains."""
+    function = analysis.enclosing_function(loop)
+    if function is None or not isinstance(loader_expr, cst.Name) or not analysis.is_parameter(function, loader_expr.value):
+        return None
+    gating = _gating_parameters(analysis, function, loop)
+    if not gating:
+        return None
+    trains: set[cst.Call] = set()
+    evaluates: set[cst.Call] = set()
+    for call in analysis.callers_of(function):
+        caller = analysis.shared.analysis_of(call) or analysis
+        argument = caller.argument_for(call, function, loader_expr.value)
+        if argument is None:
+            continue
+        loaders = {o for o in caller.origins(argument) if o in loader_set}
+        passed = {p: caller.argument_for(call, function, p) for p in gating}
+        if any(isinstance(v, cst.Name) and v.value == "None" or v is None for v in passed.values()):
+            evaluates |= loaders  # type: ignore[arg-type]
+        else:
+            trains |= loaders  # type: ignore[arg-type]
+    return trains, evaluates
+
+
+def is_loader_call(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
+    return isinstance(node, cst.Call) and analysis.is_call_to(node, names.DATA_LOADER)
+
+
+__all__ = ["KwargsDict", "LoaderFacts", "SAMPLING_KEYS", "loader_facts", "statements_of", "loader_argument"]
