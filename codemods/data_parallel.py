@@ -9,7 +9,7 @@ import libcst as cst
 from . import names
 from .analysis import ScriptAnalysis, wrapped_argument
 from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
-from .edits import Edits, code_of
+from .edits import Edits, code_of, statement
 from .runtime_calls import ddp_call
 
 
@@ -29,6 +29,13 @@ class DataParallel(Rule):
     original wrapped. A wrap that sat under a condition (``if torch.cuda.device_count() > 1:``) moves out of
     it: every process must wrap, CPU included, or the processes stop agreeing on the weights. DataParallel's
     ``device_ids`` and ``output_device`` are dropped (each process uses its own device); ``dim`` is kept.
+    A condition with other branches (``if torch.cuda.device_count() > 1: ... elif use_cuda: ...``) keeps
+    them, and the wrap goes after the whole chain, so the model is wrapped on every path.
+
+    A DataParallel in the non-distributed branch of a script that already has a distributed path
+    (``if args.distributed: ... DistributedDataParallel ... else: nn.DataParallel(model)``, as in
+    PyTorch's ImageNet example) is left alone: that branch runs without a process group, where DDP would
+    fail, and DDP011 makes a torchrun launch take the distributed branch.
     """
 
     code = "DDP001"
@@ -87,6 +94,31 @@ from ddp_migrate import runtime
 model = DistributedDataParallel(net, device_ids=runtime.device_ids())
 """,
         ),
+        Example(
+            before="""\
+import torch
+import torch.nn as nn
+
+if torch.cuda.device_count() > 1:
+    model = nn.DataParallel(model)
+elif use_cuda:
+    model = model.cuda()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+""",
+            after="""\
+import torch
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel
+from ddp_migrate import runtime
+
+if torch.cuda.device_count() > 1:
+    pass
+elif use_cuda:
+    model = model.cuda()
+model = DistributedDataParallel(model, device_ids=runtime.device_ids())
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+""",
+        ),
         Valid(
             """\
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -94,10 +126,22 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 model = DDP(model, device_ids=[local_rank])
 """
         ),
+        Valid(
+            """\
+import torch
+
+if args.distributed:
+    model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[args.gpu])
+else:
+    model = torch.nn.DataParallel(model).cuda()
+"""
+        ),
     )
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
         for call in analysis.calls_to(names.DATA_PARALLEL):
+            if self._non_distributed_branch(analysis, call):
+                continue
             yield Match(
                 call,
                 "nn.DataParallel: use DistributedDataParallel with one process per device (launched by torchrun)",
@@ -131,14 +175,44 @@ model = DDP(model, device_ids=[local_rank])
                 edits.drop_unused_imports()
         return edits.apply(analysis.module) if edits else None
 
+    @staticmethod
+    def _chain(analysis: ScriptAnalysis, stmt: cst.CSTNode) -> tuple[cst.If | None, cst.If | None]:
+        """The ``if`` whose branch holds the statement directly, and the first ``if`` of its elif chain."""
+        block = analysis.parent(stmt)
+        owner = analysis.parent(block) if block is not None else None
+        if isinstance(owner, cst.Else):
+            owner = analysis.parent(owner)
+        if not isinstance(owner, cst.If):
+            return None, None
+        top = owner
+        while isinstance(analysis.parent(top), cst.If) and analysis.parent(top).orelse is top:  # type: ignore[union-attr]
+            top = analysis.parent(top)  # type: ignore[assignment]
+        return owner, top
+
+    def _non_distributed_branch(self, analysis: ScriptAnalysis, call: cst.Call) -> bool:
+        """Whether the DataParallel sits in one branch of a condition whose other branch wraps in DDP."""
+        _, top = self._chain(analysis, analysis.statement(call))
+        if top is None:
+            return False
+        return any(
+            analysis.is_inside(wrap, top) and not analysis.is_inside(call, analysis.statement(wrap))
+            for wrap in analysis.calls_to(names.DISTRIBUTED_DATA_PARALLEL)
+        )
+
     def _hoist_out_of_condition(self, analysis: ScriptAnalysis, edits: Edits, call: cst.Call, new_call: cst.Call) -> bool:
-        """Move ``if <cond>: model = DP(model)`` out of its condition, so every process wraps."""
+        """Move ``if <cond>: model = DP(model)`` out of its condition (after its whole elif/else chain), so
+        every process wraps."""
         stmt = analysis.statement(call)
         block = analysis.parent(stmt)
-        condition = analysis.parent(block) if block is not None else None
-        if not isinstance(condition, cst.If) or condition.orelse is not None or analysis.is_rank_test(condition.test):
+        owner, top = self._chain(analysis, stmt)
+        if owner is None or top is None or not isinstance(block, cst.IndentedBlock):
             return False
-        if not isinstance(block, cst.IndentedBlock):
+        tests = []
+        node: cst.CSTNode | None = top
+        while isinstance(node, cst.If):
+            tests.append(node.test)
+            node = node.orelse
+        if any(analysis.is_rank_test(test) for test in tests):
             return False
         moved = stmt.deep_replace(call, new_call)
         assert isinstance(moved, cst.BaseStatement)
@@ -146,7 +220,10 @@ model = DDP(model, device_ids=[local_rank])
         rest = [s for s in block.body if s is not stmt]
         if rest:
             edits.remove(stmt)
-            edits.insert_after(condition, moved)
+            edits.insert_after(top, moved)
+        elif top is owner and owner.orelse is None:
+            edits.replace(owner, moved.with_changes(leading_lines=owner.leading_lines))
         else:
-            edits.replace(condition, moved.with_changes(leading_lines=condition.leading_lines))
+            edits.replace(stmt, statement("pass"))
+            edits.insert_after(top, moved)
         return True

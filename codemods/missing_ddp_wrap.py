@@ -14,9 +14,13 @@ from .analysis import (
     walk,
     wrapped_argument,
 )
+from . import names
 from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
-from .edits import Edits, expression
-from .runtime_calls import ddp_call
+from .edits import Edits, code_of, expression, statement
+from .runtime_calls import ddp_call, runtime_name
+
+#: What a switch's value reads when it already follows a torchrun launch.
+LAUNCH_AWARE = ("WORLD_SIZE", "RANK", "launched_by_torchrun", "runtime.", "local_rank", "get_world_size", "is_initialized")
 
 #: Statements that still set the model up (before it may be wrapped).
 SETUP_METHODS = frozenset({"to", "cuda", "load_state_dict", "apply", "float", "half", "double", "bfloat16"})
@@ -31,14 +35,26 @@ class MissingDdpWrap(Rule):
     Why it is a problem: without DDP nothing averages the gradients across processes, so each process
     trains its own copy on its own shard and the copies drift apart.
 
+    It also finds a DDP wrap that only runs under a distributed switch a torchrun launch leaves off: the
+    ImageNet-style ``args.distributed = args.world_size > 1 or args.multiprocessing_distributed`` with
+    ``if args.distributed: ... DistributedDataParallel ...``. Launched by torchrun with the default options,
+    every process then takes the non-distributed path (no process group, no sampler, no DDP) and trains
+    alone.
+
     What the fix does: ``model = DistributedDataParallel(model, device_ids=runtime.device_ids())`` right
-    after the last statement that builds, moves or loads the model in the block where it is created.
+    after the last statement that builds, moves or loads the model in the block where it is created. A
+    distributed switch becomes ``<its value> or runtime.launched_by_torchrun()`` where it is computed (or,
+    for a command-line flag, right after ``parse_args()``), so a torchrun launch takes the distributed
+    path while a plain ``python`` run keeps the script's own choice.
+
+    Fix safety: a plain run is unchanged; under torchrun the script's distributed path runs, as it would
+    with the flags that path expects. A switch whose value cannot be found gets a TODO comment.
     """
 
     code = "DDP011"
     name = "missing-ddp-wrap"
     phase = Phase.WRAPPING
-    triggers = ("backward",)
+    triggers = (".backward(",)
     examples = (
         Example(
             before="""\
@@ -62,6 +78,67 @@ for x, y in loader:
     loss_fn(model(x), y).backward()
     optimizer.step()
 """,
+        ),
+        Example(
+            before="""\
+import torch
+
+args = parser.parse_args()
+args.distributed = args.world_size > 1 or args.multiprocessing_distributed
+if args.distributed:
+    model = torch.nn.parallel.DistributedDataParallel(model)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loss.backward()
+""",
+            after="""\
+import torch
+from ddp_migrate import runtime
+
+args = parser.parse_args()
+args.distributed = args.world_size > 1 or args.multiprocessing_distributed or runtime.launched_by_torchrun()
+if args.distributed:
+    model = torch.nn.parallel.DistributedDataParallel(model)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loss.backward()
+""",
+        ),
+        Example(
+            before="""\
+import torch
+
+args = parser.parse_args()
+if args.distributed:
+    model = torch.nn.parallel.DistributedDataParallel(model)
+else:
+    model = torch.nn.DataParallel(model)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loss.backward()
+""",
+            after="""\
+import torch
+from ddp_migrate import runtime
+
+args = parser.parse_args()
+args.distributed = args.distributed or runtime.launched_by_torchrun()
+if args.distributed:
+    model = torch.nn.parallel.DistributedDataParallel(model)
+else:
+    model = torch.nn.DataParallel(model)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loss.backward()
+""",
+        ),
+        Valid(
+            """\
+import os
+import torch
+
+distributed = int(os.environ.get("WORLD_SIZE", 1)) > 1
+if distributed:
+    model = torch.nn.parallel.DistributedDataParallel(model)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loss.backward()
+"""
         ),
         Valid(
             """\
@@ -134,10 +211,51 @@ loss.backward()
                         return True
         return False
 
+    def _switches(self, analysis: ScriptAnalysis) -> Iterator[tuple[cst.If, str, list[cst.CSTNode]]]:
+        """Distributed switches a torchrun launch leaves off: the ``if`` that guards a DDP wrap, the
+        switch's name, and where its value is set (assignments, or the ``parse_args()`` statement to add
+        one after); an empty list when neither can be found."""
+        if not analysis.is_training_script:
+            return
+        seen: set[str] = set()
+        for wrap in analysis.calls_to(names.DISTRIBUTED_DATA_PARALLEL):
+            guard = next(
+                (n for n in analysis.ancestors(wrap) if isinstance(n, cst.If) and analysis.is_inside(wrap, n.body)), None
+            )
+            switch = dotted_name(guard.test) if guard is not None else None
+            if guard is None or switch is None or switch in seen:
+                continue
+            last = switch.rsplit(".", 1)[-1].lower()
+            if "dist" not in last and "ddp" not in last:
+                continue
+            if analysis.is_rank_test(guard.test):
+                continue
+            seen.add(switch)
+            assigns = _assignments_to(analysis, switch)
+            if any(any(word in code_of(a.value) for word in LAUNCH_AWARE) for a in assigns):
+                continue
+            if assigns:
+                yield guard, switch, list(assigns)
+                continue
+            root = switch.split(".")[0]
+            parsed = [
+                a
+                for a in _assignments_to(analysis, root)
+                if isinstance(a.value, cst.Call) and call_method_name(a.value) in ("parse_args", "parse_known_args")
+            ]
+            yield guard, switch, [analysis.statement(parsed[0])] if root != switch and len(parsed) == 1 else []
+
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
         for model, anchor in self._cases(analysis):
             node = anchor or analysis.optimizer_calls[0]
             yield Match(node, f"{model} is trained but never wrapped in DistributedDataParallel", fixable=anchor is not None)
+        for guard, switch, sites in self._switches(analysis):
+            yield Match(
+                guard,
+                f"DistributedDataParallel only under `{switch}`, which a torchrun launch leaves off: "
+                "every process would train alone",
+                fixable=bool(sites),
+            )
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         edits = Edits(analysis.module.code)
@@ -148,6 +266,21 @@ loss.backward()
             wrap = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(expression(model))], call)])
             edits.insert_after(anchor, wrap)
             edits.changes.append(Change(self.code, analysis.line(anchor) + 1, f"{model} wrapped in DistributedDataParallel"))
+        for guard, switch, sites in self._switches(analysis):
+            if not sites:
+                edits.todo(guard, f"make `{switch}` true under torchrun (runtime.launched_by_torchrun())")
+                continue
+            rt = runtime_name(analysis, edits)
+            for site in sites:
+                if isinstance(site, cst.Assign):
+                    value = site.value
+                    text = code_of(value).strip()
+                    if isinstance(value, (cst.IfExp, cst.Lambda, cst.NamedExpr)):
+                        text = f"({text})"
+                    edits.replace(value, expression(f"{text} or {rt}.launched_by_torchrun()"))
+                else:
+                    edits.insert_after(site, statement(f"{switch} = {switch} or {rt}.launched_by_torchrun()"))
+                edits.changes.append(Change(self.code, analysis.line(site), f"{switch} is also true under torchrun"))
         return edits.apply(analysis.module) if edits else None
 
 
