@@ -83,7 +83,7 @@ class AccumulationWithoutNoSync(Rule):
     name = "accumulation-without-no-sync"
     phase = Phase.WRAPPING
     severity = Severity.WARNING
-    triggers = ("backward",)
+    triggers = (".backward(",)
     manual_fix = "run the forward and backward passes of the non-stepping iterations inside model.no_sync()"
     examples = (
         Example(
@@ -164,6 +164,11 @@ for i, (x, y) in enumerate(loader):
         criterion(model(x), y).backward()
         optimizer.step()
         optimizer.zero_grad()
+for step, (x, y) in enumerate(loader):
+    model.require_backward_grad_sync = (step + 1) % 4 == 0
+    criterion(model(x), y).backward()
+    if (step + 1) % 4 == 0:
+        optimizer.step()
 for x, y in loader:
     optimizer.zero_grad()
     criterion(model(x), y).backward()
@@ -252,6 +257,8 @@ for x, y in loader:
                 continue
             if any(call_method_name(c) == "no_sync" for c in analysis.calls if analysis.is_inside(c, loop)):
                 continue
+            if any(isinstance(n, cst.Attribute) and n.attr.value == "require_backward_grad_sync" for n in walk(loop.body)):
+                continue  # the loop already switches DDP's gradient sync itself
             if any(call_method_name(c) == "no_sync" for a in analysis.ancestors(loop) if isinstance(a, cst.With) for c in _calls_in(a.items)):
                 continue
             model = self._ddp_model(analysis, loop.body)

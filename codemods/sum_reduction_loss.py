@@ -13,6 +13,12 @@ from .edits import Edits, code_of, expression
 from .runtime_calls import runtime_name
 
 
+TODO = (
+    "a summed loss divided by a fixed number: DDP averages gradients over the processes, so the update may be "
+    "world_size times smaller than the original's; multiply by runtime.world_size() if the divisor is the global batch"
+)
+
+
 class SumReductionLoss(Rule):
     """Scale a summed loss by the number of processes before ``backward()`` under DDP.
 
@@ -30,13 +36,20 @@ class SumReductionLoss(Rule):
     runtime.world_size())`` with AMP), so the averaged gradient is the original's summed gradient. The loss
     value itself is untouched: what is printed is still this process's shard (DDP038 reports that).
 
-    Fix safety: with the global batch kept (the default), the migrated run computes the original's update.
+    A summed loss divided by this process's own batch size (``/ len(x)``, ``/ x.size(0)``) is a mean and
+    is left alone. Divided by anything else (``/ args.batch_size``: the global batch, or not?) it is
+    reported with a TODO: a human must say which.
+
+    Fix safety: with the global batch kept (the default), the migrated run computes the original's update;
+    with ``--batch-size per-process`` it computes the sum over the N times larger global batch.
     """
 
     code = "DDP039"
     name = "sum-reduction-loss"
     phase = Phase.MODULE_ACCESS
     triggers = ("sum", "size_average")
+    manual_fix = "multiply the loss by runtime.world_size() when it is divided by the global batch size"
+    requires = (".backward(",)
     examples = (
         Example(
             before="""\
@@ -80,6 +93,29 @@ for x, y in loader:
     scaler.scale(0.5 * F.mse_loss(model(x), y, reduction="sum") * runtime.world_size()).backward()
 """,
         ),
+        Example(
+            before="""\
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+model = DDP(net, device_ids=None)
+criterion = nn.MSELoss(reduction="sum")
+for x, y in loader:
+    loss = criterion(model(x), y) / args.batch_size
+    loss.backward()
+""",
+            after="""\
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+model = DDP(net, device_ids=None)
+criterion = nn.MSELoss(reduction="sum")
+for x, y in loader:
+    loss = criterion(model(x), y) / args.batch_size
+    # TODO(ddp-migrate): a summed loss divided by a fixed number: DDP averages gradients over the processes, so the update may be world_size times smaller than the original's; multiply by runtime.world_size() if the divisor is the global batch
+    loss.backward()
+""",
+        ),
         Valid(
             """\
 import torch.nn as nn
@@ -90,14 +126,15 @@ criterion = nn.MSELoss(reduction="sum")
 for x, y in loader:
     loss = criterion(model(x), y) / len(x)
     loss.backward()
+    (criterion(model(x), y) / x.size(0)).backward()
     (criterion(model(x), y) * runtime.world_size()).backward()
 total = nn.functional.l1_loss(a, b, reduction="sum")
 """
         ),
     )
 
-    def _cases(self, analysis: ScriptAnalysis) -> Iterator[tuple[cst.Call, cst.BaseExpression]]:
-        """(``backward()`` call, the loss expression to scale) for every summed loss."""
+    def _cases(self, analysis: ScriptAnalysis) -> Iterator[tuple[cst.Call, cst.BaseExpression, bool]]:
+        """(``backward()`` call, the loss expression to scale, whether the fix is safe) for every summed loss."""
         if not any(analysis.is_call_to(w, names.DISTRIBUTED_DATA_PARALLEL) for w in analysis.wrap_calls):
             return
         for backward in analysis.backward_calls:
@@ -107,45 +144,63 @@ total = nn.functional.l1_loss(a, b, reduction="sum")
                 loss = receiver.args[0].value
             if _scaled(loss):
                 continue
-            if self._sums(analysis, loss, backward, depth=0):
-                yield backward, loss
+            kind = self._sums(analysis, loss, backward, depth=0)
+            if kind is not None:
+                yield backward, loss, kind == "sum"
 
-    def _sums(self, analysis: ScriptAnalysis, expr: cst.BaseExpression, at: cst.CSTNode, depth: int) -> bool:
-        """Whether the expression's value is a summed loss that nothing divides (following local names)."""
+    def _sums(self, analysis: ScriptAnalysis, expr: cst.BaseExpression, at: cst.CSTNode, depth: int) -> str | None:
+        """``"sum"`` when the expression's value is a summed loss, ``"divided"`` when it is a summed loss
+        divided by something other than the shard's own size (a human must look), ``None`` otherwise."""
         if depth > 3:
-            return False
-        if any(isinstance(n, cst.BinaryOperation) and isinstance(n.operator, (cst.Divide, cst.FloorDivide)) for n in walk(expr)):
-            return False  # ``loss / len(x)``: normalised by hand, leave it to a human
-        for node in walk(expr):
-            if isinstance(node, cst.Call) and (_sum_reduction(node) or any(
-                isinstance(o, cst.Call) and _sum_reduction(o) for o in analysis.origins(node.func)
-            )):
-                return True
-        function = analysis.enclosing_function(at)
-        for node in walk(expr):
-            if not isinstance(node, cst.Name):
-                continue
-            for assign in analysis.assignments:
-                if not isinstance(assign, cst.Assign) or analysis.enclosing_function(assign) is not function:
+            return None
+        divisors = [
+            n.right for n in walk(expr) if isinstance(n, cst.BinaryOperation) and isinstance(n.operator, (cst.Divide, cst.FloorDivide))
+        ]
+        if any(_counts_this_batch(d) for d in divisors):
+            return None  # ``criterion(out, y) / len(x)``: a mean over this process's shard, which DDP averages right
+        found = any(
+            isinstance(node, cst.Call)
+            and (_sum_reduction(node) or any(isinstance(o, cst.Call) and _sum_reduction(o) for o in analysis.origins(node.func)))
+            for node in walk(expr)
+        )
+        if not found:
+            function = analysis.enclosing_function(at)
+            for node in walk(expr):
+                if not isinstance(node, cst.Name):
                     continue
-                if not analysis.comes_before(assign, at):
-                    continue
-                if any(dotted_name(t.target) == node.value for t in assign.targets):
-                    if self._sums(analysis, assign.value, assign, depth + 1):
-                        return True
-        return False
+                for assign in analysis.assignments:
+                    if not isinstance(assign, cst.Assign) or analysis.enclosing_function(assign) is not function:
+                        continue
+                    if not analysis.comes_before(assign, at) or not any(dotted_name(t.target) == node.value for t in assign.targets):
+                        continue
+                    inner = self._sums(analysis, assign.value, assign, depth + 1)
+                    if inner == "divided" or (inner == "sum" and divisors):
+                        return "divided"
+                    if inner == "sum":
+                        found = True
+        if not found:
+            return None
+        return "divided" if divisors else "sum"
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
-        for backward, loss in self._cases(analysis):
+        for backward, loss, safe in self._cases(analysis):
             yield Match(
                 backward,
                 f"`{code_of(loss)}` sums over the batch, but DDP averages gradients over the processes: "
-                "the update shrinks with the number of processes; scale the loss by runtime.world_size()",
+                + (
+                    "the update shrinks with the number of processes; scale the loss by runtime.world_size()"
+                    if safe
+                    else "divided by something other than this process's batch size, the update may shrink with the number of processes; check the scale"
+                ),
+                fixable=safe,
             )
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         edits = Edits(analysis.module.code)
-        for backward, loss in self._cases(analysis):
+        for backward, loss, safe in self._cases(analysis):
+            if not safe:
+                edits.todo(analysis.statement(backward), TODO)
+                continue
             rt = runtime_name(analysis, edits)
             scaled = expression(f"({code_of(loss)}) * {rt}.world_size()")
             assert isinstance(scaled, cst.BinaryOperation)
@@ -156,6 +211,15 @@ total = nn.functional.l1_loss(a, b, reduction="sum")
             edits.replace(loss, lambda _updated, scaled=scaled: scaled)
             edits.changes.append(Change(self.code, analysis.line(backward), "summed loss scaled by runtime.world_size() before backward()"))
         return edits.apply(analysis.module) if edits else None
+
+
+def _counts_this_batch(divisor: cst.BaseExpression) -> bool:
+    """``len(x)``, ``x.size(0)``, ``x.shape[0]``, ``x.numel()``: a count of this process's own batch."""
+    if isinstance(divisor, cst.Call):
+        if isinstance(divisor.func, cst.Name) and divisor.func.value == "len":
+            return True
+        return call_method_name(divisor) in ("size", "numel")
+    return isinstance(divisor, cst.Subscript) and isinstance(divisor.value, cst.Attribute) and divisor.value.attr.value == "shape"
 
 
 def _sum_reduction(call: cst.Call) -> bool:

@@ -11,6 +11,9 @@ Fixtures in ``fixtures/shapes_models/`` (small, deterministic, CPU):
   ``copy.deepcopy(model)``, ``torch.jit.trace(model, ...)`` and resume in a closure;
 - ``cond_accum.py``: gradient accumulation in a script that wraps in DDP only when launched distributed
   (``if distributed: model = DDP(model)``): the inserted ``no_sync()`` must work wrapped or not;
+- ``grad_sync_switch.py``: a DDP script that skips the gradient sync on accumulating steps with
+  ``model.require_backward_grad_sync = ...``: the switch must stay on the DDP object (same number of
+  all-reduces, counted by a communication hook, and the same weights);
 - ``method_step.py``: a training step that calls a model method (``model.module.compute_loss``): the
   migration must not pass it off as done (it bypasses DDP's forward); it leaves a TODO and a review line.
 
@@ -55,7 +58,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         for source in SHAPES.glob("*.py"):
             shutil.copy(source, folder / source.name)
     migration = subprocess.run(
-        [sys.executable, "-m", "ddp_migrate", *TRAINED], cwd=migrated, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "ddp_migrate", *TRAINED, "grad_sync_switch.py"], cwd=migrated, capture_output=True, text=True, timeout=120
     )
     assert migration.returncode == 0, migration.stdout + migration.stderr
     # cond_accum.py has no epoch loop: DDP006 asks for a human (exit 1) about set_epoch, nothing else.
@@ -67,6 +70,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     for folder in (original, migrated):
         for run in ("python", "torchrun"):
             (folder / f"cond_{run}").mkdir()
+        (folder / "switch").mkdir()
 
     def original_run(script: str, *args: str) -> LaunchResult:
         return run_python(original / script, *args, cwd=original, env=ENV, timeout=TIMEOUT)
@@ -91,6 +95,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             )
             first[f"cond_accum/{label}-torchrun"] = pool.submit(
                 run_torchrun, script, nproc_per_node=2, cwd=folder / "cond_torchrun", env=ENV, timeout=TIMEOUT
+            )
+            first[f"grad_sync_switch/{label}"] = pool.submit(
+                run_torchrun, folder / "grad_sync_switch.py", nproc_per_node=2, cwd=folder / "switch", env=ENV, timeout=TIMEOUT
             )
         outputs.update({key: future.result() for key, future in first.items()})
         second = {}
@@ -158,6 +165,18 @@ def test_conditional_wrap_accumulates_like_the_original(runs, run: str) -> None:
     the same weights as the original with the wrap (torchrun)."""
     expected = _load(runs["original"] / f"cond_{run}" / "final.pt")
     _assert_same_weights(_load(runs["migrated"] / f"cond_{run}" / "final.pt"), expected)
+
+
+def test_grad_sync_switch_stays_on_the_ddp_object(runs) -> None:
+    """``model.require_backward_grad_sync = ...`` still skips the all-reduce: 2 over 8 micro-steps, as before."""
+    lines = {}
+    for label in ("original", "migrated"):
+        output = runs["outputs"][f"grad_sync_switch/{label}"].output
+        lines[label] = [l for l in output.splitlines() if l.startswith("all-reduces ")]
+    assert lines["original"][0].startswith("all-reduces 2 ")
+    assert lines["migrated"] == lines["original"]
+    expected = _load(runs["original"] / "switch" / "final.pt")
+    _assert_same_weights(_load(runs["migrated"] / "switch" / "final.pt"), expected)
 
 
 def test_traced_model_is_the_plain_model(runs) -> None:
