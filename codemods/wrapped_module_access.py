@@ -173,6 +173,22 @@ for i, (x, y) in enumerate(loader):
         ),
         Example(
             before="""\
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel
+
+model = DistributedDataParallel(net, device_ids=None)
+model.fc = nn.Linear(8, 1).to(device)
+""",
+            after="""\
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel
+
+model = DistributedDataParallel(net, device_ids=None)
+model.module.fc = nn.Linear(8, 1).to(device)
+""",
+        ),
+        Example(
+            before="""\
 import copy
 import torch
 from torch.nn.parallel import DistributedDataParallel
@@ -510,7 +526,10 @@ def _same_attribute_unwrapped(analysis: ScriptAnalysis, target: cst.BaseExpressi
 
 
 def _builds_module(analysis: ScriptAnalysis, value: cst.BaseExpression) -> bool:
-    """Whether an assigned value is a new layer (``nn.Linear(...)``): a structural change, not a setting."""
+    """Whether an assigned value is a new layer (``nn.Linear(...)``, ``nn.Linear(...).to(device)``): a
+    structural change (DDP017's), not a setting."""
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in ("to", "cuda", "cpu"):
+        value = value.func.value
     if not isinstance(value, cst.Call):
         return False
     for qualified in analysis.qualified_names(value.func):

@@ -7,6 +7,7 @@ Fixtures in ``fixtures/shapes_models/`` (small, deterministic, CPU):
   nn.Linear(...)``) and ``if train_on_gpu: model.cuda()`` after the wrap, and ``raw = model.module if
   isinstance(model, nn.DataParallel) else model`` before an EMA-style ``copy.deepcopy(raw)``;
 - ``single_shapes.py`` (+ ``shapes_loss.py``): a single-device script with a ``reduction="sum"`` loss,
+  a new head (``model.head = nn.Linear(...).to(device)``) that the inserted wrap must come after,
   ``model.hyp`` set after the (inserted) wrap and read by a class of another module, an EMA
   ``copy.deepcopy(model)``, ``torch.jit.trace(model, ...)`` and resume in a closure;
 - ``cond_accum.py``: gradient accumulation in a script that wraps in DDP only when launched distributed
