@@ -173,6 +173,20 @@ for i, (x, y) in enumerate(loader):
         ),
         Example(
             before="""\
+from torch.nn.parallel import DistributedDataParallel
+
+model = DistributedDataParallel(net, device_ids=None)
+model.load_state_dict(strict=True, state_dict=checkpoint["model"])
+""",
+            after="""\
+from torch.nn.parallel import DistributedDataParallel
+
+model = DistributedDataParallel(net, device_ids=None)
+model.module.load_state_dict(strict=True, state_dict={k.removeprefix("module."): v for k, v in checkpoint["model"].items()})
+""",
+        ),
+        Example(
+            before="""\
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -412,8 +426,11 @@ torch.save(model.module.state_dict(), "model.pt")
                 call = case.node
                 assert isinstance(call, cst.Call)
                 edits.replace(attribute, lambda updated, inner=inner: updated.with_changes(value=inner))
-                if call.args and call.args[0].keyword is None and not call.args[0].star:
-                    state = call.args[0].value
+                given = next((a for a in call.args if a.keyword is not None and a.keyword.value == "state_dict"), None)
+                if given is None and call.args and call.args[0].keyword is None and not call.args[0].star:
+                    given = call.args[0]
+                if given is not None:
+                    state = given.value
                     stripped = expression(f'{{k.removeprefix("module."): v for k, v in {code_of(state)}.items()}}')
                     edits.replace(state, lambda _updated, stripped=stripped: stripped)
                 edits.changes.append(Change(self.code, line, f"load_state_dict reached through {how}, accepting keys with and without module."))
