@@ -43,7 +43,7 @@ class MissingDdpWrap(Rule):
 
     What the fix does: ``model = DistributedDataParallel(model, device_ids=runtime.device_ids())`` right
     after the last statement that builds, moves or loads the model in the block where it is created. A
-    distributed switch becomes ``<its value> or runtime.launched_by_torchrun()`` where it is computed (or,
+    distributed switch becomes ``<its value> or runtime.world_size() > 1`` where it is computed (or,
     for a command-line flag, right after ``parse_args()``), so a torchrun launch takes the distributed
     path while a plain ``python`` run keeps the script's own choice.
 
@@ -95,7 +95,7 @@ import torch
 from ddp_migrate import runtime
 
 args = parser.parse_args()
-args.distributed = args.world_size > 1 or args.multiprocessing_distributed or runtime.launched_by_torchrun()
+args.distributed = args.world_size > 1 or args.multiprocessing_distributed or runtime.world_size() > 1
 if args.distributed:
     model = torch.nn.parallel.DistributedDataParallel(model)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -119,7 +119,7 @@ import torch
 from ddp_migrate import runtime
 
 args = parser.parse_args()
-args.distributed = args.distributed or runtime.launched_by_torchrun()
+args.distributed = args.distributed or runtime.world_size() > 1
 if args.distributed:
     model = torch.nn.parallel.DistributedDataParallel(model)
 else:
@@ -268,7 +268,7 @@ loss.backward()
             edits.changes.append(Change(self.code, analysis.line(anchor) + 1, f"{model} wrapped in DistributedDataParallel"))
         for guard, switch, sites in self._switches(analysis):
             if not sites:
-                edits.todo(guard, f"make `{switch}` true under torchrun (runtime.launched_by_torchrun())")
+                edits.todo(guard, f"make `{switch}` true under torchrun (runtime.world_size() > 1)")
                 continue
             rt = runtime_name(analysis, edits)
             for site in sites:
@@ -277,9 +277,9 @@ loss.backward()
                     text = code_of(value).strip()
                     if isinstance(value, (cst.IfExp, cst.Lambda, cst.NamedExpr)):
                         text = f"({text})"
-                    edits.replace(value, expression(f"{text} or {rt}.launched_by_torchrun()"))
+                    edits.replace(value, expression(f"{text} or {rt}.world_size() > 1"))
                 else:
-                    edits.insert_after(site, statement(f"{switch} = {switch} or {rt}.launched_by_torchrun()"))
+                    edits.insert_after(site, statement(f"{switch} = {switch} or {rt}.world_size() > 1"))
                 edits.changes.append(Change(self.code, analysis.line(site), f"{switch} is also true under torchrun"))
         return edits.apply(analysis.module) if edits else None
 
