@@ -220,13 +220,15 @@ loss.backward()
         seen: set[str] = set()
         for wrap in analysis.calls_to(names.DISTRIBUTED_DATA_PARALLEL):
             guard = next(
-                (n for n in analysis.ancestors(wrap) if isinstance(n, cst.If) and analysis.is_inside(wrap, n.body)), None
+                (
+                    n
+                    for n in analysis.ancestors(wrap)
+                    if isinstance(n, cst.If) and analysis.is_inside(wrap, n.body) and _is_switch(n.test)
+                ),
+                None,
             )
             switch = dotted_name(guard.test) if guard is not None else None
             if guard is None or switch is None or switch in seen:
-                continue
-            last = switch.rsplit(".", 1)[-1].lower()
-            if "dist" not in last and "ddp" not in last:
                 continue
             if analysis.is_rank_test(guard.test):
                 continue
@@ -282,6 +284,13 @@ loss.backward()
                     edits.insert_after(site, statement(f"{switch} = {switch} or {rt}.world_size() > 1"))
                 edits.changes.append(Change(self.code, analysis.line(site), f"{switch} is also true under torchrun"))
         return edits.apply(analysis.module) if edits else None
+
+
+def _is_switch(test: cst.BaseExpression) -> bool:
+    """``args.distributed``, ``use_ddp``: a name that says it switches distributed training on."""
+    name = dotted_name(test)
+    last = name.rsplit(".", 1)[-1].lower() if name else ""
+    return "dist" in last or "ddp" in last
 
 
 def _assignments_to(analysis: ScriptAnalysis, name: str) -> list[cst.Assign]:
