@@ -269,7 +269,13 @@ with torch.no_grad():
             assert isinstance(loader, cst.Call)
             if not match.fixable:
                 stmt = analysis.statement(loader)
-                edits.todo(stmt, "shard this training loader across processes (DistributedSampler) and call set_epoch")
+                if loader in loader_facts(analysis).undecided:
+                    edits.todo(
+                        stmt,
+                        "if this loader trains, shard it (DistributedSampler, set_epoch); if it evaluates, keep it whole",
+                    )
+                else:
+                    edits.todo(stmt, "shard this training loader across processes (DistributedSampler) and call set_epoch")
                 continue
             dataset = loader_argument(loader, "dataset")
             assert dataset is not None
