@@ -163,11 +163,38 @@ def setup(
         options["timeout"] = resolved_timeout
     _select_device(chosen)
     if launched:
-        dist.init_process_group(init_method="env://", **options)
+        dist.init_process_group(store=_attempt_store(resolved_timeout), **_launched_ranks(), **options)
     else:
         # An in-memory store: a world of one needs no port, file or network.
         store = dist.HashStore()  # type: ignore[attr-defined]
         dist.init_process_group(store=store, rank=0, world_size=1, **options)
+
+
+#: Set by torchrun in every worker: how many times the agent has restarted its workers.
+RESTART_VARIABLE = "TORCHELASTIC_RESTART_COUNT"
+
+
+def _launched_ranks() -> dict[str, int]:
+    """``rank`` and ``world_size`` of this worker, from torchrun's environment."""
+    return {"rank": int(os.environ["RANK"]), "world_size": int(os.environ["WORLD_SIZE"])}
+
+
+def _attempt_store(timeout: datetime.timedelta | None) -> dist.Store:
+    """torchrun's store (``env://``), its keys kept apart for each restart of the workers.
+
+    Since torch shares the rendezvous store with the workers (torch 2.5 and later, unless
+    ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``), the keys a process group writes there outlive the
+    workers that wrote them. After a restart (``torchrun --max-restarts``) a new worker may then read
+    the address a dead worker published and fail with "Gloo connectFullMesh failed ... Connection
+    refused" (pytorch/pytorch#135712; seen with torch 2.13, about 1 restart in 2 on a busy machine).
+    A prefix with ``$TORCHELASTIC_RESTART_COUNT`` gives every restart keys of its own, as torch
+    itself did before sharing the store. (The count is each agent's own: on several nodes it agrees
+    as long as no agent was replaced.)
+    """
+    kwargs = {} if timeout is None else {"timeout": timeout}
+    store, _, _ = next(dist.rendezvous("env://", **kwargs))
+    attempt = os.environ.get(RESTART_VARIABLE, "").strip() or "0"
+    return dist.PrefixStore(f"ddp_migrate/attempt_{attempt}", store)
 
 
 def cleanup() -> None:

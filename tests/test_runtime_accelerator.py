@@ -72,6 +72,7 @@ def fake_accelerator(monkeypatch: pytest.MonkeyPatch, kind: str | None, count: i
     monkeypatch.setattr(
         dist, "init_process_group", lambda **kwargs: events.log.append(("init", kwargs))
     )
+    monkeypatch.setattr(process_group, "_attempt_store", lambda timeout: dist.HashStore())
     return events
 
 
@@ -115,7 +116,8 @@ def test_device_backend_and_binding_follow_the_accelerator(
     assert events.names() == ["bind"] * len(bound) + ["init"]
     assert events.of("bind") == bound
     (options,) = events.of("init")
-    assert options["backend"] == backend and options["init_method"] == "env://"
+    assert options["backend"] == backend
+    assert (options["rank"], options["world_size"]) == (3, 4)
 
 
 def test_backend_comes_from_torchs_device_backend_map(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -177,6 +179,7 @@ def test_torch_without_the_accelerator_api_falls_back_to_cuda(
     monkeypatch.setattr(torch.cuda, "set_device", bound.append)
     created: list[dict[str, Any]] = []
     monkeypatch.setattr(dist, "init_process_group", lambda **kwargs: created.append(kwargs))
+    monkeypatch.setattr(process_group, "_attempt_store", lambda timeout: dist.HashStore())
     torchrun_environment(monkeypatch, rank=1, local=1)
     assert runtime.device() == torch.device("cuda", 1) and runtime.device_ids() == [1]
     runtime.setup()
@@ -223,3 +226,23 @@ def test_barrier_names_the_device_on_accelerator_backends(
     monkeypatch.setattr(dist, "barrier", lambda **kwargs: calls.append(kwargs))
     runtime.barrier()
     assert calls == [expected]
+
+
+@pytest.mark.parametrize("restarts", ["", "3"], ids=["first-run", "third-restart"])
+def test_each_restart_keeps_its_own_keys_in_torchruns_store(
+    monkeypatch: pytest.MonkeyPatch, restarts: str
+) -> None:
+    # torchrun shares its rendezvous store with the workers: keys of dead workers stay there.
+    from launch import free_port
+
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.delenv("TORCHELASTIC_USE_AGENT_STORE", raising=False)
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", restarts)
+    store = process_group._attempt_store(None)
+    store.set("address", "here")
+    raw = store.underlying_store
+    assert raw.get(f"ddp_migrate/attempt_{restarts or 0}/address") == b"here"
+    assert not raw.check(["address"])
