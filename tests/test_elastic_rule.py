@@ -1,7 +1,7 @@
 """DDP013 restartable-training: opt-in, its examples, and the cases it must leave to a human.
 
-The examples run through the real engine as in test_rule_examples.py, but with the example's options
-also visible to the lint pass (the engine hands options to ``fix`` only; see the rule's ``__init__``).
+The examples also run in test_rule_examples.py; here each Valid snippet is checked with and without the
+option, and each Example without it (nothing may be reported or changed then).
 """
 
 from __future__ import annotations
@@ -20,8 +20,7 @@ ELASTIC = Options(elastic=True)
 
 
 def run(code: str, fix: bool, options: Options, monkeypatch: pytest.MonkeyPatch, rules=None):
-    """Process ``code`` with the rule(s); the rule sees ``options`` in the lint pass too."""
-    monkeypatch.setattr(RestartableTraining, "__init__", lambda self, _=None: setattr(self, "options", options))
+    """Process ``code`` with the rule(s) and ``options`` through the real engine."""
     result = process("example.py", code.encode(), rules or [RestartableTraining], options, fix=fix)
     assert result.error is None, result.error
     return result
