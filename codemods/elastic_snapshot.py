@@ -241,8 +241,8 @@ for epoch in range(snapshot.resume(), 10):
     )
 
     def __init__(self, options: Options | None = None) -> None:
-        #: The options of the run: the rule reports and fixes only with ``elastic``. The engine hands them
-        #: to :meth:`fix`; a lint run that never fixes sees the defaults (nothing to report).
+        #: The options of the run: the rule reports and fixes only with ``elastic``. The engine builds the
+        #: rule with them (``RestartableTraining(options)``) and hands them to :meth:`fix` too.
         self.options = options or Options()
 
     # ------------------------------------------------------------------------------------- planning
