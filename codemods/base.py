@@ -152,6 +152,9 @@ class Rule(abc.ABC):
     severity: ClassVar[Severity] = Severity.WARNING
     #: Words that must appear in the source for the rule to have anything to find (a cheap pre-parse check).
     triggers: ClassVar[tuple[str, ...]] = ("torch",)
+    #: A second cheap gate: when set, one of these words must appear too (a rule that acts only on training
+    #: code requires ``backward`` or ``DataParallel``), so most library files are never parsed.
+    requires: ClassVar[tuple[str, ...]] = ()
     examples: ClassVar[Sequence[Example | Valid]] = ()
     #: What a human must do when the rule cannot fix a finding by itself.
     manual_fix: ClassVar[str] = ""

@@ -54,6 +54,7 @@ class CollectiveInRankBranch(Rule):
     phase = Phase.CLEANUP
     severity = Severity.ERROR
     triggers = ("barrier", "all_", "reduce", "broadcast", "gather", "scatter", "save", "weighted_mean", "new_group")
+    requires = ("dist", "runtime")
     manual_fix = "call the collective on every rank: move it out of the rank branch"
     examples = (
         Example(

@@ -68,7 +68,7 @@ class RestartableTraining(Rule):
     code = "DDP013"
     name = "restartable-training"
     phase = Phase.CHECKPOINTS
-    triggers = ("backward",)
+    triggers = (".backward(",)
     manual_fix = "snapshot the training state each epoch with runtime.Snapshot and resume from it at start"
     examples = (
         Example(

@@ -66,6 +66,7 @@ class HardcodedDevice(Rule):
     name = "hardcoded-device"
     phase = Phase.DEVICES
     triggers = ("cuda",)
+    requires = (".backward(", "DataParallel")
     examples = (
         Example(
             before="""\

@@ -28,6 +28,7 @@ class LoadWithoutMapLocation(Rule):
     name = "load-without-map-location"
     phase = Phase.CHECKPOINTS
     triggers = ("load",)
+    requires = (".backward(", "DataParallel")
     examples = (
         Example(
             before="""\

@@ -46,7 +46,7 @@ class MissingProcessGroup(Rule):
     code = "DDP003"
     name = "missing-process-group"
     phase = Phase.PROCESS_GROUP
-    triggers = ("backward",)
+    triggers = (".backward(",)
     examples = (
         Example(
             before='''\

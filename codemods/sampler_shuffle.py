@@ -46,6 +46,7 @@ class SamplerWithShuffle(Rule):
     phase = Phase.SAMPLERS
     severity = Severity.ERROR
     triggers = ("shuffle",)
+    requires = ("DataLoader",)
     manual_fix = "keep one of the two: the sampler decides the order, so drop the loader's shuffle=True"
     examples = (
         Example(

@@ -135,7 +135,7 @@ total = nn.functional.l1_loss(a, b, reduction="sum")
 
     def _cases(self, analysis: ScriptAnalysis) -> Iterator[tuple[cst.Call, cst.BaseExpression, bool]]:
         """(``backward()`` call, the loss expression to scale, whether the fix is safe) for every summed loss."""
-        if not any(analysis.is_call_to(w, names.DISTRIBUTED_DATA_PARALLEL) for w in analysis.wrap_calls):
+        if not any(analysis.is_call_to(w, names.DISTRIBUTED_DATA_PARALLEL) for w in analysis.program_wrap_calls):
             return
         for backward in analysis.backward_calls:
             receiver = backward.func.value  # type: ignore[union-attr]

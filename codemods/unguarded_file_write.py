@@ -100,6 +100,7 @@ class UnguardedFileWrite(Rule):
         "mkdir", "makedirs", "open", "FileHandler", "save", "dump", "write", "writer", "Writer", "copy", "move",
         "rmtree", "remove", "unlink", "rename", "replace", "download", "pretrained", "hub", "wandb", "urlretrieve",
     )
+    requires = (".backward(", "DataParallel")
     manual_fix = "write the file on rank 0 only, keeping collectives outside the rank-0 branch"
     examples = (
         Example(

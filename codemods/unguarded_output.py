@@ -38,6 +38,7 @@ class UnguardedOutput(Rule):
     phase = Phase.OUTPUT
     severity = Severity.INFO
     triggers = ("print", "tqdm", "logging")
+    requires = (".backward(",)
     examples = (
         Example(
             before="""\

@@ -53,6 +53,7 @@ class UnguardedSave(Rule):
     name = "unguarded-save"
     phase = Phase.CHECKPOINTS
     triggers = ("save",)
+    requires = (".backward(", "DataParallel")
     examples = (
         Example(
             before="""\

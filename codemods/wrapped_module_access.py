@@ -318,7 +318,7 @@ torch.save(model.module.state_dict(), "model.pt")
 
     def cases(self, analysis: ScriptAnalysis) -> Iterator[_Case]:
         """Every place that reaches the model through a wrapper, with how to fix it."""
-        if not analysis.wrap_calls:
+        if not analysis.program_wrap_calls:
             return
         for attribute in analysis.attributes:
             attr = attribute.attr.value
@@ -484,7 +484,7 @@ def _wrap_of(analysis: ScriptAnalysis, expr: cst.BaseExpression) -> tuple[cst.Ca
             for target in _targets(assign):
                 if dotted_name(target) == name:
                     origins = analysis.origins(target)
-                    found = next((w for w in analysis.wrap_calls if w in origins), None)
+                    found = next((w for w in analysis.program_wrap_calls if w in origins), None)
                     if found is not None:
                         return found, True
         return None, False
@@ -561,7 +561,7 @@ def _is_data_parallel_check(analysis: ScriptAnalysis, call: cst.Call) -> bool:
     """``isinstance(x, nn.DataParallel)`` in a file that wraps with DDP (the check no longer matches)."""
     if not (isinstance(call.func, cst.Name) and call.func.value == "isinstance" and len(call.args) == 2):
         return False
-    if not any(analysis.is_call_to(w, names.DISTRIBUTED_DATA_PARALLEL) for w in analysis.wrap_calls):
+    if not any(analysis.is_call_to(w, names.DISTRIBUTED_DATA_PARALLEL) for w in analysis.program_wrap_calls):
         return False
     classes = call.args[1].value
     elements = [e.value for e in classes.elements] if isinstance(classes, cst.Tuple) else [classes]

@@ -64,8 +64,13 @@ class FileResult:
 
 
 def could_match(text: str, rules: Sequence[type[Rule]]) -> bool:
-    """The cheap pre-parse check: does any rule's trigger word occur in the text at all?"""
-    return any(word in text for rule in rules for word in rule.triggers)
+    """The cheap pre-parse check: could any rule find something here (its trigger words occur, and one
+    of the words it requires, if it has any)?"""
+    return any(_rule_could_match(text, rule) for rule in rules)
+
+
+def _rule_could_match(text: str, rule: type[Rule]) -> bool:
+    return any(word in text for word in rule.triggers) and (not rule.requires or any(word in text for word in rule.requires))
 
 
 def parse(text: str, path: str) -> cst.Module:
@@ -143,8 +148,9 @@ def analyse(module: cst.Module, is_entry: bool = True) -> ScriptAnalysis:
 
 
 def _applies(rule: Rule, text: str) -> bool:
-    """Whether the rule's trigger words occur in the text (a rule without them has nothing to find)."""
-    return could_match(text, [type(rule)])
+    """Whether the rule's trigger words (and required words) occur in the text: without them it has
+    nothing to find."""
+    return _rule_could_match(text, type(rule))
 
 
 def fix_to_fixed_point(

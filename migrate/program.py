@@ -71,12 +71,23 @@ def _closure(entry: Path, scanner: _Scanner) -> list[Path]:
         facts = scanner(current)
         if facts is None or facts.tree is None:
             continue
-        for imported in resolve_imports(facts, roots):
+        for imported in [*resolve_imports(facts, roots), *_packages_of(current)]:
             if imported not in seen and not is_test_file(imported):
                 seen.add(imported)
                 order.append(imported)
                 queue.append(imported)
     return order
+
+
+def _packages_of(path: Path) -> list[Path]:
+    """The ``__init__.py`` of every package the file sits in: importing the file runs them."""
+    found = []
+    folder = path.parent
+    while (folder / "__init__.py").is_file() and folder.parent != folder:
+        if folder / "__init__.py" != path:
+            found.append((folder / "__init__.py").resolve())
+        folder = folder.parent
+    return found
 
 
 def _is_entry(path: Path, facts: SourceFacts | None, imported: set[Path]) -> bool:

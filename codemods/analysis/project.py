@@ -32,11 +32,21 @@ def project_root(folder: Path) -> Path:
     return folder
 
 
+def package_root(path: Path) -> Path:
+    """The folder above the outermost package that contains the file (the file's own folder when it is
+    not in a package): where ``python -m pkg.mod`` runs from."""
+    folder = path.resolve().parent
+    while (folder / "__init__.py").is_file() and folder.parent != folder:
+        folder = folder.parent
+    return folder
+
+
 def search_roots(script: Path) -> tuple[Path, ...]:
-    """Where the imports of a script are looked up: its folder, the project root and ``<root>/src``."""
+    """Where the imports of a script are looked up: the folder above its package (``python -m``), its
+    own folder (``python script.py``), the project root and ``<root>/src``."""
     folder = script.resolve().parent
     root = project_root(folder)
-    roots = [folder, root, root / "src"]
+    roots = [package_root(script), folder, root, root / "src"]
     unique: list[Path] = []
     for path in roots:
         if path.is_dir() and path not in unique:

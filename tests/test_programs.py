@@ -1,0 +1,170 @@
+"""Programs, not files: how the files named on the command line become programs, and what migrating a
+program does to each of its files (golden outputs per file, in ``fixtures/projects_expected/``).
+
+Set ``DDP_MIGRATE_UPDATE_GOLDEN=1`` to rewrite the expected files after an intended change, then review
+the diff like any other code change.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ddp_migrate.cli import cli
+from ddp_migrate.codemods import ALL_RULES
+from ddp_migrate.codemods.base import Options
+from ddp_migrate.program import plan, process_unit
+from ddp_migrate.runner import run
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+PROJECTS = FIXTURES / "projects"
+EXPECTED = FIXTURES / "projects_expected"
+ENTRIES = {
+    "refs_style": "train.py",
+    "package_trainer": "run.py",
+    "module_level": "train.py",
+    "pkg_main": "app/main.py",
+    "helper_init": "train.py",
+    "with_tests": "train.py",
+}
+DEFAULT_RULES = [rule for rule in ALL_RULES if rule.enabled_by_default]
+
+
+def copy_project(name: str, tmp_path: Path) -> Path:
+    target = tmp_path / name
+    shutil.copytree(PROJECTS / name, target, ignore=shutil.ignore_patterns("__pycache__", "*.pt"))
+    return target
+
+
+def python_files(folder: Path) -> list[Path]:
+    return sorted(p.relative_to(folder) for p in folder.rglob("*.py"))
+
+
+def migrate_tree(folder: Path, entry: str) -> dict[str, str]:
+    """Migrate the program of one entry in process; the new text of every file it reported."""
+    results = list(run([folder / entry], DEFAULT_RULES, Options(), fix=True, jobs=1))
+    assert not [r.error for r in results if r.error]
+    return {str(Path(r.path).resolve().relative_to(folder.resolve())): r.new_text for r in results}
+
+
+@pytest.mark.parametrize("name", sorted(ENTRIES))
+def test_program_golden(name: str, tmp_path: Path) -> None:
+    folder = copy_project(name, tmp_path)
+    migrated = migrate_tree(folder, ENTRIES[name])
+    for relative in python_files(PROJECTS / name):
+        key = str(relative)
+        original = (PROJECTS / name / relative).read_text(encoding="utf-8")
+        new = migrated.get(key, original)
+        expected_path = EXPECTED / name / relative
+        if os.environ.get("DDP_MIGRATE_UPDATE_GOLDEN"):
+            if new != original:
+                expected_path.parent.mkdir(parents=True, exist_ok=True)
+                expected_path.write_text(new, encoding="utf-8", newline="")
+            elif expected_path.exists():
+                expected_path.unlink()
+        expected = expected_path.read_text(encoding="utf-8") if expected_path.exists() else original
+        assert new == expected, f"{name}/{relative}"
+
+
+@pytest.mark.parametrize("name", sorted(ENTRIES))
+def test_migrated_program_is_a_fixed_point(name: str, tmp_path: Path) -> None:
+    folder = copy_project(name, tmp_path)
+    for expected in (EXPECTED / name).rglob("*.py") if (EXPECTED / name).exists() else ():
+        target = folder / expected.relative_to(EXPECTED / name)
+        target.write_text(expected.read_text(encoding="utf-8"), encoding="utf-8")
+    results = list(run([folder / ENTRIES[name]], DEFAULT_RULES, Options(), fix=True, jobs=1))
+    assert not [r.error for r in results if r.error]
+    assert not [r.path for r in results if r.changed]
+
+
+def test_an_entry_brings_its_local_modules_and_not_its_tests() -> None:
+    [unit] = plan([PROJECTS / "with_tests" / "train.py"])
+    assert unit.entry == PROJECTS / "with_tests" / "train.py"
+    assert {p.name for p in unit.paths} == {"train.py", "model.py"}
+    assert unit.migrate == frozenset(unit.paths)
+
+
+def test_a_folder_is_split_into_programs_and_files_no_entry_reaches() -> None:
+    files = sorted((PROJECTS / "with_tests").rglob("*.py"))
+    units = plan(files)
+    programs = [u for u in units if u.entry is not None]
+    others = [u for u in units if u.entry is None]
+    assert [u.entry.name for u in programs] == ["train.py"]  # type: ignore[union-attr]
+    assert [u.paths[0].name for u in others] == ["test_model.py"]
+    assert others[0].why_not == "a test file"
+
+
+def test_relative_imports_of_a_package_entry_resolve() -> None:
+    [unit] = plan([PROJECTS / "pkg_main" / "app" / "main.py"])
+    names = dict(unit.names)
+    assert sorted(names.values()) == ["app", "app.loop", "app.main", "app.model"]
+
+
+def test_programs_sharing_a_module_are_one_unit(tmp_path: Path) -> None:
+    (tmp_path / "common.py").write_text("def helper():\n    return 1\n")
+    for name in ("a.py", "b.py"):
+        (tmp_path / name).write_text("from common import helper\n\nif __name__ == '__main__':\n    helper()\n")
+    units = plan([tmp_path / "a.py", tmp_path / "b.py", tmp_path / "common.py"])
+    assert len(units) == 1
+    assert {p.name for p in units[0].paths} == {"a.py", "b.py", "common.py"}
+
+
+def test_no_follow_imports_migrates_only_the_named_files(tmp_path: Path) -> None:
+    folder = copy_project("refs_style", tmp_path)
+    [unit] = plan([folder / "train.py"], follow_imports=False)
+    assert unit.migrate == frozenset({folder / "train.py"})
+    results = process_unit(unit, lambda _p: DEFAULT_RULES, Options(), fix=True)
+    changed = {Path(r.path).name for r in results if r.changed}
+    assert changed == {"train.py"}
+
+
+def test_a_library_module_alone_is_linted_not_migrated(tmp_path: Path) -> None:
+    folder = copy_project("package_trainer", tmp_path)
+    trainer = folder / "mlpkg" / "trainer.py"
+    before = trainer.read_bytes()
+    result = CliRunner().invoke(cli, ["migrate", str(trainer)])
+    assert trainer.read_bytes() == before
+    assert "not migrated" in result.output and "no entry script reaches" in result.output
+    lint = CliRunner().invoke(cli, ["lint", str(trainer)])
+    assert "DDP003" not in lint.output
+
+
+def test_test_files_are_never_rewritten(tmp_path: Path) -> None:
+    folder = copy_project("with_tests", tmp_path)
+    test_file = folder / "tests" / "test_model.py"
+    before = test_file.read_bytes()
+    result = CliRunner().invoke(cli, ["migrate", str(folder)])
+    assert result.exit_code in (0, 1), result.output
+    assert test_file.read_bytes() == before
+    assert (folder / "train.py").read_bytes() != (PROJECTS / "with_tests" / "train.py").read_bytes()
+
+
+def test_one_setup_in_a_program_that_initialises_in_a_helper(tmp_path: Path) -> None:
+    folder = copy_project("helper_init", tmp_path)
+    migrate_tree(folder, "train.py")
+    text = "".join(p.read_text() for p in folder.rglob("*.py"))
+    assert "runtime.setup()" not in text
+    assert text.count("init_process_group(") == 1
+
+
+def test_each_module_is_indexed_once_per_change() -> None:
+    """The program analysis is updated, not rebuilt: a module is indexed again only after a fix
+    rewrote it (one libcst walk per module, plus one per accepted fix)."""
+    from ddp_migrate.codemods.analysis.program import ModuleInfo, Program
+
+    import libcst as cst
+
+    [unit] = plan([PROJECTS / "refs_style" / "train.py"])
+    names = dict(unit.names)
+    modules = {
+        str(p): (cst.parse_module(p.read_text()), ModuleInfo(names[p], p == unit.entry)) for p in unit.paths
+    }
+    program = Program(modules)
+    assert program.index_builds == len(modules)
+    key = str(unit.paths[1])
+    program.replace(key, cst.parse_module(program.module(key).code + "\nX = 1\n"))
+    assert program.index_builds == len(modules) + 1
