@@ -83,6 +83,7 @@ class ShapeRuns:
     migrated_text: str
     migrate_output: str
     migrate_status: int
+    check_output: str
     torchrun: Run
     plain: Run
 
@@ -124,6 +125,9 @@ def _run_shape(name: str, base: Path) -> ShapeRuns:
     migrate = subprocess.run(
         [sys.executable, "-m", "ddp_migrate", script], cwd=migrated, capture_output=True, text=True, timeout=TIMEOUT
     )
+    again = subprocess.run(
+        [sys.executable, "-m", "ddp_migrate", "--check", script], cwd=migrated, capture_output=True, text=True, timeout=TIMEOUT
+    )
     torchrun_dir = folder("torchrun", migrated / script)
     plain_dir = folder("plain", migrated / script)
     torchrun = _launch(torchrun_dir, torchrun_command("--standalone", "--nproc_per_node=2", script), record=True)
@@ -133,6 +137,7 @@ def _run_shape(name: str, base: Path) -> ShapeRuns:
         (migrated / script).read_text(encoding="utf-8"),
         migrate.stdout + migrate.stderr,
         migrate.returncode,
+        again.stdout + again.stderr,
         torchrun,
         plain,
     )
@@ -163,6 +168,11 @@ def test_migration_reports_what_it_cannot_do(shapes: dict[str, ShapeRuns], name:
         assert "review" in runs.migrate_output
     if "keeps" in spec:
         assert spec["keeps"] in runs.migrated_text
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_second_run_changes_nothing(shapes: dict[str, ShapeRuns], name: str) -> None:
+    assert "0 file(s) would be migrated" in shapes[name].check_output, shapes[name].check_output
 
 
 @pytest.mark.parametrize("name", NAMES)
