@@ -8,7 +8,7 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, wrapped_argument
-from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
+from .base import Change, Example, FixResult, Match, Note, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, statement
 from .runtime_calls import ddp_call
 
@@ -174,6 +174,18 @@ else:
                 module, _, attr = qualified.rpartition(".")
                 edits.drop_unused_imports()
         return edits.apply(analysis.module) if edits else None
+
+    def notes(self, analysis: ScriptAnalysis, options: Options) -> list[Note]:
+        return [
+            Note(
+                self.code,
+                analysis.line(call),
+                "nn.DataParallel kept in the script's non-distributed branch (one process, no process group); "
+                "torchrun launches take the DistributedDataParallel branch",
+            )
+            for call in analysis.calls_to(names.DATA_PARALLEL)
+            if self._non_distributed_branch(analysis, call)
+        ]
 
     @staticmethod
     def _chain(analysis: ScriptAnalysis, stmt: cst.CSTNode) -> tuple[cst.If | None, cst.If | None]:
