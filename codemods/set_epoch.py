@@ -23,8 +23,11 @@ class MissingSetEpoch(Rule):
     epoch replays the first epoch's order on every process.
 
     What the fix does: ``<loader>.sampler.set_epoch(<epoch>)`` as the first statement of the epoch loop,
-    spelled with the loader as it is named there. When no epoch loop can be found it leaves a TODO comment
-    and a review item instead of guessing.
+    spelled with the loader as it is named there (a name bound before the loop, never a progress wrapper
+    made inside it). A loop that draws batches with ``next(it)`` and starts a new pass with
+    ``it = iter(loader)`` on ``StopIteration`` gets ``loader.sampler.set_epoch(loader.sampler.epoch + 1)``
+    right before each restart. When no epoch loop can be found it leaves a TODO comment and a review item
+    instead of guessing.
     """
 
     code = "DDP006"
@@ -141,6 +144,35 @@ for epoch in range(10):
     run_epoch(train_loader, optimizer)
 """,
         ),
+        Example(
+            before="""\
+from torch.utils.data import DataLoader, DistributedSampler
+
+loader = DataLoader(ds, batch_size=8, sampler=DistributedSampler(ds))
+batches = iter(loader)
+for step in range(100):
+    try:
+        x, y = next(batches)
+    except StopIteration:
+        batches = iter(loader)
+        x, y = next(batches)
+    loss_fn(model(x), y).backward()
+""",
+            after="""\
+from torch.utils.data import DataLoader, DistributedSampler
+
+loader = DataLoader(ds, batch_size=8, sampler=DistributedSampler(ds))
+batches = iter(loader)
+for step in range(100):
+    try:
+        x, y = next(batches)
+    except StopIteration:
+        loader.sampler.set_epoch(loader.sampler.epoch + 1)
+        batches = iter(loader)
+        x, y = next(batches)
+    loss_fn(model(x), y).backward()
+""",
+        ),
         Valid(
             """\
 from torch.utils.data import DataLoader, DistributedSampler
@@ -167,7 +199,7 @@ for epoch in range(10):
                 continue
             loops = analysis.epoch_loops(loader)
             if not loops:
-                if analysis.owns(loader) and not set_epoch_calls:
+                if analysis.owns(loader) and not set_epoch_calls and not facts.iterator_restarts(loader):
                     yield loader, None, None
                 continue
             for epoch in loops:
@@ -175,7 +207,24 @@ for epoch in range(10):
                 if analysis.owns(epoch.loop) and not analysis.reaches(epoch.loop, set_epoch_calls):
                     yield loader, epoch, facts.spelling_in(epoch.loop, loader, epoch.loader_expr)
 
+    def _restarts(self, analysis: ScriptAnalysis) -> Iterator[tuple[cst.BaseStatement, cst.BaseExpression]]:
+        """Iterator-driven training loaders (``it = iter(loader)`` again on ``StopIteration``) with a
+        DistributedSampler and no ``set_epoch`` anywhere: the restarts of this module, where a new epoch begins."""
+        facts = loader_facts(analysis)
+        if analysis.program_method_calls("set_epoch"):
+            return
+        for loader in analysis.program_loader_calls:
+            if loader not in facts.iterator_training or not analysis.has_distributed_sampler(loader):
+                continue
+            if analysis.epoch_loops(loader):
+                continue
+            for stmt, spelled in facts.iterator_restarts(loader):
+                if analysis.owns(stmt):
+                    yield stmt, spelled
+
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
+        for stmt, _ in self._restarts(analysis):
+            yield Match(stmt, "a new pass over the loader starts here without set_epoch: every pass repeats the same order")
         for loader, epoch, spelling in self._cases(analysis):
             if epoch is None:
                 yield Match(loader, "DistributedSampler without set_epoch, and no epoch loop found: call set_epoch(epoch) each epoch", fixable=False)
@@ -185,6 +234,10 @@ for epoch in range(10):
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         edits = Edits(analysis.module.code)
+        for stmt, spelled in self._restarts(analysis):
+            sampler = f"{code_of(spelled)}.sampler"
+            edits.insert_before(stmt, statement(f"{sampler}.set_epoch({sampler}.epoch + 1)"))
+            edits.changes.append(Change(self.code, analysis.line(stmt), "sampler.set_epoch called where each new pass over the loader starts"))
         for loader, epoch, spelling in self._cases(analysis):
             if epoch is None or epoch.epoch_var is None or spelling is None:
                 anchor = analysis.statement(loader if epoch is None else epoch.loop)

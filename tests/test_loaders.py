@@ -163,3 +163,23 @@ def test_spelling_none_when_the_loader_is_made_inside_the_loop() -> None:
     loader = _loader(analysis, 0)
     (epoch,) = analysis.epoch_loops(loader)
     assert facts.spelling_in(epoch.loop, loader, epoch.loader_expr) is None
+
+
+def test_iterator_restart_on_stop_iteration() -> None:
+    analysis, facts = _facts(
+        """
+        from torch.utils.data import DataLoader
+        loader = DataLoader(ds)
+        it = iter(loader)
+        for step in range(10):
+            try:
+                x, y = next(it)
+            except StopIteration:
+                it = iter(loader)
+                x, y = next(it)
+            f(x, y).backward()
+        """
+    )
+    ((stmt, spelled),) = facts.iterator_restarts(_loader(analysis, 0))
+    assert analysis.module.code_for_node(spelled) == "loader"
+    assert "it = iter(loader)" in analysis.module.code_for_node(stmt)

@@ -45,7 +45,13 @@ ATOL = 1e-6
 SHAPES: dict[str, dict[str, Any]] = {
     "kwargs_loader": {"exit": 0, "todo": None, "sharded": True, "weights": True, "whole": 16},
     "phase_dict": {"exit": 1, "todo": "shard this training loader", "sharded": False, "weights": True},
-    "iterator_loop": {"exit": 1, "todo": "set_epoch", "sharded": True, "weights": True},
+    "iterator_loop": {
+        "exit": 0,
+        "todo": None,
+        "sharded": True,
+        "weights": True,
+        "keeps": "loader.sampler.set_epoch(loader.sampler.epoch + 1)",
+    },
     "weighted_sampler": {
         "exit": 1,
         "todo": "shard this training loader",

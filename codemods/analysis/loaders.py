@@ -139,6 +139,23 @@ class LoaderFacts:
     def is_iterator_driven(self, loader: cst.Call) -> bool:
         return loader in self.iterator_training
 
+    def iterator_restarts(self, loader: cst.Call) -> list[tuple[cst.BaseStatement, cst.BaseExpression]]:
+        """Where an iterator-driven loop starts a new pass over the loader: ``it = iter(loader)`` inside an
+        ``except StopIteration:`` handler, with how the loader is spelled there."""
+        found = []
+        for analysis in self.analysis.shared.analyses:
+            for call in analysis.calls:
+                if not (isinstance(call.func, cst.Name) and call.func.value == "iter" and call.args):
+                    continue
+                spelled = call.args[0].value
+                if dotted_name(spelled) is None or loader not in analysis.origins(spelled):
+                    continue
+                handler = next((n for n in analysis.ancestors(call) if isinstance(n, cst.ExceptHandler)), None)
+                if handler is None or not _catches_stop_iteration(handler):
+                    continue
+                found.append((analysis.statement(call), spelled))
+        return found
+
     def spelling_in(self, loop: cst.For | cst.While, loader: cst.Call, preferred: cst.BaseExpression) -> cst.BaseExpression | None:
         """How to name the loader at the top of an epoch loop: ``preferred`` when it holds the loader and is
         bound before the loop, else a name or attribute used inside the loop that is; ``None`` if none."""
@@ -182,6 +199,12 @@ def _dict_container(analysis: ScriptAnalysis, loader: cst.Call) -> cst.CSTNode |
             return None
         child = node
     return None
+
+
+def _catches_stop_iteration(handler: cst.ExceptHandler) -> bool:
+    caught = handler.type
+    names_caught = [e.value for e in caught.elements] if isinstance(caught, cst.Tuple) else [caught]
+    return any(dotted_name(n) in ("StopIteration", "builtins.StopIteration") for n in names_caught if n is not None)
 
 
 def _subscript_of(expr: cst.BaseExpression, name: str) -> bool:
