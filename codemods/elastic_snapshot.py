@@ -9,7 +9,18 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, dotted_name, statements_of
-from .base import BatchSizePolicy, Change, Example, FixResult, Match, Options, Phase, Rule, Valid
+from .analysis.loaders import loader_facts
+from .base import (
+    BatchSizePolicy,
+    Change,
+    Example,
+    FixResult,
+    Match,
+    Options,
+    Phase,
+    Rule,
+    Valid,
+)
 from .edits import Edits, code_of, expression, statement
 from .runtime_calls import runtime_name
 
@@ -251,7 +262,7 @@ for epoch in range(snapshot.resume(), 10):
         if not self.options.elastic or not analysis.is_training_script or analysis.calls_to(RUNTIME_SNAPSHOT):
             return
         loops: list[cst.For | cst.While] = []
-        for loader in analysis.training_loaders:
+        for loader in loader_facts(analysis).training_loaders:
             for epoch in analysis.epoch_loops(loader):
                 if all(epoch.loop is not seen for seen in loops):
                     loops.append(epoch.loop)

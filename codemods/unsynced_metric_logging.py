@@ -8,6 +8,7 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name, walk
+from .analysis.loaders import loader_facts
 from .analysis.ranks import rank_facts
 from .base import Example, Match, Phase, Rule, Severity, Valid
 
@@ -221,7 +222,7 @@ for epoch in range(epochs):
         for call in analysis.backward_calls:
             receiver = call.func.value  # type: ignore[union-attr]
             if isinstance(receiver, (cst.Name, cst.Attribute)) and any(
-                analysis.has_distributed_sampler(loader) for loader in analysis.training_loaders
+                analysis.has_distributed_sampler(loader) for loader in loader_facts(analysis).training_loaders
             ):
                 seeds.append((call, receiver))
         return seeds

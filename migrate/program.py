@@ -12,7 +12,15 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from ddp_migrate.codemods.analysis.program import ModuleInfo
-from ddp_migrate.codemods.analysis.project import SourceFacts, is_test_file, module_name, resolve_imports, scan, search_roots
+from ddp_migrate.codemods.analysis.project import (
+    SourceFacts,
+    is_test_file,
+    may_be_entry,
+    module_name,
+    resolve_imports,
+    scan,
+    search_roots,
+)
 from ddp_migrate.codemods.base import Note, Options, Rule
 
 from .engine import FileResult, ProgramFile, process, process_program
@@ -39,6 +47,11 @@ class Unit:
     why_not: str = ""
 
 
+#: A program with more local modules than this is processed file by file (a library, not a training
+#: program; the analysis of a program holds all its modules in memory at once).
+MAX_PROGRAM_MODULES = 200
+
+
 def _read_text(path: Path) -> str | None:
     try:
         return decode(path.read_bytes()).text
@@ -47,15 +60,25 @@ def _read_text(path: Path) -> str | None:
 
 
 class _Scanner:
-    """The cheap ``ast`` scan of every file the plan touches, done once per file."""
+    """The cheap ``ast`` scan of every file the plan touches, done once per file (only its facts are kept)."""
 
     def __init__(self) -> None:
         self.facts: dict[Path, SourceFacts | None] = {}
+        self.texts: dict[Path, str | None] = {}
+
+    def text(self, path: Path) -> str | None:
+        """The file's text, read once; dropped again once the file is scanned."""
+        key = path.resolve()
+        if key in self.facts:
+            return None
+        if key not in self.texts:
+            self.texts[key] = _read_text(key)
+        return self.texts[key]
 
     def __call__(self, path: Path) -> SourceFacts | None:
         key = path.resolve()
         if key not in self.facts:
-            text = _read_text(key)
+            text = self.texts.pop(key, None) if key in self.texts else _read_text(key)
             self.facts[key] = scan(key, text) if text is not None else None
         return self.facts[key]
 
@@ -69,7 +92,7 @@ def _closure(entry: Path, scanner: _Scanner) -> list[Path]:
     while queue:
         current = queue.pop(0)
         facts = scanner(current)
-        if facts is None or facts.tree is None:
+        if facts is None or not facts.parsed:
             continue
         for imported in [*resolve_imports(facts, roots), *_packages_of(current)]:
             if imported not in seen and not is_test_file(imported):
@@ -91,7 +114,7 @@ def _packages_of(path: Path) -> list[Path]:
 
 
 def _is_entry(path: Path, facts: SourceFacts | None, imported: set[Path]) -> bool:
-    if facts is None or facts.tree is None or is_test_file(path):
+    if facts is None or not facts.parsed or is_test_file(path):
         return False
     return facts.has_main_guard or (facts.works_at_module_level and path.resolve() not in imported)
 
@@ -106,13 +129,25 @@ def plan(files: Sequence[Path], follow_imports: bool = True) -> list[Unit]:
     given = {path.resolve(): path for path in files}
     closures: dict[Path, list[Path]] = {}
     imported: set[Path] = set()
+    candidates = []
     for resolved in given:
+        text = scanner.text(resolved)
+        if text is not None and may_be_entry(resolved, text):
+            candidates.append(resolved)
+        scanner.texts.pop(resolved, None)
+    for resolved in candidates:
         facts = scanner(resolved)
-        if facts is not None and facts.tree is not None and not is_test_file(resolved):
+        if facts is not None and facts.parsed and (facts.has_main_guard or facts.works_at_module_level):
             closure = _closure(resolved, scanner)
             imported.update(closure[1:])
             closures[resolved] = closure
-    entries = [r for r in given if _is_entry(r, scanner(r), imported)]
+    entries = [r for r in candidates if _is_entry(r, scanner(r), imported)]
+    # Only a program that trains is worth analysing as a whole; the others (a library's scripts and
+    # examples) are processed file by file, which keeps the units of a large tree small.
+    for entry in entries:
+        members = closures[entry]
+        if not any((facts := scanner(m)) is not None and facts.trains for m in members) or len(members) > MAX_PROGRAM_MODULES:
+            closures[entry] = [entry]
     groups: list[tuple[list[Path], list[Path]]] = []  # (entries, modules in order)
     for entry in entries:
         members = closures[entry]
@@ -139,8 +174,8 @@ def plan(files: Sequence[Path], follow_imports: bool = True) -> list[Unit]:
     for resolved, path in given.items():
         if resolved in covered:
             continue
-        facts = scanner(resolved)
-        if facts is None or facts.tree is None:
+        facts = scanner.facts.get(resolved)
+        if facts is not None and not facts.parsed:
             units.append(Unit(paths=(path,), migrate=frozenset({path}), entry=path))
             continue
         why = "a test file" if is_test_file(resolved) else "a module no entry script reaches (migrate the script that runs it)"

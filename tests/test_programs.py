@@ -105,12 +105,19 @@ def test_relative_imports_of_a_package_entry_resolve() -> None:
 
 
 def test_programs_sharing_a_module_are_one_unit(tmp_path: Path) -> None:
-    (tmp_path / "common.py").write_text("def helper():\n    return 1\n")
+    (tmp_path / "common.py").write_text("def helper(loss):\n    loss.backward()\n")
     for name in ("a.py", "b.py"):
-        (tmp_path / name).write_text("from common import helper\n\nif __name__ == '__main__':\n    helper()\n")
+        (tmp_path / name).write_text("from common import helper\n\nif __name__ == '__main__':\n    helper(loss)\n")
     units = plan([tmp_path / "a.py", tmp_path / "b.py", tmp_path / "common.py"])
     assert len(units) == 1
     assert {p.name for p in units[0].paths} == {"a.py", "b.py", "common.py"}
+
+
+def test_a_program_that_does_not_train_is_processed_file_by_file(tmp_path: Path) -> None:
+    (tmp_path / "common.py").write_text("def helper():\n    return 1\n")
+    (tmp_path / "a.py").write_text("from common import helper\n\nif __name__ == '__main__':\n    helper()\n")
+    units = plan([tmp_path / "a.py", tmp_path / "common.py"])
+    assert sorted(len(u.paths) for u in units) == [1, 1]
 
 
 def test_no_follow_imports_migrates_only_the_named_files(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ group files into programs before it parses any of them with libcst.
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -91,9 +92,13 @@ class SourceFacts:
     """What the cheap scan learned of one file."""
 
     path: Path
-    tree: ast.Module | None
+    #: Whether the file parses (a file that does not is reported by the engine, not here).
+    parsed: bool
     has_main_guard: bool = False
     works_at_module_level: bool = False
+    #: Whether the source calls ``.backward(`` (a cheap text test): a program none of whose files does
+    #: trains nothing, and its files are processed one by one.
+    trains: bool = False
     imports: list[tuple[str, int, tuple[str, ...]]] = field(default_factory=list)
 
 
@@ -103,8 +108,9 @@ def scan(path: Path, text: str) -> SourceFacts:
     try:
         tree = ast.parse(text, filename=str(path))
     except (SyntaxError, ValueError):
-        return SourceFacts(path, None)
-    facts = SourceFacts(path, tree)
+        return SourceFacts(path, False)
+    # The tree itself is not kept: a plan over a large tree would hold every file's tree at once.
+    facts = SourceFacts(path, True, trains=".backward(" in text)
     for stmt in tree.body:
         if isinstance(stmt, ast.If) and _is_main_test(stmt.test):
             facts.has_main_guard = True
@@ -119,6 +125,16 @@ def scan(path: Path, text: str) -> SourceFacts:
         elif isinstance(node, ast.ImportFrom):
             facts.imports.append((node.module or "", node.level, tuple(a.name for a in node.names)))
     return facts
+
+
+#: A statement at column 0 that does work when the module runs: a loop, a ``with`` or a bare call.
+_MODULE_LEVEL_WORK = re.compile(r"^(?:for|while|with|async)\b|^[A-Za-z_][\w.]*\s*\(", re.MULTILINE)
+
+
+def may_be_entry(path: Path, text: str) -> bool:
+    """The cheap text test before :func:`scan`: only a file with a ``__main__`` block or work at module
+    level can be a program's entry (tests never are)."""
+    return not is_test_file(path) and ("__main__" in text or _MODULE_LEVEL_WORK.search(text) is not None)
 
 
 def _is_main_test(test: ast.expr) -> bool:

@@ -925,28 +925,21 @@ class ScriptAnalysis:
             isinstance(o, cst.Call) and self.is_call_to(o, names.DISTRIBUTED_SAMPLER) for o in self.sampler_origins(loader)
         )
 
-    @cached_property
-    def training_loaders(self) -> set[cst.Call]:
-        """``DataLoader`` calls whose batches reach ``backward()``."""
-        return {call for loop in self.program_loader_loops if loop.trains for call in loop.loader_calls}
-
-    @cached_property
-    def evaluation_loaders(self) -> set[cst.Call]:
-        """``DataLoader`` calls that are iterated, but never by a loop that trains."""
-        iterated = {call for loop in self.program_loader_loops for call in loop.loader_calls}
-        return iterated - self.training_loaders
-
     def epoch_loops(self, loader: cst.Call) -> list[EpochLoop]:
         """The loops around each training iteration of a loader, with the loader's spelling there."""
         found: list[EpochLoop] = []
         for loader_loop in self.program_loader_loops:
             if loader_loop.trains and loader in loader_loop.loader_calls:
-                epoch = self._outer_loop(loader_loop.loop, loader_loop.loader_expr, depth=0)
+                epoch = self._outer_loop(loader_loop.loop, loader_loop.loader_expr, depth=0, loader=loader)
                 if epoch is not None and all(e.loop is not epoch.loop for e in found):
                     found.append(epoch)
         return found
 
-    def _outer_loop(self, node: cst.CSTNode, expr: cst.BaseExpression, depth: int) -> EpochLoop | None:
+    def _outer_loop(
+        self, node: cst.CSTNode, expr: cst.BaseExpression, depth: int, loader: cst.Call | None = None
+    ) -> EpochLoop | None:
+        """The loop around ``node`` (climbing to the call sites of its function, at most three calls up),
+        with the loader's spelling there; a call site that passes another loader is not followed."""
         function = self.enclosing_function(node)
         for ancestor in self.ancestors(node):
             if ancestor is function:
@@ -957,8 +950,8 @@ class ScriptAnalysis:
             return None
         for call in self.callers_of(function):
             spelled = self._spell_at_call(call, function, expr)
-            if spelled is not None:
-                outer = self._outer_loop(call, spelled, depth + 1)
+            if spelled is not None and (loader is None or loader in self.origins(spelled)):
+                outer = self._outer_loop(call, spelled, depth + 1, loader)
                 if outer is not None:
                     return outer
         return None
@@ -1212,12 +1205,15 @@ LOADER_PARAMETERS = (
 
 
 def argument(call: cst.Call, parameters: tuple[str, ...], name: str) -> cst.Arg | None:
-    """The argument a call passes for a parameter, by position or by keyword (``None`` past a ``*args``)."""
+    """The argument a call passes for a parameter, by position or by keyword (positions are unknown
+    past a ``*args``; keywords are still found after a ``**kwargs``)."""
     position = parameters.index(name)
+    positions_known = True
     for index, arg in enumerate(call.args):
         if arg.star:
-            return None
-        if arg.keyword is None and index == position:
+            positions_known = False
+            continue
+        if arg.keyword is None and index == position and positions_known:
             return arg
         if arg.keyword is not None and arg.keyword.value == name:
             return arg
