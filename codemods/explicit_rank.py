@@ -25,7 +25,10 @@ class ExplicitRankAndWorldSize(Rule):
     What it finds: ``init_process_group(backend, rank=..., world_size=...)`` where the rank or the world
     size comes from the script (a spawn index, a command-line option, arithmetic) rather than from
     torchrun's ``RANK``/``WORLD_SIZE``; and a world size that is this machine's GPU count or a constant
-    (``world_size = torch.cuda.device_count()``).
+    (``world_size = torch.cuda.device_count()``); and, in a ``torch.distributed.launch`` script (it takes
+    ``--local_rank``), an ``init_process_group`` that reads everything from the launcher's environment
+    (``env://``) on a path every run takes, so that ``python train.py`` fails for want of ``RANK`` (a call
+    the script guards by the environment is its own fallback and is left alone).
 
     Why it is a problem: the rank and world size of a job belong to whoever starts its processes. Under
     torchrun the script's own numbers disagree with the processes that actually exist (two nodes of four
@@ -125,13 +128,61 @@ if __name__ == "__main__":
 """,
             after=None,
         ),
-        Valid(
-            """\
-import os
+        Example(
+            # ``env://`` (the default) reads torchrun's environment: as plain python it fails.
+            before="""\
+import argparse
 
 import torch.distributed as dist
 
-dist.init_process_group("nccl", rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--local_rank", type=int, default=0)
+    parser.parse_args()
+    dist.init_process_group(backend="gloo", init_method="env://")
+    train()
+
+
+if __name__ == "__main__":
+    main()
+""",
+            after="""\
+import argparse
+
+from ddp_migrate import runtime
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--local_rank", type=int, default=0)
+    parser.parse_args()
+    runtime.setup(backend="gloo")
+    train()
+
+
+if __name__ == "__main__":
+    main()
+""",
+        ),
+        Valid(
+            # The script's own single-process fallback: it initialises only under a launcher.
+            """\
+import os
+import argparse
+
+import torch.distributed as dist
+
+
+def init_distributed():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--local_rank", type=int, default=0)
+    args = parser.parse_args()
+    if "RANK" not in os.environ:
+        args.distributed = False
+        return
+    args.distributed = True
+    dist.init_process_group(backend="gloo")
 """
         ),
     )
@@ -157,6 +208,9 @@ dist.init_process_group("nccl", rank=int(os.environ["RANK"]), world_size=int(os.
             extra = "" if fixable else " (it passes arguments the runtime's setup() does not take, such as a store)"
             message = f"init_process_group given its rank and world size by the script: torchrun's environment has them{extra}"
             yield Match(call, message + blocked, fixable and not blocked)
+        for call in facts.environment_inits:
+            message = "init_process_group needs torchrun's environment: run as plain python it fails (runtime.setup() falls back to one process)"
+            yield Match(call, message + blocked, self._fixable(analysis, call) and not blocked)
         for value in facts.world_size_sources:
             message = "world size taken from this machine's GPU count or a constant: under torchrun it is every process on every node"
             yield Match(value, message + blocked, not blocked)
@@ -167,7 +221,7 @@ dist.init_process_group("nccl", rank=int(os.environ["RANK"]), world_size=int(os.
             return None
         edits = Edits(analysis.module.code)
         removed: set[cst.CSTNode] = set()
-        for call in facts.explicit_inits:
+        for call in [*facts.explicit_inits, *facts.environment_inits]:
             if not self._fixable(analysis, call):
                 continue
             rt = runtime_name(analysis, edits)
@@ -195,8 +249,9 @@ dist.init_process_group("nccl", rank=int(os.environ["RANK"]), world_size=int(os.
                     after.append(statement(f"{name} = {rt}.{parameter}()"))
             if after:
                 edits.insert_after(stmt, *after)
+            what = "with a hand-made rank and world size" if call in facts.explicit_inits else "from torchrun's environment"
             edits.changes.append(
-                Change(self.code, analysis.line(call), "init_process_group with a hand-made rank and world size replaced by runtime.setup() (torchrun's environment)")
+                Change(self.code, analysis.line(call), f"init_process_group {what} replaced by runtime.setup() (torchrun's environment, or one process as plain python)")
             )
         remove_statements(analysis, edits, removed)
         sizes = [v for v in facts.world_size_sources if not any(analysis.is_inside(v, r) for r in removed)]

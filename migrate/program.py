@@ -49,7 +49,7 @@ class Unit:
 
 #: A program with more local modules than this is processed file by file (a library, not a training
 #: program; the analysis of a program holds all its modules in memory at once).
-MAX_PROGRAM_MODULES = 200
+MAX_PROGRAM_MODULES = 100
 
 
 def _read_text(path: Path) -> str | None:
@@ -89,7 +89,7 @@ def _closure(entry: Path, scanner: _Scanner) -> list[Path]:
     order = [entry.resolve()]
     seen = set(order)
     queue = list(order)
-    while queue:
+    while queue and len(order) <= MAX_PROGRAM_MODULES:
         current = queue.pop(0)
         facts = scanner(current)
         if facts is None or not facts.parsed:
@@ -158,6 +158,10 @@ def plan(files: Sequence[Path], follow_imports: bool = True) -> list[Unit]:
             merged_entries = [*group[0], *merged_entries]
             merged = [*group[1], *(m for m in merged if m not in group[1])]
         groups.append((merged_entries, merged))
+    # A merged group past the cap is a library's web of scripts, not a training program: file by file.
+    for group_entries, members in [g for g in groups if len(g[1]) > MAX_PROGRAM_MODULES]:
+        groups.remove((group_entries, members))
+        groups.extend(([entry], [entry]) for entry in group_entries)
     units: list[Unit] = []
     covered: set[Path] = set()
     for group_entries, members in groups:

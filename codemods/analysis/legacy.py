@@ -14,7 +14,6 @@ Everything is computed once per :class:`~ddp_migrate.codemods.analysis.ScriptAna
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Iterable, Iterator, Optional, Union
@@ -630,6 +629,62 @@ class LegacyFacts:
                 found.append(call)
         return found
 
+    @cached_property
+    def environment_inits(self) -> list[cst.Call]:
+        """``init_process_group`` calls of a ``torch.distributed.launch`` script (it takes ``--local_rank``)
+        that read everything from the launcher's environment (``env://``, the default) on a path every run
+        takes: run as plain ``python`` they fail for want of ``RANK``.
+
+        A call the script already guards by the environment (``if "RANK" in os.environ:``, or an earlier
+        ``return`` under such a test, as reference scripts' ``init_distributed_mode`` does) is the script's
+        own single-process fallback and is left alone.
+        """
+        if not self.local_rank_options:
+            # A torchrun-native script is correct as it is; only a torch.distributed.launch script (its
+            # ``--local_rank`` option) is being migrated off its launcher.
+            return []
+        explicit = set(self.explicit_inits)
+        found = []
+        for call in self.analysis.calls_to(names.INIT_PROCESS_GROUP):
+            if call in explicit or any(arg.star for arg in call.args):
+                continue
+            method = argument(call, INIT_PARAMETERS, "init_method")
+            if method is not None and string_value(method.value) != "env://":
+                continue
+            if argument(call, INIT_PARAMETERS, "store") is not None or self._guarded_by_environment(call):
+                continue
+            found.append(call)
+        return found
+
+    def _guarded_by_environment(self, call: cst.Call) -> bool:
+        """Whether an ``if`` around the call, or one before it in its function that can leave the function,
+        tests the launch environment."""
+        analysis = self.analysis
+        for ancestor in analysis.ancestors(call):
+            if isinstance(ancestor, cst.If) and self._reads_environment(ancestor.test):
+                return True
+            if isinstance(ancestor, cst.FunctionDef):
+                break
+        function = analysis.enclosing_function(call)
+        if function is None:
+            return False
+        statement = analysis.statement(call)
+        for stmt in statements_of(function.body):
+            if stmt is statement or analysis.is_inside(statement, stmt):
+                break
+            if isinstance(stmt, cst.If) and self._reads_environment(stmt.test):
+                if any(isinstance(node, (cst.Return, cst.Raise)) for node in walk(stmt)):
+                    return True
+        return False
+
+    def _reads_environment(self, test: cst.BaseExpression) -> bool:
+        for node in walk(test):
+            if isinstance(node, cst.SimpleString) and string_value(node) in LAUNCH_VARIABLES:
+                return True
+            if isinstance(node, (cst.Name, cst.Attribute)) and self.analysis.qualified_names(node) & OS_ENVIRON:
+                return True
+        return False
+
     def _from_environment(self, expr: cst.BaseExpression) -> bool:
         sources = self.sources(expr)
         return bool(sources) and all(not isinstance(s, LaunchIndex) and self.env_read(s) in ("RANK", "WORLD_SIZE") for s in sources)
@@ -725,15 +780,9 @@ class LegacyFacts:
         return self.analysis.device_choice(node, fallback)
 
 
-_FACTS: "weakref.WeakKeyDictionary[ScriptAnalysis, LegacyFacts]" = weakref.WeakKeyDictionary()
-
-
 def legacy_facts(analysis: ScriptAnalysis) -> LegacyFacts:
-    """The legacy facts of an analysed file, computed once."""
-    facts = _FACTS.get(analysis)
-    if facts is None:
-        facts = _FACTS[analysis] = LegacyFacts(analysis)
-    return facts
+    """The legacy facts of an analysed file, computed once and kept with the analysis (so they are freed with it)."""
+    return analysis.derived("legacy", LegacyFacts)
 
 
 def target_nodes(target: cst.CSTNode) -> Iterator[cst.CSTNode]:

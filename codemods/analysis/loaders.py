@@ -15,7 +15,6 @@ Built only on the public queries of :class:`~.script.ScriptAnalysis` and compute
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -173,15 +172,9 @@ class LoaderFacts:
         return None
 
 
-_FACTS: "weakref.WeakKeyDictionary[ScriptAnalysis, LoaderFacts]" = weakref.WeakKeyDictionary()
-
-
 def loader_facts(analysis: ScriptAnalysis) -> LoaderFacts:
-    """The loader facts of an analysed module, computed once."""
-    facts = _FACTS.get(analysis)
-    if facts is None:
-        facts = _FACTS[analysis] = LoaderFacts(analysis)
-    return facts
+    """The loader facts of an analysed module, computed once and kept with the analysis (so they are freed with it)."""
+    return analysis.derived("loaders", LoaderFacts)
 
 
 # ---------------------------------------------------------------------------- helpers

@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Iterator
 
 ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 TEST_FOLDERS = frozenset({"tests", "test", "testing"})
@@ -118,7 +119,7 @@ def scan(path: Path, text: str) -> SourceFacts:
             isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
         ):
             facts.works_at_module_level = True
-    for node in ast.walk(tree):
+    for node in _statements(tree.body):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 facts.imports.append((alias.name, 0, ()))
@@ -137,6 +138,21 @@ def may_be_entry(path: Path, text: str) -> bool:
     return not is_test_file(path) and ("__main__" in text or _MODULE_LEVEL_WORK.search(text) is not None)
 
 
+def _statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """Every statement, nested ones included, without visiting expressions (imports are statements;
+    ``ast.walk`` over every expression node costs ten times more)."""
+    for stmt in body:
+        yield stmt
+        for field_name in ("body", "orelse", "finalbody"):
+            inner = getattr(stmt, field_name, None)
+            if isinstance(inner, list):
+                yield from _statements(inner)
+        for handler in getattr(stmt, "handlers", ()):
+            yield from _statements(handler.body)
+        for case in getattr(stmt, "cases", ()):
+            yield from _statements(case.body)
+
+
 def _is_main_test(test: ast.expr) -> bool:
     if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
         return False
@@ -146,6 +162,7 @@ def _is_main_test(test: ast.expr) -> bool:
     return has_name and has_main
 
 
+@lru_cache(maxsize=65536)
 def _module_file(base: Path, dotted: str) -> Path | None:
     """``base/a/b.py`` or ``base/a/b/__init__.py`` for ``a.b``."""
     if not dotted:
@@ -186,9 +203,11 @@ def resolve_imports(facts: SourceFacts, roots: tuple[Path, ...], package_dir: Pa
                     add(_module_file(base, ".".join(parts[:i])))
             add(hit)
             prefix = f"{dotted}." if dotted else ""
-            for name in names:
-                if name != "*":
-                    add(_module_file(base, prefix + name))
+            # ``from pkg import name`` imports a submodule only when ``pkg`` is a package (or ``from . import``).
+            if not dotted or (hit is not None and hit.name == "__init__.py"):
+                for name in names:
+                    if name != "*":
+                        add(_module_file(base, prefix + name))
             if hit is not None or (level and names):
                 break
     return found

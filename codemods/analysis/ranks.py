@@ -24,7 +24,6 @@ Computed once per :class:`~ddp_migrate.codemods.analysis.ScriptAnalysis` (:func:
 from __future__ import annotations
 
 import enum
-import weakref
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Optional, Union
 
@@ -511,15 +510,9 @@ def _is_minus_one_or_none(expr: cst.BaseExpression) -> bool:
     return (isinstance(expr, cst.Name) and expr.value == "None") or int_value(expr) == -1
 
 
-_FACTS: "weakref.WeakKeyDictionary[ScriptAnalysis, RankFacts]" = weakref.WeakKeyDictionary()
-
-
 def rank_facts(analysis: ScriptAnalysis) -> RankFacts:
-    """The rank facts of an analysed file, computed once."""
-    facts = _FACTS.get(analysis)
-    if facts is None:
-        facts = _FACTS[analysis] = RankFacts(analysis)
-    return facts
+    """The rank facts of an analysed file, computed once and kept with the analysis (so they are freed with it)."""
+    return analysis.derived("ranks", RankFacts)
 
 
 __all__ = ["Condition", "Kind", "RankFacts", "rank_facts"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import builtins
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Iterable, Iterator, Mapping, Sequence, Union
+from typing import Callable, Iterable, Iterator, Mapping, Sequence, TypeVar, Union
 
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper
@@ -20,6 +20,7 @@ from libcst.metadata.position_provider import PositionProvidingCodegenState
 
 from .. import names
 
+T = TypeVar("T")
 Scope = Union[cst.Module, cst.FunctionDef, cst.ClassDef]
 BindingKey = tuple[Scope, str]
 
@@ -395,6 +396,14 @@ class ScriptAnalysis:
     @property
     def _positions(self) -> Mapping[cst.CSTNode, CodeRange]:
         return self.index.positions
+
+    def derived(self, key: str, build: Callable[[ScriptAnalysis], T]) -> T:
+        """Facts derived from this analysis by a module above it (ranks, loaders, legacy launches), built on
+        first use and stored on the analysis itself, so they live exactly as long as it does."""
+        cache = self.__dict__.setdefault("_derived", {})
+        if key not in cache:
+            cache[key] = build(self)
+        return cache[key]
 
     def owns(self, node: cst.CSTNode) -> bool:
         """Whether the node belongs to this module (not to another module of the program)."""
