@@ -171,20 +171,6 @@ def _layer_target(analysis: ScriptAnalysis, stmt: cst.BaseStatement, wrapper: st
     name = dotted_name(target)
     if name is None or not any(name.startswith(prefix + ".") for prefix in (wrapper, inner)):
         return None
-    if name.split(".")[-1] == "module" or not _builds_layer(analysis, assign.value):
+    if name.split(".")[-1] == "module" or not analysis.builds_layer(assign.value):
         return None
     return target
-
-
-def _builds_layer(analysis: ScriptAnalysis, value: cst.BaseExpression) -> bool:
-    """``nn.Linear(...)``, ``nn.Linear(...).to(device)``, ``Head(...)`` (a class of this file)."""
-    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in ("to", "cuda", "cpu"):
-        value = value.func.value
-    if not isinstance(value, cst.Call):
-        return False
-    for qualified in analysis.qualified_names(value.func):
-        parts = qualified.split(".")
-        if parts[:2] == ["torch", "nn"] and parts[-1][:1].isupper():
-            return True
-    target = analysis.call_target(value)
-    return target is not None and target.name.value == "__init__"

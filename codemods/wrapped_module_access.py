@@ -344,7 +344,7 @@ torch.save(model.module.state_dict(), "model.pt")
                 continue
             if assigned:
                 statement_ = analysis.parent(parent)
-                if isinstance(statement_, cst.Assign) and not _builds_module(analysis, statement_.value):
+                if isinstance(statement_, cst.Assign) and not analysis.builds_layer(statement_.value):
                     if any(t.target is not attribute and _same_attribute_unwrapped(analysis, t.target, attr) for t in statement_.targets):
                         continue  # already set on both
                     yield _Case("assign", statement_, attribute, sometimes, f"{attr} set on the DDP wrapper: set it on the model too, so code that reads it through either finds it")
@@ -540,21 +540,6 @@ def _is_unwrapped(analysis: ScriptAnalysis, value: cst.BaseExpression) -> bool:
 def _same_attribute_unwrapped(analysis: ScriptAnalysis, target: cst.BaseExpression, attr: str) -> bool:
     """Whether an assignment target is ``<unwrapped model>.attr`` (``model.module.hyp``, ``runtime.unwrap(model).hyp``)."""
     return isinstance(target, cst.Attribute) and target.attr.value == attr and _is_unwrapped(analysis, target.value)
-
-
-def _builds_module(analysis: ScriptAnalysis, value: cst.BaseExpression) -> bool:
-    """Whether an assigned value is a new layer (``nn.Linear(...)``, ``nn.Linear(...).to(device)``): a
-    structural change (DDP017's), not a setting."""
-    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in ("to", "cuda", "cpu"):
-        value = value.func.value
-    if not isinstance(value, cst.Call):
-        return False
-    for qualified in analysis.qualified_names(value.func):
-        parts = qualified.split(".")
-        if parts[:2] == ["torch", "nn"] and parts[-1][:1].isupper():
-            return True
-    target = analysis.call_target(value)
-    return target is not None and target.name.value == "__init__"
 
 
 def _is_data_parallel_check(analysis: ScriptAnalysis, call: cst.Call) -> bool:

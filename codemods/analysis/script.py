@@ -1018,6 +1018,20 @@ class ScriptAnalysis:
                             found.append(name)
         return found
 
+    def builds_layer(self, value: cst.BaseExpression) -> bool:
+        """Whether a value is a new layer: ``nn.Linear(...)``, ``nn.Linear(...).to(device)``, or an instance
+        of a class of the program (``Head(...)``): a structural change of a model, not a setting."""
+        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in ("to", "cuda", "cpu"):
+            value = value.func.value
+        if not isinstance(value, cst.Call):
+            return False
+        for qualified in self.qualified_names(value.func):
+            parts = qualified.split(".")
+            if parts[:2] == ["torch", "nn"] and parts[-1][:1].isupper():
+                return True
+        target = self.call_target(value)
+        return target is not None and target.name.value == "__init__"
+
     def wrapped_at(self, expr: cst.BaseExpression) -> cst.Call | None:
         """The DDP/DP wrap that a name refers to at this point, if it is a wrapped model there."""
         origins = self.origins(expr)
