@@ -63,6 +63,9 @@ class Options:
     elastic: bool = False
     #: With ``elastic``, also snapshot every this many optimizer steps inside the epoch (``None``: epochs only).
     snapshot_every: int | None = None
+    #: The module migrated code imports the runtime from: the installed package (default), or a module
+    #: written beside the program (``--runtime vendor``: ``ddp_runtime``) so training needs only torch.
+    runtime_module: str = "ddp_migrate.runtime"
 
 
 @dataclass(frozen=True)
