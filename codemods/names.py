@@ -53,6 +53,9 @@ LOGGER_METHODS = frozenset({"debug", "info", "warning", "warn", "error", "except
 
 #: The module migrated code imports, and the qualified names of its helpers.
 RUNTIME_MODULE = "ddp_migrate.runtime"
+#: The module ``--runtime vendor`` writes beside the migrated program; imports of it resolve to
+#: :data:`RUNTIME_MODULE`, so the analysis recognises both spellings of the runtime.
+VENDORED_RUNTIME = "ddp_runtime"
 
 
 def runtime(name: str) -> str:

@@ -1,4 +1,4 @@
-"""How fixes spell calls into ``ddp_migrate.runtime`` and torch's DDP, and make sure the file imports them."""
+"""How fixes spell calls into the runtime (``ddp_migrate.runtime`` or the vendored ``ddp_runtime``) and torch's DDP, and make sure the file imports them."""
 
 from __future__ import annotations
 
@@ -11,10 +11,28 @@ DDP_MODULE, DDP_CLASS = "torch.nn.parallel", "DistributedDataParallel"
 
 
 def runtime_name(analysis: ScriptAnalysis, edits: Edits) -> str:
-    """The local name of the runtime module in this file, adding ``from ddp_migrate import runtime``."""
+    """The local name of the runtime module in this file, adding its import when the file lacks it.
+
+    The runtime comes from ``analysis.options.runtime_module``: ``from ddp_migrate import runtime`` for the
+    installed package, ``import ddp_runtime as runtime`` for the module ``--runtime vendor`` writes beside
+    the program. A file that already imports the runtime in either spelling keeps its import.
+    """
     alias = analysis.runtime_alias
-    edits.add_import("ddp_migrate", "runtime", None if alias == "runtime" else alias)
+    existing = analysis.runtime_import
+    module = analysis.options.runtime_module
+    if existing is not None and existing[0] != module:
+        return alias
+    add_runtime_import(edits, module, alias)
     return alias
+
+
+def add_runtime_import(edits: Edits, module: str, alias: str) -> None:
+    """``from package import runtime [as alias]`` for a dotted module, ``import module [as alias]`` else."""
+    package, _, last = module.rpartition(".")
+    if package:
+        edits.add_import(package, last, None if alias == last else alias)
+    else:
+        edits.add_import(module, None, None if alias == module else alias)
 
 
 def imported_name(analysis: ScriptAnalysis, edits: Edits, module: str, name: str) -> str:

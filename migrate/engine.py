@@ -142,9 +142,9 @@ def _run_rule(rule: Rule, step: str, call: Callable[[], T]) -> T:
     return _guarded(f"{rule.code} ({rule.name}) while {step}", call)
 
 
-def analyse(module: cst.Module, is_entry: bool = True) -> ScriptAnalysis:
+def analyse(module: cst.Module, is_entry: bool = True, options: Options | None = None) -> ScriptAnalysis:
     """The shared analysis of a lone module (a crash in it is a one-line error, like a crash in a rule)."""
-    return _guarded("the script analysis", lambda: ScriptAnalysis(module, is_entry=is_entry))
+    return _guarded("the script analysis", lambda: ScriptAnalysis(module, is_entry=is_entry, options=options))
 
 
 def _applies(rule: Rule, text: str) -> bool:
@@ -164,7 +164,7 @@ def fix_to_fixed_point(
     """
     changes: list[Change] = []
     ordered = sorted((r for r in rules if r.can_fix()), key=lambda r: (r.phase, r.code))
-    analysis = analyse(module, is_entry)
+    analysis = analyse(module, is_entry, options)
     text = module.code
     origins = LineOrigins(text)
     for _ in range(MAX_PASSES):
@@ -185,7 +185,7 @@ def fix_to_fixed_point(
             changes.extend(origins.changes(result.changes))
             origins = origins.advance(text, new_text)
             module, text = result.module, new_text
-            analysis = analyse(module, is_entry)
+            analysis = analyse(module, is_entry, options)
             changed_this_pass.append(rule.code)
         if not changed_this_pass:
             return module, sort_changes(changes), analysis
@@ -362,7 +362,7 @@ def process(
                 verify_output(module.code)
                 result.output = source.encode(module.code)
         else:
-            analysis = analyse(module, is_entry)
+            analysis = analyse(module, is_entry, options)
         result.findings = suppress(find_all(analysis, rules), analysis.module.code)
         result.notes = collect_notes(analysis, rules, options) if fix else []
     except (SourceError, FileError) as error:
@@ -413,7 +413,7 @@ def process_program(files: Sequence[ProgramFile], options: Options, fix: bool) -
             result.error = f"{file.path}:{error.line}:{error.column}: {error.message}"
     by_path = {file.path: file for file in files}
     try:
-        program = _guarded("the program analysis", lambda: Program(modules))
+        program = _guarded("the program analysis", lambda: Program(modules, options))
         rules_of = {path: [cls for cls in by_path[path].rules] for path in modules}
         instances = {cls: _instance(cls, options) for path in modules for cls in rules_of[path]}
         if fix:

@@ -10,10 +10,14 @@ rebuilt over the indexes, which is cheap.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
 from .script import ModuleIndex, ScriptAnalysis, SharedFlow
+
+if TYPE_CHECKING:
+    from ..base import Options
 
 
 @dataclass(frozen=True)
@@ -28,8 +32,10 @@ class ModuleInfo:
 class Program:
     """The analysed modules of one program, by key (the engine uses file paths)."""
 
-    def __init__(self, modules: dict[str, tuple[cst.Module, ModuleInfo]]) -> None:
+    def __init__(self, modules: dict[str, tuple[cst.Module, ModuleInfo]], options: Options | None = None) -> None:
         self._modules = dict(modules)
+        #: The run's settings, handed to every module's analysis.
+        self.options = options
         self._indexes: dict[str, ModuleIndex] = {}
         self.index_builds = 0
         self._analyses: dict[str, ScriptAnalysis] = {}
@@ -54,6 +60,7 @@ class Program:
                 is_entry=info.is_entry,
                 index=self._index(key, module),
                 is_package=info.is_package,
+                options=self.options,
             )
         shared.solve()
         self._analyses = analyses

@@ -12,13 +12,16 @@ from __future__ import annotations
 import builtins
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Callable, Iterable, Iterator, Mapping, Sequence, TypeVar, Union
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar, Union
 
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper
 from libcst.metadata.position_provider import PositionProvidingCodegenState
 
 from .. import names
+
+if TYPE_CHECKING:
+    from ..base import Options
 
 T = TypeVar("T")
 Scope = Union[cst.Module, cst.FunctionDef, cst.ClassDef]
@@ -119,6 +122,14 @@ def unwrap_iterable(expr: cst.BaseExpression) -> cst.BaseExpression:
     return expr
 
 
+def _canonical_module(qualified: str) -> str:
+    """The qualified name an import binds: the vendored runtime (``ddp_runtime``, written beside a program
+    migrated with ``--runtime vendor``) is the runtime package itself."""
+    if qualified == names.VENDORED_RUNTIME or qualified.startswith(names.VENDORED_RUNTIME + "."):
+        return names.RUNTIME_MODULE + qualified[len(names.VENDORED_RUNTIME):]
+    return qualified
+
+
 class _Indexer(cst.CSTVisitor):
     """One walk over the module that collects the nodes the analysis works from."""
 
@@ -174,10 +185,10 @@ class _Indexer(cst.CSTVisitor):
         for alias in node.names:
             full = dotted_name(alias.name) or ""
             if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
-                self._bind_import(alias.asname.name.value, full)
+                self._bind_import(alias.asname.name.value, _canonical_module(full))
             else:
                 root = full.split(".")[0]
-                self._bind_import(root, root)
+                self._bind_import(root, _canonical_module(root))
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         if isinstance(node.names, cst.ImportStar):
@@ -186,7 +197,7 @@ class _Indexer(cst.CSTVisitor):
         for alias in node.names:
             name = dotted_name(alias.name) or ""
             local = alias.asname.name.value if alias.asname is not None and isinstance(alias.asname.name, cst.Name) else name
-            self._bind_import(local, f"{base}.{name}" if base and not base.endswith(".") else f"{base}{name}")
+            self._bind_import(local, _canonical_module(f"{base}.{name}" if base and not base.endswith(".") else f"{base}{name}"))
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         self.classes.append(node)
@@ -281,6 +292,12 @@ class _FastPositionState(PositionProvidingCodegenState):
         super()._update_position(value)
 
 
+def _default_options() -> Options:
+    from ..base import Options  # the rules' settings; imported here to keep the analysis free of import order
+
+    return Options()
+
+
 class ModuleIndex:
     """What one walk gives for a module: its nodes by kind, the parent of every node, its import table
     and (on first use) positions. Built once per module object and reused while the module is unchanged.
@@ -364,7 +381,10 @@ class ScriptAnalysis:
         is_entry: bool = True,
         index: ModuleIndex | None = None,
         is_package: bool = False,
+        options: Options | None = None,
     ) -> None:
+        #: The run's settings (the engine passes them; the runtime module fixes import from, for one).
+        self.options = options if options is not None else _default_options()
         self.index = index if index is not None else ModuleIndex(module)
         self.wrapper = self.index.wrapper
         self.module = module
@@ -525,11 +545,27 @@ class ScriptAnalysis:
         return f"{preferred}_{suffix}"
 
     @cached_property
-    def runtime_alias(self) -> str:
-        """The name under which this file reaches ``ddp_migrate.runtime`` (existing import or a free name)."""
+    def runtime_import(self) -> tuple[str, str] | None:
+        """The module the file already imports the runtime from at top level (``ddp_migrate.runtime`` or
+        the vendored ``ddp_runtime``) and the local name it binds, or ``None``."""
         existing = self.local_name_for(names.RUNTIME_MODULE)
         if existing:
-            return existing
+            return names.RUNTIME_MODULE, existing
+        for small in self._top_level_imports():
+            if isinstance(small, cst.Import):
+                for alias in small.names:
+                    if dotted_name(alias.name) == names.VENDORED_RUNTIME:
+                        local = alias.asname.name.value if alias.asname else names.VENDORED_RUNTIME  # type: ignore[union-attr]
+                        return names.VENDORED_RUNTIME, local
+        return None
+
+    @cached_property
+    def runtime_alias(self) -> str:
+        """The name under which this file reaches the runtime (existing import of either spelling, or a free
+        name)."""
+        existing = self.runtime_import
+        if existing:
+            return existing[1]
         return self.free_name("runtime", "ddp_runtime", "dist_runtime")
 
     # -------------------------------------------------------------------- data flow
