@@ -189,41 +189,11 @@ class LegacyFacts:
 
     # ------------------------------------------------------------------------------ where names live
 
-    @cached_property
-    def _local_names(self) -> dict[cst.FunctionDef, set[str]]:
-        local: dict[cst.FunctionDef, set[str]] = {}
-        for function in self.analysis.functions:
-            p = function.params
-            params = [*p.posonly_params, *p.params, *p.kwonly_params]
-            params += [x for x in (p.star_arg, p.star_kwarg) if isinstance(x, cst.Param)]
-            local[function] = {param.name.value for param in params}
-        for node in self._stores:
-            if isinstance(node, cst.Name):
-                function = self.analysis.enclosing_function(node)
-                if function is not None:
-                    local[function].add(node.value)
-        return local
-
     def key(self, node: cst.CSTNode, name: str) -> Key:
-        """Where a dotted name used at a node lives.
-
-        ``self.x`` belongs to the class; ``args.x`` (any other attribute) to the file, so an argparse
-        namespace handed from function to function is one object; a plain name to the innermost function
-        that binds it, else the module.
-        """
-        root = name.split(".")[0]
-        if root == "self":
-            owner = self.analysis.enclosing_class(node)
-            if owner is not None:
-                return (owner, name)
-        if "." in name:
-            return (None, name)
-        function = self.analysis.enclosing_function(node)
-        while function is not None:
-            if root in self._local_names.get(function, set()):
-                return (function, name)
-            function = self.analysis.enclosing_function(function)
-        return (self.analysis.module, name)
+        """Where a dotted name used at a node lives: the shared binding model's key
+        (:meth:`ScriptAnalysis._key`: ``self.x`` in the class, an attribute of anything else module-wide,
+        a plain name in the innermost function that binds it)."""
+        return self.analysis._key(node, name)
 
     def _index(self, target: cst.BaseExpression, value: cst.BaseExpression, statement: cst.CSTNode) -> None:
         if isinstance(target, (cst.Tuple, cst.List)):

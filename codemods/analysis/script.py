@@ -579,8 +579,14 @@ class ScriptAnalysis:
             owner = self.enclosing_class(function) if function is not None else None
             if owner is not None:
                 return (owner, name)
-        if function is not None and self._binds_locally(function, name):
-            return (function, name)
+        if "." not in name:
+            # A plain name lives in the innermost function that binds it (a closure reads its enclosing
+            # function's variable); an attribute of anything but ``self`` (``args.lr``, ``cfg.batch_size``)
+            # is one object across the module, however it is handed from function to function.
+            while function is not None:
+                if self._binds_locally(function, name):
+                    return (function, name)
+                function = self.enclosing_function(function)
         module = self.module_of(scope_node) if not isinstance(scope_node, cst.Module) else scope_node
         home = self.shared.by_module.get(module, self)
         return home._global_key(name)
