@@ -9,7 +9,7 @@ import libcst as cst
 
 from . import names
 from .analysis import WRAPPER_ATTRIBUTES, ScriptAnalysis, call_method_name, dotted_name, walk
-from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
+from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression
 from .runtime_calls import DDP_CLASS, DDP_MODULE, imported_name, runtime_name
 
@@ -81,6 +81,7 @@ class WrappedModuleAccess(Rule):
 
     code = "DDP008"
     name = "wrapped-module-access"
+    fix_safety = FixSafety.UNSAFE
     phase = Phase.MODULE_ACCESS
     triggers = ("DistributedDataParallel", "DataParallel")
     manual_fix = "call the model (its forward) in the training step, e.g. make forward() return the loss"
@@ -136,14 +137,13 @@ def main():
 """,
             after="""\
 from torch.nn.parallel import DistributedDataParallel
-from ddp_migrate import runtime
 
 
 def main():
     model = DistributedDataParallel(net, device_ids=None)
 
     def resume(path):
-        runtime.unwrap(model).load_state_dict({k.removeprefix("module."): v for k, v in torch.load(path)["model"].items()})
+        model.module.load_state_dict({k.removeprefix("module."): v for k, v in torch.load(path)["model"].items()})
 
     resume("ckpt.pt")
     model.module.load_state_dict({k.removeprefix("module."): v for k, v in torch.load("best.pt").items()}, strict=False)
