@@ -9,7 +9,7 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name, walk
-from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Severity, Valid
+from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Severity, Valid
 from .edits import Edits, code_of, statement
 
 #: Calls that read or change gradients, which hold only this process's share inside ``no_sync()``.
@@ -77,10 +77,15 @@ class AccumulationWithoutNoSync(Rule):
     also asks ``hasattr(model, "no_sync")``: a plain model has no ``no_sync()``.
     Other accumulation patterns are reported only: wrap the forward and backward of the non-stepping
     iterations in ``with model.no_sync():`` by hand.
+
+    Fix safety: the update is the original's: the summed gradient is all-reduced on the stepping
+    iteration instead of every one, which changes float rounding only; the rewrite is made only under
+    the conditions above.
     """
 
     code = "DDP031"
     name = "accumulation-without-no-sync"
+    fix_safety = FixSafety.SAFE
     phase = Phase.WRAPPING
     severity = Severity.WARNING
     triggers = (".backward(",)

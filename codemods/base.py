@@ -41,6 +41,19 @@ class Severity(str, enum.Enum):
     INFO = "info"
 
 
+class FixSafety(str, enum.Enum):
+    """Whether a rule's fix may run under ``lint --fix`` (as ruff's safe and unsafe fixes).
+
+    ``SAFE``: the fix is the mechanical migration, and a plain run computes what it computed before.
+    ``UNSAFE``: the fix changes behaviour on purpose beyond that (a save moved to rank 0, a wrap moved out
+    of a condition, the loss divided differently); ``lint --fix`` applies it only with ``--unsafe-fixes``.
+    The migrate command applies every fix. Each rule's "Fix safety" paragraph says what its fix may change.
+    """
+
+    SAFE = "safe"
+    UNSAFE = "unsafe"
+
+
 class BatchSizePolicy(str, enum.Enum):
     """What a migrated loader's ``batch_size`` means.
 
@@ -165,6 +178,9 @@ class Rule(abc.ABC):
     #: correct but worth a look, which every migration writes on purpose (the rank-0 ``print0`` of a shard's
     #: loss); it runs only when ``--select`` names it (or ``ALL``).
     enabled_by_default: ClassVar[bool] = True
+    #: Whether the fix may change behaviour beyond the mechanical migration (documented in the docstring's
+    #: "Fix safety" paragraph); ``lint --fix`` runs ``UNSAFE`` fixes only with ``--unsafe-fixes``.
+    fix_safety: ClassVar[FixSafety] = FixSafety.SAFE
 
     @classmethod
     def can_fix(cls) -> bool:

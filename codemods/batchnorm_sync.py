@@ -8,7 +8,7 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, dotted_name, walk
-from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Severity, Valid
+from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Severity, Valid
 from .edits import Edits, code_of, expression, statement
 from .runtime_calls import runtime_name
 
@@ -42,10 +42,15 @@ class BatchNormWithoutSync(Rule):
     did. The runtime converts only when the model is on (or headed for) CUDA: SyncBatchNorm does not run
     on CPU, where the call returns the model unchanged. The finding is informational: drop the line if
     per-process statistics are what you want.
+
+    Fix safety: on CUDA, BatchNorm's statistics (and running averages) are computed over the global
+    batch with a collective per layer, not per process: the original single-process numbers, but slower,
+    and a choice some scripts do not want; on CPU nothing changes.
     """
 
     code = "DDP030"
     name = "batchnorm-without-sync"
+    fix_safety = FixSafety.UNSAFE
     phase = Phase.WRAPPING
     severity = Severity.INFO
     triggers = ("BatchNorm",)

@@ -8,7 +8,7 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, dotted_name
-from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Severity, Valid
+from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Severity, Valid
 from .edits import Edits, expression
 from .runtime_calls import runtime_name
 
@@ -34,6 +34,7 @@ class DataParallelCheckpointKeys(Rule):
 
     code = "DDP016"
     name = "data-parallel-checkpoint-keys"
+    fix_safety = FixSafety.SAFE
     phase = Phase.DEVICES
     severity = Severity.INFO
     triggers = ("DataParallel",)

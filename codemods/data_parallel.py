@@ -8,7 +8,7 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, wrapped_argument
-from .base import Change, Example, FixResult, Match, Note, Options, Phase, Rule, Valid
+from .base import Change, Example, FixResult, FixSafety, Match, Note, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, statement
 from .runtime_calls import ddp_call
 
@@ -36,10 +36,15 @@ class DataParallel(Rule):
     (``if args.distributed: ... DistributedDataParallel ... else: nn.DataParallel(model)``, as in
     PyTorch's ImageNet example) is left alone: that branch runs without a process group, where DDP would
     fail, and DDP011 makes a torchrun launch take the distributed branch.
+
+    Fix safety: a wrap under a condition (``if torch.cuda.device_count() > 1:``) moves out of it, so the
+    model is wrapped on every path, CPU and one GPU included; DataParallel's ``device_ids`` and
+    ``output_device`` are dropped.
     """
 
     code = "DDP001"
     name = "data-parallel"
+    fix_safety = FixSafety.UNSAFE
     phase = Phase.WRAPPING
     triggers = ("DataParallel",)
     examples = (

@@ -9,7 +9,7 @@ import libcst as cst
 from . import names
 from .analysis import LOADER_PARAMETERS, ScriptAnalysis, loader_argument
 from .analysis.loaders import SAMPLING_KEYS, KwargsDict, loader_facts
-from .base import BatchSizePolicy, Change, Example, FixResult, Match, Note, Options, Phase, Rule, Valid
+from .base import BatchSizePolicy, Change, Example, FixResult, FixSafety, Match, Note, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression, statement
 from .runtime_calls import imported_name, runtime_name
 
@@ -44,10 +44,16 @@ class MissingDistributedSampler(Rule):
     own sampler (``WeightedRandomSampler``, ``SubsetRandomSampler``: never dropped), loaders built in a dict
     and iterated by phase (``loaders[phase]``), arguments too dynamic to read, and a loader iterated by a
     conditionally training loop whose call sites do not tell whether it trains.
+
+    Fix safety: the batch is split: with the default ``global`` policy each process loads ``batch_size /
+    world size`` (a batch that the world size does not divide stops the run with a message), the last
+    partial batch of each process differs from the original's, and the sample order is the sampler's
+    (seeded per epoch) instead of the loader's own shuffle.
     """
 
     code = "DDP005"
     name = "missing-distributed-sampler"
+    fix_safety = FixSafety.UNSAFE
     phase = Phase.SAMPLERS
     triggers = ("DataLoader",)
     manual_fix = "shard the data with a DistributedSampler (or a distributed version of the custom sampler)"

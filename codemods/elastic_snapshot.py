@@ -15,6 +15,7 @@ from .base import (
     Change,
     Example,
     FixResult,
+    FixSafety,
     Match,
     Options,
     Phase,
@@ -78,6 +79,7 @@ class RestartableTraining(Rule):
 
     code = "DDP013"
     name = "restartable-training"
+    fix_safety = FixSafety.UNSAFE
     phase = Phase.CHECKPOINTS
     triggers = (".backward(",)
     manual_fix = "snapshot the training state each epoch with runtime.Snapshot and resume from it at start"

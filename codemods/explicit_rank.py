@@ -8,7 +8,7 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, dotted_name
-from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
+from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression, is_pure, removal_set, remove_statements, replace_values, statement, statement_line
 from .analysis.legacy import INIT_PARAMETERS, LaunchIndex, LegacyFacts, argument, legacy_facts, string_value
 from .runtime_calls import runtime_name
@@ -43,10 +43,14 @@ class ExplicitRankAndWorldSize(Rule):
     becomes ``runtime.world_size()``. While the script still starts its own processes in a way DDP020
     cannot rewrite, those processes have no torchrun environment, so this (like DDP021 to DDP025) only
     reports.
+
+    Fix safety: the rank and world size come from torchrun's environment instead of the script's own
+    computation, and an ``init_method`` is dropped; a plain run is a world of one, as before.
     """
 
     code = "DDP022"
     name = "explicit-rank-and-world-size"
+    fix_safety = FixSafety.SAFE
     phase = Phase.LEGACY_LAUNCH
     triggers = ("init_process_group",)
     manual_fix = "create the process group from torchrun's environment (runtime.setup()) and read rank and world size from it"

@@ -9,7 +9,7 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, call_method_name
-from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
+from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression, remove_statements
 from .runtime_calls import runtime_name
 
@@ -60,10 +60,15 @@ class HardcodedDevice(Rule):
     What the fix does: ``runtime.device()`` (``cuda:<LOCAL_RANK>`` on CUDA, ``cpu`` otherwise);
     ``.cuda()`` becomes ``.to(runtime.device())``; ``set_device`` calls are removed because
     ``runtime.setup()`` sets the device before any CUDA work.
+
+    Fix safety: a plain run uses ``cuda:0`` (or the CPU without CUDA), as the usual ``cuda``/``cuda:0``
+    did; a script that named another GPU (``cuda:1``) now uses ``cuda:<LOCAL_RANK>``, and removed
+    ``set_device`` calls are made by ``runtime.setup()``.
     """
 
     code = "DDP004"
     name = "hardcoded-device"
+    fix_safety = FixSafety.SAFE
     phase = Phase.DEVICES
     triggers = ("cuda",)
     requires = (".backward(", "DataParallel")

@@ -8,7 +8,7 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, call_method_name
-from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
+from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, remove_statements, without_argument
 from .analysis.legacy import INIT_PARAMETERS, LAUNCH_VARIABLES, OS_ENVIRON, argument, legacy_facts, string_value
 
@@ -48,10 +48,14 @@ class HardcodedRendezvous(Rule):
     argument, so the process group is created from torchrun's environment (``env://``). A ``setdefault``
     is kept when the script creates its process group from the environment itself, where it only serves
     runs without torchrun.
+
+    Fix safety: only the rendezvous address and port change: they come from torchrun's environment
+    instead of the script's constants.
     """
 
     code = "DDP021"
     name = "hardcoded-rendezvous"
+    fix_safety = FixSafety.SAFE
     phase = Phase.LEGACY_LAUNCH
     triggers = ("environ", "tcp://")
     manual_fix = "remove the hand-set rendezvous; torchrun sets MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE"

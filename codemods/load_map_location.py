@@ -8,7 +8,7 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis
-from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
+from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, expression
 from .runtime_calls import runtime_name
 
@@ -22,10 +22,15 @@ class LoadWithoutMapLocation(Rule):
     every process loads onto GPU 0 (memory spikes, or failure on a machine with fewer GPUs or none).
 
     What the fix does: ``torch.load(path, map_location=runtime.device())``.
+
+    Fix safety: tensors load onto this process's device instead of the device they were saved from (a
+    plain run: ``cuda:0`` or the CPU), so a checkpoint saved on GPU 1 or on a CUDA machine now loads
+    where it runs.
     """
 
     code = "DDP009"
     name = "load-without-map-location"
+    fix_safety = FixSafety.SAFE
     phase = Phase.CHECKPOINTS
     triggers = ("load",)
     requires = (".backward(", "DataParallel")

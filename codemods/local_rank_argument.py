@@ -7,7 +7,7 @@ from typing import Iterator
 import libcst as cst
 
 from .analysis import ScriptAnalysis
-from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
+from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression, is_pure, remove_statements, statement_line, with_keyword
 from .analysis.legacy import RUNTIME_LOCAL_RANK, LegacyFacts, Option, int_value, legacy_facts
 from .runtime_calls import runtime_name
@@ -34,10 +34,15 @@ class LocalRankArgument(Rule):
     A script that tests the option against its default to tell a run without the launcher
     (``if args.local_rank == -1:``) keeps the option and its reads, with the default read from the
     environment (``int(os.environ.get("LOCAL_RANK", -1))``), so that test keeps its meaning.
+
+    Fix safety: the command line changes: ``--local_rank`` is removed when nothing else reads it, so a
+    launch command that still passes it (``torch.distributed.launch`` without ``--use-env``) stops with
+    a usage error; the value comes from ``LOCAL_RANK``.
     """
 
     code = "DDP023"
     name = "local-rank-argument"
+    fix_safety = FixSafety.UNSAFE
     phase = Phase.LEGACY_LAUNCH
     triggers = ("local_rank", "local-rank")
     manual_fix = "read the local rank from the environment (runtime.local_rank()) instead of --local_rank"

@@ -8,7 +8,7 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, dotted_name, walk
-from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
+from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, expression
 from .analysis.legacy import LegacyFacts, int_value, legacy_facts
 from .runtime_calls import runtime_name
@@ -43,10 +43,14 @@ class LocalRankGuard(Rule):
     What the fix does: the local-rank test becomes ``runtime.is_main_process()`` (global rank 0). A guard
     whose block only prepares something each machine needs (a download, a cache) is per node on purpose
     and is left alone.
+
+    Fix safety: the guarded block runs once per job (global rank 0) instead of once per node (local rank
+    0): on several nodes, work that every node did under the guard is done by one.
     """
 
     code = "DDP025"
     name = "local-rank-guard"
+    fix_safety = FixSafety.UNSAFE
     phase = Phase.OUTPUT
     triggers = ("rank", "RANK", "spawn", "Process")
     manual_fix = "guard the output with the global rank (runtime.is_main_process())"

@@ -15,7 +15,7 @@ from .analysis import (
     wrapped_argument,
 )
 from . import names
-from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
+from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression, statement
 from .runtime_calls import ddp_call, runtime_name
 
@@ -53,6 +53,7 @@ class MissingDdpWrap(Rule):
 
     code = "DDP011"
     name = "missing-ddp-wrap"
+    fix_safety = FixSafety.SAFE
     phase = Phase.WRAPPING
     triggers = (".backward(",)
     examples = (

@@ -7,7 +7,7 @@ from typing import Iterator, Sequence
 import libcst as cst
 
 from .analysis import ScriptAnalysis, statements_of
-from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
+from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, statement
 from .runtime_calls import runtime_name
 
@@ -41,10 +41,14 @@ class MissingProcessGroup(Rule):
     ``__main__`` block's end when the set-up is at module level). ``setup()`` reads torchrun's environment, picks ``nccl`` on CUDA and
     ``gloo`` on CPU, sets this process's CUDA device, and falls back to a world of one process when the
     script runs as plain ``python train.py``.
+
+    Fix safety: a plain ``python train.py`` runs as before, in a world of one process; the call only
+    adds the process group, the device selection and the clean-up.
     """
 
     code = "DDP003"
     name = "missing-process-group"
+    fix_safety = FixSafety.SAFE
     phase = Phase.PROCESS_GROUP
     triggers = (".backward(",)
     examples = (

@@ -9,7 +9,7 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, call_method_name, walk
-from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
+from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, expression, remove_statements, without_argument
 from .analysis.legacy import DDP_PARAMETERS, LegacyFacts, argument, legacy_facts
 from .runtime_calls import runtime_name
@@ -71,10 +71,14 @@ class RankAsDevice(Rule):
     ``device_ids=runtime.device_ids()`` and ``output_device`` goes; ``set_device(rank)`` is removed where
     ``runtime.setup()`` sets the device, and uses ``runtime.local_rank()`` otherwise. Where the variable
     is used as a rank (``if rank == 0:``, ``DistributedSampler(rank=rank)``) it stays.
+
+    Fix safety: each process uses ``cuda:<LOCAL_RANK>`` instead of ``cuda:<rank>``: the same on one
+    node; on several nodes the global rank was no valid GPU index, so only failing runs change.
     """
 
     code = "DDP024"
     name = "rank-as-device"
+    fix_safety = FixSafety.SAFE
     phase = Phase.DEVICES
     triggers = ("rank", "RANK")
     manual_fix = "choose the device by the local rank (runtime.device())"

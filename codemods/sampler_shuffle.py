@@ -8,7 +8,7 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, is_true, keyword_argument, loader_argument
-from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Severity, Valid
+from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Severity, Valid
 from .edits import Edits, with_keyword, without_argument
 
 #: ``DistributedSampler``'s parameters before ``shuffle``, so a positional ``shuffle`` is recognised.
@@ -39,10 +39,14 @@ class SamplerWithShuffle(Rule):
     (it is also its default). When that sampler says ``shuffle=False``, or ``shuffle`` is passed
     positionally, the intent is unclear and the finding is only reported: decide whether the data should
     be shuffled and keep exactly one of the two settings.
+
+    Fix safety: the original stops with ``ValueError`` (a sampler and ``shuffle=True`` are exclusive);
+    the fixed loader shuffles through its sampler, as asked.
     """
 
     code = "DDP036"
     name = "sampler-with-shuffle"
+    fix_safety = FixSafety.SAFE
     phase = Phase.SAMPLERS
     severity = Severity.ERROR
     triggers = ("shuffle",)

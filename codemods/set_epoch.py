@@ -8,7 +8,7 @@ import libcst as cst
 
 from .analysis import EpochLoop, ScriptAnalysis
 from .analysis.loaders import loader_facts
-from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
+from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, statement
 
 
@@ -28,10 +28,14 @@ class MissingSetEpoch(Rule):
     ``it = iter(loader)`` on ``StopIteration`` gets ``loader.sampler.set_epoch(loader.sampler.epoch + 1)``
     right before each restart. When no epoch loop can be found it leaves a TODO comment and a review item
     instead of guessing.
+
+    Fix safety: each epoch is shuffled differently, as the single-process loader's shuffle did; without
+    the call every epoch repeated the first one's order.
     """
 
     code = "DDP006"
     name = "missing-set-epoch"
+    fix_safety = FixSafety.SAFE
     phase = Phase.SAMPLERS
     triggers = ("DistributedSampler",)
     manual_fix = "call <loader>.sampler.set_epoch(epoch) at the start of each epoch"

@@ -7,7 +7,7 @@ from typing import Iterator
 import libcst as cst
 
 from .analysis import ScriptAnalysis, dotted_name
-from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
+from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, call_with, code_of, expression, is_pure, remove_statements, replace_values, without_launch_comments
 from .analysis.legacy import Launch, legacy_facts
 from .runtime_calls import runtime_name
@@ -34,10 +34,15 @@ class SpawnLauncher(Rule):
     ``runtime.world_size()`` where it also serves as the world size, else ``runtime.local_world_size()``
     (the processes on this node); one that is no longer used is removed. The report says how to launch:
     ``torchrun --nproc_per_node=<GPUs per node> script.py``.
+
+    Fix safety: the script no longer starts its own processes: ``python train.py`` runs one process, and
+    the N processes come from ``torchrun --nproc_per_node=N``; the spawn's join loop and
+    ``set_start_method`` go.
     """
 
     code = "DDP020"
     name = "spawn-launcher"
+    fix_safety = FixSafety.UNSAFE
     phase = Phase.LEGACY_LAUNCH
     triggers = ("spawn", "Process", "start_processes")
     manual_fix = "remove the launcher and call the worker function once per process with runtime.rank(); start the script with torchrun"

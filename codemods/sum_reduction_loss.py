@@ -8,7 +8,7 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name, keyword_argument, walk
-from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
+from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression
 from .runtime_calls import runtime_name
 
@@ -46,6 +46,7 @@ class SumReductionLoss(Rule):
 
     code = "DDP039"
     name = "sum-reduction-loss"
+    fix_safety = FixSafety.UNSAFE
     phase = Phase.MODULE_ACCESS
     triggers = ("sum", "size_average")
     manual_fix = "multiply the loss by runtime.world_size() when it is divided by the global batch size"

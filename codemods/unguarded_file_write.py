@@ -10,7 +10,7 @@ import libcst as cst
 from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name, keyword_argument, statements_of, walk
 from .analysis.ranks import rank_facts
-from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
+from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression, statement, with_keyword
 from .runtime_calls import runtime_name
 
@@ -95,6 +95,7 @@ class UnguardedFileWrite(Rule):
 
     code = "DDP012"
     name = "unguarded-file-write"
+    fix_safety = FixSafety.UNSAFE
     phase = Phase.CHECKPOINTS
     triggers = (
         "mkdir", "makedirs", "open", "FileHandler", "save", "dump", "write", "writer", "Writer", "copy", "move",

@@ -9,7 +9,7 @@ import libcst as cst
 from . import names
 from .analysis import ScriptAnalysis
 from .analysis.ranks import rank_facts
-from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Severity, Valid
+from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Severity, Valid
 from .edits import Edits, expression, statement
 from .runtime_calls import runtime_name
 
@@ -31,10 +31,14 @@ class UnguardedOutput(Rule):
     What the fix does: ``print`` becomes ``runtime.print0`` (prints on global rank 0 only); ``tqdm`` gets
     ``disable=not runtime.is_main_process()``; ``runtime.silence_non_main_logging()`` is called right after
     ``runtime.setup()``, so log records are emitted on rank 0 only.
+
+    Fix safety: only global rank 0 prints and logs: output of the other ranks, including per-rank values
+    and their ``logging`` warnings and errors, is no longer shown; a plain run prints as before.
     """
 
     code = "DDP010"
     name = "unguarded-output"
+    fix_safety = FixSafety.UNSAFE
     phase = Phase.OUTPUT
     severity = Severity.INFO
     triggers = ("print", "tqdm", "logging")

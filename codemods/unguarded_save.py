@@ -9,7 +9,7 @@ import libcst as cst
 from . import names
 from .analysis import ScriptAnalysis
 from .analysis.ranks import Condition, rank_facts
-from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
+from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression, statement
 from .runtime_calls import runtime_name
 
@@ -51,6 +51,7 @@ class UnguardedSave(Rule):
 
     code = "DDP007"
     name = "unguarded-save"
+    fix_safety = FixSafety.UNSAFE
     phase = Phase.CHECKPOINTS
     triggers = ("save",)
     requires = (".backward(", "DataParallel")

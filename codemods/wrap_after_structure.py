@@ -8,7 +8,7 @@ from typing import Iterator
 import libcst as cst
 
 from .analysis import ScriptAnalysis, dotted_name, walk, wrapped_argument
-from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
+from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of
 
 TODO = "a layer is added to the model after the DDP wrap, which never sees it: build the whole model before wrapping it"
@@ -48,6 +48,7 @@ class LayerAddedAfterWrap(Rule):
 
     code = "DDP017"
     name = "layer-added-after-wrap"
+    fix_safety = FixSafety.SAFE
     #: Before DDP002 moves a device move above the wrap, so the layer is added first and moved with the model.
     phase = Phase.DEVICES
     triggers = ("DataParallel",)

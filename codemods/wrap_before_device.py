@@ -7,7 +7,7 @@ from typing import Iterator
 import libcst as cst
 
 from .analysis import ScriptAnalysis, call_method_name, dotted_name, walk, wrapped_argument
-from .base import Change, Example, FixResult, Match, Options, Phase, Rule, Valid
+from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits
 
 MOVES = frozenset({"to", "cuda"})
@@ -65,10 +65,14 @@ class WrapBeforeDevice(Rule):
     What the fix does: moves the model first, then wraps: ``DDP(model.to(device))`` for the chained form,
     and the ``.to(...)`` statement moved above the wrap for the separate form, also when the move sits
     under a condition of its own (``if train_on_gpu: model.cuda()``: the whole ``if`` moves).
+
+    Fix safety: the model is moved before it is wrapped, which DDP requires; the statements between the
+    two (and a condition around the move) run in the same order relative to everything else.
     """
 
     code = "DDP002"
     name = "wrap-before-device"
+    fix_safety = FixSafety.SAFE
     phase = Phase.WRAPPING
     triggers = ("DataParallel",)
     examples = (

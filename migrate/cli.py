@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import sys
 from contextlib import closing
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from typing import Any, Callable, Sequence
 import click
 
 from ddp_migrate import __version__, codemods
-from ddp_migrate.codemods.base import BatchSizePolicy, Options, Rule
+from ddp_migrate.codemods.base import BatchSizePolicy, FixSafety, Options, Rule
 
 from . import docs, formats, report
 from .color import CHOICES as COLOR_CHOICES
@@ -35,6 +36,10 @@ from .runner import default_jobs, is_notebook, run, write_result
 from .selection import SelectionError, drop_rules, normalise_codes, select_rules
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
+#: ``--runtime``: import the installed package's runtime, or a module written beside the program.
+RUNTIME_CHOICES = ("package", "vendor")
+#: The module ``--runtime vendor`` writes beside each migrated entry script (and the migrated code imports).
+VENDORED_RUNTIME = "ddp_runtime"
 COMMANDS = ("migrate", "lint", "rules", "explain", "example")
 
 
@@ -275,7 +280,17 @@ def cli() -> None:
     metavar="N",
     help="With --elastic, also snapshot every N optimizer steps (default: at the end of every epoch only).",
 )
-def migrate_command(show_diff: bool, check: bool, batch_size: str | None, elastic: bool, snapshot_every: int | None, **kwargs: Any) -> None:
+@click.option(
+    "--runtime",
+    type=click.Choice(RUNTIME_CHOICES),
+    default="package",
+    show_default=True,
+    help="package: the migrated code imports ddp_migrate.runtime (install ddp-migrate where it trains); "
+    f"vendor: it imports {VENDORED_RUNTIME}, a module written beside each migrated entry script, so training needs only torch.",
+)
+def migrate_command(
+    show_diff: bool, check: bool, batch_size: str | None, elastic: bool, snapshot_every: int | None, runtime: str, **kwargs: Any
+) -> None:
     """Migrate files in place (folders are walked for *.py and *.ipynb; '-' reads stdin and writes stdout).
 
     A notebook is left as it is: its migrated code is written to NAME_ddp.py beside it. With no PATH at
@@ -285,7 +300,9 @@ def migrate_command(show_diff: bool, check: bool, batch_size: str | None, elasti
     _nothing_to_do(flags)
     if snapshot_every is not None and not elastic:
         _fail("--snapshot-every needs --elastic")
-    extra = {"elastic": True, "snapshot_every": snapshot_every} if elastic else {}
+    extra: dict[str, Any] = {"elastic": True, "snapshot_every": snapshot_every} if elastic else {}
+    if runtime == "vendor":
+        extra["runtime_module"] = VENDORED_RUNTIME
     settings = resolve_settings(flags, batch_size, extra)
     settings.rules = without_lint_only(settings.rules)
     write = not (show_diff or check)
@@ -321,8 +338,9 @@ def migrate_command(show_diff: bool, check: bool, batch_size: str | None, elasti
                     click.echo(report.unified_diff(result, stdout_color), nl=False, color=stdout_color)
         if settings.verbose and excluded:
             click.echo(f"{excluded} path(s) excluded", err=True)
+    vendored = _write_vendored_runtime(results, errors) if write and runtime == "vendor" else []
     errors[:0] = [r.error for r in results if r.error]
-    _migration_report(results, errors, settings, write, stderr_color)
+    _migration_report(results, errors, settings, write, stderr_color, vendored)
     changed = sum(r.changed for r in results)
     needs_human = sum(len(r.findings) for r in results if not r.error)
     if errors:
@@ -351,7 +369,53 @@ def _migrate_stdin(settings: Settings, show_diff: bool, write: bool, color: bool
     return result
 
 
-def _migration_report(results: Sequence[FileResult], errors: Sequence[str], settings: Settings, write: bool, color: bool) -> None:
+def _runtime_folders(results: Sequence[FileResult]) -> list[Path]:
+    """The folders of the entry scripts of the files a migration changed (stdin aside), in order."""
+    folders: dict[Path, None] = {}
+    for result in results:
+        if result.changed and not result.error and result.path != "-":
+            folders[Path(result.entry or result.path).parent] = None
+    return list(folders)
+
+
+def _write_vendored_runtime(results: Sequence[FileResult], errors: list[str]) -> list[Path]:
+    """``--runtime vendor``: write the runtime module once into each folder of a changed entry script."""
+    from .vendor import write_runtime_module
+
+    written = []
+    for folder in _runtime_folders(results):
+        try:
+            written.append(write_runtime_module(folder))
+        except OSError as error:
+            errors.append(f"{folder / (VENDORED_RUNTIME + '.py')}:1:1: cannot write the runtime: {error.strerror or error}")
+    return written
+
+
+def _imports(text: str, module: str) -> bool:
+    """Whether the code imports ``module`` (``import a.b``, ``from a.b import x`` or ``from a import b``)."""
+    package, _, name = module.rpartition(".")
+    forms = [rf"import\s+{re.escape(module)}\b", rf"from\s+{re.escape(module)}\s+import\b"]
+    if package:
+        forms.append(rf"from\s+{re.escape(package)}\s+import\s+[^\n]*\b{re.escape(name)}\b")
+    return re.search(rf"^[ \t]*(?:{'|'.join(forms)})", text, flags=re.M) is not None
+
+
+def _runtime_line(results: Sequence[FileResult], settings: Settings, write: bool, vendored: Sequence[Path]) -> str | None:
+    """What the migrated code needs where it trains (``None`` when the migration imports no runtime)."""
+    module = settings.options.runtime_module
+    if not any(r.changed and not r.error and _imports(r.new_text, module) for r in results):
+        return None
+    imports = "imports" if write else "would import"
+    if module == VENDORED_RUNTIME:
+        if vendored:
+            return f"The migrated code {imports} {module}, written to {', '.join(str(p) for p in vendored)}; training needs only torch."
+        return f"The migrated code {imports} {module}, written beside each migrated entry script (not under --diff or --check)."
+    return f"The migrated code {imports} {module}: install ddp-migrate where it trains (or pass --runtime vendor)."
+
+
+def _migration_report(
+    results: Sequence[FileResult], errors: Sequence[str], settings: Settings, write: bool, color: bool, vendored: Sequence[Path] = ()
+) -> None:
     """Per-file summaries, the errors, and the closing line, on standard error."""
     if not settings.quiet:
         for result in results:
@@ -372,11 +436,15 @@ def _migration_report(results: Sequence[FileResult], errors: Sequence[str], sett
         line += f" ({sum(r.skipped for r in results)} skipped by the quick text check)"
     line += f", {needs_human} item(s) need a human, {len(errors)} error(s)."
     click.echo(line, err=True)
+    runtime_line = _runtime_line(results, settings, write, vendored)
+    if runtime_line:
+        click.echo(runtime_line, err=True)
 
 
 @cli.command("lint")
 @common_options
-@click.option("--fix", is_flag=True, help="Apply the safe fixes (same as migrating), then report what is left.")
+@click.option("--fix", is_flag=True, help="Apply the safe fixes, then report what is left (the unsafe fixes' findings among it).")
+@click.option("--unsafe-fixes", is_flag=True, help="With --fix, apply the unsafe fixes too (all of them: same as migrating).")
 @click.option(
     "--format",
     "output_format",
@@ -388,7 +456,7 @@ def _migration_report(results: Sequence[FileResult], errors: Sequence[str], sett
 @click.option("--statistics", is_flag=True, help="Print how often each code was reported (most frequent first) instead of the findings.")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when findings remain (errors still exit 2), e.g. to upload SARIF.")
 @click.option("-o", "--output-file", type=click.Path(dir_okay=False, writable=True), default=None, help="Write the findings (in --format) to this file instead of stdout.")
-def lint_command(fix: bool, output_format: str, statistics: bool, exit_zero: bool, output_file: str | None, **kwargs: Any) -> None:
+def lint_command(fix: bool, unsafe_fixes: bool, output_format: str, statistics: bool, exit_zero: bool, output_file: str | None, **kwargs: Any) -> None:
     """Report DDP pitfalls as path:line:col: CODE message (exit 1 when any are found).
 
     Findings are sorted by file, line and column; in a notebook, path:cell N:line:col. A '# noqa' comment
@@ -413,7 +481,9 @@ def lint_command(fix: bool, output_format: str, statistics: bool, exit_zero: boo
         progress = progress_for("fixing" if fix else "linting", settings.quiet)
         written = 0
         try:
-            with progress, closing(run(files, _rules_for(settings), settings.options, fix, settings.jobs, settings.follow_imports, progress)) as stream:
+            fixable = None if unsafe_fixes else frozenset(r for r in all_rules() if r.fix_safety is FixSafety.SAFE)
+            stream_of = run(files, _rules_for(settings), settings.options, fix, settings.jobs, settings.follow_imports, progress, fixable)
+            with progress, closing(stream_of) as stream:
                 for result in stream:
                     results.append(result)
                     if fix and not result.error:
@@ -426,6 +496,8 @@ def lint_command(fix: bool, output_format: str, statistics: bool, exit_zero: boo
             _interrupted(progress, written)
     checked = len(results)
     errors[:0] = [r.error for r in sorted(results, key=lambda r: r.path) if r.error]
+    unsafe = 0 if unsafe_fixes else _mark_unsafe_unfixable(results)
+    fix_command = "ddp-migrate lint --fix --unsafe-fixes" if unsafe_fixes else "ddp-migrate lint --fix"
     located = formats.locate(results)
     to_terminal = output_file is None
     color = to_terminal and use_color(flags.color, sys.stdout)
@@ -440,7 +512,7 @@ def lint_command(fix: bool, output_format: str, statistics: bool, exit_zero: boo
     for error in errors:
         click.echo(error, err=True)
     if not flags.quiet:
-        click.echo(_lint_summary(results, located, fix, settings.verbose, checked), err=True)
+        click.echo(_lint_summary(results, located, fix, settings.verbose, checked, unsafe, fix_command), err=True)
     if errors:
         sys.exit(EXIT_ERROR)
     sys.exit(EXIT_FINDINGS if located and not exit_zero else EXIT_CLEAN)
@@ -468,15 +540,38 @@ def _render(located: Sequence[formats.Located], output_format: str, statistics: 
     return formats.text(located, color)
 
 
-def _lint_summary(results: Sequence[FileResult], located: Sequence[formats.Located], fix: bool, verbose: bool, checked: int) -> str:
+def _mark_unsafe_unfixable(results: Sequence[FileResult]) -> int:
+    """Without ``--unsafe-fixes``, an unsafe fix's findings are not fixable by ``lint --fix``: mark them so
+    (the formats' ``fixable``, the statistics' ``[*]``) and count them for the summary."""
+    unsafe = {rule.code for rule in all_rules() if rule.can_fix() and rule.fix_safety is FixSafety.UNSAFE}
+    count = 0
+    for result in results:
+        marked = []
+        for finding in result.findings:
+            if finding.fixable and finding.code in unsafe:
+                finding = dataclasses.replace(finding, fixable=False)
+                count += 1
+            marked.append(finding)
+        result.findings = marked
+    return count
+
+
+def _lint_summary(
+    results: Sequence[FileResult], located: Sequence[formats.Located], fix: bool, verbose: bool, checked: int, unsafe: int = 0, fix_command: str = "ddp-migrate lint --fix"
+) -> str:
     """``Found N problem(s) in M file(s)`` (files with problems), with what was checked, fixed and fixable."""
     details = [f"{checked} file(s) checked"]
     if fix:
         details.append(f"{sum(len(r.changes) for r in results)} fixed")
+        if unsafe:
+            details.append(f"{unsafe} more fixable with: ddp-migrate lint --fix --unsafe-fixes")
     else:
         fixable = sum(item.finding.fixable for item in located)
         if fixable:
-            details.append(f"{fixable} fixable with: ddp-migrate lint --fix")
+            details.append(f"{fixable} fixable with: {fix_command}")
+        if unsafe:
+            more = "more " if fixable else ""
+            details.append(f"{unsafe} {more}fixable with: ddp-migrate lint --fix --unsafe-fixes")
     if verbose:
         details.append(f"{sum(r.skipped for r in results)} skipped by the quick text check")
     with_problems = len({item.path for item in located})
@@ -493,9 +588,14 @@ def rules_command(output_format: str) -> None:
         return
     name_width = max(len(rule.name) for rule in rules)
     for rule in rules:
-        fixes = "fix" if rule.can_fix() else "report"
-        head = f"{rule.code}  {rule.name:<{name_width}}  {fixes:<6}  "
+        fixes = _fix_word(rule)
+        head = f"{rule.code}  {rule.name:<{name_width}}  {fixes:<11}  "
         click.echo(_hang(head, docs.inline(rule.summary()), docs.WIDTH))
+
+
+def _fix_word(rule: type[Rule]) -> str:
+    """``safe fix``, ``unsafe fix`` or ``report``."""
+    return f"{rule.fix_safety.value} fix" if rule.can_fix() else "report"
 
 
 def _hang(head: str, text: str, width: int) -> str:
@@ -511,6 +611,7 @@ def _rule_json(rule: type[Rule]) -> dict[str, Any]:
         "name": rule.name,
         "summary": docs.inline(rule.summary()),
         "fixable": rule.can_fix(),
+        "fix_safety": rule.fix_safety.value if rule.can_fix() else None,
         "severity": rule.severity.value,
         "enabled_by_default": getattr(rule, "enabled_by_default", True),
         "documentation": docs.plain(rule.documentation(), width=10_000),
@@ -546,6 +647,14 @@ def explain_command(rule_name: str) -> None:
             click.echo(_indent(example.after))
     fix = "yes" if rule.can_fix() else "no: " + (rule.manual_fix or "a human must change the code")
     click.echo(_hang("Fix available: ", fix, docs.WIDTH))
+    if rule.can_fix():
+        click.echo(_hang("Fix safety: ", _safety_sentence(rule), docs.WIDTH))
+
+
+def _safety_sentence(rule: type[Rule]) -> str:
+    if rule.fix_safety is FixSafety.UNSAFE:
+        return "unsafe: the migration applies it, lint --fix only with --unsafe-fixes."
+    return "safe: the migration and lint --fix apply it."
 
 
 def _indent(code: str) -> str:

@@ -19,10 +19,10 @@ TABLE_END = "<!-- rules-table:end -->"
 
 
 def rules_table() -> str:
-    """A Markdown table of every rule: code, name, whether it fixes, and its one-line summary."""
+    """A Markdown table of every rule: code, name, whether it fixes (safe or unsafe fix), and its one-line summary."""
     lines = ["| code | name | fix | severity | what it does |", "| --- | --- | --- | --- | --- |"]
     for rule in all_rules():
-        fix = "yes" if rule.can_fix() else "report only"
+        fix = f"yes ({rule.fix_safety.value})" if rule.can_fix() else "report only"
         default = "" if getattr(rule, "enabled_by_default", True) else " (off unless selected)"
         lines.append(f"| {rule.code} | `{rule.name}` | {fix} | {rule.severity.value}{default} | {rule.summary()} |")
     return "\n".join(lines)

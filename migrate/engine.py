@@ -154,16 +154,22 @@ def _applies(rule: Rule, text: str) -> bool:
 
 
 def fix_to_fixed_point(
-    module: cst.Module, rules: Sequence[Rule], options: Options, path: str, is_entry: bool = True
+    module: cst.Module,
+    rules: Sequence[Rule],
+    options: Options,
+    path: str,
+    is_entry: bool = True,
+    fixable: frozenset[type[Rule]] | None = None,
 ) -> tuple[cst.Module, list[Change], ScriptAnalysis]:
     """Run every fix in phase order, pass after pass, until a whole pass changes nothing.
 
     The file is settled only when no rule changed it during a pass: two rules that undo each other leave
     the text as it was at the start of the pass, yet they have not settled. The analysis is rebuilt only
     after a rule changed the module, and the final one is handed back for the findings and notes.
+    ``fixable``: the rule classes whose fixes may run (``None``: all; ``lint --fix`` leaves out unsafe fixes).
     """
     changes: list[Change] = []
-    ordered = sorted((r for r in rules if r.can_fix()), key=lambda r: (r.phase, r.code))
+    ordered = sorted((r for r in rules if r.can_fix() and (fixable is None or type(r) in fixable)), key=lambda r: (r.phase, r.code))
     analysis = analyse(module, is_entry, options)
     text = module.code
     origins = LineOrigins(text)
@@ -332,7 +338,13 @@ def collect_notes(analysis: ScriptAnalysis, rules: Sequence[Rule], options: Opti
 
 
 def process(
-    path: str, data: bytes, rule_classes: Sequence[type[Rule]], options: Options, fix: bool, is_entry: bool = True
+    path: str,
+    data: bytes,
+    rule_classes: Sequence[type[Rule]],
+    options: Options,
+    fix: bool,
+    is_entry: bool = True,
+    fixable: frozenset[type[Rule]] | None = None,
 ) -> FileResult:
     """Run the pipeline on one file's bytes, a program of its own; errors land in ``result.error`` as one
     ``path:line:col:`` line. ``is_entry=False`` for a module no entry reaches (no process group is due).
@@ -356,7 +368,7 @@ def process(
         module = parse(source.text, path)
         rules = [_instance(cls, options) for cls in rule_classes]
         if fix:
-            module, result.changes, analysis = fix_to_fixed_point(module, rules, options, path, is_entry)
+            module, result.changes, analysis = fix_to_fixed_point(module, rules, options, path, is_entry, fixable)
             result.new_text = module.code
             if module.code != source.text:
                 verify_output(module.code)
@@ -385,7 +397,9 @@ class ProgramFile:
     migrate: bool = True
 
 
-def process_program(files: Sequence[ProgramFile], options: Options, fix: bool) -> list[FileResult]:
+def process_program(
+    files: Sequence[ProgramFile], options: Options, fix: bool, fixable: frozenset[type[Rule]] | None = None
+) -> list[FileResult]:
     """Run the pipeline on the files of one program analysed together (the entry first).
 
     Every file is decoded and parsed; one :class:`Program` analysis spans them all, so a loader built in
@@ -417,7 +431,7 @@ def process_program(files: Sequence[ProgramFile], options: Options, fix: bool) -
         rules_of = {path: [cls for cls in by_path[path].rules] for path in modules}
         instances = {cls: _instance(cls, options) for path in modules for cls in rules_of[path]}
         if fix:
-            changes = _fix_program(program, instances, rules_of, {p for p in modules if by_path[p].migrate}, options)
+            changes = _fix_program(program, instances, rules_of, {p for p in modules if by_path[p].migrate}, options, fixable)
             for path, found in changes.items():
                 results[path].changes = found
         for path in modules:
@@ -451,11 +465,15 @@ def _fix_program(
     rules_of: dict[str, list[type[Rule]]],
     writable: set[str],
     options: Options,
+    fixable: frozenset[type[Rule]] | None = None,
 ) -> dict[str, list[Change]]:
     """Run every fix over the program's writable modules to a fixed point; the changes per module."""
     changes: dict[str, list[Change]] = {key: [] for key in program.keys()}
     origins = {key: LineOrigins(program.module(key).code) for key in program.keys()}
-    ordered = sorted({rule for rule in instances.values() if rule.can_fix()}, key=lambda r: (r.phase, r.code))
+    ordered = sorted(
+        {rule for rule in instances.values() if rule.can_fix() and (fixable is None or type(rule) in fixable)},
+        key=lambda r: (r.phase, r.code),
+    )
     for _ in range(MAX_PASSES):
         changed_this_pass: list[str] = []
         text = program_text(program)

@@ -195,7 +195,9 @@ def read_result(path: Path) -> tuple[bytes | None, FileResult | None]:
         return None, FileResult(path=str(path), original=b"", error=f"{path}:1:1: cannot read: {error.strerror or error}")
 
 
-def process_unit(unit: Unit, rules_for: RulesFor, options: Options, fix: bool) -> list[FileResult]:
+def process_unit(
+    unit: Unit, rules_for: RulesFor, options: Options, fix: bool, fixable: frozenset[type[Rule]] | None = None
+) -> list[FileResult]:
     """Run the engine over a unit: a lone script through the single-file pipeline, a program of several
     modules through :func:`ddp_migrate.engine.process_program`, a library file or test linted only."""
     if unit.entry is None:
@@ -212,7 +214,7 @@ def process_unit(unit: Unit, rules_for: RulesFor, options: Options, fix: bool) -
         data, failed = read_result(path)
         if failed is not None:
             return [failed]
-        return [process(str(path), data, tuple(rules_for(path)), options, fix and path in unit.migrate)]  # type: ignore[arg-type]
+        return [process(str(path), data, tuple(rules_for(path)), options, fix and path in unit.migrate, fixable=fixable)]  # type: ignore[arg-type]
     names = dict(unit.names)
     files: list[ProgramFile] = []
     failures: list[FileResult] = []
@@ -223,4 +225,4 @@ def process_unit(unit: Unit, rules_for: RulesFor, options: Options, fix: bool) -
             continue
         info = ModuleInfo(names.get(path, path.stem), is_entry=path == unit.entry, is_package=path in unit.packages)
         files.append(ProgramFile(str(path), data, info, tuple(rules_for(path)), migrate=path in unit.migrate))  # type: ignore[arg-type]
-    return [*process_program(files, options, fix), *failures]
+    return [*process_program(files, options, fix, fixable), *failures]

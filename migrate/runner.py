@@ -48,10 +48,10 @@ def is_notebook(path: Path | str) -> bool:
     return str(path).endswith(".ipynb")
 
 
-def _process_work(args: tuple[Work, RulesFor, Options, bool]) -> list[FileResult]:
-    work, rules_for, options, fix = args
+def _process_work(args: tuple[Work, RulesFor, Options, bool, frozenset[type[Rule]] | None]) -> list[FileResult]:
+    work, rules_for, options, fix, fixable = args
     if isinstance(work, Unit):
-        return process_unit(work, rules_for, options, fix)
+        return process_unit(work, rules_for, options, fix, fixable)
     from .notebook import process_notebook
 
     return [process_notebook(work, tuple(rules_for(work)), options, fix)]
@@ -82,6 +82,7 @@ def run(
     jobs: int,
     follow_imports: bool = True,
     progress: ProgressSink | None = None,
+    fixable: frozenset[type[Rule]] | None = None,
 ) -> Iterator[FileResult]:
     """Yield the results of every file, unit by unit as units finish; worker processes when ``jobs > 1``.
 
@@ -89,14 +90,14 @@ def run(
     processed with its entry even when they were not named (``follow_imports=False``: only the files
     named). Notebooks are units of their own. ``rules`` is either the rules for every file or a function
     choosing them per file (per-file ignores). ``progress`` hears the number of files, then each finished
-    unit's. Closing the generator early (or Ctrl-C while it runs) terminates the workers.
+    unit's. ``fixable``: the rule classes whose fixes may run (``None``: all). Closing the generator early (or Ctrl-C while it runs) terminates the workers.
     """
     python_files = [path for path in files if not is_notebook(path)]
     work: list[Work] = [*plan(python_files, follow_imports), *(path for path in files if is_notebook(path))]
     choose = rules if callable(rules) else (lambda _path: rules)
     paths = [path for item in work for path in (item.paths if isinstance(item, Unit) else (item,))]
     rules_for = _PerPathRules({path: tuple(choose(path)) for path in paths})
-    items = [(item, rules_for, options, fix) for item in work]
+    items = [(item, rules_for, options, fix, fixable) for item in work]
     if progress is not None:
         progress.start(sum(_size(item) for item in work))
     if jobs <= 1 or len(items) <= 1:

@@ -449,3 +449,82 @@ def test_cli_never_imports_torch(tmp_path: Path) -> None:
     )
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
+
+
+# --------------------------------------------------------------------------- fix safety (lint --fix)
+
+
+def test_lint_fix_leaves_unsafe_fixes_reported_and_unsafe_fixes_applies_them(tmp_path: Path) -> None:
+    safe_only = write(tmp_path / "train.py", DP_SCRIPT)
+    result = invoke("lint", "--fix", "train.py")
+    assert result.exit_code == 1
+    assert codes(result) == {"DDP001", "DDP007"}  # both unsafe: reported, not fixed
+    assert safe_only.read_text() == DP_SCRIPT
+    assert "2 more fixable with: ddp-migrate lint --fix --unsafe-fixes" in result.stderr
+    listed = invoke("lint", "--format", "json", "train.py")
+    assert {(f["code"], f["fixable"]) for f in __import__("json").loads(listed.stdout)} == {("DDP001", False), ("DDP007", False)}
+    assert "2 fixable with: ddp-migrate lint --fix --unsafe-fixes" in listed.stderr
+
+    result = invoke("lint", "--fix", "--unsafe-fixes", "train.py")
+    assert result.exit_code == 0, result.output
+    assert codes(result) == set()
+    assert "nn.DataParallel" not in safe_only.read_text()
+    migrated = write(tmp_path / "copy.py", DP_SCRIPT)
+    assert invoke("copy.py").exit_code == 0
+    assert migrated.read_text() == safe_only.read_text()  # --unsafe-fixes: exactly the migration
+
+
+def test_lint_fix_applies_the_safe_fixes_of_a_file_with_both(tmp_path: Path) -> None:
+    script = write(tmp_path / "train.py", LOADER_SCRIPT)
+    result = invoke("lint", "--fix", "train.py")
+    text = script.read_text()
+    assert "runtime.setup()" in text  # DDP003: safe, applied
+    assert "nn.DataParallel(model)" in text and "DistributedSampler" not in text  # DDP001, DDP005: unsafe
+    assert codes(result) == {"DDP001", "DDP005", "DDP007"}
+    assert "3 more fixable with: ddp-migrate lint --fix --unsafe-fixes" in result.stderr
+
+
+# --------------------------------------------------------------------------- --runtime
+
+
+def test_migration_report_says_what_the_code_needs_at_run_time(tmp_path: Path) -> None:
+    write(tmp_path / "train.py", LOADER_SCRIPT)
+    result = invoke("train.py")
+    last = result.stderr.strip().splitlines()[-1]
+    assert last == "The migrated code imports ddp_migrate.runtime: install ddp-migrate where it trains (or pass --runtime vendor)."
+    again = invoke("train.py")  # nothing changed: nothing to say
+    assert "install ddp-migrate" not in again.stderr
+    write(tmp_path / "other.py", LOADER_SCRIPT)
+    assert "would import ddp_migrate.runtime" in invoke("--check", "other.py").stderr
+
+
+def test_runtime_vendor_imports_the_vendored_module_and_writes_it_once_per_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import types
+
+    calls: list[Path] = []
+
+    def write_runtime_module(folder: Path) -> Path:
+        calls.append(folder)
+        return folder / "ddp_runtime.py"
+
+    monkeypatch.setitem(sys.modules, "ddp_migrate.vendor", types.SimpleNamespace(write_runtime_module=write_runtime_module))
+    for name in ("a/train.py", "a/eval_train.py", "b/train.py"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        write(tmp_path / name, LOADER_SCRIPT)
+    result = invoke("-j", "1", "--runtime", "vendor", "a", "b")
+    assert result.exit_code == 1, result.output  # migrated, with a review item each (set_epoch)
+    assert sorted(p.resolve() for p in calls) == [(tmp_path / "a").resolve(), (tmp_path / "b").resolve()]  # once per folder
+    text = (tmp_path / "b" / "train.py").read_text()
+    assert "ddp_runtime" in text and "ddp_migrate" not in text
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("The migrated code imports ddp_runtime, written to ")
+    assert "ddp_runtime.py" in last and "training needs only torch" in last
+
+    calls.clear()
+    write(tmp_path / "c.py", LOADER_SCRIPT)
+    checked = invoke("--check", "--runtime", "vendor", "c.py")
+    assert calls == []  # --check writes nothing, the runtime included
+    assert "would import ddp_runtime" in checked.stderr
+    assert invoke("--runtime", "bundled", "c.py").exit_code == 2

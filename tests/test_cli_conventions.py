@@ -278,7 +278,7 @@ def test_rules_as_json() -> None:
     rules = json.loads(result.stdout)
     assert [r["code"] for r in rules] == [rule.code for rule in all_rules()]
     first = rules[0]
-    assert set(first) == {"code", "name", "summary", "fixable", "severity", "enabled_by_default", "documentation", "manual_fix"}
+    assert set(first) == {"code", "name", "summary", "fixable", "fix_safety", "severity", "enabled_by_default", "documentation", "manual_fix"}
     assert all("``" not in r["summary"] + r["documentation"] for r in rules)
 
 
@@ -293,9 +293,9 @@ def test_elastic_snapshot_every_and_no_follow_imports_reach_the_engine(tmp_path:
         seen["follow_imports"] = follow_imports
         return real_plan(files, follow_imports)
 
-    def process_unit(unit, rules_for, options, fix):  # type: ignore[no-untyped-def]
+    def process_unit(unit, rules_for, options, fix, fixable=None):  # type: ignore[no-untyped-def]
         seen["options"] = options
-        return real_process_unit(unit, rules_for, options, fix)
+        return real_process_unit(unit, rules_for, options, fix, fixable)
 
     monkeypatch.setattr(runner, "plan", plan)
     monkeypatch.setattr(runner, "process_unit", process_unit)
