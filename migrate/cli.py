@@ -397,7 +397,7 @@ def _imports(text: str, module: str) -> bool:
     forms = [rf"import\s+{re.escape(module)}\b", rf"from\s+{re.escape(module)}\s+import\b"]
     if package:
         forms.append(rf"from\s+{re.escape(package)}\s+import\s+[^\n]*\b{re.escape(name)}\b")
-    return re.search(rf"^[ \t]*(?:{'|'.join(forms)})", text, flags=re.M) is not None
+    return re.search(rf"^[ \t]*(?:{'|'.join(forms)})", text, flags=re.MULTILINE) is not None
 
 
 def _runtime_line(results: Sequence[FileResult], settings: Settings, write: bool, vendored: Sequence[Path]) -> str | None:
@@ -409,7 +409,7 @@ def _runtime_line(results: Sequence[FileResult], settings: Settings, write: bool
     if module == VENDORED_RUNTIME:
         if vendored:
             return f"The migrated code {imports} {module}, written to {', '.join(str(p) for p in vendored)}; training needs only torch."
-        return f"The migrated code {imports} {module}, written beside each migrated entry script (not under --diff or --check)."
+        return f"The migrated code {imports} {module}: ddp-migrate --runtime vendor writes it beside each migrated entry script (not for stdin, --diff or --check)."
     return f"The migrated code {imports} {module}: install ddp-migrate where it trains (or pass --runtime vendor)."
 
 
