@@ -528,3 +528,14 @@ def test_runtime_vendor_imports_the_vendored_module_and_writes_it_once_per_folde
     assert calls == []  # --check writes nothing, the runtime included
     assert "would import ddp_runtime" in checked.stderr
     assert invoke("--runtime", "bundled", "c.py").exit_code == 2
+
+
+def test_runtime_vendor_writes_a_runtime_the_migrated_script_imports(tmp_path: Path) -> None:
+    pytest.importorskip("ddp_migrate.vendor")
+    (tmp_path / "a").mkdir()
+    write(tmp_path / "a" / "train.py", LOADER_SCRIPT)
+    result = invoke("--runtime", "vendor", "a/train.py")
+    assert result.exit_code in (0, 1), result.output
+    assert (tmp_path / "a" / "ddp_runtime.py").is_file()
+    assert "ddp_migrate" not in (tmp_path / "a" / "train.py").read_text()
+    assert str(Path("a") / "ddp_runtime.py") in result.stderr.strip().splitlines()[-1]
