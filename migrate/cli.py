@@ -496,9 +496,9 @@ def lint_command(fix: bool, unsafe_fixes: bool, output_format: str, statistics: 
             _interrupted(progress, written)
     checked = len(results)
     errors[:0] = [r.error for r in sorted(results, key=lambda r: r.path) if r.error]
-    unsafe = 0 if unsafe_fixes else _mark_unsafe_unfixable(results)
-    fix_command = "ddp-migrate lint --fix --unsafe-fixes" if unsafe_fixes else "ddp-migrate lint --fix"
     located = formats.locate(results)
+    unsafe = 0 if unsafe_fixes else _count_unsafe(located)
+    fix_command = "ddp-migrate lint --fix --unsafe-fixes" if unsafe_fixes else "ddp-migrate lint --fix"
     to_terminal = output_file is None
     color = to_terminal and use_color(flags.color, sys.stdout)
     out = _render(located, output_format, statistics, errors, color)
@@ -540,20 +540,11 @@ def _render(located: Sequence[formats.Located], output_format: str, statistics: 
     return formats.text(located, color)
 
 
-def _mark_unsafe_unfixable(results: Sequence[FileResult]) -> int:
-    """Without ``--unsafe-fixes``, an unsafe fix's findings are not fixable by ``lint --fix``: mark them so
-    (the formats' ``fixable``, the statistics' ``[*]``) and count them for the summary."""
+def _count_unsafe(located: Sequence[formats.Located]) -> int:
+    """Without ``--unsafe-fixes``: how many findings only an unsafe fix would fix (``lint --fix`` leaves
+    them; their ``fixable`` stays true in the formats: a fix exists, behind ``--unsafe-fixes``)."""
     unsafe = {rule.code for rule in all_rules() if rule.can_fix() and rule.fix_safety is FixSafety.UNSAFE}
-    count = 0
-    for result in results:
-        marked = []
-        for finding in result.findings:
-            if finding.fixable and finding.code in unsafe:
-                finding = dataclasses.replace(finding, fixable=False)
-                count += 1
-            marked.append(finding)
-        result.findings = marked
-    return count
+    return sum(1 for item in located if item.finding.fixable and item.finding.code in unsafe)
 
 
 def _lint_summary(
@@ -566,7 +557,7 @@ def _lint_summary(
         if unsafe:
             details.append(f"{unsafe} more fixable with: ddp-migrate lint --fix --unsafe-fixes")
     else:
-        fixable = sum(item.finding.fixable for item in located)
+        fixable = sum(item.finding.fixable for item in located) - unsafe
         if fixable:
             details.append(f"{fixable} fixable with: {fix_command}")
         if unsafe:

@@ -462,7 +462,7 @@ def test_lint_fix_leaves_unsafe_fixes_reported_and_unsafe_fixes_applies_them(tmp
     assert safe_only.read_text() == DP_SCRIPT
     assert "2 more fixable with: ddp-migrate lint --fix --unsafe-fixes" in result.stderr
     listed = invoke("lint", "--format", "json", "train.py")
-    assert {(f["code"], f["fixable"]) for f in __import__("json").loads(listed.stdout)} == {("DDP001", False), ("DDP007", False)}
+    assert {(f["code"], f["fixable"]) for f in __import__("json").loads(listed.stdout)} == {("DDP001", True), ("DDP007", True)}
     assert "2 fixable with: ddp-migrate lint --fix --unsafe-fixes" in listed.stderr
 
     result = invoke("lint", "--fix", "--unsafe-fixes", "train.py")

@@ -126,7 +126,10 @@ def test_text_format_lines_and_summary(tmp_path: Path) -> None:
     assert result.stdout.splitlines()[1] == (
         "train.py:6:9: DDP001 nn.DataParallel: use DistributedDataParallel with one process per device (launched by torchrun)"
     )
-    assert result.stderr.splitlines()[-1] == "Found 5 problem(s) in 1 file(s) (1 file(s) checked, 5 fixable with: ddp-migrate lint --fix)."
+    assert result.stderr.splitlines()[-1] == (
+        "Found 5 problem(s) in 1 file(s) (1 file(s) checked, 1 fixable with: ddp-migrate lint --fix, "
+        "4 more fixable with: ddp-migrate lint --fix --unsafe-fixes)."
+    )
 
 
 def test_findings_are_sorted_by_file_line_and_column_the_same_way_every_run(tmp_path: Path) -> None:
@@ -498,20 +501,20 @@ def test_statistics_of_a_clean_run_and_in_formats_that_cannot_hold_them(tmp_path
 def test_fix_applies_the_safe_fixes_then_reports_what_is_left(tmp_path: Path) -> None:
     path = write(tmp_path / "train.py", LOADER_SCRIPT)
     reference = write(tmp_path / "ref" / "train.py", LOADER_SCRIPT)
-    result = invoke("lint", "--fix", "train.py")
+    result = invoke("lint", "--fix", "--unsafe-fixes", "train.py")
     assert invoke("ref/train.py").exit_code in (0, 1)
     assert path.read_text() == reference.read_text() != LOADER_SCRIPT, "--fix writes what a migration writes"
     assert [r[3] for r in found(result)] == ["DDP006"]
     assert result.exit_code == 1
     assert "Found 1 problem(s) in 1 file(s) (1 file(s) checked, 5 fixed)." in result.stderr
-    again = invoke("lint", "--fix", "train.py")
+    again = invoke("lint", "--fix", "--unsafe-fixes", "train.py")
     assert found(again) == found(result)
     assert ", 0 fixed)" in again.stderr
 
 
 def test_fix_that_fixes_everything_exits_0(tmp_path: Path) -> None:
     path = write(tmp_path / "train.py", DP_SCRIPT)
-    result = invoke("lint", "--fix", "--select", "DDP001,DDP007", "train.py")
+    result = invoke("lint", "--fix", "--unsafe-fixes", "--select", "DDP001,DDP007", "train.py")
     assert result.exit_code == 0, result.output
     assert result.stdout == ""
     assert "runtime.save(model" in path.read_text()
@@ -552,7 +555,7 @@ def test_config_and_per_file_ignores_apply_to_lint(tmp_path: Path) -> None:
         ("scripts/a.py", 4, 1, "DDP007"),
     ]
     assert "Found 4 problem(s) in 2 file(s) (3 file(s) checked" in result.stderr
-    fixed = invoke("lint", "--fix", "scripts/a.py")
+    fixed = invoke("lint", "--fix", "--unsafe-fixes", "scripts/a.py")
     assert "nn.DataParallel(model)" in (tmp_path / "scripts" / "a.py").read_text(), "per-file-ignores hold for --fix"
     assert found(fixed) == []
 
