@@ -322,7 +322,10 @@ def _many(tmp_path: Path, count: int) -> list[Path]:
 
 @pytest.mark.parametrize("args, label", [(["lint"], "linting"), (["--check"], "checking"), (["--diff"], "checking"), ([], "migrating")])
 def test_progress_bar_on_a_terminal_with_the_right_label(tmp_path: Path, args: list[str], label: str) -> None:
-    _many(tmp_path, 24)
+    # Files long enough that the bar renders between them (a 4-line script is linted faster than that).
+    padding = "".join(f"value_{n} = torch.zeros({n % 7 + 1})\n" for n in range(400))
+    for path in _many(tmp_path, 24):
+        path.write_text(path.read_text() + padding)
     code, _, err = _run_on_terminal([*args, "-j", "2", "--select", "DDP001", "src"], tmp_path)
     assert code in (0, 1), err
     assert f"{label}  [" in err, err[-2000:]

@@ -97,8 +97,8 @@ class SourceFacts:
     parsed: bool
     has_main_guard: bool = False
     works_at_module_level: bool = False
-    #: Whether the source calls ``.backward(`` (a cheap text test): a program none of whose files does
-    #: trains nothing, and its files are processed one by one.
+    #: Whether the source calls ``.backward(`` or wraps a model in ``DataParallel`` (a cheap text test):
+    #: a program none of whose files does trains nothing, and its files are processed one by one.
     trains: bool = False
     imports: list[tuple[str, int, tuple[str, ...]]] = field(default_factory=list)
 
@@ -111,7 +111,7 @@ def scan(path: Path, text: str) -> SourceFacts:
     except (SyntaxError, ValueError):
         return SourceFacts(path, False)
     # The tree itself is not kept: a plan over a large tree would hold every file's tree at once.
-    facts = SourceFacts(path, True, trains=".backward(" in text)
+    facts = SourceFacts(path, True, trains=".backward(" in text or "DataParallel" in text)
     for stmt in tree.body:
         if isinstance(stmt, ast.If) and _is_main_test(stmt.test):
             facts.has_main_guard = True
@@ -119,6 +119,8 @@ def scan(path: Path, text: str) -> SourceFacts:
             isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
         ):
             facts.works_at_module_level = True
+        elif isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None and _trains_or_wraps(stmt.value):
+            facts.works_at_module_level = True  # ``model = nn.DataParallel(model)`` at module level
     for node in _statements(tree.body):
         if isinstance(node, ast.Import):
             for alias in node.names:
@@ -132,10 +134,26 @@ def scan(path: Path, text: str) -> SourceFacts:
 _MODULE_LEVEL_WORK = re.compile(r"^(?:for|while|with|async)\b|^[A-Za-z_][\w.]*\s*\(", re.MULTILINE)
 
 
+#: Calls whose result, assigned at module level, makes the module a training script run as such.
+TRAINING_CALLS = frozenset({"DataParallel", "DistributedDataParallel", "DataLoader", "backward"})
+
+
+def _trains_or_wraps(value: ast.expr) -> bool:
+    for node in ast.walk(value):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            if name in TRAINING_CALLS:
+                return True
+    return False
+
+
 def may_be_entry(path: Path, text: str) -> bool:
-    """The cheap text test before :func:`scan`: only a file with a ``__main__`` block or work at module
-    level can be a program's entry (tests never are)."""
-    return not is_test_file(path) and ("__main__" in text or _MODULE_LEVEL_WORK.search(text) is not None)
+    """The cheap text test before :func:`scan`: only a file with a ``__main__`` block, work at module
+    level or a model wrap / loader can be a program's entry (tests never are)."""
+    if is_test_file(path):
+        return False
+    return "__main__" in text or "DataParallel" in text or "DataLoader(" in text or _MODULE_LEVEL_WORK.search(text) is not None
 
 
 def _statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
