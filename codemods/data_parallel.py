@@ -8,10 +8,21 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, wrapped_argument
-from .base import Change, Example, FixResult, FixSafety, Match, Note, Options, Phase, Rule, Valid
+from .analysis.ranks import rank_facts
+from .base import (
+    Change,
+    Example,
+    FixResult,
+    FixSafety,
+    Match,
+    Note,
+    Options,
+    Phase,
+    Rule,
+    Valid,
+)
 from .edits import Edits, code_of, statement
 from .runtime_calls import ddp_call
-
 
 
 class DataParallel(Rule):
@@ -229,7 +240,7 @@ else:
         while isinstance(node, cst.If):
             tests.append(node.test)
             node = node.orelse
-        if any(analysis.is_rank_test(test) for test in tests):
+        if any(rank_facts(analysis).mentions_rank(test) for test in tests):
             return False
         moved = stmt.deep_replace(call, new_call)
         assert isinstance(moved, cst.BaseStatement)

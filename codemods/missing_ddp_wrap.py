@@ -6,6 +6,7 @@ from typing import Iterator
 
 import libcst as cst
 
+from . import names
 from .analysis import (
     ScriptAnalysis,
     call_method_name,
@@ -14,8 +15,18 @@ from .analysis import (
     walk,
     wrapped_argument,
 )
-from . import names
-from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
+from .analysis.ranks import rank_facts
+from .base import (
+    Change,
+    Example,
+    FixResult,
+    FixSafety,
+    Match,
+    Options,
+    Phase,
+    Rule,
+    Valid,
+)
 from .edits import Edits, code_of, expression, statement
 from .runtime_calls import ddp_call, runtime_name
 
@@ -231,7 +242,7 @@ loss.backward()
             switch = dotted_name(guard.test) if guard is not None else None
             if guard is None or switch is None or switch in seen:
                 continue
-            if analysis.is_rank_test(guard.test):
+            if rank_facts(analysis).mentions_rank(guard.test):
                 continue
             seen.add(switch)
             assigns = _assignments_to(analysis, switch)

@@ -31,7 +31,7 @@ import libcst as cst
 
 from .. import names
 from .legacy import ENV_GETTERS, Key, LaunchIndex, LegacyFacts, int_value, legacy_facts, target_nodes
-from .script import SELF_RETURNING_METHODS, ScriptAnalysis, dotted_name
+from .script import SELF_RETURNING_METHODS, ScriptAnalysis, dotted_name, walk
 
 
 class Kind(enum.IntEnum):
@@ -199,6 +199,13 @@ class RankFacts:
     def is_rank_dependent(self, expr: cst.CSTNode) -> bool:
         """Whether the expression's value flows from a rank source (so it differs between ranks)."""
         return self.kind(expr) is Kind.RANK
+
+    def mentions_rank(self, expr: cst.CSTNode) -> bool:
+        """Whether any name, attribute or call inside the expression holds a rank (``args.local_rank !=
+        -1`` mentions one, although all ranks agree on its value)."""
+        return any(
+            isinstance(node, (cst.Name, cst.Attribute, cst.Call)) and self.kind(node) is Kind.RANK for node in walk(expr)
+        )
 
     def may_differ_between_ranks(self, test: cst.CSTNode) -> bool:
         """Whether a condition may take different values on different ranks: rank-dependent, or not

@@ -12,7 +12,16 @@ from __future__ import annotations
 import builtins
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar, Union
+from typing import (
+    TYPE_CHECKING,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+    TypeVar,
+    Union,
+)
 
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper
@@ -293,7 +302,9 @@ class _FastPositionState(PositionProvidingCodegenState):
 
 
 def _default_options() -> Options:
-    from ..base import Options  # the rules' settings; imported here to keep the analysis free of import order
+    from ..base import (
+        Options,  # the rules' settings; imported here to keep the analysis free of import order
+    )
 
     return Options()
 
@@ -1112,22 +1123,6 @@ class ScriptAnalysis:
 
     # ---------------------------------------------------------------------- rank guards
 
-    def is_rank_test(self, test: cst.BaseExpression) -> bool:
-        """Whether an ``if`` test checks the process's rank (``rank == 0``, ``runtime.is_main_process()``)."""
-        for node in _walk(test):
-            if isinstance(node, cst.Call) and self.is_call_to(
-                node, names.RUNTIME_MAIN_CHECK | names.RUNTIME_RANK | {names.runtime("local_rank")}
-            ):
-                return True
-            name = dotted_name(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
-            if name and name.split(".")[-1] in ("rank", "local_rank", "global_rank", "is_main", "is_master", "main_process", "is_main_process", "gpu"):
-                return True
-            if name and self.holds_rank(node):  # type: ignore[arg-type]
-                return True
-            if isinstance(node, cst.SimpleString) and node.evaluated_value in ("RANK", "LOCAL_RANK"):
-                return True
-        return False
-
     # ------------------------------------------------------------------------ output
 
     @cached_property
@@ -1221,14 +1216,6 @@ class ScriptAnalysis:
 
 
     # ------------------------------------------------- reachability and rank values (appended for DDP020-DDP025)
-
-    def holds_rank(self, expr: cst.BaseExpression) -> bool:
-        """Whether a name or attribute holds this process's global or local rank, by following its value
-        (``self.gpu_id = gpu_id`` where ``gpu_id`` is passed ``dist.get_rank()``, a spawn index, ...)."""
-        from .legacy import legacy_facts  # the legacy facts build on this analysis
-
-        return legacy_facts(self).rank_kind(expr) is not None
-
 
     def device_choice(self, node: cst.BaseExpression, fallback: str = "cpu") -> cst.BaseExpression:
         """The node, or the ``<node> if torch.cuda.is_available() else <cpu>`` around it, which one
