@@ -8,7 +8,7 @@ from typing import Iterator, Sequence
 import libcst as cst
 
 from . import names
-from .analysis import ScriptAnalysis, call_method_name, dotted_name, walk
+from .analysis import ScriptAnalysis, call_method_name, dotted_name, is_import_line, walk
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Severity, Valid
 from .edits import Edits, code_of, statement
 
@@ -340,11 +340,7 @@ def _nullcontext(analysis: ScriptAnalysis, edits: Edits) -> str:
     module = analysis.local_name_for("contextlib")
     if module:
         return f"{module}.nullcontext"
-    imports = [
-        stmt
-        for stmt in analysis.module.body
-        if isinstance(stmt, cst.SimpleStatementLine) and all(isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body)
-    ]
+    imports = [stmt for stmt in analysis.module.body if is_import_line(stmt)]
     if any(isinstance(s, cst.Import) and any(dotted_name(a.name) == "contextlib" and a.asname is None for a in s.names) for stmt in imports for s in stmt.body):
         return "contextlib.nullcontext"
     # A standard-library import goes first, before the file's other imports (after ``from __future__``).

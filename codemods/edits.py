@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Union
 
 import libcst as cst
 
-from .analysis import dotted_name, statements_of, walk
+from .analysis import dotted_name, is_docstring_line, is_import_line, statements_of, walk
 from .base import Change, FixResult, Note
 
 if TYPE_CHECKING:
@@ -104,18 +104,6 @@ def _import_statement(module: str, name: str | None, asname: str | None) -> cst.
     return stmt
 
 
-def _is_import_line(stmt: cst.BaseStatement) -> bool:
-    return isinstance(stmt, cst.SimpleStatementLine) and all(isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body)
-
-
-def _is_docstring_line(stmt: cst.BaseStatement) -> bool:
-    return (
-        isinstance(stmt, cst.SimpleStatementLine)
-        and isinstance(stmt.body[0], cst.Expr)
-        and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
-    )
-
-
 def _add_imports(module: cst.Module, imports: list[tuple[str, str | None, str | None]]) -> cst.Module:
     """Add missing imports after the file's leading block of imports (after its docstring if none).
 
@@ -123,10 +111,10 @@ def _add_imports(module: cst.Module, imports: list[tuple[str, str | None, str | 
     instead of a full import-gathering pass over the tree.
     """
     body = list(module.body)
-    existing = {cst.Module(body=[]).code_for_node(s).strip() for s in body if _is_import_line(s)}
+    existing = {cst.Module(body=[]).code_for_node(s).strip() for s in body if is_import_line(s)}
     position = 0
     for index, stmt in enumerate(body):
-        if _is_import_line(stmt) or (index == 0 and _is_docstring_line(stmt)):
+        if is_import_line(stmt) or (index == 0 and is_docstring_line(stmt)):
             position = index + 1
         else:
             break
@@ -139,12 +127,12 @@ def _add_imports(module: cst.Module, imports: list[tuple[str, str | None, str | 
             new_lines.append(stmt)
     if not new_lines:
         return module
-    if position == 0 and body and not _is_import_line(body[0]):
+    if position == 0 and body and not is_import_line(body[0]):
         # Keep the file's leading comments on top and separate the new imports from the code below.
         first = body[0]
         new_lines[0] = new_lines[0].with_changes(leading_lines=first.leading_lines)
         body[0] = first.with_changes(leading_lines=[cst.EmptyLine(), *first.leading_lines[len(first.leading_lines):]])
-    elif position and not _is_import_line(body[position - 1]) and position < len(body):
+    elif position and not is_import_line(body[position - 1]) and position < len(body):
         new_lines[0] = new_lines[0].with_changes(leading_lines=[cst.EmptyLine()])
     return module.with_changes(body=[*body[:position], *new_lines, *body[position:]])
 

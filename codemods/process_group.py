@@ -6,22 +6,10 @@ from typing import Iterator, Sequence
 
 import libcst as cst
 
-from .analysis import ScriptAnalysis, statements_of
+from .analysis import ScriptAnalysis, is_docstring_line, is_import_line, statements_of
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, statement
 from .runtime_calls import runtime_name
-
-
-def _is_docstring(stmt: cst.BaseStatement) -> bool:
-    return (
-        isinstance(stmt, cst.SimpleStatementLine)
-        and isinstance(stmt.body[0], cst.Expr)
-        and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
-    )
-
-
-def _is_import(stmt: cst.BaseStatement) -> bool:
-    return isinstance(stmt, cst.SimpleStatementLine) and all(isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body)
 
 
 class MissingProcessGroup(Rule):
@@ -126,7 +114,7 @@ loss.backward()
         setup, cleanup = statement(f"{rt}.setup()"), statement(f"{rt}.cleanup()")
         if isinstance(site, (cst.FunctionDef, cst.If)):
             body = statements_of(site.body)
-            first = next((i for i, s in enumerate(body) if not _is_docstring(s)), None)
+            first = next((i for i, s in enumerate(body) if not is_docstring_line(s)), None)
             if first is None:
                 return None
             edits.insert_before(body[first], setup)
@@ -164,7 +152,7 @@ loss.backward()
         """The last statement of the module's leading docstring-and-imports block."""
         anchor = None
         for stmt in body:
-            if _is_import(stmt) or (anchor is None and _is_docstring(stmt)):
+            if is_import_line(stmt) or (anchor is None and is_docstring_line(stmt)):
                 anchor = stmt
             else:
                 break

@@ -1174,7 +1174,7 @@ class ScriptAnalysis:
         order = [
             stmt
             for stmt in self.module.body
-            if stmt is not guard and not isinstance(stmt, (cst.FunctionDef, cst.ClassDef)) and not _is_import_line(stmt)
+            if stmt is not guard and not isinstance(stmt, (cst.FunctionDef, cst.ClassDef)) and not is_import_line(stmt)
         ]
         if guard is not None:
             order.extend(statements_of(guard.body))
@@ -1348,8 +1348,18 @@ def _loop_variable(loop: cst.For | cst.While) -> str | None:
     return None
 
 
-def _is_import_line(stmt: cst.BaseStatement) -> bool:
+def is_import_line(stmt: cst.BaseStatement) -> bool:
+    """Whether a statement is a line of imports only."""
     return isinstance(stmt, cst.SimpleStatementLine) and all(isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body)
+
+
+def is_docstring_line(stmt: cst.BaseStatement) -> bool:
+    """Whether a statement is a bare string (a docstring where it opens a module, class or function)."""
+    return (
+        isinstance(stmt, cst.SimpleStatementLine)
+        and isinstance(stmt.body[0], cst.Expr)
+        and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    )
 
 
 def _is_main_test(test: cst.BaseExpression) -> bool:
@@ -1383,14 +1393,3 @@ def keyword_argument(call: cst.Call, keyword: str) -> cst.Arg | None:
 def is_true(expr: cst.BaseExpression | None) -> bool:
     """Whether an expression is the literal ``True``."""
     return isinstance(expr, cst.Name) and expr.value == "True"
-
-
-def _is_minus_one_or_none(expr: cst.BaseExpression) -> bool:
-    if isinstance(expr, cst.Name):
-        return expr.value == "None"
-    return (
-        isinstance(expr, cst.UnaryOperation)
-        and isinstance(expr.operator, cst.Minus)
-        and isinstance(expr.expression, cst.Integer)
-        and expr.expression.value == "1"
-    )
