@@ -434,11 +434,12 @@ def process_program(
             changes = _fix_program(program, instances, rules_of, {p for p in modules if by_path[p].migrate}, options, fixable)
             for path, found in changes.items():
                 results[path].changes = found
+        text = program_text(program)  # one code generation of every module, not one per module
         for path in modules:
             analysis = program.analysis(path)
             rules = [instances[cls] for cls in rules_of[path]]
             result = results[path]
-            result.findings = suppress(find_all(analysis, rules, program_text(program)), analysis.module.code)
+            result.findings = suppress(find_all(analysis, rules, text), analysis.module.code)
             result.notes = collect_notes(analysis, rules, options) if fix and by_path[path].migrate else []
             new_code = program.module(path).code
             result.new_text = new_code

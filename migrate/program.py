@@ -134,7 +134,9 @@ def plan(files: Sequence[Path], follow_imports: bool = True) -> list[Unit]:
         text = scanner.text(resolved)
         if text is not None and may_be_entry(resolved, text):
             candidates.append(resolved)
-        scanner.texts.pop(resolved, None)
+            scanner(resolved)  # scanned from the text just read, which it then drops
+        else:
+            scanner.texts.pop(resolved, None)
     for resolved in candidates:
         facts = scanner(resolved)
         if facts is not None and facts.parsed and (facts.has_main_guard or facts.works_at_module_level):

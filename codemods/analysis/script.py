@@ -278,11 +278,6 @@ class SharedFlow:
         """The analysis of the module a node belongs to."""
         return self.by_module.get(self.module_of(node))
 
-    def calls_to(self, targets: Iterable[str]) -> list[cst.Call]:
-        """Every call to one of the qualified names, in every module of the program."""
-        wanted = frozenset(targets)
-        return [call for analysis in self.analyses for call in analysis.calls_to(wanted)]
-
 
 class _PositionTable:
     """Where :class:`_FastPositionState` records positions (it expects a provider with ``_computed``)."""
