@@ -246,10 +246,18 @@ loss.backward()
                 continue
             seen.add(switch)
             assigns = _assignments_to(analysis, switch)
-            if any(any(word in code_of(a.value) for word in LAUNCH_AWARE) for a in assigns):
+            if any(_follows_launch(analysis, a) for a in assigns):
                 continue
             if assigns:
                 yield guard, switch, list(assigns)
+                continue
+            # Set by a helper the switch's object is handed to (``init_distributed_mode(args)``): left to a
+            # human unless the helper sets it from the launch (another module's code is not rewritten here).
+            scope = analysis.enclosing_function(guard) or analysis.module
+            helpers = analysis.assignments_in_callees(scope, switch)
+            if helpers:
+                if not any(_follows_launch(home, a) for home, a in helpers):
+                    yield guard, switch, []
                 continue
             root = switch.split(".")[0]
             parsed = [
@@ -303,6 +311,13 @@ def _is_switch(test: cst.BaseExpression) -> bool:
     name = dotted_name(test)
     last = name.rsplit(".", 1)[-1].lower() if name else ""
     return "dist" in last or "ddp" in last
+
+
+def _follows_launch(analysis: ScriptAnalysis, assign: cst.Assign) -> bool:
+    """Whether an assignment of a switch follows the launch: its value, or the test of an ``if`` around it,
+    reads the launcher's environment or the process group (``"RANK" in os.environ``, ``world_size > 1``)."""
+    tests = [a.test for a in analysis.ancestors(assign) if isinstance(a, cst.If)]
+    return any(any(word in code_of(node) for word in LAUNCH_AWARE) for node in (assign.value, *tests))
 
 
 def _assignments_to(analysis: ScriptAnalysis, name: str) -> list[cst.Assign]:

@@ -64,6 +64,7 @@ def runtime(name: str) -> str:
 
 
 RUNTIME_SETUP = frozenset({runtime("setup")})
+RUNTIME_CLEANUP = frozenset({runtime("cleanup")})
 RUNTIME_SAVE = frozenset({runtime("save")})
 RUNTIME_PRINT = frozenset({runtime("print0")})
 RUNTIME_SILENCE_LOGGING = frozenset({runtime("silence_non_main_logging")})

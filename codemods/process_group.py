@@ -7,9 +7,16 @@ from typing import Iterator, Sequence
 import libcst as cst
 
 from .analysis import ScriptAnalysis, is_docstring_line, is_import_line, statements_of
+from .analysis.legacy import legacy_facts
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, statement
 from .runtime_calls import runtime_name
+
+
+NEVER_DESTROYED = (
+    "the program sets up a process group but never destroys it "
+    "(torch warns of leaked resources; with gloo a process may abort at exit)"
+)
 
 
 class MissingProcessGroup(Rule):
@@ -17,10 +24,14 @@ class MissingProcessGroup(Rule):
 
     What it finds: the entry script of a training program (a module of the program calls ``backward()``)
     when no module of the program calls ``init_process_group`` or the runtime's ``setup()``. Modules the
-    entry imports are never given a set-up of their own.
+    entry imports are never given a set-up of their own. Also a program that sets up its group itself
+    (in the entry or a helper such as ``utils.init_distributed_mode(args)``) but never destroys it: no
+    module calls ``destroy_process_group()`` or the runtime's ``cleanup()``.
 
     Why it is a problem: DistributedDataParallel, DistributedSampler and every collective need the default
-    process group. Without it, processes launched by torchrun each train alone on the whole data set.
+    process group. Without it, processes launched by torchrun each train alone on the whole data set. A
+    group never destroyed leaks its resources (torch warns at exit), and with gloo a process may abort at
+    exit ("terminate called without an active exception") after all its work, failing the job.
 
     What the fix does: ``runtime.setup()`` before the first statement, in execution order from the entry,
     that needs the process group or the device: first in ``main()`` when the ``if __name__ == "__main__":``
@@ -29,6 +40,10 @@ class MissingProcessGroup(Rule):
     ``__main__`` block's end when the set-up is at module level). ``setup()`` reads torchrun's environment, picks ``nccl`` on CUDA and
     ``gloo`` on CPU, sets this process's CUDA device, and falls back to a world of one process when the
     script runs as plain ``python train.py``.
+
+    For a program that only never destroys its group: ``runtime.cleanup()`` at the end of that same
+    block (nothing is added where the block ends by returning a computed value, which may still need the
+    group). ``cleanup()`` does nothing when no group exists, so a run that did not set one up is unchanged.
 
     Fix safety: a plain ``python train.py`` runs as before, in a world of one process; the call only
     adds the process group, the device selection and the clean-up.
@@ -86,32 +101,77 @@ loss.backward()
 runtime.cleanup()
 """,
         ),
+        Example(
+            before="""\
+import torch.distributed as dist
+
+
+def main():
+    dist.init_process_group("nccl")
+    model = build()
+    model(x).sum().backward()
+
+
+if __name__ == "__main__":
+    main()
+""",
+            after="""\
+import torch.distributed as dist
+from ddp_migrate import runtime
+
+
+def main():
+    dist.init_process_group("nccl")
+    model = build()
+    model(x).sum().backward()
+    runtime.cleanup()
+
+
+if __name__ == "__main__":
+    main()
+""",
+        ),
         Valid(
             """\
 import torch.distributed as dist
 
 dist.init_process_group("nccl")
 loss.backward()
+dist.destroy_process_group()
 """
         ),
     )
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
-        if not (analysis.is_entry and analysis.is_training_script) or analysis.is_distributed:
+        if not (analysis.is_entry and analysis.is_training_script):
             return
-        node = analysis.backward_calls[0] if analysis.backward_calls else analysis.first_group_need
-        if node is not None:
-            yield Match(node, "training script never sets up a process group for DDP")
+        if not analysis.is_distributed:
+            node = analysis.backward_calls[0] if analysis.backward_calls else analysis.first_group_need
+            if node is not None:
+                yield Match(node, "training script never sets up a process group for DDP")
+        elif self._never_destroyed(analysis):
+            node = analysis.first_group_need
+            if node is not None:
+                yield Match(node, NEVER_DESTROYED)
+
+    @staticmethod
+    def _never_destroyed(analysis: ScriptAnalysis) -> bool:
+        """The program sets up its own group (no launcher of its own left to convert) and never destroys it."""
+        return not analysis.tears_down_group and not legacy_facts(analysis).launches
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
-        if not list(self.matches(analysis)):
+        found = list(self.matches(analysis))
+        if not found:
             return None
         site = analysis.setup_site
         if site is None:
             return None
         edits = Edits(analysis.module.code)
         rt = runtime_name(analysis, edits)
-        setup, cleanup = statement(f"{rt}.setup()"), statement(f"{rt}.cleanup()")
+        cleanup = statement(f"{rt}.cleanup()")
+        if found[0].message == NEVER_DESTROYED:
+            return self._add_cleanup(analysis, site, edits, cleanup)
+        setup = statement(f"{rt}.setup()")
         if isinstance(site, (cst.FunctionDef, cst.If)):
             body = statements_of(site.body)
             first = next((i for i, s in enumerate(body) if not is_docstring_line(s)), None)
@@ -136,6 +196,28 @@ loss.backward()
             where = "the module"
             line = analysis.line(anchor) + 1 if anchor is not None else 1
         edits.changes.append(Change(self.code, line, f"process group set up at the start of {where} and cleaned up at its end"))
+        return edits.apply(analysis.module)
+
+    def _add_cleanup(
+        self, analysis: ScriptAnalysis, site: cst.FunctionDef | cst.If | cst.Module, edits: Edits, cleanup: cst.BaseStatement
+    ) -> FixResult | None:
+        """``cleanup()`` at the end of the block that runs the program's work (``main()``, the ``__main__``
+        block, or the module); none where that block ends by returning a computed value, which might still
+        need the group."""
+        if isinstance(site, cst.Module):
+            guard = analysis.main_guard
+            body = statements_of(guard.body) if guard is not None else site.body
+            where = "the main block" if guard is not None else "the module"
+        else:
+            body = statements_of(site.body)
+            where = f"{site.name.value}()" if isinstance(site, cst.FunctionDef) else "the main block"
+        last = body[-1]
+        if isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[0], cst.Return):
+            value = last.body[0].value
+            if value is not None and not isinstance(value, (cst.Name, cst.BaseNumber, cst.BaseString)):
+                return None
+        self._cleanup_at_end(edits, body, cleanup)
+        edits.changes.append(Change(self.code, analysis.line(last), f"the program's process group is destroyed at the end of {where}"))
         return edits.apply(analysis.module)
 
     @staticmethod

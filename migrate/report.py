@@ -55,7 +55,7 @@ def migration_summary(result: FileResult, verbose: bool, written: bool = True) -
         lines.append(f"  review {finding_line(result.path, finding)}")
     for note in result.notes:
         lines.append(f"  note {note.code} line {note.line}: {note.message}")
-    if result.changed and written and result.path != "-":
+    if result.changed and written and result.path != "-" and result.role == "entry":  # a module runs with its entry
         lines.append(f"  launch it with: torchrun --standalone --nproc_per_node=<processes> {result.path}")
     return lines
 

@@ -14,15 +14,14 @@ from __future__ import annotations
 import re
 import shutil
 import sys
-import warnings
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import pytest
 
-from launch import LaunchError, LaunchResult, LaunchTimeout, free_port, run_command, run_python, run_torchrun, run_two_nodes
+from launch import LaunchResult, free_port, run_command, run_python, run_torchrun, run_two_nodes
 
 try:
     import tomllib
@@ -40,13 +39,6 @@ with (LEGACY / "manifest.toml").open("rb") as _file:
 NAMES = sorted(MANIFEST)
 #: Seconds one launch may take (torch imports dominate; the machine may be busy).
 TIMEOUT = 180.0
-#: What a process prints when it aborts in torch's gloo teardown: with torch 2.13 on CPU, a process that
-#: trained a DistributedDataParallel model dies of SIGABRT with this message at interpreter exit in about
-#: 1 of 10 launches on a busy machine, after all its work is done (also after barrier() and
-#: destroy_process_group(); see tests/test_e2e.py). Such a launch is repeated, with a warning; any other
-#: failure fails the test.
-TEARDOWN_ABORT = "terminate called without an active exception"
-TEARDOWN_RETRIES = 2
 
 
 @dataclass
@@ -84,20 +76,11 @@ def _run_original(name: str, workdir: Path) -> str:
     return result.output
 
 
-def _with_retries(workdir: Path, start: Callable[[], str], retried: list[str]) -> Run:
-    """Run ``start()`` (which launches in ``workdir`` and returns the output) and repeat it, in an emptied
-    ``workdir``, when it failed only of :data:`TEARDOWN_ABORT`."""
-    while True:
-        shutil.rmtree(workdir, ignore_errors=True)
-        workdir.mkdir(parents=True)
-        try:
-            return Run(workdir, start())
-        except LaunchTimeout:
-            raise
-        except LaunchError as error:
-            if len(retried) >= TEARDOWN_RETRIES or not any(TEARDOWN_ABORT in r.output for r in error.results):
-                raise
-            retried.append(f"{workdir.name}: {str(error).splitlines()[0]}")
+def _in(workdir: Path, start: Callable[[], str]) -> Run:
+    """Run ``start()`` (which launches in ``workdir`` and returns the output) in a new ``workdir``. A launch
+    that dies only of torch's gloo teardown abort is repeated by ``launch`` (see ``launch.TEARDOWN_ABORT``)."""
+    workdir.mkdir(parents=True)
+    return Run(workdir, start())
 
 
 def _migrate(path: Path) -> LaunchResult:
@@ -111,7 +94,6 @@ def _migrate(path: Path) -> LaunchResult:
 class Pipeline:
     """Everything one fixture goes through; a step that failed holds its exception."""
 
-    retried: list[str] = field(default_factory=list)
     original: Run | BaseException | None = None
     copy: Path | None = None
     migration: LaunchResult | BaseException | None = None
@@ -132,7 +114,7 @@ def _pipeline(name: str, workspace: Path) -> Pipeline:
     entry = MANIFEST[name]
     result = Pipeline()
     original_dir = workspace / f"{name}-original"
-    result.original = _attempt(lambda: _with_retries(original_dir, lambda: _run_original(name, original_dir), result.retried))
+    result.original = _attempt(lambda: _in(original_dir, lambda: _run_original(name, original_dir)))
     folder = workspace / f"{name}-migrated"
     folder.mkdir()
     copy = result.copy = folder / entry["script"]
@@ -151,8 +133,8 @@ def _pipeline(name: str, workspace: Path) -> Pipeline:
     def two_nodes() -> str:
         return "".join(r.output for r in run_two_nodes(copy, *_args(entry), cwd=two_dir, timeout=TIMEOUT))
 
-    result.one_node = _attempt(lambda: _with_retries(one_dir, one_node, result.retried))
-    result.two_nodes = _attempt(lambda: _with_retries(two_dir, two_nodes, result.retried))
+    result.one_node = _attempt(lambda: _in(one_dir, one_node))
+    result.two_nodes = _attempt(lambda: _in(two_dir, two_nodes))
     return result
 
 
@@ -165,10 +147,8 @@ def pipelines(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Pipeline]:
         return {name: future.result() for name, future in futures.items()}
 
 
-def _ok(value, pipeline: Pipeline | None = None):  # type: ignore[no-untyped-def]
-    """A step's result, or the step's failure raised here (with a warning for repeated launches)."""
-    for retry in pipeline.retried if pipeline is not None else ():
-        warnings.warn(f"launch repeated after an abort in torch's gloo teardown ({TEARDOWN_ABORT!r}): {retry}", stacklevel=2)
+def _ok(value):  # type: ignore[no-untyped-def]
+    """A step's result, or the step's failure raised here."""
     if isinstance(value, BaseException):
         raise value
     assert value is not None, "the step did not run (an earlier step failed)"
@@ -214,7 +194,7 @@ def test_every_legacy_fixture_is_in_the_manifest_and_has_an_expected_migration()
 
 @pytest.mark.parametrize("name", NAMES)
 def test_original_runs_its_own_way(name: str, pipelines: dict[str, Pipeline]) -> None:
-    run = _ok(pipelines[name].original, pipelines[name])
+    run = _ok(pipelines[name].original)
     assert len(_losses(name, run.output)) == MANIFEST[name]["epochs"], run.output[-3000:]
     assert _weights(name, run.workdir)
 
@@ -234,13 +214,13 @@ def test_migration_matches_the_expected_file_and_is_a_fixed_point(name: str, pip
 
 @pytest.mark.parametrize("name", NAMES)
 def test_torchrun_one_node_reproduces_the_original(name: str, pipelines: dict[str, Pipeline]) -> None:
-    original, run = _ok(pipelines[name].original, pipelines[name]), _ok(pipelines[name].one_node)
+    original, run = _ok(pipelines[name].original), _ok(pipelines[name].one_node)
     _assert_same_weights(name, original, run)
     _assert_printed_once_per_epoch(name, original, run)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_two_nodes_reproduce_the_original(name: str, pipelines: dict[str, Pipeline]) -> None:
-    original, run = _ok(pipelines[name].original, pipelines[name]), _ok(pipelines[name].two_nodes)
+    original, run = _ok(pipelines[name].original), _ok(pipelines[name].two_nodes)
     _assert_same_weights(name, original, run)
     _assert_printed_once_per_epoch(name, original, run)

@@ -158,6 +158,60 @@ def test_one_setup_in_a_program_that_initialises_in_a_helper(tmp_path: Path) -> 
     assert text.count("init_process_group(") == 1
 
 
+def test_a_group_the_program_never_destroys_is_cleaned_up_by_the_entry(tmp_path: Path) -> None:
+    folder = copy_project("helper_init", tmp_path)
+    result = CliRunner().invoke(cli, ["migrate", str(folder / "train.py")])
+    assert result.exit_code == 0, result.output  # nothing left to a human
+    train = (folder / "train.py").read_text()
+    main = train[train.index("def main():") : train.index('if __name__ == "__main__":')]
+    assert main.rstrip().endswith("runtime.cleanup()")
+    assert "TODO" not in train  # args.distributed is set by the helper from the launch environment
+    assert "DDP003" in result.output
+    # Only the entry is launched; the helper module runs with it.
+    assert "launch it with: torchrun --standalone --nproc_per_node=<processes> " in result.output
+    assert not [line for line in result.output.splitlines() if "launch it with" in line and "dist_utils" in line]
+
+
+def test_a_switch_a_helper_sets_without_the_launch_is_left_to_a_human(tmp_path: Path) -> None:
+    folder = copy_project("helper_init", tmp_path)
+    helper = folder / "dist_utils.py"
+    text = helper.read_text()
+    # The helper now decides from a flag of its own, not from the launcher's environment.
+    text = text.replace('if "RANK" in os.environ and "WORLD_SIZE" in os.environ:', "if getattr(args, 'multi', False):")
+    text = text.replace('args.rank = int(os.environ["RANK"])', "args.rank = 0").replace(
+        'args.world_size = int(os.environ["WORLD_SIZE"])', "args.world_size = 1"
+    )
+    helper.write_text(text)
+    result = CliRunner().invoke(cli, ["migrate", str(folder / "train.py")])
+    assert result.exit_code == 1, result.output
+    assert "TODO(ddp-migrate): make `args.distributed` true under torchrun" in (folder / "train.py").read_text()
+
+
+def test_a_switch_set_under_a_launch_test_is_not_reported(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import os\n"
+        "import torch\n"
+        "import torch.distributed as dist\n"
+        "from torch.nn.parallel import DistributedDataParallel as DDP\n\n\n"
+        "def main():\n"
+        "    use_ddp = False\n"
+        '    if "WORLD_SIZE" in os.environ:\n'
+        "        use_ddp = True\n"
+        '        dist.init_process_group("gloo")\n'
+        "    model = torch.nn.Linear(2, 1)\n"
+        "    if use_ddp:\n"
+        "        model = DDP(model)\n"
+        "    model(torch.ones(1, 2)).sum().backward()\n"
+        "    if use_ddp:\n"
+        "        dist.destroy_process_group()\n\n\n"
+        'if __name__ == "__main__":\n'
+        "    main()\n"
+    )
+    result = CliRunner().invoke(cli, ["lint", str(script)])
+    assert "DDP011" not in result.output, result.output
+
+
 def test_each_module_is_indexed_once_per_change() -> None:
     """The program analysis is updated, not rebuilt: a module is indexed again only after a fix
     rewrote it (one libcst walk per module, plus one per accepted fix)."""

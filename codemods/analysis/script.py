@@ -851,6 +851,35 @@ class ScriptAnalysis:
         """The expression a call passes for a parameter of the function it runs."""
         return next((arg for name, arg in self._bound_arguments(call, function) if name == param), None)
 
+    def assignments_in_callees(self, scope: cst.CSTNode, dotted: str, depth: int = 3) -> list[tuple[ScriptAnalysis, cst.Assign]]:
+        """Assignments to ``dotted`` (``args.distributed``) made by functions, in any module of the program,
+        that calls in ``scope`` hand its root object to: ``init_distributed_mode(args)`` whose body sets
+        ``args.distributed = ...`` (through its own parameter's name), followed ``depth`` calls deep."""
+        root, _, rest = dotted.partition(".")
+        if not rest or depth <= 0:
+            return []
+        found: list[tuple[ScriptAnalysis, cst.Assign]] = []
+        for node in _walk(scope):
+            if not isinstance(node, cst.Call):
+                continue
+            function = self._call_targets.get(node)
+            home = self.shared.analysis_of(function) if function is not None else None
+            if function is None or home is None:
+                continue
+            for param, value in self._bound_arguments(node, function):
+                if not (isinstance(value, cst.Name) and value.value == root):
+                    continue
+                target = f"{param}.{rest}"
+                found.extend(
+                    (home, assign)
+                    for assign in home.assignments
+                    if isinstance(assign, cst.Assign)
+                    and home.is_inside(assign, function)
+                    and any(dotted_name(t.target) == target for t in assign.targets)
+                )
+                found.extend(home.assignments_in_callees(function.body, target, depth - 1))
+        return found
+
     def is_parameter(self, function: cst.FunctionDef, name: str) -> bool:
         """Whether the name is one of the function's parameters."""
         return any(p.name.value == name for p in _all_params(function))
@@ -1145,6 +1174,13 @@ class ScriptAnalysis:
         """Whether the program already sets up a process group, in this module or any other (a helper
         such as ``utils.init_distributed_mode(args)``)."""
         return any(analysis.process_group_setups for analysis in self.shared.analyses)
+
+    @cached_property
+    def tears_down_group(self) -> bool:
+        """Whether any module of the program destroys the process group (``destroy_process_group()`` or
+        the runtime's ``cleanup()``)."""
+        teardown = names.DESTROY_PROCESS_GROUP | names.RUNTIME_CLEANUP
+        return any(analysis.calls_to(teardown) for analysis in self.shared.analyses)
 
     @cached_property
     def group_needing_calls(self) -> frozenset[cst.Call]:
