@@ -136,7 +136,11 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 if distributed:
     model = DDP(model, device_ids=[local_rank])
 for i, (x, y) in enumerate(loader):
-    with (model.no_sync() if (i + 1) % accum_steps != 0 and hasattr(model, "no_sync") else contextlib.nullcontext()):
+    with (
+        model.no_sync()
+        if (i + 1) % accum_steps != 0 and hasattr(model, "no_sync")
+        else contextlib.nullcontext()
+    ):
         loss = criterion(model(x), y) / accum_steps
         loss.backward()
     if (i + 1) % accum_steps == 0:

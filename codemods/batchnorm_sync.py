@@ -77,8 +77,8 @@ model = DDP(model, device_ids=[local_rank])
 """,
             after="""\
 import torch.nn as nn
-from torch.nn.parallel import DistributedDataParallel as DDP
 from ddp_migrate import runtime
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 
 class Net(nn.Module):
@@ -104,11 +104,15 @@ from torch.nn.parallel import DistributedDataParallel
 ddp_model = DistributedDataParallel(nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8)).to(device))
 """,
             after="""\
+from ddp_migrate import runtime
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
-from ddp_migrate import runtime
 
-ddp_model = DistributedDataParallel(runtime.convert_sync_batchnorm(nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8)).to(device)))
+ddp_model = DistributedDataParallel(
+    runtime.convert_sync_batchnorm(
+        nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8)).to(device)
+    )
+)
 """,
         ),
         Valid(

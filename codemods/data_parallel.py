@@ -68,8 +68,8 @@ model = nn.DataParallel(model)
 """,
             after="""\
 import torch.nn as nn
-from torch.nn.parallel import DistributedDataParallel
 from ddp_migrate import runtime
+from torch.nn.parallel import DistributedDataParallel
 
 model = Net().to(device)
 model = DistributedDataParallel(model, device_ids=runtime.device_ids())
@@ -87,8 +87,8 @@ if torch.cuda.device_count() > 1:
 """,
             after="""\
 import torch
-from torch.nn.parallel import DistributedDataParallel
 from ddp_migrate import runtime
+from torch.nn.parallel import DistributedDataParallel
 
 model = Net().to(device)
 if torch.cuda.device_count() > 1:
@@ -104,8 +104,8 @@ model = torch.nn.DataParallel(net) if torch.cuda.device_count() > 1 else net
 """,
             after="""\
 import torch
-from torch.nn.parallel import DistributedDataParallel
 from ddp_migrate import runtime
+from torch.nn.parallel import DistributedDataParallel
 
 model = DistributedDataParallel(net, device_ids=runtime.device_ids())
 """,
@@ -124,8 +124,8 @@ optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
             after="""\
 import torch
 import torch.nn as nn
-from torch.nn.parallel import DistributedDataParallel
 from ddp_migrate import runtime
+from torch.nn.parallel import DistributedDataParallel
 
 if torch.cuda.device_count() > 1:
     pass

@@ -10,11 +10,14 @@ from . import names
 from .analysis import LOADER_PARAMETERS, ScriptAnalysis, loader_argument
 from .analysis.loaders import SAMPLING_KEYS, KwargsDict, loader_facts
 from .base import BatchSizePolicy, Change, Example, FixResult, FixSafety, Match, Note, Options, Phase, Rule, Valid
-from .edits import Edits, code_of, expression, statement
+from .edits import Edits, code_of, expression, statement, with_keyword
 from .runtime_calls import imported_name, runtime_name
 
 #: ``DataLoader``'s positional parameters, in order.
 SAMPLER_MODULE, SAMPLER_CLASS = "torch.utils.data.distributed", "DistributedSampler"
+
+
+_NO_SPACE_EQUAL = cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))
 
 
 class MissingDistributedSampler(Rule):
@@ -67,11 +70,15 @@ for x, y in loader:
     loss_fn(model(x), y).backward()
 """,
             after="""\
+from ddp_migrate import runtime
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
-from ddp_migrate import runtime
 
-loader = DataLoader(train_set, batch_size=runtime.per_process_batch_size(64), sampler=DistributedSampler(train_set, shuffle=True))
+loader = DataLoader(
+    train_set,
+    batch_size=runtime.per_process_batch_size(64),
+    sampler=DistributedSampler(train_set, shuffle=True),
+)
 for x, y in loader:
     loss_fn(model(x), y).backward()
 """,
@@ -88,7 +95,9 @@ for x, y in loader:
 import torch.utils.data as tud
 from torch.utils.data.distributed import DistributedSampler
 
-loader = tud.DataLoader(train_set, 32, sampler=DistributedSampler(train_set, shuffle=True))
+loader = tud.DataLoader(
+    train_set, 32, sampler=DistributedSampler(train_set, shuffle=True)
+)
 for x, y in loader:
     loss_fn(model(x), y).backward()
 """,
@@ -105,13 +114,21 @@ for x, y in loader:
     loss_fn(model(x), y).backward()
 """,
             after="""\
+from ddp_migrate import runtime
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
-from ddp_migrate import runtime
 
 train_kwargs = {"batch_size": 64}
 train_kwargs.update({"shuffle": True, "num_workers": 1})
-loader = DataLoader(train_set, sampler=DistributedSampler(train_set, shuffle=train_kwargs.get("shuffle", False)), **{**train_kwargs, "batch_size": runtime.per_process_batch_size(train_kwargs["batch_size"]), "shuffle": False})
+loader = DataLoader(
+    train_set,
+    sampler=DistributedSampler(train_set, shuffle=train_kwargs.get("shuffle", False)),
+    **{
+        **train_kwargs,
+        "batch_size": runtime.per_process_batch_size(train_kwargs["batch_size"]),
+        "shuffle": False,
+    },
+)
 for x, y in loader:
     loss_fn(model(x), y).backward()
 """,
@@ -133,9 +150,9 @@ run_epoch(train_loader, optimizer)
 run_epoch(val_loader)
 """,
             after="""\
+from ddp_migrate import runtime
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
-from ddp_migrate import runtime
 
 def run_epoch(loader, optimizer=None):
     training = optimizer is not None
@@ -144,7 +161,11 @@ def run_epoch(loader, optimizer=None):
         if training:
             loss.backward()
 
-train_loader = DataLoader(train_set, batch_size=runtime.per_process_batch_size(64), sampler=DistributedSampler(train_set, shuffle=False))
+train_loader = DataLoader(
+    train_set,
+    batch_size=runtime.per_process_batch_size(64),
+    sampler=DistributedSampler(train_set, shuffle=False),
+)
 val_loader = DataLoader(val_set, batch_size=64)
 run_epoch(train_loader, optimizer)
 run_epoch(val_loader)
@@ -184,11 +205,15 @@ for step in range(100):
     loss_fn(model(x), y).backward()
 """,
             after="""\
+from ddp_migrate import runtime
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
-from ddp_migrate import runtime
 
-loader = DataLoader(train_set, batch_size=runtime.per_process_batch_size(8), sampler=DistributedSampler(train_set, shuffle=False))
+loader = DataLoader(
+    train_set,
+    batch_size=runtime.per_process_batch_size(8),
+    sampler=DistributedSampler(train_set, shuffle=False),
+)
 batches = iter(loader)
 for step in range(100):
     x, y = next(batches)
@@ -306,24 +331,27 @@ with torch.no_grad():
         original_dataset = loader_argument(loader, "dataset")
         shuffle = loader_argument(loader, "shuffle")
         shuffle_code = code_of(shuffle.value) if shuffle is not None else "False"
+        sampler = expression(f"{sampler_class}({code_of(dataset)}, shuffle={shuffle_code})")
         args: list[cst.Arg] = []
         keyword_from = None
+        # Arguments keep their commas and the whitespace after them (line breaks, comments): a call laid out
+        # one argument per line stays so. The sampler takes the place of ``shuffle``, else comes last.
         for index, arg in enumerate(loader.args):
             parameter = LOADER_PARAMETERS[index] if arg.keyword is None and index < len(LOADER_PARAMETERS) else None
             if arg is original_dataset:
                 arg = arg.with_changes(value=dataset)
             if arg is shuffle:
-                keyword_from = index  # positional arguments after a removed one must become keywords
+                keyword_from = index  # positional arguments after a replaced one must become keywords
+                args.append(arg.with_changes(value=sampler, keyword=cst.Name("sampler"), equal=_NO_SPACE_EQUAL))
                 continue
             if arg.keyword is None and keyword_from is not None and parameter is not None:
-                arg = arg.with_changes(keyword=cst.Name(parameter), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
+                arg = arg.with_changes(keyword=cst.Name(parameter), equal=_NO_SPACE_EQUAL)
             if arg is loader_argument(loader, "batch_size") and options.batch_size is BatchSizePolicy.GLOBAL:
                 rt = runtime_name(analysis, edits)
                 arg = arg.with_changes(value=expression(f"{rt}.per_process_batch_size({code_of(arg.value)})"))
-            args.append(arg.with_changes(comma=cst.MaybeSentinel.DEFAULT))
-        sampler = expression(f"{sampler_class}({code_of(dataset)}, shuffle={shuffle_code})")
-        args.append(cst.Arg(sampler, keyword=cst.Name("sampler"), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
-        return loader.with_changes(args=args)
+            args.append(arg)
+        call = loader.with_changes(args=args)
+        return call if shuffle is not None else with_keyword(call, "sampler", sampler)
 
     def _rewrite_kwargs(
         self, analysis: ScriptAnalysis, edits: Edits, loader: cst.Call, dataset: cst.BaseExpression, kwargs: KwargsDict, options: Options

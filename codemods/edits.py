@@ -14,6 +14,7 @@ import libcst as cst
 
 from .analysis import dotted_name, is_docstring_line, is_import_line, statements_of, walk
 from .base import Change, FixResult, Note
+from .import_order import import_sort_key, insert_sorted
 
 if TYPE_CHECKING:
     from .analysis import ScriptAnalysis
@@ -90,7 +91,7 @@ class Edits:
         """Run every collected edit over the module and return the new one with the report items."""
         new = module.visit(_Applier(self)) if (self._replacements or self._before or self._after or self._todos) else module
         if self._imports:
-            new = _add_imports(new, sorted(self._imports, key=lambda i: (i[0].startswith("ddp_migrate"), i)))
+            new = _add_imports(new, self._imports)
         if self._drop_unused_imports:
             new = _without_imports_made_unused(module, new)
         return FixResult(new, list(self.changes), list(self.notes))
@@ -105,19 +106,14 @@ def _import_statement(module: str, name: str | None, asname: str | None) -> cst.
 
 
 def _add_imports(module: cst.Module, imports: list[tuple[str, str | None, str | None]]) -> cst.Module:
-    """Add missing imports after the file's leading block of imports (after its docstring if none).
+    """Add the missing imports where isort (and ruff's ``I`` rules) would put them in the file's leading
+    import block (:mod:`import_order`); after the docstring when the file has no such block.
 
     The fixes only ask for imports the analysis found missing, so this stays a cheap list insertion
     instead of a full import-gathering pass over the tree.
     """
     body = list(module.body)
     existing = {cst.Module(body=[]).code_for_node(s).strip() for s in body if is_import_line(s)}
-    position = 0
-    for index, stmt in enumerate(body):
-        if is_import_line(stmt) or (index == 0 and is_docstring_line(stmt)):
-            position = index + 1
-        else:
-            break
     new_lines = []
     for mod, name, asname in imports:
         stmt = _import_statement(mod, name, asname)
@@ -127,14 +123,21 @@ def _add_imports(module: cst.Module, imports: list[tuple[str, str | None, str | 
             new_lines.append(stmt)
     if not new_lines:
         return module
-    if position == 0 and body and not is_import_line(body[0]):
-        # Keep the file's leading comments on top and separate the new imports from the code below.
+    for stmt in sorted(new_lines, key=import_sort_key):
+        body = insert_sorted(body, stmt) or _open_import_block(body, stmt)
+    return module.with_changes(body=body)
+
+
+def _open_import_block(body: list[cst.BaseStatement], stmt: cst.SimpleStatementLine) -> list[cst.BaseStatement]:
+    """A module without leading imports gets ``stmt`` after its docstring (or first, keeping the file's
+    leading comments on top), a blank line away from the code."""
+    position = 1 if body and is_docstring_line(body[0]) else 0
+    if position == 0 and body:
         first = body[0]
-        new_lines[0] = new_lines[0].with_changes(leading_lines=first.leading_lines)
-        body[0] = first.with_changes(leading_lines=[cst.EmptyLine(), *first.leading_lines[len(first.leading_lines):]])
-    elif position and not is_import_line(body[position - 1]) and position < len(body):
-        new_lines[0] = new_lines[0].with_changes(leading_lines=[cst.EmptyLine()])
-    return module.with_changes(body=[*body[:position], *new_lines, *body[position:]])
+        return [stmt.with_changes(leading_lines=first.leading_lines), first.with_changes(leading_lines=[cst.EmptyLine()]), *body[1:]]
+    if position < len(body):
+        stmt = stmt.with_changes(leading_lines=[cst.EmptyLine()])
+    return [*body[:position], stmt, *body[position:]]
 
 
 def has_todo(stmt: cst.BaseStatement, message: str) -> bool:

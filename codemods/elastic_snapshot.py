@@ -100,8 +100,8 @@ for epoch in range(10):
 """,
             after="""\
 import torch
-from torch.utils.data import DataLoader
 from ddp_migrate import runtime
+from torch.utils.data import DataLoader
 
 loader = DataLoader(dataset, batch_size=32)
 model = Net()
@@ -137,8 +137,8 @@ def train(model, dataset, epochs):
 """,
             after="""\
 import torch
-from torch.utils.data import DataLoader
 from ddp_migrate import runtime
+from torch.utils.data import DataLoader
 
 
 def train(model, dataset, epochs):
@@ -146,7 +146,13 @@ def train(model, dataset, epochs):
     optimizer = torch.optim.AdamW(model.parameters())
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1)
     scaler = torch.amp.GradScaler("cuda")
-    snapshot = runtime.Snapshot("snapshot.pt", model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler)
+    snapshot = runtime.Snapshot(
+        "snapshot.pt",
+        model=model,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        scaler=scaler,
+    )
     for epoch in range(snapshot.resume(1), epochs + 1):
         for x, y in loader:
             optimizer.zero_grad()
@@ -173,8 +179,8 @@ for epoch in range(10):
 """,
             after="""\
 import torch
-from torch.utils.data import DataLoader
 from ddp_migrate import runtime
+from torch.utils.data import DataLoader
 
 loader = DataLoader(dataset, batch_size=32)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

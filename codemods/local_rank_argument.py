@@ -122,7 +122,12 @@ import os
 
 import torch
 
-parser.add_argument("--local_rank", type=int, default=int(os.environ.get("LOCAL_RANK", -1)), help="-1: not distributed")
+parser.add_argument(
+    "--local_rank",
+    type=int,
+    default=int(os.environ.get("LOCAL_RANK", -1)),
+    help="-1: not distributed",
+)
 args = parser.parse_args()
 if args.local_rank == -1:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")

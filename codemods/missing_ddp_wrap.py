@@ -80,8 +80,8 @@ for x, y in loader:
 """,
             after="""\
 import torch
-from torch.nn.parallel import DistributedDataParallel
 from ddp_migrate import runtime
+from torch.nn.parallel import DistributedDataParallel
 
 model = Net().to(device)
 model = DistributedDataParallel(model, device_ids=runtime.device_ids())
@@ -107,7 +107,9 @@ import torch
 from ddp_migrate import runtime
 
 args = parser.parse_args()
-args.distributed = args.world_size > 1 or args.multiprocessing_distributed or runtime.world_size() > 1
+args.distributed = (
+    args.world_size > 1 or args.multiprocessing_distributed or runtime.world_size() > 1
+)
 if args.distributed:
     model = torch.nn.parallel.DistributedDataParallel(model)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -105,8 +105,8 @@ def train(rank, world_size):
             after="""\
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel as DDP
 from ddp_migrate import runtime
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 
 def train(rank, world_size):

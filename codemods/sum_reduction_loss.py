@@ -65,8 +65,8 @@ for x, y in loader:
 """,
             after="""\
 import torch.nn as nn
-from torch.nn.parallel import DistributedDataParallel as DDP
 from ddp_migrate import runtime
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 model = DDP(net, device_ids=None)
 criterion = nn.MSELoss(reduction="sum")
@@ -86,12 +86,14 @@ for x, y in loader:
 """,
             after="""\
 import torch.nn.functional as F
-from torch.nn.parallel import DistributedDataParallel as DDP
 from ddp_migrate import runtime
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 model = DDP(net, device_ids=None)
 for x, y in loader:
-    scaler.scale(0.5 * F.mse_loss(model(x), y, reduction="sum") * runtime.world_size()).backward()
+    scaler.scale(
+        0.5 * F.mse_loss(model(x), y, reduction="sum") * runtime.world_size()
+    ).backward()
 """,
         ),
         Example(

@@ -118,6 +118,7 @@ with open("history.json", "w") as f:
             after="""\
 import json
 import os
+
 from ddp_migrate import runtime
 
 if not os.path.isdir("checkpoint"):

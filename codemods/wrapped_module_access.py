@@ -113,8 +113,8 @@ if args.distributed:
 torch.save(model.state_dict(), "model.pt")
 """,
             after="""\
-from torch.nn.parallel import DistributedDataParallel
 from ddp_migrate import runtime
+from torch.nn.parallel import DistributedDataParallel
 
 if args.distributed:
     model = DistributedDataParallel(model, device_ids=None)
@@ -143,10 +143,15 @@ def main():
     model = DistributedDataParallel(net, device_ids=None)
 
     def resume(path):
-        model.module.load_state_dict({k.removeprefix("module."): v for k, v in torch.load(path)["model"].items()})
+        model.module.load_state_dict(
+            {k.removeprefix("module."): v for k, v in torch.load(path)["model"].items()}
+        )
 
     resume("ckpt.pt")
-    model.module.load_state_dict({k.removeprefix("module."): v for k, v in torch.load("best.pt").items()}, strict=False)
+    model.module.load_state_dict(
+        {k.removeprefix("module."): v for k, v in torch.load("best.pt").items()},
+        strict=False,
+    )
 """,
         ),
         Example(
@@ -182,7 +187,10 @@ model.load_state_dict(strict=True, state_dict=checkpoint["model"])
 from torch.nn.parallel import DistributedDataParallel
 
 model = DistributedDataParallel(net, device_ids=None)
-model.module.load_state_dict(strict=True, state_dict={k.removeprefix("module."): v for k, v in checkpoint["model"].items()})
+model.module.load_state_dict(
+    strict=True,
+    state_dict={k.removeprefix("module."): v for k, v in checkpoint["model"].items()},
+)
 """,
         ),
         Example(
@@ -241,7 +249,11 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
 
 model = DistributedDataParallel(net, device_ids=None)
-raw = model.module if isinstance(model, (nn.DataParallel, DistributedDataParallel)) else model
+raw = (
+    model.module
+    if isinstance(model, (nn.DataParallel, DistributedDataParallel))
+    else model
+)
 torch.save(raw.state_dict(), "final.pt")
 """,
         ),

@@ -18,6 +18,7 @@ from ddp_migrate.codemods.analysis import ScriptAnalysis
 from ddp_migrate.codemods.analysis.program import ModuleInfo, Program
 from ddp_migrate.codemods.base import Change, Finding, Note, Options, Rule
 
+from .layout import line_length_for, wrap_new_lines
 from .noqa import noqa_comments, suppress
 from .source import SourceError, decode
 
@@ -370,13 +371,14 @@ def process(
         if fix:
             module, result.changes, analysis = fix_to_fixed_point(module, rules, options, path, is_entry, fixable)
             result.new_text = module.code
-            if module.code != source.text:
-                verify_output(module.code)
-                result.output = source.encode(module.code)
         else:
             analysis = analyse(module, is_entry, options)
         result.findings = suppress(find_all(analysis, rules), analysis.module.code)
         result.notes = collect_notes(analysis, rules, options) if fix else []
+        if fix and result.new_text != source.text:
+            lay_out(result)
+            verify_output(result.new_text)
+            result.output = source.encode(result.new_text)
     except (SourceError, FileError) as error:
         result.error = f"{path}:{error.line}:{error.column}: {error.message}"
         result.output = None
@@ -441,17 +443,30 @@ def process_program(
             result = results[path]
             result.findings = suppress(find_all(analysis, rules, text), analysis.module.code)
             result.notes = collect_notes(analysis, rules, options) if fix and by_path[path].migrate else []
-            new_code = program.module(path).code
-            result.new_text = new_code
-            if new_code != result.text:
-                verify_output(new_code)
-                result.output = sources[path].encode(new_code)
+            result.new_text = program.module(path).code
+            if result.new_text != result.text:
+                lay_out(result)
+                verify_output(result.new_text)
+                result.output = sources[path].encode(result.new_text)
     except FileError as error:
         for path in modules:
             result = results[path]
             result.error = f"{path}:{error.line}:{error.column}: {error.message}"
             result.output, result.changes, result.new_text = None, [], result.text
     return [results[file.path] for file in files]
+
+
+def lay_out(result: FileResult) -> None:
+    """Wrap the long lines the migration wrote to the project's line length (:mod:`layout`); findings and
+    notes, at lines of the text before, move with them."""
+    wrapped = wrap_new_lines(result.text, result.new_text, line_length_for(result.path))
+    if wrapped.text == result.new_text:
+        return
+    result.new_text = wrapped.text
+    result.findings = [
+        replace(f, line=wrapped.start(f.line), end_line=wrapped.end(f.end_line)) for f in result.findings
+    ]
+    result.notes = [replace(n, line=wrapped.start(n.line)) for n in result.notes]
 
 
 def program_text(program: Program) -> str:
