@@ -7,8 +7,10 @@ migrated (``python -m ddp_migrate <file>``) and then runs under ``torchrun --sta
 training shard is disjoint from the other's and together they cover the data set in every pass (read
 from the batch records of ``tests/e2e_support/sitecustomize.py``), and the final weights equal the
 original's where the script is deterministic; where it cannot, the migrated file carries a TODO, the run
-exits 1, and nothing the script had (its own sampler) is dropped. Fixtures run two at a time, each
-launch once per session.
+exits 1, and nothing the script had (its own sampler) is dropped. The migrated copy also runs once as a
+two-node job (two torchrun agents with one worker each: LOCAL_RANK is 0 on both, global ranks 0 and 1): it
+finishes, its shards follow the global rank, and it ends with the weights of the one-node two-process run.
+Fixtures run two at a time, each launch once per session.
 """
 
 from __future__ import annotations
@@ -27,7 +29,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from launch import LaunchError, LaunchResult, run_command, torchrun_command  # noqa: E402
+from launch import (  # noqa: E402
+    LaunchError,
+    LaunchResult,
+    run_command,
+    run_two_nodes,
+    torchrun_command,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -71,6 +79,8 @@ NAMES = sorted(SHAPES)
 class Run:
     cwd: Path
     result: LaunchResult | None = None
+    #: Every process of the launch (the two agents of a two-node run).
+    results: list[LaunchResult] = field(default_factory=list)
     records: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
 
@@ -92,9 +102,11 @@ class ShapeRuns:
     check_output: str
     torchrun: Run
     plain: Run
+    two_nodes: Run
 
 
-def _launch(cwd: Path, argv: list[str], record: bool) -> Run:
+def _launch(cwd: Path, argv: list[str], record: bool, two_nodes: bool = False) -> Run:
+    """Run ``argv`` in ``cwd``; with ``two_nodes``, ``argv`` is ``[script, *args]`` for :func:`run_two_nodes`."""
     env = {"PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
     run = Run(cwd)
     record_dir = cwd.parent / f"{cwd.name}-records"
@@ -104,12 +116,17 @@ def _launch(cwd: Path, argv: list[str], record: bool) -> Run:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SUPPORT_DIR), existing) if p)
         env["DDP_MIGRATE_E2E_RECORD_DIR"] = str(record_dir)
     try:
-        run.result = run_command(argv, cwd=cwd, env=env, timeout=TIMEOUT, check=False)
+        if two_nodes:  # checked: launch.py runs it again after a gloo teardown abort
+            run.results = run_two_nodes(*argv, cwd=cwd, env=env, timeout=TIMEOUT)
+        else:
+            run.results = [run_command(argv, cwd=cwd, env=env, timeout=TIMEOUT, check=False)]
     except LaunchError as error:
         run.error = str(error)
         return run
-    if run.result.returncode != 0:
-        run.error = f"$ {' '.join(run.result.args)}\nexit status {run.result.returncode}\n{run.result.tail()}"
+    run.result = run.results[0]
+    failed = [result for result in run.results if result.returncode != 0]
+    if failed:
+        run.error = "\n".join(f"$ {' '.join(r.args)}\nexit status {r.returncode}\n{r.tail()}" for r in run.results)
     if record:
         for path in sorted(record_dir.glob("record-*.jsonl")):
             run.records.extend(json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
@@ -136,8 +153,10 @@ def _run_shape(name: str, base: Path) -> ShapeRuns:
     )
     torchrun_dir = folder("torchrun", migrated / script)
     plain_dir = folder("plain", migrated / script)
+    two_nodes_dir = folder("two_nodes", migrated / script)
     torchrun = _launch(torchrun_dir, torchrun_command("--standalone", "--nproc_per_node=2", script), record=True)
     plain = _launch(plain_dir, [sys.executable, script], record=True)
+    two_nodes = _launch(two_nodes_dir, [script], record=True, two_nodes=True)
     return ShapeRuns(
         original_run,
         (migrated / script).read_text(encoding="utf-8"),
@@ -146,6 +165,7 @@ def _run_shape(name: str, base: Path) -> ShapeRuns:
         again.stdout + again.stderr,
         torchrun,
         plain,
+        two_nodes,
     )
 
 
@@ -201,10 +221,13 @@ def test_same_weights_as_the_original(shapes: dict[str, ShapeRuns], name: str) -
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_training_shards_are_disjoint_and_cover_the_set(shapes: dict[str, ShapeRuns], name: str) -> None:
+@pytest.mark.parametrize("launch", ["torchrun", "two_nodes"])
+def test_training_shards_are_disjoint_and_cover_the_set(shapes: dict[str, ShapeRuns], name: str, launch: str) -> None:
+    """Under two nodes (LOCAL_RANK 0 on both) a shard taken by the local rank would overlap."""
     runs, spec = shapes[name], SHAPES[name]
-    runs.torchrun.check()
-    batches = [r for r in runs.torchrun.records if r["kind"] == "batch" and r["sampler"] == "DistributedSampler"]
+    run: Run = getattr(runs, launch)
+    run.check()
+    batches = [r for r in run.records if r["kind"] == "batch" and r["sampler"] == "DistributedSampler"]
     if not spec["sharded"]:
         assert not batches, "a loader the tool could not shard draws from a DistributedSampler"
         return
@@ -225,12 +248,31 @@ def test_training_shards_are_disjoint_and_cover_the_set(shapes: dict[str, ShapeR
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if "whole" in SHAPES[n]])
-def test_evaluation_loader_stays_whole_on_every_rank(shapes: dict[str, ShapeRuns], name: str) -> None:
+@pytest.mark.parametrize("launch", ["torchrun", "two_nodes"])
+def test_evaluation_loader_stays_whole_on_every_rank(shapes: dict[str, ShapeRuns], name: str, launch: str) -> None:
     runs, size = shapes[name], SHAPES[name]["whole"]
-    runs.torchrun.check()
+    run: Run = getattr(runs, launch)
+    run.check()
     seen: dict[int, set[int]] = {}
-    for record in runs.torchrun.records:
+    for record in run.records:
         if record["kind"] == "batch" and record["sampler"] != "DistributedSampler" and record["dataset_size"] == size:
             seen.setdefault(record["rank"], set()).update(record["indices"])
     assert sorted(seen) == [0, 1]
     assert all(indices == set(range(size)) for indices in seen.values())
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_two_nodes_train_like_one_node(shapes: dict[str, ShapeRuns], name: str) -> None:
+    """Two nodes (LOCAL_RANK 0 on both, global ranks 0 and 1): no hang, no failure and, where the
+    script is deterministic, the weights of the one-node two-process run."""
+    runs = shapes[name]
+    runs.two_nodes.check()
+    seen = {(r["rank"], r["local_rank"]) for r in runs.two_nodes.records if r["rank"] is not None}
+    assert seen == {(0, 0), (1, 0)}, f"not a two-node environment: (rank, local rank) seen {seen}"
+    if not SHAPES[name]["weights"]:
+        return
+    runs.torchrun.check()
+    expected, got = runs.torchrun.weights(), runs.two_nodes.weights()
+    assert sorted(got) == sorted(expected)
+    for key in expected:
+        torch.testing.assert_close(got[key], expected[key], atol=ATOL, rtol=0, msg=key)

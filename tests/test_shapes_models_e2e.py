@@ -22,8 +22,11 @@ For each trained fixture: the original runs with plain ``python`` (2 epochs, the
 checkpoint); the migrated copy (``python -m ddp_migrate``) runs under ``torchrun --nproc_per_node=2``: its
 final weights equal the original's (atol 1e-6) and its checkpoints have exactly the original's keys; then
 it resumes under torchrun from the ORIGINAL's checkpoint, and as plain ``python`` (a world of one) from the
-migrated run's checkpoint, and both end with the weights of the original's resumed run. Launches run two
-at a time, each with a timeout.
+migrated run's checkpoint, and both end with the weights of the original's resumed run. Each migrated
+training fixture (``dp_resume.py``, ``single_shapes.py``, ``cond_accum.py``, ``grad_sync_switch.py``) also
+runs once as a two-node job (two torchrun agents with one worker each: LOCAL_RANK is 0 on both, global
+ranks 0 and 1): it finishes and ends with the weights of the one-node two-process run, with the original's
+checkpoint keys and rank 0's prints once. Launches run two at a time, each with a timeout.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from launch import LaunchResult, run_python, run_torchrun  # noqa: E402
+from launch import LaunchError, LaunchResult, run_python, run_torchrun, run_two_nodes  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
@@ -72,6 +75,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         for run in ("python", "torchrun"):
             (folder / f"cond_{run}").mkdir()
         (folder / "switch").mkdir()
+    for name in ("cond_two_nodes", "switch_two_nodes"):
+        (migrated / name).mkdir()
 
     def original_run(script: str, *args: str) -> LaunchResult:
         return run_python(original / script, *args, cwd=original, env=ENV, timeout=TIMEOUT)
@@ -81,6 +86,14 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
     def plain(script: str, *args: str) -> LaunchResult:
         return run_python(migrated / script, *args, cwd=migrated, env=ENV, timeout=TIMEOUT)
+
+    def two_nodes(script: str, *args: str, cwd: Path = migrated) -> list[LaunchResult] | LaunchError:
+        """The two-node launch (checked, so launch.py runs it again after a gloo teardown abort); its
+        failure or timeout is kept for the two-node tests, not raised here."""
+        try:
+            return run_two_nodes(migrated / script, *args, cwd=cwd, env=ENV, timeout=TIMEOUT)
+        except LaunchError as error:
+            return error
 
     outputs: dict[str, LaunchResult] = {}
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -100,6 +113,13 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             first[f"grad_sync_switch/{label}"] = pool.submit(
                 run_torchrun, folder / "grad_sync_switch.py", nproc_per_node=2, cwd=folder / "switch", env=ENV, timeout=TIMEOUT
             )
+        # Queued behind the first launches, ahead of the resumes: no worker waits while the first finish.
+        nodes = {}
+        for script in TRAINED:
+            stem = Path(script).stem
+            nodes[f"{stem}/two-nodes"] = pool.submit(two_nodes, script, "--out", f"{stem}_n1")
+        nodes["cond_accum/two-nodes"] = pool.submit(two_nodes, "cond_accum.py", cwd=migrated / "cond_two_nodes")
+        nodes["grad_sync_switch/two-nodes"] = pool.submit(two_nodes, "grad_sync_switch.py", cwd=migrated / "switch_two_nodes")
         outputs.update({key: future.result() for key, future in first.items()})
         second = {}
         for script in TRAINED:
@@ -111,7 +131,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
                 plain, script, "--resume", f"{stem}_m1/ckpt.pt", "--epochs", "1", "--out", f"{stem}_m3"
             )
         outputs.update({key: future.result() for key, future in second.items()})
-    return {"original": original, "migrated": migrated, "outputs": outputs}  # type: ignore[dict-item]
+        two_node_outputs = {key: future.result() for key, future in nodes.items()}
+    return {"original": original, "migrated": migrated, "outputs": outputs, "two_nodes": two_node_outputs}  # type: ignore[dict-item]
 
 
 def _load(path: Path) -> dict:
@@ -200,3 +221,43 @@ def test_method_in_training_step_is_left_to_a_human(tmp_path: Path) -> None:
     assert "runtime.unwrap(model).compute_loss" not in migrated
     assert "# TODO(ddp-migrate): this model method runs in the training step" in migrated
     assert "review method_step.py:" in result.stdout + result.stderr and "DDP008 compute_loss()" in result.stdout + result.stderr
+
+
+def _two_nodes(runs, stem: str) -> list[LaunchResult]:
+    """The two agents' results of ``stem``'s two-node run; fails if it hung or a process failed."""
+    results = runs["two_nodes"][f"{stem}/two-nodes"]
+    if isinstance(results, LaunchError):
+        pytest.fail(f"{stem} (two nodes) hung or failed:\n{results}")
+    return results
+
+
+@pytest.mark.parametrize("script", TRAINED)
+def test_two_nodes_compute_what_one_node_computes(runs, script: str) -> None:
+    """Two nodes (LOCAL_RANK 0 on both): the weights of the one-node two-process run, the original's
+    checkpoint keys, and rank 0's prints once."""
+    stem = Path(script).stem
+    results = _two_nodes(runs, stem)
+    one_node, two_nodes = runs["migrated"] / f"{stem}_m1", runs["migrated"] / f"{stem}_n1"
+    _assert_same_weights(_load(two_nodes / "final.pt"), _load(one_node / "final.pt"))
+    for name in ("ckpt.pt", "final.pt"):
+        expected = _load(runs["original"] / f"{stem}_o1" / name)
+        assert _checkpoint_keys(_load(two_nodes / name)) == _checkpoint_keys(expected), name
+    for start in ("epoch ", "traced output"):  # printed by global rank 0 only, as on one node
+        one = [l for l in runs["outputs"][f"{stem}/torchrun"].output.splitlines() if l.startswith(start)]
+        two = [l for result in results for l in result.output.splitlines() if l.startswith(start)]
+        assert len(two) == len(one), (start, two, one)
+
+
+def test_two_nodes_conditional_wrap_accumulates_like_one_node(runs) -> None:
+    _two_nodes(runs, "cond_accum")
+    expected = _load(runs["migrated"] / "cond_torchrun" / "final.pt")
+    _assert_same_weights(_load(runs["migrated"] / "cond_two_nodes" / "final.pt"), expected)
+
+
+def test_two_nodes_grad_sync_switch_stays_on_the_ddp_object(runs) -> None:
+    results = _two_nodes(runs, "grad_sync_switch")
+    one_node = runs["outputs"]["grad_sync_switch/migrated"].output
+    lines = [l for result in results for l in result.output.splitlines() if l.startswith("all-reduces ")]
+    assert lines == [l for l in one_node.splitlines() if l.startswith("all-reduces ")]  # once, the same count
+    expected = _load(runs["migrated"] / "switch" / "final.pt")
+    _assert_same_weights(_load(runs["migrated"] / "switch_two_nodes" / "final.pt"), expected)
