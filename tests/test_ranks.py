@@ -102,3 +102,37 @@ def test_recursive_helpers_are_bounded() -> None:
     save = next(c for c in facts.analysis.calls if facts.analysis.is_call_to(c, {"torch.save"}))
     assert facts.guard(save) is None
     assert facts.unsafe_condition(save) is None  # g and f only ever compute from their arguments
+
+
+GUARDS = '''
+import os
+import torch
+import torch.distributed as dist
+
+rank = int(os.environ["RANK"])
+flag = os.environ.get("FLAG") == "1"
+if not flag or (flag and rank == 0):
+    torch.save(1, "a.pt")
+if flag and rank == 0:
+    torch.save(2, "b.pt")
+if rank == 0 or flag:
+    torch.save(3, "c.pt")
+if not (rank != 0 or flag):
+    torch.save(4, "d.pt")
+if rank != 0 or flag:
+    pass
+else:
+    torch.save(5, "e.pt")
+'''
+
+
+@pytest.mark.parametrize(
+    ("value", "guarded"),
+    [(1, False), (2, True), (3, False), (4, True), (5, True)],
+    ids=["not-switch-or-switch-and-rank0", "switch-and-rank0", "rank0-or-switch", "not-of-nonzero-or-switch", "else-of-nonzero-or-switch"],
+)
+def test_a_rank_test_or_ed_with_a_switch_does_not_keep_the_other_ranks_out(value: int, guarded: bool) -> None:
+    analysis = ScriptAnalysis(cst.parse_module(GUARDS))
+    facts = rank_facts(analysis)
+    [save] = [c for c in analysis.calls if analysis.is_call_to(c, {"torch.save"}) and c.args[0].value.value == str(value)]  # type: ignore[attr-defined]
+    assert (facts.guard(save) is not None) is guarded

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Optional, Union
+from typing import Callable, Iterable, Iterator, Optional, Union
 
 import libcst as cst
 
@@ -273,7 +273,11 @@ class RankFacts:
 
     def _guard(self, node: cst.CSTNode, visited: set[cst.FunctionDef]) -> Condition | None:
         for condition in self.conditions(node):
-            if condition.kind is Kind.RANK and isinstance(condition.owner, (cst.If, cst.IfExp, cst.BooleanOperation, cst.CompIf)):
+            if (
+                condition.kind is Kind.RANK
+                and isinstance(condition.owner, (cst.If, cst.IfExp, cst.BooleanOperation, cst.CompIf))
+                and not self.lets_every_rank_in(condition)
+            ):
                 return condition
         function = self.analysis.enclosing_function(node)
         if function is None or function in visited:
@@ -494,11 +498,61 @@ class RankFacts:
         side = self._and_zero_side(test) if condition.in_body else self.zero_side(test)
         return side is (True if condition.in_body else False)
 
+    def lets_every_rank_in(self, condition: Condition) -> bool:
+        """Whether a rank test combined with other tests by ``or`` can still let every rank through:
+        ``not args.multiprocessing_distributed or (args.multiprocessing_distributed and rank == 0)`` is
+        true on every rank when the switch is off (as under torchrun without the flag).
+
+        The test is evaluated as a boolean formula on a rank other than 0: a rank-0 test is false there,
+        a test for the other ranks true, and every other test is free (the same code, the same value).
+        When some values of the free tests select the node's branch there, the condition does not keep
+        the other ranks out. Only formulas with ``or`` are evaluated (a plain rank test keeps its meaning)
+        and at most 8 free tests (beyond that the condition is taken at its word)."""
+        test, in_body = condition.test, condition.in_body
+        if in_body is None or not isinstance(test, cst.BaseExpression) or not _has_or(test):
+            return False
+        atoms: dict[str, int] = {}
+        formula = self._formula(test, atoms)
+        if formula is None or len(atoms) > 8:
+            return False
+        return any(
+            formula([bool(bits >> index & 1) for index in range(len(atoms))]) is in_body
+            for bits in range(1 << len(atoms))
+        )
+
+    def _formula(self, test: cst.BaseExpression, atoms: dict[str, int]) -> Callable[[list[bool]], bool] | None:
+        """The test as a function of its free tests' values, on a rank other than 0."""
+        if isinstance(test, cst.BooleanOperation):
+            left, right = self._formula(test.left, atoms), self._formula(test.right, atoms)
+            if left is None or right is None:
+                return None
+            if isinstance(test.operator, cst.And):
+                return lambda values: left(values) and right(values)
+            return lambda values: left(values) or right(values)
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            inner = self._formula(test.expression, atoms)
+            return None if inner is None else (lambda values: not inner(values))
+        side = self.zero_side(test)
+        if side is not None:
+            return lambda values: not side  # a rank-0 test is false on the other ranks
+        key = " ".join(cst.Module([]).code_for_node(test).split())
+        index = atoms.setdefault(key, len(atoms))
+        return lambda values: values[index]
+
     def _and_zero_side(self, test: cst.BaseExpression) -> bool | None:
         if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
             left, right = self._and_zero_side(test.left), self._and_zero_side(test.right)
             return True if True in (left, right) else None
         return self.zero_side(test)
+
+
+def _has_or(test: cst.BaseExpression) -> bool:
+    """Whether a test combines tests with ``or`` (looking through ``and`` and ``not``)."""
+    if isinstance(test, cst.BooleanOperation):
+        return isinstance(test.operator, cst.Or) or _has_or(test.left) or _has_or(test.right)
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return _has_or(test.expression)
+    return False
 
 
 def _returns_of(function: cst.FunctionDef) -> Iterator[cst.Return]:
