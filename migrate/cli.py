@@ -9,31 +9,31 @@ would change a file, 2 an error, 130 interrupted (Ctrl-C).
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 import sys
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import click
 
-from ddp_migrate import __version__, codemods
-from ddp_migrate.codemods.base import BatchSizePolicy, FixSafety, Options, Rule
+from ddp_migrate import __version__
 
-from . import docs, formats, report
 from .color import CHOICES as COLOR_CHOICES
 from .color import use_color
-from .config import Config, ConfigError, load_config
-from .discovery import discover, is_excluded
-from .engine import FileResult, process
 from .example import DEFAULT as DEFAULT_EXAMPLE
 from .example import EXAMPLES
-from .progress import progress_for
-from .registry import all_rules, rule_for_code, without_lint_only
-from .runner import default_jobs, is_notebook, run, write_result
-from .selection import SelectionError, drop_rules, normalise_codes, select_rules
+
+if TYPE_CHECKING:  # the heavy modules (libcst and the rules) are imported by the commands that need them
+    from ddp_migrate.codemods.base import Options, Rule
+
+    from . import formats
+    from .config import Config
+    from .engine import FileResult
+
+# Start-up: ``--version`` and ``--help`` import only click and the light modules above. Everything that
+# pulls in libcst (the engine, the rules, the formats) is imported inside the commands that run rules.
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 #: ``--runtime``: import the installed package's runtime, or a module written beside the program.
@@ -41,6 +41,10 @@ RUNTIME_CHOICES = ("package", "vendor")
 #: The module ``--runtime vendor`` writes beside each migrated entry script (and the migrated code imports).
 VENDORED_RUNTIME = "ddp_runtime"
 COMMANDS = ("migrate", "lint", "rules", "explain", "example")
+#: ``lint --format`` (the same as :data:`ddp_migrate.formats.FORMATS`, spelled here so ``--help`` needs no libcst).
+FORMATS = ("text", "json", "github", "sarif")
+#: ``migrate --batch-size`` (the values of :class:`ddp_migrate.codemods.base.BatchSizePolicy`).
+BATCH_SIZE_CHOICES = ("global", "per-process")
 
 
 class DefaultToMigrate(click.Group):
@@ -108,6 +112,8 @@ def _fail(message: str) -> None:
 
 def _choose(flag: Sequence[str], configured: Sequence[str], extend_configured: Sequence[str], extend_flag: Sequence[str]) -> tuple[list[str], list[str]]:
     """(base, extension): a flag replaces the configuration's list and its ``extend-`` list; ``--extend-*`` adds."""
+    from .selection import normalise_codes
+
     if flag:
         return normalise_codes(flag), normalise_codes(extend_flag)
     return normalise_codes(configured), normalise_codes([*extend_configured, *extend_flag])
@@ -119,6 +125,12 @@ def resolve_settings(flags: Flags, batch_size: str | None = None, options: dict[
     ``--select`` replaces the configuration's ``select`` and ``extend-select``; ``--extend-select`` adds
     to whatever is selected. ``--ignore`` and ``--extend-ignore`` work the same way.
     """
+    from ddp_migrate.codemods.base import BatchSizePolicy, Options
+
+    from .config import ConfigError, load_config
+    from .runner import default_jobs
+    from .selection import SelectionError, normalise_codes, select_rules
+
     where = [*flags.file_paths, *([flags.stdin_filename] if flags.stdin_filename else [])]
     try:
         config = load_config(where)
@@ -184,6 +196,8 @@ def _nothing_to_do(flags: Flags, empty_output: str = "") -> None:
     """
     if flags.paths or flags.stdin_filename is not None:
         return
+    from .selection import SelectionError, normalise_codes
+
     try:
         for codes in (flags.select, flags.extend_select, flags.ignore, flags.extend_ignore):
             normalise_codes(codes)
@@ -196,6 +210,9 @@ def _nothing_to_do(flags: Flags, empty_output: str = "") -> None:
 
 def _rules_for(settings: Settings) -> Callable[[Path], Sequence[type[Rule]]]:
     """The rules for one file: the selected ones less those its ``per-file-ignores`` globs drop."""
+    from .discovery import is_excluded
+    from .selection import drop_rules
+
 
     def rules_for(path: Path) -> Sequence[type[Rule]]:
         resolved = path.resolve()
@@ -212,6 +229,8 @@ def _rules_for(settings: Settings) -> Callable[[Path], Sequence[type[Rule]]]:
 
 def _stdin_excluded(settings: Settings) -> bool:
     """Whether ``--stdin-filename`` names a file the excludes skip (then stdin passes through untouched)."""
+    from .discovery import is_excluded
+
     name = settings.stdin_filename
     if not name:
         return False
@@ -222,6 +241,9 @@ def _stdin_excluded(settings: Settings) -> bool:
 
 def _stdin_result(settings: Settings, fix: bool) -> FileResult:
     """Process standard input under its ``--stdin-filename`` (or ``-``); a notebook's code cells if it is one."""
+    from .engine import process
+    from .runner import is_notebook
+
     data = sys.stdin.buffer.read()
     name = settings.stdin_filename or "-"
     rules = _rules_for(settings)(Path(name)) if settings.stdin_filename else settings.rules
@@ -233,6 +255,8 @@ def _stdin_result(settings: Settings, fix: bool) -> FileResult:
 
 
 def _discover(flags: Flags, settings: Settings) -> tuple[list[Path], list[str], int]:
+    from .discovery import discover
+
     found = discover(flags.file_paths, settings.excludes, settings.config.root)
     for warning in found.warnings:
         click.echo(f"warning: {warning}", err=True)
@@ -268,7 +292,7 @@ def cli() -> None:
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 if any file would change.")
 @click.option(
     "--batch-size",
-    type=click.Choice([p.value for p in BatchSizePolicy]),
+    type=click.Choice(BATCH_SIZE_CHOICES),
     default=None,
     help="global (default): keep the original batch as the global batch; per-process: keep it per process.",
 )
@@ -296,6 +320,11 @@ def migrate_command(
     A notebook is left as it is: its migrated code is written to NAME_ddp.py beside it. With no PATH at
     all there is nothing to do: exit 0 without a word (as pre-commit expects).
     """
+    from . import report
+    from .progress import progress_for
+    from .registry import without_lint_only
+    from .runner import run, write_result
+
     flags = Flags.take(kwargs)
     _nothing_to_do(flags)
     if snapshot_every is not None and not elastic:
@@ -352,6 +381,9 @@ def migrate_command(
 
 def _migrate_stdin(settings: Settings, show_diff: bool, write: bool, color: bool, errors: list[str]) -> FileResult:
     """Migrate standard input to standard output (excluded by ``--stdin-filename``: echoed untouched)."""
+    from . import report
+    from .engine import FileResult
+
     if _stdin_excluded(settings):
         data = sys.stdin.buffer.read()
         if write:
@@ -417,6 +449,8 @@ def _migration_report(
     results: Sequence[FileResult], errors: Sequence[str], settings: Settings, write: bool, color: bool, vendored: Sequence[Path] = ()
 ) -> None:
     """Per-file summaries, the errors, and the closing line, on standard error."""
+    from . import report
+
     if not settings.quiet:
         for result in results:
             if result.error:
@@ -448,7 +482,7 @@ def _migration_report(
 @click.option(
     "--format",
     "output_format",
-    type=click.Choice(formats.FORMATS),
+    type=click.Choice(FORMATS),
     default="text",
     show_default=True,
     help="text: path:line:col: CODE message; json: a list of objects; github: workflow annotations; sarif: SARIF 2.1.0.",
@@ -463,6 +497,13 @@ def lint_command(fix: bool, unsafe_fixes: bool, output_format: str, statistics: 
     on the line where a finding starts silences it ('# noqa: DDP007,DDP010' only those codes). With no PATH
     at all: exit 0 (json and sarif print an empty list / log).
     """
+    from ddp_migrate.codemods.base import FixSafety
+
+    from . import formats
+    from .progress import progress_for
+    from .registry import all_rules
+    from .runner import run, write_result
+
     flags = Flags.take(kwargs)
     if statistics and output_format not in formats.STATISTICS_FORMATS:
         _fail(f"--statistics works with --format {' or '.join(formats.STATISTICS_FORMATS)}, not {output_format}")
@@ -520,6 +561,9 @@ def lint_command(fix: bool, unsafe_fixes: bool, output_format: str, statistics: 
 
 def _empty_output(output_format: str, statistics: bool) -> str:
     """What a format prints when there is nothing at all to lint."""
+    from . import formats
+    from .registry import all_rules
+
     if output_format == "json":
         return "[]\n"
     if output_format == "sarif" and not statistics:
@@ -528,6 +572,9 @@ def _empty_output(output_format: str, statistics: bool) -> str:
 
 
 def _render(located: Sequence[formats.Located], output_format: str, statistics: bool, errors: Sequence[str], color: bool) -> str:
+    from . import formats
+    from .registry import all_rules
+
     if statistics:
         stats = formats.statistics(located)
         return formats.statistics_json(stats) if output_format == "json" else formats.statistics_text(stats)
@@ -543,6 +590,10 @@ def _render(located: Sequence[formats.Located], output_format: str, statistics: 
 def _count_unsafe(located: Sequence[formats.Located]) -> int:
     """Without ``--unsafe-fixes``: how many findings only an unsafe fix would fix (``lint --fix`` leaves
     them; their ``fixable`` stays true in the formats: a fix exists, behind ``--unsafe-fixes``)."""
+    from ddp_migrate.codemods.base import FixSafety
+
+    from .registry import all_rules
+
     unsafe = {rule.code for rule in all_rules() if rule.can_fix() and rule.fix_safety is FixSafety.UNSAFE}
     return sum(1 for item in located if item.finding.fixable and item.finding.code in unsafe)
 
@@ -573,6 +624,11 @@ def _lint_summary(
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True, help="text: one rule per line; json: a list of objects.")
 def rules_command(output_format: str) -> None:
     """List every rule: code, name, whether it fixes, and what it does."""
+    import json
+
+    from . import docs
+    from .registry import all_rules
+
     rules = all_rules()
     if output_format == "json":
         click.echo(json.dumps([_rule_json(rule) for rule in rules], indent=2, ensure_ascii=False))
@@ -597,6 +653,8 @@ def _hang(head: str, text: str, width: int) -> str:
 
 
 def _rule_json(rule: type[Rule]) -> dict[str, Any]:
+    from . import docs
+
     return {
         "code": rule.code,
         "name": rule.name,
@@ -612,6 +670,8 @@ def _rule_json(rule: type[Rule]) -> dict[str, Any]:
 
 def find_rule(code_or_name: str) -> type[Rule] | None:
     """A rule by its code (``DDP003``) or its name (``missing-process-group``), case-insensitive."""
+    from .registry import all_rules, rule_for_code
+
     rule = rule_for_code(code_or_name)
     if rule is not None:
         return rule
@@ -623,6 +683,10 @@ def find_rule(code_or_name: str) -> type[Rule] | None:
 @click.argument("rule_name", metavar="CODE_OR_NAME")
 def explain_command(rule_name: str) -> None:
     """Print a rule's documentation and its first example (by code, DDP005, or name, missing-set-epoch)."""
+    from ddp_migrate import codemods
+
+    from . import docs
+
     rule = find_rule(rule_name)
     if rule is None:
         _fail(f"unknown rule code or name: {rule_name} (see: ddp-migrate rules)")
@@ -643,6 +707,8 @@ def explain_command(rule_name: str) -> None:
 
 
 def _safety_sentence(rule: type[Rule]) -> str:
+    from ddp_migrate.codemods.base import FixSafety
+
     if rule.fix_safety is FixSafety.UNSAFE:
         return "unsafe: the migration applies it, lint --fix only with --unsafe-fixes."
     return "safe: the migration and lint --fix apply it."
