@@ -8,9 +8,10 @@ from typing import Iterator, Sequence
 import libcst as cst
 
 from . import names
-from .analysis import ScriptAnalysis, call_method_name, dotted_name, is_import_line, walk
+from .analysis import ScriptAnalysis, call_method_name, dotted_name, walk
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Severity, Valid
 from .edits import Edits, code_of, statement
+from .runtime_calls import nullcontext_name
 
 #: Calls that read or change gradients, which hold only this process's share inside ``no_sync()``.
 GRADIENT_READERS = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm", "unscale_"})
@@ -105,6 +106,7 @@ for i, (x, y) in enumerate(loader):
 """,
             after="""\
 import contextlib
+
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 model = DDP(net, device_ids=[local_rank])
@@ -131,6 +133,7 @@ for i, (x, y) in enumerate(loader):
 """,
             after="""\
 import contextlib
+
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 if distributed:
@@ -313,7 +316,7 @@ for x, y in loader:
         for found in self.accumulations(analysis):
             if found.block is None:
                 continue
-            nullcontext = nullcontext or _nullcontext(analysis, edits)
+            nullcontext = nullcontext or nullcontext_name(analysis, edits)
             test = found.gate.test
             assert isinstance(test, cst.Comparison)
             negated = test.with_changes(
@@ -334,26 +337,6 @@ for x, y in loader:
                 )
             )
         return edits.apply(analysis.module) if edits else None
-
-
-def _nullcontext(analysis: ScriptAnalysis, edits: Edits) -> str:
-    """How the file spells ``contextlib.nullcontext``; adds ``import contextlib`` at the head of the imports if needed."""
-    function = analysis.local_name_for("contextlib.nullcontext")
-    if function:
-        return function
-    module = analysis.local_name_for("contextlib")
-    if module:
-        return f"{module}.nullcontext"
-    imports = [stmt for stmt in analysis.module.body if is_import_line(stmt)]
-    if any(isinstance(s, cst.Import) and any(dotted_name(a.name) == "contextlib" and a.asname is None for a in s.names) for stmt in imports for s in stmt.body):
-        return "contextlib.nullcontext"
-    # A standard-library import goes first, before the file's other imports (after ``from __future__``).
-    first = next((stmt for stmt in imports if not any(isinstance(s, cst.ImportFrom) and dotted_name(s.module) == "__future__" for s in stmt.body)), None)
-    if first is not None:
-        edits.insert_before(first, statement("import contextlib"))
-    else:
-        edits.add_import("contextlib")
-    return "contextlib.nullcontext"
 
 
 def _wrap(block: cst.CSTNode, start: int, end: int, header: cst.With) -> cst.CSTNode:

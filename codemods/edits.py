@@ -134,9 +134,14 @@ def _open_import_block(body: list[cst.BaseStatement], stmt: cst.SimpleStatementL
     position = 1 if body and is_docstring_line(body[0]) else 0
     if position == 0 and body:
         first = body[0]
-        return [stmt.with_changes(leading_lines=first.leading_lines), first.with_changes(leading_lines=[cst.EmptyLine()]), *body[1:]]
+        # isort (and ruff) want two blank lines between the imports and a function or class, one otherwise.
+        gap = [cst.EmptyLine()] * (2 if isinstance(first, (cst.FunctionDef, cst.ClassDef)) else 1)
+        return [stmt.with_changes(leading_lines=first.leading_lines), first.with_changes(leading_lines=gap), *body[1:]]
     if position < len(body):
         stmt = stmt.with_changes(leading_lines=[cst.EmptyLine()])
+        after = body[position]
+        if isinstance(after, (cst.FunctionDef, cst.ClassDef)) and all(line.comment is None for line in after.leading_lines):
+            body = [*body[:position], after.with_changes(leading_lines=[cst.EmptyLine()] * 2), *body[position + 1 :]]
     return [*body[:position], stmt, *body[position:]]
 
 

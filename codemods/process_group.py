@@ -70,6 +70,7 @@ if __name__ == "__main__":
             after='''\
 from ddp_migrate import runtime
 
+
 def main():
     """Train."""
     runtime.setup()

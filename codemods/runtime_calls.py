@@ -1,4 +1,5 @@
-"""How fixes spell calls into the runtime (``ddp_migrate.runtime`` or the vendored ``ddp_runtime``) and torch's DDP, and make sure the file imports them."""
+"""How fixes spell calls into the runtime (``ddp_migrate.runtime`` or the vendored ``ddp_runtime``), torch's DDP and
+``contextlib.nullcontext``, and make sure the file imports them."""
 
 from __future__ import annotations
 
@@ -55,3 +56,15 @@ def ddp_call(analysis: ScriptAnalysis, edits: Edits, model: cst.BaseExpression, 
         args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
         args.append(arg.with_changes(comma=cst.MaybeSentinel.DEFAULT))
     return call.with_changes(args=args)
+
+
+def nullcontext_name(analysis: ScriptAnalysis, edits: Edits) -> str:
+    """How the file spells ``contextlib.nullcontext``, adding ``import contextlib`` (where isort puts it) if needed."""
+    function = analysis.local_name_for("contextlib.nullcontext")
+    if function:
+        return function
+    module = analysis.local_name_for("contextlib")
+    if module:
+        return f"{module}.nullcontext"
+    edits.add_import("contextlib")
+    return "contextlib.nullcontext"

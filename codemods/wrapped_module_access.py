@@ -11,7 +11,7 @@ from . import names
 from .analysis import WRAPPER_ATTRIBUTES, ScriptAnalysis, call_method_name, dotted_name, walk
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression
-from .runtime_calls import DDP_CLASS, DDP_MODULE, imported_name, runtime_name
+from .runtime_calls import DDP_CLASS, DDP_MODULE, imported_name, nullcontext_name, runtime_name
 
 #: DDP's own attributes, which stay on the wrapper (should move to the analysis's WRAPPER_ATTRIBUTES).
 DDP_ATTRIBUTES = frozenset(
@@ -420,7 +420,7 @@ torch.save(model.module.state_dict(), "model.pt")
             inner = self._inner(analysis, edits, attribute.value, case.sometimes) if case.kind != "no_sync" else attribute.value
             if case.kind == "no_sync":
                 call = case.node
-                nullcontext = _nullcontext(analysis, edits)
+                nullcontext = nullcontext_name(analysis, edits)
                 fallback = expression('(MODEL.no_sync() if hasattr(MODEL, "no_sync") else ' + nullcontext + "())")
                 assert isinstance(fallback, cst.IfExp)
                 fallback = fallback.with_changes(
@@ -587,15 +587,3 @@ def _in_training_step(analysis: ScriptAnalysis, call: cst.Call) -> bool:
         analysis.is_inside(b, loop) and analysis.enclosing_function(b) is function and analysis.comes_before(call, b)
         for b in analysis.backward_calls
     )
-
-
-def _nullcontext(analysis: ScriptAnalysis, edits: Edits) -> str:
-    """How the file spells ``contextlib.nullcontext`` (adding ``import contextlib`` if needed)."""
-    function = analysis.local_name_for("contextlib.nullcontext")
-    if function:
-        return function
-    module = analysis.local_name_for("contextlib")
-    if module:
-        return f"{module}.nullcontext"
-    edits.add_import("contextlib")
-    return "contextlib.nullcontext"

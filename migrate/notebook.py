@@ -149,9 +149,16 @@ def _script_text(notebook: str, script: str, migrated: str) -> str:
 
 
 def process_notebook_bytes(
-    path: str, data: bytes, rules: Sequence[type[Rule]], options: Options, fix: bool, target: Path | None = None
+    path: str,
+    data: bytes,
+    rules: Sequence[type[Rule]],
+    options: Options,
+    fix: bool,
+    target: Path | None = None,
+    fixable: frozenset[type[Rule]] | None = None,
 ) -> NotebookResult:
     """Lint (or migrate) a notebook's code cells; the migrated script goes to ``target`` (see module docs).
+    ``fixable``: the rules whose fixes may run (``lint --fix`` without ``--unsafe-fixes``), as for a file.
 
     Finding positions stay those of the joined text (:attr:`NotebookResult.extracted` maps them to cells);
     an error line is already given per cell.
@@ -163,7 +170,7 @@ def process_notebook_bytes(
         result.error = f"{path}:1:1: {error}"
         return result
     result.extracted = extracted
-    engine = process(path, extracted.text.encode("utf-8"), rules, options, fix)
+    engine = process(path, extracted.text.encode("utf-8"), rules, options, fix, fixable=fixable)
     result.changes, result.findings, result.notes, result.skipped = engine.changes, engine.findings, engine.notes, engine.skipped
     if engine.error:
         result.error = relocate_error(engine.error, extracted)
@@ -199,10 +206,12 @@ def process_notebook_bytes(
     return result
 
 
-def process_notebook(path: Path, rules: Sequence[type[Rule]], options: Options, fix: bool) -> NotebookResult:
+def process_notebook(
+    path: Path, rules: Sequence[type[Rule]], options: Options, fix: bool, fixable: frozenset[type[Rule]] | None = None
+) -> NotebookResult:
     """Read a notebook file and :func:`process_notebook_bytes` it, its script beside it."""
     try:
         data = path.read_bytes()
     except OSError as error:
         return NotebookResult(path=str(path), original=b"", error=f"{path}:1:1: cannot read: {error.strerror or error}")
-    return process_notebook_bytes(str(path), data, rules, options, fix, target=script_path(path))
+    return process_notebook_bytes(str(path), data, rules, options, fix, target=script_path(path), fixable=fixable)

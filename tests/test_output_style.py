@@ -230,3 +230,32 @@ def test_a_project_line_length_is_used(tmp_path: Path) -> None:
 def test_the_runtime_import_goes_where_isort_puts_it(source: str, expected_imports: str) -> None:
     migrated = migrate(source)
     assert migrated.startswith(expected_imports), migrated
+
+
+def test_rule_examples_keep_sorted_imports_and_the_line_length(tmp_path: Path) -> None:
+    """The rules' own before/after examples (the documentation) follow the same two rules."""
+    if subprocess.run([sys.executable, "-m", "ruff", "--version"], capture_output=True).returncode != 0:
+        pytest.skip("ruff is not installed (it is a test dependency: pip install -e '.[test]')")
+    from ddp_migrate.codemods.base import Example
+
+    files: list[tuple[str, Path, Path]] = []
+    for rule in ALL_RULES:
+        for index, example in enumerate(rule.examples):
+            if isinstance(example, Example) and example.after is not None:
+                before, after = tmp_path / f"{rule.code}_{index}_before.py", tmp_path / f"{rule.code}_{index}_after.py"
+                before.write_text(example.before, encoding="utf-8")
+                after.write_text(example.after, encoding="utf-8")
+                files.append((f"{rule.code} example {index}", before, after))
+    sorted_ok = _ruff_isort(tmp_path, [path for _, before, after in files for path in (before, after)])
+    unsorted = [name for name, before, after in files if sorted_ok[before] and not sorted_ok[after]]
+    assert sum(sorted_ok[before] for _, before, _ in files) >= 20
+    assert not unsorted, f"examples whose imports the fix unsorts: {unsorted}"
+    long_lines = [
+        f"{name}: {line.strip()[:60]}"
+        for name, before, after in files
+        for line in after.read_text(encoding="utf-8").splitlines()
+        if line not in set(before.read_text(encoding="utf-8").splitlines())
+        and len(line) > DEFAULT_LINE_LENGTH
+        and not _unsplittable(line)
+    ]
+    assert not long_lines, "\n".join(long_lines)
