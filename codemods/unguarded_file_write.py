@@ -18,6 +18,8 @@ FILE_HANDLER = frozenset({"logging.FileHandler", "logging.handlers.RotatingFileH
 #: Calls that, reached from a block this rule puts on rank 0, make that guard a deadlock.
 BLOCKING = names.COLLECTIVES | names.RUNTIME_SAVE
 BARRIER = frozenset({names.runtime("barrier")}) | names.distributed("barrier")
+#: ``Path.mkdir`` spelled through the class (``Path.mkdir(p)``, ``pathlib.Path.mkdir(p)``).
+PATH_MKDIR = frozenset({f"pathlib.{cls}.mkdir" for cls in ("Path", "PosixPath", "WindowsPath")})
 
 
 def _write_mode(call: cst.Call) -> bool:
@@ -33,6 +35,40 @@ def _write_mode(call: cst.Call) -> bool:
 
 def _is_false(expr: cst.BaseExpression | None) -> bool:
     return expr is None or (isinstance(expr, cst.Name) and expr.value == "False")
+
+
+def _imported_root(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
+    """Whether the root name of a name or attribute chain is bound by an import where it is used (in an
+    enclosing function or at module level): ``utils`` in ``utils.mkdir``, ``os`` in ``os.path``.
+
+    TODO(analysis): a query of the analysis (``ModuleIndex``'s import table by scope) belongs there.
+    """
+    dotted = dotted_name(node)
+    if dotted is None:
+        return False
+    owner = analysis.shared.analysis_of(node) or analysis
+    root = dotted.partition(".")[0]
+    imports = owner.index.imports
+    for ancestor in owner.ancestors(node):
+        if isinstance(ancestor, cst.FunctionDef) and root in imports.get(ancestor, {}):
+            return True
+    return root in imports.get(None, {})
+
+
+def _path_mkdir(analysis: ScriptAnalysis, call: cst.Call) -> bool:
+    """Whether an ``x.mkdir(...)`` call is ``pathlib.Path.mkdir`` (which takes ``exist_ok``), by what it
+    resolves to: not a function or method of the program (``utils.mkdir(p)``, ``self.mkdir(p)``: the
+    user's helper, whose own folder creation the rule finds in its body), not a function of a module
+    (``utils.mkdir``, ``some_lib.mkdir``: an import whose name no value of the program flows into), but a
+    method on an object (``Path(p).mkdir()``, ``out_dir.mkdir()``, ``args.output_dir.mkdir()``)."""
+    if analysis.call_target(call) is not None:
+        return False
+    if analysis.is_call_to(call, PATH_MKDIR):
+        return True
+    receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
+    if receiver is None:
+        return False
+    return not (_imported_root(analysis, receiver) and not analysis.origins(receiver))
 
 
 def _expression_line(analysis: ScriptAnalysis, call: cst.Call) -> cst.SimpleStatementLine | None:
@@ -64,7 +100,8 @@ class UnguardedFileWrite(Rule):
     What it finds, in training code, outside a condition that flows from the rank (``if rank == 0:``,
     ``if master_process:``, a helper's ``is_main_process()``): every writer of the one table in
     ``names.WRITERS``: ``open(path, "w")`` (also ``"a"``, ``"x"``, ``"wb"``, ...), ``os.mkdir`` /
-    ``os.makedirs`` / ``Path.mkdir`` without ``exist_ok=True``, ``torchvision.utils.save_image``,
+    ``os.makedirs`` / ``Path.mkdir`` without ``exist_ok=True`` (by what the call resolves to: a
+    ``mkdir`` helper of the program, ``utils.mkdir(out)``, is not one, the folder creation in its body is), ``torchvision.utils.save_image``,
     ``savefig`` (``plt`` and figures), ``np.save`` / ``savetxt`` / ``savez``, ``pickle.dump`` / ``json.dump``
     / ``csv`` writers on a file object of their own, ``shutil.copy*`` / ``move``, ``Path.write_text`` /
     ``write_bytes``, a PIL image's ``save``, ``save_pretrained``; ``SummaryWriter(...)``; ``wandb.init``;
@@ -143,6 +180,59 @@ logging.basicConfig(handlers=[logging.FileHandler("train.log", mode="w", delay=T
 loss.backward()
 """,
         ),
+        Example(
+            before="""\
+import os
+from pathlib import Path
+
+
+def mkdir(path):
+    os.makedirs(path)
+
+
+mkdir(args.output_dir)
+Path(args.log_dir).mkdir(parents=True)
+loss.backward()
+""",
+            after="""\
+import os
+from pathlib import Path
+
+
+def mkdir(path):
+    os.makedirs(path, exist_ok=True)
+
+
+mkdir(args.output_dir)
+Path(args.log_dir).mkdir(parents=True, exist_ok=True)
+loss.backward()
+""",
+        ),
+        Valid(
+            """\
+import os
+
+import utils
+
+
+def mkdir(path):
+    os.makedirs(path, exist_ok=True)
+
+
+class Run:
+    def mkdir(self, path):
+        os.makedirs(path, exist_ok=True)
+
+    def start(self, out):
+        self.mkdir(out)
+
+
+mkdir(out)
+utils.mkdir(out)
+Run().start(out)
+loss.backward()
+"""
+        ),
         Valid(
             """\
 import os
@@ -173,6 +263,10 @@ with open("config.yaml") as f:
             method = call_method_name(call)
             receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
             if method in names.WRITER_METHODS:
+                if analysis.call_target(call) is not None:
+                    return None  # a function or method of the program: its body's writes are found there
+                if method == "mkdir" and not _path_mkdir(analysis, call):
+                    return None
                 kind = names.WRITER_METHODS[method]
             elif method == "save" and receiver is not None and any(
                 isinstance(o, cst.Call) and analysis.is_call_to(o, names.PIL_IMAGES) for o in analysis.origins(receiver)
