@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Iterator
 
 import libcst as cst
@@ -9,6 +11,7 @@ import libcst as cst
 from . import names
 from .analysis import LOADER_PARAMETERS, ScriptAnalysis, loader_argument
 from .analysis.loaders import SAMPLING_KEYS, KwargsDict, loader_facts
+from .analysis.ranks import steps_scaled_by_world_size
 from .base import BatchSizePolicy, Change, Example, FixResult, FixSafety, Match, Note, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression, statement, with_keyword
 from .runtime_calls import imported_name, runtime_name
@@ -268,6 +271,14 @@ with torch.no_grad():
                     fixable=False,
                 )
                 continue
+            if loader in facts.shared_factories and not analysis.has_distributed_sampler(loader):
+                yield Match(
+                    loader,
+                    "training DataLoader built by a function that several call sites use (training and evaluation "
+                    "loaders alike?): one sampler here would shard them all; shard only the training loader",
+                    fixable=False,
+                )
+                continue
             if loader not in facts.training_loaders or analysis.has_distributed_sampler(loader):
                 continue
             dataset = loader_argument(loader, "dataset")
@@ -295,12 +306,25 @@ with torch.no_grad():
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         edits = Edits(analysis.module.code)
+        scaled = steps_scaled_by_world_size(analysis) if options.batch_size is BatchSizePolicy.GLOBAL else []
+        kept = ""
+        if scaled:
+            # The program keeps its global batch itself: splitting the batch too would halve it again.
+            home, node, name = scaled[0]
+            kept = f" (batch size kept per process: the program already divides {name} by the world size, line {home.line(node)})"
+            options = dataclasses.replace(options, batch_size=BatchSizePolicy.PER_PROCESS)
         for match in self.matches(analysis):
             loader = match.node
             assert isinstance(loader, cst.Call)
             if not match.fixable:
                 stmt = analysis.statement(loader)
-                if loader in loader_facts(analysis).undecided:
+                if loader in loader_facts(analysis).shared_factories:
+                    edits.todo(
+                        stmt,
+                        "several call sites build their loaders here: give the training one a DistributedSampler "
+                        "(and set_epoch), keep evaluation loaders whole",
+                    )
+                elif loader in loader_facts(analysis).undecided:
                     edits.todo(
                         stmt,
                         "if this loader trains, shard it (DistributedSampler, set_epoch); if it evaluates, keep it whole",
@@ -321,8 +345,19 @@ with torch.no_grad():
                 edits.replace(loader, self._rewrite_kwargs(analysis, edits, loader, dataset_expr, kwargs, options))
             else:
                 edits.replace(loader, self._rewrite(analysis, edits, loader, dataset_expr, options))
-            edits.changes.append(Change(self.code, analysis.line(loader), "DistributedSampler added to the training DataLoader"))
+            edits.changes.append(Change(self.code, analysis.line(loader), "DistributedSampler added to the training DataLoader" + kept))
         return edits.apply(analysis.module) if edits else None
+
+    @staticmethod
+    def _replicas(analysis: ScriptAnalysis, edits: Edits) -> str:
+        """``num_replicas=runtime.world_size(), rank=runtime.rank(), `` when the program sets up its own
+        process group (perhaps only when launched distributed: ``if ddp: init_process_group()``), so the
+        sampler also works as plain ``python`` without one; nothing when the migration adds
+        ``runtime.setup()``, which always makes a group."""
+        if any(module.calls_to(names.RUNTIME_SETUP) for module in analysis.shared.analyses) or not analysis.is_distributed:
+            return ""
+        rt = runtime_name(analysis, edits)
+        return f"num_replicas={rt}.world_size(), rank={rt}.rank(), "
 
     def _rewrite(
         self, analysis: ScriptAnalysis, edits: Edits, loader: cst.Call, dataset: cst.BaseExpression, options: Options
@@ -331,7 +366,7 @@ with torch.no_grad():
         original_dataset = loader_argument(loader, "dataset")
         shuffle = loader_argument(loader, "shuffle")
         shuffle_code = code_of(shuffle.value) if shuffle is not None else "False"
-        sampler = expression(f"{sampler_class}({code_of(dataset)}, shuffle={shuffle_code})")
+        sampler = expression(f"{sampler_class}({code_of(dataset)}, {self._replicas(analysis, edits)}shuffle={shuffle_code})")
         args: list[cst.Arg] = []
         keyword_from = None
         # Arguments keep their commas and the whitespace after them (line breaks, comments): a call laid out
@@ -368,7 +403,7 @@ with torch.no_grad():
         if "shuffle" in keys:
             overrides.append('"shuffle": False')
             shuffle = f'{kwargs.name}.get("shuffle", False)'
-        sampler = f"{sampler_class}({code_of(dataset)}, shuffle={shuffle})"
+        sampler = f"{sampler_class}({code_of(dataset)}, {self._replicas(analysis, edits)}shuffle={shuffle})"
         args: list[cst.Arg] = []
         original_dataset = loader_argument(loader, "dataset")
         sampler_arg = cst.Arg(expression(sampler), keyword=cst.Name("sampler"), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))

@@ -53,6 +53,9 @@ class LoaderFacts:
     evaluated_by_call_site: set[cst.Call] = field(default_factory=set)
     #: Loaders iterated by a conditionally training loop whose call sites do not tell whether they train.
     undecided: set[cst.Call] = field(default_factory=set)
+    #: Training loaders built by a function that several call sites use (``create_loader(ds, is_training)``
+    #: for the training and the evaluation set): one sampler there would shard every one of them.
+    shared_factories: set[cst.Call] = field(default_factory=set)
     training_loaders: set[cst.Call] = field(default_factory=set)
     evaluation_loaders: set[cst.Call] = field(default_factory=set)
 
@@ -77,9 +80,13 @@ class LoaderFacts:
         self.evaluated_by_call_site -= training
         self.undecided -= training | self.evaluated_by_call_site
         training |= self.iterator_training
+        self.shared_factories = {call for call in training if _built_for_several_callers(a, call)}
+        training -= self.shared_factories
         self.training_loaders = training
         iterated = {call for loop in a.program_loader_loops for call in loop.loader_calls}
-        self.evaluation_loaders = (iterated | set(self.dict_loaders)) - training - self.undecided - self.dict_training
+        self.evaluation_loaders = (
+            (iterated | set(self.dict_loaders)) - training - self.undecided - self.dict_training - self.shared_factories
+        )
 
     # ------------------------------------------------------------------ loaders in dicts
 
@@ -178,6 +185,21 @@ def loader_facts(analysis: ScriptAnalysis) -> LoaderFacts:
 
 
 # ---------------------------------------------------------------------------- helpers
+
+
+def _built_for_several_callers(analysis: ScriptAnalysis, loader: cst.Call) -> bool:
+    """Whether a loader is the value a function returns and more than one call site (in any module)
+    runs that function: each call site gets its own loader from the same ``DataLoader(...)``."""
+    home = analysis.shared.analysis_of(loader) or analysis
+    function = home.enclosing_function(loader)
+    if function is None:
+        return False
+    returned = any(
+        loader in home.origins(node.value)
+        for node in walk(function)
+        if isinstance(node, cst.Return) and node.value is not None and home.enclosing_function(node) is function
+    )
+    return returned and len(home.callers_of(function)) > 1
 
 
 def _dict_container(analysis: ScriptAnalysis, loader: cst.Call) -> cst.CSTNode | None:

@@ -546,6 +546,76 @@ class RankFacts:
         return self.zero_side(test)
 
 
+#: Calls whose value is the number of processes.
+WORLD_SIZE_CALLS = names.distributed("get_world_size") | {names.runtime("world_size")}
+
+
+def is_world_size(analysis: ScriptAnalysis, expr: cst.BaseExpression, depth: int = 0) -> bool:
+    """Whether a value is the number of processes: ``WORLD_SIZE`` read from the environment,
+    ``dist.get_world_size()``, the runtime's ``world_size()``, through ``int(...)`` and assignments
+    (``ddp_world_size = int(os.environ["WORLD_SIZE"])``)."""
+    if depth > 4:
+        return False
+    if isinstance(expr, cst.Call):
+        if analysis.is_call_to(expr, WORLD_SIZE_CALLS):
+            return True
+        if isinstance(expr.func, cst.Name) and expr.func.value in ("int", "float") and len(expr.args) == 1:
+            return is_world_size(analysis, expr.args[0].value, depth + 1)
+    if any(isinstance(n, cst.SimpleString) and n.evaluated_value == "WORLD_SIZE" for n in walk(expr)):
+        return True
+    if isinstance(expr, (cst.Name, cst.Attribute)):
+        sources = [s for s in legacy_facts(analysis).sources(expr) if s is not expr and isinstance(s, cst.BaseExpression)]
+        return any(is_world_size(analysis, source, depth + 1) for source in sources)
+    return False
+
+
+def steps_scaled_by_world_size(analysis: ScriptAnalysis) -> list[tuple[ScriptAnalysis, cst.CSTNode, str]]:
+    """Where the program itself divides its steps by the number of processes so that all of them together
+    keep the original global batch (nanoGPT's ``gradient_accumulation_steps //= ddp_world_size``): a name
+    divided by the world size that then counts steps (in ``range(...)``, after ``%``) or is a loader's batch
+    size. The module, the division, the name. A division of a metric (``loss / world_size``) is not one."""
+    return analysis.derived("steps_scaled_by_world_size", _steps_scaled)
+
+
+def _steps_scaled(analysis: ScriptAnalysis) -> list[tuple[ScriptAnalysis, cst.CSTNode, str]]:
+    found: list[tuple[ScriptAnalysis, cst.CSTNode, str]] = []
+    for module in analysis.shared.analyses:
+        divided: list[tuple[cst.CSTNode, str]] = []
+        for node in walk(module.module):
+            if isinstance(node, cst.AugAssign) and isinstance(node.operator, (cst.DivideAssign, cst.FloorDivideAssign)):
+                name = dotted_name(node.target)
+                if name and is_world_size(module, node.value):
+                    divided.append((node, name))
+            elif isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.value, cst.BinaryOperation):
+                value, name = node.value, dotted_name(node.targets[0].target)
+                if name and isinstance(value.operator, (cst.Divide, cst.FloorDivide)) and is_world_size(module, value.right):
+                    divided.append((node, name))
+        if divided:
+            counted = _step_counts(module)
+            found.extend((module, node, name) for node, name in divided if name in counted)
+    return found
+
+
+def _step_counts(analysis: ScriptAnalysis) -> set[str]:
+    """Names that count steps or batches in a module: in ``range(...)``, on the right of ``%``, or a loader's
+    ``batch_size``."""
+    counted: set[str] = set()
+    for node in walk(analysis.module):
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "range":
+            counted.update(n for arg in node.args for n in [dotted_name(arg.value)] if n)
+        elif isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo):
+            name = dotted_name(node.right)
+            if name:
+                counted.add(name)
+    for loader in analysis.loader_calls:
+        for arg in loader.args:
+            if arg.keyword is not None and arg.keyword.value == "batch_size":
+                name = dotted_name(arg.value)
+                if name:
+                    counted.add(name)
+    return counted
+
+
 def _has_or(test: cst.BaseExpression) -> bool:
     """Whether a test combines tests with ``or`` (looking through ``and`` and ``not``)."""
     if isinstance(test, cst.BooleanOperation):

@@ -966,10 +966,32 @@ class ScriptAnalysis:
         loader_set = set(self.program_loader_calls)
         for loop in self.for_loops:
             expr = self._through_wrapper_variables(unwrap_iterable(loop.iter), loop)
-            found = frozenset(o for o in self.origins(expr) if o in loader_set)
+            for _ in range(4):  # wrappers around wrappers: log_every(tqdm(loader))
+                found = frozenset(o for o in self.origins(expr) if o in loader_set)
+                inner = self._iterated_argument(expr, loader_set) if not found and isinstance(expr, cst.Call) else None
+                if inner is None:
+                    break
+                expr = unwrap_iterable(inner)
             if found:
                 loops.append(LoaderLoop(loop, expr, found, self.reaches_backward(loop.body)))  # type: ignore[arg-type]
         return loops
+
+    def _iterated_argument(self, call: cst.Call, loader_set: set[cst.Call]) -> cst.BaseExpression | None:
+        """The argument a wrapper call iterates, when a loop iterates the call: a function of the program that
+        loops over one of its parameters (``def log_every(iterable, freq): for obj in iterable: yield obj``),
+        the argument bound to that parameter; a call the analysis cannot follow, the one argument that
+        holds a data loader (what else would it iterate)."""
+        function = self._call_targets.get(call)
+        home = self.shared.analysis_of(function) if function is not None else None
+        if function is not None and home is not None:
+            for param, value in self._bound_arguments(call, function):
+                for loop in home.for_loops:
+                    iterated = unwrap_iterable(loop.iter)
+                    if isinstance(iterated, cst.Name) and iterated.value == param and home.enclosing_function(loop) is function:
+                        return value
+            return None
+        holding = [arg.value for arg in call.args if any(o in loader_set for o in self.origins(arg.value))]
+        return holding[0] if len(holding) == 1 else None
 
     def _through_wrapper_variables(self, expr: cst.BaseExpression, loop: cst.For) -> cst.BaseExpression:
         """``loader`` for ``pbar`` when the same function did ``pbar = tqdm(loader, ...)``.
