@@ -79,6 +79,9 @@ class Options:
     #: The module migrated code imports the runtime from: the installed package (default), or a module
     #: written beside the program (``--runtime vendor``: ``ddp_runtime``) so training needs only torch.
     runtime_module: str = "ddp_migrate.runtime"
+    #: Leave a ``# TODO(ddp-migrate): ...`` comment above every statement a finding leaves to a human (the
+    #: migration does; ``lint --fix`` does not).
+    review_todos: bool = False
 
 
 @dataclass(frozen=True)

@@ -134,42 +134,48 @@ plain = DDP(nn.Linear(4, 4))
         ),
     )
 
-    def _batchnorm_classes(self, analysis: ScriptAnalysis) -> dict[str, cst.ClassDef]:
-        """Classes of the file that hold BatchNorm layers, directly or through other classes of the file."""
-        classes = {c.name.value: c for c in analysis.classes}
-        found: dict[str, cst.ClassDef] = {}
-        for call in analysis.calls_to(names.BATCH_NORM):
-            owner = analysis.enclosing_class(call)
-            if owner is not None:
-                found[owner.name.value] = owner
+    def _batchnorm_classes(self, analysis: ScriptAnalysis) -> set[cst.ClassDef]:
+        """Classes of the program (any module) that hold BatchNorm layers, directly or through other
+        classes of the program they build (``self.block = Block()``, ``Block`` in another module)."""
+        found: set[cst.ClassDef] = set()
+        for module in analysis.shared.analyses:
+            for call in module.calls_to(names.BATCH_NORM):
+                owner = module.enclosing_class(call)
+                if owner is not None:
+                    found.add(owner)
+        classes = [cls for module in analysis.shared.analyses for cls in module.classes]
         changed = True
         while changed:
             changed = False
-            for name, cls in classes.items():
-                if name not in found and any(
-                    isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value in found for n in walk(cls)
-                ):
-                    found[name] = cls
+            for cls in classes:
+                if cls not in found and any(self._built_class(analysis, n) in found for n in walk(cls) if isinstance(n, cst.Call)):
+                    found.add(cls)
                     changed = True
         return found
 
-    def _batchnorm_source(self, analysis: ScriptAnalysis, origin: cst.CSTNode, classes: dict[str, cst.ClassDef]) -> str | None:
+    @staticmethod
+    def _built_class(analysis: ScriptAnalysis, call: cst.Call) -> cst.ClassDef | None:
+        """The class of the program a call constructs (``Net()``, ``models.Net()``, an imported ``Net``)."""
+        return analysis.shared.constructed.get(call)
+
+    def _batchnorm_source(self, analysis: ScriptAnalysis, origin: cst.CSTNode, classes: set[cst.ClassDef]) -> str | None:
         """What makes a model origin hold BatchNorm layers (a class name, or the layer), if anything."""
         if not isinstance(origin, cst.Call):
             return None
-        if isinstance(origin.func, cst.Name) and origin.func.value in classes:
-            return origin.func.value
         for node in walk(origin):
-            if isinstance(node, cst.Call) and analysis.is_call_to(node, names.BATCH_NORM):
+            if not isinstance(node, cst.Call):
+                continue
+            if analysis.is_call_to(node, names.BATCH_NORM):
                 return dotted_name(node.func) or "BatchNorm"
-            if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in classes:
-                return node.func.value
+            built = self._built_class(analysis, node)
+            if built is not None and built in classes:
+                return built.name.value
         return None
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
         classes = self._batchnorm_classes(analysis)
         if not classes and not analysis.calls_to(names.BATCH_NORM):
-            return
+            return  # nothing in the program builds a BatchNorm layer
         for wrap in analysis.calls_to(names.DISTRIBUTED_DATA_PARALLEL):
             arg = wrapped_module(wrap)
             if arg is None:

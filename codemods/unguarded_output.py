@@ -120,7 +120,8 @@ if master_process:
                 yield Match(call, "print runs on every process: print on rank 0 only (runtime.print0)")
             elif analysis.is_call_to(call, names.TQDM) and not any(a.keyword and a.keyword.value == "disable" for a in call.args):
                 yield Match(call, "progress bar drawn by every process: disable it off rank 0")
-        if not analysis.calls_to(names.RUNTIME_SILENCE_LOGGING):
+        # One silence_non_main_logging() (the entry's, after setup) quiets the logging of every module.
+        if not any(module.calls_to(names.RUNTIME_SILENCE_LOGGING) for module in analysis.shared.analyses):
             logging_calls = [c for c in analysis.logging_calls if facts.guard(c) is None]
             if logging_calls:
                 yield Match(

@@ -17,6 +17,7 @@ import libcst as cst
 from ddp_migrate.codemods.analysis import ScriptAnalysis
 from ddp_migrate.codemods.analysis.program import ModuleInfo, Program
 from ddp_migrate.codemods.base import Change, Finding, Note, Options, Rule
+from ddp_migrate.codemods.edits import TODO_PREFIX
 
 from .layout import line_length_for, wrap_new_lines
 from .noqa import noqa_comments, suppress
@@ -375,6 +376,8 @@ def process(
             analysis = analyse(module, is_entry, options)
         result.findings = suppress(find_all(analysis, rules), analysis.module.code)
         result.notes = collect_notes(analysis, rules, options) if fix else []
+        if fix and options.review_todos:
+            add_review_todos(result)
         if fix and result.new_text != source.text:
             lay_out(result)
             verify_output(result.new_text)
@@ -444,6 +447,8 @@ def process_program(
             result.findings = suppress(find_all(analysis, rules, text), analysis.module.code)
             result.notes = collect_notes(analysis, rules, options) if fix and by_path[path].migrate else []
             result.new_text = program.module(path).code
+            if fix and options.review_todos and by_path[path].migrate:
+                add_review_todos(result)
             if result.new_text != result.text:
                 lay_out(result)
                 verify_output(result.new_text)
@@ -454,6 +459,71 @@ def process_program(
             result.error = f"{path}:{error.line}:{error.column}: {error.message}"
             result.output, result.changes, result.new_text = None, [], result.text
     return [results[file.path] for file in files]
+
+
+def add_review_todos(result: FileResult) -> None:
+    """A ``# TODO(ddp-migrate): <message>`` comment above the statement of every finding the migration
+    leaves to a human, unless a TODO of the tool already stands there (a rule's own, or one from an earlier
+    run); findings and notes move down with the lines."""
+    if not result.findings:
+        return
+    lines = result.new_text.splitlines(keepends=True)
+    try:
+        tree = ast.parse(result.new_text)
+    except SyntaxError:
+        return
+    inserted: dict[int, list[str]] = {}
+    for finding in result.findings:
+        start = _statement_start(tree, finding.line, finding.column)
+        if start is None:
+            continue
+        above = start - 2  # the comment lines right above the statement (0-based)
+        while above >= 0 and lines[above].lstrip().startswith("#") and TODO_PREFIX.strip() not in lines[above]:
+            above -= 1
+        if above >= 0 and TODO_PREFIX.strip() in lines[above]:
+            continue
+        first = lines[start - 1]
+        indent = first[: len(first) - len(first.lstrip())]
+        comment = f"{indent}{TODO_PREFIX}{finding.message}\n"
+        if comment not in inserted.setdefault(start, []):
+            inserted[start].append(comment)
+    if not inserted:
+        return
+    out: list[str] = []
+    shift: list[int] = []
+    for number, line in enumerate(lines, 1):
+        out.extend(inserted.get(number, []))
+        shift.append(len(out) + 1 - number)
+        out.append(line)
+    result.new_text = "".join(out)
+    moved = lambda line: line + shift[line - 1] if 0 < line <= len(shift) else line  # noqa: E731
+    result.findings = [replace(f, line=moved(f.line), end_line=moved(f.end_line)) for f in result.findings]
+    result.notes = [replace(n, line=moved(n.line)) for n in result.notes]
+
+
+def _statement_start(tree: ast.Module, line: int, column: int) -> int | None:
+    """The first line (decorators included) of the innermost statement at a position."""
+    found: ast.stmt | None = None
+    body: list[ast.stmt] = tree.body
+    while True:
+        inner = next(
+            (
+                s
+                for s in body
+                if (s.lineno, s.col_offset) <= (line, column) <= (s.end_lineno or s.lineno, s.end_col_offset or 0)
+            ),
+            None,
+        )
+        if inner is None:
+            break
+        found = inner
+        body = [child for field in ("body", "orelse", "finalbody", "handlers") for child in getattr(inner, field, []) if isinstance(child, ast.stmt)]
+        body += [s for handler in getattr(inner, "handlers", []) for s in handler.body]
+        body += [s for case in getattr(inner, "cases", []) for s in case.body]
+    if found is None:
+        return None
+    decorators = getattr(found, "decorator_list", [])
+    return min([found.lineno, *(d.lineno for d in decorators)])
 
 
 def lay_out(result: FileResult) -> None:

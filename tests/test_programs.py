@@ -229,3 +229,22 @@ def test_each_module_is_indexed_once_per_change() -> None:
     key = str(unit.paths[1])
     program.replace(key, cst.parse_module(program.module(key).code + "\nX = 1\n"))
     assert program.index_builds == len(modules) + 1
+
+
+def test_batchnorm_in_a_model_class_of_another_module_is_synced(tmp_path: Path) -> None:
+    (tmp_path / "models.py").write_text(
+        "import torch.nn as nn\n\n\n"
+        "class Block(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.bn = nn.BatchNorm1d(4)\n\n\n"
+        "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.block = Block()\n"
+    )
+    (tmp_path / "train.py").write_text(
+        "import torch\nfrom torch.utils.data import DataLoader\n\nfrom models import Net\n\n\n"
+        "def main():\n    loader = DataLoader(data, batch_size=8, shuffle=True)\n    model = Net()\n"
+        "    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for epoch in range(2):\n        for x, y in loader:\n            model(x).sum().backward()\n            opt.step()\n\n\n"
+        'if __name__ == "__main__":\n    main()\n'
+    )
+    result = CliRunner().invoke(cli, ["migrate", str(tmp_path / "train.py")])
+    assert "DDP030" in result.output, result.output
+    train = (tmp_path / "train.py").read_text()
+    assert train.index("model = runtime.convert_sync_batchnorm(model)") < train.index("DistributedDataParallel(model")
