@@ -21,9 +21,10 @@ from ddp_migrate.codemods.analysis.project import (
     scan,
     search_roots,
 )
-from ddp_migrate.codemods.base import Note, Options, Rule
+from ddp_migrate.codemods.base import Finding, Note, Options, Rule
 
-from .engine import FileResult, ProgramFile, process, process_program
+from .engine import FileResult, ProgramFile, could_match, process, process_program
+from .noqa import UnknownNoqaCode, suppress, unknown_codes
 from .source import SourceError, decode
 
 RulesFor = Callable[[Path], Sequence[type[Rule]]]
@@ -60,15 +61,50 @@ def _read_text(path: Path) -> str | None:
 
 
 class _Scanner:
-    """The cheap ``ast`` scan of every file the plan touches, done once per file (only its facts are kept)."""
+    """The cheap ``ast`` scan of every file the plan touches, done once per file (only its facts are kept).
+
+    It also remembers, for the length of one plan, what the plan asks again and again of the file system:
+    resolved paths, which files are tests and the package ``__init__.py`` files above a folder.
+    """
 
     def __init__(self) -> None:
         self.facts: dict[Path, SourceFacts | None] = {}
         self.texts: dict[Path, str | None] = {}
+        self._resolved: dict[Path, Path] = {}
+        self._tests: dict[Path, bool] = {}
+        self._inits: dict[Path, tuple[Path, ...]] = {}
+
+    def resolve(self, path: Path) -> Path:
+        """``path.resolve()``, asked of the file system once per path."""
+        found = self._resolved.get(path)
+        if found is None:
+            found = self._resolved[path] = path.resolve()
+            self._resolved[found] = found
+        return found
+
+    def is_test(self, path: Path) -> bool:
+        """:func:`is_test_file`, once per file."""
+        key = self.resolve(path)
+        found = self._tests.get(key)
+        if found is None:
+            found = self._tests[key] = is_test_file(key)
+        return found
+
+    def package_inits(self, folder: Path) -> tuple[Path, ...]:
+        """The resolved ``__init__.py`` of ``folder`` and of every package folder above it, innermost first."""
+        found = self._inits.get(folder)
+        if found is None:
+            init = folder / "__init__.py"
+            if init.is_file() and folder.parent != folder:
+                found = (self.resolve(init), *self.package_inits(folder.parent))
+            else:
+                found = ()
+            self._inits[folder] = found
+        return found
 
     def text(self, path: Path) -> str | None:
         """The file's text, read once; dropped again once the file is scanned."""
-        key = path.resolve()
+        key = self.resolve(path)
         if key in self.facts:
             return None
         if key not in self.texts:
@@ -76,7 +112,7 @@ class _Scanner:
         return self.texts[key]
 
     def __call__(self, path: Path) -> SourceFacts | None:
-        key = path.resolve()
+        key = self.resolve(path)
         if key not in self.facts:
             text = self.texts.pop(key, None) if key in self.texts else _read_text(key)
             self.facts[key] = scan(key, text) if text is not None else None
@@ -86,7 +122,7 @@ class _Scanner:
 def _closure(entry: Path, scanner: _Scanner) -> list[Path]:
     """The entry and every local module it imports, directly or through other local modules."""
     roots = search_roots(entry)
-    order = [entry.resolve()]
+    order = [scanner.resolve(entry)]
     seen = set(order)
     queue = list(order)
     while queue and len(order) <= MAX_PROGRAM_MODULES:
@@ -94,29 +130,24 @@ def _closure(entry: Path, scanner: _Scanner) -> list[Path]:
         facts = scanner(current)
         if facts is None or not facts.parsed:
             continue
-        for imported in [*resolve_imports(facts, roots), *_packages_of(current)]:
-            if imported not in seen and not is_test_file(imported):
+        for imported in [*resolve_imports(facts, roots), *_packages_of(current, scanner)]:
+            if imported not in seen and not scanner.is_test(imported):
                 seen.add(imported)
                 order.append(imported)
                 queue.append(imported)
     return order
 
 
-def _packages_of(path: Path) -> list[Path]:
+def _packages_of(path: Path, scanner: _Scanner | None = None) -> list[Path]:
     """The ``__init__.py`` of every package the file sits in: importing the file runs them."""
-    found = []
-    folder = path.parent
-    while (folder / "__init__.py").is_file() and folder.parent != folder:
-        if folder / "__init__.py" != path:
-            found.append((folder / "__init__.py").resolve())
-        folder = folder.parent
-    return found
+    inits = (scanner or _Scanner()).package_inits(path.parent)
+    return [init for init in inits if init != path]
 
 
-def _is_entry(path: Path, facts: SourceFacts | None, imported: set[Path]) -> bool:
-    if facts is None or not facts.parsed or is_test_file(path):
+def _is_entry(path: Path, facts: SourceFacts | None, imported: set[Path], scanner: _Scanner) -> bool:
+    if facts is None or not facts.parsed or scanner.is_test(path):
         return False
-    return facts.has_main_guard or (facts.works_at_module_level and path.resolve() not in imported)
+    return facts.has_main_guard or (facts.works_at_module_level and scanner.resolve(path) not in imported)
 
 
 def plan(files: Sequence[Path], follow_imports: bool = True) -> list[Unit]:
@@ -143,7 +174,7 @@ def plan(files: Sequence[Path], follow_imports: bool = True) -> list[Unit]:
             closure = _closure(resolved, scanner)
             imported.update(closure[1:])
             closures[resolved] = closure
-    entries = [r for r in candidates if _is_entry(r, scanner(r), imported)]
+    entries = [r for r in candidates if _is_entry(r, scanner(r), imported, scanner)]
     # Only a program that trains is worth analysing as a whole; the others (a library's scripts and
     # examples) are processed file by file, which keeps the units of a large tree small.
     for entry in entries:
@@ -184,7 +215,7 @@ def plan(files: Sequence[Path], follow_imports: bool = True) -> list[Unit]:
         if facts is not None and not facts.parsed:
             units.append(Unit(paths=(path,), migrate=frozenset({path}), entry=path))
             continue
-        why = "a test file" if is_test_file(resolved) else "a module no entry script reaches (migrate the script that runs it)"
+        why = "a test file" if scanner.is_test(resolved) else "a module no entry script reaches (migrate the script that runs it)"
         units.append(Unit(paths=(path,), why_not=why))
     return units
 
@@ -197,6 +228,29 @@ def read_result(path: Path) -> tuple[bytes | None, FileResult | None]:
         return None, FileResult(path=str(path), original=b"", error=f"{path}:1:1: cannot read: {error.strerror or error}")
 
 
+def _lint_text_only(path: Path, data: bytes, rules: Sequence[type[Rule]], options: Options, is_entry: bool) -> FileResult | None:
+    """Lint (no fix) a file whose only rule past the pre-parse check reads the text alone, without libcst.
+
+    ``DDP100 unknown-noqa-code`` reads nothing but the noqa comments of the source (which libcst gives
+    back unchanged), so when it is the only rule whose trigger words occur the file needs no parse and
+    no analysis: the result is the engine's for a file the text check skips (decoded, syntax checked)
+    with that rule's findings. ``None`` when another rule may match: the engine does the whole work.
+    """
+    try:
+        text = decode(data).text
+    except SourceError:
+        return None  # the engine reports it
+    live = [rule for rule in rules if could_match(text, (rule,))]
+    if not live or any(rule is not UnknownNoqaCode for rule in live):
+        return None
+    result = process(str(path), data, (), options, fix=False, is_entry=is_entry)
+    if result.error:
+        return result
+    result.skipped = False
+    result.findings = suppress(sorted(unknown_codes(result.text), key=Finding.sort_key), result.text)
+    return result
+
+
 def process_unit(
     unit: Unit, rules_for: RulesFor, options: Options, fix: bool, fixable: frozenset[type[Rule]] | None = None
 ) -> list[FileResult]:
@@ -207,7 +261,9 @@ def process_unit(
         data, failed = read_result(path)
         if failed is not None:
             return [failed]
-        result = process(str(path), data, tuple(rules_for(path)), options, fix=False, is_entry=False)  # type: ignore[arg-type]
+        result = _lint_text_only(path, data, tuple(rules_for(path)), options, is_entry=False)
+        if result is None:
+            result = process(str(path), data, tuple(rules_for(path)), options, fix=False, is_entry=False)  # type: ignore[arg-type]
         if fix and not result.error:
             result.notes.append(Note("program", 1, f"not migrated: {unit.why_not}"))
         return [result]
@@ -216,7 +272,11 @@ def process_unit(
         data, failed = read_result(path)
         if failed is not None:
             return [failed]
-        return [process(str(path), data, tuple(rules_for(path)), options, fix and path in unit.migrate, fixable=fixable)]  # type: ignore[arg-type]
+        rules = tuple(rules_for(path))
+        result = None if fix else _lint_text_only(path, data, rules, options, is_entry=True)
+        if result is None:
+            result = process(str(path), data, rules, options, fix and path in unit.migrate, fixable=fixable)  # type: ignore[arg-type]
+        return [result]
     names = dict(unit.names)
     files: list[ProgramFile] = []
     failures: list[FileResult] = []

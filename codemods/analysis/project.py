@@ -112,6 +112,8 @@ def scan(path: Path, text: str) -> SourceFacts:
         return SourceFacts(path, False)
     # The tree itself is not kept: a plan over a large tree would hold every file's tree at once.
     facts = SourceFacts(path, True, trains=".backward(" in text or "DataParallel" in text)
+    # A call is named in the text: without any of these words no assignment can train or wrap.
+    may_train = any(name in text for name in TRAINING_CALLS)
     for stmt in tree.body:
         if isinstance(stmt, ast.If) and _is_main_test(stmt.test):
             facts.has_main_guard = True
@@ -119,7 +121,7 @@ def scan(path: Path, text: str) -> SourceFacts:
             isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
         ):
             facts.works_at_module_level = True
-        elif isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None and _trains_or_wraps(stmt.value):
+        elif may_train and isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None and _trains_or_wraps(stmt.value):
             facts.works_at_module_level = True  # ``model = nn.DataParallel(model)`` at module level
     for node in _statements(tree.body):
         if isinstance(node, ast.Import):
@@ -196,10 +198,13 @@ def resolve_imports(facts: SourceFacts, roots: tuple[Path, ...], package_dir: Pa
     """The local files a file imports: modules and packages found under the roots (relative imports
     under the file's own package folder), with ``from pkg import mod`` reaching ``pkg/mod.py``."""
     found: list[Path] = []
-    here = package_dir or facts.path.resolve().parent
+    seen: set[Path] = set()
+    own = facts.path.resolve()
+    here = package_dir or own.parent
 
     def add(path: Path | None) -> None:
-        if path is not None and path not in found and path != facts.path.resolve():
+        if path is not None and path not in seen and path != own:
+            seen.add(path)
             found.append(path)
 
     for module, level, names in facts.imports:

@@ -1,0 +1,116 @@
+"""The work a large lint skips (issue 11): the same results, less parsing and less hand-out.
+
+- A file whose only rule past the text check is ``DDP100 unknown-noqa-code`` is linted from its text,
+  without libcst: its findings, errors and role are the engine's.
+- The runner hands each worker the rules of its own unit only, largest units first; the results are
+  the same whatever the number of workers.
+- The plan's per-run caches give the same units as before.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ddp_migrate.codemods.base import Options
+from ddp_migrate.engine import process
+from ddp_migrate.program import Unit, plan, process_unit
+from ddp_migrate.registry import all_rules
+from ddp_migrate.runner import largest_first, run
+
+RULES = all_rules()
+
+NOQA_ONLY = """\
+def helper(x):
+    return x + 1  # noqa: DDP999
+
+
+value = helper(2)  # noqa: DDP07, E501
+other = 3  # noqa
+typo = 4  # NOQA: ddp1000
+"""
+
+NOQA_AND_RULE = """\
+import torch
+model = torch.nn.DataParallel(torch.nn.Linear(2, 2))  # noqa: DDP999
+"""
+
+BROKEN = "def f(:\n    pass  # noqa: DDP999\n"
+
+
+def _unit_result(path: Path, entry: bool, fix: bool = False):
+    unit = Unit(paths=(path,), migrate=frozenset({path}), entry=path) if entry else Unit(paths=(path,), why_not="x")
+    return process_unit(unit, lambda _p: RULES, Options(), fix)[0]
+
+
+@pytest.mark.parametrize("entry", [False, True])
+@pytest.mark.parametrize("source", [NOQA_ONLY, NOQA_AND_RULE, BROKEN, "x = 1\n"])
+def test_text_only_lint_gives_the_engines_result(tmp_path: Path, source: str, entry: bool) -> None:
+    path = tmp_path / "mod.py"
+    path.write_text(source)
+    ours = _unit_result(path, entry)
+    engine = process(str(path), path.read_bytes(), RULES, Options(), fix=False, is_entry=entry)
+    assert ours.findings == engine.findings
+    assert ours.error == engine.error
+    assert ours.role == engine.role
+    assert ours.skipped == engine.skipped
+    assert ours.output == engine.output
+
+
+def test_text_only_lint_reports_unknown_codes(tmp_path: Path) -> None:
+    path = tmp_path / "mod.py"
+    path.write_text(NOQA_ONLY)
+    found = _unit_result(path, entry=False).findings
+    assert [(f.code, f.line) for f in found] == [("DDP100", 2), ("DDP100", 5), ("DDP100", 7)]
+
+
+def test_largest_first_is_stable(tmp_path: Path) -> None:
+    sizes = {"a.py": 10, "b.py": 300, "c.py": 10, "d.py": 50}
+    units = []
+    for name, size in sizes.items():
+        (tmp_path / name).write_text("#" * size)
+        units.append(Unit(paths=(tmp_path / name,)))
+    missing = Unit(paths=(tmp_path / "gone.py",))
+    ordered = largest_first([*units, missing])
+    assert [u.paths[0].name for u in ordered] == ["b.py", "d.py", "a.py", "c.py", "gone.py"]
+
+
+def _tree(root: Path) -> list[Path]:
+    files = {
+        "train.py": "import torch\nfrom helpers import build\nmodel = torch.nn.DataParallel(build())\nif __name__ == '__main__':\n    loss.backward()\n",
+        "helpers.py": "import torch\ndef build():\n    return torch.nn.Linear(2, 2).cuda()\n",
+        "lib/__init__.py": "",
+        "lib/comm.py": "import torch.distributed as dist\nif dist.get_rank() == 0:\n    dist.barrier()\n",
+        "lib/notes.py": "x = 1  # noqa: DDP999\n",
+        "tests/test_it.py": "import os\nrank = os.environ['RANK']\n",
+        "bad.py": "def f(:\n",
+    }
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return sorted(root / name for name in files)
+
+
+def _key(result):
+    return (result.path, result.error, result.role, result.entry, [(f.code, f.line, f.column, f.message) for f in result.findings])
+
+
+@pytest.mark.parametrize("fix", [False, True])
+def test_results_do_not_depend_on_the_number_of_workers(tmp_path: Path, fix: bool) -> None:
+    files = _tree(tmp_path)
+    one = sorted(map(_key, run(files, RULES, Options(), fix, jobs=1)))
+    two = sorted(map(_key, run(files, RULES, Options(), fix, jobs=2)))
+    assert one == two
+    assert {r[0] for r in one} == {str(f) for f in files}
+
+
+def test_plan_groups_a_program_and_leaves_the_rest_alone(tmp_path: Path) -> None:
+    files = _tree(tmp_path)
+    units = plan(files)
+    programs = [u for u in units if len(u.paths) > 1]
+    assert [[p.name for p in u.paths] for u in programs] == [["train.py", "helpers.py"]]
+    lone = {u.paths[0].name: u for u in units if len(u.paths) == 1}
+    assert lone["test_it.py"].why_not == "a test file"
+    assert lone["comm.py"].entry is None
+    assert lone["notes.py"].entry is None
