@@ -354,6 +354,10 @@ def main() -> int:
         for flag in ("--version", "--help"):
             times = [timed(tool + [flag])[0] for _ in range(5)]
             row("4", f"start-up: ddp-migrate {flag}, median of 5", f"{statistics.median(times):.2f} s", "<= 0.2 s")
+        # The floor on this machine right now (interpreter and site start-up): judges the two lines above
+        # when other work loads the machine.
+        times = [timed([python, "-c", "pass"])[0] for _ in range(5)]
+        row("4", "reference: the interpreter alone (python -c pass), median of 5", f"{statistics.median(times):.2f} s")
         target = package if not args.quick else corpus
         after, code = interrupt(tool + ["lint", str(target), "-j", "2"])
         row("4", f"Ctrl-C: SIGINT to lint -j 2 of {'the torch package' if not args.quick else 'the quick corpus'} after 1 s, time to exit",
