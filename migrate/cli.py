@@ -330,6 +330,7 @@ def migrate_command(
     if snapshot_every is not None and not elastic:
         _fail("--snapshot-every needs --elastic")
     extra: dict[str, Any] = {"elastic": True, "snapshot_every": snapshot_every} if elastic else {}
+    extra["review_todos"] = True  # what is left to a human is marked in the code too
     if runtime == "vendor":
         extra["runtime_module"] = VENDORED_RUNTIME
     settings = resolve_settings(flags, batch_size, extra)

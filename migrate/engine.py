@@ -16,7 +16,7 @@ import libcst as cst
 
 from ddp_migrate.codemods.analysis import ScriptAnalysis
 from ddp_migrate.codemods.analysis.program import ModuleInfo, Program
-from ddp_migrate.codemods.base import Change, Finding, Note, Options, Rule
+from ddp_migrate.codemods.base import Change, Finding, Note, Options, Rule, Severity
 from ddp_migrate.codemods.edits import TODO_PREFIX
 
 from .layout import line_length_for, wrap_new_lines
@@ -463,7 +463,7 @@ def process_program(
 
 def add_review_todos(result: FileResult) -> None:
     """A ``# TODO(ddp-migrate): <message>`` comment above the statement of every finding the migration
-    leaves to a human, unless a TODO of the tool already stands there (a rule's own, or one from an earlier
+    leaves to a human (advice, severity ``info``, aside), unless a TODO of the tool already stands there (a rule's own, or one from an earlier
     run); findings and notes move down with the lines."""
     if not result.findings:
         return
@@ -474,6 +474,8 @@ def add_review_todos(result: FileResult) -> None:
         return
     inserted: dict[int, list[str]] = {}
     for finding in result.findings:
+        if finding.severity is Severity.INFO:
+            continue  # advice (an unreduced metric on display), not a change the program needs
         start = _statement_start(tree, finding.line, finding.column)
         if start is None:
             continue
@@ -484,7 +486,7 @@ def add_review_todos(result: FileResult) -> None:
             continue
         first = lines[start - 1]
         indent = first[: len(first) - len(first.lstrip())]
-        comment = f"{indent}{TODO_PREFIX}{finding.message}\n"
+        comment = f"{indent}{TODO_PREFIX}{' '.join(finding.message.split())}\n"  # one line, whatever the message
         if comment not in inserted.setdefault(start, []):
             inserted[start].append(comment)
     if not inserted:

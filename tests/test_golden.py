@@ -23,7 +23,7 @@ UNCHANGED = {"already_ddp.py", "not_training.py"}
 
 
 def migrate(source: bytes, name: str) -> str:
-    result = process(name, source, ALL_RULES, Options(), fix=True)
+    result = process(name, source, ALL_RULES, Options(review_todos=True), fix=True)
     assert result.error is None, result.error
     return result.new_text
 

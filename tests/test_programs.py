@@ -46,7 +46,7 @@ def python_files(folder: Path) -> list[Path]:
 
 def migrate_tree(folder: Path, entry: str) -> dict[str, str]:
     """Migrate the program of one entry in process; the new text of every file it reported."""
-    results = list(run([folder / entry], DEFAULT_RULES, Options(), fix=True, jobs=1))
+    results = list(run([folder / entry], DEFAULT_RULES, Options(review_todos=True), fix=True, jobs=1))
     assert not [r.error for r in results if r.error]
     return {str(Path(r.path).resolve().relative_to(folder.resolve())): r.new_text for r in results}
 
