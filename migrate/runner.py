@@ -55,7 +55,7 @@ def _process_work(args: tuple[Work, RulesFor, Options, bool, frozenset[type[Rule
         return process_unit(work, rules_for, options, fix, fixable)
     from .notebook import process_notebook
 
-    return [process_notebook(work, tuple(rules_for(work)), options, fix)]
+    return [process_notebook(work, tuple(rules_for(work)), options, fix, fixable)]
 
 
 #: The cyclic garbage collector's thresholds in a worker. libcst trees are millions of small objects that

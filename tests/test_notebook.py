@@ -177,3 +177,13 @@ def test_notebook_without_anything_to_migrate(tmp_path: Path) -> None:
     assert result.exit_code == 0
     assert "plot.ipynb: nothing to migrate (the notebook is left as it is)" in result.stderr
     assert not (tmp_path / "plot_ddp.py").exists()
+
+
+def test_lint_fix_on_a_notebook_applies_only_the_safe_fixes_unless_asked(tmp_path: Path) -> None:
+    standard(tmp_path)  # DDP001 and DDP007: both unsafe fixes
+    safe = invoke("lint", "--fix", "train.ipynb")
+    script = tmp_path / "train_ddp.py"
+    assert safe.exit_code == 1, safe.output
+    assert not script.exists() or "DistributedDataParallel" not in script.read_text()
+    unsafe = invoke("lint", "--fix", "--unsafe-fixes", "train.ipynb")
+    assert "DistributedDataParallel" in script.read_text(), unsafe.output
