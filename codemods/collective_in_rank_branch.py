@@ -54,7 +54,7 @@ class CollectiveInRankBranch(Rule):
     phase = Phase.CLEANUP
     severity = Severity.ERROR
     triggers = ("barrier", "all_", "reduce", "broadcast", "gather", "scatter", "save", "weighted_mean", "new_group")
-    requires = ("dist", "runtime")
+    requires = ("distributed", "ddp_migrate", "ddp_runtime")  # every collective is spelled through one of these
     manual_fix = "call the collective on every rank: move it out of the rank branch"
     examples = (
         Example(

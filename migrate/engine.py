@@ -374,7 +374,8 @@ def process(
             result.new_text = module.code
         else:
             analysis = analyse(module, is_entry, options)
-        result.findings = suppress(find_all(analysis, rules), analysis.module.code)
+        text = result.new_text if fix else source.text  # the module's code, without generating it again
+        result.findings = suppress(find_all(analysis, rules, text), text)
         result.notes = collect_notes(analysis, rules, options) if fix else []
         if fix and options.review_todos:
             add_review_todos(result)
