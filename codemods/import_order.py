@@ -44,28 +44,27 @@ class Section(enum.IntEnum):
     LOCAL = 4
 
 
-def import_sort_key(stmt: cst.SimpleStatementLine) -> tuple[int, str, str]:
-    """isort's order inside a section: straight imports first, then from-imports, each by module name."""
+def _module_of(stmt: cst.SimpleStatementLine) -> tuple[bool, str]:
+    """Whether an import line is a from-import, and the module it names (relative ones with their dots)."""
     small = stmt.body[0]
     if isinstance(small, cst.ImportFrom):
-        module = "." * len(small.relative) + (dotted_name(small.module) or "" if small.module is not None else "")
-        return 1, module.lower(), module
+        module = dotted_name(small.module) or "" if small.module is not None else ""
+        return True, "." * len(small.relative) + module
     assert isinstance(small, cst.Import)
-    module = dotted_name(small.names[0].name) or ""
-    return 0, module.lower(), module
+    return False, dotted_name(small.names[0].name) or ""
+
+
+def import_sort_key(stmt: cst.SimpleStatementLine) -> tuple[int, str, str]:
+    """isort's order inside a section: straight imports first, then from-imports, each by module name."""
+    is_from, module = _module_of(stmt)
+    return int(is_from), module.lower(), module
 
 
 def section_of(stmt: cst.SimpleStatementLine) -> Section | None:
     """The section of an import line when its module says it (``None``: third or first party, unknown)."""
-    small = stmt.body[0]
-    if isinstance(small, cst.ImportFrom):
-        if small.relative:
-            return Section.LOCAL
-        module = dotted_name(small.module) if small.module is not None else None
-    else:
-        assert isinstance(small, cst.Import)
-        module = dotted_name(small.names[0].name)
-    top = (module or "").split(".")[0]
+    top = _module_of(stmt)[1].split(".")[0]
+    if top == "":
+        return Section.LOCAL  # a relative import
     if top == "__future__":
         return Section.FUTURE
     if top in KNOWN_THIRD_PARTY:
@@ -96,8 +95,8 @@ def _group_section(group: Sequence[cst.SimpleStatementLine]) -> Section:
         return Section.THIRD_PARTY
     unknown = [stmt for stmt in group if section_of(stmt) is None]
     if unknown:
-        tops = [(import_sort_key(stmt)[2].split(".") or [""])[0] for stmt in unknown]
-        return Section.THIRD_PARTY if any(_installed(top) for top in tops if top) else Section.FIRST_PARTY
+        tops = [_module_of(stmt)[1].split(".")[0] for stmt in unknown]
+        return Section.THIRD_PARTY if any(_installed(top) for top in tops) else Section.FIRST_PARTY
     return min(known) if known else Section.FIRST_PARTY
 
 
@@ -132,7 +131,7 @@ def insert_sorted(body: list[cst.BaseStatement], new: cst.SimpleStatementLine) -
 
 
 def _starts_group(stmt: cst.BaseStatement) -> bool:
-    """Whether a blank line (or a comment line, which isort keeps with the import below it) opens it."""
+    """Whether a blank line above it opens a new group (comment lines alone stay with the import below)."""
     return any(line.comment is None for line in stmt.leading_lines)  # type: ignore[attr-defined]
 
 

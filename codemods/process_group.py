@@ -161,8 +161,7 @@ dist.destroy_process_group()
         return not analysis.tears_down_group and not legacy_facts(analysis).launches
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
-        found = list(self.matches(analysis))
-        if not found:
+        if not list(self.matches(analysis)):
             return None
         site = analysis.setup_site
         if site is None:
@@ -170,7 +169,7 @@ dist.destroy_process_group()
         edits = Edits(analysis.module.code)
         rt = runtime_name(analysis, edits)
         cleanup = statement(f"{rt}.cleanup()")
-        if found[0].message == NEVER_DESTROYED:
+        if analysis.is_distributed:  # the program sets its group up itself: only the clean-up is missing
             return self._add_cleanup(analysis, site, edits, cleanup)
         setup = statement(f"{rt}.setup()")
         if isinstance(site, (cst.FunctionDef, cst.If)):
@@ -179,39 +178,26 @@ dist.destroy_process_group()
             if first is None:
                 return None
             edits.insert_before(body[first], setup)
-            self._cleanup_at_end(edits, body, cleanup)
             where = f"{site.name.value}()" if isinstance(site, cst.FunctionDef) else "the main block"
             line = analysis.line(body[first])
         else:
-            body = analysis.module.body
-            anchor = self._after_imports(body)
+            anchor = self._after_imports(site.body)
             if anchor is None:
-                edits.insert_before(body[0], setup)
+                edits.insert_before(site.body[0], setup)
             else:
                 edits.insert_after(anchor, setup.with_changes(leading_lines=[cst.EmptyLine()]))
-            guard = analysis.main_guard
-            if guard is not None:
-                self._cleanup_at_end(edits, statements_of(guard.body), cleanup)
-            else:
-                edits.insert_after(body[-1], cleanup)
             where = "the module"
             line = analysis.line(anchor) + 1 if anchor is not None else 1
+        self._cleanup_at_end(edits, self._work_block(analysis, site)[0], cleanup)
         edits.changes.append(Change(self.code, line, f"process group set up at the start of {where} and cleaned up at its end"))
         return edits.apply(analysis.module)
 
     def _add_cleanup(
         self, analysis: ScriptAnalysis, site: cst.FunctionDef | cst.If | cst.Module, edits: Edits, cleanup: cst.BaseStatement
     ) -> FixResult | None:
-        """``cleanup()`` at the end of the block that runs the program's work (``main()``, the ``__main__``
-        block, or the module); none where that block ends by returning a computed value, which might still
-        need the group."""
-        if isinstance(site, cst.Module):
-            guard = analysis.main_guard
-            body = statements_of(guard.body) if guard is not None else site.body
-            where = "the main block" if guard is not None else "the module"
-        else:
-            body = statements_of(site.body)
-            where = f"{site.name.value}()" if isinstance(site, cst.FunctionDef) else "the main block"
+        """``cleanup()`` at the end of the block that runs the program's work; none where that block ends by
+        returning a computed value, which might still need the group."""
+        body, where = self._work_block(analysis, site)
         last = body[-1]
         if isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[0], cst.Return):
             value = last.body[0].value
@@ -220,6 +206,21 @@ dist.destroy_process_group()
         self._cleanup_at_end(edits, body, cleanup)
         edits.changes.append(Change(self.code, analysis.line(last), f"the program's process group is destroyed at the end of {where}"))
         return edits.apply(analysis.module)
+
+    @staticmethod
+    def _work_block(
+        analysis: ScriptAnalysis, site: cst.FunctionDef | cst.If | cst.Module
+    ) -> tuple[Sequence[cst.BaseStatement], str]:
+        """The block at whose end the program's work is done, and its name: ``main()`` or the ``__main__``
+        block where the set-up site is one; for a module-level site, the ``__main__`` block, else the module."""
+        if isinstance(site, cst.FunctionDef):
+            return statements_of(site.body), f"{site.name.value}()"
+        if isinstance(site, cst.If):
+            return statements_of(site.body), "the main block"
+        guard = analysis.main_guard
+        if guard is not None:
+            return statements_of(guard.body), "the main block"
+        return site.body, "the module"
 
     @staticmethod
     def _cleanup_at_end(edits: Edits, body: Sequence[cst.BaseStatement], cleanup: cst.BaseStatement) -> None:

@@ -19,7 +19,7 @@ from ddp_migrate.codemods.analysis.program import ModuleInfo, Program
 from ddp_migrate.codemods.base import Change, Finding, Note, Options, Rule, Severity
 from ddp_migrate.codemods.edits import TODO_PREFIX
 
-from .layout import line_length_for, wrap_new_lines
+from .layout import Wrapped, line_length_for, wrap_new_lines
 from .noqa import noqa_comments, suppress
 from .source import SourceError, decode
 
@@ -440,14 +440,15 @@ def process_program(
             changes = _fix_program(program, instances, rules_of, {p for p in modules if by_path[p].migrate}, options, fixable)
             for path, found in changes.items():
                 results[path].changes = found
-        text = program_text(program)  # one code generation of every module, not one per module
+        codes = program_codes(program)  # one code generation of every module, for all that follows
+        text = "\n".join(codes.values())
         for path in modules:
             analysis = program.analysis(path)
             rules = [instances[cls] for cls in rules_of[path]]
             result = results[path]
-            result.findings = suppress(find_all(analysis, rules, text), analysis.module.code)
+            result.new_text = codes[path]
+            result.findings = suppress(find_all(analysis, rules, text), result.new_text)
             result.notes = collect_notes(analysis, rules, options) if fix and by_path[path].migrate else []
-            result.new_text = program.module(path).code
             if fix and options.review_todos and by_path[path].migrate:
                 add_review_todos(result)
             if result.new_text != result.text:
@@ -493,15 +494,12 @@ def add_review_todos(result: FileResult) -> None:
     if not inserted:
         return
     out: list[str] = []
-    shift: list[int] = []
+    mapping: list[tuple[int, int]] = []
     for number, line in enumerate(lines, 1):
         out.extend(inserted.get(number, []))
-        shift.append(len(out) + 1 - number)
         out.append(line)
-    result.new_text = "".join(out)
-    moved = lambda line: line + shift[line - 1] if 0 < line <= len(shift) else line  # noqa: E731
-    result.findings = [replace(f, line=moved(f.line), end_line=moved(f.end_line)) for f in result.findings]
-    result.notes = [replace(n, line=moved(n.line)) for n in result.notes]
+        mapping.append((len(out), len(out)))
+    _relocate(result, Wrapped("".join(out), mapping))
 
 
 def _statement_start(tree: ast.Module, line: int, column: int) -> int | None:
@@ -520,7 +518,7 @@ def _statement_start(tree: ast.Module, line: int, column: int) -> int | None:
         if inner is None:
             break
         found = inner
-        body = [child for field in ("body", "orelse", "finalbody", "handlers") for child in getattr(inner, field, []) if isinstance(child, ast.stmt)]
+        body = [child for field in ("body", "orelse", "finalbody") for child in getattr(inner, field, []) if isinstance(child, ast.stmt)]
         body += [s for handler in getattr(inner, "handlers", []) for s in handler.body]
         body += [s for case in getattr(inner, "cases", []) for s in case.body]
     if found is None:
@@ -533,19 +531,28 @@ def lay_out(result: FileResult) -> None:
     """Wrap the long lines the migration wrote to the project's line length (:mod:`layout`); findings and
     notes, at lines of the text before, move with them."""
     wrapped = wrap_new_lines(result.text, result.new_text, line_length_for(result.path))
-    if wrapped.text == result.new_text:
-        return
-    result.new_text = wrapped.text
+    if wrapped.text != result.new_text:
+        _relocate(result, wrapped)
+
+
+def _relocate(result: FileResult, rewritten: Wrapped) -> None:
+    """Take the rewritten text, and move the findings and notes (at lines of the text before) with its lines."""
+    result.new_text = rewritten.text
     result.findings = [
-        replace(f, line=wrapped.start(f.line), end_line=wrapped.end(f.end_line)) for f in result.findings
+        replace(f, line=rewritten.start(f.line), end_line=rewritten.end(f.end_line)) for f in result.findings
     ]
-    result.notes = [replace(n, line=wrapped.start(n.line)) for n in result.notes]
+    result.notes = [replace(n, line=rewritten.start(n.line)) for n in result.notes]
+
+
+def program_codes(program: Program) -> dict[str, str]:
+    """Each module's current code, in the program's order (the entry first)."""
+    return {key: program.module(key).code for key in program.keys()}
 
 
 def program_text(program: Program) -> str:
     """All the program's source, for the rules' trigger-word check (a rule may act on one module because
     of what another one holds)."""
-    return "\n".join(program.module(key).code for key in program.keys())
+    return "\n".join(program_codes(program).values())
 
 
 def _fix_program(

@@ -101,11 +101,7 @@ def wrap_new_lines(original: str, text: str, limit: int) -> Wrapped:
     }
     if not candidates:
         return identity
-    spans = {
-        first: (last, joined)
-        for first, last, joined in _statements(text, lines)
-        if any(first <= number <= last for number in candidates)
-    }
+    spans = {first: (last, joined) for first, last, joined in _statements(text, lines, candidates)}
     if not spans:
         return identity
     out: list[str] = []
@@ -128,9 +124,10 @@ def wrap_new_lines(original: str, text: str, limit: int) -> Wrapped:
     return Wrapped(new_text, mapping)
 
 
-def _statements(text: str, lines: list[str]) -> list[tuple[int, int, str]]:
-    """Each logical line without a comment: its first and last physical line (1-based) and the statement
-    on one line (its indentation kept; the breaks inside brackets or after a backslash joined)."""
+def _statements(text: str, lines: list[str], candidates: set[int]) -> list[tuple[int, int, str]]:
+    """Each logical line without a comment that holds one of the ``candidates`` lines: its first and last
+    physical line (1-based) and the statement on one line (its indentation kept; the breaks inside brackets
+    or after a backslash joined)."""
     found: list[tuple[int, int, str]] = []
     tokens: list[tokenize.TokenInfo] = []
     commented = False
@@ -142,8 +139,9 @@ def _statements(text: str, lines: list[str]) -> list[tuple[int, int, str]]:
                 commented = commented or bool(tokens)  # a comment line of its own is not the statement's
                 continue
             if token.type == tokenize.NEWLINE:
-                if tokens and not commented:
-                    found.append((tokens[0].start[0], tokens[-1].end[0], _joined(tokens, lines)))
+                first, last = (tokens[0].start[0], tokens[-1].end[0]) if tokens else (0, -1)
+                if not commented and any(first <= number <= last for number in candidates):
+                    found.append((first, last, _joined(tokens, lines)))
                 tokens, commented = [], False
                 continue
             tokens.append(token)
@@ -232,12 +230,12 @@ def _wrap(line: str, limit: int) -> list[str] | None:
     content = body.lstrip(" \t")
     indent = body[: len(body) - len(content)]
     split = _split(content, indent, limit, statement=True)
-    if split is None or len(split) == 1:
+    if len(split) == 1:
         return None
     return [part + ending for part in split]
 
 
-def _split(content: str, indent: str, limit: int, statement: bool = False) -> list[str] | None:
+def _split(content: str, indent: str, limit: int, statement: bool = False) -> list[str]:
     """``indent + content`` as lines no longer than ``limit`` where brackets allow it."""
     if len(indent) + len(content) <= limit:
         return [indent + content]
@@ -245,13 +243,14 @@ def _split(content: str, indent: str, limit: int, statement: bool = False) -> li
     pairs = _pairs(tokens) if tokens else None
     if not tokens or pairs is None:
         return [indent + content]
+    inside = {index for opening, closing in pairs for index in range(opening, closing + 1)}
     if not statement:
-        parts = _delimiter_split(content, tokens, pairs)
+        parts = _delimiter_split(content, tokens, inside)
         if parts is not None:
             if len(parts) == 1:
                 return [indent + content]
-            return [line for part in parts for line in (_split(part, indent, limit) or [indent + part])]
-    head_end, tail_start = _value_in_parentheses(content, tokens, pairs) if statement else (None, None)
+            return [line for part in parts for line in _split(part, indent, limit)]
+    head_end, tail_start = _value_in_parentheses(tokens, inside) if statement else (None, None)
     if head_end is not None and tail_start is not None:
         head, inner, tail = content[:head_end].rstrip() + " (", content[head_end:tail_start].strip(), ")" + content[tail_start:]
     else:
@@ -269,19 +268,19 @@ def _split(content: str, indent: str, limit: int, statement: bool = False) -> li
         return [indent + head, deeper + inner, indent + tail]
     lines = [indent + head]
     if len(elements) == 1 and not magic_comma:
-        lines.extend(_split(inner, deeper, limit) or [deeper + inner])
+        lines.extend(_split(inner, deeper, limit))
     else:
         for element in elements:
-            lines.extend(_split(element + ",", deeper, limit) or [deeper + element + ","])
+            lines.extend(_split(element + ",", deeper, limit))
     lines.append(indent + tail)
     return lines
 
 
-def _value_in_parentheses(content: str, tokens: list[_Token], pairs: list[tuple[int, int]]) -> tuple[int | None, int | None]:
+def _value_in_parentheses(tokens: list[_Token], inside: set[int]) -> tuple[int | None, int | None]:
     """Where the value of ``target = value`` or ``return value`` starts and ends when black would wrap
-    it in parentheses: it has operators outside brackets and is not one bracketed atom already."""
-    inside = {index for opening, closing in pairs for index in range(opening, closing + 1)}
-    start: int | None = None
+    it in parentheses: it has operators outside brackets (``inside``: the indexes of tokens within a bracket
+    pair) and is not one bracketed atom already."""
+    start: int | None
     if tokens[0].type == tokenize.NAME and tokens[0].string == "return" and len(tokens) > 1:
         start = 1
     else:
@@ -312,11 +311,10 @@ def _value_in_parentheses(content: str, tokens: list[_Token], pairs: list[tuple[
 DELIMITERS = (frozenset({"if", "else"}), frozenset({"or"}), frozenset({"and"}))
 
 
-def _delimiter_split(content: str, tokens: list[_Token], pairs: list[tuple[int, int]]) -> list[str] | None:
+def _delimiter_split(content: str, tokens: list[_Token], inside: set[int]) -> list[str] | None:
     """An expression inside brackets split before its highest-priority operator (``if``/``else``, ``or``,
     ``and``) at depth 0, each part on a line of its own; ``[content]`` when it must stay whole (a lambda or
     a comprehension); ``None`` when it has no such operator (the bracket split applies)."""
-    inside = {index for opening, closing in pairs for index in range(opening, closing + 1)}
     words = [(i, t.string) for i, t in enumerate(tokens) if i not in inside and t.type == tokenize.NAME]
     if any(word in ("lambda", "for") for _, word in words):
         return [content]

@@ -192,14 +192,7 @@ def _built_for_several_callers(analysis: ScriptAnalysis, loader: cst.Call) -> bo
     runs that function: each call site gets its own loader from the same ``DataLoader(...)``."""
     home = analysis.shared.analysis_of(loader) or analysis
     function = home.enclosing_function(loader)
-    if function is None:
-        return False
-    returned = any(
-        loader in home.origins(node.value)
-        for node in walk(function)
-        if isinstance(node, cst.Return) and node.value is not None and home.enclosing_function(node) is function
-    )
-    return returned and len(home.callers_of(function)) > 1
+    return function is not None and loader in home.returned_origins(function) and len(home.callers_of(function)) > 1
 
 
 def _dict_container(analysis: ScriptAnalysis, loader: cst.Call) -> cst.CSTNode | None:

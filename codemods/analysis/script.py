@@ -690,13 +690,16 @@ class ScriptAnalysis:
         home = self if function in self._local_names else self.shared.analysis_of(function) or self
         return name.split(".")[0] in home._local_names.get(function, set())
 
+    def returned_origins(self, function: cst.FunctionDef) -> set[cst.CSTNode]:
+        """The calls the values a function of the program returns may come from (any module)."""
+        return set().union(*self._returned.get(function, []))
+
     def origins(self, expr: cst.BaseExpression) -> set[cst.CSTNode]:
         """The calls an expression's value may come from (``DataLoader(...)``, ``Net()``, ``DDP(...)``)."""
         if isinstance(expr, cst.Call):
             target = self._call_targets.get(expr)
             if target is not None and target in self._returned and expr not in self.shared.constructed:
-                returned = self._returned[target]
-                return set().union(*returned) if returned else set()
+                return self.returned_origins(target)
             if _callee_name(expr) in ITERATION_WRAPPERS and expr.args:
                 # ``pbar = tqdm(loader)`` still iterates the loader.
                 return {expr} | self.origins(expr.args[0].value)
