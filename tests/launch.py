@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Union
@@ -336,12 +336,22 @@ def run_command(
         LaunchTimeout: it ran past ``timeout`` seconds (always raised, whatever ``check`` says).
         LaunchError: it exited with a non-zero status and ``check`` is true.
     """
-    results = _wait([_start(args, cwd, env)], timeout)
-    if check and retry_teardown_abort and _teardown_abort(results):
-        TEARDOWN_RETRIES.append(" ".join(str(arg) for arg in args))
-        results = _wait([_start(args, cwd, env)], timeout)
-    _check(results, timeout, check)
+    launch = lambda: _wait([_start(args, cwd, env)], timeout)  # noqa: E731
+    results = _launch_checked(launch, " ".join(str(arg) for arg in args), timeout, check, retry_teardown_abort)
     return results[0]
+
+
+def _launch_checked(
+    launch: Callable[[], list[LaunchResult]], label: str, timeout: float, check: bool, retry_teardown_abort: bool
+) -> list[LaunchResult]:
+    """Run ``launch()``, once more when ``check`` and it failed only of :data:`TEARDOWN_ABORT` (recorded as
+    ``label`` in :data:`TEARDOWN_RETRIES`), then raise as :func:`_check` says."""
+    results = launch()
+    if check and retry_teardown_abort and _teardown_abort(results):
+        TEARDOWN_RETRIES.append(label)
+        results = launch()
+    _check(results, timeout, check)
+    return results
 
 
 def _teardown_abort(results: list[LaunchResult]) -> bool:
@@ -415,12 +425,9 @@ def run_two_nodes(
     Returns:
         The results of agent 0 and agent 1, in that order.
     """
-    results = _two_nodes_once(script, args, cwd, env, timeout, port)
-    if check and retry_teardown_abort and _teardown_abort(results):
-        TEARDOWN_RETRIES.append(f"two nodes: {script}")
-        results = _two_nodes_once(script, args, cwd, env, timeout, None)
-    _check(results, timeout, check)
-    return results
+    ports = iter([port])  # the given port for the first launch; a fresh one for a repeat
+    launch = lambda: _two_nodes_once(script, args, cwd, env, timeout, next(ports, None))  # noqa: E731
+    return _launch_checked(launch, f"two nodes: {script}", timeout, check, retry_teardown_abort)
 
 
 def _two_nodes_once(
