@@ -311,7 +311,7 @@ for x, y in loader:
     # ------------------------------------------------------------------------------- fixing
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
-        edits = Edits(analysis.module.code)
+        edits = Edits(analysis)
         nullcontext = None
         for found in self.accumulations(analysis):
             if found.block is None:

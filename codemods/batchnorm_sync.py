@@ -192,7 +192,7 @@ plain = DDP(nn.Linear(4, 4))
                 )
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
-        edits = Edits(analysis.module.code)
+        edits = Edits(analysis)
         for match in self.matches(analysis):
             wrap = match.node
             assert isinstance(wrap, cst.Call)

@@ -78,7 +78,7 @@ torch.save(net.state_dict(), "either.pt")
             yield Match(call, "state_dict() of a DataParallel model has module. keys: keep them when DDP replaces it")
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
-        edits = Edits(analysis.module.code)
+        edits = Edits(analysis)
         for match in self.matches(analysis):
             call = match.node
             assert isinstance(call, cst.Call)

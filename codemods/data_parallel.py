@@ -165,7 +165,7 @@ else:
             )
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
-        edits = Edits(analysis.module.code)
+        edits = Edits(analysis)
         for match in self.matches(analysis):
             call = match.node
             assert isinstance(call, cst.Call)

@@ -305,7 +305,7 @@ with torch.no_grad():
         )
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
-        edits = Edits(analysis.module.code)
+        edits = Edits(analysis)
         scaled = steps_scaled_by_world_size(analysis) if options.batch_size is BatchSizePolicy.GLOBAL else []
         kept = ""
         if scaled:

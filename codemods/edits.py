@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Union
 
 import libcst as cst
 
-from .analysis import dotted_name, is_docstring_line, is_import_line, statements_of, walk
+from .analysis import dotted_name, is_docstring_line, is_import_line, statements_of, tree, walk
 from .base import Change, FixResult, Note
 from .import_order import import_sort_key, insert_sorted
 
@@ -40,10 +40,10 @@ def code_of(node: cst.CSTNode) -> str:
 
 
 class Edits:
-    """The edits of one fix, applied together by :meth:`apply`."""
+    """The edits of one fix against the analysed module, applied together by :meth:`apply`."""
 
-    def __init__(self, code: str) -> None:
-        self.code = code
+    def __init__(self, analysis: ScriptAnalysis) -> None:
+        self.analysis = analysis
         self._replacements: dict[cst.CSTNode, list[Replacement]] = {}
         self._before: dict[cst.CSTNode, list[cst.BaseStatement]] = {}
         self._after: dict[cst.CSTNode, list[cst.BaseStatement]] = {}
@@ -82,14 +82,33 @@ class Edits:
         if (module, name, asname) not in self._imports:
             self._imports.append((module, name, asname))
 
+    def _path_to(self, module: cst.Module, targets: list[cst.CSTNode]) -> set[cst.CSTNode] | None:
+        """The edited nodes and all their ancestors: the only nodes the applier must descend into
+        (``None``: everything, for a module other than the analysed one)."""
+        if module is not self.analysis.module:
+            return None
+        path: set[cst.CSTNode] = {module}
+        for node in targets:
+            path.add(node)
+            for ancestor in self.analysis.ancestors(node):
+                if ancestor in path:
+                    break
+                path.add(ancestor)
+        return path
+
     def drop_unused_imports(self) -> None:
         """When applied, remove the top-level imports whose last use these edits removed (the one mechanism
         for imports a fix leaves behind; imports the file never used stay, they are the user's business)."""
         self._drop_unused_imports = True
 
     def apply(self, module: cst.Module) -> FixResult:
-        """Run every collected edit over the module and return the new one with the report items."""
-        new = module.visit(_Applier(self)) if (self._replacements or self._before or self._after or self._todos) else module
+        """Run every collected edit over the module and return the new one with the report items.
+
+        Only the edited nodes and their ancestors are rebuilt; every other subtree of the analysed module
+        is kept as it is (the same objects) in the new one.
+        """
+        targets = [*self._replacements, *self._before, *self._after, *self._todos]
+        new = module.visit(_Applier(self, self._path_to(module, targets))) if targets else module
         if self._imports:
             new = _add_imports(new, self._imports)
         if self._drop_unused_imports:
@@ -153,9 +172,14 @@ def has_todo(stmt: cst.BaseStatement, message: str) -> bool:
 
 
 class _Applier(cst.CSTTransformer):
-    def __init__(self, edits: Edits) -> None:
+    def __init__(self, edits: Edits, path: set[cst.CSTNode] | None) -> None:
         super().__init__()
         self.edits = edits
+        self.path = path
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        # A subtree without edits is kept whole (libcst still calls on_leave for its root, unchanged).
+        return self.path is None or node in self.path
 
     def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode):  # type: ignore[override]
         result: cst.CSTNode | cst.RemovalSentinel | cst.FlattenSentinel = updated
@@ -337,7 +361,7 @@ def without_launch_comments(lines: Iterable[cst.EmptyLine]) -> list[cst.EmptyLin
 # --------------------------------------------------------------------------------- small helpers
 
 
-class _UsedNames(cst.CSTVisitor):
+class _UsedNames:
     """Every name read outside import statements (``os`` in ``os.path.join`` counts)."""
 
     def __init__(self) -> None:
@@ -362,8 +386,8 @@ def _without_imports_made_unused(original: cst.Module, new: cst.Module) -> cst.M
     legacy fix can leave behind.
     """
     before, visitor = _UsedNames(), _UsedNames()
-    original.visit(before)
-    new.visit(visitor)
+    tree.visit(original, before)
+    tree.visit(new, visitor)
     gone = before.used - visitor.used
     body = []
     pending: list[cst.EmptyLine] = []  # the blank lines and comments above removed imports

@@ -317,7 +317,7 @@ for epoch in range(snapshot.resume(), 10):
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         self.options = options
-        edits = Edits(analysis.module.code)
+        edits = Edits(analysis)
         for plan in self._plans(analysis):
             if plan.todo is not None:
                 edits.todo(plan.loop, f"make training restartable by hand: {plan.todo} and call snapshot.save(epoch + 1) at the end of each epoch")

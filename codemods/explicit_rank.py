@@ -223,7 +223,7 @@ def init_distributed():
         facts = legacy_facts(analysis)
         if facts.blocked():
             return None
-        edits = Edits(analysis.module.code)
+        edits = Edits(analysis)
         removed: set[cst.CSTNode] = set()
         for call in [*facts.explicit_inits, *facts.environment_inits]:
             if not self._fixable(analysis, call):

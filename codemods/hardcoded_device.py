@@ -178,7 +178,7 @@ with torch.autocast(device_type="cuda", enabled=False):
                         yield Match(arg.value, "hard-coded CUDA device: use this process's device (runtime.device())")
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
-        edits = Edits(analysis.module.code)
+        edits = Edits(analysis)
         removed: list[cst.CSTNode] = []
         for match in self.matches(analysis):
             rt = runtime_name(analysis, edits)

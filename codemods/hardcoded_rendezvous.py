@@ -170,7 +170,7 @@ print("rendezvous at", os.environ["MASTER_ADDR"])
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         if legacy_facts(analysis).blocked():
             return None
-        edits = Edits(analysis.module.code)
+        edits = Edits(analysis)
         removed = []
         for node, _message, fixable in self._cases(analysis):
             if not fixable:

@@ -69,7 +69,7 @@ checkpoint = torch.load(path, map_location="cpu")
                 yield Match(call, "torch.load without map_location loads onto the device the tensors were saved from")
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
-        edits = Edits(analysis.module.code)
+        edits = Edits(analysis)
         for match in self.matches(analysis):
             call = match.node
             assert isinstance(call, cst.Call)

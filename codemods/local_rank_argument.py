@@ -222,7 +222,7 @@ torch.cuda.set_device(local_rank)
         facts = legacy_facts(analysis)
         if facts.blocked():
             return None
-        edits = Edits(analysis.module.code)
+        edits = Edits(analysis)
         removed: list[cst.CSTNode] = []
         for kind, node, option in self._cases(analysis):
             if kind == READ:

@@ -209,7 +209,7 @@ if dist.get_rank() == 0:
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         if legacy_facts(analysis).blocked():
             return None
-        edits = Edits(analysis.module.code)
+        edits = Edits(analysis)
         for test in self._cases(analysis):
             rt = runtime_name(analysis, edits)
             edits.replace(test, expression(f"{rt}.is_main_process()"))

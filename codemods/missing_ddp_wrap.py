@@ -282,7 +282,7 @@ loss.backward()
             )
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
-        edits = Edits(analysis.module.code)
+        edits = Edits(analysis)
         for model, anchor in self._cases(analysis):
             if anchor is None:
                 continue

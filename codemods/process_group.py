@@ -166,7 +166,7 @@ dist.destroy_process_group()
         site = analysis.setup_site
         if site is None:
             return None
-        edits = Edits(analysis.module.code)
+        edits = Edits(analysis)
         rt = runtime_name(analysis, edits)
         cleanup = statement(f"{rt}.cleanup()")
         if analysis.is_distributed:  # the program sets its group up itself: only the clean-up is missing

@@ -204,7 +204,7 @@ if rank == 0:
         facts = legacy_facts(analysis)
         if facts.blocked():
             return None
-        edits = Edits(analysis.module.code)
+        edits = Edits(analysis)
         removed: list[cst.CSTNode] = []
         runtime_sets_device = not analysis.calls_to(names.INIT_PROCESS_GROUP)
         for case in self._cases(analysis):

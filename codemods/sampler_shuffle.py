@@ -132,7 +132,7 @@ loader = DataLoader(train_set, batch_size=32, sampler=DistributedSampler(train_s
                 yield Match(loader, "DataLoader given both a sampler and shuffle=True (ValueError when it is built): the sampler decides the order")
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
-        edits = Edits(analysis.module.code)
+        edits = Edits(analysis)
         for match in self.matches(analysis):
             loader = match.node
             assert isinstance(loader, cst.Call)

@@ -237,7 +237,7 @@ for epoch in range(10):
                 yield Match(epoch.loop, "epoch loop never calls set_epoch: every epoch repeats the same order", fixable=fixable)
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
-        edits = Edits(analysis.module.code)
+        edits = Edits(analysis)
         for stmt, spelled in self._restarts(analysis):
             sampler = f"{code_of(spelled)}.sampler"
             edits.insert_before(stmt, statement(f"{sampler}.set_epoch({sampler}.epoch + 1)"))

@@ -222,7 +222,7 @@ if __name__ == "__main__":
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         facts = legacy_facts(analysis)
-        edits = Edits(analysis.module.code)
+        edits = Edits(analysis)
         for launch in facts.launches:
             if launch.problem is not None or launch.function is None:
                 continue

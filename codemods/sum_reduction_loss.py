@@ -199,7 +199,7 @@ total = nn.functional.l1_loss(a, b, reduction="sum")
             )
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
-        edits = Edits(analysis.module.code)
+        edits = Edits(analysis)
         for backward, loss, safe in self._cases(analysis):
             if not safe:
                 edits.todo(analysis.statement(backward), TODO)

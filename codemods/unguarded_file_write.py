@@ -373,7 +373,7 @@ with open("config.yaml") as f:
     # --------------------------------------------------------------------------------------- the fix
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
-        edits = Edits(analysis.module.code)
+        edits = Edits(analysis)
         downloads: list[cst.SimpleStatementLine] = []
         for case in self._cases(analysis):
             call, kind = case.call, case.kind

@@ -131,7 +131,7 @@ if master_process:
                 )
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
-        edits = Edits(analysis.module.code)
+        edits = Edits(analysis)
         for match in self.matches(analysis):
             call = match.node
             assert isinstance(call, cst.Call)

@@ -199,7 +199,7 @@ if dist.get_rank() == 0:
                 )
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
-        edits = Edits(analysis.module.code)
+        edits = Edits(analysis)
         facts = rank_facts(analysis)
         loads = analysis.calls_to(LOADS)
         barriers: set[cst.CSTNode] = set()

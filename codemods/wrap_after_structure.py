@@ -138,7 +138,7 @@ model.module.hyp = {"lr": 0.1}
             )
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
-        edits = Edits(analysis.module.code)
+        edits = Edits(analysis)
         for late in self._late(analysis):
             if not late.movable:
                 edits.todo(late.statement, TODO)

@@ -157,7 +157,7 @@ model = DDP(model, device_ids=[local_rank])
             yield Match(wrap, "model wrapped before it is moved to its device: move it first, then wrap")
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
-        edits = Edits(analysis.module.code)
+        edits = Edits(analysis)
         for wrap, chained, later in self._cases(analysis):
             inner = wrapped_argument(wrap)
             if inner is None:

@@ -392,7 +392,7 @@ torch.save(model.module.state_dict(), "model.pt")
         return False
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
-        edits = Edits(analysis.module.code)
+        edits = Edits(analysis)
         for case in self.cases(analysis):
             line = analysis.line(case.node)
             if case.kind == "step":

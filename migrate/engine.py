@@ -16,6 +16,7 @@ import libcst as cst
 
 from ddp_migrate.codemods.analysis import ScriptAnalysis
 from ddp_migrate.codemods.analysis.program import ModuleInfo, Program
+from ddp_migrate.codemods.analysis.script import ModuleIndex
 from ddp_migrate.codemods.base import Change, Finding, Note, Options, Rule, Severity
 from ddp_migrate.codemods.edits import TODO_PREFIX
 
@@ -144,9 +145,12 @@ def _run_rule(rule: Rule, step: str, call: Callable[[], T]) -> T:
     return _guarded(f"{rule.code} ({rule.name}) while {step}", call)
 
 
-def analyse(module: cst.Module, is_entry: bool = True, options: Options | None = None) -> ScriptAnalysis:
-    """The shared analysis of a lone module (a crash in it is a one-line error, like a crash in a rule)."""
-    return _guarded("the script analysis", lambda: ScriptAnalysis(module, is_entry=is_entry, options=options))
+def analyse(module: cst.Module, is_entry: bool = True, options: Options | None = None, code: str | None = None) -> ScriptAnalysis:
+    """The shared analysis of a lone module (a crash in it is a one-line error, like a crash in a rule);
+    ``code``: the module's text when the caller has it (else generated on first use)."""
+    return _guarded(
+        "the script analysis", lambda: ScriptAnalysis(module, is_entry=is_entry, options=options, index=ModuleIndex(module, code))
+    )
 
 
 def _applies(rule: Rule, text: str) -> bool:
@@ -162,6 +166,7 @@ def fix_to_fixed_point(
     path: str,
     is_entry: bool = True,
     fixable: frozenset[type[Rule]] | None = None,
+    text: str | None = None,
 ) -> tuple[cst.Module, list[Change], ScriptAnalysis]:
     """Run every fix in phase order, pass after pass, until a whole pass changes nothing.
 
@@ -169,11 +174,12 @@ def fix_to_fixed_point(
     the text as it was at the start of the pass, yet they have not settled. The analysis is rebuilt only
     after a rule changed the module, and the final one is handed back for the findings and notes.
     ``fixable``: the rule classes whose fixes may run (``None``: all; ``lint --fix`` leaves out unsafe fixes).
+    ``text``: the module's source, when the caller has it.
     """
     changes: list[Change] = []
     ordered = sorted((r for r in rules if r.can_fix() and (fixable is None or type(r) in fixable)), key=lambda r: (r.phase, r.code))
-    analysis = analyse(module, is_entry, options)
-    text = module.code
+    analysis = analyse(module, is_entry, options, text)
+    text = analysis.code
     origins = LineOrigins(text)
     for _ in range(MAX_PASSES):
         changed_this_pass: list[str] = []
@@ -182,9 +188,12 @@ def fix_to_fixed_point(
                 continue
             current = analysis
             result = _run_rule(rule, "fixing", lambda: rule.fix(current, options))
-            if result is None:
+            if result is None or result.module is current.module:
                 continue
-            new_text = result.module.code
+            # The next analysis is built before it is known to be needed: its index generates the code and
+            # the positions in one pass, and the rules ask for positions of almost every rewritten module.
+            rewritten = analyse(result.module, is_entry, options)
+            new_text = rewritten.code
             if new_text == text:
                 continue
             if blocked_by_noqa(rule, current, new_text):
@@ -192,8 +201,7 @@ def fix_to_fixed_point(
             verify(new_text, path, rule)
             changes.extend(origins.changes(result.changes))
             origins = origins.advance(text, new_text)
-            module, text = result.module, new_text
-            analysis = analyse(module, is_entry, options)
+            module, text, analysis = result.module, new_text, rewritten
             changed_this_pass.append(rule.code)
         if not changed_this_pass:
             return module, sort_changes(changes), analysis
@@ -306,7 +314,7 @@ def blocked_by_noqa(rule: Rule, analysis: ScriptAnalysis, new_text: str) -> bool
     Comments are read from the CURRENT text (the one the rule analysed), so lines moved by earlier fixes
     are compared at their current positions. Without a matching comment nothing is computed.
     """
-    old_text = analysis.module.code
+    old_text = analysis.code
     comments = {line: c for line, c in noqa_comments(old_text).items() if c.suppresses(rule.code)}
     if not comments:
         return False
@@ -323,7 +331,7 @@ def blocked_by_noqa(rule: Rule, analysis: ScriptAnalysis, new_text: str) -> bool
 def find_all(analysis: ScriptAnalysis, rules: Sequence[Rule], text: str | None = None) -> list[Finding]:
     """Every finding of every rule whose trigger words occur in the analysed module (or ``text``: the
     whole program's source), sorted by position."""
-    text = analysis.module.code if text is None else text
+    text = analysis.code if text is None else text
     findings: list[Finding] = []
     for rule in rules:
         if _applies(rule, text):
@@ -370,10 +378,10 @@ def process(
         module = parse(source.text, path)
         rules = [_instance(cls, options) for cls in rule_classes]
         if fix:
-            module, result.changes, analysis = fix_to_fixed_point(module, rules, options, path, is_entry, fixable)
-            result.new_text = module.code
+            module, result.changes, analysis = fix_to_fixed_point(module, rules, options, path, is_entry, fixable, source.text)
+            result.new_text = analysis.code
         else:
-            analysis = analyse(module, is_entry, options)
+            analysis = analyse(module, is_entry, options, source.text)
         text = result.new_text if fix else source.text  # the module's code, without generating it again
         result.findings = suppress(find_all(analysis, rules, text), text)
         result.notes = collect_notes(analysis, rules, options) if fix else []
@@ -433,7 +441,8 @@ def process_program(
             result.error = f"{file.path}:{error.line}:{error.column}: {error.message}"
     by_path = {file.path: file for file in files}
     try:
-        program = _guarded("the program analysis", lambda: Program(modules, options))
+        texts = {path: sources[path].text for path in modules}
+        program = _guarded("the program analysis", lambda: Program(modules, options, texts))
         rules_of = {path: [cls for cls in by_path[path].rules] for path in modules}
         instances = {cls: _instance(cls, options) for path in modules for cls in rules_of[path]}
         if fix:
@@ -546,7 +555,7 @@ def _relocate(result: FileResult, rewritten: Wrapped) -> None:
 
 def program_codes(program: Program) -> dict[str, str]:
     """Each module's current code, in the program's order (the entry first)."""
-    return {key: program.module(key).code for key in program.keys()}
+    return {key: program.code(key) for key in program.keys()}
 
 
 def program_text(program: Program) -> str:
@@ -565,7 +574,7 @@ def _fix_program(
 ) -> dict[str, list[Change]]:
     """Run every fix over the program's writable modules to a fixed point; the changes per module."""
     changes: dict[str, list[Change]] = {key: [] for key in program.keys()}
-    origins = {key: LineOrigins(program.module(key).code) for key in program.keys()}
+    origins = {key: LineOrigins(program.code(key)) for key in program.keys()}
     ordered = sorted(
         {rule for rule in instances.values() if rule.can_fix() and (fixable is None or type(rule) in fixable)},
         key=lambda r: (r.phase, r.code),
@@ -581,14 +590,18 @@ def _fix_program(
                     continue
                 analysis = program.analysis(key)
                 result = _run_rule(rule, f"fixing {key}", lambda: rule.fix(analysis, options))
-                if result is None or result.module.code == analysis.module.code:
+                if result is None or result.module is analysis.module:
                     continue
-                if blocked_by_noqa(rule, analysis, result.module.code):
+                index = _guarded("the script analysis", lambda: ModuleIndex(result.module))
+                new_text = index.code
+                if new_text == analysis.code:
                     continue
-                verify(result.module.code, key, rule)
+                if blocked_by_noqa(rule, analysis, new_text):
+                    continue
+                verify(new_text, key, rule)
                 changes[key].extend(origins[key].changes(result.changes))
-                origins[key] = origins[key].advance(analysis.module.code, result.module.code)
-                program.replace(key, result.module)
+                origins[key] = origins[key].advance(analysis.code, new_text)
+                program.replace(key, result.module, index)
                 changed_this_pass.append(rule.code)
                 text = program_text(program)
         if not changed_this_pass:

@@ -21,6 +21,7 @@ from typing import Iterable, Iterator, Optional, Union
 import libcst as cst
 
 from .. import names
+from . import tree
 from .script import ScriptAnalysis, argument, call_method_name, dotted_name, statements_of, walk
 
 # ----------------------------------------------------------------------------------- qualified names
@@ -123,7 +124,7 @@ class Option:
 Source = Union[cst.BaseExpression, LaunchIndex]
 
 
-class _Collector(cst.CSTVisitor):
+class _Collector:
     """Names, attributes and the targets of assignments the base analysis does not index."""
 
     def __init__(self) -> None:
@@ -171,7 +172,7 @@ class LegacyFacts:
     def __init__(self, analysis: ScriptAnalysis) -> None:
         self.analysis = analysis
         collector = _Collector()
-        analysis.module.visit(collector)
+        tree.visit(analysis.module, collector)
         self._names = collector.names
         self._stores = collector.stores
         self._strings = collector.strings

@@ -32,8 +32,15 @@ class ModuleInfo:
 class Program:
     """The analysed modules of one program, by key (the engine uses file paths)."""
 
-    def __init__(self, modules: dict[str, tuple[cst.Module, ModuleInfo]], options: Options | None = None) -> None:
+    def __init__(
+        self,
+        modules: dict[str, tuple[cst.Module, ModuleInfo]],
+        options: Options | None = None,
+        codes: dict[str, str] | None = None,
+    ) -> None:
         self._modules = dict(modules)
+        #: Module texts known before they are indexed (the parsed sources; a fix's output).
+        self._known_codes: dict[str, str] = dict(codes or {})
         #: The run's settings, handed to every module's analysis.
         self.options = options
         self._indexes: dict[str, ModuleIndex] = {}
@@ -44,7 +51,7 @@ class Program:
     def _index(self, key: str, module: cst.Module) -> ModuleIndex:
         index = self._indexes.get(key)
         if index is None or index.module is not module:
-            index = ModuleIndex(module)
+            index = ModuleIndex(module, self._known_codes.pop(key, None))
             self.index_builds += 1
             self._indexes[key] = index
         return index
@@ -73,11 +80,19 @@ class Program:
         """The current libcst module of one file."""
         return self._modules[key][0]
 
+    def code(self, key: str) -> str:
+        """The current source code of one module (generated at most once per version of the module)."""
+        return self._indexes[key].code
+
     def keys(self) -> list[str]:
         """The modules' keys, in the order they were given (the entry first)."""
         return list(self._modules)
 
-    def replace(self, key: str, module: cst.Module) -> None:
-        """A fix rewrote one module: index it again and rebuild the program's facts."""
+    def replace(self, key: str, module: cst.Module, index: ModuleIndex | None = None) -> None:
+        """A fix rewrote one module: index it again (or take the caller's ``index`` of it) and rebuild the
+        program's facts."""
         self._modules[key] = (module, self._modules[key][1])
+        if index is not None and index.module is module:
+            self._indexes[key] = index
+            self.index_builds += 1
         self._build()

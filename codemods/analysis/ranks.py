@@ -30,6 +30,7 @@ from typing import Callable, Iterable, Iterator, Optional, Union
 import libcst as cst
 
 from .. import names
+from . import tree
 from .legacy import ENV_GETTERS, Key, LaunchIndex, LegacyFacts, int_value, legacy_facts, target_nodes
 from .script import SELF_RETURNING_METHODS, ScriptAnalysis, dotted_name, walk
 
@@ -127,7 +128,7 @@ class Condition:
         return self.kind is not Kind.UNIFORM
 
 
-class _Stores(cst.CSTVisitor):
+class _Stores:
     """Bindings the legacy facts record without a value: loop targets, ``with ... as``, ``+=``, walrus."""
 
     def __init__(self) -> None:
@@ -180,7 +181,7 @@ class RankFacts:
         self.analysis = analysis
         self.legacy: LegacyFacts = legacy_facts(analysis)
         collector = _Stores()
-        analysis.module.visit(collector)
+        tree.visit(analysis.module, collector)
         self._stores: dict[Key, list[Store]] = {}
         for node, store in collector.found:
             name = dotted_name(node) if isinstance(node, (cst.Name, cst.Attribute)) else None

@@ -24,10 +24,11 @@ from typing import (
 )
 
 import libcst as cst
-from libcst.metadata import CodeRange, MetadataWrapper
+from libcst.metadata import CodeRange
 from libcst.metadata.position_provider import PositionProvidingCodegenState
 
 from .. import names
+from . import tree
 
 if TYPE_CHECKING:
     from ..base import Options
@@ -139,12 +140,12 @@ def _canonical_module(qualified: str) -> str:
     return qualified
 
 
-class _Indexer(cst.CSTVisitor):
-    """One walk over the module that collects the nodes the analysis works from."""
+class _Indexer:
+    """One walk over the module (:func:`tree.visit`) that collects the nodes the analysis works from, and
+    the parent of every node."""
 
     def __init__(self) -> None:
         self.parents: dict[cst.CSTNode, cst.CSTNode] = {}
-        self._stack: list[cst.CSTNode] = []
         self.calls: list[cst.Call] = []
         self.for_loops: list[cst.For] = []
         self.functions: list[cst.FunctionDef] = []
@@ -161,17 +162,6 @@ class _Indexer(cst.CSTVisitor):
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         self.attributes.append(node)
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        # Parents come from this same walk: cheaper than a separate ParentNodeProvider pass.
-        if self._stack:
-            self.parents[node] = self._stack[-1]
-        self._stack.append(node)
-        return super().on_visit(node)
-
-    def on_leave(self, original_node: cst.CSTNode) -> None:
-        super().on_leave(original_node)
-        self._stack.pop()
 
     def visit_Call(self, node: cst.Call) -> None:
         self.calls.append(node)
@@ -312,12 +302,12 @@ class ModuleIndex:
     scope analysis, which costs more than the parse itself.
     """
 
-    def __init__(self, module: cst.Module) -> None:
-        # The rules rewrite the very nodes they find, so the wrapper must not copy the module.
+    def __init__(self, module: cst.Module, code: str | None = None) -> None:
         self.module = module
-        self.wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+        if code is not None:  # the text the caller already holds (the parsed source, a fix's output)
+            self.__dict__["code"] = code
         self.nodes = _Indexer()
-        module.visit(self.nodes)
+        tree.visit(module, self.nodes, self.nodes.parents)
         self.parents = self.nodes.parents
         self.imports = self.nodes.imports
         self.defined = {
@@ -360,14 +350,23 @@ class ModuleIndex:
         """Start and end of every node (resolved on first use: only reports and ordering need them).
 
         The same positions as libcst's ``PositionProvider``, from one code generation pass whose position
-        tracking skips the newline search for the tokens that have none (most of them): 2-3x faster.
+        tracking skips the newline search for the tokens that have none (most of them): 2-3x faster. The
+        same pass gives the module's code.
         """
         holder = _PositionTable()
         state = _FastPositionState(
             default_indent=self.module.default_indent, default_newline=self.module.default_newline, provider=holder  # type: ignore[arg-type]
         )
         self.module._codegen(state)
+        self.__dict__.setdefault("code", "".join(state.tokens))
         return holder._computed
+
+    @cached_property
+    def code(self) -> str:
+        """The module's source code, generated once (together with the positions, which most uses of a
+        rewritten module need next)."""
+        self.positions
+        return self.__dict__["code"]
 
 
 class ScriptAnalysis:
@@ -392,7 +391,6 @@ class ScriptAnalysis:
         #: The run's settings (the engine passes them; the runtime module fixes import from, for one).
         self.options = options if options is not None else _default_options()
         self.index = index if index is not None else ModuleIndex(module)
-        self.wrapper = self.index.wrapper
         self.module = module
         self.module_name = module_name
         self.is_entry = is_entry
@@ -422,6 +420,11 @@ class ScriptAnalysis:
     @property
     def _positions(self) -> Mapping[cst.CSTNode, CodeRange]:
         return self.index.positions
+
+    @property
+    def code(self) -> str:
+        """The module's source code (generated at most once per analysed module)."""
+        return self.index.code
 
     def derived(self, key: str, build: Callable[[ScriptAnalysis], T]) -> T:
         """Facts derived from this analysis by a module above it (ranks, loaders, legacy launches), built on
@@ -1356,10 +1359,7 @@ def _module_targets(module: cst.Module) -> Iterator[cst.BaseExpression]:
                     yield small.target
 
 
-def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    yield node
-    for child in node.children:
-        yield from _walk(child)
+_walk = tree.walk
 
 
 def _calls_within(node: cst.CSTNode) -> Iterator[cst.Call]:

@@ -1,0 +1,105 @@
+"""Fast walks over libcst trees: a node's children in source order without libcst's visitor machinery.
+
+libcst finds a node's children (``node.children``) and visits a tree (``module.visit(visitor)``) through
+``_visit_and_replace_children``, which builds a new node for every node visited and calls several hooks per
+attribute: a read-only walk costs more than the parse. The analysis only reads trees, so it walks them here:
+each node class's child fields are read once from libcst's own ``_visit_and_replace_children`` (the order
+libcst visits them in, which is the order of the source), and a walk is a loop over those attributes.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from typing import Callable, Iterator
+
+import libcst as cst
+
+#: ``visit_required(self, "func", ...)``, ``visit_sequence(self, "args", ...)``: the field names a node class
+#: hands to libcst's visit helpers, in the order it visits them.
+_VISITED_FIELD = re.compile(r'visit_(?:required|optional|sequence|sentinel|body_sequence|iterable)\(\s*self,\s*"(\w+)"')
+
+#: A node class's child fields in visiting order; ``None`` where they could not be read (libcst's own
+#: ``children`` is used for that class).
+_FIELDS: dict[type, tuple[str, ...] | None] = {}
+
+
+def _child_fields(cls: type) -> tuple[str, ...] | None:
+    fields = _FIELDS.get(cls, ())
+    if fields != ():
+        return fields
+    try:
+        source = inspect.getsource(cls._visit_and_replace_children)  # type: ignore[attr-defined]
+    except (OSError, TypeError):  # no source (a frozen install): libcst's own walk for this class
+        found: tuple[str, ...] | None = None
+    else:
+        found = tuple(dict.fromkeys(_VISITED_FIELD.findall(source))) or None
+    _FIELDS[cls] = found
+    return found
+
+
+def children(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The node's direct children in source order: the same nodes, in the same order, as ``node.children``."""
+    fields = _FIELDS.get(type(node), ())
+    if fields == ():
+        fields = _child_fields(type(node))
+    if fields is None:
+        return list(node.children)
+    found: list[cst.CSTNode] = []
+    for name in fields:
+        value = getattr(node, name)
+        if isinstance(value, cst.CSTNode):
+            found.append(value)
+        elif isinstance(value, (tuple, list)):
+            found.extend(item for item in value if isinstance(item, cst.CSTNode))
+    return found
+
+
+def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """The node and everything below it, in pre-order (source order)."""
+    stack = [node]
+    pop, extend = stack.pop, stack.extend
+    while stack:
+        current = pop()
+        yield current
+        extend(reversed(children(current)))
+
+
+_LEAVE = object()
+_Hooks = tuple[Callable[[cst.CSTNode], object] | None, Callable[[cst.CSTNode], object] | None]
+
+
+def visit(
+    root: cst.CSTNode, visitor: object, parents: dict[cst.CSTNode, cst.CSTNode] | None = None
+) -> None:
+    """Walk a tree calling the visitor's ``visit_<Node>`` before a node's children and ``leave_<Node>``
+    after them, as ``root.visit(visitor)`` does for a read-only :class:`libcst.CSTVisitor` (a ``visit_``
+    method returning ``False`` skips the children). ``parents``, when given, is filled with every node's
+    parent on the way."""
+    hooks: dict[type, _Hooks] = {}
+    stack: list[object] = [root]
+    parent_of: dict[cst.CSTNode, cst.CSTNode] = parents if parents is not None else {}
+    while stack:
+        current = stack.pop()
+        if current is _LEAVE:
+            node, leave = stack.pop(), stack.pop()
+            leave(node)  # type: ignore[operator]
+            continue
+        node = current  # type: ignore[assignment]
+        cls = type(node)
+        pair = hooks.get(cls)
+        if pair is None:
+            pair = hooks[cls] = (
+                getattr(visitor, f"visit_{cls.__name__}", None),
+                getattr(visitor, f"leave_{cls.__name__}", None),
+            )
+        enter, leave = pair
+        if enter is not None and enter(node) is False:
+            continue
+        if leave is not None:
+            stack.extend((leave, node, _LEAVE))
+        below = children(node)
+        if parents is not None:
+            for child in below:
+                parent_of[child] = node
+        stack.extend(reversed(below))
