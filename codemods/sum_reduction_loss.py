@@ -171,8 +171,8 @@ total = nn.functional.l1_loss(a, b, reduction="sum")
             for node in walk(expr):
                 if not isinstance(node, cst.Name):
                     continue
-                for assign in analysis.assignments:
-                    if not isinstance(assign, cst.Assign) or analysis.enclosing_function(assign) is not function:
+                for assign in analysis.assignments_in(function):
+                    if not isinstance(assign, cst.Assign):
                         continue
                     if not analysis.comes_before(assign, at) or not any(dotted_name(t.target) == node.value for t in assign.targets):
                         continue

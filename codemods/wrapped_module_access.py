@@ -490,9 +490,7 @@ def _wrap_of(analysis: ScriptAnalysis, expr: cst.BaseExpression) -> tuple[cst.Ca
             continue
         if not _binds(analysis, outer, root):
             continue
-        for assign in analysis.assignments:
-            if analysis.enclosing_function(assign) is not outer:
-                continue
+        for assign in analysis.assignments_in(outer):
             for target in _targets(assign):
                 if dotted_name(target) == name:
                     origins = analysis.origins(target)
@@ -512,8 +510,7 @@ def _binds(analysis: ScriptAnalysis, function: cst.FunctionDef, name: str) -> bo
     if analysis.is_parameter(function, name):
         return True
     return any(
-        analysis.enclosing_function(assign) is function and any(isinstance(t, cst.Name) and t.value == name for t in _targets(assign))
-        for assign in analysis.assignments
+        any(isinstance(t, cst.Name) and t.value == name for t in _targets(assign)) for assign in analysis.assignments_in(function)
     )
 
 
@@ -524,8 +521,8 @@ def _holds_unwrapped(analysis: ScriptAnalysis, expr: cst.BaseExpression, name: s
     scope = analysis.enclosing_function(expr)
     values = [
         assign.value
-        for assign in analysis.assignments
-        if analysis.enclosing_function(assign) is scope and any(dotted_name(t) == name for t in _targets(assign))
+        for assign in analysis.assignments_in(scope)
+        if any(dotted_name(t) == name for t in _targets(assign))
     ]
     return bool(values) and all(v is not None and _is_unwrapped(analysis, v) for v in values)
 

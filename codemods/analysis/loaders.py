@@ -274,8 +274,8 @@ def _dict_writes(
         return None
     items: list[tuple[str, cst.BaseExpression]] = []
     seen = False
-    for assign in analysis.assignments:
-        if analysis.enclosing_function(assign) is not scope or not isinstance(assign, cst.Assign):
+    for assign in analysis.assignments_in(scope):
+        if not isinstance(assign, cst.Assign):
             continue
         for target in assign.targets:
             if isinstance(target.target, cst.Name) and target.target.value == name:
@@ -327,8 +327,8 @@ def _gating_parameters(analysis: ScriptAnalysis, function: cst.FunctionDef, loop
     if not optional:
         return set()
     derived: dict[str, set[str]] = {}
-    for assign in analysis.assignments:
-        if analysis.enclosing_function(assign) is not function or not isinstance(assign, cst.Assign):
+    for assign in analysis.assignments_in(function):
+        if not isinstance(assign, cst.Assign):
             continue
         read = {n.value for n in walk(assign.value) if isinstance(n, cst.Name)} & optional
         for target in assign.targets:

@@ -176,6 +176,10 @@ class RankFacts:
 
     #: How deep a single query may follow values before it gives up (and answers ``UNKNOWN``).
     MAX_DEPTH = 60
+    #: How many values a single query may visit before it gives up (and answers ``UNKNOWN``). Results found
+    #: inside a cycle of the data flow are not kept, so in a large module whose values feed each other
+    #: (a test suite's table of thousands of cases) one query could otherwise run for minutes.
+    MAX_STEPS = 50_000
 
     def __init__(self, analysis: ScriptAnalysis) -> None:
         self.analysis = analysis
@@ -190,12 +194,26 @@ class RankFacts:
         self._memo: dict[cst.CSTNode, Kind] = {}
         self._active: set[object] = set()
         self._cycles = 0
+        self._steps_left: int | None = None  # the running query's budget (``None`` between queries)
+        #: Results the running query found inside a cycle: partial (a value the cycle leads back to counted
+        #: as nothing new) and so never kept beyond the query, but reused within it. Within one query they
+        #: change no answer: what such a result leaves out, the value the cycle leads back to holds, and the
+        #: query reaches that value too. Without them a query walks every path of the data flow, which is
+        #: exponential in a large module whose values feed each other.
+        self._query_memo: dict[cst.CSTNode, Kind] = {}
 
     # ------------------------------------------------------------------------------------- queries
 
     def kind(self, expr: cst.CSTNode) -> Kind:
         """How the expression's value relates to the ranks (see :class:`Kind`)."""
-        return self._kind(expr, 0)
+        if self._steps_left is not None:  # asked while answering another query: part of its budget
+            return self._kind(expr, 0)
+        self._steps_left = self.MAX_STEPS
+        try:
+            return self._kind(expr, 0)
+        finally:
+            self._steps_left = None
+            self._query_memo.clear()
 
     def is_rank_dependent(self, expr: cst.CSTNode) -> bool:
         """Whether the expression's value flows from a rank source (so it differs between ranks)."""
@@ -299,10 +317,17 @@ class RankFacts:
 
     def _kind(self, expr: cst.CSTNode, depth: int) -> Kind:
         memo = self._memo.get(expr)
+        if memo is None:
+            memo = self._query_memo.get(expr)
         if memo is not None:
             return memo
         if depth > self.MAX_DEPTH:
             return Kind.UNKNOWN
+        if self._steps_left is not None:
+            self._steps_left -= 1
+            if self._steps_left < 0:
+                self._cycles += 1  # nothing the query computed from here on is complete: keep none of it
+                return Kind.UNKNOWN
         if expr in self._active:
             self._cycles += 1
             return Kind.UNIFORM  # a value that flows into itself adds nothing new
@@ -314,6 +339,8 @@ class RankFacts:
             self._active.discard(expr)
         if self._cycles == cycles:  # results computed inside a cycle may be partial: keep only final ones
             self._memo[expr] = result
+        elif self._steps_left is None or self._steps_left >= 0:
+            self._query_memo[expr] = result
         return result
 
     def _join(self, nodes: Iterable[cst.CSTNode], depth: int) -> Kind:

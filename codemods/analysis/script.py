@@ -886,6 +886,18 @@ class ScriptAnalysis:
                 found.extend(home.assignments_in_callees(function.body, target, depth - 1))
         return found
 
+    def assignments_in(self, function: cst.FunctionDef | None) -> list[cst.Assign | cst.AnnAssign]:
+        """The module's assignments whose nearest enclosing function is ``function`` (``None``: outside every
+        function), in source order; grouped once per analysis."""
+        return self._assignments_by_function.get(function, [])
+
+    @cached_property
+    def _assignments_by_function(self) -> dict[cst.FunctionDef | None, list[cst.Assign | cst.AnnAssign]]:
+        grouped: dict[cst.FunctionDef | None, list[cst.Assign | cst.AnnAssign]] = {}
+        for assign in self.assignments:
+            grouped.setdefault(self.enclosing_function(assign), []).append(assign)
+        return grouped
+
     def is_parameter(self, function: cst.FunctionDef, name: str) -> bool:
         """Whether the name is one of the function's parameters."""
         return any(p.name.value == name for p in _all_params(function))
@@ -1011,9 +1023,8 @@ class ScriptAnalysis:
             source = next(
                 (
                     a.value
-                    for a in self.assignments
+                    for a in self.assignments_in(function)
                     if name is not None
-                    and self.enclosing_function(a) is function
                     and isinstance(a, cst.Assign)
                     and len(a.targets) == 1
                     and isinstance(a.targets[0].target, cst.Name)
