@@ -136,3 +136,43 @@ def test_a_rank_test_or_ed_with_a_switch_does_not_keep_the_other_ranks_out(value
     facts = rank_facts(analysis)
     [save] = [c for c in analysis.calls if analysis.is_call_to(c, {"torch.save"}) and c.args[0].value.value == str(value)]  # type: ignore[attr-defined]
     assert (facts.guard(save) is not None) is guarded
+
+
+def _cyclic_module(width: int, seed: str) -> str:
+    """``width`` values that all feed each other (each read from the next two, around a ring) inside one
+    loop, with ``seed`` flowing into the first: every query walks one big cycle of the data flow."""
+    lines = ["import os", "import torch.distributed as dist", f"v0 = {seed}"]
+    lines += [f"v{i} = 0" for i in range(1, width)]
+    lines.append("for step in range(10):")
+    lines += [f"    v{i} = v{(i + 1) % width} + v{(i + 2) % width}" for i in range(width)]
+    lines += [f"    if v{i} > 0:\n        dist.barrier()" for i in range(width)]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize(("seed", "kind"), [('int(os.environ["RANK"])', Kind.RANK), ("3", Kind.UNIFORM)])
+def test_values_in_a_cycle_get_the_kind_of_what_flows_into_the_cycle(seed: str, kind: Kind) -> None:
+    facts = rank_facts(ScriptAnalysis(cst.parse_module(_cyclic_module(12, seed))))
+    assert {facts.kind(node.test) for node in facts.analysis.ifs} == {kind}
+
+
+def test_a_cyclic_data_flow_costs_each_query_at_most_one_visit_per_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Results found inside a cycle are reused within the query: without that, a query followed every path
+    through the ring (exponential in its width: 16 values took 150,000 steps and 15 s, a torch test module
+    several minutes). A uniform seed makes every query explore the whole ring (nothing stops it early)."""
+    from ddp_migrate.codemods.analysis import ranks
+
+    facts = rank_facts(ScriptAnalysis(cst.parse_module(_cyclic_module(16, "3"))))
+    computed = 0
+    compute = ranks.RankFacts._compute
+
+    def counting(self: ranks.RankFacts, expr: cst.CSTNode, depth: int) -> Kind:
+        nonlocal computed
+        computed += 1
+        return compute(self, expr, depth)
+
+    monkeypatch.setattr(ranks.RankFacts, "_compute", counting)
+    values = len(facts.analysis.assignments) + len(facts.analysis.ifs)
+    for node in facts.analysis.ifs:
+        before = computed
+        assert facts.kind(node.test) is Kind.UNIFORM
+        assert computed - before <= 10 * values
