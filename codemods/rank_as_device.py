@@ -191,7 +191,7 @@ if rank == 0:
                     output = argument(call, DDP_PARAMETERS, "output_device")
                     if output is not None and _mentions_rank(facts, output.value):
                         yield _Case(output.value, OUTPUT_DEVICE, "output_device=global rank: DDP needs this process's local GPU")
-        for node in walk(analysis.module):
+        for node in analysis.preorder:
             if _cuda_fstring(node) and _mentions_rank(facts, node) and not any(analysis.is_inside(node, d) for d in devices):
                 yield _Case(node, DEVICE, 'f"cuda:{rank}" from the global rank: the GPU of a process is its local rank')
 

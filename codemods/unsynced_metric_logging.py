@@ -98,7 +98,7 @@ class _PerRankValues:
                 self.reduced.add(self.key(call, name))
         for _ in range(10):
             changed = False
-            for node in walk(analysis.module):
+            for node in analysis.preorder:
                 changed |= self._step(node)
             if not changed:
                 break

@@ -172,7 +172,7 @@ class LegacyFacts:
     def __init__(self, analysis: ScriptAnalysis) -> None:
         self.analysis = analysis
         collector = _Collector()
-        tree.visit(analysis.module, collector)
+        tree.dispatch(analysis.index.preorder, collector)
         self._names = collector.names
         self._stores = collector.stores
         self._strings = collector.strings

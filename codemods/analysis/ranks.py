@@ -185,7 +185,7 @@ class RankFacts:
         self.analysis = analysis
         self.legacy: LegacyFacts = legacy_facts(analysis)
         collector = _Stores()
-        tree.visit(analysis.module, collector)
+        tree.dispatch(analysis.index.preorder, collector)
         self._stores: dict[Key, list[Store]] = {}
         for node, store in collector.found:
             name = dotted_name(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
@@ -628,7 +628,7 @@ def _step_counts(analysis: ScriptAnalysis) -> set[str]:
     """Names that count steps or batches in a module: in ``range(...)``, on the right of ``%``, or a loader's
     ``batch_size``."""
     counted: set[str] = set()
-    for node in walk(analysis.module):
+    for node in analysis.preorder:
         if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "range":
             counted.update(n for arg in node.args for n in [dotted_name(arg.value)] if n)
         elif isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo):

@@ -246,6 +246,7 @@ class SharedFlow:
     def solve(self) -> None:
         """Resolve call targets and propagate origins through every module until nothing changes."""
         for analysis in self.analyses:
+            analysis.__dict__.pop("_keys", None)  # keys found before every module of the program was added
             analysis._resolve_call_targets()
         for _ in range(12):
             changed = False
@@ -307,7 +308,9 @@ class ModuleIndex:
         if code is not None:  # the text the caller already holds (the parsed source, a fix's output)
             self.__dict__["code"] = code
         self.nodes = _Indexer()
-        tree.visit(module, self.nodes, self.nodes.parents)
+        #: Every node of the module in pre-order (source order), for the walks that come after this one.
+        self.preorder: list[cst.CSTNode] = []
+        tree.visit(module, self.nodes, self.nodes.parents, self.preorder)
         self.parents = self.nodes.parents
         self.imports = self.nodes.imports
         self.defined = {
@@ -425,6 +428,11 @@ class ScriptAnalysis:
     def code(self) -> str:
         """The module's source code (generated at most once per analysed module)."""
         return self.index.code
+
+    @property
+    def preorder(self) -> list[cst.CSTNode]:
+        """Every node of the module in source order (pre-order): the index's walk, kept, instead of another."""
+        return self.index.preorder
 
     def derived(self, key: str, build: Callable[[ScriptAnalysis], T]) -> T:
         """Facts derived from this analysis by a module above it (ranks, loaders, legacy launches), built on
@@ -582,7 +590,15 @@ class ScriptAnalysis:
     def _key(self, scope_node: cst.CSTNode, name: str) -> BindingKey:
         """The binding key for a dotted name used at a node: ``self.x`` belongs to the class, a local to its
         function, a global to its module, and a name imported from a module of the program to that module
-        (``from data import loader`` and ``data.loader`` are the same binding)."""
+        (``from data import loader`` and ``data.loader`` are the same binding). Found once per node and name
+        (every round of :meth:`SharedFlow.solve` asks again)."""
+        cache = self.__dict__.setdefault("_keys", {})
+        found = cache.get((scope_node, name))
+        if found is None:
+            found = cache[(scope_node, name)] = self._find_key(scope_node, name)
+        return found
+
+    def _find_key(self, scope_node: cst.CSTNode, name: str) -> BindingKey:
         function = scope_node if isinstance(scope_node, cst.FunctionDef) else self.enclosing_function(scope_node)
         if name.startswith("self."):
             owner = self.enclosing_class(function) if function is not None else None
@@ -625,7 +641,7 @@ class ScriptAnalysis:
         if len(known) <= 1:
             return found
         package = self.module_name if self.is_package else self.module_name.rpartition(".")[0]
-        for node in _walk(self.module):
+        for node in self.index.preorder:
             if isinstance(node, cst.Import):
                 for alias in node.names:
                     full = dotted_name(alias.name) or ""

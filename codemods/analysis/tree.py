@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import inspect
 import re
-from typing import Callable, Iterator
+from operator import attrgetter
+from typing import Callable, Iterable, Iterator
 
 import libcst as cst
 
@@ -19,39 +20,43 @@ import libcst as cst
 #: hands to libcst's visit helpers, in the order it visits them.
 _VISITED_FIELD = re.compile(r'visit_(?:required|optional|sequence|sentinel|body_sequence|iterable)\(\s*self,\s*"(\w+)"')
 
-#: A node class's child fields in visiting order; ``None`` where they could not be read (libcst's own
-#: ``children`` is used for that class).
-_FIELDS: dict[type, tuple[str, ...] | None] = {}
+#: Every concrete libcst node class (a ``type(x) in`` test: ``isinstance`` against libcst's abstract base
+#: classes goes through ``abc`` and costs several times more).
+_NODE_TYPES = frozenset(
+    value for value in vars(cst).values() if isinstance(value, type) and issubclass(value, cst.CSTNode) and not inspect.isabstract(value)
+)
+_SEQUENCES = (tuple, list)
+
+#: A node class's child fields in visiting order, as one getter of all of them (it returns a tuple) and
+#: ``None`` where they could not be read (libcst's own ``children`` is used for that class).
+_GETTERS: dict[type, Callable[[cst.CSTNode], tuple[object, ...]] | None] = {}
 
 
-def _child_fields(cls: type) -> tuple[str, ...] | None:
-    fields = _FIELDS.get(cls, ())
-    if fields != ():
-        return fields
+def _getter(cls: type) -> Callable[[cst.CSTNode], tuple[object, ...]] | None:
     try:
         source = inspect.getsource(cls._visit_and_replace_children)  # type: ignore[attr-defined]
     except (OSError, TypeError):  # no source (a frozen install): libcst's own walk for this class
-        found: tuple[str, ...] | None = None
+        found = None
     else:
-        found = tuple(dict.fromkeys(_VISITED_FIELD.findall(source))) or None
-    _FIELDS[cls] = found
+        fields = tuple(dict.fromkeys(_VISITED_FIELD.findall(source)))
+        found = None if not fields or cls not in _NODE_TYPES else attrgetter(*fields, "__class__") if len(fields) == 1 else attrgetter(*fields)
+    _GETTERS[cls] = found
     return found
 
 
 def children(node: cst.CSTNode) -> list[cst.CSTNode]:
     """The node's direct children in source order: the same nodes, in the same order, as ``node.children``."""
-    fields = _FIELDS.get(type(node), ())
-    if fields == ():
-        fields = _child_fields(type(node))
-    if fields is None:
+    cls = type(node)
+    getter = _GETTERS[cls] if cls in _GETTERS else _getter(cls)
+    if getter is None:
         return list(node.children)
     found: list[cst.CSTNode] = []
-    for name in fields:
-        value = getattr(node, name)
-        if isinstance(value, cst.CSTNode):
-            found.append(value)
-        elif isinstance(value, (tuple, list)):
-            found.extend(item for item in value if isinstance(item, cst.CSTNode))
+    for value in getter(node):
+        kind = type(value)
+        if kind in _NODE_TYPES:
+            found.append(value)  # type: ignore[arg-type]
+        elif kind in _SEQUENCES:
+            found.extend(item for item in value if type(item) in _NODE_TYPES)  # type: ignore[attr-defined]
     return found
 
 
@@ -70,12 +75,15 @@ _Hooks = tuple[Callable[[cst.CSTNode], object] | None, Callable[[cst.CSTNode], o
 
 
 def visit(
-    root: cst.CSTNode, visitor: object, parents: dict[cst.CSTNode, cst.CSTNode] | None = None
+    root: cst.CSTNode,
+    visitor: object,
+    parents: dict[cst.CSTNode, cst.CSTNode] | None = None,
+    order: list[cst.CSTNode] | None = None,
 ) -> None:
     """Walk a tree calling the visitor's ``visit_<Node>`` before a node's children and ``leave_<Node>``
     after them, as ``root.visit(visitor)`` does for a read-only :class:`libcst.CSTVisitor` (a ``visit_``
-    method returning ``False`` skips the children, not the ``leave_``). ``parents``, when given, is filled with every node's
-    parent on the way."""
+    method returning ``False`` skips the children, not the ``leave_``). ``parents``, when given, is filled
+    with every node's parent on the way, and ``order`` with the nodes visited, in order."""
     hooks: dict[type, _Hooks] = {}
     stack: list[object] = [root]
     parent_of: dict[cst.CSTNode, cst.CSTNode] = parents if parents is not None else {}
@@ -86,6 +94,8 @@ def visit(
             leave(node)  # type: ignore[operator]
             continue
         node = current  # type: ignore[assignment]
+        if order is not None:
+            order.append(node)
         cls = type(node)
         pair = hooks.get(cls)
         if pair is None:
@@ -104,3 +114,17 @@ def visit(
             for child in below:
                 parent_of[child] = node
         stack.extend(reversed(below))
+
+
+def dispatch(nodes: Iterable[cst.CSTNode], visitor: object) -> None:
+    """Call the visitor's ``visit_<Node>`` for each node in turn: a walk already done (a module index's
+    nodes in order, see :func:`visit`) replayed for a visitor that neither skips children nor leaves."""
+    hooks: dict[type, Callable[[cst.CSTNode], object] | None] = {}
+    for node in nodes:
+        cls = type(node)
+        if cls in hooks:
+            enter = hooks[cls]
+        else:
+            enter = hooks[cls] = getattr(visitor, f"visit_{cls.__name__}", None)
+        if enter is not None:
+            enter(node)
