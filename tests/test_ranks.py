@@ -176,3 +176,11 @@ def test_a_cyclic_data_flow_costs_each_query_at_most_one_visit_per_value(monkeyp
         before = computed
         assert facts.kind(node.test) is Kind.UNIFORM
         assert computed - before <= 10 * values
+
+
+@pytest.mark.parametrize(("literal", "value"), [("0", 0), ("-1", -1), ("0x04", 4), ("-0b1", -1), ("1_000", 1000), ("0o17", 15), ("x", None)])
+def test_integer_literals_in_every_spelling(literal: str, value: int | None) -> None:
+    """``0x04`` in a comparison crashed DDP025 on torch's own sources (int() of the spelling)."""
+    from ddp_migrate.codemods.analysis.legacy import int_value
+
+    assert int_value(cst.parse_expression(literal)) == value

@@ -93,3 +93,21 @@ def test_a_fix_rebuilds_only_the_edited_path() -> None:
     assert new.code == source.replace("model.cuda()", "model.to(device)")
     assert new.body[1] is module.body[1]  # the function no edit touches is the same object
     assert new.body[3] is not module.body[3]
+
+
+@pytest.mark.parametrize("path", SOURCES[::9] + SOURCES[-2:], ids=lambda p: p.name)
+def test_positions_match_libcsts_position_provider(path: Path) -> None:
+    """The analysis's own position pass (one code generation that also gives the code) gives libcst's
+    ``PositionProvider`` positions for every node."""
+    from libcst.metadata import MetadataWrapper, PositionProvider
+
+    from ddp_migrate.codemods.analysis.script import ModuleIndex
+
+    text = path.read_text(encoding="utf-8")
+    module = cst.parse_module(text)
+    theirs = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    index = ModuleIndex(module)
+    assert index.code == text
+    ours = index.positions
+    assert set(ours) == set(theirs)
+    assert all(ours[node] == theirs[node] for node in theirs)

@@ -65,11 +65,11 @@ Key = tuple[Optional[cst.CSTNode], str]
 
 
 def int_value(node: cst.CSTNode | None) -> int | None:
-    """The value of an integer literal (``-1`` included)."""
+    """The value of an integer literal in any spelling Python allows (``-1``, ``0x04``, ``1_000`` included)."""
     if isinstance(node, cst.Integer):
-        return int(node.value)
+        return node.evaluated_value
     if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus) and isinstance(node.expression, cst.Integer):
-        return -int(node.expression.value)
+        return -node.expression.evaluated_value
     return None
 
 

@@ -24,7 +24,7 @@ from typing import (
 )
 
 import libcst as cst
-from libcst.metadata import CodeRange
+from libcst.metadata import CodePosition, CodeRange
 from libcst.metadata.position_provider import PositionProvidingCodegenState
 
 from .. import names
@@ -277,14 +277,41 @@ class _PositionTable:
         self._computed: dict[cst.CSTNode, CodeRange] = {}
 
 
+class _SyntacticRecord:
+    """What ``record_syntactic_position`` returns: libcst's generator-based context manager, as a plain one
+    (the generator machinery cost more than the recording itself)."""
+
+    __slots__ = ("state", "node", "start_node", "end_node", "line", "column")
+
+    def __init__(self, state: _FastPositionState, node: cst.CSTNode, start_node: cst.CSTNode | None, end_node: cst.CSTNode | None) -> None:
+        self.state, self.node, self.start_node, self.end_node = state, node, start_node, end_node
+        self.line, self.column = state.line, state.column
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *_: object) -> None:
+        state = self.state
+        computed = state.provider._computed
+        start = computed[self.start_node].start if self.start_node is not None else CodePosition(self.line, self.column)
+        end = computed[self.end_node].end if self.end_node is not None else CodePosition(state.line, state.column)
+        computed[self.node] = CodeRange(start, end)
+
+
 class _FastPositionState(PositionProvidingCodegenState):
-    """libcst's position-recording code generation, without a regular-expression split per token."""
+    """libcst's position-recording code generation (the positions of its ``PositionProvider``), without a
+    regular-expression split per token or a generator per node."""
 
     def _update_position(self, value: str) -> None:
         if "\n" not in value and "\r" not in value:
             self.column += len(value)
             return
         super()._update_position(value)
+
+    def record_syntactic_position(  # type: ignore[override]
+        self, node: cst.CSTNode, *, start_node: cst.CSTNode | None = None, end_node: cst.CSTNode | None = None
+    ) -> _SyntacticRecord:
+        return _SyntacticRecord(self, node, start_node, end_node)
 
 
 def _default_options() -> Options:
@@ -308,9 +335,10 @@ class ModuleIndex:
         if code is not None:  # the text the caller already holds (the parsed source, a fix's output)
             self.__dict__["code"] = code
         self.nodes = _Indexer()
-        #: Every node of the module in pre-order (source order), for the walks that come after this one.
+        #: Every node of the module in pre-order (source order), for the walks that come after this one;
+        #: layout nodes (whitespace, newlines, comments) are not indexed.
         self.preorder: list[cst.CSTNode] = []
-        tree.visit(module, self.nodes, self.nodes.parents, self.preorder)
+        tree.visit(module, self.nodes, self.nodes.parents, self.preorder, tree.LAYOUT_NODES)
         self.parents = self.nodes.parents
         self.imports = self.nodes.imports
         self.defined = {
@@ -460,7 +488,8 @@ class ScriptAnalysis:
         return self._positions[node].start.line
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
-        """The node's parent, or ``None`` for the module."""
+        """The node's parent, or ``None`` for the module (and for layout nodes, which are not indexed:
+        :data:`tree.LAYOUT_NODES`)."""
         return self._parents.get(node)
 
     def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:

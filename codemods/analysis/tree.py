@@ -27,6 +27,12 @@ _NODE_TYPES = frozenset(
 )
 _SEQUENCES = (tuple, list)
 
+#: Layout nodes: spaces, newlines, blank and comment lines. No fact of the analysis is about them, and they
+#: are more than half of a module's nodes, so the index walk does not record them (nor what they hold).
+LAYOUT_NODES = frozenset(
+    {cst.SimpleWhitespace, cst.ParenthesizedWhitespace, cst.TrailingWhitespace, cst.Newline, cst.EmptyLine, cst.Comment}
+)
+
 #: A node class's child fields in visiting order, as one getter of all of them (it returns a tuple) and
 #: ``None`` where they could not be read (libcst's own ``children`` is used for that class).
 _GETTERS: dict[type, Callable[[cst.CSTNode], tuple[object, ...]] | None] = {}
@@ -79,11 +85,13 @@ def visit(
     visitor: object,
     parents: dict[cst.CSTNode, cst.CSTNode] | None = None,
     order: list[cst.CSTNode] | None = None,
+    skip: frozenset[type] = frozenset(),
 ) -> None:
     """Walk a tree calling the visitor's ``visit_<Node>`` before a node's children and ``leave_<Node>``
     after them, as ``root.visit(visitor)`` does for a read-only :class:`libcst.CSTVisitor` (a ``visit_``
     method returning ``False`` skips the children, not the ``leave_``). ``parents``, when given, is filled
-    with every node's parent on the way, and ``order`` with the nodes visited, in order."""
+    with every node's parent on the way, and ``order`` with the nodes visited, in order. Nodes of a class in
+    ``skip`` (and everything below them) are left out of all three."""
     hooks: dict[type, _Hooks] = {}
     stack: list[object] = [root]
     parent_of: dict[cst.CSTNode, cst.CSTNode] = parents if parents is not None else {}
@@ -110,6 +118,8 @@ def visit(
         if not descend:
             continue
         below = children(node)
+        if skip:
+            below = [child for child in below if type(child) not in skip]
         if parents is not None:
             for child in below:
                 parent_of[child] = node
