@@ -110,4 +110,5 @@ def test_positions_match_libcsts_position_provider(path: Path) -> None:
     assert index.code == text
     ours = index.positions
     assert set(ours) == set(theirs)
-    assert all(ours[node] == theirs[node] for node in theirs)
+    for node, where in theirs.items():
+        assert ours[node] == (where.start.line, where.start.column, where.end.line, where.end.column)
