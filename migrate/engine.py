@@ -172,7 +172,8 @@ def fix_to_fixed_point(
 
     The file is settled only when no rule changed it during a pass: two rules that undo each other leave
     the text as it was at the start of the pass, yet they have not settled. The analysis is rebuilt only
-    after a rule changed the module, and the final one is handed back for the findings and notes.
+    after a rule changed the module, and the final one is handed back for the findings and notes. A rule
+    that changed nothing is not run again on the same analysis (its fix reads nothing else).
     ``fixable``: the rule classes whose fixes may run (``None``: all; ``lint --fix`` leaves out unsafe fixes).
     ``text``: the module's source, when the caller has it.
     """
@@ -181,12 +182,14 @@ def fix_to_fixed_point(
     analysis = analyse(module, is_entry, options, text)
     text = analysis.code
     origins = LineOrigins(text)
+    settled_on: dict[Rule, ScriptAnalysis] = {}  # the analysis each rule last changed nothing in
     for _ in range(MAX_PASSES):
         changed_this_pass: list[str] = []
         for rule in ordered:
-            if not _applies(rule, text):
+            if not _applies(rule, text) or settled_on.get(rule) is analysis:
                 continue
             current = analysis
+            settled_on[rule] = current
             result = _run_rule(rule, "fixing", lambda: rule.fix(current, options))
             if result is None or result.module is current.module:
                 continue
