@@ -54,6 +54,8 @@ class BatchNormWithoutSync(Rule):
     phase = Phase.WRAPPING
     severity = Severity.INFO
     triggers = ("BatchNorm",)
+    #: Every finding is a ``DistributedDataParallel(...)`` call (a DataParallel script is converted first).
+    requires = ("DistributedDataParallel",)
     manual_fix = "convert the model with runtime.convert_sync_batchnorm(model) before wrapping it"
     examples = (
         Example(

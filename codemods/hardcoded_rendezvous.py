@@ -58,6 +58,8 @@ class HardcodedRendezvous(Rule):
     fix_safety = FixSafety.SAFE
     phase = Phase.LEGACY_LAUNCH
     triggers = ("environ", "tcp://")
+    #: Every finding names a launch variable in a string literal or keyword, or writes ``tcp://``.
+    requires = (*LAUNCH_VARIABLES, "tcp://")
     manual_fix = "remove the hand-set rendezvous; torchrun sets MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE"
     examples = (
         Example(
