@@ -145,12 +145,23 @@ def _run_rule(rule: Rule, step: str, call: Callable[[], T]) -> T:
     return _guarded(f"{rule.code} ({rule.name}) while {step}", call)
 
 
-def analyse(module: cst.Module, is_entry: bool = True, options: Options | None = None, code: str | None = None) -> ScriptAnalysis:
-    """The shared analysis of a lone module (a crash in it is a one-line error, like a crash in a rule);
-    ``code``: the module's text when the caller has it (else generated on first use)."""
-    return _guarded(
-        "the script analysis", lambda: ScriptAnalysis(module, is_entry=is_entry, options=options, index=ModuleIndex(module, code))
-    )
+def analyse(module: cst.Module, is_entry: bool = True, options: Options | None = None) -> ScriptAnalysis:
+    """The shared analysis of a lone module (a crash in it is a one-line error, like a crash in a rule); the
+    analysis of a clone of it where :func:`index_of` says so."""
+
+    def build() -> ScriptAnalysis:
+        index = index_of(module)
+        return ScriptAnalysis(index.module, is_entry=is_entry, options=options, index=index)
+
+    return _guarded("the script analysis", build)
+
+
+def index_of(module: cst.Module) -> ModuleIndex:
+    """The index of a module a fix produced. A fix keeps every subtree it does not edit (the same objects);
+    one that copied a subtree and kept the original leaves a node at two places, with one parent: such a
+    module is cloned (every node its own object again) before it is analysed."""
+    index = ModuleIndex(module)
+    return ModuleIndex(module.deep_clone()) if index.shares_nodes else index
 
 
 def _applies(rule: Rule, text: str) -> bool:
@@ -166,7 +177,6 @@ def fix_to_fixed_point(
     path: str,
     is_entry: bool = True,
     fixable: frozenset[type[Rule]] | None = None,
-    text: str | None = None,
 ) -> tuple[cst.Module, list[Change], ScriptAnalysis]:
     """Run every fix in phase order, pass after pass, until a whole pass changes nothing.
 
@@ -175,12 +185,11 @@ def fix_to_fixed_point(
     after a rule changed the module, and the final one is handed back for the findings and notes. A rule
     that changed nothing is not run again on the same analysis (its fix reads nothing else).
     ``fixable``: the rule classes whose fixes may run (``None``: all; ``lint --fix`` leaves out unsafe fixes).
-    ``text``: the module's source, when the caller has it.
     """
     changes: list[Change] = []
     ordered = sorted((r for r in rules if r.can_fix() and (fixable is None or type(r) in fixable)), key=lambda r: (r.phase, r.code))
-    analysis = analyse(module, is_entry, options, text)
-    text = analysis.code
+    analysis = analyse(module, is_entry, options)
+    text = analysis.code  # libcst's printout, which every fix's output is compared with
     origins = LineOrigins(text)
     settled_on: dict[Rule, ScriptAnalysis] = {}  # the analysis each rule last changed nothing in
     for _ in range(MAX_PASSES):
@@ -195,7 +204,7 @@ def fix_to_fixed_point(
                 continue
             # The next analysis is built before it is known to be needed: its index generates the code and
             # the positions in one pass, and the rules ask for positions of almost every rewritten module.
-            rewritten = analyse(result.module, is_entry, options)
+            rewritten = analyse(result.module, is_entry, options)  # (a clone of it, see index_of)
             new_text = rewritten.code
             if new_text == text:
                 continue
@@ -204,7 +213,7 @@ def fix_to_fixed_point(
             verify(new_text, path, rule)
             changes.extend(origins.changes(result.changes))
             origins = origins.advance(text, new_text)
-            module, text, analysis = result.module, new_text, rewritten
+            module, text, analysis = rewritten.module, new_text, rewritten
             changed_this_pass.append(rule.code)
         if not changed_this_pass:
             return module, sort_changes(changes), analysis
@@ -381,10 +390,10 @@ def process(
         module = parse(source.text, path)
         rules = [_instance(cls, options) for cls in rule_classes]
         if fix:
-            module, result.changes, analysis = fix_to_fixed_point(module, rules, options, path, is_entry, fixable, source.text)
+            module, result.changes, analysis = fix_to_fixed_point(module, rules, options, path, is_entry, fixable)
             result.new_text = analysis.code
         else:
-            analysis = analyse(module, is_entry, options, source.text)
+            analysis = analyse(module, is_entry, options)
         text = result.new_text if fix else source.text  # the module's code, without generating it again
         result.findings = suppress(find_all(analysis, rules, text), text)
         result.notes = collect_notes(analysis, rules, options) if fix else []
@@ -444,8 +453,7 @@ def process_program(
             result.error = f"{file.path}:{error.line}:{error.column}: {error.message}"
     by_path = {file.path: file for file in files}
     try:
-        texts = {path: sources[path].text for path in modules}
-        program = _guarded("the program analysis", lambda: Program(modules, options, texts))
+        program = _guarded("the program analysis", lambda: Program(modules, options))
         rules_of = {path: [cls for cls in by_path[path].rules] for path in modules}
         instances = {cls: _instance(cls, options) for path in modules for cls in rules_of[path]}
         if fix:
@@ -595,7 +603,7 @@ def _fix_program(
                 result = _run_rule(rule, f"fixing {key}", lambda: rule.fix(analysis, options))
                 if result is None or result.module is analysis.module:
                     continue
-                index = _guarded("the script analysis", lambda: ModuleIndex(result.module))
+                index = _guarded("the script analysis", lambda: index_of(result.module))
                 new_text = index.code
                 if new_text == analysis.code:
                     continue
@@ -604,7 +612,7 @@ def _fix_program(
                 verify(new_text, key, rule)
                 changes[key].extend(origins[key].changes(result.changes))
                 origins[key] = origins[key].advance(analysis.code, new_text)
-                program.replace(key, result.module, index)
+                program.replace(key, index.module, index)
                 changed_this_pass.append(rule.code)
                 text = program_text(program)
         if not changed_this_pass:

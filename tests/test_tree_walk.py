@@ -112,3 +112,19 @@ def test_positions_match_libcsts_position_provider(path: Path) -> None:
     assert set(ours) == set(theirs)
     for node, where in theirs.items():
         assert ours[node] == (where.start.line, where.start.column, where.end.line, where.end.column)
+
+
+def test_a_fix_that_copies_a_subtree_and_keeps_it_gets_a_module_of_its_own_nodes() -> None:
+    """A fix keeps every subtree it does not edit; one that also copies such a subtree elsewhere (DDP002
+    moving ``model.to(device)`` inside the wrap) leaves a node at two places, which the index would give
+    one parent. The engine analyses a clone of such a module instead: same code, every node once."""
+    from ddp_migrate.codemods.analysis.script import ModuleIndex
+    from ddp_migrate.engine import index_of
+
+    module = cst.parse_module("model = Net()\nmodel = model.to(device)\n")
+    shared = module.with_changes(body=[module.body[0], module.body[1], module.body[1]])
+    assert ModuleIndex(shared).shares_nodes
+    index = index_of(shared)
+    assert not index.shares_nodes and index.code == shared.code
+    assert index.module is not shared
+    assert index_of(module).module is module  # the common case: no clone

@@ -32,15 +32,8 @@ class ModuleInfo:
 class Program:
     """The analysed modules of one program, by key (the engine uses file paths)."""
 
-    def __init__(
-        self,
-        modules: dict[str, tuple[cst.Module, ModuleInfo]],
-        options: Options | None = None,
-        codes: dict[str, str] | None = None,
-    ) -> None:
+    def __init__(self, modules: dict[str, tuple[cst.Module, ModuleInfo]], options: Options | None = None) -> None:
         self._modules = dict(modules)
-        #: Module texts known before they are indexed (the parsed sources; a fix's output).
-        self._known_codes: dict[str, str] = dict(codes or {})
         #: The run's settings, handed to every module's analysis.
         self.options = options
         self._indexes: dict[str, ModuleIndex] = {}
@@ -51,7 +44,7 @@ class Program:
     def _index(self, key: str, module: cst.Module) -> ModuleIndex:
         index = self._indexes.get(key)
         if index is None or index.module is not module:
-            index = ModuleIndex(module, self._known_codes.pop(key, None))
+            index = ModuleIndex(module)
             self.index_builds += 1
             self._indexes[key] = index
         return index

@@ -171,15 +171,20 @@ class _Stores:
             self._add(item.name, ("unknown", None))
 
 
+class _OverBudget(Exception):
+    """An exhaustive rank query went past its budget (it is answered again in bounded mode)."""
+
+
 class RankFacts:
     """Rank dependence of the values and positions of one analysed file. Use :func:`rank_facts`."""
 
     #: How deep a single query may follow values before it gives up (and answers ``UNKNOWN``).
     MAX_DEPTH = 60
-    #: How many values a single query may visit before it gives up (and answers ``UNKNOWN``). Results found
-    #: inside a cycle of the data flow are not kept, so in a large module whose values feed each other
-    #: (a test suite's table of thousands of cases) one query could otherwise run for minutes.
-    MAX_STEPS = 50_000
+    #: How many values a query may visit exhaustively. Results found inside a cycle of the data flow are
+    #: not kept (they may be partial), so a query walks every path through such a cycle: exponential in a
+    #: large module whose values feed each other (a test suite's table of cases). Past this budget the query
+    #: is answered again in bounded mode (:meth:`kind`).
+    MAX_EXHAUSTIVE_STEPS = 5_000
 
     def __init__(self, analysis: ScriptAnalysis) -> None:
         self.analysis = analysis
@@ -194,26 +199,36 @@ class RankFacts:
         self._memo: dict[cst.CSTNode, Kind] = {}
         self._active: set[object] = set()
         self._cycles = 0
-        self._steps_left: int | None = None  # the running query's budget (``None`` between queries)
-        #: Results the running query found inside a cycle: partial (a value the cycle leads back to counted
-        #: as nothing new) and so never kept beyond the query, but reused within it. Within one query they
-        #: change no answer: what such a result leaves out, the value the cycle leads back to holds, and the
-        #: query reaches that value too. Without them a query walks every path of the data flow, which is
-        #: exponential in a large module whose values feed each other.
-        self._query_memo: dict[cst.CSTNode, Kind] = {}
+        self._steps_left: int | None = None  # the exhaustive query's budget (``None`` between queries)
+        #: In bounded mode: results the query found inside a cycle, reused within the query (never kept).
+        self._query_memo: dict[cst.CSTNode, Kind] | None = None
 
     # ------------------------------------------------------------------------------------- queries
 
     def kind(self, expr: cst.CSTNode) -> Kind:
-        """How the expression's value relates to the ranks (see :class:`Kind`)."""
-        if self._steps_left is not None:  # asked while answering another query: part of its budget
+        """How the expression's value relates to the ranks (see :class:`Kind`).
+
+        A query first follows every path of the data flow (the exact answer), within
+        :data:`MAX_EXHAUSTIVE_STEPS`. Past that it is answered again in bounded mode: a result found inside
+        a cycle is reused for the rest of the query, so each value is computed about once. Where the flow
+        only joins values that is the same answer; behind a test that turns a rank into a uniform answer
+        (``rank != -1``) it may differ (seen: ``UNKNOWN`` where the exact answer is ``UNIFORM``). Nothing
+        derived from a reused partial result outlives the query.
+        """
+        if self._steps_left is not None or self._query_memo is not None:  # asked while answering another query
             return self._kind(expr, 0)
-        self._steps_left = self.MAX_STEPS
+        self._steps_left = self.MAX_EXHAUSTIVE_STEPS
+        try:
+            return self._kind(expr, 0)
+        except _OverBudget:
+            pass
+        finally:
+            self._steps_left = None
+        self._query_memo = {}
         try:
             return self._kind(expr, 0)
         finally:
-            self._steps_left = None
-            self._query_memo.clear()
+            self._query_memo = None
 
     def is_rank_dependent(self, expr: cst.CSTNode) -> bool:
         """Whether the expression's value flows from a rank source (so it differs between ranks)."""
@@ -317,17 +332,19 @@ class RankFacts:
 
     def _kind(self, expr: cst.CSTNode, depth: int) -> Kind:
         memo = self._memo.get(expr)
-        if memo is None:
-            memo = self._query_memo.get(expr)
         if memo is not None:
             return memo
+        if self._query_memo is not None:
+            memo = self._query_memo.get(expr)
+            if memo is not None:
+                self._cycles += 1  # a partial result: nothing computed from it is kept beyond the query
+                return memo
         if depth > self.MAX_DEPTH:
             return Kind.UNKNOWN
         if self._steps_left is not None:
             self._steps_left -= 1
             if self._steps_left < 0:
-                self._cycles += 1  # nothing the query computed from here on is complete: keep none of it
-                return Kind.UNKNOWN
+                raise _OverBudget
         if expr in self._active:
             self._cycles += 1
             return Kind.UNIFORM  # a value that flows into itself adds nothing new
@@ -339,7 +356,7 @@ class RankFacts:
             self._active.discard(expr)
         if self._cycles == cycles:  # results computed inside a cycle may be partial: keep only final ones
             self._memo[expr] = result
-        elif self._steps_left is None or self._steps_left >= 0:
+        elif self._query_memo is not None:
             self._query_memo[expr] = result
         return result
 

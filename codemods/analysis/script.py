@@ -357,15 +357,16 @@ class ModuleIndex:
     scope analysis, which costs more than the parse itself.
     """
 
-    def __init__(self, module: cst.Module, code: str | None = None) -> None:
+    def __init__(self, module: cst.Module) -> None:
         self.module = module
-        if code is not None:  # the text the caller already holds (the parsed source, a fix's output)
-            self.__dict__["code"] = code
         self.nodes = _Indexer()
         #: Every node of the module in pre-order (source order), for the walks that come after this one;
         #: layout nodes (whitespace, newlines, comments) are not indexed.
         self.preorder: list[cst.CSTNode] = []
         tree.visit(module, self.nodes, self.nodes.parents, self.preorder, tree.LAYOUT_NODES)
+        #: Whether one node object sits at two places of the tree (a fix that copied a subtree and kept
+        #: the original): it has one parent in the index, so the module must be cloned before analysis.
+        self.shares_nodes = len(self.preorder) != len(self.nodes.parents) + 1
         self.parents = self.nodes.parents
         self.imports = self.nodes.imports
         self.defined = {
