@@ -128,3 +128,14 @@ def test_a_fix_that_copies_a_subtree_and_keeps_it_gets_a_module_of_its_own_nodes
     assert not index.shares_nodes and index.code == shared.code
     assert index.module is not shared
     assert index_of(module).module is module  # the common case: no clone
+
+
+def test_a_class_whose_visiting_code_reads_differently_falls_back_to_libcsts_children(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The child fields come from the source of libcst's ``_visit_and_replace_children``; where a libcst
+    version reads otherwise (here: only the fields handed to ``visit_required``), the first node of the class is checked against
+    ``node.children`` and the class falls back to it instead of walking wrongly."""
+    monkeypatch.setattr(tree, "_GETTERS", {})
+    monkeypatch.setattr(tree, "_VISITED_FIELD", __import__("re").compile(r'visit_required\(\s*self,\s*"(\w+)"'))
+    call = cst.parse_expression("f(a, b=1)")
+    assert [id(c) for c in tree.children(call)] == [id(c) for c in call.children]
+    assert tree._GETTERS[cst.Call] is None

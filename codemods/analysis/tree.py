@@ -38,7 +38,11 @@ LAYOUT_NODES = frozenset(
 _GETTERS: dict[type, Callable[[cst.CSTNode], tuple[object, ...]] | None] = {}
 
 
-def _getter(cls: type) -> Callable[[cst.CSTNode], tuple[object, ...]] | None:
+def _getter(node: cst.CSTNode) -> Callable[[cst.CSTNode], tuple[object, ...]] | None:
+    """The getter of the node's class, checked on this first node of the class against libcst's own
+    ``children``: a libcst whose visiting code reads differently falls back to ``children``, never to a
+    wrong walk."""
+    cls = type(node)
     try:
         source = inspect.getsource(cls._visit_and_replace_children)  # type: ignore[attr-defined]
     except (OSError, TypeError):  # no source (a frozen install): libcst's own walk for this class
@@ -46,14 +50,31 @@ def _getter(cls: type) -> Callable[[cst.CSTNode], tuple[object, ...]] | None:
     else:
         fields = tuple(dict.fromkeys(_VISITED_FIELD.findall(source)))
         found = None if not fields or cls not in _NODE_TYPES else attrgetter(*fields, "__class__") if len(fields) == 1 else attrgetter(*fields)
+    if found is not None:
+        try:
+            agrees = [id(c) for c in _read(found, node)] == [id(c) for c in node.children]
+        except AttributeError:  # a field the class does not have
+            agrees = False
+        found = found if agrees else None
     _GETTERS[cls] = found
+    return found
+
+
+def _read(getter: Callable[[cst.CSTNode], tuple[object, ...]], node: cst.CSTNode) -> list[cst.CSTNode]:
+    found: list[cst.CSTNode] = []
+    for value in getter(node):
+        kind = type(value)
+        if kind in _NODE_TYPES:
+            found.append(value)  # type: ignore[arg-type]
+        elif kind in _SEQUENCES:
+            found.extend(item for item in value if type(item) in _NODE_TYPES)  # type: ignore[attr-defined]
     return found
 
 
 def children(node: cst.CSTNode) -> list[cst.CSTNode]:
     """The node's direct children in source order: the same nodes, in the same order, as ``node.children``."""
     cls = type(node)
-    getter = _GETTERS[cls] if cls in _GETTERS else _getter(cls)
+    getter = _GETTERS[cls] if cls in _GETTERS else _getter(node)
     if getter is None:
         return list(node.children)
     found: list[cst.CSTNode] = []
