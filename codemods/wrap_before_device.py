@@ -52,6 +52,11 @@ def _moved_to_inner(stmt: cst.BaseStatement, name: str, inner: cst.BaseExpressio
     return stmt.with_changes(body=[new_small])
 
 
+def _named(expr: cst.BaseExpression | None) -> bool:
+    """Whether the wrapped model is a variable (``model``, ``self.net``) that can be moved before the wrap."""
+    return expr is not None and dotted_name(expr) is not None
+
+
 class WrapBeforeDevice(Rule):
     """Move the model to its device before wrapping it, not after.
 
@@ -64,7 +69,10 @@ class WrapBeforeDevice(Rule):
 
     What the fix does: moves the model first, then wraps: ``DDP(model.to(device))`` for the chained form,
     and the ``.to(...)`` statement moved above the wrap for the separate form, also when the move sits
-    under a condition of its own (``if train_on_gpu: model.cuda()``: the whole ``if`` moves).
+    under a condition of its own (``if train_on_gpu: model.cuda()``: the whole ``if`` moves). A model
+    built inside the wrap (``nn.DataParallel(Net())``) has no name to move first: the move goes into the
+    wrap (``nn.DataParallel(Net().to(device))``) and the later statement goes; under a condition of its
+    own that is left to a human.
 
     Fix safety: the model is moved before it is wrapped, which DDP requires; the statements between the
     two (and a condition around the move) run in the same order relative to everything else.
@@ -100,6 +108,19 @@ import torch.nn as nn
 
 model.to(device)
 model = nn.DataParallel(model)
+""",
+        ),
+        Example(
+            before="""\
+import torch.nn as nn
+
+model = nn.DataParallel(Net())
+model = model.to(device)
+""",
+            after="""\
+import torch.nn as nn
+
+model = nn.DataParallel(Net().to(device))
 """,
         ),
         Example(
@@ -153,8 +174,16 @@ model = DDP(model, device_ids=[local_rank])
                     break
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
-        for wrap, _, _ in self._cases(analysis):
-            yield Match(wrap, "model wrapped before it is moved to its device: move it first, then wrap")
+        for wrap, _, later in self._cases(analysis):
+            if isinstance(later, cst.If) and not _named(wrapped_argument(wrap)):
+                yield Match(
+                    wrap,
+                    "model wrapped before it is moved to its device under a condition: build it, move it (under the "
+                    "condition), then wrap it",
+                    fixable=False,
+                )
+            else:
+                yield Match(wrap, "model wrapped before it is moved to its device: move it first, then wrap")
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         edits = Edits(analysis)
@@ -166,6 +195,16 @@ model = DDP(model, device_ids=[local_rank])
                 moved = chained.with_changes(func=chained.func.with_changes(value=inner))  # type: ignore[union-attr]
                 new_args = [a if a.value is not inner else a.with_changes(value=moved) for a in wrap.args]
                 edits.replace(chained, wrap.with_changes(args=new_args))
+            elif later is not None and not _named(inner):
+                if isinstance(later, cst.If):
+                    continue  # reported for a human: the model has no name to move under the condition
+                stmt = analysis.statement(wrap)
+                target = dotted_name(stmt.body[0].targets[0].target)  # type: ignore[union-attr]
+                move = _move_of(later, target or "")
+                assert move is not None
+                moved = move.with_changes(func=move.func.with_changes(value=inner))  # type: ignore[attr-defined]
+                edits.replace(inner, moved)
+                edits.remove(later)
             elif later is not None:
                 stmt = analysis.statement(wrap)
                 target = dotted_name(stmt.body[0].targets[0].target)  # type: ignore[union-attr]
