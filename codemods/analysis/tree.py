@@ -61,6 +61,7 @@ def _getter(node: cst.CSTNode) -> Callable[[cst.CSTNode], tuple[object, ...]] | 
 
 
 def _read(getter: Callable[[cst.CSTNode], tuple[object, ...]], node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The nodes among the field values the getter reads (a field holds a node, a sequence of them, or none)."""
     found: list[cst.CSTNode] = []
     for value in getter(node):
         kind = type(value)
@@ -77,14 +78,7 @@ def children(node: cst.CSTNode) -> list[cst.CSTNode]:
     getter = _GETTERS[cls] if cls in _GETTERS else _getter(node)
     if getter is None:
         return list(node.children)
-    found: list[cst.CSTNode] = []
-    for value in getter(node):
-        kind = type(value)
-        if kind in _NODE_TYPES:
-            found.append(value)  # type: ignore[arg-type]
-        elif kind in _SEQUENCES:
-            found.extend(item for item in value if type(item) in _NODE_TYPES)  # type: ignore[attr-defined]
-    return found
+    return _read(getter, node)
 
 
 def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
