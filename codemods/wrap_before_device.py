@@ -39,11 +39,16 @@ def _conditional_move(stmt: cst.BaseStatement, name: str) -> bool:
     return bool(stmt.body.body) and all(_move_of(s, name) is not None for s in stmt.body.body)
 
 
+def _applied_to(move: cst.Call, model: cst.BaseExpression) -> cst.Call:
+    """The move call (``wrapper.to(d)``, ``wrapper.cuda()``) made on the wrapped model instead."""
+    return move.with_changes(func=move.func.with_changes(value=model))  # type: ignore[attr-defined]
+
+
 def _moved_to_inner(stmt: cst.BaseStatement, name: str, inner: cst.BaseExpression) -> cst.BaseStatement:
     """A move statement of the wrapper (``name.to(d)``, ``name = name.to(d)``) as a move of the wrapped model."""
     move = _move_of(stmt, name)
     assert move is not None and isinstance(stmt, cst.SimpleStatementLine)
-    new_move = move.with_changes(func=move.func.with_changes(value=inner))  # type: ignore[attr-defined]
+    new_move = _applied_to(move, inner)
     small = stmt.body[0]
     if isinstance(small, cst.Assign):
         new_small = small.with_changes(targets=[cst.AssignTarget(inner)], value=new_move)
@@ -192,29 +197,25 @@ model = DDP(model, device_ids=[local_rank])
             if inner is None:
                 continue
             if chained is not None:
-                moved = chained.with_changes(func=chained.func.with_changes(value=inner))  # type: ignore[union-attr]
-                new_args = [a if a.value is not inner else a.with_changes(value=moved) for a in wrap.args]
+                new_args = [a if a.value is not inner else a.with_changes(value=_applied_to(chained, inner)) for a in wrap.args]
                 edits.replace(chained, wrap.with_changes(args=new_args))
-            elif later is not None and not _named(inner):
-                if isinstance(later, cst.If):
-                    continue  # reported for a human: the model has no name to move under the condition
-                stmt = analysis.statement(wrap)
-                target = dotted_name(stmt.body[0].targets[0].target)  # type: ignore[union-attr]
-                move = _move_of(later, target or "")
-                assert move is not None
-                moved = move.with_changes(func=move.func.with_changes(value=inner))  # type: ignore[attr-defined]
-                edits.replace(inner, moved)
-                edits.remove(later)
             elif later is not None:
                 stmt = analysis.statement(wrap)
                 target = dotted_name(stmt.body[0].targets[0].target)  # type: ignore[union-attr]
                 assert target is not None
-                if isinstance(later, cst.If):
-                    body = [_moved_to_inner(s, target, inner) for s in later.body.body]  # type: ignore[union-attr]
-                    moved: cst.BaseStatement = later.with_changes(body=later.body.with_changes(body=body), leading_lines=[])
+                if not _named(inner):  # built inside the wrap: the move goes into it
+                    if isinstance(later, cst.If):
+                        continue  # reported for a human: the model has no name to move under the condition
+                    move = _move_of(later, target)
+                    assert move is not None
+                    edits.replace(inner, _applied_to(move, inner))
                 else:
-                    moved = _moved_to_inner(later, target, inner).with_changes(leading_lines=[])
+                    if isinstance(later, cst.If):
+                        body = [_moved_to_inner(s, target, inner) for s in later.body.body]  # type: ignore[union-attr]
+                        moved: cst.BaseStatement = later.with_changes(body=later.body.with_changes(body=body), leading_lines=[])
+                    else:
+                        moved = _moved_to_inner(later, target, inner).with_changes(leading_lines=[])
+                    edits.insert_before(stmt, moved)
                 edits.remove(later)
-                edits.insert_before(stmt, moved)
             edits.changes.append(Change(self.code, analysis.line(wrap), "model moved to its device before it is wrapped"))
         return edits.apply(analysis.module) if edits else None

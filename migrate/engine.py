@@ -16,6 +16,7 @@ import libcst as cst
 
 from ddp_migrate.codemods.analysis import ScriptAnalysis
 from ddp_migrate.codemods.analysis.program import ModuleInfo, Program
+from ddp_migrate.codemods.analysis.project import child_statements, first_line
 from ddp_migrate.codemods.analysis.script import ModuleIndex
 from ddp_migrate.codemods.base import Change, Finding, Note, Options, Rule, Severity
 from ddp_migrate.codemods.edits import TODO_PREFIX
@@ -286,11 +287,8 @@ def _statement_starts(text: str) -> dict[int, int]:
 
     def visit(statements: list[ast.stmt]) -> None:
         for statement in statements:
-            first = min([statement.lineno, *(d.lineno for d in getattr(statement, "decorator_list", ()))])
-            bodies = [getattr(statement, name) for name in ("body", "orelse", "finalbody") if isinstance(getattr(statement, name, None), list)]
-            bodies += [handler.body for handler in getattr(statement, "handlers", ())]
-            bodies += [case.body for case in getattr(statement, "cases", ())]
-            inner = [s for body in bodies for s in body if isinstance(s, ast.stmt)]
+            first = first_line(statement)
+            inner = child_statements(statement)
             header_end = (min(s.lineno for s in inner) - 1) if inner else (statement.end_lineno or statement.lineno)
             for line in range(first, max(header_end, first) + 1):
                 starts.setdefault(line, first)
@@ -460,8 +458,8 @@ def process_program(
             changes = _fix_program(program, instances, rules_of, {p for p in modules if by_path[p].migrate}, options, fixable)
             for path, found in changes.items():
                 results[path].changes = found
-        codes = program_codes(program)  # one code generation of every module, for all that follows
-        text = "\n".join(codes.values())
+        codes = program_codes(program)  # each module's code, generated once (the indexes keep it)
+        text = program_text(program)
         for path in modules:
             analysis = program.analysis(path)
             rules = [instances[cls] for cls in rules_of[path]]
@@ -538,13 +536,8 @@ def _statement_start(tree: ast.Module, line: int, column: int) -> int | None:
         if inner is None:
             break
         found = inner
-        body = [child for field in ("body", "orelse", "finalbody") for child in getattr(inner, field, []) if isinstance(child, ast.stmt)]
-        body += [s for handler in getattr(inner, "handlers", []) for s in handler.body]
-        body += [s for case in getattr(inner, "cases", []) for s in case.body]
-    if found is None:
-        return None
-    decorators = getattr(found, "decorator_list", [])
-    return min([found.lineno, *(d.lineno for d in decorators)])
+        body = child_statements(inner)
+    return None if found is None else first_line(found)
 
 
 def lay_out(result: FileResult) -> None:

@@ -138,10 +138,9 @@ def _closure(entry: Path, scanner: _Scanner) -> list[Path]:
     return order
 
 
-def _packages_of(path: Path, scanner: _Scanner | None = None) -> list[Path]:
+def _packages_of(path: Path, scanner: _Scanner) -> list[Path]:
     """The ``__init__.py`` of every package the file sits in: importing the file runs them."""
-    inits = (scanner or _Scanner()).package_inits(path.parent)
-    return [init for init in inits if init != path]
+    return [init for init in scanner.package_inits(path.parent) if init != path]
 
 
 def _is_entry(path: Path, facts: SourceFacts | None, imported: set[Path], scanner: _Scanner) -> bool:

@@ -81,7 +81,7 @@ def default_jobs() -> int:
 
 
 def _size(work: Work) -> int:
-    return len(work.paths) if isinstance(work, Unit) else 1
+    return len(_paths_of(work))
 
 
 def _paths_of(work: Work) -> tuple[Path, ...]:

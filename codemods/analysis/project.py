@@ -158,19 +158,32 @@ def may_be_entry(path: Path, text: str) -> bool:
     return "__main__" in text or "DataParallel" in text or "DataLoader(" in text or _MODULE_LEVEL_WORK.search(text) is not None
 
 
+def child_statements(stmt: ast.stmt) -> list[ast.stmt]:
+    """The statements directly inside a compound statement: its body, ``else`` and ``finally`` blocks, then
+    its ``except`` handlers' and ``match`` cases' bodies (none for a simple statement)."""
+    found: list[ast.stmt] = []
+    for field_name in ("body", "orelse", "finalbody"):
+        inner = getattr(stmt, field_name, None)
+        if isinstance(inner, list):
+            found.extend(inner)
+    for handler in getattr(stmt, "handlers", ()):
+        found.extend(handler.body)
+    for case in getattr(stmt, "cases", ()):
+        found.extend(case.body)
+    return found
+
+
+def first_line(stmt: ast.stmt) -> int:
+    """The line a statement starts on, its decorators included."""
+    return min([stmt.lineno, *(d.lineno for d in getattr(stmt, "decorator_list", ()))])
+
+
 def _statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
     """Every statement, nested ones included, without visiting expressions (imports are statements;
     ``ast.walk`` over every expression node costs ten times more)."""
     for stmt in body:
         yield stmt
-        for field_name in ("body", "orelse", "finalbody"):
-            inner = getattr(stmt, field_name, None)
-            if isinstance(inner, list):
-                yield from _statements(inner)
-        for handler in getattr(stmt, "handlers", ()):
-            yield from _statements(handler.body)
-        for case in getattr(stmt, "cases", ()):
-            yield from _statements(case.body)
+        yield from _statements(child_statements(stmt))
 
 
 def _is_main_test(test: ast.expr) -> bool:

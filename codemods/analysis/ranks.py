@@ -626,7 +626,7 @@ def _steps_scaled(analysis: ScriptAnalysis) -> list[tuple[ScriptAnalysis, cst.CS
     found: list[tuple[ScriptAnalysis, cst.CSTNode, str]] = []
     for module in analysis.shared.analyses:
         divided: list[tuple[cst.CSTNode, str]] = []
-        for node in walk(module.module):
+        for node in module.preorder:
             if isinstance(node, cst.AugAssign) and isinstance(node.operator, (cst.DivideAssign, cst.FloorDivideAssign)):
                 name = dotted_name(node.target)
                 if name and is_world_size(module, node.value):

@@ -246,7 +246,7 @@ class SharedFlow:
     def solve(self) -> None:
         """Resolve call targets and propagate origins through every module until nothing changes."""
         for analysis in self.analyses:
-            analysis.__dict__.pop("_keys", None)  # keys found before every module of the program was added
+            analysis._keys.clear()  # keys found before every module of the program was added
             analysis._resolve_call_targets()
         for _ in range(12):
             changed = False
@@ -467,6 +467,8 @@ class ScriptAnalysis:
         self._bindings = self.shared.bindings
         self._returned = self.shared.returned
         self._call_targets = self.shared.call_targets
+        #: Binding keys found so far, by (node, name): :meth:`_key` (cleared when the program's solve starts).
+        self._keys: dict[tuple[cst.CSTNode, str], BindingKey] = {}
         if standalone:
             self.shared.solve()
 
@@ -644,10 +646,9 @@ class ScriptAnalysis:
         function, a global to its module, and a name imported from a module of the program to that module
         (``from data import loader`` and ``data.loader`` are the same binding). Found once per node and name
         (every round of :meth:`SharedFlow.solve` asks again)."""
-        cache = self.__dict__.setdefault("_keys", {})
-        found = cache.get((scope_node, name))
+        found = self._keys.get((scope_node, name))
         if found is None:
-            found = cache[(scope_node, name)] = self._find_key(scope_node, name)
+            found = self._keys[(scope_node, name)] = self._find_key(scope_node, name)
         return found
 
     def _find_key(self, scope_node: cst.CSTNode, name: str) -> BindingKey:
@@ -933,7 +934,7 @@ class ScriptAnalysis:
         if not rest or depth <= 0:
             return []
         found: list[tuple[ScriptAnalysis, cst.Assign]] = []
-        for node in _walk(scope):
+        for node in tree.walk(scope):
             if not isinstance(node, cst.Call):
                 continue
             function = self._call_targets.get(node)
@@ -1339,7 +1340,7 @@ class ScriptAnalysis:
         later = body[body.index(first) + 1 :] if first in body else []
         if any(self.reaches(stmt, self.group_needing_calls) for stmt in later):
             return guard
-        for node in _walk(first):
+        for node in tree.walk(first):
             if isinstance(node, cst.Call):
                 target = self._call_targets.get(node)
                 if (
@@ -1438,11 +1439,8 @@ def _module_targets(module: cst.Module) -> Iterator[cst.BaseExpression]:
                     yield small.target
 
 
-_walk = tree.walk
-
-
 def _calls_within(node: cst.CSTNode) -> Iterator[cst.Call]:
-    return (n for n in _walk(node) if isinstance(n, cst.Call))
+    return (n for n in tree.walk(node) if isinstance(n, cst.Call))
 
 
 def _all_params(function: cst.FunctionDef) -> list[cst.Param]:
@@ -1517,7 +1515,7 @@ def statements_of(block: cst.BaseSuite | cst.Module) -> Sequence[cst.BaseStateme
 
 def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     """The node and every node below it, in source order."""
-    return _walk(node)
+    return tree.walk(node)
 
 
 def keyword_argument(call: cst.Call, keyword: str) -> cst.Arg | None:

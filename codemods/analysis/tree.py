@@ -109,7 +109,6 @@ def visit(
     ``skip`` (and everything below them) are left out of all three."""
     hooks: dict[type, _Hooks] = {}
     stack: list[object] = [root]
-    parent_of: dict[cst.CSTNode, cst.CSTNode] = parents if parents is not None else {}
     while stack:
         current = stack.pop()
         if current is _LEAVE:
@@ -137,7 +136,7 @@ def visit(
             below = [child for child in below if type(child) not in skip]
         if parents is not None:
             for child in below:
-                parent_of[child] = node
+                parents[child] = node
         stack.extend(reversed(below))
 
 
