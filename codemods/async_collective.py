@@ -58,6 +58,7 @@ class UnwaitedAsyncCollective(Rule):
     phase = Phase.CLEANUP
     severity = Severity.WARNING
     triggers = ("async_op", "isend", "irecv")
+    needs_names = (names.TORCH_COLLECTIVES | names.TORCH_ASYNC_POINT_TO_POINT,)
     manual_fix = "keep the work handle and call .wait() on it before reading the tensor"
     examples = (
         Example(

@@ -174,6 +174,10 @@ class Rule(abc.ABC):
     #: A second cheap gate: when set, one of these words must appear too (a rule that acts only on training
     #: code requires ``backward`` or ``DataParallel``), so most library files are never parsed.
     requires: ClassVar[tuple[str, ...]] = ()
+    #: A third gate, on the names of the compiled code (:mod:`ddp_migrate.vocabulary`): groups of the
+    #: qualified names the rule's findings are about (the calls it reports); of each group the code must
+    #: spell one (every dotted part a name of the code, not a word of a docstring). Empty: no such gate.
+    needs_names: ClassVar[tuple[frozenset[str], ...]] = ()
     examples: ClassVar[Sequence[Example | Valid]] = ()
     #: What a human must do when the rule cannot fix a finding by itself.
     manual_fix: ClassVar[str] = ""
@@ -223,6 +227,13 @@ class Rule(abc.ABC):
                 )
             )
         return findings
+
+    @classmethod
+    def find_in_text(cls, text: str) -> list[Finding] | None:
+        """The rule's findings read from the source text alone, for a rule that needs no parse (its
+        comments); ``None`` for a rule that reads the parsed module. A lint whose only rules past the gate
+        read the text is done without libcst."""
+        return None
 
     def notes(self, analysis: ScriptAnalysis, options: Options) -> list[Note]:
         """Report items about the migrated file that are correct but worth knowing (no effect on exit codes)."""

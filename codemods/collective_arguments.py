@@ -72,6 +72,7 @@ class InvalidCollectiveArgument(Rule):
     phase = Phase.CLEANUP
     severity = Severity.ERROR
     triggers = ("distributed",)
+    needs_names = (frozenset(_BY_QUALIFIED_NAME),)
     #: A collective is spelled with its own name, wherever it is imported from.
     requires = tuple(PARAMETERS)
     manual_fix = "remove the argument, or call the collective that takes it"

@@ -55,6 +55,7 @@ class CollectiveInRankBranch(Rule):
     severity = Severity.ERROR
     triggers = ("barrier", "all_", "reduce", "broadcast", "gather", "scatter", "save", "weighted_mean", "new_group")
     requires = ("distributed", "ddp_migrate", "ddp_runtime")  # every collective is spelled through one of these
+    needs_names = (names.COLLECTIVES,)
     manual_fix = "call the collective on every rank: move it out of the rank branch"
     examples = (
         Example(

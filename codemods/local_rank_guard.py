@@ -10,7 +10,7 @@ from . import names
 from .analysis import ScriptAnalysis, dotted_name, walk
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, expression
-from .analysis.legacy import LegacyFacts, int_value, legacy_facts
+from .analysis.legacy import RANK_SOURCE_WORDS, LegacyFacts, int_value, legacy_facts
 from .runtime_calls import runtime_name
 
 #: Calls that write files or print: a guard around them decides which processes produce output.
@@ -53,6 +53,7 @@ class LocalRankGuard(Rule):
     fix_safety = FixSafety.UNSAFE
     phase = Phase.OUTPUT
     triggers = ("rank", "RANK", "spawn", "Process")
+    requires = RANK_SOURCE_WORDS  # it reports only tests of values the analysis knows to be a rank
     manual_fix = "guard the output with the global rank (runtime.is_main_process())"
     examples = (
         Example(

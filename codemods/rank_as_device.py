@@ -11,7 +11,7 @@ from . import names
 from .analysis import ScriptAnalysis, call_method_name, walk
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, expression, remove_statements, without_argument
-from .analysis.legacy import DDP_PARAMETERS, LegacyFacts, argument, legacy_facts
+from .analysis.legacy import DDP_PARAMETERS, RANK_SOURCE_WORDS, LegacyFacts, argument, legacy_facts
 from .runtime_calls import runtime_name
 
 DEVICE = "device"  # the expression becomes runtime.device()
@@ -81,6 +81,7 @@ class RankAsDevice(Rule):
     fix_safety = FixSafety.SAFE
     phase = Phase.DEVICES
     triggers = ("rank", "RANK")
+    requires = RANK_SOURCE_WORDS  # it reports only values the analysis knows to be the rank
     manual_fix = "choose the device by the local rank (runtime.device())"
     examples = (
         Example(

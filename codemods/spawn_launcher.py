@@ -9,7 +9,7 @@ import libcst as cst
 from .analysis import ScriptAnalysis, dotted_name
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, call_with, code_of, expression, is_pure, remove_statements, replace_values, without_launch_comments
-from .analysis.legacy import Launch, legacy_facts
+from .analysis.legacy import DISTRIBUTED_SETUP_WORDS, GET_CONTEXT, PROCESS, SPAWN, Launch, legacy_facts
 from .runtime_calls import runtime_name
 
 
@@ -45,6 +45,8 @@ class SpawnLauncher(Rule):
     fix_safety = FixSafety.UNSAFE
     phase = Phase.LEGACY_LAUNCH
     triggers = ("spawn", "Process", "start_processes")
+    requires = DISTRIBUTED_SETUP_WORDS  # a launch counts only when its workers set up a process group
+    needs_names = (SPAWN | PROCESS | GET_CONTEXT,)
     manual_fix = "remove the launcher and call the worker function once per process with runtime.rank(); start the script with torchrun"
     examples = (
         Example(

@@ -9,7 +9,9 @@ from __future__ import annotations
 import ast
 import difflib
 import traceback
+import warnings
 from dataclasses import dataclass, field, replace
+from types import CodeType
 from typing import Callable, Sequence, TypeVar
 
 import libcst as cst
@@ -24,6 +26,7 @@ from ddp_migrate.codemods.edits import TODO_PREFIX
 from .layout import Wrapped, line_length_for, wrap_new_lines
 from .noqa import noqa_comments, suppress
 from .source import SourceError, decode
+from .vocabulary import Vocabulary
 
 T = TypeVar("T")
 
@@ -67,46 +70,63 @@ class FileResult:
         return self.output is not None and self.output != self.original
 
 
-def could_match(text: str, rules: Sequence[type[Rule]]) -> bool:
-    """The cheap pre-parse check: could any rule find something here (its trigger words occur, and one
-    of the words it requires, if it has any)?"""
-    return any(_rule_could_match(text, rule) for rule in rules)
-
-
-def _rule_could_match(text: str, rule: type[Rule]) -> bool:
-    return any(word in text for word in rule.triggers) and (not rule.requires or any(word in text for word in rule.requires))
+def could_match(vocabulary: Vocabulary, rules: Sequence[type[Rule]]) -> bool:
+    """The cheap pre-parse check: could any rule find something here (:meth:`Vocabulary.could_match`)?"""
+    return any(vocabulary.could_match(rule) for rule in rules)
 
 
 def parse(text: str, path: str) -> cst.Module:
     """Parse source text with libcst, raising :class:`FileError` with Python's own position on bad syntax."""
-    try:
-        ast.parse(text, filename=path)
-    except SyntaxError as error:
-        raise FileError(f"cannot parse: {error.msg}", error.lineno or 1, error.offset or 1) from None
-    except ValueError as error:  # e.g. source code containing NUL bytes
-        raise FileError(f"cannot parse: {error}") from None
+    check_syntax(text, path)
+    return parse_checked(text)
+
+
+def parse_checked(text: str) -> cst.Module:
+    """Parse with libcst source text :func:`check_syntax` accepted (an error of libcst's own is still a
+    :class:`FileError`)."""
     try:
         return cst.parse_module(text)
     except cst.ParserSyntaxError as error:
         raise FileError(f"cannot parse: {error.message}", error.raw_line, error.raw_column + 1) from None
 
 
-def check_syntax(text: str, path: str) -> None:
-    """Report a syntax error through Python's own compiler: cheap, so files skipped by the text check are
-    still checked (a syntax error is always reported, never skipped)."""
+def compile_quietly(text: str, path: str) -> CodeType:
+    """Python's own bytecode compile of a source, its warnings (``"is" with a literal``, invalid escapes:
+    the user's, not ours to print) silenced."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return compile(text, path, "exec", dont_inherit=True)
+
+
+def check_syntax(text: str, path: str) -> CodeType | None:
+    """Report a syntax error through Python's own compiler: cheap, so files the gate skips are still
+    checked (a syntax error is always reported, never skipped). Hands back the code object, whose names the
+    gate reads (:mod:`ddp_migrate.vocabulary`), or ``None`` for source that parses but does not compile to
+    bytecode (``return`` outside a function): as before, only a parse error is reported, with the parser's
+    own message and position."""
+    try:
+        return compile_quietly(text, path)
+    except Exception:  # the parser's verdict and message decide, below
+        pass
     try:
         compile(text, path, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
     except SyntaxError as error:
         raise FileError(f"cannot parse: {error.msg}", error.lineno or 1, error.offset or 1) from None
-    except ValueError as error:
+    except ValueError as error:  # e.g. source code containing NUL bytes
         raise FileError(f"cannot parse: {error}") from None
+    return None
 
 
-def verify(text: str, path: str, rule: Rule) -> None:
+def vocabulary_of(text: str, path: str) -> Vocabulary:
+    """The gate's view of a source (:class:`Vocabulary`), syntax checked on the way (:func:`check_syntax`)."""
+    return Vocabulary.of(text, check_syntax(text, path))
+
+
+def verify(text: str, path: str, rule: Rule) -> Vocabulary:
     """Refuse a fix whose output does not compile, naming the rule that produced it (Python's own
-    compiler: cheap enough to run after every fix)."""
+    compiler: cheap enough to run after every fix); the vocabulary of the output for the next rules' gates."""
     try:
-        compile(text, path, "exec", dont_inherit=True)
+        return Vocabulary.of(text, compile_quietly(text, path))
     except (SyntaxError, ValueError) as error:
         raise FileError(f"{rule.code} ({rule.name}) produced code that does not compile ({error}); file left unchanged") from None
 
@@ -165,10 +185,10 @@ def index_of(module: cst.Module) -> ModuleIndex:
     return ModuleIndex(module.deep_clone()) if index.shares_nodes else index
 
 
-def _applies(rule: Rule, text: str) -> bool:
-    """Whether the rule's trigger words (and required words) occur in the text: without them it has
-    nothing to find."""
-    return _rule_could_match(text, type(rule))
+def _applies(rule: Rule, vocabulary: Vocabulary) -> bool:
+    """Whether the rule passes the gate (its words occur, the names it needs are spelled): without that
+    it has nothing to find."""
+    return vocabulary.could_match(type(rule))
 
 
 def fix_to_fixed_point(
@@ -178,25 +198,30 @@ def fix_to_fixed_point(
     path: str,
     is_entry: bool = True,
     fixable: frozenset[type[Rule]] | None = None,
-) -> tuple[cst.Module, list[Change], ScriptAnalysis]:
+    vocabulary: Vocabulary | None = None,
+) -> tuple[cst.Module, list[Change], ScriptAnalysis, Vocabulary]:
     """Run every fix in phase order, pass after pass, until a whole pass changes nothing.
 
     The file is settled only when no rule changed it during a pass: two rules that undo each other leave
     the text as it was at the start of the pass, yet they have not settled. The analysis is rebuilt only
-    after a rule changed the module, and the final one is handed back for the findings and notes. A rule
+    after a rule changed the module, and the final one is handed back for the findings and notes, with the
+    gate's view of the final text. A rule
     that changed nothing is not run again on the same analysis (its fix reads nothing else).
     ``fixable``: the rule classes whose fixes may run (``None``: all; ``lint --fix`` leaves out unsafe fixes).
+    ``vocabulary``: the gate's view of the module's source (:func:`vocabulary_of`), when the caller has it.
     """
     changes: list[Change] = []
     ordered = sorted((r for r in rules if r.can_fix() and (fixable is None or type(r) in fixable)), key=lambda r: (r.phase, r.code))
     analysis = analyse(module, is_entry, options)
     text = analysis.code  # libcst's printout, which every fix's output is compared with
+    # The printout differs from the source in layout only (a leading form feed, trailing blanks): the same names.
+    words = Vocabulary(text, vocabulary.names) if vocabulary is not None else vocabulary_of(text, path)
     origins = LineOrigins(text)
     settled_on: dict[Rule, ScriptAnalysis] = {}  # the analysis each rule last changed nothing in
     for _ in range(MAX_PASSES):
         changed_this_pass: list[str] = []
         for rule in ordered:
-            if not _applies(rule, text) or settled_on.get(rule) is analysis:
+            if not _applies(rule, words) or settled_on.get(rule) is analysis:
                 continue
             current = analysis
             settled_on[rule] = current
@@ -211,13 +236,13 @@ def fix_to_fixed_point(
                 continue
             if blocked_by_noqa(rule, current, new_text):
                 continue
-            verify(new_text, path, rule)
+            words = verify(new_text, path, rule)
             changes.extend(origins.changes(result.changes))
             origins = origins.advance(text, new_text)
             module, text, analysis = rewritten.module, new_text, rewritten
             changed_this_pass.append(rule.code)
         if not changed_this_pass:
-            return module, sort_changes(changes), analysis
+            return module, sort_changes(changes), analysis, words
     involved = ", ".join(dict.fromkeys(changed_this_pass))
     raise FileError(f"fixes did not settle after {MAX_PASSES} passes (rules still changing the file: {involved}); file left unchanged")
 
@@ -338,13 +363,13 @@ def blocked_by_noqa(rule: Rule, analysis: ScriptAnalysis, new_text: str) -> bool
     return any(starts.get(line) in comments for line in touched)
 
 
-def find_all(analysis: ScriptAnalysis, rules: Sequence[Rule], text: str | None = None) -> list[Finding]:
-    """Every finding of every rule whose trigger words occur in the analysed module (or ``text``: the
-    whole program's source), sorted by position."""
-    text = analysis.code if text is None else text
+def find_all(analysis: ScriptAnalysis, rules: Sequence[Rule], vocabulary: Vocabulary | None = None) -> list[Finding]:
+    """Every finding of every rule that passes the gate of the analysed module (or of ``vocabulary``: the
+    whole program's, or the source's when the caller has it), sorted by position."""
+    vocabulary = vocabulary_of(analysis.code, "<module>") if vocabulary is None else vocabulary
     findings: list[Finding] = []
     for rule in rules:
-        if _applies(rule, text):
+        if _applies(rule, vocabulary):
             findings.extend(_run_rule(rule, "checking", lambda: rule.find(analysis)))
     return sorted(findings, key=Finding.sort_key)
 
@@ -381,19 +406,24 @@ def process(
     try:
         source = decode(data)
         result.text = result.new_text = source.text
-        if not could_match(source.text, rule_classes):
-            check_syntax(source.text, path)
+        vocabulary = vocabulary_of(source.text, path)
+        live = [cls for cls in rule_classes if vocabulary.could_match(cls)]
+        if not live:
             result.skipped = True
             return result
-        module = parse(source.text, path)
+        if not fix and _find_in_text(result, live):
+            return result
+        module = parse_checked(source.text)
         rules = [_instance(cls, options) for cls in rule_classes]
         if fix:
-            module, result.changes, analysis = fix_to_fixed_point(module, rules, options, path, is_entry, fixable)
+            module, result.changes, analysis, vocabulary = fix_to_fixed_point(
+                module, rules, options, path, is_entry, fixable, vocabulary
+            )
             result.new_text = analysis.code
         else:
             analysis = analyse(module, is_entry, options)
         text = result.new_text if fix else source.text  # the module's code, without generating it again
-        result.findings = suppress(find_all(analysis, rules, text), text)
+        result.findings = suppress(find_all(analysis, rules, vocabulary), text)
         result.notes = collect_notes(analysis, rules, options) if fix else []
         if fix and options.review_todos:
             add_review_todos(result)
@@ -407,6 +437,19 @@ def process(
         result.changes = []
         result.new_text = result.text
     return result
+
+
+def _find_in_text(result: FileResult, rules: Sequence[type[Rule]]) -> bool:
+    """The findings of a lint whose rules all read the source text alone (:meth:`Rule.find_in_text`):
+    no parse, no analysis. ``False`` (nothing done) when one of them reads the parsed module."""
+    found: list[Finding] = []
+    for rule in rules:
+        findings = _guarded(f"{rule.code} ({rule.name}) while checking", lambda: rule.find_in_text(result.text))
+        if findings is None:
+            return False
+        found.extend(findings)
+    result.findings = suppress(sorted(found, key=Finding.sort_key), result.text)
+    return True
 
 
 @dataclass
@@ -439,13 +482,15 @@ def process_program(
     results: dict[str, FileResult] = {}
     modules: dict[str, tuple[cst.Module, ModuleInfo]] = {}
     sources = {}
+    names: dict[str, frozenset[str] | None] = {}  # of each module's compiled code, for the gate
     for file in files:
         result = FileResult(path=file.path, original=file.data, role="entry" if file.info.is_entry else "module", entry=entry)
         results[file.path] = result
         try:
             source = decode(file.data)
             result.text = result.new_text = source.text
-            modules[file.path] = (parse(source.text, file.path), file.info)
+            names[file.path] = vocabulary_of(source.text, file.path).names
+            modules[file.path] = (parse_checked(source.text), file.info)
             sources[file.path] = source
         except (SourceError, FileError) as error:
             result.error = f"{file.path}:{error.line}:{error.column}: {error.message}"
@@ -454,18 +499,20 @@ def process_program(
         program = _guarded("the program analysis", lambda: Program(modules, options))
         rules_of = {path: [cls for cls in by_path[path].rules] for path in modules}
         instances = {cls: _instance(cls, options) for path in modules for cls in rules_of[path]}
+        vocabularies = {path: Vocabulary(program.code(path), names[path]) for path in program.keys()}
         if fix:
-            changes = _fix_program(program, instances, rules_of, {p for p in modules if by_path[p].migrate}, options, fixable)
+            writable = {p for p in modules if by_path[p].migrate}
+            changes = _fix_program(program, instances, rules_of, writable, options, fixable, vocabularies)
             for path, found in changes.items():
                 results[path].changes = found
         codes = program_codes(program)  # each module's code, generated once (the indexes keep it)
-        text = program_text(program)
+        vocabulary = Vocabulary.joined(vocabularies.values())
         for path in modules:
             analysis = program.analysis(path)
             rules = [instances[cls] for cls in rules_of[path]]
             result = results[path]
             result.new_text = codes[path]
-            result.findings = suppress(find_all(analysis, rules, text), result.new_text)
+            result.findings = suppress(find_all(analysis, rules, vocabulary), result.new_text)
             result.notes = collect_notes(analysis, rules, options) if fix and by_path[path].migrate else []
             if fix and options.review_todos and by_path[path].migrate:
                 add_review_todos(result)
@@ -562,12 +609,6 @@ def program_codes(program: Program) -> dict[str, str]:
     return {key: program.code(key) for key in program.keys()}
 
 
-def program_text(program: Program) -> str:
-    """All the program's source, for the rules' trigger-word check (a rule may act on one module because
-    of what another one holds)."""
-    return "\n".join(program_codes(program).values())
-
-
 def _fix_program(
     program: Program,
     instances: dict[type[Rule], Rule],
@@ -575,8 +616,12 @@ def _fix_program(
     writable: set[str],
     options: Options,
     fixable: frozenset[type[Rule]] | None = None,
+    vocabularies: dict[str, Vocabulary] | None = None,
 ) -> dict[str, list[Change]]:
-    """Run every fix over the program's writable modules to a fixed point; the changes per module."""
+    """Run every fix over the program's writable modules to a fixed point; the changes per module.
+    ``vocabularies``: the gate's view of each module (kept up to date as fixes land); built here when not given."""
+    if vocabularies is None:
+        vocabularies = {key: vocabulary_of(program.code(key), key) for key in program.keys()}
     changes: dict[str, list[Change]] = {key: [] for key in program.keys()}
     origins = {key: LineOrigins(program.code(key)) for key in program.keys()}
     ordered = sorted(
@@ -585,9 +630,9 @@ def _fix_program(
     )
     for _ in range(MAX_PASSES):
         changed_this_pass: list[str] = []
-        text = program_text(program)
+        vocabulary = Vocabulary.joined(vocabularies.values())
         for rule in ordered:
-            if not _applies(rule, text):
+            if not _applies(rule, vocabulary):
                 continue
             for key in program.keys():
                 if key not in writable or type(rule) not in rules_of[key]:
@@ -602,12 +647,12 @@ def _fix_program(
                     continue
                 if blocked_by_noqa(rule, analysis, new_text):
                     continue
-                verify(new_text, key, rule)
+                vocabularies[key] = verify(new_text, key, rule)
                 changes[key].extend(origins[key].changes(result.changes))
                 origins[key] = origins[key].advance(analysis.code, new_text)
                 program.replace(key, index.module, index)
                 changed_this_pass.append(rule.code)
-                text = program_text(program)
+                vocabulary = Vocabulary.joined(vocabularies.values())
         if not changed_this_pass:
             return {key: sort_changes(found) for key, found in changes.items()}
     involved = ", ".join(dict.fromkeys(changed_this_pass))

@@ -138,6 +138,11 @@ class UnknownNoqaCode(Rule):
         """One finding per unknown code, positioned on the code inside the comment."""
         return unknown_codes(analysis.module.code)
 
+    @classmethod
+    def find_in_text(cls, text: str) -> list[Finding]:
+        """The same findings, from the source text (libcst gives the comments back unchanged)."""
+        return unknown_codes(text)
+
 
 def suggestion(code: str, known: set[str]) -> str | None:
     """The registered code the writer most likely meant: the zero-padded spelling (``DDP07`` → ``DDP007``),

@@ -21,10 +21,9 @@ from ddp_migrate.codemods.analysis.project import (
     scan,
     search_roots,
 )
-from ddp_migrate.codemods.base import Finding, Note, Options, Rule
+from ddp_migrate.codemods.base import Note, Options, Rule
 
-from .engine import FileResult, ProgramFile, could_match, process, process_program
-from .noqa import UnknownNoqaCode, suppress, unknown_codes
+from .engine import FileResult, ProgramFile, process, process_program
 from .source import SourceError, decode
 
 RulesFor = Callable[[Path], Sequence[type[Rule]]]
@@ -227,29 +226,6 @@ def read_result(path: Path) -> tuple[bytes | None, FileResult | None]:
         return None, FileResult(path=str(path), original=b"", error=f"{path}:1:1: cannot read: {error.strerror or error}")
 
 
-def _lint_text_only(path: Path, data: bytes, rules: Sequence[type[Rule]], options: Options, is_entry: bool) -> FileResult | None:
-    """Lint (no fix) a file whose only rule past the pre-parse check reads the text alone, without libcst.
-
-    ``DDP100 unknown-noqa-code`` reads nothing but the noqa comments of the source (which libcst gives
-    back unchanged), so when it is the only rule whose trigger words occur the file needs no parse and
-    no analysis: the result is the engine's for a file the text check skips (decoded, syntax checked)
-    with that rule's findings. ``None`` when another rule may match: the engine does the whole work.
-    """
-    try:
-        text = decode(data).text
-    except SourceError:
-        return None  # the engine reports it
-    live = [rule for rule in rules if could_match(text, (rule,))]
-    if not live or any(rule is not UnknownNoqaCode for rule in live):
-        return None
-    result = process(str(path), data, (), options, fix=False, is_entry=is_entry)
-    if result.error:
-        return result
-    result.skipped = False
-    result.findings = suppress(sorted(unknown_codes(result.text), key=Finding.sort_key), result.text)
-    return result
-
-
 def process_unit(
     unit: Unit, rules_for: RulesFor, options: Options, fix: bool, fixable: frozenset[type[Rule]] | None = None
 ) -> list[FileResult]:
@@ -260,9 +236,7 @@ def process_unit(
         data, failed = read_result(path)
         if failed is not None:
             return [failed]
-        result = _lint_text_only(path, data, tuple(rules_for(path)), options, is_entry=False)
-        if result is None:
-            result = process(str(path), data, tuple(rules_for(path)), options, fix=False, is_entry=False)  # type: ignore[arg-type]
+        result = process(str(path), data, tuple(rules_for(path)), options, fix=False, is_entry=False)  # type: ignore[arg-type]
         if fix and not result.error:
             result.notes.append(Note("program", 1, f"not migrated: {unit.why_not}"))
         return [result]
@@ -272,9 +246,7 @@ def process_unit(
         if failed is not None:
             return [failed]
         rules = tuple(rules_for(path))
-        result = None if fix else _lint_text_only(path, data, rules, options, is_entry=True)
-        if result is None:
-            result = process(str(path), data, rules, options, fix and path in unit.migrate, fixable=fixable)  # type: ignore[arg-type]
+        result = process(str(path), data, rules, options, fix and path in unit.migrate, fixable=fixable)  # type: ignore[arg-type]
         return [result]
     names = dict(unit.names)
     files: list[ProgramFile] = []

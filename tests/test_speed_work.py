@@ -1,7 +1,7 @@
 """The work a large lint skips (issue 11): the same results, less parsing and less hand-out.
 
-- A file whose only rule past the text check is ``DDP100 unknown-noqa-code`` is linted from its text,
-  without libcst: its findings, errors and role are the engine's.
+- A file whose only rule past the gate is ``DDP100 unknown-noqa-code`` is linted from its text, without
+  libcst: its findings, errors and role are those of the whole pipeline (parse, analysis, rule).
 - The runner hands each worker the rules of its own unit only, largest units first; the results are
   the same whatever the number of workers.
 - The plan's per-run caches give the same units as before.
@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from ddp_migrate.codemods.base import Options
+from ddp_migrate import engine as engine_module
 from ddp_migrate.engine import process
 from ddp_migrate.program import Unit, plan, process_unit
 from ddp_migrate.registry import all_rules
@@ -46,10 +47,11 @@ def _unit_result(path: Path, entry: bool, fix: bool = False):
 
 @pytest.mark.parametrize("entry", [False, True])
 @pytest.mark.parametrize("source", [NOQA_ONLY, NOQA_AND_RULE, BROKEN, "x = 1\n"])
-def test_text_only_lint_gives_the_engines_result(tmp_path: Path, source: str, entry: bool) -> None:
+def test_text_only_lint_gives_the_engines_result(tmp_path: Path, source: str, entry: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "mod.py"
     path.write_text(source)
     ours = _unit_result(path, entry)
+    monkeypatch.setattr(engine_module, "_find_in_text", lambda result, rules: False)  # always parse and analyse
     engine = process(str(path), path.read_bytes(), RULES, Options(), fix=False, is_entry=entry)
     assert ours.findings == engine.findings
     assert ours.error == engine.error
@@ -58,9 +60,10 @@ def test_text_only_lint_gives_the_engines_result(tmp_path: Path, source: str, en
     assert ours.output == engine.output
 
 
-def test_text_only_lint_reports_unknown_codes(tmp_path: Path) -> None:
+def test_text_only_lint_reports_unknown_codes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "mod.py"
     path.write_text(NOQA_ONLY)
+    monkeypatch.setattr(engine_module, "parse_checked", lambda text: pytest.fail("parsed with libcst"))
     found = _unit_result(path, entry=False).findings
     assert [(f.code, f.line) for f in found] == [("DDP100", 2), ("DDP100", 5), ("DDP100", 7)]
 

@@ -53,6 +53,15 @@ RENDEZVOUS_VARIABLES = ("MASTER_ADDR", "MASTER_PORT")
 LAUNCH_VARIABLES = (*RENDEZVOUS_VARIABLES, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
 #: The option ``torch.distributed.launch`` passed to every process.
 LOCAL_RANK_OPTIONS = ("--local_rank", "--local-rank")
+#: Words a file must hold for a process group to be set up or a model wrapped in DDP (what makes a launch's
+#: target a distributed worker, :meth:`LegacyFacts.sets_up_process_group`): ``init_process_group``, the
+#: runtime's ``setup`` (imported from ``ddp_migrate`` or ``ddp_runtime``) or ``DistributedDataParallel``.
+DISTRIBUTED_SETUP_WORDS = ("init_process_group", "DistributedDataParallel", "ddp_migrate", "ddp_runtime")
+#: Words a file must hold for any of its values to be known as a rank (:meth:`LegacyFacts.rank_kind`): a
+#: launch of distributed workers, ``get_rank``, the runtime's ``rank``/``local_rank``, ``RANK`` or
+#: ``LOCAL_RANK`` from the environment, a ``--local_rank`` option, a name ending in ``local_rank``, a
+#: value handed to ``init_process_group(rank=...)``. A rule that acts only on known ranks requires them.
+RANK_SOURCE_WORDS = (*DISTRIBUTED_SETUP_WORDS, "RANK", "get_rank", "local_rank", "localrank", "local-rank")
 LOCAL_RANK_DEST = "local_rank"
 
 #: Positional parameters, in order.

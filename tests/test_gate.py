@@ -1,0 +1,169 @@
+"""The gate before the parse (issue 11): what a file's code spells decides which rules can match it.
+
+- The names of the compiled code: a word in a docstring or a comment is no name; an alias, a dotted import
+  or a postponed annotation still spells its parts.
+- Sound: for every fixture and every rule example, lint and migration give the same result with the gate
+  as without it (every rule run on every parsed file).
+- Sharp: a library module whose collective or rank words are only in its docs is never parsed by libcst.
+- The syntax check that feeds it reports what Python's parser reports, and nothing more.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from ddp_migrate import engine
+from ddp_migrate.codemods.base import Example, Options, Valid
+from ddp_migrate.engine import check_syntax, process, vocabulary_of
+from ddp_migrate.registry import all_rules
+from ddp_migrate.vocabulary import Vocabulary
+
+REPO = Path(__file__).resolve().parents[1]
+RULES = all_rules()
+RULE = {rule.code: rule for rule in RULES}
+
+
+def _names(source: str) -> frozenset[str]:
+    names = vocabulary_of(source, "t.py").names
+    assert names is not None
+    return names
+
+
+def test_names_are_the_codes_not_its_docs() -> None:
+    names = _names('"""Call dist.all_reduce on every rank."""\nimport functools  # all_gather\nx = functools.reduce(f, y)\n')
+    assert {"functools", "reduce", "x", "f", "y"} <= names
+    assert not {"dist", "all_reduce", "all_gather", "Call"} & names
+
+
+@pytest.mark.parametrize(
+    "source, spelled",
+    [
+        ("import torch.distributed as dist\ndist.all_reduce(t)\n", "torch.distributed.all_reduce"),
+        ("from torch.distributed import all_reduce as ar\nar(t)\n", "torch.distributed.all_reduce"),
+        ("import torch\ndef f():\n    torch.distributed.barrier()\n", "torch.distributed.barrier"),
+        ("from torch import distributed\nclass A:\n    def m(self):\n        distributed.gather(t)\n", "torch.distributed.gather"),
+        ("import ddp_runtime as runtime\nruntime.save(s, p)\n", "ddp_migrate.runtime.save"),
+        ("from ddp_runtime import save\nsave(s, p)\n", "ddp_migrate.runtime.save"),
+        ("if False:\n    import torch.distributed as dist\n    dist.broadcast(t, 0)\n", "torch.distributed.broadcast"),
+        ("from __future__ import annotations\ndef f(x: dist.ProcessGroup = None) -> torch.Tensor: ...\n", "dist.ProcessGroup"),
+    ],
+)
+def test_code_spells_the_qualified_names_the_analysis_resolves(source: str, spelled: str) -> None:
+    assert Vocabulary.of(source, compile(source, "t.py", "exec")).spells(spelled)
+
+
+def test_unknown_names_let_every_rule_through() -> None:
+    assert Vocabulary("dist.all_reduce(t)\nx = 1 if y else z\n", None).could_match(RULE["DDP033"]) is False  # no 'distributed'
+    assert Vocabulary("import torch.distributed\n", None).spells("torch.distributed.all_reduce")
+
+
+# ---------------------------------------------------------------------------------- sound: same results
+
+
+def _sources() -> list[tuple[str, str]]:
+    """Every fixture, and every example of every rule (before and after)."""
+    found = [(str(p.relative_to(REPO)), p.read_text()) for p in sorted((REPO / "fixtures").rglob("*.py"))]
+    for rule in RULES:
+        for index, example in enumerate(rule.examples):
+            if isinstance(example, Example):
+                found.append((f"{rule.code}-{index}-before", example.before))
+                if example.after:
+                    found.append((f"{rule.code}-{index}-after", example.after))
+            elif isinstance(example, Valid):
+                found.append((f"{rule.code}-{index}-valid", example.code))
+    return found
+
+
+SOURCES = _sources()
+
+
+def _outcome(name: str, source: str, fix: bool) -> tuple:
+    result = process(f"{name}.py" if not name.endswith(".py") else name, source.encode(), RULES, Options(), fix)
+    return (
+        [(f.code, f.line, f.column, f.message) for f in result.findings],
+        [(c.code, c.line, c.message) for c in result.changes],
+        result.output,
+        result.error,
+    )
+
+
+def test_the_gate_changes_no_result(monkeypatch: pytest.MonkeyPatch) -> None:
+    gated = {name: (_outcome(name, source, False), _outcome(name, source, True)) for name, source in SOURCES}
+    monkeypatch.setattr(Vocabulary, "could_match", lambda self, rule: True)
+    for name, source in SOURCES:
+        assert gated[name] == (_outcome(name, source, False), _outcome(name, source, True)), name
+    assert len(SOURCES) > 200
+
+
+# ---------------------------------------------------------------------------------- sharp: files unparsed
+
+LIBRARY_DOCS = '''\
+"""Helpers. Under torch.distributed, call dist.all_reduce(t) and dist.barrier() on every rank;
+spawn workers with mp.spawn(fn, nprocs=n)."""
+import functools
+import torch
+
+
+def total(values, rank=0):
+    # gather the values of this rank; torch.distributed is not needed here
+    if values:
+        return functools.reduce(lambda a, b: a + b, values).to(rank)
+    return torch.zeros(())
+'''
+
+
+def test_a_module_whose_distributed_words_are_docs_is_not_parsed(monkeypatch: pytest.MonkeyPatch) -> None:
+    text_gate = [r.code for r in RULES if any(w in LIBRARY_DOCS for w in r.triggers) and (not r.requires or any(w in LIBRARY_DOCS for w in r.requires))]
+    assert {"DDP033", "DDP037"} <= set(text_gate), "the words alone would have let these rules in"
+
+    def no_parse(text: str) -> None:
+        raise AssertionError("parsed with libcst")
+
+    monkeypatch.setattr(engine, "parse_checked", no_parse)
+    result = process("helpers.py", LIBRARY_DOCS.encode(), RULES, Options(), fix=False, is_entry=False)
+    assert result.skipped and not result.error and not result.findings
+
+
+def test_a_collective_spelled_through_an_alias_is_still_found() -> None:
+    source = "from torch.distributed import all_reduce as ar\n\ndef step(t, ok):\n    if ok:\n        ar(t)\n"
+    result = process("helpers.py", source.encode(), RULES, Options(), fix=False, is_entry=False)
+    assert [f.code for f in result.findings] == ["DDP033"]
+
+
+def test_rank_rules_need_a_rank_source() -> None:
+    plain = "import torch\n\ndef place(model, rank):\n    return model.to(rank)\n"
+    assert not vocabulary_of(plain, "t.py").could_match(RULE["DDP024"])
+    sourced = "import torch\nimport torch.distributed as dist\n\ndef place(model):\n    rank = dist.get_rank()\n    return model.to(rank)\n"
+    assert vocabulary_of(sourced, "t.py").could_match(RULE["DDP024"])
+    assert [f.code for f in process("t.py", sourced.encode(), RULES, Options(), fix=False).findings] == ["DDP024"]
+
+
+# ---------------------------------------------------------------------------------- the syntax check
+
+
+def test_code_that_parses_but_does_not_compile_is_not_an_error() -> None:
+    """``return`` outside a function: Python's parser accepts it, its compiler does not; as before, only a
+    parse error is reported (and the file is still linted, every rule let through)."""
+    source = "import torch\nmodel = torch.nn.DataParallel(net)\nreturn model\n"
+    assert check_syntax(source, "t.py") is None
+    assert vocabulary_of(source, "t.py").names is None
+    result = process("t.py", source.encode(), RULES, Options(), fix=False)
+    assert result.error is None and "DDP001" in {f.code for f in result.findings}
+
+
+def test_a_syntax_error_is_reported_as_the_parser_reports_it() -> None:
+    result = process("t.py", b"def f(:\n    pass\n", RULES, Options(), fix=False)
+    try:
+        ast.parse("def f(:\n    pass\n", "t.py")
+    except SyntaxError as error:
+        expected = f"t.py:{error.lineno}:{error.offset}: cannot parse: {error.msg}"
+    assert result.error == expected
+
+
+def test_the_compilers_warnings_about_user_code_are_not_printed(recwarn: pytest.WarningsRecorder) -> None:
+    source = "import torch\nx = 1\nif x is 1:\n    print('\\d')\n"
+    process("t.py", source.encode(), RULES, Options(), fix=False)
+    assert not [w for w in recwarn if issubclass(w.category, SyntaxWarning)]
