@@ -90,6 +90,7 @@ class AccumulationWithoutNoSync(Rule):
     phase = Phase.WRAPPING
     severity = Severity.WARNING
     triggers = (".backward(",)
+    needs_names = (names.TRAINING_SCRIPT_NAMES,)
     manual_fix = "run the forward and backward passes of the non-stepping iterations inside model.no_sync()"
     examples = (
         Example(

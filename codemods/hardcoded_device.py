@@ -72,6 +72,7 @@ class HardcodedDevice(Rule):
     phase = Phase.DEVICES
     triggers = ("cuda",)
     requires = (".backward(", "DataParallel")
+    needs_names = (names.TRAINING_CODE_NAMES,)
     examples = (
         Example(
             before="""\

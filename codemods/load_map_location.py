@@ -34,6 +34,7 @@ class LoadWithoutMapLocation(Rule):
     phase = Phase.CHECKPOINTS
     triggers = ("load",)
     requires = (".backward(", "DataParallel")
+    needs_names = (names.TRAINING_CODE_NAMES,)
     examples = (
         Example(
             before="""\

@@ -67,6 +67,7 @@ class MissingDdpWrap(Rule):
     fix_safety = FixSafety.SAFE
     phase = Phase.WRAPPING
     triggers = (".backward(",)
+    needs_names = (names.TRAINING_SCRIPT_NAMES,)
     examples = (
         Example(
             before="""\

@@ -17,6 +17,11 @@ DISTRIBUTED_DATA_PARALLEL = frozenset(
     }
 )
 MODEL_WRAPPERS = DATA_PARALLEL | DISTRIBUTED_DATA_PARALLEL
+#: What a file's code must spell for the analysis to call it a training script (``is_training_script``: a
+#: ``.backward()`` call, whatever its receiver) or training code (``is_training_code``: that, or a model
+#: wrap): the gate of the rules that act only there (``Rule.needs_names``).
+TRAINING_SCRIPT_NAMES = frozenset({"backward"})
+TRAINING_CODE_NAMES = TRAINING_SCRIPT_NAMES | MODEL_WRAPPERS
 
 DATA_LOADER = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
 DISTRIBUTED_SAMPLER = frozenset(

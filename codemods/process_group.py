@@ -6,6 +6,7 @@ from typing import Iterator, Sequence
 
 import libcst as cst
 
+from . import names
 from .analysis import ScriptAnalysis, is_docstring_line, is_import_line, statements_of
 from .analysis.legacy import legacy_facts
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
@@ -54,6 +55,7 @@ class MissingProcessGroup(Rule):
     fix_safety = FixSafety.SAFE
     phase = Phase.PROCESS_GROUP
     triggers = (".backward(",)
+    needs_names = (names.TRAINING_SCRIPT_NAMES,)
     examples = (
         Example(
             before='''\

@@ -51,6 +51,7 @@ class SumReductionLoss(Rule):
     triggers = ("sum", "size_average")
     manual_fix = "multiply the loss by runtime.world_size() when it is divided by the global batch size"
     requires = (".backward(",)
+    needs_names = (names.TRAINING_SCRIPT_NAMES, names.DISTRIBUTED_DATA_PARALLEL)
     examples = (
         Example(
             before="""\

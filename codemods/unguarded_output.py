@@ -43,6 +43,7 @@ class UnguardedOutput(Rule):
     severity = Severity.INFO
     triggers = ("print", "tqdm", "logging")
     requires = (".backward(",)
+    needs_names = (names.TRAINING_SCRIPT_NAMES,)
     examples = (
         Example(
             before="""\

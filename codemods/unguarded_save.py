@@ -55,6 +55,7 @@ class UnguardedSave(Rule):
     phase = Phase.CHECKPOINTS
     triggers = ("save",)
     requires = (".backward(", "DataParallel")
+    needs_names = (names.TRAINING_CODE_NAMES,)
     examples = (
         Example(
             before="""\
