@@ -38,6 +38,7 @@ class DataParallelCheckpointKeys(Rule):
     phase = Phase.DEVICES
     severity = Severity.INFO
     triggers = ("DataParallel",)
+    needs_names = (names.DATA_PARALLEL,)  # it acts only on model wraps
     examples = (
         Example(
             before="""\

@@ -58,6 +58,7 @@ class DataParallel(Rule):
     fix_safety = FixSafety.UNSAFE
     phase = Phase.WRAPPING
     triggers = ("DataParallel",)
+    needs_names = (names.DATA_PARALLEL,)  # it acts only on model wraps
     examples = (
         Example(
             before="""\

@@ -7,6 +7,7 @@ from typing import Iterator
 
 import libcst as cst
 
+from . import names
 from .analysis import ScriptAnalysis, dotted_name, walk, wrapped_argument
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of
@@ -52,6 +53,7 @@ class LayerAddedAfterWrap(Rule):
     #: Before DDP002 moves a device move above the wrap, so the layer is added first and moved with the model.
     phase = Phase.DEVICES
     triggers = ("DataParallel",)
+    needs_names = (names.MODEL_WRAPPERS,)  # it acts only on model wraps
     manual_fix = "build the whole model (every layer replaced or added) before wrapping it in DDP"
     examples = (
         Example(

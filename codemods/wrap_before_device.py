@@ -6,6 +6,7 @@ from typing import Iterator
 
 import libcst as cst
 
+from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name, walk, wrapped_argument
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits
@@ -88,6 +89,7 @@ class WrapBeforeDevice(Rule):
     fix_safety = FixSafety.SAFE
     phase = Phase.WRAPPING
     triggers = ("DataParallel",)
+    needs_names = (names.MODEL_WRAPPERS,)  # it acts only on model wraps
     examples = (
         Example(
             before="""\

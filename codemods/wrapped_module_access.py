@@ -84,6 +84,7 @@ class WrappedModuleAccess(Rule):
     fix_safety = FixSafety.UNSAFE
     phase = Phase.MODULE_ACCESS
     triggers = ("DistributedDataParallel", "DataParallel")
+    needs_names = (names.MODEL_WRAPPERS,)  # it acts only on model wraps
     manual_fix = "call the model (its forward) in the training step, e.g. make forward() return the loss"
     examples = (
         Example(

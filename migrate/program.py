@@ -7,9 +7,10 @@ each unit to one worker; :func:`process_unit` runs the engine over the whole uni
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from ddp_migrate.codemods.analysis.program import ModuleInfo
 from ddp_migrate.codemods.analysis.project import (
@@ -27,6 +28,8 @@ from .engine import FileResult, ProgramFile, process, process_program
 from .source import SourceError, decode
 
 RulesFor = Callable[[Path], Sequence[type[Rule]]]
+#: Scans many files at once (:func:`scan_path` over worker processes, in the order given).
+ScanMany = Callable[[Sequence[Path]], Sequence["SourceFacts | None"]]
 
 
 @dataclass(frozen=True)
@@ -59,14 +62,23 @@ def _read_text(path: Path) -> str | None:
         return None
 
 
+def scan_path(path: Path) -> SourceFacts | None:
+    """The cheap scan of one file (``None`` when it cannot be read): what a worker process does for a plan."""
+    text = _read_text(path)
+    return scan(path, text) if text is not None else None
+
+
 class _Scanner:
     """The cheap ``ast`` scan of every file the plan touches, done once per file (only its facts are kept).
 
     It also remembers, for the length of one plan, what the plan asks again and again of the file system:
     resolved paths, which files are tests and the package ``__init__.py`` files above a folder.
+    ``scan_many`` scans a batch of files in worker processes (:meth:`prefetch`); without it every file is
+    scanned here, when it is first asked for.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, scan_many: ScanMany | None = None) -> None:
+        self.scan_many = scan_many
         self.facts: dict[Path, SourceFacts | None] = {}
         self.texts: dict[Path, str | None] = {}
         self._resolved: dict[Path, Path] = {}
@@ -117,24 +129,62 @@ class _Scanner:
             self.facts[key] = scan(key, text) if text is not None else None
         return self.facts[key]
 
+    def scanned(self, path: Path) -> bool:
+        """Whether the file's facts are known (asking for them costs nothing)."""
+        return self.resolve(path) in self.facts
 
-def _closure(entry: Path, scanner: _Scanner) -> list[Path]:
-    """The entry and every local module it imports, directly or through other local modules."""
-    roots = search_roots(entry)
-    order = [scanner.resolve(entry)]
-    seen = set(order)
-    queue = list(order)
-    while queue and len(order) <= MAX_PROGRAM_MODULES:
-        current = queue.pop(0)
-        facts = scanner(current)
-        if facts is None or not facts.parsed:
-            continue
-        for imported in [*resolve_imports(facts, roots), *_packages_of(current, scanner)]:
-            if imported not in seen and not scanner.is_test(imported):
-                seen.add(imported)
-                order.append(imported)
-                queue.append(imported)
-    return order
+    def prefetch(self, paths: Iterable[Path]) -> None:
+        """Scan the files not scanned yet in one batch, over the worker processes when there are some."""
+        todo = [key for key in dict.fromkeys(self.resolve(path) for path in paths) if key not in self.facts]
+        if self.scan_many is None or len(todo) < 2:
+            for key in todo:
+                self(key)
+            return
+        for key, facts in zip(todo, self.scan_many(todo)):
+            self.facts[key] = facts
+            self.texts.pop(key, None)
+
+
+@dataclass
+class _Closure:
+    """One entry's closure while it is being found: breadth first, in import order."""
+
+    roots: tuple[Path, ...]
+    order: list[Path]
+    seen: set[Path]
+    queue: deque[Path]
+
+    @property
+    def growing(self) -> bool:
+        return bool(self.queue) and len(self.order) <= MAX_PROGRAM_MODULES
+
+
+def _closures(entries: Sequence[Path], scanner: _Scanner) -> dict[Path, list[Path]]:
+    """For each entry, the entry and every local module it imports, directly or through other local modules.
+
+    Each closure is found breadth first, one module at a time, and stops past :data:`MAX_PROGRAM_MODULES`.
+    The closures grow side by side: each goes as far as the modules already scanned take it, then the
+    modules waiting in all their queues are scanned in one batch (in parallel when the scanner has
+    workers). The result is the same as growing one closure after the other.
+    """
+    closures = {}
+    for entry in entries:
+        start = scanner.resolve(entry)
+        closures[entry] = _Closure(search_roots(entry), [start], {start}, deque([start]))
+    while growing := [c for c in closures.values() if c.growing]:
+        scanner.prefetch(path for closure in growing for path in closure.queue)
+        for closure in growing:
+            while closure.growing and scanner.scanned(closure.queue[0]):
+                current = closure.queue.popleft()
+                facts = scanner(current)
+                if facts is None or not facts.parsed:
+                    continue
+                for imported in [*resolve_imports(facts, closure.roots), *_packages_of(current, scanner)]:
+                    if imported not in closure.seen and not scanner.is_test(imported):
+                        closure.seen.add(imported)
+                        closure.order.append(imported)
+                        closure.queue.append(imported)
+    return {entry: closure.order for entry, closure in closures.items()}
 
 
 def _packages_of(path: Path, scanner: _Scanner) -> list[Path]:
@@ -148,30 +198,30 @@ def _is_entry(path: Path, facts: SourceFacts | None, imported: set[Path], scanne
     return facts.has_main_guard or (facts.works_at_module_level and scanner.resolve(path) not in imported)
 
 
-def plan(files: Sequence[Path], follow_imports: bool = True) -> list[Unit]:
+def plan(files: Sequence[Path], follow_imports: bool = True, scan_many: ScanMany | None = None) -> list[Unit]:
     """Group the files into units: one per program (an entry and the local modules it imports, programs
     that share a module merged into one unit), and one per file that no entry reaches.
 
     Files keep the spelling the user gave; modules reached through imports are named by their path.
+    ``scan_many``: scans batches of files in worker processes (the runner's pool); the units are the same.
     """
-    scanner = _Scanner()
+    scanner = _Scanner(scan_many)
     given = {path.resolve(): path for path in files}
-    closures: dict[Path, list[Path]] = {}
-    imported: set[Path] = set()
     candidates = []
     for resolved in given:
         text = scanner.text(resolved)
         if text is not None and may_be_entry(resolved, text):
             candidates.append(resolved)
-            scanner(resolved)  # scanned from the text just read, which it then drops
+            if scan_many is None:
+                scanner(resolved)  # scanned from the text just read, which it then drops
         else:
             scanner.texts.pop(resolved, None)
-    for resolved in candidates:
-        facts = scanner(resolved)
-        if facts is not None and facts.parsed and (facts.has_main_guard or facts.works_at_module_level):
-            closure = _closure(resolved, scanner)
-            imported.update(closure[1:])
-            closures[resolved] = closure
+    scanner.prefetch(candidates)
+    runnable = [
+        r for r in candidates if (facts := scanner(r)) is not None and facts.parsed and (facts.has_main_guard or facts.works_at_module_level)
+    ]
+    closures = _closures(runnable, scanner)
+    imported: set[Path] = {module for closure in closures.values() for module in closure[1:]}
     entries = [r for r in candidates if _is_entry(r, scanner(r), imported, scanner)]
     # Only a program that trains is worth analysing as a whole; the others (a library's scripts and
     # examples) are processed file by file, which keeps the units of a large tree small.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import multiprocessing
+import multiprocessing.pool
 import os
 import signal
 import tempfile
@@ -19,7 +20,7 @@ from typing import Callable, Iterator, Protocol, Sequence, Union
 from ddp_migrate.codemods.base import Options, Rule
 
 from .engine import FileResult
-from .program import RulesFor, Unit, plan, process_unit
+from .program import RulesFor, Unit, plan, process_unit, scan_path
 from .writer import write_atomic
 
 #: One piece of work: a unit of Python files, or one notebook.
@@ -124,10 +125,36 @@ def run(
     unit's. ``fixable``: the rule classes whose fixes may run (``None``: all). Closing the generator early (or Ctrl-C while it runs) terminates the workers.
     """
     python_files = [path for path in files if not is_notebook(path)]
-    work: list[Work] = [*plan(python_files, follow_imports), *(path for path in files if is_notebook(path))]
+    # The workers start before the plan, which scans the files that may start a program over them.
+    workers = min(jobs, len(files))
+    pool = multiprocessing.get_context().Pool(processes=workers, initializer=_init_worker) if workers > 1 else None
+    finished = False
+    try:
+        scan_many = (lambda paths: pool.map(scan_path, paths, chunksize=1)) if pool is not None else None
+        work: list[Work] = [*plan(python_files, follow_imports, scan_many), *(path for path in files if is_notebook(path))]
+        yield from _run_units(work, rules, options, fix, pool if len(work) > 1 else None, progress, fixable)
+        finished = True
+    finally:
+        if pool is not None:
+            if finished:
+                pool.close()
+            else:  # interrupted, or the caller stopped early: the workers' work is not wanted
+                pool.terminate()
+            pool.join()
+
+
+def _run_units(
+    work: list[Work],
+    rules: Sequence[type[Rule]] | Callable[[Path], Sequence[type[Rule]]],
+    options: Options,
+    fix: bool,
+    pool: multiprocessing.pool.Pool | None,
+    progress: ProgressSink | None,
+    fixable: frozenset[type[Rule]] | None,
+) -> Iterator[FileResult]:
+    """Process the units, over the pool's workers when there is one (largest first, results as they finish)."""
     choose = rules if callable(rules) else (lambda _path: rules)
-    parallel = jobs > 1 and len(work) > 1
-    if parallel:
+    if pool is not None:
         work = largest_first(work)
     # Each unit carries the rules of its own files only: a worker unpickles what its unit needs, not a
     # table of every file of the run (that made the hand-out quadratic in the number of files).
@@ -137,27 +164,17 @@ def run(
     ]
     if progress is not None:
         progress.start(sum(_size(item) for item in work))
-    if not parallel:
+    if pool is None:
         for item in items:
             results = _process_work(item)
             if progress is not None:
                 progress.advance(len(results))
             yield from results
         return
-    pool = multiprocessing.get_context().Pool(processes=min(jobs, len(items)), initializer=_init_worker)
-    finished = False
-    try:
-        for results in pool.imap_unordered(_process_work, items, chunksize=1):
-            if progress is not None:
-                progress.advance(len(results))
-            yield from results
-        finished = True
-    finally:
-        if finished:
-            pool.close()
-        else:  # interrupted, or the caller stopped early: the workers' work is not wanted
-            pool.terminate()
-        pool.join()
+    for results in pool.imap_unordered(_process_work, items, chunksize=1):
+        if progress is not None:
+            progress.advance(len(results))
+        yield from results
 
 
 def _write_new(path: Path, data: bytes) -> None:

@@ -289,9 +289,9 @@ def test_elastic_snapshot_every_and_no_follow_imports_reach_the_engine(tmp_path:
     seen: dict[str, object] = {}
     real_plan, real_process_unit = runner.plan, runner.process_unit
 
-    def plan(files, follow_imports=True):  # type: ignore[no-untyped-def]
+    def plan(files, follow_imports=True, scan_many=None):  # type: ignore[no-untyped-def]
         seen["follow_imports"] = follow_imports
-        return real_plan(files, follow_imports)
+        return real_plan(files, follow_imports, scan_many)
 
     def process_unit(unit, rules_for, options, fix, fixable=None):  # type: ignore[no-untyped-def]
         seen["options"] = options

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ import pytest
 from ddp_migrate.codemods.base import Options
 from ddp_migrate import engine as engine_module
 from ddp_migrate.engine import process
-from ddp_migrate.program import Unit, plan, process_unit
+from ddp_migrate.program import Unit, plan, process_unit, scan_path
 from ddp_migrate.registry import all_rules
 from ddp_migrate.runner import largest_first, run
 
@@ -117,6 +118,40 @@ def test_plan_groups_a_program_and_leaves_the_rest_alone(tmp_path: Path) -> None
     assert lone["test_it.py"].why_not == "a test file"
     assert lone["comm.py"].entry is None
     assert lone["notes.py"].entry is None
+
+
+def _web(root: Path) -> list[Path]:
+    """Three training scripts over a chain of 120 modules in a package (past the program cap, so the
+    closures stop part way) and a few modules each of them imports directly, one a test helper."""
+    package = root / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("from . import m0\n")
+    for i in range(120):
+        (package / f"m{i}.py").write_text(f"from . import m{i + 1}\n" if i < 119 else "x = 1\n")
+    (root / "tests").mkdir()
+    (root / "tests" / "helper.py").write_text("import pkg\n")
+    (root / "common.py").write_text("import torch\n\ndef step(loss):\n    loss.backward()\n")
+    for name, body in [("a", "import pkg.m100\n"), ("b", "from pkg import m3\n"), ("c", "from tests import helper\n")]:
+        (root / f"{name}.py").write_text(f"import common\n{body}\nif __name__ == '__main__':\n    common.step(x)\n")
+    return sorted(root.rglob("*.py"))
+
+
+def test_a_plan_scanned_in_batches_is_the_plan_scanned_one_by_one(tmp_path: Path) -> None:
+    """The closures grow side by side and scan their queues in batches (the runner's workers); the units
+    are those of growing one closure after the other, one scan at a time, cap included."""
+    files = _web(tmp_path)
+    batches: list[int] = []
+
+    def scan_many(paths):
+        batches.append(len(paths))
+        return [scan_path(p) for p in paths]
+
+    one_by_one = plan(files)
+    assert plan(files, True, scan_many) == one_by_one
+    assert max(batches) > 1
+    assert any(len(u.paths) > 1 for u in one_by_one)
+    with multiprocessing.get_context().Pool(2) as pool:
+        assert plan(files, True, lambda paths: pool.map(scan_path, paths)) == one_by_one
 
 
 def test_a_migration_runs_each_fix_at_most_once_per_analysis(monkeypatch: pytest.MonkeyPatch) -> None:
