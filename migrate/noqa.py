@@ -100,6 +100,8 @@ def noqa_comments(text: str) -> dict[int, NoqaComment]:
 
 def suppress(findings: Sequence[Finding], text: str) -> list[Finding]:
     """The findings that no noqa comment on their first line silences."""
+    if not findings:
+        return []  # without tokenizing the text for its comments
     comments = noqa_comments(text)
     if not comments:
         return list(findings)
@@ -158,11 +160,24 @@ def suggestion(code: str, known: set[str]) -> str | None:
     return min(candidate for ratio, candidate in scored if ratio == best)
 
 
+def _may_name_our_codes(text: str, ours: set[str]) -> bool:
+    """The cheap check before tokenizing: could a noqa comment name a code with our letters? Every noqa
+    comment matches :data:`NOQA` in the whole text too, at its ``#``, with at least the codes it has (a match
+    never takes in a ``#``, so none swallows the comment's), so without such a match there is none."""
+    for match in NOQA.finditer(text):
+        codes = match.group("codes")
+        if codes and any(code.group().upper().rstrip("0123456789") in ours for code in CODE.finditer(codes)):
+            return True
+    return False
+
+
 def unknown_codes(text: str) -> list[Finding]:
     """Findings for the codes in noqa comments that look like ours but name no registered rule."""
     rules = (*codemods.ALL_RULES, UnknownNoqaCode)  # read at call time: tests extend the registry
     known = {rule.code for rule in rules}
     ours = {rule.code.rstrip("0123456789") for rule in rules}
+    if not _may_name_our_codes(text, ours):
+        return []
     findings = []
     for comment in noqa_comments(text).values():
         for written in comment.written:

@@ -21,7 +21,7 @@ attributes, imports, locals, parameters, free variables; dead code included). An
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import CodeType
 from typing import Iterable
 
@@ -65,6 +65,8 @@ class Vocabulary:
 
     text: str
     names: frozenset[str] | None = None
+    #: Whether each word asked about so far occurs in the text (rules share their words).
+    _words: dict[str, bool] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of(cls, text: str, code: CodeType | None) -> Vocabulary:
@@ -90,9 +92,14 @@ class Vocabulary:
     def could_match(self, rule: type[Rule]) -> bool:
         """Whether the rule could find anything here: its trigger words occur, one of its required words
         if it has any, and the code spells a qualified name of each group it needs."""
-        text = self.text
-        if not any(word in text for word in rule.triggers):
+        if not all(any(self.spells(name) for name in group) for group in rule.needs_names):
+            return False  # the cheap test first: a few set look-ups
+        if not any(self._occurs(word) for word in rule.triggers):
             return False
-        if rule.requires and not any(word in text for word in rule.requires):
-            return False
-        return all(any(self.spells(name) for name in group) for group in rule.needs_names)
+        return not rule.requires or any(self._occurs(word) for word in rule.requires)
+
+    def _occurs(self, word: str) -> bool:
+        found = self._words.get(word)
+        if found is None:
+            found = self._words[word] = word in self.text
+        return found

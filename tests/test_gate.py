@@ -167,3 +167,38 @@ def test_the_compilers_warnings_about_user_code_are_not_printed(recwarn: pytest.
     source = "import torch\nx = 1\nif x is 1:\n    print('\\d')\n"
     process("t.py", source.encode(), RULES, Options(), fix=False)
     assert not [w for w in recwarn if issubclass(w.category, SyntaxWarning)]
+
+
+# ---------------------------------------------------------------------------------- noqa without tokenizing
+
+
+def test_noqa_comments_of_other_tools_are_not_tokenized(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DDP100 reads only comments naming a code with our letters; a file whose noqa comments are all other
+    tools' (``# noqa: F401``) is never tokenized, nor is a file with no finding to silence."""
+    from ddp_migrate import noqa
+
+    def no_tokenize(readline):  # type: ignore[no-untyped-def]
+        raise AssertionError("tokenized")
+
+    source = "import os  # noqa: F401\nimport sys  # NOQA\nx = 1  # noqa: E501, W291\n"
+    monkeypatch.setattr(noqa.tokenize, "generate_tokens", no_tokenize)
+    noqa.noqa_comments.cache_clear()
+    assert noqa.unknown_codes(source) == []
+    assert noqa.suppress([], source) == []
+    result = process("t.py", source.encode(), RULES, Options(), fix=False, is_entry=False)
+    assert not result.findings and not result.error
+
+
+@pytest.mark.parametrize(
+    "source, lines",
+    [
+        ("x = 1  # noqa: DDP999\n", [1]),
+        ('"""Write # noqa: DDP999 to silence."""\nx = 1\n', []),  # in a string: not a comment
+        ("x = 1  # noqa: E501,\n# noqa ddp7\ny = 2  # NOQA: ddp1000 F401\n", [3]),
+    ],
+)
+def test_unknown_codes_are_still_found_where_they_are_comments(source: str, lines: list[int]) -> None:
+    from ddp_migrate import noqa
+
+    noqa.noqa_comments.cache_clear()
+    assert [f.line for f in noqa.unknown_codes(source)] == lines
