@@ -110,17 +110,18 @@ if master_process:
         if not analysis.is_training_script:
             return
         facts = rank_facts(analysis)
-        for call in analysis.calls:
-            if facts.guard(call) is not None:
-                continue
+        for call in analysis.calls:  # the output calls first; whether a rank guard keeps them is dearer to ask
             if analysis.is_call_to(call, {"builtins.print"}):
+                if facts.guard(call) is not None:
+                    continue
                 if any(a.keyword is not None and a.keyword.value == "force" for a in call.args):
                     continue  # the script's own rank-aware print (``setup_for_distributed``): its choice
                 if any(facts.is_rank_dependent(a.value) for a in call.args if a.keyword is None):
                     continue  # it says which rank speaks: meant for every rank
                 yield Match(call, "print runs on every process: print on rank 0 only (runtime.print0)")
             elif analysis.is_call_to(call, names.TQDM) and not any(a.keyword and a.keyword.value == "disable" for a in call.args):
-                yield Match(call, "progress bar drawn by every process: disable it off rank 0")
+                if facts.guard(call) is None:
+                    yield Match(call, "progress bar drawn by every process: disable it off rank 0")
         # One silence_non_main_logging() (the entry's, after setup) quiets the logging of every module.
         if not any(module.calls_to(names.RUNTIME_SILENCE_LOGGING) for module in analysis.shared.analyses):
             logging_calls = [c for c in analysis.logging_calls if facts.guard(c) is None]

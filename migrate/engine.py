@@ -363,14 +363,18 @@ def blocked_by_noqa(rule: Rule, analysis: ScriptAnalysis, new_text: str) -> bool
     return any(starts.get(line) in comments for line in touched)
 
 
-def find_all(analysis: ScriptAnalysis, rules: Sequence[Rule], vocabulary: Vocabulary | None = None) -> list[Finding]:
+def find_all(
+    analysis: ScriptAnalysis, rules: Sequence[Rule], vocabulary: Vocabulary | None = None, text: str | None = None
+) -> list[Finding]:
     """Every finding of every rule that passes the gate of the analysed module (or of ``vocabulary``: the
-    whole program's, or the source's when the caller has it), sorted by position."""
+    whole program's, or the source's when the caller has it), sorted by position. ``text``: the module's
+    code when the caller has it, for the rules that read the text alone (:meth:`Rule.find_in_text`)."""
     vocabulary = vocabulary_of(analysis.code, "<module>") if vocabulary is None else vocabulary
     findings: list[Finding] = []
     for rule in rules:
         if _applies(rule, vocabulary):
-            findings.extend(_run_rule(rule, "checking", lambda: rule.find(analysis)))
+            found = _run_rule(rule, "checking", lambda: rule.find_in_text(text)) if text is not None else None
+            findings.extend(found if found is not None else _run_rule(rule, "checking", lambda: rule.find(analysis)))
     return sorted(findings, key=Finding.sort_key)
 
 
@@ -423,7 +427,7 @@ def process(
         else:
             analysis = analyse(module, is_entry, options)
         text = result.new_text if fix else source.text  # the module's code, without generating it again
-        result.findings = suppress(find_all(analysis, rules, vocabulary), text)
+        result.findings = suppress(find_all(analysis, rules, vocabulary, text), text)
         result.notes = collect_notes(analysis, rules, options) if fix else []
         if fix and options.review_todos:
             add_review_todos(result)
@@ -512,7 +516,7 @@ def process_program(
             rules = [instances[cls] for cls in rules_of[path]]
             result = results[path]
             result.new_text = codes[path]
-            result.findings = suppress(find_all(analysis, rules, vocabulary), result.new_text)
+            result.findings = suppress(find_all(analysis, rules, vocabulary, result.new_text), result.new_text)
             result.notes = collect_notes(analysis, rules, options) if fix and by_path[path].migrate else []
             if fix and options.review_todos and by_path[path].migrate:
                 add_review_todos(result)

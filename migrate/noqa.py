@@ -138,7 +138,7 @@ class UnknownNoqaCode(Rule):
 
     def find(self, analysis: ScriptAnalysis) -> list[Finding]:
         """One finding per unknown code, positioned on the code inside the comment."""
-        return unknown_codes(analysis.module.code)
+        return unknown_codes(analysis.code)
 
     @classmethod
     def find_in_text(cls, text: str) -> list[Finding]:
