@@ -21,7 +21,7 @@ from ddp_migrate.codemods.base import Options, Rule
 
 from .engine import FileResult
 from .program import RulesFor, Unit, plan, process_unit, scan_path
-from .writer import write_atomic
+from .writer import interrupts_held, write_atomic
 
 #: One piece of work: a unit of Python files, or one notebook.
 Work = Union[Unit, Path]
@@ -179,6 +179,11 @@ def _run_units(
 
 def _write_new(path: Path, data: bytes) -> None:
     """Create a file atomically (a notebook's migrated script): never a half-written one, never a clobber."""
+    with interrupts_held():
+        _create(path, data)
+
+
+def _create(path: Path, data: bytes) -> None:
     fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".ddp-migrate")
     try:
         with os.fdopen(fd, "wb") as handle:

@@ -510,3 +510,27 @@ def test_verbose_counts_files_skipped_by_the_text_check(tmp_path: Path) -> None:
     assert "util.py: skipped" in result.stderr and "consts.py: skipped" in result.stderr
     quiet = invoke("--select", "DDP001", ".")
     assert "skipped" not in quiet.stderr
+
+
+def test_ctrl_c_during_a_write_waits_for_the_write(tmp_path: Path) -> None:
+    """A Ctrl-C that lands while a file is written is raised once the file is whole, and no temporary file
+    stays behind (it used to, when it landed between the temporary file's creation and its ``try``)."""
+    import signal
+
+    target = tmp_path / "train.py"
+    target.write_text("old\n")
+    real_mkstemp = writer.tempfile.mkstemp
+
+    def mkstemp_then_interrupt(*args, **kwargs):  # type: ignore[no-untyped-def]
+        found = real_mkstemp(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)  # as if Ctrl-C came right after the file was created
+        return found
+
+    writer.tempfile.mkstemp = mkstemp_then_interrupt  # type: ignore[assignment]
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            writer.write_atomic(target, b"new\n")
+    finally:
+        writer.tempfile.mkstemp = real_mkstemp  # type: ignore[assignment]
+    assert target.read_bytes() == b"new\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["train.py"]

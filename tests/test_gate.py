@@ -202,3 +202,4 @@ def test_unknown_codes_are_still_found_where_they_are_comments(source: str, line
 
     noqa.noqa_comments.cache_clear()
     assert [f.line for f in noqa.unknown_codes(source)] == lines
+

@@ -726,16 +726,9 @@ class LegacyFacts:
 
     @cached_property
     def imported_names(self) -> frozenset[str]:
-        """Names bound by an import anywhere in the file (``runtime``, ``os``, ``dist``)."""
-        bound: set[str] = set()
-        for node in walk(self.analysis.module):
-            if isinstance(node, (cst.Import, cst.ImportFrom)) and not isinstance(node.names, cst.ImportStar):
-                for alias in node.names:
-                    if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
-                        bound.add(alias.asname.name.value)
-                    else:
-                        bound.add((dotted_name(alias.name) or "").split(".")[0])
-        return frozenset(bound)
+        """Names bound by an import anywhere in the file (``runtime``, ``os``, ``dist``): the index's import
+        tables, of the module and of every function."""
+        return frozenset(name for table in self.analysis.index.imports.values() for name in table)
 
     def option_attributes(self, dest: str) -> list[cst.Attribute]:
         """``args.<dest>`` attribute nodes (reads and writes) on a namespace: not ``self``, not a module."""
