@@ -53,10 +53,18 @@ def is_notebook(path: Path | str) -> bool:
 def _process_work(args: tuple[Work, RulesFor, Options, bool, frozenset[type[Rule]] | None]) -> list[FileResult]:
     work, rules_for, options, fix, fixable = args
     if isinstance(work, Unit):
-        return process_unit(work, rules_for, options, fix, fixable)
-    from .notebook import process_notebook
+        results = process_unit(work, rules_for, options, fix, fixable)
+    else:
+        from .notebook import process_notebook
 
-    return [process_notebook(work, tuple(rules_for(work)), options, fix, fixable)]
+        results = [process_notebook(work, tuple(rules_for(work)), options, fix, fixable)]
+    if any(not r.skipped and len(r.original) > LARGE_UNIT_BYTES for r in results):
+        gc.collect()  # the unit's trees hold cycles (analyses and their program): free them before the next
+    return results
+
+
+#: A parsed file this large leaves enough cyclic garbage (libcst trees, analyses) to collect at once.
+LARGE_UNIT_BYTES = 64_000
 
 
 #: The cyclic garbage collector's thresholds in a worker. libcst trees are millions of small objects that
