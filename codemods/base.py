@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 import enum
 import inspect
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Iterable, Sequence
 
@@ -174,6 +175,9 @@ class Rule(abc.ABC):
     #: A second cheap gate: when set, one of these words must appear too (a rule that acts only on training
     #: code requires ``backward`` or ``DataParallel``), so most library files are never parsed.
     requires: ClassVar[tuple[str, ...]] = ()
+    #: A shape of the text that stands in for the required words (``rank % n``, which no word list says):
+    #: where it matches, ``requires`` is met.
+    requires_pattern: ClassVar[re.Pattern[str] | None] = None
     #: A third gate, on the names of the compiled code (:mod:`ddp_migrate.vocabulary`): groups of the
     #: qualified names the rule's findings are about (the calls it reports); of each group the code must
     #: spell one (every dotted part a name of the code, not a word of a docstring). Empty: no such gate.

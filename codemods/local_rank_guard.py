@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Iterator
 
 import libcst as cst
@@ -53,7 +54,10 @@ class LocalRankGuard(Rule):
     fix_safety = FixSafety.UNSAFE
     phase = Phase.OUTPUT
     triggers = ("rank", "RANK", "spawn", "Process")
-    requires = RANK_SOURCE_WORDS  # it reports only tests of values the analysis knows to be a rank
+    #: Tests of values the analysis knows to be a rank, and ``rank % n`` / ``global_rank % n`` by name
+    #: (:meth:`_is_node_first`): the name, then closing brackets, blanks, comments or a line continuation, then ``%``.
+    requires = RANK_SOURCE_WORDS
+    requires_pattern = re.compile(r"\b(?:global_)?rank\b(?:[\s)\\]|#[^\n]*)*%")
     manual_fix = "guard the output with the global rank (runtime.is_main_process())"
     examples = (
         Example(

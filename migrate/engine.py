@@ -95,7 +95,7 @@ def compile_quietly(text: str, path: str) -> CodeType:
     the user's, not ours to print) silenced."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return compile(text, path, "exec", dont_inherit=True)
+        return compile(text, path, "exec", dont_inherit=True, optimize=0)  # asserts kept, whatever -O says
 
 
 def check_syntax(text: str, path: str) -> CodeType | None:
@@ -215,7 +215,7 @@ def fix_to_fixed_point(
     analysis = analyse(module, is_entry, options)
     text = analysis.code  # libcst's printout, which every fix's output is compared with
     # The printout differs from the source in layout only (a leading form feed, trailing blanks): the same names.
-    words = Vocabulary(text, vocabulary.names) if vocabulary is not None else vocabulary_of(text, path)
+    words = Vocabulary(text, vocabulary.whole_names()) if vocabulary is not None else vocabulary_of(text, path)
     origins = LineOrigins(text)
     settled_on: dict[Rule, ScriptAnalysis] = {}  # the analysis each rule last changed nothing in
     for _ in range(MAX_PASSES):
@@ -486,14 +486,14 @@ def process_program(
     results: dict[str, FileResult] = {}
     modules: dict[str, tuple[cst.Module, ModuleInfo]] = {}
     sources = {}
-    names: dict[str, frozenset[str] | None] = {}  # of each module's compiled code, for the gate
+    names: dict[str, frozenset[str] | None] = {}  # of each module's compiled code (and dropped code), for the gate
     for file in files:
         result = FileResult(path=file.path, original=file.data, role="entry" if file.info.is_entry else "module", entry=entry)
         results[file.path] = result
         try:
             source = decode(file.data)
             result.text = result.new_text = source.text
-            names[file.path] = vocabulary_of(source.text, file.path).names
+            names[file.path] = vocabulary_of(source.text, file.path).whole_names()
             modules[file.path] = (parse_checked(source.text), file.info)
             sources[file.path] = source
         except (SourceError, FileError) as error:

@@ -14,8 +14,12 @@ Two layers, both sound for every rule (a rule that would find something always p
 
 The names come from the code object Python's own compiler makes of the file, which the syntax check
 compiles anyway (:func:`ddp_migrate.engine.check_syntax`): the names of every code object (globals,
-attributes, imports, locals, parameters, free variables; dead code included). Annotations postponed by
+attributes, imports, locals, parameters, free variables). Annotations postponed by
 ``from __future__ import annotations`` are strings in the code object: their words count as names too.
+The compiler keeps the names of code under ``if False:`` and of statements after a ``return``, but drops
+the functions, lambdas, classes and comprehensions defined after a ``return``, ``raise``, ``continue`` or
+``break`` in the same block, or after an endless ``while True:`` loop, with every name inside them. The
+analysis still reads that code, so the words of such lines count as names too (:func:`unreachable_words`).
 """
 
 from __future__ import annotations
@@ -58,45 +62,112 @@ def code_names(code: CodeType) -> frozenset[str]:
     return frozenset(found)
 
 
+#: A statement after which the rest of its block never runs.
+_TERMINAL = re.compile(r"(?:return|raise|continue|break)\b|while[ \t(]+(?:True|1)[ \t)]*:")
+
+
+def _code_lines(code: CodeType) -> set[int]:
+    """The source lines that have instructions, in the module or any code object inside it."""
+    lines: set[int] = set()
+    stack = [code]
+    while stack:
+        current = stack.pop()
+        lines.update(line for _, _, line in current.co_lines() if line is not None)
+        stack.extend(c for c in current.co_consts if isinstance(c, CodeType))
+    return lines
+
+
+def unreachable_words(text: str, code: CodeType) -> frozenset[str]:
+    """The words of the code the compiler dropped: the lines after a ``return``, ``raise``, ``continue``,
+    ``break`` or endless ``while True:`` loop in its block, up to the next line that has instructions.
+
+    Lines indented deeper than the terminal statement continue it (or are the loop's body), as do lines
+    that start with a closing bracket; the first line back at its indentation without instructions starts
+    code that never runs (with instructions, it runs: a loop left by ``break``). Lines of strings that look
+    the same count too: their words are added, which only lets more rules in."""
+    lines = text.splitlines()
+    covered: set[int] | None = None
+    words: set[str] = set()
+    terminal: int | None = None
+    number = 0
+    while number < len(lines):
+        line = lines[number]
+        number += 1
+        stripped = line.lstrip(" \t")
+        if not stripped or stripped[0] in "#)]}":
+            continue
+        indent = len(line) - len(stripped)
+        if terminal is not None and indent > terminal:
+            continue
+        if terminal is not None and indent == terminal:
+            covered = _code_lines(code) if covered is None else covered
+            if number not in covered:
+                while number <= len(lines) and number not in covered:  # the dropped run, this line first
+                    words.update(_WORD.findall(lines[number - 1]))
+                    number += 1
+                terminal = None
+                continue
+        terminal = indent if _TERMINAL.match(stripped) else None
+    return frozenset(words)
+
+
 @dataclass(frozen=True)
 class Vocabulary:
     """A source's text and, where it compiled, the names of its code (``None``: not known, every rule's
-    name test passes)."""
+    name test passes) and the code object itself (for the words of code the compiler dropped)."""
 
     text: str
     names: frozenset[str] | None = None
-    #: Whether each word asked about so far occurs in the text (rules share their words).
+    code: CodeType | None = field(default=None, compare=False, repr=False)
+    #: Answers computed so far: whether each word asked about occurs in the text (rules share their words).
     _words: dict[str, bool] = field(default_factory=dict, compare=False, repr=False)
+    _whole: list[frozenset[str]] = field(default_factory=list, compare=False, repr=False)
 
     @classmethod
     def of(cls, text: str, code: CodeType | None) -> Vocabulary:
         """The vocabulary of a source and of the code object compiled from it (``None``: none)."""
-        return cls(text, code_names(code) if code is not None else None)
+        return cls(text, code_names(code) if code is not None else None, code)
 
     @classmethod
     def joined(cls, parts: Iterable[Vocabulary]) -> Vocabulary:
-        """The vocabulary of a program: all its modules' texts and names (a rule may act on one module
-        because of what another one holds)."""
+        """The vocabulary of a program: all its modules' texts and names, those of code the compiler
+        dropped included (a rule may act on one module because of what another one holds)."""
         parts = list(parts)
         names: set[str] = set()
         for part in parts:
-            if part.names is None:
+            whole = part.whole_names()
+            if whole is None:
                 return cls("\n".join(p.text for p in parts), None)
-            names.update(part.names)
+            names.update(whole)
         return cls("\n".join(p.text for p in parts), frozenset(names))
+
+    def whole_names(self) -> frozenset[str] | None:
+        """The names, with the words of the code the compiler dropped (:func:`unreachable_words`; found on
+        first use: only a rule the names alone would rule out needs them)."""
+        if self.names is None or self.code is None:
+            return self.names
+        if not self._whole:
+            self._whole.append(self.names | unreachable_words(self.text, self.code))
+        return self._whole[0]
+
+    @staticmethod
+    def _spelled(names: frozenset[str] | None, qualified: str) -> bool:
+        return names is None or all(part in names for part in qualified.split("."))
 
     def spells(self, qualified: str) -> bool:
         """Whether every dotted part of a qualified name is a name of the code (always, when unknown)."""
-        return self.names is None or all(part in self.names for part in qualified.split("."))
+        return self._spelled(self.names, qualified) or self._spelled(self.whole_names(), qualified)
 
     def could_match(self, rule: type[Rule]) -> bool:
         """Whether the rule could find anything here: its trigger words occur, one of its required words
-        if it has any, and the code spells a qualified name of each group it needs."""
+        (or its pattern) if it has any, and the code spells a qualified name of each group it needs."""
         if not all(any(self.spells(name) for name in group) for group in rule.needs_names):
-            return False  # the cheap test first: a few set look-ups
+            return False
         if not any(self._occurs(word) for word in rule.triggers):
             return False
-        return not rule.requires or any(self._occurs(word) for word in rule.requires)
+        if not rule.requires or any(self._occurs(word) for word in rule.requires):
+            return True
+        return rule.requires_pattern is not None and rule.requires_pattern.search(self.text) is not None
 
     def _occurs(self, word: str) -> bool:
         found = self._words.get(word)

@@ -19,7 +19,7 @@ from ddp_migrate import engine
 from ddp_migrate.codemods.base import Example, Options, Valid
 from ddp_migrate.engine import check_syntax, process, vocabulary_of
 from ddp_migrate.registry import all_rules
-from ddp_migrate.vocabulary import Vocabulary
+from ddp_migrate.vocabulary import Vocabulary, unreachable_words
 
 REPO = Path(__file__).resolve().parents[1]
 RULES = all_rules()
@@ -203,3 +203,56 @@ def test_unknown_codes_are_still_found_where_they_are_comments(source: str, line
     noqa.noqa_comments.cache_clear()
     assert [f.line for f in noqa.unknown_codes(source)] == lines
 
+
+
+# ---------------------------------------------------------------------------------- found by review
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        # The ImageNet example's guard, in a helper module with no rank source of its own.
+        "def log_epoch(args, epoch, loss):\n    if args.rank % args.ngpus_per_node == 0:\n        print(f'epoch {epoch} loss {loss}')\n",
+        "import logging\n\nclass Trainer:\n    def end(self):\n        if (self.global_rank) % self.gpus_per_node == 0:\n            logging.info('done')\n",
+    ],
+)
+def test_the_first_process_of_a_node_found_by_name_still_passes_the_gate(source: str) -> None:
+    """DDP025 reads ``rank % n == 0`` by the name ``rank`` / ``global_rank`` too, without a rank source."""
+    assert vocabulary_of(source, "t.py").could_match(RULE["DDP025"])
+    assert [f.code for f in process("t.py", source.encode(), RULES, Options(), fix=False, is_entry=False).findings] == ["DDP025"]
+
+
+def test_the_gate_reads_asserts_whatever_the_optimisation_level() -> None:
+    """``python -O`` drops asserts from compiled code; the gate's compile keeps them (optimize=0)."""
+    import subprocess
+    import sys
+
+    source = "import torch.distributed as dist\nif dist.get_rank() == 0:\n    assert dist.all_gather_object(out, obj) is None\n"
+    probe = f"from ddp_migrate.engine import vocabulary_of\nprint('all_gather_object' in vocabulary_of({source!r}, 't.py').names)"
+    optimised = subprocess.run([sys.executable, "-O", "-c", probe], capture_output=True, text=True, timeout=60)
+    assert optimised.stdout.strip() == "True", optimised.stderr
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        # The compiler drops a lambda defined after a return, with the names inside it.
+        "import torch.nn as nn\n\ndef build(net):\n    return net.cuda()\n    wrap = lambda m: nn.DataParallel(m)\n    return wrap(net)\n",
+        "import torch.distributed as dist\n\ndef sync(tensors):\n    return tensors\n    return [dist.all_reduce(t) for t in tensors if dist.get_rank() == 0]\n",
+        "import torch.distributed as dist\nwhile True:\n    pass\n\ndef step(t, ok):\n    if ok:\n        dist.barrier()\n",
+    ],
+)
+def test_code_the_compiler_drops_is_still_linted_and_migrated(source: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The words of lines the compiler dropped (after a return, an endless loop) count as names; lines
+    after a loop that ``break`` leaves have instructions and keep the gate sharp."""
+    gated = (_outcome("t.py", source, False), _outcome("t.py", source, True))
+    monkeypatch.setattr(Vocabulary, "could_match", lambda self, rule: True)
+    ungated = (_outcome("t.py", source, False), _outcome("t.py", source, True))
+    assert gated == ungated and gated[0][0]
+
+
+def test_lines_after_a_loop_left_by_break_are_not_unreachable() -> None:
+    source = "while True:\n    if done():\n        break\nx = [dist.all_reduce(t) for t in ts]\n"
+    assert unreachable_words(source, compile(source, "t.py", "exec")) == frozenset()
+    dead = "def f():\n    return 1\n    g = lambda: nn.DataParallel(m)\n"
+    assert {"nn", "DataParallel"} <= unreachable_words(dead, compile(dead, "t.py", "exec"))
