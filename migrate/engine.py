@@ -215,7 +215,7 @@ def fix_to_fixed_point(
     analysis = analyse(module, is_entry, options)
     text = analysis.code  # libcst's printout, which every fix's output is compared with
     # The printout differs from the source in layout only (a leading form feed, trailing blanks): the same names.
-    words = Vocabulary(text, vocabulary.whole_names()) if vocabulary is not None else vocabulary_of(text, path)
+    words = vocabulary.reprinted(text) if vocabulary is not None else vocabulary_of(text, path)
     origins = LineOrigins(text)
     settled_on: dict[Rule, ScriptAnalysis] = {}  # the analysis each rule last changed nothing in
     for _ in range(MAX_PASSES):
@@ -486,14 +486,14 @@ def process_program(
     results: dict[str, FileResult] = {}
     modules: dict[str, tuple[cst.Module, ModuleInfo]] = {}
     sources = {}
-    names: dict[str, frozenset[str] | None] = {}  # of each module's compiled code (and dropped code), for the gate
+    compiled: dict[str, Vocabulary] = {}  # each module's source, for the gate
     for file in files:
         result = FileResult(path=file.path, original=file.data, role="entry" if file.info.is_entry else "module", entry=entry)
         results[file.path] = result
         try:
             source = decode(file.data)
             result.text = result.new_text = source.text
-            names[file.path] = vocabulary_of(source.text, file.path).whole_names()
+            compiled[file.path] = vocabulary_of(source.text, file.path)
             modules[file.path] = (parse_checked(source.text), file.info)
             sources[file.path] = source
         except (SourceError, FileError) as error:
@@ -503,7 +503,7 @@ def process_program(
         program = _guarded("the program analysis", lambda: Program(modules, options))
         rules_of = {path: [cls for cls in by_path[path].rules] for path in modules}
         instances = {cls: _instance(cls, options) for path in modules for cls in rules_of[path]}
-        vocabularies = {path: Vocabulary(program.code(path), names[path]) for path in program.keys()}
+        vocabularies = {path: compiled[path].reprinted(program.code(path)) for path in program.keys()}
         if fix:
             writable = {p for p in modules if by_path[p].migrate}
             changes = _fix_program(program, instances, rules_of, writable, options, fixable, vocabularies)

@@ -3,7 +3,8 @@
 Two layers, both sound for every rule (a rule that would find something always passes):
 
 * the **text**: a rule's trigger words and required words (``Rule.triggers``, ``Rule.requires``) must occur
-  anywhere in the source, comments and strings included;
+  anywhere in the source, comments and strings included (or in a string of the code: an escape such as
+  ``"\\x52ANK"`` spells ``RANK`` there);
 * the **names of the compiled code**: a rule that reports calls to certain functions (``Rule.needs_names``:
   the qualified names it matches, ``torch.distributed.all_reduce``) needs one of them spelled in code. The
   analysis resolves a qualified name only through imports and attribute chains written in the program, so
@@ -62,8 +63,25 @@ def code_names(code: CodeType) -> frozenset[str]:
     return frozenset(found)
 
 
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
 #: A statement after which the rest of its block never runs.
 _TERMINAL = re.compile(r"(?:return|raise|continue|break)\b|while[ \t(]+(?:True|1)[ \t)]*:")
+
+
+def string_constants(code: CodeType) -> str:
+    """The string constants of the compiled module and of every code object inside it, one per line: what
+    the source's strings say once escapes are read (``"\\x52ANK"`` is ``RANK``) and adjacent literals joined."""
+    found: list[str] = []
+    stack: list[object] = [code]
+    while stack:
+        current = stack.pop()
+        items = current.co_consts if isinstance(current, CodeType) else current
+        for item in items:  # type: ignore[attr-defined]
+            if isinstance(item, str):
+                found.append(item)
+            elif isinstance(item, (CodeType, tuple, frozenset)):
+                stack.append(item)
+    return "\n".join(found)
 
 
 def _code_lines(code: CodeType) -> set[int]:
@@ -85,7 +103,7 @@ def unreachable_words(text: str, code: CodeType) -> frozenset[str]:
     that start with a closing bracket; the first line back at its indentation without instructions starts
     code that never runs (with instructions, it runs: a loop left by ``break``). Lines of strings that look
     the same count too: their words are added, which only lets more rules in."""
-    lines = text.splitlines()
+    lines = _LINE_BREAK.split(text)  # Python's lines: a form feed does not end one
     covered: set[int] | None = None
     words: set[str] = set()
     terminal: int | None = None
@@ -122,6 +140,7 @@ class Vocabulary:
     #: Answers computed so far: whether each word asked about occurs in the text (rules share their words).
     _words: dict[str, bool] = field(default_factory=dict, compare=False, repr=False)
     _whole: list[frozenset[str]] = field(default_factory=list, compare=False, repr=False)
+    _strings: list[str] = field(default_factory=list, compare=False, repr=False)
 
     @classmethod
     def of(cls, text: str, code: CodeType | None) -> Vocabulary:
@@ -133,13 +152,25 @@ class Vocabulary:
         """The vocabulary of a program: all its modules' texts and names, those of code the compiler
         dropped included (a rule may act on one module because of what another one holds)."""
         parts = list(parts)
+        text = "\n".join(f"{p.text}\n{p.strings()}" for p in parts)
         names: set[str] = set()
         for part in parts:
             whole = part.whole_names()
             if whole is None:
-                return cls("\n".join(p.text for p in parts), None)
+                return cls(text, None)
             names.update(whole)
-        return cls("\n".join(p.text for p in parts), frozenset(names))
+        return cls(text, frozenset(names))
+
+    def reprinted(self, text: str) -> Vocabulary:
+        """This vocabulary over the text libcst prints of the same module (its layout may differ a little
+        from the source's, never its code): the names and strings stay those of the compiled source."""
+        return Vocabulary(text, self.whole_names(), None, _strings=[self.strings()])
+
+    def strings(self) -> str:
+        """The code's string constants (:func:`string_constants`; empty without a code object)."""
+        if not self._strings:
+            self._strings.append(string_constants(self.code) if self.code is not None else "")
+        return self._strings[0]
 
     def whole_names(self) -> frozenset[str] | None:
         """The names, with the words of the code the compiler dropped (:func:`unreachable_words`; found on
@@ -170,7 +201,8 @@ class Vocabulary:
         return rule.requires_pattern is not None and rule.requires_pattern.search(self.text) is not None
 
     def _occurs(self, word: str) -> bool:
+        """Whether the word is in the text, or in a string of the code (spelled with escapes there)."""
         found = self._words.get(word)
         if found is None:
-            found = self._words[word] = word in self.text
+            found = self._words[word] = word in self.text or word in self.strings()
         return found

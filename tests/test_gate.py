@@ -256,3 +256,15 @@ def test_lines_after_a_loop_left_by_break_are_not_unreachable() -> None:
     assert unreachable_words(source, compile(source, "t.py", "exec")) == frozenset()
     dead = "def f():\n    return 1\n    g = lambda: nn.DataParallel(m)\n"
     assert {"nn", "DataParallel"} <= unreachable_words(dead, compile(dead, "t.py", "exec"))
+    paged = "x = 1  # page\f break\n" + dead + "y = 2\n"  # a form feed ends no line for Python
+    assert {"nn", "DataParallel"} <= unreachable_words(paged, compile(paged, "t.py", "exec"))
+
+
+def test_a_word_spelled_with_escapes_in_a_string_passes_the_gate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``os.environ["\\x52ANK"]`` reads RANK: the code's strings, escapes read, count as text."""
+    source = 'import os\nimport torch\nrank = int(os.environ["\\x52ANK"])\nmodel = torch.nn.Linear(2, 2).cuda(rank)\n'
+    assert "RANK" not in source
+    gated = (_outcome("t.py", source, False), _outcome("t.py", source, True))
+    monkeypatch.setattr(Vocabulary, "could_match", lambda self, rule: True)
+    assert gated == (_outcome("t.py", source, False), _outcome("t.py", source, True))
+    assert [f[0] for f in gated[0][0]] == ["DDP024"]
