@@ -97,3 +97,27 @@ def test_a_timeout_kills_every_process_the_launch_started(tmp_path: Path) -> Non
     finally:
         for pid in filter(_alive, children):
             os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("aborts, fails", [(0, False), (1, False), (2, False), (3, True)])
+def test_a_launch_that_dies_of_the_teardown_abort_runs_again_twice(aborts: int, fails: bool) -> None:
+    """torch's gloo teardown race (``TEARDOWN_ABORT``) after the training ended: the launch runs again,
+    up to ``MAX_TEARDOWN_RETRIES`` times, each retry recorded; an abort past them fails."""
+    import launch as launcher
+
+    calls: list[int] = []
+
+    def attempt() -> list[launcher.LaunchResult]:
+        calls.append(1)
+        died = len(calls) <= aborts
+        return [launcher.LaunchResult(["x"], 1 if died else 0, "", launcher.TEARDOWN_ABORT if died else "", 0.1)]
+
+    before = len(launcher.TEARDOWN_RETRIES)
+    if fails:
+        with pytest.raises(launcher.LaunchError):
+            launcher._launch_checked(attempt, "label", 10.0, True, True)
+    else:
+        launcher._launch_checked(attempt, "label", 10.0, True, True)
+    assert len(calls) == min(aborts, launcher.MAX_TEARDOWN_RETRIES) + 1
+    assert len(launcher.TEARDOWN_RETRIES) - before == min(aborts, launcher.MAX_TEARDOWN_RETRIES)
+    del launcher.TEARDOWN_RETRIES[before:]  # not real launches: keep them out of the session's summary
