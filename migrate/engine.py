@@ -70,17 +70,6 @@ class FileResult:
         return self.output is not None and self.output != self.original
 
 
-def could_match(vocabulary: Vocabulary, rules: Sequence[type[Rule]]) -> bool:
-    """The cheap pre-parse check: could any rule find something here (:meth:`Vocabulary.could_match`)?"""
-    return any(vocabulary.could_match(rule) for rule in rules)
-
-
-def parse(text: str, path: str) -> cst.Module:
-    """Parse source text with libcst, raising :class:`FileError` with Python's own position on bad syntax."""
-    check_syntax(text, path)
-    return parse_checked(text)
-
-
 def parse_checked(text: str) -> cst.Module:
     """Parse with libcst source text :func:`check_syntax` accepted (an error of libcst's own is still a
     :class:`FileError`)."""
@@ -162,7 +151,7 @@ def _guarded(what: str, call: Callable[[], T]) -> T:
         ) from None
 
 
-def _run_rule(rule: Rule, step: str, call: Callable[[], T]) -> T:
+def _run_rule(rule: Rule | type[Rule], step: str, call: Callable[[], T]) -> T:
     return _guarded(f"{rule.code} ({rule.name}) while {step}", call)
 
 
@@ -363,17 +352,14 @@ def blocked_by_noqa(rule: Rule, analysis: ScriptAnalysis, new_text: str) -> bool
     return any(starts.get(line) in comments for line in touched)
 
 
-def find_all(
-    analysis: ScriptAnalysis, rules: Sequence[Rule], vocabulary: Vocabulary | None = None, text: str | None = None
-) -> list[Finding]:
-    """Every finding of every rule that passes the gate of the analysed module (or of ``vocabulary``: the
-    whole program's, or the source's when the caller has it), sorted by position. ``text``: the module's
-    code when the caller has it, for the rules that read the text alone (:meth:`Rule.find_in_text`)."""
-    vocabulary = vocabulary_of(analysis.code, "<module>") if vocabulary is None else vocabulary
+def find_all(analysis: ScriptAnalysis, rules: Sequence[Rule], vocabulary: Vocabulary, text: str) -> list[Finding]:
+    """Every finding of every rule that passes the gate (``vocabulary``: the module's, or the whole
+    program's), sorted by position. ``text``: the module's code, for the rules that read the text alone
+    (:meth:`Rule.find_in_text`)."""
     findings: list[Finding] = []
     for rule in rules:
         if _applies(rule, vocabulary):
-            found = _run_rule(rule, "checking", lambda: rule.find_in_text(text)) if text is not None else None
+            found = _run_rule(rule, "checking", lambda: rule.find_in_text(text))
             findings.extend(found if found is not None else _run_rule(rule, "checking", lambda: rule.find(analysis)))
     return sorted(findings, key=Finding.sort_key)
 
@@ -448,7 +434,7 @@ def _find_in_text(result: FileResult, rules: Sequence[type[Rule]]) -> bool:
     no parse, no analysis. ``False`` (nothing done) when one of them reads the parsed module."""
     found: list[Finding] = []
     for rule in rules:
-        findings = _guarded(f"{rule.code} ({rule.name}) while checking", lambda: rule.find_in_text(result.text))
+        findings = _run_rule(rule, "checking", lambda: rule.find_in_text(result.text))
         if findings is None:
             return False
         found.extend(findings)
@@ -619,13 +605,11 @@ def _fix_program(
     rules_of: dict[str, list[type[Rule]]],
     writable: set[str],
     options: Options,
-    fixable: frozenset[type[Rule]] | None = None,
-    vocabularies: dict[str, Vocabulary] | None = None,
+    fixable: frozenset[type[Rule]] | None,
+    vocabularies: dict[str, Vocabulary],
 ) -> dict[str, list[Change]]:
     """Run every fix over the program's writable modules to a fixed point; the changes per module.
-    ``vocabularies``: the gate's view of each module (kept up to date as fixes land); built here when not given."""
-    if vocabularies is None:
-        vocabularies = {key: vocabulary_of(program.code(key), key) for key in program.keys()}
+    ``vocabularies``: the gate's view of each module, kept up to date here as fixes land."""
     changes: dict[str, list[Change]] = {key: [] for key in program.keys()}
     origins = {key: LineOrigins(program.code(key)) for key in program.keys()}
     ordered = sorted(

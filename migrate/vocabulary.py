@@ -40,48 +40,37 @@ _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _RUNTIME_PARTS = frozenset(RUNTIME_MODULE.split("."))
 
 
-def code_names(code: CodeType) -> frozenset[str]:
-    """Every name the compiled module and its nested code objects use, dotted names split into their parts."""
-    found: set[str] = set()
-    postponed = bool(code.co_flags & _FUTURE_ANNOTATIONS)
-    stack = [code]
+def read_code(code: CodeType) -> tuple[frozenset[str], str]:
+    """What the compiled module and the code objects inside it hold, in one walk: every name they use
+    (dotted names split into their parts), and their string constants, one per line: what the source's
+    strings say once escapes are read (``"\\x52ANK"`` is ``RANK``) and adjacent literals joined."""
+    names: set[str] = set()
+    strings: list[str] = []
+    stack: list[object] = [code]
     while stack:
         current = stack.pop()
-        found.add(current.co_name)
-        found.update(current.co_names, current.co_varnames, current.co_cellvars, current.co_freevars)
-        for constant in current.co_consts:
-            if isinstance(constant, CodeType):
-                stack.append(constant)
-            elif postponed and isinstance(constant, str):
-                found.update(_WORD.findall(constant))
-            elif postponed and isinstance(constant, tuple):
-                found.update(w for item in constant if isinstance(item, str) for w in _WORD.findall(item))
-    for dotted in [name for name in found if "." in name]:
-        found.update(dotted.split("."))
-    if VENDORED_RUNTIME in found:
-        found.update(_RUNTIME_PARTS)
-    return frozenset(found)
+        if isinstance(current, CodeType):
+            names.add(current.co_name)
+            names.update(current.co_names, current.co_varnames, current.co_cellvars, current.co_freevars)
+            current = current.co_consts
+        for item in current:  # type: ignore[attr-defined]
+            if isinstance(item, str):
+                strings.append(item)
+            elif isinstance(item, (CodeType, tuple, frozenset)):
+                stack.append(item)
+    text = "\n".join(strings)
+    if code.co_flags & _FUTURE_ANNOTATIONS:  # the annotations are among the strings
+        names.update(_WORD.findall(text))
+    for dotted in [name for name in names if "." in name]:
+        names.update(dotted.split("."))
+    if VENDORED_RUNTIME in names:
+        names.update(_RUNTIME_PARTS)
+    return frozenset(names), text
 
 
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 #: A statement after which the rest of its block never runs.
 _TERMINAL = re.compile(r"(?:return|raise|continue|break)\b|while[ \t(]+(?:True|1)[ \t)]*:")
-
-
-def string_constants(code: CodeType) -> str:
-    """The string constants of the compiled module and of every code object inside it, one per line: what
-    the source's strings say once escapes are read (``"\\x52ANK"`` is ``RANK``) and adjacent literals joined."""
-    found: list[str] = []
-    stack: list[object] = [code]
-    while stack:
-        current = stack.pop()
-        items = current.co_consts if isinstance(current, CodeType) else current
-        for item in items:  # type: ignore[attr-defined]
-            if isinstance(item, str):
-                found.append(item)
-            elif isinstance(item, (CodeType, tuple, frozenset)):
-                stack.append(item)
-    return "\n".join(found)
 
 
 def _code_lines(code: CodeType) -> set[int]:
@@ -132,27 +121,31 @@ def unreachable_words(text: str, code: CodeType) -> frozenset[str]:
 @dataclass(frozen=True)
 class Vocabulary:
     """A source's text and, where it compiled, the names of its code (``None``: not known, every rule's
-    name test passes) and the code object itself (for the words of code the compiler dropped)."""
+    name test passes), its string constants (:func:`read_code`) and the code object itself (for the words
+    of code the compiler dropped)."""
 
     text: str
     names: frozenset[str] | None = None
+    strings: str = ""
     code: CodeType | None = field(default=None, compare=False, repr=False)
     #: Answers computed so far: whether each word asked about occurs in the text (rules share their words).
     _words: dict[str, bool] = field(default_factory=dict, compare=False, repr=False)
     _whole: list[frozenset[str]] = field(default_factory=list, compare=False, repr=False)
-    _strings: list[str] = field(default_factory=list, compare=False, repr=False)
 
     @classmethod
     def of(cls, text: str, code: CodeType | None) -> Vocabulary:
         """The vocabulary of a source and of the code object compiled from it (``None``: none)."""
-        return cls(text, code_names(code) if code is not None else None, code)
+        if code is None:
+            return cls(text)
+        names, strings = read_code(code)
+        return cls(text, names, strings, code)
 
     @classmethod
     def joined(cls, parts: Iterable[Vocabulary]) -> Vocabulary:
         """The vocabulary of a program: all its modules' texts and names, those of code the compiler
         dropped included (a rule may act on one module because of what another one holds)."""
         parts = list(parts)
-        text = "\n".join(f"{p.text}\n{p.strings()}" for p in parts)
+        text = "\n".join(f"{p.text}\n{p.strings}" for p in parts)
         names: set[str] = set()
         for part in parts:
             whole = part.whole_names()
@@ -164,13 +157,7 @@ class Vocabulary:
     def reprinted(self, text: str) -> Vocabulary:
         """This vocabulary over the text libcst prints of the same module (its layout may differ a little
         from the source's, never its code): the names and strings stay those of the compiled source."""
-        return Vocabulary(text, self.whole_names(), None, _strings=[self.strings()])
-
-    def strings(self) -> str:
-        """The code's string constants (:func:`string_constants`; empty without a code object)."""
-        if not self._strings:
-            self._strings.append(string_constants(self.code) if self.code is not None else "")
-        return self._strings[0]
+        return Vocabulary(text, self.whole_names(), self.strings)
 
     def whole_names(self) -> frozenset[str] | None:
         """The names, with the words of the code the compiler dropped (:func:`unreachable_words`; found on
@@ -204,5 +191,5 @@ class Vocabulary:
         """Whether the word is in the text, or in a string of the code (spelled with escapes there)."""
         found = self._words.get(word)
         if found is None:
-            found = self._words[word] = word in self.text or word in self.strings()
+            found = self._words[word] = word in self.text or word in self.strings
         return found
