@@ -524,7 +524,9 @@ def lint_command(fix: bool, unsafe_fixes: bool, output_format: str, statistics: 
         written = 0
         try:
             fixable = None if unsafe_fixes else frozenset(r for r in all_rules() if r.fix_safety is FixSafety.SAFE)
-            stream_of = run(files, _rules_for(settings), settings.options, fix, settings.jobs, settings.follow_imports, progress, fixable)
+            stream_of = run(
+                files, _rules_for(settings), settings.options, fix, settings.jobs, settings.follow_imports, progress, fixable, sources=fix
+            )
             with progress, closing(stream_of) as stream:
                 for result in stream:
                     results.append(result)

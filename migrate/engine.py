@@ -155,12 +155,13 @@ def _run_rule(rule: Rule | type[Rule], step: str, call: Callable[[], T]) -> T:
     return _guarded(f"{rule.code} ({rule.name}) while {step}", call)
 
 
-def analyse(module: cst.Module, is_entry: bool = True, options: Options | None = None) -> ScriptAnalysis:
+def analyse(module: cst.Module, is_entry: bool = True, options: Options | None = None, source: str | None = None) -> ScriptAnalysis:
     """The shared analysis of a lone module (a crash in it is a one-line error, like a crash in a rule); the
-    analysis of a clone of it where :func:`index_of` says so."""
+    analysis of a clone of it where :func:`index_of` says so. ``source``: the text the module was just
+    parsed from (its positions are then generated only around the nodes a report asks about)."""
 
     def build() -> ScriptAnalysis:
-        index = index_of(module)
+        index = ModuleIndex(module, source) if source is not None else index_of(module)
         return ScriptAnalysis(index.module, is_entry=is_entry, options=options, index=index)
 
     return _guarded("the script analysis", build)
@@ -411,7 +412,7 @@ def process(
             )
             result.new_text = analysis.code
         else:
-            analysis = analyse(module, is_entry, options)
+            analysis = analyse(module, is_entry, options, source.text)
         text = result.new_text if fix else source.text  # the module's code, without generating it again
         result.findings = suppress(find_all(analysis, rules, vocabulary, text), text)
         result.notes = collect_notes(analysis, rules, options) if fix else []

@@ -50,16 +50,31 @@ def is_notebook(path: Path | str) -> bool:
     return str(path).endswith(".ipynb")
 
 
-def _process_work(args: tuple[Work, RulesFor, Options, bool, frozenset[type[Rule]] | None]) -> list[FileResult]:
-    work, rules_for, options, fix, fixable = args
-    if isinstance(work, Unit):
-        results = process_unit(work, rules_for, options, fix, fixable)
-    else:
-        from .notebook import process_notebook
+def _process_work(args: tuple[Work, RulesFor, Options, bool, frozenset[type[Rule]] | None, bool]) -> list[FileResult]:
+    work, rules_for, options, fix, fixable, sources = args
+    # A lint builds one analysis per unit and drops it whole at the end, so the cyclic collector, paused
+    # while a unit is linted, would only have walked the unit's live tree again and again (a twelfth of
+    # a worker's time): it collects once, after. A migration keeps collecting: each fix leaves an analysis.
+    paused = not fix and gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        if isinstance(work, Unit):
+            results = process_unit(work, rules_for, options, fix, fixable)
+        else:
+            from .notebook import process_notebook
 
-        results = [process_notebook(work, tuple(rules_for(work)), options, fix, fixable)]
-    if any(not r.skipped and len(r.original) > LARGE_UNIT_BYTES for r in results):
+            results = [process_notebook(work, tuple(rules_for(work)), options, fix, fixable)]
+    finally:
+        if paused:
+            gc.enable()
+    parsed = [r for r in results if not r.skipped]
+    if parsed and (paused or any(len(r.original) > LARGE_UNIT_BYTES for r in parsed)):
         gc.collect()  # the unit's trees hold cycles (analyses and their program): free them before the next
+    if not sources:
+        for result in results:
+            if result.output is None:
+                result.original, result.text, result.new_text = b"", "", ""
     return results
 
 
@@ -123,6 +138,7 @@ def run(
     follow_imports: bool = True,
     progress: ProgressSink | None = None,
     fixable: frozenset[type[Rule]] | None = None,
+    sources: bool = True,
 ) -> Iterator[FileResult]:
     """Yield the results of every file, unit by unit as units finish; worker processes when ``jobs > 1``.
 
@@ -130,7 +146,10 @@ def run(
     processed with its entry even when they were not named (``follow_imports=False``: only the files
     named). Notebooks are units of their own. ``rules`` is either the rules for every file or a function
     choosing them per file (per-file ignores). ``progress`` hears the number of files, then each finished
-    unit's. ``fixable``: the rule classes whose fixes may run (``None``: all). Closing the generator early (or Ctrl-C while it runs) terminates the workers.
+    unit's. ``fixable``: the rule classes whose fixes may run (``None``: all). ``sources=False``: the results
+    of unchanged files come back without the file's bytes and text (a lint reports findings only: the
+    whole tree's sources would otherwise travel back from the workers). Closing the generator early (or
+    Ctrl-C while it runs) terminates the workers.
     """
     python_files = [path for path in files if not is_notebook(path)]
     # The workers start before the plan, which scans the files that may start a program over them.
@@ -140,7 +159,7 @@ def run(
     try:
         scan_many = (lambda paths: pool.map(scan_path, paths, chunksize=1)) if pool is not None else None
         work: list[Work] = [*plan(python_files, follow_imports, scan_many), *(path for path in files if is_notebook(path))]
-        yield from _run_units(work, rules, options, fix, pool if len(work) > 1 else None, progress, fixable)
+        yield from _run_units(work, rules, options, fix, pool if len(work) > 1 else None, progress, fixable, sources)
         finished = True
     finally:
         if pool is not None:
@@ -159,6 +178,7 @@ def _run_units(
     pool: multiprocessing.pool.Pool | None,
     progress: ProgressSink | None,
     fixable: frozenset[type[Rule]] | None,
+    sources: bool = True,
 ) -> Iterator[FileResult]:
     """Process the units, over the pool's workers when there is one (largest first, results as they finish)."""
     choose = rules if callable(rules) else (lambda _path: rules)
@@ -167,7 +187,7 @@ def _run_units(
     # Each unit carries the rules of its own files only: a worker unpickles what its unit needs, not a
     # table of every file of the run (that made the hand-out quadratic in the number of files).
     items = [
-        (item, _PerPathRules({path: tuple(choose(path)) for path in _paths_of(item)}), options, fix, fixable)
+        (item, _PerPathRules({path: tuple(choose(path)) for path in _paths_of(item)}), options, fix, fixable, sources)
         for item in work
     ]
     if progress is not None:

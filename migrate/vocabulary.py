@@ -118,6 +118,17 @@ def unreachable_words(text: str, code: CodeType) -> frozenset[str]:
     return frozenset(words)
 
 
+_PARTS: dict[frozenset[str], tuple[tuple[str, ...], ...]] = {}
+
+
+def _parts_of(group: frozenset[str]) -> tuple[tuple[str, ...], ...]:
+    """The dotted parts of each qualified name of a group (split once per run)."""
+    found = _PARTS.get(group)
+    if found is None:
+        found = _PARTS[group] = tuple(dict.fromkeys(tuple(name.split(".")) for name in group))
+    return found
+
+
 @dataclass(frozen=True)
 class Vocabulary:
     """A source's text and, where it compiled, the names of its code (``None``: not known, every rule's
@@ -131,6 +142,8 @@ class Vocabulary:
     #: Answers computed so far: whether each word asked about occurs in the text (rules share their words).
     _words: dict[str, bool] = field(default_factory=dict, compare=False, repr=False)
     _whole: list[frozenset[str]] = field(default_factory=list, compare=False, repr=False)
+    #: Whether the code spells one of each group's names, by group asked about (rules share groups).
+    _groups: dict[frozenset[str], bool] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of(cls, text: str, code: CodeType | None) -> Vocabulary:
@@ -176,16 +189,34 @@ class Vocabulary:
         """Whether every dotted part of a qualified name is a name of the code (always, when unknown)."""
         return self._spelled(self.names, qualified) or self._spelled(self.whole_names(), qualified)
 
+    def spells_one_of(self, group: frozenset[str]) -> bool:
+        """Whether the code spells one of the qualified names of a group (:meth:`spells`). The words of
+        dropped code are looked for only when the names alone spell none, and only for the names every
+        part of which is a name or somewhere in the text (the dropped code's words are words of the text)."""
+        names = self.names
+        if names is None:
+            return True
+        found = self._groups.get(group)
+        if found is None:
+            parts = _parts_of(group)
+            found = any(all(part in names for part in split) for split in parts)
+            if not found:
+                text = self.text
+                maybe = [split for split in parts if all(part in names or part in text for part in split)]
+                whole = self.whole_names() if maybe else None
+                found = whole is not None and any(all(part in whole for part in split) for split in maybe)
+            self._groups[group] = found
+        return found
+
     def could_match(self, rule: type[Rule]) -> bool:
         """Whether the rule could find anything here: its trigger words occur, one of its required words
         (or its pattern) if it has any, and the code spells a qualified name of each group it needs."""
-        if not all(any(self.spells(name) for name in group) for group in rule.needs_names):
-            return False
         if not any(self._occurs(word) for word in rule.triggers):
             return False
-        if not rule.requires or any(self._occurs(word) for word in rule.requires):
-            return True
-        return rule.requires_pattern is not None and rule.requires_pattern.search(self.text) is not None
+        if rule.requires and not any(self._occurs(word) for word in rule.requires):
+            if rule.requires_pattern is None or rule.requires_pattern.search(self.text) is None:
+                return False
+        return all(self.spells_one_of(group) for group in rule.needs_names)
 
     def _occurs(self, word: str) -> bool:
         """Whether the word is in the text, or in a string of the code (spelled with escapes there)."""

@@ -10,7 +10,6 @@ point is, and which statements sit under a rank guard.
 from __future__ import annotations
 
 import builtins
-import re
 from dataclasses import dataclass
 from functools import cached_property
 from typing import (
@@ -25,10 +24,10 @@ from typing import (
 )
 
 import libcst as cst
-from libcst._nodes.internal import CodegenState
 
 from .. import names
-from . import tree
+from . import positions, tree
+from .positions import Span
 
 if TYPE_CHECKING:
     from ..base import Options
@@ -270,77 +269,6 @@ class SharedFlow:
         return self.by_module.get(self.module_of(node))
 
 
-#: Where a node starts and ends: ``(start line, start column, end line, end column)``, lines 1-based and
-#: columns 0-based, as libcst's ``PositionProvider`` gives them (a tuple: cheaper to make than its ranges).
-Span = tuple[int, int, int, int]
-
-_NEWLINE = re.compile(r"\r\n?|\n")
-
-
-class _SyntacticRecord:
-    """What ``record_syntactic_position`` returns: libcst's generator-based context manager, as a plain one
-    (the generator machinery cost more than the recording itself)."""
-
-    __slots__ = ("state", "node", "start_node", "end_node", "line", "column")
-
-    def __init__(self, state: _PositionState, node: cst.CSTNode, start_node: cst.CSTNode | None, end_node: cst.CSTNode | None) -> None:
-        self.state, self.node, self.start_node, self.end_node = state, node, start_node, end_node
-        self.line, self.column = state.line, state.column
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *_: object) -> None:
-        state = self.state
-        computed = state.computed
-        start = computed[self.start_node][:2] if self.start_node is not None else (self.line, self.column)
-        end = computed[self.end_node][2:] if self.end_node is not None else (state.line, state.column)
-        computed[self.node] = (*start, *end)  # type: ignore[assignment]
-
-
-class _PositionState(CodegenState):
-    """libcst's code generation recording the positions its ``PositionProvider`` gives (the syntactic span
-    of a node, else the span of all it generates), as :data:`Span` tuples: one pass gives the code and the
-    positions of every node, at about a third of the cost of libcst's position provider."""
-
-    def __init__(self, module: cst.Module) -> None:
-        super().__init__(default_indent=module.default_indent, default_newline=module.default_newline)
-        self.line = 1
-        self.column = 0
-        self._starts: list[tuple[int, int]] = []
-        self.computed: dict[cst.CSTNode, Span] = {}
-
-    def _advance(self, value: str) -> None:
-        if "\n" not in value and "\r" not in value:
-            self.column += len(value)
-            return
-        segments = _NEWLINE.split(value)
-        self.line += len(segments) - 1
-        self.column = len(segments[-1])
-
-    def add_indent_tokens(self) -> None:
-        self.tokens.extend(self.indent_tokens)
-        for token in self.indent_tokens:
-            self._advance(token)
-
-    def add_token(self, value: str) -> None:
-        self.tokens.append(value)
-        self._advance(value)
-
-    def before_codegen(self, node: cst.CSTNode) -> None:
-        self._starts.append((self.line, self.column))
-
-    def after_codegen(self, node: cst.CSTNode) -> None:
-        line, column = self._starts.pop()
-        if node not in self.computed:  # a syntactic position recorded inside wins
-            self.computed[node] = (line, column, self.line, self.column)
-
-    def record_syntactic_position(  # type: ignore[override]
-        self, node: cst.CSTNode, *, start_node: cst.CSTNode | None = None, end_node: cst.CSTNode | None = None
-    ) -> _SyntacticRecord:
-        return _SyntacticRecord(self, node, start_node, end_node)
-
-
 def _default_options() -> Options:
     from ..base import (
         Options,  # the rules' settings; imported here to keep the analysis free of import order
@@ -357,7 +285,7 @@ class ModuleIndex:
     scope analysis, which costs more than the parse itself.
     """
 
-    def __init__(self, module: cst.Module) -> None:
+    def __init__(self, module: cst.Module, source: str | None = None) -> None:
         self.module = module
         self.nodes = _Indexer()
         #: Every node of the module in pre-order (source order), for the walks that come after this one;
@@ -373,6 +301,10 @@ class ModuleIndex:
             stmt.name.value for stmt in module.body if isinstance(stmt, (cst.FunctionDef, cst.ClassDef))
         } | {name for target in _module_targets(module) for name in _target_names(target)}
         self._qualified: dict[cst.CSTNode, frozenset[str]] = {}
+        #: ``source``: the text the module was parsed from, unchanged since (spans one statement at a time).
+        self._statement_spans = (
+            positions.StatementSpans(module, source, self.parents, self.preorder) if source is not None and not self.shares_nodes else None
+        )
 
     def qualified_names(self, node: cst.CSTNode) -> frozenset[str]:
         """The qualified names a name or attribute chain may refer to: its root resolved through the
@@ -406,15 +338,11 @@ class ModuleIndex:
 
     @cached_property
     def positions(self) -> Mapping[cst.CSTNode, Span]:
-        """Start and end of every node (resolved on first use: only reports and ordering need them).
-
-        The same positions as libcst's ``PositionProvider``, from one code generation pass
-        (:class:`_PositionState`) that also gives the module's code.
-        """
-        state = _PositionState(self.module)
-        self.module._codegen(state)
-        self.__dict__.setdefault("code", "".join(state.tokens))
-        return state.computed
+        """Start and end of every node, from one code generation pass over the whole module that also gives
+        its code (:func:`positions.generate`)."""
+        code, spans = positions.generate(self.module)
+        self.__dict__.setdefault("code", code)
+        return spans
 
     @cached_property
     def code(self) -> str:
@@ -422,6 +350,16 @@ class ModuleIndex:
         rewritten module need next)."""
         self.positions
         return self.__dict__["code"]
+
+    def span(self, node: cst.CSTNode) -> Span:
+        """Start and end of a node (resolved on first use: only reports and ordering need them). A module
+        parsed from a source at hand generates only the top-level statements asked about
+        (:class:`positions.StatementSpans`); the others, the whole module once."""
+        if self._statement_spans is not None and "positions" not in self.__dict__:
+            found = self._statement_spans.span(node)
+            if found is not None:
+                return found
+        return self.positions[node]
 
 
 class ScriptAnalysis:
@@ -475,10 +413,6 @@ class ScriptAnalysis:
     # ----------------------------------------------------------------- positions and structure
 
     @property
-    def _positions(self) -> Mapping[cst.CSTNode, Span]:
-        return self.index.positions
-
-    @property
     def code(self) -> str:
         """The module's source code (generated at most once per analysed module)."""
         return self.index.code
@@ -506,12 +440,12 @@ class ScriptAnalysis:
 
     def span(self, node: cst.CSTNode) -> tuple[tuple[int, int], tuple[int, int]]:
         """Start and end (line, column) of a node."""
-        start_line, start_column, end_line, end_column = self._positions[node]
+        start_line, start_column, end_line, end_column = self.index.span(node)
         return (start_line, start_column), (end_line, end_column)
 
     def line(self, node: cst.CSTNode) -> int:
         """The 1-based line a node starts on."""
-        return self._positions[node][0]
+        return self.index.span(node)[0]
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         """The node's parent, or ``None`` for the module (and for layout nodes, which are not indexed:
@@ -555,7 +489,7 @@ class ScriptAnalysis:
         """Whether ``first`` starts before ``second`` in the file (``False`` for nodes of two modules)."""
         if not (self.owns(first) and self.owns(second)):
             return False
-        return self._positions[first][:2] < self._positions[second][:2]
+        return self.index.span(first)[:2] < self.index.span(second)[:2]
 
     # ------------------------------------------------------------------------ names
 

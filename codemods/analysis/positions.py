@@ -1,0 +1,217 @@
+"""Where the nodes of a module start and end, as libcst's ``PositionProvider`` gives them.
+
+Two ways to the same spans:
+
+* :func:`generate` runs libcst's code generation once over the whole module, recording the span of every
+  node on the way (and the module's code). A rewritten module has no other source of positions.
+* :class:`StatementSpans` serves a module parsed from a source text that is still at hand (a lint): it
+  generates only the statement around the node asked about (the innermost one that sits directly in the
+  module or in an indented block). The line that statement starts on comes from Python's own ``ast`` of
+  the same source (one C parse, ten times cheaper than generating the whole module's code); the generated
+  statement must then be found, character for character, at the start of that line. Where it is not (libcst prints a few layouts differently from the source: a leading form
+  feed, blank lines at the end), the caller falls back to :func:`generate`, so the spans are always those
+  of the whole generation.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Mapping, Sequence
+
+import libcst as cst
+from libcst._nodes.internal import CodegenState
+
+#: Where a node starts and ends: ``(start line, start column, end line, end column)``, lines 1-based and
+#: columns 0-based, as libcst's ``PositionProvider`` gives them (a tuple: cheaper to make than its ranges).
+Span = tuple[int, int, int, int]
+
+_NEWLINE = re.compile(r"\r\n?|\n")
+
+
+class _SyntacticRecord:
+    """What ``record_syntactic_position`` returns: libcst's generator-based context manager, as a plain one
+    (the generator machinery cost more than the recording itself)."""
+
+    __slots__ = ("state", "node", "start_node", "end_node", "line", "column")
+
+    def __init__(self, state: _PositionState, node: cst.CSTNode, start_node: cst.CSTNode | None, end_node: cst.CSTNode | None) -> None:
+        self.state, self.node, self.start_node, self.end_node = state, node, start_node, end_node
+        self.line, self.column = state.line, state.column
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *_: object) -> None:
+        state = self.state
+        computed = state.computed
+        start = computed[self.start_node][:2] if self.start_node is not None else (self.line, self.column)
+        end = computed[self.end_node][2:] if self.end_node is not None else (state.line, state.column)
+        computed[self.node] = (*start, *end)  # type: ignore[assignment]
+
+
+class _PositionState(CodegenState):
+    """libcst's code generation recording the positions its ``PositionProvider`` gives (the syntactic span
+    of a node, else the span of all it generates), as :data:`Span` tuples: one pass gives the code and the
+    positions of every node, at about a third of the cost of libcst's position provider.
+
+    ``line``: the line the generated code starts on (a top-level statement generated alone)."""
+
+    def __init__(self, module: cst.Module, line: int = 1) -> None:
+        super().__init__(default_indent=module.default_indent, default_newline=module.default_newline)
+        self.line = line
+        self.column = 0
+        self._starts: list[tuple[int, int]] = []
+        self.computed: dict[cst.CSTNode, Span] = {}
+
+    def _advance(self, value: str) -> None:
+        if "\n" not in value and "\r" not in value:
+            self.column += len(value)
+            return
+        segments = _NEWLINE.split(value)
+        self.line += len(segments) - 1
+        self.column = len(segments[-1])
+
+    def add_indent_tokens(self) -> None:
+        self.tokens.extend(self.indent_tokens)
+        for token in self.indent_tokens:
+            self._advance(token)
+
+    def add_token(self, value: str) -> None:
+        self.tokens.append(value)
+        self._advance(value)
+
+    def before_codegen(self, node: cst.CSTNode) -> None:
+        self._starts.append((self.line, self.column))
+
+    def after_codegen(self, node: cst.CSTNode) -> None:
+        line, column = self._starts.pop()
+        if node not in self.computed:  # a syntactic position recorded inside wins
+            self.computed[node] = (line, column, self.line, self.column)
+
+    def record_syntactic_position(  # type: ignore[override]
+        self, node: cst.CSTNode, *, start_node: cst.CSTNode | None = None, end_node: cst.CSTNode | None = None
+    ) -> _SyntacticRecord:
+        return _SyntacticRecord(self, node, start_node, end_node)
+
+
+def generate(module: cst.Module) -> tuple[str, dict[cst.CSTNode, Span]]:
+    """The module's code and the span of every node in it, from one code generation pass."""
+    state = _PositionState(module)
+    module._codegen(state)
+    return "".join(state.tokens), state.computed
+
+
+def _line_starts(source: str) -> list[int]:
+    """The offset of every line's first character, as Python counts lines (``\\r\\n``, ``\\r``, ``\\n``)."""
+    return [0, *(match.end() for match in _NEWLINE.finditer(source))]
+
+
+def _ast_statements(tree: ast.Module) -> list[ast.stmt]:
+    """Every statement of an ``ast`` tree, nested ones included, in source order (expressions are not
+    visited: they hold no statements)."""
+    found: list[ast.stmt] = []
+    stack: list[ast.stmt] = list(reversed(tree.body))
+    while stack:
+        stmt = stack.pop()
+        found.append(stmt)
+        inner: list[ast.stmt] = []
+        for field_name in ("body", "orelse", "finalbody"):
+            block = getattr(stmt, field_name, None)
+            if isinstance(block, list):
+                inner.extend(block)
+        for clause in (*getattr(stmt, "handlers", ()), *getattr(stmt, "cases", ())):
+            inner.extend(clause.body)
+        stack.extend(reversed(inner))
+    found.sort(key=lambda s: (s.lineno, s.col_offset))  # a try's handlers come before its else
+    return found
+
+
+class _Lines:
+    """Where each statement of a module starts, from ``ast``: libcst's statements in source order (one per
+    small statement of a line, one per compound statement) are ``ast``'s statements in source order."""
+
+    def __init__(self, module: cst.Module, source: str, preorder: Sequence[cst.CSTNode]) -> None:
+        ours = [node for node in preorder if isinstance(node, (cst.BaseSmallStatement, cst.BaseCompoundStatement))]
+        try:
+            theirs = _ast_statements(ast.parse(source))
+        except (SyntaxError, ValueError):
+            theirs = []
+        self.by_statement: dict[cst.CSTNode, ast.stmt] = dict(zip(ours, theirs)) if len(ours) == len(theirs) else {}
+        self.starts = _line_starts(source)
+
+    def first_line(self, stmt: cst.BaseStatement) -> int | None:
+        """The line a statement's code starts on, its leading blank and comment lines included (``None``:
+        not known)."""
+        first = self.by_statement.get(stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) else stmt)
+        if first is None:
+            return None
+        decorators = getattr(stmt, "decorators", ())
+        if decorators and getattr(first, "decorator_list", None):
+            line = first.decorator_list[0].lineno - len(decorators[0].leading_lines)
+        else:
+            line = first.lineno
+        return line - len(stmt.leading_lines)
+
+
+class StatementSpans:
+    """The spans of a module parsed from ``source``, generated on demand one statement at a time: the
+    innermost statement around the node that sits directly in a block (the module's body or an indented
+    block). :meth:`span` answers ``None`` where it cannot vouch for the answer (then the caller generates
+    the whole module, :func:`generate`). ``parents`` and ``preorder``: the module's index."""
+
+    def __init__(
+        self, module: cst.Module, source: str, parents: Mapping[cst.CSTNode, cst.CSTNode], preorder: Sequence[cst.CSTNode]
+    ) -> None:
+        self.module = module
+        self.source = source
+        self.parents = parents
+        self.preorder = preorder
+        self.computed: dict[cst.CSTNode, Span] = {}
+        self._generated: set[cst.CSTNode] = set()
+        self._lines: _Lines | None = None
+        self.failed = False
+
+    def _block_statement(self, node: cst.CSTNode) -> tuple[cst.BaseStatement, list[str]] | None:
+        """The innermost statement around the node that sits directly in a block, and the indent tokens its
+        code generation starts from."""
+        current = node
+        while (parent := self.parents.get(current)) is not None and not isinstance(parent, (cst.Module, cst.IndentedBlock)):
+            current = parent
+        if parent is None or not isinstance(current, cst.BaseStatement):
+            return None
+        indents: list[str] = []
+        while parent is not None:
+            if isinstance(parent, cst.IndentedBlock):
+                indents.append(self.module.default_indent if parent.indent is None else parent.indent)
+            parent = self.parents.get(parent)
+        return current, indents[::-1]
+
+    def _generate(self, stmt: cst.BaseStatement, indents: list[str]) -> bool:
+        if self._lines is None:
+            self._lines = _Lines(self.module, self.source, self.preorder)
+        line = self._lines.first_line(stmt)
+        if line is None or not 1 <= line <= len(self._lines.starts):
+            return False
+        state = _PositionState(self.module, line)
+        state.indent_tokens = indents
+        stmt._codegen(state)
+        if not self.source.startswith("".join(state.tokens), self._lines.starts[line - 1]):
+            return False
+        self.computed.update(state.computed)
+        return True
+
+    def span(self, node: cst.CSTNode) -> Span | None:
+        """The node's span, or ``None``: it lies outside the module's statements, or the statement around
+        it does not print back as the source has it (from then on every answer is ``None``)."""
+        found = self.computed.get(node)
+        if found is not None or self.failed:
+            return found
+        block = self._block_statement(node)
+        if block is None or block[0] in self._generated:
+            return None
+        self._generated.add(block[0])
+        if not self._generate(*block):
+            self.failed = True
+            return None
+        return self.computed.get(node)

@@ -1,0 +1,95 @@
+"""Spans generated one top-level statement at a time (a lint's reports) are those of the whole module's
+code generation, for every node, in the layouts where libcst's printout and the source part ways too."""
+
+from __future__ import annotations
+
+import libcst as cst
+import pytest
+
+from ddp_migrate.codemods.analysis import positions
+from ddp_migrate.codemods.analysis.script import ModuleIndex
+
+SOURCES = {
+    "plain": "import os\n\nx = 1\n\n\ndef f(a, b=2):\n    return a + b\n",
+    "comments and blank lines": "# header\n\n# about x\nx = 1  # trailing\n\n\n# about f\n\ndef f():\n    pass\n    # end of body\n\n# footer\n",
+    "decorators": (
+        "import functools\n\n\n# before the decorator\n@functools.lru_cache(maxsize=None)\n# between decorators\n\n"
+        "@staticmethod\ndef f():\n    return 1\n\n\n@dataclass\n\nclass C:\n    @property\n    def p(self):\n        return 2\n"
+    ),
+    "async and compound": (
+        "async def main():\n    async with a as b:\n        await b\n\n"
+        "for i in range(3):\n    if i:\n        continue\nelse:\n    pass\n"
+        "try:\n    x = 1\nexcept (ValueError, TypeError) as error:\n    raise\nfinally:\n    y = 2\n"
+        "while False:\n    break\nwith open('f') as fh, open('g') as gh:\n    pass\n"
+        "match x:\n    case [1, *rest]:\n        pass\n    case _:\n        pass\n"
+    ),
+    "several statements on a line": "a = 1; b = 2; c = (a +\n    b)\nif a: b = 3; c = 4\n",
+    "continuations and strings": 'x = """one\ntwo\n"""\ny = [\n    1,\n    2,\n]\nz = 1 + \\\n    2\nw = f"{x!r:>{y}}"\n',
+    "carriage returns": "x = 1\r\ny = 2\r\ndef f():\r\n    return x\r\n",
+    "old mac line ends": "x = 1\ry = 2\rif x:\r    y = 3\r",
+    "no trailing newline": "x = 1\ny = 2",
+    "trailing blank lines": "import os\n\n\n  \n",
+    "leading form feed": "\x0cimport os\nx = 1\n",
+    "form feed between statements": "x = 1\n\x0c\ny = 2\n\x0c\ndef f():\n    pass\n",
+    "unicode": "café = 'naïve'\n# ñ\ndef π():\n    return café\n",
+    "only comments": "# nothing here\n",
+    "tabs": "if x:\n\ty = 1\n\tif y:\n\t\tz = 2\n",
+    "mixed indentation": "class C:\n  def f(self):\n        if self:\n         return 1\n        # c\n        return 2\n  x = 3\n",
+    "nested clauses": (
+        "def f(x):\n    if x:\n        a = 1\n    elif x > 1:  # two\n        a = 2\n\n    else:\n        try:\n"
+        "            a = 3\n        except* ValueError:\n            pass\n    while x:\n        x -= 1\n    else:\n"
+        "        for i in x: pass\n    match x:\n        case {'k': v} if v:\n            return v\n"
+        "    class D:\n        @property\n        def g(self): return 1\n    return a\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SOURCES))
+def test_statement_spans_equal_the_whole_generation(name: str) -> None:
+    source = SOURCES[name]
+    module = cst.parse_module(source)
+    _, expected = positions.generate(module)
+    index = ModuleIndex(module, source)
+    nodes = [node for node in index.preorder if node is not module]
+    assert nodes or name == "only comments"
+    for node in nodes:
+        assert index.span(node) == expected[node], (name, type(node).__name__)
+
+
+def test_statements_are_generated_only_around_what_is_asked() -> None:
+    source = SOURCES["plain"]
+    module = cst.parse_module(source)
+    index = ModuleIndex(module, source)
+    assert index.span(module.body[1]) == (3, 0, 3, 5)
+    assert "positions" not in index.__dict__  # the whole module was never generated
+    computed = index._statement_spans.computed
+    assert module.body[1] in computed and module.body[0] not in computed and module.body[2] not in computed
+
+
+def test_a_node_in_a_function_generates_only_its_own_statement() -> None:
+    source = "def f(x):\n    y = x + 1\n    return y\n\n\nz = 2\n"
+    module = cst.parse_module(source)
+    index = ModuleIndex(module, source)
+    function = module.body[0]
+    returned = function.body.body[1]
+    assert index.span(returned.body[0].value) == (3, 11, 3, 12)
+    computed = index._statement_spans.computed
+    assert function not in computed and function.body.body[0] not in computed and module.body[1] not in computed
+
+
+def test_a_statement_that_does_not_print_back_falls_back_to_the_whole_generation() -> None:
+    source = SOURCES["leading form feed"]  # libcst's printout drops the form feed
+    module = cst.parse_module(source)
+    assert module.code != source
+    index = ModuleIndex(module, source)
+    _, expected = positions.generate(module)
+    assert index.span(module.body[0]) == expected[module.body[0]]
+    assert index._statement_spans.failed and "positions" in index.__dict__
+
+
+def test_a_rewritten_module_has_no_statement_spans() -> None:
+    module = cst.parse_module("x = 1\n")
+    rewritten = module.with_changes(body=[*module.body, cst.parse_statement("y = 2\n")])
+    index = ModuleIndex(rewritten)
+    assert index._statement_spans is None
+    assert index.span(rewritten.body[1]) == (2, 0, 2, 5)
