@@ -181,13 +181,9 @@ class Vocabulary:
             self._whole.append(self.names | unreachable_words(self.text, self.code))
         return self._whole[0]
 
-    @staticmethod
-    def _spelled(names: frozenset[str] | None, qualified: str) -> bool:
-        return names is None or all(part in names for part in qualified.split("."))
-
     def spells(self, qualified: str) -> bool:
         """Whether every dotted part of a qualified name is a name of the code (always, when unknown)."""
-        return self._spelled(self.names, qualified) or self._spelled(self.whole_names(), qualified)
+        return self.spells_one_of(frozenset({qualified}))
 
     def spells_one_of(self, group: frozenset[str]) -> bool:
         """Whether the code spells one of the qualified names of a group (:meth:`spells`). The words of

@@ -8,9 +8,9 @@ Two ways to the same spans:
   generates only the statement around the node asked about (the innermost one that sits directly in the
   module or in an indented block). The line that statement starts on comes from Python's own ``ast`` of
   the same source (one C parse, ten times cheaper than generating the whole module's code); the generated
-  statement must then be found, character for character, at the start of that line. Where it is not (libcst prints a few layouts differently from the source: a leading form
-  feed, blank lines at the end), the caller falls back to :func:`generate`, so the spans are always those
-  of the whole generation.
+  statement must then be found, character for character, at the start of that line. Where it is not
+  (libcst prints a few layouts differently from the source: a leading form feed, blank lines at the end),
+  the caller falls back to :func:`generate`, so the spans are always those of the whole generation.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from typing import Mapping, Sequence
 
 import libcst as cst
 from libcst._nodes.internal import CodegenState
+
+from .project import nested_statements
 
 #: Where a node starts and ends: ``(start line, start column, end line, end column)``, lines 1-based and
 #: columns 0-based, as libcst's ``PositionProvider`` gives them (a tuple: cheaper to make than its ranges).
@@ -55,7 +57,7 @@ class _PositionState(CodegenState):
     of a node, else the span of all it generates), as :data:`Span` tuples: one pass gives the code and the
     positions of every node, at about a third of the cost of libcst's position provider.
 
-    ``line``: the line the generated code starts on (a top-level statement generated alone)."""
+    ``line``: the line the generated code starts on (a statement generated alone, :class:`StatementSpans`)."""
 
     def __init__(self, module: cst.Module, line: int = 1) -> None:
         super().__init__(default_indent=module.default_indent, default_newline=module.default_newline)
@@ -107,26 +109,6 @@ def _line_starts(source: str) -> list[int]:
     return [0, *(match.end() for match in _NEWLINE.finditer(source))]
 
 
-def _ast_statements(tree: ast.Module) -> list[ast.stmt]:
-    """Every statement of an ``ast`` tree, nested ones included, in source order (expressions are not
-    visited: they hold no statements)."""
-    found: list[ast.stmt] = []
-    stack: list[ast.stmt] = list(reversed(tree.body))
-    while stack:
-        stmt = stack.pop()
-        found.append(stmt)
-        inner: list[ast.stmt] = []
-        for field_name in ("body", "orelse", "finalbody"):
-            block = getattr(stmt, field_name, None)
-            if isinstance(block, list):
-                inner.extend(block)
-        for clause in (*getattr(stmt, "handlers", ()), *getattr(stmt, "cases", ())):
-            inner.extend(clause.body)
-        stack.extend(reversed(inner))
-    found.sort(key=lambda s: (s.lineno, s.col_offset))  # a try's handlers come before its else
-    return found
-
-
 class _Lines:
     """Where each statement of a module starts, from ``ast``: libcst's statements in source order (one per
     small statement of a line, one per compound statement) are ``ast``'s statements in source order."""
@@ -134,7 +116,8 @@ class _Lines:
     def __init__(self, module: cst.Module, source: str, preorder: Sequence[cst.CSTNode]) -> None:
         ours = [node for node in preorder if isinstance(node, (cst.BaseSmallStatement, cst.BaseCompoundStatement))]
         try:
-            theirs = _ast_statements(ast.parse(source))
+            # sorted: a try's handlers come before its else, which nested_statements yields first
+            theirs = sorted(nested_statements(ast.parse(source).body), key=lambda s: (s.lineno, s.col_offset))
         except (SyntaxError, ValueError):
             theirs = []
         self.by_statement: dict[cst.CSTNode, ast.stmt] = dict(zip(ours, theirs)) if len(ours) == len(theirs) else {}

@@ -123,7 +123,7 @@ def scan(path: Path, text: str) -> SourceFacts:
             facts.works_at_module_level = True
         elif may_train and isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None and _trains_or_wraps(stmt.value):
             facts.works_at_module_level = True  # ``model = nn.DataParallel(model)`` at module level
-    for node in _statements(tree.body):
+    for node in nested_statements(tree.body):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 facts.imports.append((alias.name, 0, ()))
@@ -178,12 +178,12 @@ def first_line(stmt: ast.stmt) -> int:
     return min([stmt.lineno, *(d.lineno for d in getattr(stmt, "decorator_list", ()))])
 
 
-def _statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+def nested_statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
     """Every statement, nested ones included, without visiting expressions (imports are statements;
     ``ast.walk`` over every expression node costs ten times more)."""
     for stmt in body:
         yield stmt
-        yield from _statements(child_statements(stmt))
+        yield from nested_statements(child_statements(stmt))
 
 
 def _is_main_test(test: ast.expr) -> bool:

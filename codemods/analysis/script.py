@@ -353,8 +353,8 @@ class ModuleIndex:
 
     def span(self, node: cst.CSTNode) -> Span:
         """Start and end of a node (resolved on first use: only reports and ordering need them). A module
-        parsed from a source at hand generates only the top-level statements asked about
-        (:class:`positions.StatementSpans`); the others, the whole module once."""
+        parsed from a source at hand generates only the statements around the nodes asked about
+        (:class:`positions.StatementSpans`); any other module, the whole module once."""
         if self._statement_spans is not None and "positions" not in self.__dict__:
             found = self._statement_spans.span(node)
             if found is not None:
