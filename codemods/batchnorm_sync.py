@@ -150,7 +150,7 @@ plain = DDP(nn.Linear(4, 4))
         while changed:
             changed = False
             for cls in classes:
-                if cls not in found and any(self._built_class(analysis, n) in found for n in walk(cls) if isinstance(n, cst.Call)):
+                if cls not in found and any(self._built_class(analysis, n) in found for n in walk(cls) if type(n) is cst.Call):
                     found.add(cls)
                     changed = True
         return found

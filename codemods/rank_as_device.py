@@ -47,7 +47,7 @@ def _is_cuda_query(analysis: ScriptAnalysis, call: cst.Call) -> bool:
 
 def _cuda_fstring(node: cst.CSTNode) -> bool:
     """``f"cuda:{...}"``."""
-    if not isinstance(node, cst.FormattedString) or not node.parts:
+    if type(node) is not cst.FormattedString or not node.parts:  # type: ignore[attr-defined]
         return False
     first = node.parts[0]
     return isinstance(first, cst.FormattedStringText) and first.value.startswith("cuda:")

@@ -16,7 +16,7 @@ from ddp_migrate.codemods.analysis.program import ModuleInfo
 from ddp_migrate.codemods.analysis.project import (
     SourceFacts,
     is_test_file,
-    may_be_entry,
+    may_start_program,
     module_name,
     resolve_imports,
     scan,
@@ -82,14 +82,23 @@ class _Scanner:
         self.facts: dict[Path, SourceFacts | None] = {}
         self.texts: dict[Path, str | None] = {}
         self._resolved: dict[Path, Path] = {}
+        self._folders: dict[Path, Path] = {}
         self._tests: dict[Path, bool] = {}
         self._inits: dict[Path, tuple[Path, ...]] = {}
 
     def resolve(self, path: Path) -> Path:
-        """``path.resolve()``, asked of the file system once per path."""
+        """``path.resolve()``, asked of the file system once per path: a file that is no link is its folder,
+        resolved once per folder, and its name."""
         found = self._resolved.get(path)
         if found is None:
-            found = self._resolved[path] = path.resolve()
+            if path.name in ("", ".", "..") or path.is_symlink():
+                found = path.resolve()
+            else:
+                folder = self._folders.get(path.parent)
+                if folder is None:
+                    folder = self._folders[path.parent] = path.parent.resolve()
+                found = folder / path.name
+            self._resolved[path] = found
             self._resolved[found] = found
         return found
 
@@ -98,7 +107,7 @@ class _Scanner:
         key = self.resolve(path)
         found = self._tests.get(key)
         if found is None:
-            found = self._tests[key] = is_test_file(key)
+            found = self._tests[key] = is_test_file(key, resolved=True)
         return found
 
     def package_inits(self, folder: Path) -> tuple[Path, ...]:
@@ -206,11 +215,11 @@ def plan(files: Sequence[Path], follow_imports: bool = True, scan_many: ScanMany
     ``scan_many``: scans batches of files in worker processes (the runner's pool); the units are the same.
     """
     scanner = _Scanner(scan_many)
-    given = {path.resolve(): path for path in files}
+    given = {scanner.resolve(path): path for path in files}
     candidates = []
     for resolved in given:
         text = scanner.text(resolved)
-        if text is not None and may_be_entry(resolved, text):
+        if text is not None and not scanner.is_test(resolved) and may_start_program(text):
             candidates.append(resolved)
             if scan_many is None:
                 scanner(resolved)  # scanned from the text just read, which it then drops

@@ -70,7 +70,10 @@ def _process_work(args: tuple[Work, RulesFor, Options, bool, frozenset[type[Rule
             gc.enable()
     parsed = [r for r in results if not r.skipped]
     if parsed and (paused or any(len(r.original) > LARGE_UNIT_BYTES for r in parsed)):
-        gc.collect()  # the unit's trees hold cycles (analyses and their program): free them before the next
+        # The unit's trees hold cycles (analyses and their program): free them before the next. Paused, the
+        # collector left everything the unit made in its youngest generation: collecting that one is enough,
+        # and does not walk again what the process holds for longer (a run in-process keeps every result).
+        gc.collect(0 if paused else 2)
     if not sources:
         for result in results:
             if result.output is None:

@@ -248,3 +248,30 @@ def test_batchnorm_in_a_model_class_of_another_module_is_synced(tmp_path: Path) 
     assert "DDP030" in result.output, result.output
     train = (tmp_path / "train.py").read_text()
     assert train.index("model = runtime.convert_sync_batchnorm(model)") < train.index("DistributedDataParallel(model")
+
+
+def test_the_plans_path_resolution_is_path_resolve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan resolves a file through its folder, once per folder: the same path as ``Path.resolve()``
+    for plain files, relative paths, ``..``, linked folders and linked files."""
+    from ddp_migrate.program import _Scanner
+
+    real = tmp_path / "real"
+    (real / "pkg").mkdir(parents=True)
+    (real / "pkg" / "mod.py").write_text("x = 1\n")
+    (real / "other.py").write_text("y = 2\n")
+    (tmp_path / "linked").symlink_to(real, target_is_directory=True)
+    (real / "alias.py").symlink_to(real / "pkg" / "mod.py")
+    monkeypatch.chdir(real)
+    paths = [
+        real / "pkg" / "mod.py",
+        tmp_path / "linked" / "pkg" / "mod.py",
+        tmp_path / "linked" / "other.py",
+        real / "alias.py",
+        Path("pkg/mod.py"),
+        Path("pkg/../other.py"),
+        Path("pkg/.."),
+        Path("missing.py"),
+    ]
+    scanner = _Scanner()
+    assert [scanner.resolve(p) for p in paths] == [p.resolve() for p in paths]
+    assert scanner.resolve(real / "alias.py") == real / "pkg" / "mod.py"

@@ -199,12 +199,13 @@ def test_a_worker_frees_a_parsed_units_trees_before_the_next(tmp_path: Path, mon
     """libcst trees and analyses hold cycles. A lint pauses the collector while a unit is processed and
     collects once after every unit it parsed; a migration (each fix leaves an analysis) keeps collecting,
     and collects at once after a large unit (goal 5: the largest worker of the torch lint went from 331 MB
-    to 297 MB). A skipped file costs no collection."""
+    to 297 MB). A skipped file costs no collection. A lint collects the youngest generation only (all the
+    paused unit made is there); a migration, whose collector ran during the unit, collects them all."""
     from ddp_migrate import program, runner
 
-    collections: list[int] = []
+    collections: list[tuple[object, ...]] = []
     enabled_inside: list[bool] = []
-    monkeypatch.setattr(runner.gc, "collect", lambda *args: collections.append(1) or 0)
+    monkeypatch.setattr(runner.gc, "collect", lambda *args: collections.append(args) or 0)
     real_process_unit = program.process_unit
 
     def process_unit(*args: object, **kwargs: object) -> object:
@@ -221,16 +222,56 @@ def test_a_worker_frees_a_parsed_units_trees_before_the_next(tmp_path: Path, mon
     small.write_text("import torch\nmodel = torch.nn.DataParallel(net)\n")
     assert runner.gc.isenabled()
     for fix, path, expected in [
-        (False, skipped, 0), (False, small, 1), (False, large, 1), (True, skipped, 0), (True, small, 0), (True, large, 1)
+        (False, skipped, []), (False, small, [(0,)]), (False, large, [(0,)]), (True, skipped, []), (True, small, []), (True, large, [(2,)])
     ]:
         collections.clear()
         enabled_inside.clear()
         unit = Unit(paths=(path,), migrate=frozenset({path}), entry=path) if fix else Unit(paths=(path,), why_not="x")
         runner._process_work((unit, lambda _p: RULES, Options(), fix, None, True))
-        assert len(collections) == expected, (fix, path.name)
+        assert collections == expected, (fix, path.name)
         assert enabled_inside == [fix], (fix, path.name)
         assert runner.gc.isenabled()
     assert large.stat().st_size > runner.LARGE_UNIT_BYTES >= small.stat().st_size
+
+
+def test_a_linted_units_analysis_is_freed_by_the_young_collection(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The young collection after a lint unit frees the unit's analyses (they hold cycles), however much
+    the process held before: nothing of the unit is left for a later full collection. The collector stays
+    off after the unit here, so only the worker's own collection can have freed them."""
+    import gc
+    import types
+
+    from ddp_migrate import runner
+    from ddp_migrate.codemods.analysis import ScriptAnalysis
+
+    def alive() -> int:
+        return sum(1 for o in gc.get_objects() if isinstance(o, ScriptAnalysis))
+
+    path = tmp_path / "train.py"
+    path.write_text("import torch\nimport torch.distributed as dist\nmodel = torch.nn.DataParallel(net)\nif dist.get_rank() == 0:\n    dist.barrier()\n")
+    unit = (Unit(paths=(path,), why_not="x"), lambda _p: RULES, Options(), False, None, False)
+    held = [[i] for i in range(50_000)]  # older objects the young collection need not walk
+    gc.collect()
+    before = alive()
+    was_enabled = gc.isenabled()
+    collected: list[tuple[object, ...]] = []
+    try:
+        for collect in (lambda *args: 0, gc.collect):  # without the worker's collection, then with it
+            monkeypatch.setattr(
+                runner, "gc", types.SimpleNamespace(isenabled=lambda: True, disable=gc.disable, enable=lambda: None, collect=lambda *a, c=collect: collected.append(a) or c(*a))
+            )
+            gc.disable()
+            results = runner._process_work(unit)
+            assert [f.code for f in results[0].findings]  # the unit was parsed and analysed
+            if collect is gc.collect:
+                assert alive() == before and collected[-1] == (0,)
+            else:
+                assert alive() > before  # the analysis is held by cycles: only a collection frees it
+                gc.collect()
+    finally:
+        if was_enabled:
+            gc.enable()
+    assert len(held) == 50_000
 
 
 def test_a_lint_without_fixes_sends_no_sources_back(tmp_path: Path) -> None:

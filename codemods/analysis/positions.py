@@ -23,12 +23,15 @@ import libcst as cst
 from libcst._nodes.internal import CodegenState
 
 from .project import nested_statements
+from .tree import NODE_TYPES
 
 #: Where a node starts and ends: ``(start line, start column, end line, end column)``, lines 1-based and
 #: columns 0-based, as libcst's ``PositionProvider`` gives them (a tuple: cheaper to make than its ranges).
 Span = tuple[int, int, int, int]
 
 _NEWLINE = re.compile(r"\r\n?|\n")
+#: libcst's statement classes (small and compound), for a ``type() in`` test (see :data:`tree.NODE_TYPES`).
+_STATEMENT_TYPES = frozenset(t for t in NODE_TYPES if issubclass(t, (cst.BaseSmallStatement, cst.BaseCompoundStatement)))
 
 
 class _SyntacticRecord:
@@ -114,7 +117,7 @@ class _Lines:
     small statement of a line, one per compound statement) are ``ast``'s statements in source order."""
 
     def __init__(self, module: cst.Module, source: str, preorder: Sequence[cst.CSTNode]) -> None:
-        ours = [node for node in preorder if isinstance(node, (cst.BaseSmallStatement, cst.BaseCompoundStatement))]
+        ours = [node for node in preorder if type(node) in _STATEMENT_TYPES]
         try:
             # sorted: a try's handlers come before its else, which nested_statements yields first
             theirs = sorted(nested_statements(ast.parse(source).body), key=lambda s: (s.lineno, s.col_offset))

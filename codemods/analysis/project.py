@@ -56,15 +56,16 @@ def search_roots(script: Path) -> tuple[Path, ...]:
     return tuple(unique)
 
 
-def is_test_file(path: Path) -> bool:
-    """Whether a file is a test: pytest's naming, or a file under a tests folder of its project."""
-    resolved = path.resolve()
-    name = resolved.name
+def is_test_file(path: Path, resolved: bool = False) -> bool:
+    """Whether a file is a test: pytest's naming, or a file under a tests folder of its project.
+    ``resolved``: the path is already absolute with every link resolved (``Path.resolve()``)."""
+    resolved_path = path if resolved else path.resolve()
+    name = resolved_path.name
     if name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py":
         return True
-    root = project_root(resolved.parent)
+    root = project_root(resolved_path.parent)
     try:
-        parts = resolved.parent.relative_to(root).parts
+        parts = resolved_path.parent.relative_to(root).parts
     except ValueError:
         parts = ()
     return any(part in TEST_FOLDERS for part in parts)
@@ -150,11 +151,10 @@ def _trains_or_wraps(value: ast.expr) -> bool:
     return False
 
 
-def may_be_entry(path: Path, text: str) -> bool:
-    """The cheap text test before :func:`scan`: only a file with a ``__main__`` block, work at module
-    level or a model wrap / loader can be a program's entry (tests never are)."""
-    if is_test_file(path):
-        return False
+def may_start_program(text: str) -> bool:
+    """The cheap text test before :func:`scan`: only a file with a ``__main__`` block, work at module level
+    or a model wrap / loader can be a program's entry (a test never is: the caller asks
+    :func:`is_test_file` first)."""
     return "__main__" in text or "DataParallel" in text or "DataLoader(" in text or _MODULE_LEVEL_WORK.search(text) is not None
 
 

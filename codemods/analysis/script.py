@@ -105,17 +105,21 @@ class EpochLoop:
 
 def dotted_name(node: cst.CSTNode | None) -> str | None:
     """``a.b.c`` for a chain of names and attributes; ``None`` for anything else."""
-    if isinstance(node, cst.Name):
-        return node.value
-    if isinstance(node, cst.Attribute):
-        base = dotted_name(node.value)
-        return f"{base}.{node.attr.value}" if base else None
+    # ``type() is``: libcst's classes are abstract base classes, for which a failed ``isinstance`` costs a
+    # call into ``abc``; ``Name`` and ``Attribute`` have no subclasses. (The same on the other hot paths.)
+    kind = type(node)
+    if kind is cst.Name:
+        return node.value  # type: ignore[union-attr]
+    if kind is cst.Attribute:
+        base = dotted_name(node.value)  # type: ignore[union-attr]
+        return f"{base}.{node.attr.value}" if base else None  # type: ignore[union-attr]
     return None
 
 
 def call_method_name(call: cst.Call) -> str | None:
     """The method name of ``x.method(...)``; ``None`` if the call is not a method call."""
-    return call.func.attr.value if isinstance(call.func, cst.Attribute) else None
+    func = call.func
+    return func.attr.value if type(func) is cst.Attribute else None  # type: ignore[attr-defined]
 
 
 def _callee_name(call: cst.Call) -> str:
@@ -257,7 +261,7 @@ class SharedFlow:
     def module_of(self, node: cst.CSTNode) -> cst.Module:
         """The module a node belongs to."""
         current = node
-        while not isinstance(current, cst.Module):
+        while type(current) is not cst.Module:
             parent = self.parents.get(current)
             if parent is None:
                 break
@@ -320,7 +324,7 @@ class ModuleIndex:
             found: set[str] | None = None
             current = self.parents.get(node)
             while current is not None:
-                if isinstance(current, cst.FunctionDef):
+                if type(current) is cst.FunctionDef:
                     found = self.imports.get(current, {}).get(root)
                     if found:
                         break
@@ -471,7 +475,11 @@ class ScriptAnalysis:
 
     def enclosing_function(self, node: cst.CSTNode) -> cst.FunctionDef | None:
         """The nearest function definition around the node."""
-        return next((a for a in self.ancestors(node) if isinstance(a, cst.FunctionDef)), None)
+        parents = self._parents
+        current = parents.get(node)
+        while current is not None and type(current) is not cst.FunctionDef:
+            current = parents.get(current)
+        return current  # type: ignore[return-value]
 
     def enclosing_class(self, node: cst.CSTNode) -> cst.ClassDef | None:
         """The nearest class definition around the node."""
@@ -493,13 +501,13 @@ class ScriptAnalysis:
 
     # ------------------------------------------------------------------------ names
 
-    def qualified_names(self, node: cst.CSTNode) -> set[str]:
+    def qualified_names(self, node: cst.CSTNode) -> frozenset[str]:
         """Qualified names of a name or attribute, through import aliases (``nn.DataParallel`` →
         ``torch.nn.DataParallel``)."""
         if len(self.shared.analyses) > 1 and not self.owns(node):
             owner = self.shared.analysis_of(node)
-            return owner.qualified_names(node) if owner is not None else set()
-        return set(self.index.qualified_names(node))
+            return owner.qualified_names(node) if owner is not None else frozenset()
+        return self.index.qualified_names(node)
 
     def is_call_to(self, call: cst.Call, targets: Iterable[str]) -> bool:
         """Whether the call's function resolves to one of the qualified names."""
@@ -702,7 +710,8 @@ class ScriptAnalysis:
 
     def origins(self, expr: cst.BaseExpression) -> set[cst.CSTNode]:
         """The calls an expression's value may come from (``DataLoader(...)``, ``Net()``, ``DDP(...)``)."""
-        if isinstance(expr, cst.Call):
+        kind = type(expr)
+        if kind is cst.Call:
             target = self._call_targets.get(expr)
             if target is not None and target in self._returned and expr not in self.shared.constructed:
                 return self.returned_origins(target)
@@ -713,8 +722,8 @@ class ScriptAnalysis:
             if method in SELF_RETURNING_METHODS:
                 return {expr} | self.origins(expr.func.value)  # type: ignore[union-attr]
             return {expr}
-        if isinstance(expr, cst.IfExp):
-            return self.origins(expr.body) | self.origins(expr.orelse)
+        if kind is cst.IfExp:
+            return self.origins(expr.body) | self.origins(expr.orelse)  # type: ignore[attr-defined]
         name = dotted_name(expr)
         if name is None:
             return set()
@@ -820,13 +829,13 @@ class ScriptAnalysis:
         (``trainer = Trainer(...)``; ``trainer.fit(loader)``, ``Trainer(...).fit(loader)``)."""
         changed = False
         for call in self.calls:
-            if call in self._call_targets or not isinstance(call.func, cst.Attribute):
+            if type(call.func) is not cst.Attribute or call in self._call_targets:
                 continue
             receiver = call.func.value
-            if isinstance(receiver, cst.Name) and receiver.value == "self":
+            if type(receiver) is cst.Name and receiver.value == "self":  # type: ignore[attr-defined]
                 continue
             for origin in self.origins(receiver):
-                owner = self.shared.constructed.get(origin) if isinstance(origin, cst.Call) else None
+                owner = self.shared.constructed.get(origin) if type(origin) is cst.Call else None
                 method = _method(owner, call.func.attr.value) if owner is not None else None
                 if method is not None:
                     self._call_targets[call] = method
@@ -1374,7 +1383,7 @@ def _module_targets(module: cst.Module) -> Iterator[cst.BaseExpression]:
 
 
 def _calls_within(node: cst.CSTNode) -> Iterator[cst.Call]:
-    return (n for n in tree.walk(node) if isinstance(n, cst.Call))
+    return (n for n in tree.walk(node) if type(n) is cst.Call)
 
 
 def _all_params(function: cst.FunctionDef) -> list[cst.Param]:
@@ -1390,14 +1399,17 @@ def _method(owner: cst.ClassDef | None, name: str) -> cst.FunctionDef | None:
 
 
 def _assign_targets(assign: cst.Assign | cst.AnnAssign) -> list[cst.BaseExpression]:
-    if isinstance(assign, cst.AnnAssign):
-        return [assign.target]
+    if type(assign) is cst.AnnAssign:
+        return [assign.target]  # type: ignore[union-attr]
     return [t.target for t in assign.targets]
 
 
+_SEQUENCE_DISPLAYS = (cst.Tuple, cst.List)
+
+
 def _tuple_elements(expr: cst.BaseExpression) -> list[cst.BaseExpression] | None:
-    if isinstance(expr, (cst.Tuple, cst.List)):
-        return [e.value for e in expr.elements if not isinstance(e, cst.StarredElement)]
+    if type(expr) in _SEQUENCE_DISPLAYS:
+        return [e.value for e in expr.elements if type(e) is not cst.StarredElement]  # type: ignore[attr-defined]
     return None
 
 

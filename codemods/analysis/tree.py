@@ -22,7 +22,7 @@ _VISITED_FIELD = re.compile(r'visit_(?:required|optional|sequence|sentinel|body_
 
 #: Every concrete libcst node class (a ``type(x) in`` test: ``isinstance`` against libcst's abstract base
 #: classes goes through ``abc`` and costs several times more).
-_NODE_TYPES = frozenset(
+NODE_TYPES = frozenset(
     value for value in vars(cst).values() if isinstance(value, type) and issubclass(value, cst.CSTNode) and not inspect.isabstract(value)
 )
 _SEQUENCES = (tuple, list)
@@ -49,7 +49,7 @@ def _getter(node: cst.CSTNode) -> Callable[[cst.CSTNode], tuple[object, ...]] | 
         found = None
     else:
         fields = tuple(dict.fromkeys(_VISITED_FIELD.findall(source)))
-        found = None if not fields or cls not in _NODE_TYPES else attrgetter(*fields, "__class__") if len(fields) == 1 else attrgetter(*fields)
+        found = None if not fields or cls not in NODE_TYPES else attrgetter(*fields, "__class__") if len(fields) == 1 else attrgetter(*fields)
     if found is not None:
         try:
             agrees = [id(c) for c in _read(found, node)] == [id(c) for c in node.children]
@@ -65,10 +65,10 @@ def _read(getter: Callable[[cst.CSTNode], tuple[object, ...]], node: cst.CSTNode
     found: list[cst.CSTNode] = []
     for value in getter(node):
         kind = type(value)
-        if kind in _NODE_TYPES:
+        if kind in NODE_TYPES:
             found.append(value)  # type: ignore[arg-type]
         elif kind in _SEQUENCES:
-            found.extend(item for item in value if type(item) in _NODE_TYPES)  # type: ignore[attr-defined]
+            found.extend(item for item in value if type(item) in NODE_TYPES)  # type: ignore[attr-defined]
     return found
 
 
@@ -108,16 +108,19 @@ def visit(
     with every node's parent on the way, and ``order`` with the nodes visited, in order. Nodes of a class in
     ``skip`` (and everything below them) are left out of all three."""
     hooks: dict[type, _Hooks] = {}
+    wanted = NODE_TYPES - skip  # the classes of the children walked into
     stack: list[object] = [root]
+    pop, push, extend = stack.pop, stack.append, stack.extend
+    record = order.append if order is not None else None
     while stack:
-        current = stack.pop()
+        current = pop()
         if current is _LEAVE:
-            node, leave = stack.pop(), stack.pop()
+            node, leave = pop(), pop()
             leave(node)  # type: ignore[operator]
             continue
         node = current  # type: ignore[assignment]
-        if order is not None:
-            order.append(node)
+        if record is not None:
+            record(node)
         cls = type(node)
         pair = hooks.get(cls)
         if pair is None:
@@ -128,16 +131,26 @@ def visit(
         enter, leave = pair
         descend = enter is None or enter(node) is not False
         if leave is not None:
-            stack.extend((leave, node, _LEAVE))
+            extend((leave, node, _LEAVE))
         if not descend:
             continue
-        below = children(node)
-        if skip:
-            below = [child for child in below if type(child) not in skip]
+        # :func:`children`, inlined (this loop runs once per node of every parsed file)
+        getter = _GETTERS[cls] if cls in _GETTERS else _getter(node)
+        below: list[cst.CSTNode] = []
+        if getter is None:
+            below = [child for child in node.children if type(child) not in skip]
+        else:
+            for value in getter(node):
+                kind = type(value)
+                if kind in _SEQUENCES:
+                    below.extend(item for item in value if type(item) in wanted)  # type: ignore[attr-defined]
+                elif kind in wanted:
+                    below.append(value)  # type: ignore[arg-type]
         if parents is not None:
             for child in below:
                 parents[child] = node
-        stack.extend(reversed(below))
+        below.reverse()
+        extend(below)
 
 
 def dispatch(nodes: Iterable[cst.CSTNode], visitor: object) -> None:
