@@ -20,6 +20,7 @@ from ddp_migrate.codemods.analysis import ScriptAnalysis
 from ddp_migrate.codemods.analysis.program import ModuleInfo, Program
 from ddp_migrate.codemods.analysis.project import child_statements, first_line
 from ddp_migrate.codemods.analysis.script import ModuleIndex
+from ddp_migrate.codemods.analysis.tree import parse_module
 from ddp_migrate.codemods.base import Change, Finding, Note, Options, Rule, Severity
 from ddp_migrate.codemods.edits import TODO_PREFIX
 
@@ -74,7 +75,7 @@ def parse_checked(text: str) -> cst.Module:
     """Parse with libcst source text :func:`check_syntax` accepted (an error of libcst's own is still a
     :class:`FileError`)."""
     try:
-        return cst.parse_module(text)
+        return parse_module(text)
     except cst.ParserSyntaxError as error:
         raise FileError(f"cannot parse: {error.message}", error.raw_line, error.raw_column + 1) from None
 

@@ -139,3 +139,28 @@ def test_a_class_whose_visiting_code_reads_differently_falls_back_to_libcsts_chi
     call = cst.parse_expression("f(a, b=1)")
     assert [id(c) for c in tree.children(call)] == [id(c) for c in call.children]
     assert tree._GETTERS[cst.Call] is None
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.name)
+def test_a_parse_without_node_checks_builds_the_same_tree(path: Path) -> None:
+    """:func:`tree.parse_module` skips libcst's checks of the nodes its parser builds: the same tree
+    (``deep_equals``), the same code."""
+    source = path.read_text(encoding="utf-8")
+    checked = cst.parse_module(source)
+    unchecked = tree.parse_module(source)
+    assert unchecked.deep_equals(checked)
+    assert unchecked.code == checked.code == source
+
+
+def test_nodes_built_after_a_parse_are_checked_again() -> None:
+    """The checks are off only while the parser builds its nodes: a node a fix builds is checked, after a
+    parse that succeeded and after one that failed."""
+    tree.parse_module("x = 1\n")
+    with pytest.raises(cst.CSTValidationError):
+        cst.Name("not a name")
+    with pytest.raises(cst.ParserSyntaxError):
+        tree.parse_module("def broken(:\n")
+    with pytest.raises(cst.CSTValidationError):
+        cst.Name("not a name")
+    with pytest.raises(cst.CSTValidationError):
+        cst.parse_module("x = 1\n").with_changes(body=[cst.SimpleStatementLine([cst.Expr(cst.Name("1x"))])])

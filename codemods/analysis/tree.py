@@ -91,6 +91,28 @@ def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         extend(reversed(children(current)))
 
 
+#: libcst checks every node it builds (``CSTNode.__post_init__`` runs ``_validate``): the mistakes a hand-made
+#: node may hold. The parser's own nodes are right by construction (libcst's comment on that hook says as
+#: much), and the checks cost a seventh of a parse. ``None``: this libcst validates some other way.
+_VALIDATE = cst.CSTNode.__dict__.get("__post_init__")
+
+
+def _built_by_the_parser(self: cst.CSTNode) -> None:
+    return None
+
+
+def parse_module(source: str) -> cst.Module:
+    """``libcst.parse_module``, without re-checking the nodes the parser builds. The check is back on as
+    soon as the parse is over (a node built by a fix is checked as before), error or not."""
+    if _VALIDATE is None:
+        return cst.parse_module(source)
+    cst.CSTNode.__post_init__ = _built_by_the_parser  # type: ignore[method-assign]
+    try:
+        return cst.parse_module(source)
+    finally:
+        cst.CSTNode.__post_init__ = _VALIDATE  # type: ignore[method-assign]
+
+
 _LEAVE = object()
 _Hooks = tuple[Callable[[cst.CSTNode], object] | None, Callable[[cst.CSTNode], object] | None]
 
