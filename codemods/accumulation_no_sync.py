@@ -254,11 +254,17 @@ for x, y in loader:
 
     def accumulations(self, analysis: ScriptAnalysis) -> Iterator[Accumulation]:
         """Every accumulating loop without ``no_sync()``, with what the rewrite needs when it is safe."""
+        backwards_in: dict[cst.CSTNode | None, list[cst.Call]] = {}
+        for call in analysis.backward_calls:
+            backwards_in.setdefault(self._nearest_loop(analysis, call), []).append(call)
+        if not backwards_in:
+            return
+        steps_in: dict[cst.CSTNode | None, list[cst.Call]] = {}
+        for call in analysis.calls:
+            if self._is_optimizer_step(analysis, call):
+                steps_in.setdefault(self._nearest_loop(analysis, call), []).append(call)
         for loop in analysis.for_loops:
-            backwards = [c for c in analysis.backward_calls if self._nearest_loop(analysis, c) is loop]
-            steps = [
-                c for c in analysis.calls if self._is_optimizer_step(analysis, c) and self._nearest_loop(analysis, c) is loop
-            ]
+            backwards, steps = backwards_in.get(loop), steps_in.get(loop)
             if not backwards or not steps:
                 continue
             gates = {self._gate(analysis, step, loop) for step in steps}
