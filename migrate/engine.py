@@ -156,23 +156,31 @@ def _run_rule(rule: Rule | type[Rule], step: str, call: Callable[[], T]) -> T:
     return _guarded(f"{rule.code} ({rule.name}) while {step}", call)
 
 
-def analyse(module: cst.Module, is_entry: bool = True, options: Options | None = None, source: str | None = None) -> ScriptAnalysis:
+def analyse(
+    module: cst.Module,
+    is_entry: bool = True,
+    options: Options | None = None,
+    source: str | None = None,
+    earlier: ScriptAnalysis | None = None,
+) -> ScriptAnalysis:
     """The shared analysis of a lone module (a crash in it is a one-line error, like a crash in a rule); the
     analysis of a clone of it where :func:`index_of` says so. ``source``: the text the module was just
-    parsed from (its positions are then generated only around the nodes a report asks about)."""
+    parsed from (its positions are then generated only around the nodes a report asks about). ``earlier``:
+    the analysis of the module a fix rewrote into this one (the statements the fix kept are not generated
+    again, :class:`~ddp_migrate.codemods.analysis.positions.Generated`)."""
 
     def build() -> ScriptAnalysis:
-        index = ModuleIndex(module, source) if source is not None else index_of(module)
+        index = ModuleIndex(module, source) if source is not None else index_of(module, earlier.index if earlier is not None else None)
         return ScriptAnalysis(index.module, is_entry=is_entry, options=options, index=index)
 
     return _guarded("the script analysis", build)
 
 
-def index_of(module: cst.Module) -> ModuleIndex:
+def index_of(module: cst.Module, earlier: ModuleIndex | None = None) -> ModuleIndex:
     """The index of a module a fix produced. A fix keeps every subtree it does not edit (the same objects);
     one that copied a subtree and kept the original leaves a node at two places, with one parent: such a
     module is cloned (every node its own object again) before it is analysed."""
-    index = ModuleIndex(module)
+    index = ModuleIndex(module, earlier=earlier)
     return ModuleIndex(module.deep_clone()) if index.shares_nodes else index
 
 
@@ -221,7 +229,7 @@ def fix_to_fixed_point(
                 continue
             # The next analysis is built before it is known to be needed: its index generates the code and
             # the positions in one pass, and the rules ask for positions of almost every rewritten module.
-            rewritten = analyse(result.module, is_entry, options)  # (a clone of it, see index_of)
+            rewritten = analyse(result.module, is_entry, options, earlier=current)  # (a clone of it, see index_of)
             new_text = rewritten.code
             if new_text == text:
                 continue

@@ -48,7 +48,7 @@ SOURCES = {
 def test_statement_spans_equal_the_whole_generation(name: str) -> None:
     source = SOURCES[name]
     module = cst.parse_module(source)
-    _, expected = positions.generate(module)
+    _, expected, _ = positions.generate(module)
     index = ModuleIndex(module, source)
     nodes = [node for node in index.preorder if node is not module]
     assert nodes or name == "only comments"
@@ -82,7 +82,7 @@ def test_a_statement_that_does_not_print_back_falls_back_to_the_whole_generation
     module = cst.parse_module(source)
     assert module.code != source
     index = ModuleIndex(module, source)
-    _, expected = positions.generate(module)
+    _, expected, _ = positions.generate(module)
     assert index.span(module.body[0]) == expected[module.body[0]]
     assert index._statement_spans.failed and "positions" in index.__dict__
 
@@ -93,3 +93,35 @@ def test_a_rewritten_module_has_no_statement_spans() -> None:
     index = ModuleIndex(rewritten)
     assert index._statement_spans is None
     assert index.span(rewritten.body[1]) == (2, 0, 2, 5)
+
+
+def test_a_rewritten_module_reuses_what_the_fix_kept_and_gets_the_same_code_and_spans(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every module a migration of the fixtures rewrites: the code and the span of every node are the same
+    as from a generation of the whole module, while the statements a fix left alone were not generated
+    again (in the odd layouts too: CRLF, a form feed, no final newline, a body indented with tabs)."""
+    from pathlib import Path
+
+    from ddp_migrate.codemods import ALL_RULES
+    from ddp_migrate.codemods.base import Options
+    from ddp_migrate.engine import process
+
+    real = positions.generate
+    reused: list[int] = []
+
+    def checked(module: cst.Module, earlier: positions.Generated | None = None) -> tuple[str, dict, positions.Generated]:
+        code, spans, made = real(module, earlier)
+        whole_code, whole_spans, _ = real(module)
+        assert code == whole_code and spans == whole_spans
+        if earlier is not None:
+            reused.append(sum(1 for stmt, done in made.statements.items() if earlier.statements.get(stmt) is done))
+        return code, spans, made
+
+    monkeypatch.setattr(positions, "generate", checked)
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures"
+    sources = sorted([*fixtures.glob("scripts/*.py"), *fixtures.glob("legacy/*.py")])
+    rules = [r for r in ALL_RULES if r.enabled_by_default]
+    for path in sources:
+        text = path.read_text()
+        for variant in (text, text.replace("\n", "\r\n"), text.replace("\n\n", "\n\x0c\n"), text.rstrip("\n"), text.replace("    ", "\t")):
+            process(path.name, variant.encode(), rules, Options(), fix=True)
+    assert len(reused) > 100 and sum(reused) > 3 * len(reused)  # most rewrites kept most statements

@@ -100,11 +100,86 @@ class _PositionState(CodegenState):
         return _SyntacticRecord(self, node, start_node, end_node)
 
 
-def generate(module: cst.Module) -> tuple[str, dict[cst.CSTNode, Span]]:
-    """The module's code and the span of every node in it, from one code generation pass."""
+class _Statement:
+    """What generating one statement of a module's body gave: its tokens, the spans of its nodes, the line
+    it started on, how many lines it spans and the column it ends at."""
+
+    __slots__ = ("tokens", "spans", "line", "lines", "column")
+
+    def __init__(self, tokens: tuple[str, ...], spans: dict[cst.CSTNode, Span], line: int, lines: int, column: int) -> None:
+        self.tokens, self.spans, self.line, self.lines, self.column = tokens, spans, line, lines, column
+
+
+class Generated:
+    """The statements of a module's body as one generation gave them, for the generation of a module that
+    keeps some of them: a fix rebuilds only the nodes it edits, so a statement it did not touch is the same
+    object in the rewritten module, and its code and spans (shifted by the lines above it) are reused."""
+
+    def __init__(self, module: cst.Module) -> None:
+        self.indent = module.default_indent
+        self.newline = module.default_newline
+        self.statements: dict[cst.BaseStatement, _Statement] = {}
+
+    def fits(self, module: cst.Module) -> bool:
+        """Whether statements generated for this module would print the same in ``module`` (the same
+        default indent and newline: a statement of the module's body starts with no indent)."""
+        return self.indent == module.default_indent and self.newline == module.default_newline
+
+
+def _generate_statement(state: _PositionState, stmt: cst.BaseStatement) -> _Statement | None:
+    """Generate a statement of the module's body; what to reuse (``None``: it did not start a line)."""
+    line, column, first = state.line, state.column, len(state.tokens)
+    outer = state.computed
+    state.computed = {}
+    stmt._codegen(state)
+    spans, state.computed = state.computed, outer
+    outer.update(spans)
+    if column != 0:
+        return None
+    return _Statement(tuple(state.tokens[first:]), spans, line, state.line - line, state.column)
+
+
+def _replay(state: _PositionState, done: _Statement) -> None:
+    """Add a statement generated before, its spans moved to the line it now starts on."""
+    shift = state.line - done.line
+    state.tokens.extend(done.tokens)
+    if shift:
+        state.computed.update({node: (a + shift, b, c + shift, d) for node, (a, b, c, d) in done.spans.items()})
+    else:
+        state.computed.update(done.spans)
+    state.line += done.lines
+    state.column = done.column
+
+
+def generate(module: cst.Module, earlier: Generated | None = None) -> tuple[str, dict[cst.CSTNode, Span], Generated]:
+    """The module's code and the span of every node in it, from one code generation pass; and what the
+    next generation may reuse. ``earlier``: what the generation of a module this one was rewritten from
+    gave (its statements still in this module's body are not generated again).
+
+    The pass is libcst's ``Module._codegen`` with the body's statements taken one by one."""
     state = _PositionState(module)
-    module._codegen(state)
-    return "".join(state.tokens), state.computed
+    reuse = earlier.statements if earlier is not None and earlier.fits(module) else {}
+    made = Generated(module)
+    state.before_codegen(module)
+    for header in module.header:
+        header._codegen(state)
+    for stmt in module.body:
+        done = reuse.get(stmt)
+        if done is not None and state.column == 0:
+            _replay(state, done)
+        else:
+            done = _generate_statement(state, stmt)
+        if done is not None:
+            made.statements[stmt] = done
+    for footer in module.footer:
+        footer._codegen(state)
+    if module.has_trailing_newline:
+        if not state.tokens:
+            state.add_token(state.default_newline)
+    else:
+        state.pop_trailing_newline()
+    state.after_codegen(module)
+    return "".join(state.tokens), state.computed, made
 
 
 def _line_starts(source: str) -> list[int]:

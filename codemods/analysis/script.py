@@ -289,8 +289,11 @@ class ModuleIndex:
     scope analysis, which costs more than the parse itself.
     """
 
-    def __init__(self, module: cst.Module, source: str | None = None) -> None:
+    def __init__(self, module: cst.Module, source: str | None = None, earlier: ModuleIndex | None = None) -> None:
         self.module = module
+        #: ``earlier``: the index of the module this one was rewritten from, whose generated statements the
+        #: generation of this one reuses (:class:`positions.Generated`); dropped once used.
+        self._earlier = earlier.__dict__.get("generated") if earlier is not None else None
         self.nodes = _Indexer()
         #: Every node of the module in pre-order (source order), for the walks that come after this one;
         #: layout nodes (whitespace, newlines, comments) are not indexed.
@@ -344,7 +347,8 @@ class ModuleIndex:
     def positions(self) -> Mapping[cst.CSTNode, Span]:
         """Start and end of every node, from one code generation pass over the whole module that also gives
         its code (:func:`positions.generate`)."""
-        code, spans = positions.generate(self.module)
+        code, spans, self.generated = positions.generate(self.module, self._earlier)
+        self._earlier = None
         self.__dict__.setdefault("code", code)
         return spans
 
