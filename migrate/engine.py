@@ -18,7 +18,7 @@ import libcst as cst
 
 from ddp_migrate.codemods.analysis import ScriptAnalysis
 from ddp_migrate.codemods.analysis.program import ModuleInfo, Program
-from ddp_migrate.codemods.analysis.project import child_statements, first_line
+from ddp_migrate.codemods.analysis.project import child_statements, first_line, nested_statements
 from ddp_migrate.codemods.analysis.script import ModuleIndex
 from ddp_migrate.codemods.analysis.tree import parse_module
 from ddp_migrate.codemods.base import Change, Finding, Note, Options, Rule, Severity
@@ -309,16 +309,12 @@ def _statement_starts(text: str) -> dict[int, int]:
     except (SyntaxError, ValueError):
         return starts
 
-    def visit(statements: list[ast.stmt]) -> None:
-        for statement in statements:
-            first = first_line(statement)
-            inner = child_statements(statement)
-            header_end = (min(s.lineno for s in inner) - 1) if inner else (statement.end_lineno or statement.lineno)
-            for line in range(first, max(header_end, first) + 1):
-                starts.setdefault(line, first)
-            visit(inner)
-
-    visit(tree.body)
+    for statement in nested_statements(tree.body):  # a compound statement before the statements inside it
+        first = first_line(statement)
+        inner = child_statements(statement)
+        header_end = (min(s.lineno for s in inner) - 1) if inner else (statement.end_lineno or statement.lineno)
+        for line in range(first, max(header_end, first) + 1):
+            starts.setdefault(line, first)
     return starts
 
 
