@@ -581,3 +581,30 @@ def test_no_paths_in_a_real_process(tmp_path: Path) -> None:
     for command in (["lint"], ["migrate"]):
         done = subprocess.run([sys.executable, "-m", "ddp_migrate", *command], capture_output=True, timeout=60, cwd=tmp_path)
         assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")
+
+
+def test_a_file_libcst_once_could_not_check_is_linted_the_same_in_any_order(tmp_path: Path) -> None:
+    """``return(lambda x: m(x))`` (a parenthesised lambda right after a keyword) once made libcst raise on
+    whichever node was rebuilt first: the lint's result depended on which file a fresh process read first.
+    Each order, in a fresh process, now gives the same findings, and migration rewrites the file."""
+    lambda_file = write(
+        tmp_path / "b_train.py",
+        "import torch.nn as nn\n\n\ndef make(m):\n    return(lambda x: m(x))\n\n\nmodel = nn.DataParallel(nn.Linear(4, 4)).cuda()\n",
+    )
+    write(tmp_path / "a_other.py", "import torch.nn as nn\n\nmodel = nn.DataParallel(nn.Linear(4, 4)).cuda()\n")
+
+    def lint(*paths: str) -> list[str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "ddp_migrate", "lint", "-j", "1", *paths],
+            capture_output=True, text=True, timeout=60, cwd=tmp_path,
+        )
+        assert done.returncode == 1, done.stdout + done.stderr
+        return [line for line in done.stdout.splitlines() if line.startswith("b_train.py")]
+
+    alone, after = lint("b_train.py"), lint("a_other.py", "b_train.py")
+    assert alone == after
+    assert [line.split()[1] for line in alone] == ["DDP001", "DDP002", "DDP004"]
+    done = subprocess.run([sys.executable, "-m", "ddp_migrate", "b_train.py"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    migrated = lambda_file.read_text()
+    assert "    return(lambda x: m(x))\n" in migrated and "DistributedDataParallel(" in migrated

@@ -141,6 +141,26 @@ def test_a_class_whose_visiting_code_reads_differently_falls_back_to_libcsts_chi
     assert tree._GETTERS[cst.Call] is None
 
 
+def test_a_node_libcst_cannot_rebuild_is_walked_and_the_check_waits_for_the_next_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``node.children`` rebuilds the node, and libcst may refuse a node its own parser built (a bug of its
+    checks): the walk of that node reads the fields, as every later node of the class does, and the check
+    of the getter against ``node.children`` is made on the next node instead, never decided by the order in
+    which the files of a run were read."""
+    monkeypatch.setattr(tree, "_GETTERS", {})
+    first, second = cst.parse_expression("f(a, b=1)"), cst.parse_expression("g(c)")
+    expected = [id(c) for c in first.children]
+
+    def refuse(node: cst.CSTNode) -> list[cst.CSTNode]:
+        raise TypeError("libcst could not check the node")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(cst.Call, "children", property(refuse))
+        assert [id(c) for c in tree.children(first)] == expected
+        assert cst.Call not in tree._GETTERS
+    assert [id(c) for c in tree.children(second)] == [id(c) for c in second.children]
+    assert tree._GETTERS[cst.Call] is not None
+
+
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.name)
 def test_a_parse_without_node_checks_builds_the_same_tree(path: Path) -> None:
     """:func:`tree.parse_module` skips libcst's checks of the nodes its parser builds: the same tree
@@ -164,3 +184,40 @@ def test_nodes_built_after_a_parse_are_checked_again() -> None:
         cst.Name("not a name")
     with pytest.raises(cst.CSTValidationError):
         cst.parse_module("x = 1\n").with_changes(body=[cst.SimpleStatementLine([cst.Expr(cst.Name("1x"))])])
+
+
+#: Valid Python with a parenthesised lambda right after a keyword, which libcst 1.9 cannot check (LibCST
+#: issue #1061): every node built around the lambda raised ``TypeError``.
+LAMBDA_AFTER_KEYWORD = [
+    "def make(m):\n    return(lambda x: m(x))\n",
+    "y = a if b else(lambda: c)\n",
+    "y = a or(lambda: b)\n",
+    "assert(lambda: 0)\n",
+    "while(lambda: 0):\n    break\n",
+    "for a in(lambda: 0):\n    pass\n",
+    "y = not(lambda: 0)\n",
+]
+
+
+@pytest.mark.parametrize("source", LAMBDA_AFTER_KEYWORD)
+def test_a_parenthesised_lambda_after_a_keyword_parses_walks_and_rebuilds(source: str) -> None:
+    """The mended libcst parses such code with its checks on or off, to the same tree; its own walk, a deep
+    copy and a rebuilt node succeed; and a lambda that is not parenthesised is still refused next to a word."""
+    checked = cst.parse_module(source)
+    unchecked = tree.parse_module(source)
+    assert unchecked.deep_equals(checked) and unchecked.code == source
+    assert [type(n) for n in tree.walk(unchecked)] == [type(n) for n in _libcst_walk(checked)]
+    assert checked.deep_clone().code == source
+    bare = cst.Lambda(params=cst.Parameters(), body=cst.Integer("0"))
+    with pytest.raises(cst.CSTValidationError):
+        cst.Return(value=bare, whitespace_after_return=cst.SimpleWhitespace(""))
+
+
+def test_the_lambda_mend_leaves_a_libcst_without_the_bug_alone() -> None:
+    """The mend probes for the bug first: applied again on the mended libcst, it changes nothing."""
+    from ddp_migrate.codemods.analysis import libcst_mends
+
+    mended = cst.Lambda._safe_to_use_with_word_operator
+    assert not libcst_mends._lambda_next_to_word_operator_fails()
+    libcst_mends.mend_libcst()
+    assert cst.Lambda._safe_to_use_with_word_operator is mended

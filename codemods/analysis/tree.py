@@ -16,6 +16,8 @@ from typing import Callable, Iterable, Iterator
 
 import libcst as cst
 
+from ddp_migrate.codemods.analysis import libcst_mends  # noqa: F401  (libcst's own bugs, mended before any parse)
+
 #: ``visit_required(self, "func", ...)``, ``visit_sequence(self, "args", ...)``: the field names a node class
 #: hands to libcst's visit helpers, in the order it visits them.
 _VISITED_FIELD = re.compile(r'visit_(?:required|optional|sequence|sentinel|body_sequence|iterable)\(\s*self,\s*"(\w+)"')
@@ -55,6 +57,8 @@ def _getter(node: cst.CSTNode) -> Callable[[cst.CSTNode], tuple[object, ...]] | 
             agrees = [id(c) for c in _read(found, node)] == [id(c) for c in node.children]
         except AttributeError:  # a field the class does not have
             agrees = False
+        except Exception:  # noqa: BLE001  libcst could not rebuild this node: check on the next node of its class
+            return found
         found = found if agrees else None
     _GETTERS[cls] = found
     return found
