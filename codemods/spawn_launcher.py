@@ -32,7 +32,10 @@ class SpawnLauncher(Rule):
     global rank itself (``node_rank * ngpus + gpu``). The join loop, the list of processes and
     ``set_start_method`` go. A process count that is only this machine's GPU count becomes
     ``runtime.world_size()`` where it also serves as the world size, else ``runtime.local_world_size()``
-    (the processes on this node); one that is no longer used is removed. The report says how to launch:
+    (the processes on this node); one that is no longer used is removed. A count made any other way (an
+    environment variable, a command-line option) that the launch hands its workers as well (``args=(n,)``
+    with ``nprocs=n``) is not passed on: the workers get torchrun's count in its place, so a sampler's
+    ``num_replicas`` or a learning rate scaled by it follows the processes torchrun starts. The report says how to launch:
     ``torchrun --nproc_per_node=<GPUs per node> script.py``.
 
     Fix safety: the script no longer starts its own processes: ``python train.py`` runs one process, and
@@ -78,6 +81,39 @@ def train(rank, world_size, epochs):
 if __name__ == "__main__":
     world_size = runtime.world_size()
     train(runtime.rank(), world_size, 10)
+""",
+        ),
+        Example(
+            before="""\
+import os
+
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.utils.data.distributed import DistributedSampler
+
+
+def worker(rank, world_size):
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank)
+
+
+if __name__ == "__main__":
+    world_size = int(os.environ.get("NPROC", 2))
+    mp.spawn(worker, args=(world_size,), nprocs=world_size, join=True)
+""",
+            after="""\
+import torch.distributed as dist
+from ddp_migrate import runtime
+from torch.utils.data.distributed import DistributedSampler
+
+
+def worker(rank, world_size):
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank)
+
+
+if __name__ == "__main__":
+    worker(runtime.rank(), runtime.world_size())
 """,
         ),
         Example(
@@ -229,8 +265,12 @@ if __name__ == "__main__":
             if launch.problem is not None or launch.function is None:
                 continue
             rt = runtime_name(analysis, edits)
-            index = f"{rt}.rank()" if facts.index_is_global(launch) else f"{rt}.local_rank()"
-            call = call_with(launch.function, expression(index), launch.arguments)
+            is_global = facts.index_is_global(launch)
+            index = f"{rt}.rank()" if is_global else f"{rt}.local_rank()"
+            count = f"{rt}.world_size()" if is_global else f"{rt}.local_world_size()"
+            counts = self._counts_passed_on(analysis, launch)
+            arguments = tuple(a.with_changes(value=expression(count)) if a in counts else a for a in launch.arguments)
+            call = call_with(launch.function, expression(index), arguments)
             statement = launch.statement
             kept_comments = without_launch_comments(statement.leading_lines)
             edits.replace(statement, cst.SimpleStatementLine([cst.Expr(call)], leading_lines=kept_comments))
@@ -251,6 +291,30 @@ if __name__ == "__main__":
         return edits.apply(analysis.module)
 
     @staticmethod
+    def _counts_passed_on(analysis: ScriptAnalysis, launch: Launch) -> list[cst.Arg]:
+        """The arguments that hand the workers the launch's own process count (``args=(world_size,),
+        nprocs=world_size``) where that count is not a literal or this machine's GPU count, which
+        :meth:`_fix_process_count` replaces where it is made. torchrun decides how many processes run, so such
+        a copy (``int(os.environ.get("NPROC", 2))``, an option) would size the job wrongly: the workers get
+        torchrun's count instead (the world size when the index is the global rank, else this node's count)."""
+        facts = legacy_facts(analysis)
+        nprocs = launch.nprocs
+        if nprocs is None:
+            return []
+        name = dotted_name(nprocs) if isinstance(nprocs, (cst.Name, cst.Attribute)) else None
+        sources = [s for s in facts.sources(nprocs) if s is not nprocs]
+        if name is not None and sources and all(isinstance(s, cst.BaseExpression) and facts.is_process_count(s) for s in sources):
+            return []  # replaced where it is made
+        key = facts.key(nprocs, name) if name is not None else None
+        found = []
+        for arg in launch.arguments:
+            value = arg.value
+            same_variable = key is not None and isinstance(value, (cst.Name, cst.Attribute)) and dotted_name(value) == name and facts.key(value, name) == key
+            if same_variable or value.deep_equals(nprocs):
+                found.append(arg)
+        return found
+
+    @staticmethod
     def _fix_process_count(analysis: ScriptAnalysis, edits: Edits, launch: Launch, rt: str) -> None:
         """The launch's process count: dropped when only the launch read it, else taken from torchrun."""
         facts = legacy_facts(analysis)
@@ -260,7 +324,8 @@ if __name__ == "__main__":
             return
         key = facts.key(nprocs, name)
         launch_nodes = [launch.statement, *launch.extra]
-        passed_on = [a.value for a in launch.arguments]
+        replaced = SpawnLauncher._counts_passed_on(analysis, launch)
+        passed_on = [a.value for a in launch.arguments if a not in replaced]
         only_launch = all(
             any(analysis.is_inside(r, n) for n in launch_nodes) and not any(analysis.is_inside(r, p) for p in passed_on)
             for r in facts.reads(key)

@@ -222,3 +222,35 @@ def test_integer_literals_in_every_spelling(literal: str, value: int | None) -> 
     from ddp_migrate.codemods.analysis.legacy import int_value
 
     assert int_value(cst.parse_expression(literal)) == value
+
+
+CONSTANT_FLAGS = '''
+import torch
+import torch.distributed as dist
+
+master_process = True
+
+def train(model, hook_location):
+    is_main = True
+    if master_process:
+        torch.save(model.state_dict(), "a.pt")
+    if is_main:
+        torch.save(model.state_dict(), "b.pt")
+    pre = torch.nn.parallel.distributed._BufferCommHookLocation.PRE_FORWARD
+    for location in [pre, torch.float32]:
+        if location == pre:
+            dist.barrier()
+'''
+
+
+def test_a_flag_bound_to_a_constant_is_the_same_on_every_rank_whatever_its_name() -> None:
+    """``master_process = True`` (at module level, or in the function) is a constant: the saves under it run on
+    every rank, so they are unguarded, not rank-0 saves (the flag's name is no evidence when its value is
+    known). A loop over a library's constants is the same on every rank too."""
+    analysis = ScriptAnalysis(cst.parse_module(CONSTANT_FLAGS))
+    facts = rank_facts(analysis)
+    saves = [c for c in analysis.calls if analysis.is_call_to(c, {"torch.save"})]
+    assert len(saves) == 2 and all(facts.guard(save) is None for save in saves)
+    assert {facts.kind(node.test) for node in analysis.ifs} == {Kind.UNIFORM}
+    [barrier] = [c for c in analysis.calls if analysis.is_call_to(c, {"torch.distributed.barrier"})]
+    assert facts.collective_safe_at(barrier)

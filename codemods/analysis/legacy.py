@@ -438,7 +438,7 @@ class LegacyFacts:
         found = self._key_sources(key, seen | {key})
         if not seen:
             self._memo[key] = found
-        return found or ((expr,) if not seen else ())
+        return found or (expr,)  # a name nothing is known about (``True``, a library's constant) is a value of its own
 
     def _key_sources(self, key: Key, seen: frozenset[Key]) -> tuple[Source, ...]:
         scope, name = key
