@@ -34,6 +34,7 @@ from .find_unused_parameters import FindUnusedParameters
 from .padded_eval_sampler import PaddedEvalSampler
 from .sampler_shuffle import SamplerWithShuffle
 from .unsynced_metric_logging import UnsyncedMetricLogging
+from .unsharded_training_data import UnshardedTrainingData
 
 #: Every rule, in code order. The engine runs their fixes in phase order.
 ALL_RULES: tuple[type[Rule], ...] = tuple(
@@ -70,6 +71,7 @@ ALL_RULES: tuple[type[Rule], ...] = tuple(
             DataParallelCheckpointKeys,
             SumReductionLoss,
             LayerAddedAfterWrap,
+            UnshardedTrainingData,
         ),
         key=lambda rule: rule.code,
     )

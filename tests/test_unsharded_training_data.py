@@ -1,0 +1,47 @@
+"""DDP040 (training batches from no DataLoader) reads the whole program, through the real command line."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ddp_migrate.cli import cli
+
+LOOP = "    for step in range(4):\n        x = {batch}\n        model(x).sum().backward()\n        opt.step()\n"
+HEAD = "import torch\nimport torch.nn as nn\n{imports}\n\ndef main():\n    model = nn.Linear(4, 1)\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+TAIL = '\n\nif __name__ == "__main__":\n    main()\n'
+DATA = "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n\n\ndef build_loader():\n    return DataLoader(TensorDataset(torch.randn(32, 4)), batch_size=8)\n"
+
+
+def _lint(*args: str) -> list[tuple[str, int, str]]:
+    result = CliRunner().invoke(cli, ["lint", "--select", "DDP040", *args], catch_exceptions=False)
+    return [(p, int(line), code) for p, line, code in re.findall(r"^(\S+?):(\d+):\d+: (DDP\d{3}) ", result.stdout, re.M)]
+
+
+@pytest.fixture(autouse=True)
+def _program(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data.py").write_text(DATA)
+    (tmp_path / "with_loader.py").write_text(HEAD.format(imports="from data import build_loader\n") + LOOP.format(batch="next(iter(build_loader()))[0]") + TAIL)
+    (tmp_path / "drawn.py").write_text(HEAD.format(imports="") + LOOP.format(batch="torch.randn(8, 4)") + TAIL)
+    seeded = HEAD.format(imports="from ddp_migrate import runtime\n").replace("    model =", "    torch.manual_seed(3 + runtime.rank())\n    model =")
+    (tmp_path / "seeded.py").write_text(seeded + LOOP.format(batch="torch.randn(8, 4)") + TAIL)
+
+
+def test_a_loader_built_in_an_imported_module_shards_the_data() -> None:
+    assert _lint("with_loader.py") == []
+
+
+def test_batches_drawn_with_no_loader_are_reported_at_the_training_step_and_left_to_a_human() -> None:
+    assert _lint("drawn.py") == [("drawn.py", 10, "DDP040")]
+    migrated = CliRunner().invoke(cli, ["drawn.py"], catch_exceptions=False)
+    assert migrated.exit_code == 1, migrated.output  # a finding remains
+    assert "review drawn.py:15:" in migrated.output and "1 item(s) need a human" in migrated.output
+    assert "# TODO(ddp-migrate): training batches here come from no DataLoader" in Path("drawn.py").read_text()
+
+
+def test_draws_seeded_by_the_rank_are_each_ranks_own() -> None:
+    assert _lint("seeded.py") == []
