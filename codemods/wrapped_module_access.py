@@ -369,7 +369,11 @@ torch.save(model.module.state_dict(), "model.pt")
                 if attr not in STATE_METHODS and _in_training_step(analysis, parent):
                     yield _Case("step", parent, attribute, sometimes, f"{attr}() in the training step bypasses DDP's forward (no gradient all-reduce through .module): route it through the model's forward()")
                     continue
-            yield _Case("access", attribute, attribute, sometimes, f"{attr} is not on the DDP wrapper: use .module.{attr}")
+            if attr == "state_dict":
+                message = "state_dict() of the DDP wrapper prefixes every key with module. (a checkpoint the plain model cannot load): use .module.state_dict()"
+            else:
+                message = f"{attr} is not on the DDP wrapper: use .module.{attr}"
+            yield _Case("access", attribute, attribute, sometimes, message)
         for call in analysis.calls:
             if analysis.is_call_to(call, HANDOFFS) or call_method_name(call) == "add_graph":
                 if call.args and not call.args[0].keyword and not call.args[0].star:
@@ -449,7 +453,9 @@ torch.save(model.module.state_dict(), "model.pt")
                 edits.changes.append(Change(self.code, line, f"load_state_dict reached through {how}, accepting keys with and without module."))
             else:
                 edits.replace(attribute, lambda updated, inner=inner: updated.with_changes(value=inner))
-                edits.changes.append(Change(self.code, line, f"{attribute.attr.value} reached through {how}"))
+                what = attribute.attr.value
+                after = " (the saved keys no longer start with module.)" if what == "state_dict" else ""
+                edits.changes.append(Change(self.code, line, f"{what} reached through {how}{after}"))
         return edits.apply(analysis.module) if edits else None
 
     @staticmethod
