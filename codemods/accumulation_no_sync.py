@@ -49,6 +49,18 @@ class Accumulation:
     end: int = 0
 
 
+@dataclass(frozen=True)
+class MicroSteps:
+    """An inner loop that calls ``backward()`` on every micro-step while the optimizer steps after it."""
+
+    loop: cst.For
+    backward: cst.Call
+    model: str
+    #: The test that holds on the last micro-step only (``micro_step == steps - 1``); ``None`` when setting
+    #: DDP's sync switch from it would not be safe.
+    last: str | None = None
+
+
 class AccumulationWithoutNoSync(Rule):
     """Skip DDP's gradient all-reduce on the steps where gradient accumulation does not step.
 
@@ -76,6 +88,12 @@ class AccumulationWithoutNoSync(Rule):
       ``scaler.unscale_``): inside ``no_sync()`` they hold only this process's share.
     Where the model is wrapped only on some paths (``if args.distributed: model = DDP(model)``), the test
     also asks ``hasattr(model, "no_sync")``: a plain model has no ``no_sync()``.
+    Micro-steps in a loop of their own (``for micro_step in range(k): ... loss.backward()`` with the
+    optimizer stepping after that loop, as in nanoGPT) get DDP's own switch as the loop's first statement:
+    ``model.require_backward_grad_sync = micro_step == k - 1``, so only the last micro-step's ``backward()``
+    all-reduces. That rewrite is made when the loop is ``for <name> in range(<k>)`` with ``k`` made of names,
+    attributes and numbers that the loop does not assign, the loop has no ``break``, ``continue`` or
+    ``else``, and nothing in it reads gradients. On a model that is not wrapped the attribute is inert.
     Other accumulation patterns are reported only: wrap the forward and backward of the non-stepping
     iterations in ``with model.no_sync():`` by hand.
 
@@ -149,6 +167,46 @@ for i, (x, y) in enumerate(loader):
         loss.backward()
     if (i + 1) % accum_steps == 0:
         optimizer.step()
+""",
+        ),
+        Example(
+            before="""\
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+model = DDP(net, device_ids=[local_rank])
+for it in range(max_iters):
+    for micro_step in range(grad_accum):
+        loss = model(x, y) / grad_accum
+        x, y = get_batch()
+        loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+""",
+            after="""\
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+model = DDP(net, device_ids=[local_rank])
+for it in range(max_iters):
+    for micro_step in range(grad_accum):
+        model.require_backward_grad_sync = micro_step == grad_accum - 1
+        loss = model(x, y) / grad_accum
+        x, y = get_batch()
+        loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+""",
+        ),
+        Example(
+            before="""\
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+model = DDP(net, device_ids=[local_rank])
+for it in range(max_iters):
+    for micro_step in range(grad_accum):
+        loss = model(x, y) / grad_accum
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
 """,
         ),
         Example(
@@ -285,6 +343,33 @@ for x, y in loader:
                 continue
             yield self._plan(analysis, Accumulation(loop, backwards[0], gate, model), backwards)
 
+    def micro_steps(self, analysis: ScriptAnalysis) -> Iterator[MicroSteps]:
+        """Every loop of micro-steps (``backward()`` on each, no optimizer step) followed, in the same
+        block, by the optimizer's step, without a sync switch."""
+        steps = [c for c in analysis.calls if self._is_optimizer_step(analysis, c)]
+        if not steps:
+            return
+        for loop in analysis.for_loops:
+            backwards = [b for b in analysis.backward_calls if self._nearest_loop(analysis, b) is loop]
+            if not backwards or any(self._nearest_loop(analysis, s) is loop for s in steps):
+                continue
+            block = analysis.parent(loop)
+            if not isinstance(block, (cst.IndentedBlock, cst.Module)):
+                continue
+            body = list(block.body)
+            after = body[body.index(loop) + 1 :]
+            if not any(analysis.is_inside(s, a) for s in steps for a in after):
+                continue
+            if any(call_method_name(c) == "no_sync" for c in _calls_in([loop.body])):
+                continue
+            if any(isinstance(n, cst.Attribute) and n.attr.value == "require_backward_grad_sync" for n in walk(loop.body)):
+                continue
+            if any(call_method_name(c) == "no_sync" for a in analysis.ancestors(loop) if isinstance(a, cst.With) for c in _calls_in(a.items)):
+                continue
+            model = self._ddp_model(analysis, loop.body)
+            if model is not None:
+                yield MicroSteps(loop, backwards[0], model, _last_micro_step(loop))
+
     def _plan(self, analysis: ScriptAnalysis, found: Accumulation, backwards: list[cst.Call]) -> Accumulation:
         """The accumulation with the statements to wrap, when the rewrite is safe (see the docstring)."""
         block = analysis.parent(found.gate)
@@ -313,6 +398,14 @@ for x, y in loader:
                 f"gradient accumulation: backward() all-reduces gradients on every iteration but the optimizer "
                 f"steps only when `{code_of(found.gate.test)}`; skip the sync on the other iterations with {found.model}.no_sync()",
                 fixable=found.block is not None,
+            )
+        for micro in self.micro_steps(analysis):
+            switch = micro.last or "<last micro-step>"
+            yield Match(
+                micro.backward,
+                "gradient accumulation: backward() all-reduces gradients on every micro-step of this loop but the "
+                f"optimizer steps only after it; sync on the last one only ({micro.model}.require_backward_grad_sync = {switch})",
+                fixable=micro.last is not None,
             )
 
     # ------------------------------------------------------------------------------- fixing
@@ -343,7 +436,34 @@ for x, y in loader:
                     f"forward and backward of the accumulating iterations run inside {found.model}.no_sync()",
                 )
             )
+        for micro in self.micro_steps(analysis):
+            if micro.last is None:
+                continue
+            switch = statement(f"{micro.model}.require_backward_grad_sync = {micro.last}\n")
+            edits.replace(micro.loop.body, lambda updated, _s=switch: updated.with_changes(body=[_s, *updated.body]))
+            edits.changes.append(
+                Change(self.code, analysis.line(micro.backward), f"gradients all-reduced on the last micro-step only ({micro.model}.require_backward_grad_sync)")
+            )
         return edits.apply(analysis.module) if edits else None
+
+
+def _last_micro_step(loop: cst.For) -> str | None:
+    """``micro_step == k - 1`` for ``for micro_step in range(k):`` when DDP's sync switch may be set from it
+    at the top of the loop (see the rule's docstring), else ``None``."""
+    iterated = loop.iter
+    if not (isinstance(loop.target, cst.Name) and isinstance(iterated, cst.Call) and dotted_name(iterated.func) == "range"):
+        return None
+    if len(iterated.args) != 1 or iterated.args[0].keyword is not None or iterated.args[0].star:
+        return None
+    count = iterated.args[0].value
+    if loop.orelse is not None or not isinstance(loop.body, cst.IndentedBlock) or not all(isinstance(n, PURE_NODES) for n in walk(count)):
+        return None
+    if any(isinstance(n, (cst.Break, cst.Continue)) for n in walk(loop.body)):
+        return None
+    used = {dotted_name(n) for n in walk(count) if isinstance(n, (cst.Name, cst.Attribute))} | {loop.target.value}
+    if used & _assigned(list(loop.body.body)) or _reads_gradients(loop.body, skip=loop.target):
+        return None
+    return f"{loop.target.value} == {code_of(count)} - 1"
 
 
 def _wrap(block: cst.CSTNode, start: int, end: int, header: cst.With) -> cst.CSTNode:
