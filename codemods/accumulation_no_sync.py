@@ -246,6 +246,13 @@ for x, y in loader:
     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     if torch.isfinite(norm):
         optimizer.step()
+for _ in range(6):
+    model.zero_grad()
+    model(x).sum().backward()
+for _ in range(6):
+    optimizer.zero_grad()
+    model(x).sum().backward()
+    optimizer.step()
 """
         ),
     )
@@ -358,8 +365,11 @@ for x, y in loader:
                 continue
             body = list(block.body)
             after = body[body.index(loop) + 1 :]
-            if not any(analysis.is_inside(s, a) for s in steps for a in after):
-                continue
+            outer = self._nearest_loop(analysis, loop)
+            if not any(analysis.is_inside(s, a) and self._nearest_loop(analysis, s) is outer for s in steps for a in after):
+                continue  # no step after the loop, at its level
+            if any(call_method_name(c) == "zero_grad" for c in _calls_in([loop.body])):
+                continue  # the gradients are cleared on every micro-step: nothing accumulates
             if any(call_method_name(c) == "no_sync" for c in _calls_in([loop.body])):
                 continue
             if any(isinstance(n, cst.Attribute) and n.attr.value == "require_backward_grad_sync" for n in walk(loop.body)):

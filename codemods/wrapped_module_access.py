@@ -454,7 +454,7 @@ torch.save(model.module.state_dict(), "model.pt")
             else:
                 edits.replace(attribute, lambda updated, inner=inner: updated.with_changes(value=inner))
                 what = attribute.attr.value
-                after = " (the saved keys no longer start with module.)" if what == "state_dict" else ""
+                after = " (its keys carry no module. prefix)" if what == "state_dict" else ""
                 edits.changes.append(Change(self.code, line, f"{what} reached through {how}{after}"))
         return edits.apply(analysis.module) if edits else None
 
