@@ -207,6 +207,25 @@ def _is_entry(path: Path, facts: SourceFacts | None, imported: set[Path], scanne
     return facts.has_main_guard or (facts.works_at_module_level and scanner.resolve(path) not in imported)
 
 
+def _speller(given: dict[Path, Path], entry: Path) -> Callable[[Path], Path]:
+    """How the files of a program are named: as the user spelled them, and a module reached through
+    imports the way its entry was spelled (relative to the working folder when the entry was, else by its
+    full path), so one report names a program's files alike."""
+    if entry.is_absolute():
+        return lambda module: given.get(module, module)
+    here = Path.cwd().resolve()
+
+    def spell(module: Path) -> Path:
+        if module in given:
+            return given[module]
+        try:
+            return module.relative_to(here)
+        except ValueError:
+            return module
+
+    return spell
+
+
 def plan(files: Sequence[Path], follow_imports: bool = True, scan_many: ScanMany | None = None) -> list[Unit]:
     """Group the files into units: one per program (an entry and the local modules it imports, programs
     that share a module merged into one unit), and one per file that no entry reaches.
@@ -257,9 +276,10 @@ def plan(files: Sequence[Path], follow_imports: bool = True, scan_many: ScanMany
     for group_entries, members in groups:
         ordered = [*group_entries, *(m for m in members if m not in group_entries)]
         roots = search_roots(group_entries[0])
-        names = tuple((given.get(m, m), module_name(m, roots)[0]) for m in ordered)
-        packages = frozenset(given.get(m, m) for m in ordered if module_name(m, roots)[1])
-        paths = tuple(given.get(m, m) for m in ordered)
+        spell = _speller(given, given.get(group_entries[0], group_entries[0]))
+        names = tuple((spell(m), module_name(m, roots)[0]) for m in ordered)
+        packages = frozenset(spell(m) for m in ordered if module_name(m, roots)[1])
+        paths = tuple(spell(m) for m in ordered)
         writable = frozenset(p for p in paths if follow_imports or p.resolve() in given)
         units.append(
             Unit(paths=paths, migrate=writable, entry=paths[0], names=names, packages=packages)

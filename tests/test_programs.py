@@ -275,3 +275,17 @@ def test_the_plans_path_resolution_is_path_resolve(tmp_path: Path, monkeypatch: 
     scanner = _Scanner()
     assert [scanner.resolve(p) for p in paths] == [p.resolve() for p in paths]
     assert scanner.resolve(real / "alias.py") == real / "pkg" / "mod.py"
+
+
+def test_modules_reached_through_imports_are_named_the_way_the_entry_was(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One report names a program's files alike: an entry given relative to the working folder brings its
+    imported modules relative too (they were full paths beside a relative entry); an entry given by its full
+    path brings full paths."""
+    folder = copy_project("refs_style", tmp_path)
+    monkeypatch.chdir(tmp_path)
+    relative = CliRunner().invoke(cli, ["lint", f"refs_style/{ENTRIES['refs_style']}"])
+    named = {line.split(":")[0] for line in relative.output.splitlines() if ": DDP" in line}
+    assert len(named) > 1 and all(not Path(p).is_absolute() and p.startswith("refs_style/") for p in named), named
+    absolute = CliRunner().invoke(cli, ["lint", str(folder / ENTRIES["refs_style"])])
+    named = {line.split(":")[0] for line in absolute.output.splitlines() if ": DDP" in line}
+    assert len(named) > 1 and all(Path(p).is_absolute() for p in named), named
