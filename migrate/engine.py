@@ -16,6 +16,7 @@ from typing import Callable, Sequence, TypeVar
 
 import libcst as cst
 
+from ddp_migrate.codemods.analysis.lines import split_lines
 from ddp_migrate.codemods.analysis import ScriptAnalysis
 from ddp_migrate.codemods.analysis.program import ModuleInfo, Program
 from ddp_migrate.codemods.analysis.project import child_statements, first_line, nested_statements
@@ -267,7 +268,7 @@ class LineOrigins:
     __slots__ = ("origins",)
 
     def __init__(self, text: str | None = None, origins: list[int] | None = None) -> None:
-        self.origins = origins if origins is not None else list(range(1, len(text.splitlines()) + 1)) if text else []
+        self.origins = origins if origins is not None else list(range(1, len(split_lines(text)) + 1)) if text else []
 
     def original(self, line: int) -> int:
         """The original line of a 1-based line of the current text (clamped to the text's lines)."""
@@ -281,7 +282,7 @@ class LineOrigins:
 
     def advance(self, old_text: str, new_text: str) -> "LineOrigins":
         """The origins of the lines of ``new_text``, the current text (``old_text``) after one fix."""
-        old, new = old_text.splitlines(), new_text.splitlines()
+        old, new = split_lines(old_text), split_lines(new_text)
         at = self.origins
         if len(at) != len(old):  # not the text these origins describe: start from it as it is
             at = list(range(1, len(old) + 1))
@@ -321,7 +322,7 @@ def _statement_starts(text: str) -> dict[int, int]:
 def _touched_lines(old_text: str, new_text: str) -> set[int]:
     """The 1-based lines of ``old_text`` that a fix rewrote or removed (a line inserted between two others
     touches neither)."""
-    old, new = old_text.splitlines(), new_text.splitlines()
+    old, new = split_lines(old_text), split_lines(new_text)
     touched: set[int] = set()
     for tag, i1, i2, _, _ in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
         if tag in ("replace", "delete"):
@@ -530,7 +531,7 @@ def add_review_todos(result: FileResult) -> None:
     run); findings and notes move down with the lines."""
     if not result.findings:
         return
-    lines = result.new_text.splitlines(keepends=True)
+    lines = split_lines(result.new_text, keepends=True)
     try:
         tree = ast.parse(result.new_text)
     except SyntaxError:

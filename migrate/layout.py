@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from ddp_migrate.codemods.analysis.lines import split_lines
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python < 3.11
@@ -91,9 +93,9 @@ def wrap_new_lines(original: str, text: str, limit: int) -> Wrapped:
     A statement the user laid out over several lines keeps that layout unless one of its lines is new and
     too long; then the whole statement is laid out again, as black would.
     """
-    lines = text.splitlines(keepends=True)
+    lines = split_lines(text, keepends=True)
     identity = Wrapped(text, [(n, n) for n in range(1, len(lines) + 1)])
-    old = set(original.splitlines())
+    old = set(split_lines(original))
     candidates = {
         number
         for number, line in enumerate(lines, 1)

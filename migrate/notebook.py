@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from ddp_migrate.codemods.analysis.lines import split_lines
 from ddp_migrate.codemods.base import Options, Rule
 
 from .engine import FileResult, process
@@ -83,7 +84,7 @@ def neutralise(cell: str) -> str:
     """A cell's source with its IPython-only lines turned into comments (cells that compile: as they are)."""
     if _compiles(cell):
         return cell
-    lines = cell.splitlines()
+    lines = split_lines(cell)
     if lines and lines[0].lstrip().startswith("%%"):
         return "".join(f"# {line}\n" if line.strip() else "\n" for line in lines)
     out = []
@@ -126,11 +127,11 @@ def extract(data: bytes) -> Extracted:
         lines.append(f"# %% cell {number}")
         origin.append((number, 0))
         body = neutralise(source.replace("\r\n", "\n"))
-        for index, line in enumerate(body.splitlines(), start=1):
+        for index, line in enumerate(split_lines(body), start=1):
             lines.append(line)
             origin.append((number, index))
         lines.append("")
-        origin.append((number, len(body.splitlines()) + 1))
+        origin.append((number, len(split_lines(body)) + 1))
     return Extracted("\n".join(lines) + "\n" if lines else "", tuple(origin))
 
 

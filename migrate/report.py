@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import click
 
+from ddp_migrate.codemods.analysis.lines import split_lines
 from ddp_migrate.codemods.base import Finding
 
 from .color import paint
@@ -94,8 +95,8 @@ def unified_diff(result: FileResult, color: bool) -> str:
     A notebook's diff is that of the script its migration writes (from nothing, for a new script).
     """
     name = getattr(result, "write_path", "") or result.path
-    old = result.text.splitlines(keepends=True)
-    new = result.new_text.splitlines(keepends=True)
+    old = split_lines(result.text, keepends=True)
+    new = split_lines(result.new_text, keepends=True)
     fromfile = f"a/{name}" if old else "/dev/null"
     diff = list(difflib.unified_diff(old, new, fromfile=fromfile, tofile=f"b/{name}"))
     out = []

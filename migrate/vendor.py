@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 from . import __version__
+from .codemods.analysis.lines import split_lines
 from .codemods.names import VENDORED_RUNTIME
 
 #: The first line of every module this writes; a file that starts otherwise is not ours to replace.
@@ -91,7 +92,7 @@ def build_runtime_module() -> str:
     bodies: list[str] = []
     defined: dict[str, str] = {}
     for name in _dependency_order(trees):
-        lines = sources[name].splitlines(keepends=True)
+        lines = split_lines(sources[name], keepends=True)
         kept: list[str] = []
         for index, node in enumerate(trees[name].body):
             text = "".join(lines[node.lineno - 1 : node.end_lineno])

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from types import CodeType
 from typing import Iterable
 
+from ddp_migrate.codemods.analysis.lines import LINE_BREAK
 from ddp_migrate.codemods.base import Rule
 from ddp_migrate.codemods.names import RUNTIME_MODULE, VENDORED_RUNTIME
 
@@ -68,7 +69,6 @@ def read_code(code: CodeType) -> tuple[frozenset[str], str]:
     return frozenset(names), text
 
 
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")
 #: A statement after which the rest of its block never runs.
 _TERMINAL = re.compile(r"(?:return|raise|continue|break)\b|while[ \t(]+(?:True|1)[ \t)]*:")
 
@@ -92,7 +92,7 @@ def unreachable_words(text: str, code: CodeType) -> frozenset[str]:
     that start with a closing bracket; the first line back at its indentation without instructions starts
     code that never runs (with instructions, it runs: a loop left by ``break``). Lines of strings that look
     the same count too: their words are added, which only lets more rules in."""
-    lines = _LINE_BREAK.split(text)  # Python's lines: a form feed does not end one
+    lines = LINE_BREAK.split(text)  # Python's lines: a form feed does not end one
     covered: set[int] | None = None
     words: set[str] = set()
     terminal: int | None = None

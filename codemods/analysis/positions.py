@@ -16,12 +16,12 @@ Two ways to the same spans:
 from __future__ import annotations
 
 import ast
-import re
 from typing import Mapping, Sequence
 
 import libcst as cst
 from libcst._nodes.internal import CodegenState
 
+from .lines import LINE_BREAK
 from .project import nested_statements
 from .tree import NODE_TYPES
 
@@ -29,7 +29,6 @@ from .tree import NODE_TYPES
 #: columns 0-based, as libcst's ``PositionProvider`` gives them (a tuple: cheaper to make than its ranges).
 Span = tuple[int, int, int, int]
 
-_NEWLINE = re.compile(r"\r\n?|\n")
 #: libcst's statement classes (small and compound), for a ``type() in`` test (see :data:`tree.NODE_TYPES`).
 _STATEMENT_TYPES = frozenset(t for t in NODE_TYPES if issubclass(t, (cst.BaseSmallStatement, cst.BaseCompoundStatement)))
 
@@ -73,7 +72,7 @@ class _PositionState(CodegenState):
         if "\n" not in value and "\r" not in value:
             self.column += len(value)
             return
-        segments = _NEWLINE.split(value)
+        segments = LINE_BREAK.split(value)
         self.line += len(segments) - 1
         self.column = len(segments[-1])
 
@@ -184,7 +183,7 @@ def generate(module: cst.Module, earlier: Generated | None = None) -> tuple[str,
 
 def _line_starts(source: str) -> list[int]:
     """The offset of every line's first character, as Python counts lines (``\\r\\n``, ``\\r``, ``\\n``)."""
-    return [0, *(match.end() for match in _NEWLINE.finditer(source))]
+    return [0, *(match.end() for match in LINE_BREAK.finditer(source))]
 
 
 class _Lines:
