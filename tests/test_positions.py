@@ -125,3 +125,23 @@ def test_a_rewritten_module_reuses_what_the_fix_kept_and_gets_the_same_code_and_
         for variant in (text, text.replace("\n", "\r\n"), text.replace("\n\n", "\n\x0c\n"), text.rstrip("\n"), text.replace("    ", "\t")):
             process(path.name, variant.encode(), rules, Options(), fix=True)
     assert len(reused) > 100 and sum(reused) > 3 * len(reused)  # most rewrites kept most statements
+
+
+def test_statements_of_an_edited_function_are_replayed_only_at_the_indentation_they_were_made_at() -> None:
+    """A fix inside a function rebuilds the function: the statements of its body that it kept are replayed
+    (code and spans as a whole generation gives them), and a kept statement the fix moved into a new block
+    (one level deeper, the same object) is generated again at its new indentation."""
+    module = cst.parse_module("def main():\n    a = 1\n    for i in range(3):\n        b = i\n    c = 2\n")
+    _, _, first = positions.generate(module)
+    function = module.body[0]
+    assert isinstance(function, cst.FunctionDef) and isinstance(function.body, cst.IndentedBlock)
+    kept_a, loop, kept_c = function.body.body
+    moved = cst.If(test=cst.Name("ready"), body=cst.IndentedBlock(body=[kept_c]))
+    edited = module.with_changes(body=[function.with_changes(body=function.body.with_changes(body=[kept_a, loop, moved]))])
+    code, spans, made = positions.generate(edited, first)
+    whole_code, whole_spans, _ = positions.generate(edited)
+    assert code == whole_code == edited.code == "def main():\n    a = 1\n    for i in range(3):\n        b = i\n    if ready:\n        c = 2\n"
+    assert spans == whole_spans
+    assert made.statements[kept_a] is first.statements[kept_a] and made.statements[loop] is first.statements[loop]
+    assert made.statements[kept_c] is not first.statements[kept_c]
+    assert made.statements[kept_c].indent == ("    ", "    ")

@@ -16,6 +16,7 @@ Two ways to the same spans:
 from __future__ import annotations
 
 import ast
+import inspect
 from typing import Mapping, Sequence
 
 import libcst as cst
@@ -67,6 +68,22 @@ class _PositionState(CodegenState):
         self.column = 0
         self._starts: list[tuple[int, int]] = []
         self.computed: dict[cst.CSTNode, Span] = {}
+        #: In :func:`generate`: the statements generated before (``reuse``) and those of this generation
+        #: (``made``), for the statements of indented blocks as for those of the module's body.
+        self.reuse: dict[cst.BaseStatement, _Statement] = {}
+        self.made: dict[cst.BaseStatement, _Statement] | None = None
+
+    def statement(self, stmt: cst.BaseStatement) -> None:
+        """Generate a statement of a body (the module's, or an indented block's), or replay it when an
+        earlier generation made the same statement object at the same indentation."""
+        indent = tuple(self.indent_tokens)
+        done = self.reuse.get(stmt)
+        if done is not None and done.indent == indent and self.column == 0:
+            _replay(self, done)
+        else:
+            done = _generate_statement(self, stmt, indent)
+        if done is not None and self.made is not None:
+            self.made[stmt] = done
 
     def _advance(self, value: str) -> None:
         if "\n" not in value and "\r" not in value:
@@ -100,13 +117,17 @@ class _PositionState(CodegenState):
 
 
 class _Statement:
-    """What generating one statement of a module's body gave: its tokens, the spans of its nodes, the line
-    it started on, how many lines it spans and the column it ends at."""
+    """What generating one statement of a body gave: its tokens, the spans of its nodes, the line it started
+    on, how many lines it spans and the column it ends at."""
 
-    __slots__ = ("tokens", "spans", "line", "lines", "column")
+    __slots__ = ("tokens", "spans", "line", "lines", "column", "indent")
 
-    def __init__(self, tokens: tuple[str, ...], spans: dict[cst.CSTNode, Span], line: int, lines: int, column: int) -> None:
+    def __init__(
+        self, tokens: tuple[str, ...], spans: dict[cst.CSTNode, Span], line: int, lines: int, column: int, indent: tuple[str, ...]
+    ) -> None:
         self.tokens, self.spans, self.line, self.lines, self.column = tokens, spans, line, lines, column
+        #: The indentation it was generated under (its tokens start with it): replayed only under the same.
+        self.indent = indent
 
 
 class Generated:
@@ -125,8 +146,8 @@ class Generated:
         return self.indent == module.default_indent and self.newline == module.default_newline
 
 
-def _generate_statement(state: _PositionState, stmt: cst.BaseStatement) -> _Statement | None:
-    """Generate a statement of the module's body; what to reuse (``None``: it did not start a line)."""
+def _generate_statement(state: _PositionState, stmt: cst.BaseStatement, indent: tuple[str, ...]) -> _Statement | None:
+    """Generate a statement of a body; what to reuse (``None``: it did not start a line)."""
     line, column, first = state.line, state.column, len(state.tokens)
     outer = state.computed
     state.computed = {}
@@ -135,7 +156,7 @@ def _generate_statement(state: _PositionState, stmt: cst.BaseStatement) -> _Stat
     outer.update(spans)
     if column != 0:
         return None
-    return _Statement(tuple(state.tokens[first:]), spans, line, state.line - line, state.column)
+    return _Statement(tuple(state.tokens[first:]), spans, line, state.line - line, state.column, indent)
 
 
 def _replay(state: _PositionState, done: _Statement) -> None:
@@ -155,21 +176,17 @@ def generate(module: cst.Module, earlier: Generated | None = None) -> tuple[str,
     next generation may reuse. ``earlier``: what the generation of a module this one was rewritten from
     gave (its statements still in this module's body are not generated again).
 
-    The pass is libcst's ``Module._codegen`` with the body's statements taken one by one."""
+    The pass is libcst's ``Module._codegen`` with the body's statements taken one by one, and so are the
+    statements of every indented block (:func:`_indented_block_codegen`)."""
     state = _PositionState(module)
-    reuse = earlier.statements if earlier is not None and earlier.fits(module) else {}
     made = Generated(module)
+    state.reuse = earlier.statements if earlier is not None and earlier.fits(module) else {}
+    state.made = made.statements
     state.before_codegen(module)
     for header in module.header:
         header._codegen(state)
     for stmt in module.body:
-        done = reuse.get(stmt)
-        if done is not None and state.column == 0:
-            _replay(state, done)
-        else:
-            done = _generate_statement(state, stmt)
-        if done is not None:
-            made.statements[stmt] = done
+        state.statement(stmt)
     for footer in module.footer:
         footer._codegen(state)
     if module.has_trailing_newline:
@@ -179,6 +196,69 @@ def generate(module: cst.Module, earlier: Generated | None = None) -> tuple[str,
         state.pop_trailing_newline()
     state.after_codegen(module)
     return "".join(state.tokens), state.computed, made
+
+
+_LIBCST_INDENTED_BLOCK_CODEGEN = cst.IndentedBlock._codegen_impl
+#: libcst's ``IndentedBlock._codegen_impl``, token for token (comments and layout aside), as
+#: :func:`_indented_block_codegen` repeats it; another libcst's is left alone (statements of blocks are then
+#: generated afresh every time, as libcst does).
+_EXPECTED_INDENTED_BLOCK_CODEGEN = (
+    "def _codegen_impl(self, state: CodegenState) -> None:",
+    "self.header._codegen(state)",
+    "indent = self.indent",
+    "state.increase_indent(state.default_indent if indent is None else indent)",
+    "if self.body:",
+    "with state.record_syntactic_position(",
+    "self, start_node=self.body[0], end_node=self.body[-1]",
+    "):",
+    "for stmt in self.body:",
+    "stmt._codegen(state)",
+    "else:",
+    "state.add_indent_tokens()",
+    "with state.record_syntactic_position(self):",
+    'state.add_token("pass")',
+    "state.add_token(state.default_newline)",
+    "for f in self.footer:",
+    "f._codegen(state)",
+    "state.decrease_indent()",
+)
+
+
+def _indented_block_codegen(self: cst.IndentedBlock, state: CodegenState) -> None:
+    """libcst's ``IndentedBlock._codegen_impl``, with each statement of the block through
+    :meth:`_PositionState.statement` in a generation that may reuse statements (else libcst's own)."""
+    if type(state) is not _PositionState or state.made is None:
+        _LIBCST_INDENTED_BLOCK_CODEGEN(self, state)
+        return
+    self.header._codegen(state)
+    indent = self.indent
+    state.increase_indent(state.default_indent if indent is None else indent)
+    if self.body:
+        with state.record_syntactic_position(self, start_node=self.body[0], end_node=self.body[-1]):
+            for stmt in self.body:
+                state.statement(stmt)
+    else:
+        state.add_indent_tokens()
+        with state.record_syntactic_position(self):
+            state.add_token("pass")
+        state.add_token(state.default_newline)
+    for f in self.footer:
+        f._codegen(state)
+    state.decrease_indent()
+
+
+def _libcst_block_codegen_is_the_expected() -> bool:
+    """Whether this libcst's ``IndentedBlock._codegen_impl`` reads as :func:`_indented_block_codegen` repeats."""
+    try:
+        source = inspect.getsource(_LIBCST_INDENTED_BLOCK_CODEGEN)
+    except (OSError, TypeError):
+        return False
+    lines = [line.split("#", 1)[0].strip() for line in source.splitlines()]
+    return tuple(line for line in lines if line) == _EXPECTED_INDENTED_BLOCK_CODEGEN
+
+
+if _libcst_block_codegen_is_the_expected():
+    cst.IndentedBlock._codegen_impl = _indented_block_codegen  # type: ignore[method-assign]
 
 
 def _line_starts(source: str) -> list[int]:
