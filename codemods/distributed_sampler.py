@@ -23,6 +23,24 @@ SAMPLER_MODULE, SAMPLER_CLASS = "torch.utils.data.distributed", "DistributedSamp
 _NO_SPACE_EQUAL = cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))
 
 
+ITERABLE_MESSAGE = (
+    "training DataLoader over an IterableDataset: a sampler cannot shard it (DataLoader refuses one), so every "
+    "process would stream the same samples; shard inside the dataset's __iter__"
+)
+ITERABLE_TODO = (
+    "this IterableDataset streams the same samples to every process: in its __iter__, keep every "
+    "runtime.world_size()-th sample starting at runtime.rank() (and split between loader workers with "
+    "torch.utils.data.get_worker_info())"
+)
+
+
+OWN_SAMPLER_TODO = (
+    "this training loader's own sampler is not sharded: every process draws the same samples; make it draw "
+    "each rank's share (rank runtime.rank() of runtime.world_size(), e.g. a distributed version of it), keeping "
+    "what it samples for, and call its set_epoch if it shuffles"
+)
+
+
 class MissingDistributedSampler(Rule):
     """Give every training ``DataLoader`` a ``DistributedSampler``.
 
@@ -47,7 +65,10 @@ class MissingDistributedSampler(Rule):
     overridden in the call, not in the dict, which other loaders may share.
 
     What it leaves to a human (a TODO comment and a review item): a training loader that already has its
-    own sampler (``WeightedRandomSampler``, ``SubsetRandomSampler``: never dropped), loaders built in a dict
+    own sampler (``WeightedRandomSampler``, ``SubsetRandomSampler``: never dropped), a loader over an
+    iterable-style dataset (a class of the program derived from ``IterableDataset`` or ``IterDataPipe``:
+    ``DataLoader`` refuses any sampler for it, so the dataset's ``__iter__`` must yield each rank its own
+    samples), loaders built in a dict
     and iterated by phase (``loaders[phase]``), arguments too dynamic to read, and a loader iterated by a
     conditionally training loop whose call sites do not tell whether it trains.
 
@@ -234,8 +255,37 @@ for x, y in loader:
             after="""\
 from torch.utils.data import DataLoader, WeightedRandomSampler
 
-# TODO(ddp-migrate): shard this training loader across processes (DistributedSampler) and call set_epoch
+# TODO(ddp-migrate): this training loader's own sampler is not sharded: every process draws the same samples; make it draw each rank's share (rank runtime.rank() of runtime.world_size(), e.g. a distributed version of it), keeping what it samples for, and call its set_epoch if it shuffles
 loader = DataLoader(train_set, batch_size=8, sampler=WeightedRandomSampler(weights, len(weights)))
+for x, y in loader:
+    loss_fn(model(x), y).backward()
+""",
+        ),
+        Example(
+            before="""\
+from torch.utils.data import DataLoader, IterableDataset
+
+
+class Stream(IterableDataset):
+    def __iter__(self):
+        yield from read_records()
+
+
+loader = DataLoader(Stream(), batch_size=8)
+for x, y in loader:
+    loss_fn(model(x), y).backward()
+""",
+            after="""\
+from torch.utils.data import DataLoader, IterableDataset
+
+
+class Stream(IterableDataset):
+    def __iter__(self):
+        yield from read_records()
+
+
+# TODO(ddp-migrate): this IterableDataset streams the same samples to every process: in its __iter__, keep every runtime.world_size()-th sample starting at runtime.rank() (and split between loader workers with torch.utils.data.get_worker_info())
+loader = DataLoader(Stream(), batch_size=8)
 for x, y in loader:
     loss_fn(model(x), y).backward()
 """,
@@ -283,7 +333,9 @@ with torch.no_grad():
                 continue
             dataset = loader_argument(loader, "dataset")
             kwargs = facts.kwargs_dict(loader)
-            if loader_argument(loader, "sampler") or loader_argument(loader, "batch_sampler"):
+            if facts.streams(loader):
+                yield Match(loader, ITERABLE_MESSAGE, fixable=False)
+            elif loader_argument(loader, "sampler") or loader_argument(loader, "batch_sampler"):
                 yield Match(loader, "training DataLoader with its own sampler is not sharded across processes: shard it by hand", fixable=False)
             elif kwargs is not None and kwargs.keys is not None and kwargs.keys & SAMPLING_KEYS:
                 if self._distributed_in(analysis, kwargs):
@@ -295,6 +347,14 @@ with torch.no_grad():
                 yield Match(loader, "training DataLoader without a DistributedSampler (arguments too dynamic to rewrite)", fixable=False)
             else:
                 yield Match(loader, "training DataLoader without a DistributedSampler: every process would see the whole data set")
+
+    @staticmethod
+    def _own_sampler(analysis: ScriptAnalysis, loader: cst.Call) -> bool:
+        """Whether the loader brings its own sampler, in the call or in its keyword dict."""
+        if loader_argument(loader, "sampler") or loader_argument(loader, "batch_sampler"):
+            return True
+        kwargs = loader_facts(analysis).kwargs_dict(loader)
+        return kwargs is not None and kwargs.keys is not None and bool(kwargs.keys & SAMPLING_KEYS)
 
     @staticmethod
     def _distributed_in(analysis: ScriptAnalysis, kwargs: KwargsDict) -> bool:
@@ -324,11 +384,15 @@ with torch.no_grad():
                         "several call sites build their loaders here: give the training one a DistributedSampler "
                         "(and set_epoch), keep evaluation loaders whole",
                     )
+                elif loader_facts(analysis).streams(loader):
+                    edits.todo(stmt, ITERABLE_TODO)
                 elif loader in loader_facts(analysis).undecided:
                     edits.todo(
                         stmt,
                         "if this loader trains, shard it (DistributedSampler, set_epoch); if it evaluates, keep it whole",
                     )
+                elif self._own_sampler(analysis, loader):
+                    edits.todo(stmt, OWN_SAMPLER_TODO)
                 else:
                     edits.todo(stmt, "shard this training loader across processes (DistributedSampler) and call set_epoch")
                 continue

@@ -24,6 +24,15 @@ TRAINING_SCRIPT_NAMES = frozenset({"backward"})
 TRAINING_CODE_NAMES = TRAINING_SCRIPT_NAMES | MODEL_WRAPPERS
 
 DATA_LOADER = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
+#: Datasets that yield their samples in their own order (no indices): ``DataLoader`` refuses a sampler for them.
+ITERABLE_DATASETS = frozenset(
+    {
+        "torch.utils.data.IterableDataset",
+        "torch.utils.data.dataset.IterableDataset",
+        "torch.utils.data.IterDataPipe",
+        "torch.utils.data.datapipes.datapipe.IterDataPipe",
+    }
+)
 DISTRIBUTED_SAMPLER = frozenset(
     {"torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler"}
 )

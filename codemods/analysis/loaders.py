@@ -88,6 +88,26 @@ class LoaderFacts:
             (iterated | set(self.dict_loaders)) - training - self.undecided - self.dict_training - self.shared_factories
         )
 
+    # ------------------------------------------------------------------ iterable datasets
+
+    def streams(self, loader: cst.Call) -> bool:
+        """Whether the loader draws from an iterable-style dataset (a class of the program derived, directly
+        or through other classes of the program, from ``IterableDataset`` or ``IterDataPipe``): such a
+        dataset yields its samples itself, and ``DataLoader`` refuses a sampler for it."""
+        dataset = loader_argument(loader, "dataset")
+        if dataset is None:
+            return False
+        a = self.analysis
+        for origin in {dataset.value, *a.origins(dataset.value)}:
+            if type(origin) is not cst.Call:
+                continue
+            if a.is_call_to(origin, names.ITERABLE_DATASETS):
+                return True
+            built = a.shared.constructed.get(origin)
+            if built is not None and _derives_from_iterable_dataset(a, built, set()):
+                return True
+        return False
+
     # ------------------------------------------------------------------ loaders in dicts
 
     def _find_dict_loaders(self) -> None:
@@ -185,6 +205,23 @@ def loader_facts(analysis: ScriptAnalysis) -> LoaderFacts:
 
 
 # ---------------------------------------------------------------------------- helpers
+
+
+def _derives_from_iterable_dataset(analysis: ScriptAnalysis, cls: cst.ClassDef, seen: set[cst.ClassDef]) -> bool:
+    """Whether a class of the program derives from an iterable-style dataset, through its bases (classes of
+    the program are followed by their name, in any module of the program)."""
+    if cls in seen:
+        return False
+    seen.add(cls)
+    home = analysis.shared.analysis_of(cls) or analysis
+    for base in cls.bases:
+        if home.qualified_names(base.value) & names.ITERABLE_DATASETS:
+            return True
+        name = (dotted_name(base.value) or "").rsplit(".", 1)[-1]
+        candidates = [c for module in analysis.shared.analyses for c in module.classes if c.name.value == name]
+        if len(candidates) == 1 and _derives_from_iterable_dataset(analysis, candidates[0], seen):
+            return True
+    return False
 
 
 def _built_for_several_callers(analysis: ScriptAnalysis, loader: cst.Call) -> bool:
