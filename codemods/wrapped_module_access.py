@@ -350,6 +350,7 @@ torch.save(model.module.state_dict(), "model.pt")
             if wrap is None:
                 continue
             sometimes = closure or self._wrapped_only_sometimes(analysis, wrap, attribute)
+            kind = "DDP" if analysis.is_call_to(wrap, names.DISTRIBUTED_DATA_PARALLEL) else "DataParallel"
             if attr == "no_sync":
                 guarded = isinstance(analysis.parent(parent), cst.IfExp) and "hasattr" in code_of(analysis.parent(parent).test)  # type: ignore[union-attr]
                 if sometimes and isinstance(parent, cst.Call) and parent.func is attribute and not guarded:
@@ -360,19 +361,19 @@ torch.save(model.module.state_dict(), "model.pt")
                 if isinstance(statement_, cst.Assign) and not analysis.builds_layer(statement_.value):
                     if any(t.target is not attribute and _same_attribute_unwrapped(analysis, t.target, attr) for t in statement_.targets):
                         continue  # already set on both
-                    yield _Case("assign", statement_, attribute, sometimes, f"{attr} set on the DDP wrapper: set it on the model too, so code that reads it through either finds it")
+                    yield _Case("assign", statement_, attribute, sometimes, f"{attr} set on the {kind} wrapper: set it on the model too, so code that reads it through either finds it")
                     continue
             if isinstance(parent, cst.Call) and parent.func is attribute:
                 if attr == "load_state_dict":
-                    yield _Case("load", parent, attribute, sometimes, "load_state_dict on the DDP wrapper takes only module.-prefixed keys: load into .module, accepting keys with and without the prefix")
+                    yield _Case("load", parent, attribute, sometimes, f"load_state_dict on the {kind} wrapper takes only module.-prefixed keys: load into .module, accepting keys with and without the prefix")
                     continue
                 if attr not in STATE_METHODS and _in_training_step(analysis, parent):
                     yield _Case("step", parent, attribute, sometimes, f"{attr}() in the training step bypasses DDP's forward (no gradient all-reduce through .module): route it through the model's forward()")
                     continue
             if attr == "state_dict":
-                message = "state_dict() of the DDP wrapper prefixes every key with module. (a checkpoint the plain model cannot load): use .module.state_dict()"
+                message = f"state_dict() of the {kind} wrapper prefixes every key with module. (a checkpoint the plain model cannot load): use .module.state_dict()"
             else:
-                message = f"{attr} is not on the DDP wrapper: use .module.{attr}"
+                message = f"{attr} is not on the {kind} wrapper: use .module.{attr}"
             yield _Case("access", attribute, attribute, sometimes, message)
         for call in analysis.calls:
             if analysis.is_call_to(call, HANDOFFS) or call_method_name(call) == "add_graph":
