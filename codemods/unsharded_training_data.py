@@ -6,6 +6,7 @@ from typing import Iterator
 
 import libcst as cst
 
+from . import names
 from .analysis import ScriptAnalysis, walk
 from .analysis.ranks import Kind, rank_facts
 from .base import Example, Match, Phase, Rule, Severity, Valid
@@ -32,20 +33,28 @@ def _in_a_loop(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
 
 
 def _draws_per_rank(analysis: ScriptAnalysis) -> bool:
-    """Whether some module of the program already makes each rank's data its own: a random seed that
-    flows from the rank (``torch.manual_seed(1337 + rank)``, ``torch.Generator().manual_seed(rank)``), or an
-    index or slice computed from it (``data[rank::world_size]``)."""
+    """Whether the program already makes each rank's data its own: a random seed that flows from the rank
+    (``torch.manual_seed(1337 + rank)``, ``torch.Generator().manual_seed(rank)``) in any of its modules, or
+    an index or slice computed from it (``data[rank::world_size]``) in the module that trains. (Only seed
+    calls are looked at in the other modules: a program may hold a hundred of them.)"""
     for module in analysis.shared.analyses:
-        facts = rank_facts(module)
-        for call in module.calls:
-            func = call.func
-            name = func.attr.value if type(func) is cst.Attribute else func.value if type(func) is cst.Name else ""
-            if "seed" in name and any(facts.kind(arg.value) is Kind.RANK for arg in call.args):
+        seeds = [call for call in module.calls if "seed" in _callee(call) and call.args]
+        if seeds:
+            facts = rank_facts(module)
+            if any(facts.kind(arg.value) is Kind.RANK for call in seeds for arg in call.args):
                 return True
-        for node in walk(module.module):
-            if type(node) is cst.SubscriptElement and facts.kind(node.slice) is Kind.RANK:
-                return True
-    return False
+    facts = rank_facts(analysis)
+    return any(
+        type(node) is cst.SubscriptElement and facts.kind(node.slice) is Kind.RANK
+        for node in walk(analysis.module)
+        if type(node) is cst.SubscriptElement and not isinstance(getattr(node.slice, "value", None), (cst.Integer, cst.SimpleString))
+    )
+
+
+def _callee(call: cst.Call) -> str:
+    """The last name of what a call calls (``manual_seed`` for ``torch.Generator().manual_seed(...)``)."""
+    func = call.func
+    return func.attr.value if type(func) is cst.Attribute else func.value if type(func) is cst.Name else ""
 
 
 class UnshardedTrainingData(Rule):
@@ -72,7 +81,8 @@ class UnshardedTrainingData(Rule):
     name = "unsharded-training-data"
     phase = Phase.SAMPLERS
     severity = Severity.WARNING
-    triggers = ("backward",)
+    triggers = (".backward(",)
+    needs_names = (names.TRAINING_SCRIPT_NAMES,)  # a backward() call, not the word in a docstring
     manual_fix = "give each rank its own batches: seed the draws with runtime.rank(), or build a DataLoader the migration can shard"
     examples = (
         Example(
