@@ -127,6 +127,37 @@ def test_a_module_whose_distributed_words_are_docs_is_not_parsed(monkeypatch: py
     assert result.skipped and not result.error and not result.findings
 
 
+AUTOGRAD_LIBRARY = '''
+"""Custom autograd functions: forward computes, backward returns the gradient of the input."""
+import torch
+
+
+class Square(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return 2 * x * grad
+'''
+
+
+def test_library_code_that_defines_backward_without_calling_it_is_not_parsed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Autograd code says ``backward`` everywhere (a method it defines, docstrings) without a training step:
+    no rule that acts on training code may let it in (its word alone let 479 of torch's 2,285 files be
+    parsed, and doubled the time and the memory of a lint of the package)."""
+
+    def no_parse(text: str) -> None:
+        raise AssertionError("parsed with libcst")
+
+    monkeypatch.setattr(engine, "parse_checked", no_parse)
+    result = process("functions.py", AUTOGRAD_LIBRARY.encode(), RULES, Options(), fix=False, is_entry=True)
+    assert result.skipped and not result.error and not result.findings
+
+
 def test_a_collective_spelled_through_an_alias_is_still_found() -> None:
     source = "from torch.distributed import all_reduce as ar\n\ndef step(t, ok):\n    if ok:\n        ar(t)\n"
     result = process("helpers.py", source.encode(), RULES, Options(), fix=False, is_entry=False)
