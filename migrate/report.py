@@ -57,7 +57,8 @@ def migration_summary(result: FileResult, verbose: bool, written: bool = True) -
     for note in result.notes:
         lines.append(f"  note {note.code} line {note.line}: {note.message}")
     if result.changed and written and result.path != "-" and result.role == "entry":  # a module runs with its entry
-        lines.append(f"  launch it with: torchrun --standalone --nproc_per_node=<processes> {result.path}")
+        after = " (once the review items above are done)" if result.findings else ""
+        lines.append(f"  launch it with: torchrun --standalone --nproc_per_node=<processes> {result.path}{after}")
     return lines
 
 

@@ -40,6 +40,7 @@ def test_batches_drawn_with_no_loader_are_reported_at_the_training_step_and_left
     migrated = CliRunner().invoke(cli, ["drawn.py"], catch_exceptions=False)
     assert migrated.exit_code == 1, migrated.output  # a finding remains
     assert "review drawn.py:15:" in migrated.output and "1 item(s) need a human" in migrated.output
+    assert "launch it with: torchrun --standalone --nproc_per_node=<processes> drawn.py (once the review items above are done)" in migrated.output
     assert "# TODO(ddp-migrate): training batches here come from no DataLoader" in Path("drawn.py").read_text()
 
 
