@@ -254,3 +254,37 @@ def test_a_flag_bound_to_a_constant_is_the_same_on_every_rank_whatever_its_name(
     assert {facts.kind(node.test) for node in analysis.ifs} == {Kind.UNIFORM}
     [barrier] = [c for c in analysis.calls if analysis.is_call_to(c, {"torch.distributed.barrier"})]
     assert facts.collective_safe_at(barrier)
+
+
+GLOBAL_RANK = '''
+import os
+import torch
+import torch.distributed as dist
+
+rank = None
+
+
+def setup():
+    global rank
+    rank = int(os.environ.get("RANK", 0))
+
+
+def train(model):
+    if rank == 0:
+        torch.save(model.state_dict(), "m.pt")
+        dist.barrier()
+'''
+
+
+def test_a_rank_assigned_through_a_global_declaration_is_the_modules_rank() -> None:
+    """``rank = None`` at module level and ``global rank; rank = int(os.environ["RANK"])`` in a function: the
+    function's write is the module's variable, so ``if rank == 0:`` is a rank guard (its save is rank 0's,
+    its barrier a collective only rank 0 reaches), not a test of the constant ``None``."""
+    analysis = ScriptAnalysis(cst.parse_module(GLOBAL_RANK))
+    facts = rank_facts(analysis)
+    [test] = [node.test for node in analysis.ifs]
+    assert facts.kind(test) is Kind.RANK
+    [save] = [c for c in analysis.calls if analysis.is_call_to(c, {"torch.save"})]
+    assert facts.guard(save) is not None
+    [barrier] = [c for c in analysis.calls if analysis.is_call_to(c, {"torch.distributed.barrier"})]
+    assert not facts.collective_safe_at(barrier)

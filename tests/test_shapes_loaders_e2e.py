@@ -62,7 +62,7 @@ SHAPES: dict[str, dict[str, Any]] = {
     },
     "weighted_sampler": {
         "exit": 1,
-        "todo": "shard this training loader",
+        "todo": "this training loader's own sampler is not sharded",
         "sharded": False,
         "weights": False,
         "keeps": "sampler=sampler",

@@ -155,6 +155,8 @@ class _Indexer:
         self.classes: list[cst.ClassDef] = []
         self.assigns: list[cst.Assign | cst.AnnAssign] = []
         self.returns: list[cst.Return] = []
+        #: ``global`` and ``nonlocal`` statements: the names they declare are not the function's own.
+        self.declarations: list[cst.Global | cst.Nonlocal] = []
         self.ifs: list[cst.If] = []
         self.attributes: list[cst.Attribute] = []
         self.name_values: set[str] = set()
@@ -213,6 +215,12 @@ class _Indexer:
 
     def visit_Return(self, node: cst.Return) -> None:
         self.returns.append(node)
+
+    def visit_Global(self, node: cst.Global) -> None:
+        self.declarations.append(node)
+
+    def visit_Nonlocal(self, node: cst.Nonlocal) -> None:
+        self.declarations.append(node)
 
     def visit_If(self, node: cst.If) -> None:
         self.ifs.append(node)
@@ -407,6 +415,7 @@ class ScriptAnalysis:
         self.classes = index_nodes.classes
         self.assignments = index_nodes.assigns
         self._returns = index_nodes.returns
+        self._declarations = index_nodes.declarations
         self.ifs = index_nodes.ifs
         self.attributes = index_nodes.attributes
         self.used_names = index_nodes.name_values
@@ -702,6 +711,12 @@ class ScriptAnalysis:
             function = self.enclosing_function(loop)
             if function is not None:
                 local[function].update(_target_names(loop.target))
+        # ``global rank`` / ``nonlocal total``: what the function assigns to such a name is the module's (or
+        # the enclosing function's) variable, not one of its own.
+        for declaration in self._declarations:
+            function = self.enclosing_function(declaration)
+            if function is not None:
+                local[function].difference_update(item.name.value for item in declaration.names)
         return local
 
     def _binds_locally(self, function: cst.FunctionDef, name: str) -> bool:
