@@ -92,8 +92,11 @@ class AccumulationWithoutNoSync(Rule):
     optimizer stepping after that loop, as in nanoGPT) get DDP's own switch as the loop's first statement:
     ``model.require_backward_grad_sync = micro_step == k - 1``, so only the last micro-step's ``backward()``
     all-reduces. That rewrite is made when the loop is ``for <name> in range(<k>)`` with ``k`` made of names,
-    attributes and numbers that the loop does not assign, the loop has no ``break``, ``continue`` or
-    ``else``, and nothing in it reads gradients. On a model that is not wrapped the attribute is inert.
+    attributes and numbers that the loop does not assign (nor its own variable), the loop has no ``break``,
+    ``continue`` or ``else``, nothing in it reads gradients, and every iteration runs the forward pass and
+    then its one ``backward()``, neither under a condition (DDP reads the switch in the forward pass: a loss
+    computed ahead for the next micro-step, or a ``backward()`` skipped on the last one, would leave the
+    last gradients unreduced). On a model that is not wrapped the attribute is inert.
     Other accumulation patterns are reported only: wrap the forward and backward of the non-stepping
     iterations in ``with model.no_sync():`` by hand.
 
@@ -206,6 +209,32 @@ for it in range(max_iters):
         loss = model(x, y) / grad_accum
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+""",
+        ),
+        Example(
+            before="""\
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+model = DDP(net, device_ids=[local_rank])
+loss = model(*get_batch())
+for it in range(max_iters):
+    for micro_step in range(grad_accum):
+        loss.backward()
+        loss = model(*get_batch())  # the next micro-step's loss, computed ahead
+    optimizer.step()
+""",
+        ),
+        Example(
+            before="""\
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+model = DDP(net, device_ids=[local_rank])
+for it in range(max_iters):
+    for micro_step in range(grad_accum):
+        loss = model(x, y) / grad_accum
+        if micro_step % 2 == 0:
+            loss.backward()
     optimizer.step()
 """,
         ),
@@ -378,7 +407,29 @@ for _ in range(6):
                 continue
             model = self._ddp_model(analysis, loop.body)
             if model is not None:
-                yield MicroSteps(loop, backwards[0], model, _last_micro_step(loop))
+                safe = len(backwards) == 1 and self._forward_then_backward(analysis, loop, model, backwards[0])
+                yield MicroSteps(loop, backwards[0], model, _last_micro_step(loop) if safe else None)
+
+    def _forward_then_backward(self, analysis: ScriptAnalysis, loop: cst.For, model: str, backward: cst.Call) -> bool:
+        """Whether every micro-step runs the model's forward pass and then ``backward()``, both on every
+        iteration: DDP reads its sync switch in the forward pass, so a forward that ran before the switch
+        was set (a loss computed ahead, for the next micro-step) or a ``backward()`` skipped on the last
+        micro-step would leave the last gradients unreduced, and the ranks would drift apart."""
+        body = loop.body
+        if not isinstance(body, cst.IndentedBlock):
+            return False
+        conditional = (cst.If, cst.IfExp, cst.While, cst.For, cst.Try, cst.BooleanOperation, cst.CompFor, cst.Lambda, cst.FunctionDef)
+        for ancestor in analysis.ancestors(backward):
+            if ancestor is loop:
+                break
+            if isinstance(ancestor, conditional):
+                return False
+        holder = _child_of(analysis, backward, body)
+        if holder is None:
+            return False
+        at = list(body.body).index(holder)
+        forwards = [i for i, stmt in enumerate(body.body) if self._ddp_model(analysis, stmt) == model]
+        return bool(forwards) and max(forwards) <= at
 
     def _plan(self, analysis: ScriptAnalysis, found: Accumulation, backwards: list[cst.Call]) -> Accumulation:
         """The accumulation with the statements to wrap, when the rewrite is safe (see the docstring)."""
@@ -470,8 +521,10 @@ def _last_micro_step(loop: cst.For) -> str | None:
         return None
     if any(isinstance(n, (cst.Break, cst.Continue)) for n in walk(loop.body)):
         return None
-    used = {dotted_name(n) for n in walk(count) if isinstance(n, (cst.Name, cst.Attribute))} | {loop.target.value}
-    if used & _assigned(list(loop.body.body)) or _reads_gradients(loop.body, skip=loop.target):
+    counted = {dotted_name(n) for n in walk(count) if isinstance(n, (cst.Name, cst.Attribute))}
+    if loop.target.value in {name.split(".")[0] for name in counted if name}:
+        return None  # ``for steps in range(steps)``: the count is gone once the loop starts
+    if (counted | {loop.target.value}) & _assigned(list(loop.body.body)) or _reads_gradients(loop.body, skip=loop.target):
         return None
     return f"{loop.target.value} == {code_of(count)} - 1"
 

@@ -119,6 +119,34 @@ if __name__ == "__main__":
         Example(
             before="""\
 import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def worker(rank, world_size, accum_steps):
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    train(accum_steps)
+
+
+if __name__ == "__main__":
+    mp.spawn(worker, args=(2, 2), nprocs=2)
+""",
+            after="""\
+import torch.distributed as dist
+from ddp_migrate import runtime
+
+
+def worker(rank, world_size, accum_steps):
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    train(accum_steps)
+
+
+if __name__ == "__main__":
+    worker(runtime.rank(), 2, 2)
+""",
+        ),
+        Example(
+            before="""\
+import torch.distributed as dist
 from multiprocessing import Process
 
 
@@ -265,9 +293,10 @@ if __name__ == "__main__":
             if launch.problem is not None or launch.function is None:
                 continue
             rt = runtime_name(analysis, edits)
-            is_global = facts.index_is_global(launch)
-            index = f"{rt}.rank()" if is_global else f"{rt}.local_rank()"
-            count = f"{rt}.world_size()" if is_global else f"{rt}.local_world_size()"
+            index = f"{rt}.rank()" if facts.index_is_global(launch) else f"{rt}.local_rank()"
+            # The count is the world size only where the index is init_process_group's rank (a one-machine
+            # script); an index named rank but used as a GPU index leaves a count per machine.
+            count = f"{rt}.world_size()" if facts.index_is_init_rank(launch) else f"{rt}.local_world_size()"
             counts = self._counts_passed_on(analysis, launch)
             arguments = tuple(a.with_changes(value=expression(count)) if a in counts else a for a in launch.arguments)
             call = call_with(launch.function, expression(index), arguments)
@@ -304,13 +333,18 @@ if __name__ == "__main__":
         name = dotted_name(nprocs) if isinstance(nprocs, (cst.Name, cst.Attribute)) else None
         sources = [s for s in facts.sources(nprocs) if s is not nprocs]
         if name is not None and sources and all(isinstance(s, cst.BaseExpression) and facts.is_process_count(s) for s in sources):
-            return []  # replaced where it is made
+            return []  # replaced where it is made (:meth:`_fix_process_count`)
+        if name is None and facts.is_process_count(nprocs):
+            return []  # a literal or this machine's GPU count, written in the launch itself
         key = facts.key(nprocs, name) if name is not None else None
         found = []
         for arg in launch.arguments:
             value = arg.value
             same_variable = key is not None and isinstance(value, (cst.Name, cst.Attribute)) and dotted_name(value) == name and facts.key(value, name) == key
-            if same_variable or value.deep_equals(nprocs):
+            # The same computation spelled twice (``nprocs=int(os.environ["N"])``, ``args=(int(os.environ["N"]),)``)
+            # is the count; an equal literal (``args=(2, 2), nprocs=2``) may be anything else that is 2.
+            same_computation = name is None and isinstance(value, cst.Call) and value.deep_equals(nprocs)
+            if same_variable or same_computation:
                 found.append(arg)
         return found
 

@@ -514,6 +514,17 @@ class LegacyFacts:
             return string_value(expr.args[0].value)
         return None
 
+    def index_is_init_rank(self, launch: Launch) -> bool:
+        """Whether the launch's process index reaches ``init_process_group(rank=...)`` unchanged (by plain
+        copies): the script takes its processes on this machine for the whole job, so the process count
+        is the world size."""
+        index = LaunchIndex(launch)
+        for call in self.analysis.calls_to(names.INIT_PROCESS_GROUP):
+            rank = argument(call, INIT_PARAMETERS, "rank")
+            if rank is not None and index in self.sources(rank.value):
+                return True
+        return False
+
     def index_is_global(self, launch: Launch) -> bool:
         """Whether a launch's process index stands for the global rank.
 
@@ -521,11 +532,8 @@ class LegacyFacts:
         script whose index is its rank), or when the parameter is called a rank. An index only used to
         compute the rank (``node_rank * ngpus + gpu``) or to pick a device is the local rank.
         """
-        index = LaunchIndex(launch)
-        for call in self.analysis.calls_to(names.INIT_PROCESS_GROUP):
-            rank = argument(call, INIT_PARAMETERS, "rank")
-            if rank is not None and index in self.sources(rank.value):
-                return True
+        if self.index_is_init_rank(launch):
+            return True
         if launch.target is None:
             return False
         positional = [*launch.target.params.posonly_params, *launch.target.params.params]
