@@ -330,10 +330,9 @@ for _ in range(6):
         return False
 
     def _nearest_loop(self, analysis: ScriptAnalysis, node: cst.CSTNode) -> cst.CSTNode | None:
-        for ancestor in analysis.ancestors(node):
-            if isinstance(ancestor, (cst.For, cst.While, cst.FunctionDef, cst.Lambda, cst.ClassDef)):
-                return ancestor
-        return None
+        """The loop that runs the node on each iteration, else its function (calls of one function group
+        together, apart from those of the module's top level)."""
+        return analysis.nearest_loop(node) or analysis.enclosing_function(node)
 
     def _gate(self, analysis: ScriptAnalysis, node: cst.CSTNode, loop: cst.For) -> cst.If | None:
         """The outermost ``if`` within the loop whose body holds the node."""

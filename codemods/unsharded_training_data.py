@@ -7,61 +7,26 @@ from typing import Iterator
 import libcst as cst
 
 from . import names
-from .analysis import ScriptAnalysis, walk
-from .analysis.ranks import Kind, rank_facts
+from .analysis import ScriptAnalysis
+from .analysis.loaders import loader_facts
+from .analysis.ranks import draws_per_rank
 from .base import Example, Match, Phase, Rule, Severity, Valid
-
-
-def _loop_around(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
-    """Whether a loop of the node's own function (or of the module's top level) runs it."""
-    for ancestor in analysis.ancestors(node):
-        kind = type(ancestor)
-        if kind is cst.For or kind is cst.While:
-            return True
-        if kind is cst.FunctionDef or kind is cst.ClassDef or kind is cst.Lambda:
-            return False
-    return False
 
 
 def _in_a_loop(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
     """Whether the node runs once per iteration of a loop: a loop around it in its function, or around
     a call of its function (one level of calls: ``train_step(batch)`` in the epoch loop)."""
-    if _loop_around(analysis, node):
+    if analysis.nearest_loop(node) is not None:
         return True
     function = analysis.enclosing_function(node)
-    return function is not None and any(_loop_around(analysis, call) for call in analysis.callers_of(function))
-
-
-def _draws_per_rank(analysis: ScriptAnalysis) -> bool:
-    """Whether the program already makes each rank's data its own: a random seed that flows from the rank
-    (``torch.manual_seed(1337 + rank)``, ``torch.Generator().manual_seed(rank)``) in any of its modules, or
-    an index or slice computed from it (``data[rank::world_size]``) in the module that trains. (Only seed
-    calls are looked at in the other modules: a program may hold a hundred of them.)"""
-    for module in analysis.shared.analyses:
-        seeds = [call for call in module.calls if "seed" in _callee(call) and call.args]
-        if seeds:
-            facts = rank_facts(module)
-            if any(facts.kind(arg.value) is Kind.RANK for call in seeds for arg in call.args):
-                return True
-    facts = rank_facts(analysis)
-    return any(
-        type(node) is cst.SubscriptElement and facts.kind(node.slice) is Kind.RANK
-        for node in walk(analysis.module)
-        if type(node) is cst.SubscriptElement and not isinstance(getattr(node.slice, "value", None), (cst.Integer, cst.SimpleString))
-    )
-
-
-def _callee(call: cst.Call) -> str:
-    """The last name of what a call calls (``manual_seed`` for ``torch.Generator().manual_seed(...)``)."""
-    func = call.func
-    return func.attr.value if type(func) is cst.Attribute else func.value if type(func) is cst.Name else ""
+    return function is not None and any(analysis.nearest_loop(call) is not None for call in analysis.callers_of(function))
 
 
 class UnshardedTrainingData(Rule):
     """Give every process its own share of the training data when batches do not come from a ``DataLoader``.
 
-    What it finds: a training loop (``backward()`` called once per iteration of a loop) in a program that
-    builds no ``DataLoader`` at all: its batches come from something else (``get_batch()`` drawing random
+    What it finds: a training loop (``backward()`` called once per iteration of a loop) in a program with no
+    training ``DataLoader`` (none at all, or only loaders that evaluate): its batches come from something else (``get_batch()`` drawing random
     offsets into a tensor or a memory-mapped file, slices of a tensor, a data set's own iterator), and
     nothing in the program draws or indexes them by rank (a seed or an index computed from the rank).
 
@@ -107,6 +72,20 @@ for step in range(100):
     optimizer.step()
 """,
         ),
+        Example(
+            before="""\
+import torch
+from torch.utils.data import DataLoader
+
+val_loader = DataLoader(val_set, batch_size=64)
+for step in range(100):
+    x, y = get_batch("train")
+    model(x, y).backward()
+    optimizer.step()
+    with torch.no_grad():
+        val_loss = sum(model(a, b).item() for a, b in val_loader)
+""",
+        ),
         Valid(
             """\
 import torch
@@ -144,10 +123,14 @@ loss.backward()
     )
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
-        if not analysis.is_entry or analysis.program_loader_calls:
+        if not analysis.is_entry:
             return
+        if analysis.program_loader_calls:
+            loaders = loader_facts(analysis)
+            if loaders.training_loaders or loaders.dict_training or loaders.undecided or loaders.shared_factories:
+                return  # the migration shards (or asks a human to shard) a loader that trains
         for call in analysis.backward_calls:
-            if _in_a_loop(analysis, call) and not _draws_per_rank(analysis):
+            if _in_a_loop(analysis, call) and not draws_per_rank(analysis):
                 yield Match(
                     call,
                     "training batches here come from no DataLoader, which the migration cannot shard: every process "

@@ -32,7 +32,7 @@ import libcst as cst
 from .. import names
 from . import tree
 from .legacy import ENV_GETTERS, Key, LaunchIndex, LegacyFacts, int_value, legacy_facts, target_nodes
-from .script import SELF_RETURNING_METHODS, ScriptAnalysis, dotted_name, walk
+from .script import SELF_RETURNING_METHODS, ScriptAnalysis, callee_name, dotted_name, walk
 
 
 class Kind(enum.IntEnum):
@@ -686,9 +686,28 @@ def _is_minus_one_or_none(expr: cst.BaseExpression) -> bool:
     return (isinstance(expr, cst.Name) and expr.value == "None") or int_value(expr) == -1
 
 
+def draws_per_rank(analysis: ScriptAnalysis) -> bool:
+    """Whether the program already makes each rank's data its own: a random seed that flows from the rank
+    (``torch.manual_seed(1337 + rank)``, ``torch.Generator().manual_seed(rank)``) in any of its modules, or
+    an index or slice computed from it (``data[rank::world_size]``) in the module asked about. (Only seed
+    calls are looked at in the other modules: a program may hold a hundred of them.)"""
+    for module in analysis.shared.analyses:
+        seeds = [call for call in module.calls if "seed" in callee_name(call) and call.args]
+        if seeds:
+            facts = rank_facts(module)
+            if any(facts.kind(arg.value) is Kind.RANK for call in seeds for arg in call.args):
+                return True
+    facts = rank_facts(analysis)
+    return any(
+        facts.kind(node.slice) is Kind.RANK
+        for node in tree.walk(analysis.module)
+        if type(node) is cst.SubscriptElement and not isinstance(getattr(node.slice, "value", None), (cst.Integer, cst.SimpleString))
+    )
+
+
 def rank_facts(analysis: ScriptAnalysis) -> RankFacts:
     """The rank facts of an analysed file, computed once and kept with the analysis (so they are freed with it)."""
     return analysis.derived("ranks", RankFacts)
 
 
-__all__ = ["Condition", "Kind", "RankFacts", "rank_facts"]
+__all__ = ["Condition", "Kind", "RankFacts", "draws_per_rank", "rank_facts"]

@@ -122,7 +122,7 @@ def call_method_name(call: cst.Call) -> str | None:
     return func.attr.value if type(func) is cst.Attribute else None  # type: ignore[attr-defined]
 
 
-def _callee_name(call: cst.Call) -> str:
+def callee_name(call: cst.Call) -> str:
     """The last name of what a call calls: ``tqdm`` for ``tqdm.tqdm(...)`` and ``tqdm(...)``."""
     func = call.func
     return func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else ""
@@ -130,7 +130,7 @@ def _callee_name(call: cst.Call) -> str:
 
 def unwrap_iterable(expr: cst.BaseExpression) -> cst.BaseExpression:
     """Strip ``enumerate(...)``, ``tqdm(...)``, ``iter(...)`` and the like off the iterated expression."""
-    while isinstance(expr, cst.Call) and expr.args and _callee_name(expr) in ITERATION_WRAPPERS:
+    while isinstance(expr, cst.Call) and expr.args and callee_name(expr) in ITERATION_WRAPPERS:
         expr = expr.args[0].value
     return expr
 
@@ -486,6 +486,17 @@ class ScriptAnalysis:
             current = parent
         return current
 
+    def nearest_loop(self, node: cst.CSTNode) -> cst.For | cst.While | None:
+        """The innermost ``for`` or ``while`` loop that runs the node on each of its iterations, within the
+        node's own function (or the module's top level); ``None`` when there is none."""
+        for ancestor in self.ancestors(node):
+            kind = type(ancestor)
+            if kind is cst.For or kind is cst.While:
+                return ancestor  # type: ignore[return-value]
+            if kind is cst.FunctionDef or kind is cst.ClassDef or kind is cst.Lambda:
+                return None
+        return None
+
     def enclosing_function(self, node: cst.CSTNode) -> cst.FunctionDef | None:
         """The nearest function definition around the node."""
         parents = self._parents
@@ -734,7 +745,7 @@ class ScriptAnalysis:
             target = self._call_targets.get(expr)
             if target is not None and target in self._returned and expr not in self.shared.constructed:
                 return self.returned_origins(target)
-            if _callee_name(expr) in ITERATION_WRAPPERS and expr.args:
+            if callee_name(expr) in ITERATION_WRAPPERS and expr.args:
                 # ``pbar = tqdm(loader)`` still iterates the loader.
                 return {expr} | self.origins(expr.args[0].value)
             method = call_method_name(expr)
@@ -1061,7 +1072,7 @@ class ScriptAnalysis:
                     and isinstance(a.targets[0].target, cst.Name)
                     and a.targets[0].target.value == name
                     and isinstance(a.value, cst.Call)
-                    and _callee_name(a.value) in ITERATION_WRAPPERS
+                    and callee_name(a.value) in ITERATION_WRAPPERS
                 ),
                 None,
             )
