@@ -25,12 +25,14 @@ _NO_SPACE_EQUAL = cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace
 
 ITERABLE_MESSAGE = (
     "training DataLoader over an IterableDataset: a sampler cannot shard it (DataLoader refuses one), so every "
-    "process would stream the same samples; shard inside the dataset's __iter__"
+    "process would stream the same samples; shard the stream itself (in the dataset's __iter__, or with its "
+    "library's own split by node)"
 )
 ITERABLE_TODO = (
     "this IterableDataset streams the same samples to every process: in its __iter__, keep every "
     "runtime.world_size()-th sample starting at runtime.rank() (and split between loader workers with "
-    "torch.utils.data.get_worker_info())"
+    "torch.utils.data.get_worker_info()), or use its library's own split by node "
+    "(datasets.distributed.split_dataset_by_node)"
 )
 
 
@@ -284,7 +286,7 @@ class Stream(IterableDataset):
         yield from read_records()
 
 
-# TODO(ddp-migrate): this IterableDataset streams the same samples to every process: in its __iter__, keep every runtime.world_size()-th sample starting at runtime.rank() (and split between loader workers with torch.utils.data.get_worker_info())
+# TODO(ddp-migrate): this IterableDataset streams the same samples to every process: in its __iter__, keep every runtime.world_size()-th sample starting at runtime.rank() (and split between loader workers with torch.utils.data.get_worker_info()), or use its library's own split by node (datasets.distributed.split_dataset_by_node)
 loader = DataLoader(Stream(), batch_size=8)
 for x, y in loader:
     loss_fn(model(x), y).backward()

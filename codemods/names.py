@@ -31,8 +31,15 @@ ITERABLE_DATASETS = frozenset(
         "torch.utils.data.dataset.IterableDataset",
         "torch.utils.data.IterDataPipe",
         "torch.utils.data.datapipes.datapipe.IterDataPipe",
+        "torch.utils.data.ChainDataset",
+        "torch.utils.data.dataset.ChainDataset",
+        "datasets.IterableDataset",
+        "webdataset.WebDataset",
+        "webdataset.DataPipeline",
     }
 )
+#: ``load_dataset(..., streaming=True)`` hands back an iterable-style dataset.
+STREAMING_LOADS = frozenset({"datasets.load_dataset"})
 DISTRIBUTED_SAMPLER = frozenset(
     {"torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler"}
 )

@@ -61,7 +61,25 @@ def test_a_stream_from_another_module_is_left_to_a_human_and_the_program_still_r
     assert "DistributedSampler" not in migrated
     assert "review train.py:" in result.output and "DDP005 training DataLoader over an IterableDataset" in result.output
     assert "# TODO(ddp-migrate): this IterableDataset streams the same samples to every process" in migrated
+    assert "DistributedSampler" not in Path("streams.py").read_text()
     run = subprocess.run(
         [sys.executable, "train.py"], capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"}
     )
     assert run.returncode == 0, run.stderr[-2000:]  # as plain python (a world of one): no sampler to refuse
+
+
+@pytest.mark.parametrize(
+    "dataset",
+    ['load_dataset("c4", split="train", streaming=True)', "ChainDataset([first, second])", 'wds.WebDataset("shards-{000..009}.tar")'],
+)
+def test_library_streams_get_no_sampler(dataset: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stream from a library (a streaming Hugging Face dataset, torch's ChainDataset, a WebDataset) is
+    iterable-style too: no sampler, a review item."""
+    monkeypatch.chdir(tmp_path)
+    source = (
+        "import webdataset as wds\nfrom datasets import load_dataset\nfrom torch.utils.data import ChainDataset, DataLoader\n\n"
+        f"loader = DataLoader({dataset}, batch_size=8)\nfor batch in loader:\n    model(batch).backward()\n"
+    )
+    Path("train.py").write_text(source)
+    result = CliRunner().invoke(cli, ["lint", "--select", "DDP005", "train.py"], catch_exceptions=False)
+    assert "DDP005 training DataLoader over an IterableDataset" in result.output

@@ -7,7 +7,11 @@ release is used as it is.
 from __future__ import annotations
 
 import libcst as cst
-from libcst._nodes.expression import ExpressionPosition
+
+try:
+    from libcst._nodes.expression import ExpressionPosition
+except ImportError:  # a libcst that moved its internals: nothing here applies to it
+    ExpressionPosition = None  # type: ignore[assignment,misc]
 
 
 def _lambda_next_to_word_operator_fails() -> bool:
@@ -34,7 +38,7 @@ def _lambda_safe_to_use_with_word_operator(self: cst.Lambda, position: Expressio
 
 def mend_libcst() -> None:
     """Apply every mend whose bug this libcst has (idempotent)."""
-    if _lambda_next_to_word_operator_fails():
+    if ExpressionPosition is not None and _lambda_next_to_word_operator_fails():
         cst.Lambda._safe_to_use_with_word_operator = _lambda_safe_to_use_with_word_operator  # type: ignore[method-assign]
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from .. import names
-from .script import ScriptAnalysis, dotted_name, loader_argument, statements_of, walk
+from .script import ScriptAnalysis, dotted_name, is_true, loader_argument, statements_of, walk
 
 #: ``DataLoader`` keywords that bring their own sampling: sharding must not replace them.
 SAMPLING_KEYS = frozenset({"sampler", "batch_sampler"})
@@ -92,8 +92,9 @@ class LoaderFacts:
 
     def streams(self, loader: cst.Call) -> bool:
         """Whether the loader draws from an iterable-style dataset (a class of the program derived, directly
-        or through other classes of the program, from ``IterableDataset`` or ``IterDataPipe``): such a
-        dataset yields its samples itself, and ``DataLoader`` refuses a sampler for it."""
+        or through other classes of the program, from ``IterableDataset`` or ``IterDataPipe``; torch's
+        ``ChainDataset``, a ``WebDataset``, a streaming ``load_dataset``): such a dataset yields its samples
+        itself, and ``DataLoader`` refuses a sampler for it."""
         dataset = loader_argument(loader, "dataset")
         if dataset is None:
             return False
@@ -102,6 +103,10 @@ class LoaderFacts:
             if type(origin) is not cst.Call:
                 continue
             if a.is_call_to(origin, names.ITERABLE_DATASETS):
+                return True
+            if a.is_call_to(origin, names.STREAMING_LOADS) and any(
+                arg.keyword is not None and arg.keyword.value == "streaming" and is_true(arg.value) for arg in origin.args
+            ):
                 return True
             built = a.shared.constructed.get(origin)
             if built is not None and _derives_from_iterable_dataset(a, built, set()):

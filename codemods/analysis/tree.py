@@ -16,7 +16,7 @@ from typing import Callable, Iterable, Iterator
 
 import libcst as cst
 
-from ddp_migrate.codemods.analysis import libcst_mends  # noqa: F401  (libcst's own bugs, mended before any parse)
+from . import libcst_mends  # noqa: F401  (libcst's own bugs, mended before any parse)
 
 #: ``visit_required(self, "func", ...)``, ``visit_sequence(self, "args", ...)``: the field names a node class
 #: hands to libcst's visit helpers, in the order it visits them.
