@@ -35,6 +35,7 @@ from .padded_eval_sampler import PaddedEvalSampler
 from .sampler_shuffle import SamplerWithShuffle
 from .unsynced_metric_logging import UnsyncedMetricLogging
 from .unsharded_training_data import UnshardedTrainingData
+from .shard_metric_decision import ShardMetricDecision
 
 #: Every rule, in code order. The engine runs their fixes in phase order.
 ALL_RULES: tuple[type[Rule], ...] = tuple(
@@ -72,6 +73,7 @@ ALL_RULES: tuple[type[Rule], ...] = tuple(
             SumReductionLoss,
             LayerAddedAfterWrap,
             UnshardedTrainingData,
+            ShardMetricDecision,
         ),
         key=lambda rule: rule.code,
     )

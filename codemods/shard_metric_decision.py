@@ -1,0 +1,137 @@
+"""DDP041 shard-metric-decision."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+
+from .analysis import ScriptAnalysis, call_method_name, dotted_name
+from .analysis.per_rank import per_rank_values
+from .base import Example, Match, Phase, Rule, Severity, Valid
+from .edits import code_of
+
+#: Statements that leave or cut short a loop's iteration.
+_EXITS = (cst.Break, cst.Continue, cst.Return, cst.Raise)
+#: Calls that end the process.
+_PROCESS_EXITS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
+
+
+def _leaves_early(branch: cst.CSTNode) -> bool:
+    """Whether a branch leaves the loop or the function (``break``, ``continue``, ``return``, ``raise``,
+    ``sys.exit()``), not counting what nested functions and classes would do."""
+    stack = [branch]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, _EXITS):
+            return True
+        if isinstance(node, cst.Call) and dotted_name(node.func) in _PROCESS_EXITS:
+            return True
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            continue
+        stack.extend(node.children)
+    return False
+
+
+class ShardMetricDecision(Rule):
+    """Take the decisions of a training loop on values every rank agrees on, not on this rank's share of the data.
+
+    What it finds, in a program whose training data is sharded with a ``DistributedSampler``: a value
+    computed from this process's shard (the loss, a running sum of it, an accuracy counted on the training
+    batches) that
+    - decides whether a training loop goes on: an ``if`` whose branch breaks out, continues, returns,
+      raises or exits (early stopping on the training loss, skipping a step on a large loss), or
+    - is handed to a scheduler's ``step()`` (``ReduceLROnPlateau.step(train_loss)``).
+
+    Why it is a problem: the original computed the value on all the data; after the migration each rank
+    computes it on its own shard, and the ranks disagree. One rank leaves the loop while the others wait in
+    DDP's next gradient all-reduce: the job hangs (NCCL) or fails with a closed connection (gloo). A
+    scheduler stepped on different numbers gives the ranks different learning rates, and their weights
+    drift apart without an error. A value from an evaluation loader that is left whole is the same on
+    every rank and is not reported.
+
+    What a human must do: reduce the value across ranks before deciding on it, on every rank (it is a
+    collective): ``train_loss = runtime.reduce_mean(train_loss)`` (or ``runtime.weighted_mean(total,
+    count)``), then step the scheduler or test for early stopping. The tool does not insert the reduction:
+    where it must go (after the epoch's sum, before the test) and whether a mean is the right reduction
+    are the program's choice.
+    """
+
+    code = "DDP041"
+    name = "shard-metric-decision"
+    phase = Phase.OUTPUT
+    severity = Severity.ERROR
+    triggers = ("DistributedSampler",)
+    manual_fix = "reduce the value across ranks (runtime.reduce_mean) on every rank before deciding on it"
+    examples = (
+        Example(
+            before="""\
+from torch.utils.data import DataLoader, DistributedSampler
+
+loader = DataLoader(train_set, batch_size=32, sampler=DistributedSampler(train_set))
+best, bad = float("inf"), 0
+for epoch in range(100):
+    train_loss = 0.0
+    for x, y in loader:
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+        train_loss += loss.item()
+    scheduler.step(train_loss)
+    if train_loss > best - 1e-4:
+        bad += 1
+        if bad >= 3:
+            break
+    best = min(best, train_loss)
+""",
+        ),
+        Valid(
+            """\
+from ddp_migrate import runtime
+from torch.utils.data import DataLoader, DistributedSampler
+
+loader = DataLoader(train_set, batch_size=32, sampler=DistributedSampler(train_set))
+for epoch in range(100):
+    train_loss = 0.0
+    for x, y in loader:
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+        train_loss += loss.item()
+    train_loss = runtime.reduce_mean(train_loss)
+    scheduler.step(train_loss)
+    if train_loss < 0.01:
+        break
+    if evaluate(model, val_loader) > 10:  # the whole validation set on every rank
+        break
+"""
+        ),
+    )
+
+    def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
+        values = per_rank_values(analysis)
+        if values is None:
+            return
+        for branch in analysis.ifs:
+            shown = values.mention(branch.test)
+            if shown is None or analysis.nearest_loop(branch) is None:
+                continue
+            if _leaves_early(branch.body) or (branch.orelse is not None and _leaves_early(branch.orelse)):
+                yield Match(
+                    branch.test,
+                    f"`{code_of(branch.test)}` decides on {shown}, computed on this rank's shard of the data only: the "
+                    "ranks may decide differently and leave the loop apart (the others then wait in DDP's next "
+                    "all-reduce and the job hangs); reduce it across ranks first (runtime.reduce_mean)",
+                    fixable=False,
+                )
+        for call in analysis.calls:
+            if call_method_name(call) != "step" or not call.args:
+                continue
+            shown = next((found for arg in call.args if (found := values.mention(arg.value))), None)
+            if shown is not None:
+                yield Match(
+                    call,
+                    f"{code_of(call.func)}() steps on {shown}, computed on this rank's shard of the data only: the "
+                    "ranks' learning rates drift apart; reduce it across ranks first (runtime.reduce_mean)",
+                    fixable=False,
+                )

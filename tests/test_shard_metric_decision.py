@@ -1,0 +1,64 @@
+"""DDP041 through a real migration: a single-device script that steps ReduceLROnPlateau and stops early on
+its training loss computes that loss on one shard per rank once migrated. The ranks would decide apart (the
+trial run diverged, then failed when one rank left the loop), so the migration must leave both decisions to
+a human; the same decisions on a validation loss over the whole set are the same on every rank."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ddp_migrate.cli import cli
+
+SCRIPT = '''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def evaluate(model, loader):
+    with torch.no_grad():
+        return sum(nn.functional.mse_loss(model(a), b).item() for a, b in loader)
+
+
+def main():
+    data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    train_loader = DataLoader(data, batch_size=8, shuffle=True)
+    val_loader = DataLoader(data, batch_size=8)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, patience=1)
+    best, bad = float("inf"), 0
+    for epoch in range(20):
+        train_loss = 0.0
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            optimizer.step()
+            train_loss += loss.item()
+        scheduler.step({metric})
+        if {metric} > best - 1e-4:
+            bad += 1
+            if bad >= 2:
+                break
+        best = min(best, {metric})
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+@pytest.mark.parametrize(("metric", "reported"), [("train_loss", 2), ("evaluate(model, val_loader)", 0)])
+def test_decisions_on_a_shard_metric_are_left_to_a_human(metric: str, reported: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("train.py").write_text(SCRIPT.format(metric=metric))
+    result = CliRunner().invoke(cli, ["train.py"], catch_exceptions=False)
+    reviews = [line for line in result.output.splitlines() if line.lstrip().startswith("review ") and "DDP041" in line]
+    assert len(reviews) == reported, result.output
+    if reported:
+        assert any("scheduler.step() steps on train_loss" in line for line in reviews)
+        assert any("`train_loss > best - 1e-4` decides on train_loss" in line for line in reviews)
