@@ -27,8 +27,9 @@ class UnsyncedMetricLogging(Rule):
 
     Why it is a problem: the number shown is rank 0's alone, computed on 1/N of the data. It is noisier
     than the original single-process number and differs from what the other ranks saw; comparing curves
-    before and after the migration, or across world sizes, misleads. Training itself is not affected:
-    the gradients are averaged by DDP.
+    before and after the migration, or across world sizes, misleads. Training itself is not affected (the
+    gradients are averaged by DDP) as long as the value decides nothing: a scheduler stepped on it, or an
+    early stop tested on it, makes the ranks decide apart (DDP041, on by default).
 
     What a human must do: reduce the value on every rank before printing it, e.g.
     ``epoch_loss = runtime.reduce_mean(epoch_loss)`` (or ``runtime.weighted_mean(total, count)`` for an
