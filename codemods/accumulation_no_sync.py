@@ -345,17 +345,31 @@ for _ in range(6):
             child = ancestor
         return None
 
-    def accumulations(self, analysis: ScriptAnalysis) -> Iterator[Accumulation]:
-        """Every accumulating loop without ``no_sync()``, with what the rewrite needs when it is safe."""
+    def _by_loop(self, analysis: ScriptAnalysis) -> tuple[dict[cst.CSTNode | None, list[cst.Call]], dict[cst.CSTNode | None, list[cst.Call]]]:
+        """The ``backward()`` calls and the optimizer steps, grouped by :meth:`_nearest_loop`."""
         backwards_in: dict[cst.CSTNode | None, list[cst.Call]] = {}
         for call in analysis.backward_calls:
             backwards_in.setdefault(self._nearest_loop(analysis, call), []).append(call)
-        if not backwards_in:
-            return
         steps_in: dict[cst.CSTNode | None, list[cst.Call]] = {}
-        for call in analysis.calls:
-            if self._is_optimizer_step(analysis, call):
-                steps_in.setdefault(self._nearest_loop(analysis, call), []).append(call)
+        if backwards_in:
+            for call in analysis.calls:
+                if self._is_optimizer_step(analysis, call):
+                    steps_in.setdefault(self._nearest_loop(analysis, call), []).append(call)
+        return backwards_in, steps_in
+
+    @staticmethod
+    def _syncs_itself(analysis: ScriptAnalysis, loop: cst.For) -> bool:
+        """Whether the loop already skips DDP's gradient sync itself: ``no_sync()`` in it or around it, or
+        DDP's ``require_backward_grad_sync`` switch set in it."""
+        if any(call_method_name(c) == "no_sync" for c in _calls_in([loop])):
+            return True
+        if any(isinstance(n, cst.Attribute) and n.attr.value == "require_backward_grad_sync" for n in walk(loop.body)):
+            return True
+        return any(call_method_name(c) == "no_sync" for a in analysis.ancestors(loop) if isinstance(a, cst.With) for c in _calls_in(a.items))
+
+    def accumulations(self, analysis: ScriptAnalysis) -> Iterator[Accumulation]:
+        """Every accumulating loop without ``no_sync()``, with what the rewrite needs when it is safe."""
+        backwards_in, steps_in = self._by_loop(analysis)
         for loop in analysis.for_loops:
             backwards, steps = backwards_in.get(loop), steps_in.get(loop)
             if not backwards or not steps:
@@ -367,11 +381,7 @@ for _ in range(6):
             assert gate is not None
             if any(analysis.is_inside(b, gate) for b in backwards) or not _counts_steps(gate.test):
                 continue
-            if any(call_method_name(c) == "no_sync" for c in analysis.calls if analysis.is_inside(c, loop)):
-                continue
-            if any(isinstance(n, cst.Attribute) and n.attr.value == "require_backward_grad_sync" for n in walk(loop.body)):
-                continue  # the loop already switches DDP's gradient sync itself
-            if any(call_method_name(c) == "no_sync" for a in analysis.ancestors(loop) if isinstance(a, cst.With) for c in _calls_in(a.items)):
+            if self._syncs_itself(analysis, loop):
                 continue
             model = self._ddp_model(analysis, loop.body)
             if model is None:
@@ -381,28 +391,21 @@ for _ in range(6):
     def micro_steps(self, analysis: ScriptAnalysis) -> Iterator[MicroSteps]:
         """Every loop of micro-steps (``backward()`` on each, no optimizer step) followed, in the same
         block, by the optimizer's step, without a sync switch."""
-        steps = [c for c in analysis.calls if self._is_optimizer_step(analysis, c)]
-        if not steps:
-            return
+        backwards_in, steps_in = self._by_loop(analysis)
         for loop in analysis.for_loops:
-            backwards = [b for b in analysis.backward_calls if self._nearest_loop(analysis, b) is loop]
-            if not backwards or any(self._nearest_loop(analysis, s) is loop for s in steps):
+            backwards = backwards_in.get(loop)
+            if not backwards or loop in steps_in:
                 continue
             block = analysis.parent(loop)
             if not isinstance(block, (cst.IndentedBlock, cst.Module)):
                 continue
             body = list(block.body)
             after = body[body.index(loop) + 1 :]
-            outer = self._nearest_loop(analysis, loop)
-            if not any(analysis.is_inside(s, a) and self._nearest_loop(analysis, s) is outer for s in steps for a in after):
+            if not any(analysis.is_inside(s, a) for s in steps_in.get(self._nearest_loop(analysis, loop), []) for a in after):
                 continue  # no step after the loop, at its level
             if any(call_method_name(c) == "zero_grad" for c in _calls_in([loop.body])):
                 continue  # the gradients are cleared on every micro-step: nothing accumulates
-            if any(call_method_name(c) == "no_sync" for c in _calls_in([loop.body])):
-                continue
-            if any(isinstance(n, cst.Attribute) and n.attr.value == "require_backward_grad_sync" for n in walk(loop.body)):
-                continue
-            if any(call_method_name(c) == "no_sync" for a in analysis.ancestors(loop) if isinstance(a, cst.With) for c in _calls_in(a.items)):
+            if self._syncs_itself(analysis, loop):
                 continue
             model = self._ddp_model(analysis, loop.body)
             if model is not None:

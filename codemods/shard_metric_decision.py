@@ -6,7 +6,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from .analysis import ScriptAnalysis, call_method_name, dotted_name
+from .analysis import ScriptAnalysis, call_method_name, dotted_name, tree
 from .analysis.per_rank import per_rank_values
 from .base import Example, Match, Phase, Rule, Severity, Valid
 from .edits import code_of
@@ -29,7 +29,7 @@ def _leaves_early(branch: cst.CSTNode) -> bool:
             return True
         if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
             continue
-        stack.extend(node.children)
+        stack.extend(tree.children(node))
     return False
 
 

@@ -304,7 +304,7 @@ if __name__ == "__main__":
             kept_comments = without_launch_comments(statement.leading_lines)
             edits.replace(statement, cst.SimpleStatementLine([cst.Expr(call)], leading_lines=kept_comments))
             remove_statements(analysis, edits, launch.extra)
-            self._fix_process_count(analysis, edits, launch, rt)
+            self._fix_process_count(analysis, edits, launch, rt, counts)
             count = code_of(launch.nprocs) if launch.nprocs is not None else "1"
             edits.changes.append(
                 Change(
@@ -349,8 +349,9 @@ if __name__ == "__main__":
         return found
 
     @staticmethod
-    def _fix_process_count(analysis: ScriptAnalysis, edits: Edits, launch: Launch, rt: str) -> None:
-        """The launch's process count: dropped when only the launch read it, else taken from torchrun."""
+    def _fix_process_count(analysis: ScriptAnalysis, edits: Edits, launch: Launch, rt: str, replaced: list[cst.Arg]) -> None:
+        """The launch's process count: dropped when only the launch read it, else taken from torchrun.
+        ``replaced``: the launch's arguments that no longer pass it on (:meth:`_counts_passed_on`)."""
         facts = legacy_facts(analysis)
         nprocs = launch.nprocs
         name = dotted_name(nprocs) if isinstance(nprocs, (cst.Name, cst.Attribute)) else None
@@ -358,7 +359,6 @@ if __name__ == "__main__":
             return
         key = facts.key(nprocs, name)
         launch_nodes = [launch.statement, *launch.extra]
-        replaced = SpawnLauncher._counts_passed_on(analysis, launch)
         passed_on = [a.value for a in launch.arguments if a not in replaced]
         only_launch = all(
             any(analysis.is_inside(r, n) for n in launch_nodes) and not any(analysis.is_inside(r, p) for p in passed_on)

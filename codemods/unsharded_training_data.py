@@ -129,13 +129,12 @@ loss.backward()
             loaders = loader_facts(analysis)
             if loaders.training_loaders or loaders.dict_training or loaders.undecided or loaders.shared_factories:
                 return  # the migration shards (or asks a human to shard) a loader that trains
-        for call in analysis.backward_calls:
-            if _in_a_loop(analysis, call) and not draws_per_rank(analysis):
-                yield Match(
-                    call,
-                    "training batches here come from no DataLoader, which the migration cannot shard: every process "
-                    "trains on the same data unless each rank draws its own (seed with runtime.rank(), or take every "
-                    "N-th sample)",
-                    fixable=False,
-                )
-                return
+        step = next((call for call in analysis.backward_calls if _in_a_loop(analysis, call)), None)
+        if step is not None and not draws_per_rank(analysis):
+            yield Match(
+                step,
+                "training batches here come from no DataLoader, which the migration cannot shard: every process "
+                "trains on the same data unless each rank draws its own (seed with runtime.rank(), or take every "
+                "N-th sample)",
+                fixable=False,
+            )

@@ -700,7 +700,7 @@ def draws_per_rank(analysis: ScriptAnalysis) -> bool:
     facts = rank_facts(analysis)
     return any(
         facts.kind(node.slice) is Kind.RANK
-        for node in tree.walk(analysis.module)
+        for node in analysis.preorder
         if type(node) is cst.SubscriptElement and not isinstance(getattr(node.slice, "value", None), (cst.Integer, cst.SimpleString))
     )
 
