@@ -431,6 +431,6 @@ def _unused_alias(small: cst.Import | cst.ImportFrom, alias: cst.ImportAlias, go
 def call_with(function: cst.BaseExpression, first: cst.BaseExpression, rest: Iterable[cst.Arg]) -> cst.Call:
     """``function(first, *rest)`` with plain ``, `` separators."""
     args = [cst.Arg(first), *(a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in rest)]
-    comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-    args = [a.with_changes(comma=comma) for a in args[:-1]] + args[-1:]
+    # A comma of its own for each argument: one node at two places of a tree makes the engine clone the module.
+    args = [a.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for a in args[:-1]] + args[-1:]
     return cst.Call(func=function, args=args)

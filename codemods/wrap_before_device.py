@@ -49,10 +49,11 @@ def _moved_to_inner(stmt: cst.BaseStatement, name: str, inner: cst.BaseExpressio
     """A move statement of the wrapper (``name.to(d)``, ``name = name.to(d)``) as a move of the wrapped model."""
     move = _move_of(stmt, name)
     assert move is not None and isinstance(stmt, cst.SimpleStatementLine)
-    new_move = _applied_to(move, inner)
+    # Copies: the wrap keeps ``inner`` (one node at two places of a tree makes the engine clone the module).
+    new_move = _applied_to(move, inner.deep_clone())
     small = stmt.body[0]
     if isinstance(small, cst.Assign):
-        new_small = small.with_changes(targets=[cst.AssignTarget(inner)], value=new_move)
+        new_small = small.with_changes(targets=[cst.AssignTarget(inner.deep_clone())], value=new_move)
     else:
         new_small = small.with_changes(value=new_move)  # type: ignore[call-arg]
     return stmt.with_changes(body=[new_small])

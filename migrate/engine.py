@@ -125,7 +125,7 @@ def verify(text: str, path: str, rule: Rule) -> Vocabulary:
 def verify_output(text: str) -> None:
     """Refuse a migrated file that libcst itself cannot read back (checked once, on the final text)."""
     try:
-        cst.parse_module(text)
+        parse_module(text)
     except cst.ParserSyntaxError as error:
         raise FileError(f"the migrated code cannot be parsed again ({error.message}); file left unchanged") from None
 

@@ -3,11 +3,12 @@ and decisions that differ between ranks (computed once per analysis: :func:`per_
 
 from __future__ import annotations
 
-from typing import Union
+from typing import Callable, Union
 
 import libcst as cst
 
 from .. import names
+from . import tree
 from .loaders import loader_facts
 from .script import ScriptAnalysis, call_method_name, dotted_name, walk
 
@@ -26,6 +27,9 @@ class PerRankValues:
     assignments, ``for`` loops, ``list.append``, function arguments and return values. A name that is
     ever assigned from a reduction (``runtime.reduce_mean``, ...) or reduced in place
     (``dist.all_reduce(t)``) counts as reduced.
+
+    What an expression could mention is read from the tree once (:meth:`_uses`); the fixed point then only
+    looks names and functions up in the sets it grows.
     """
 
     def __init__(self, analysis: ScriptAnalysis) -> None:
@@ -33,6 +37,7 @@ class PerRankValues:
         self.names: set[tuple[Owner, str]] = set()
         self.reduced: set[tuple[Owner, str]] = set()
         self.functions: set[cst.FunctionDef] = set()
+        self._uses_of: dict[int, list[_Use]] = {}
 
     def key(self, node: cst.CSTNode, name: str) -> tuple[Owner, str]:
         if name.startswith("self."):
@@ -42,37 +47,64 @@ class PerRankValues:
         return (self.analysis.scope_of(node), name)
 
     def holds(self, node: cst.CSTNode, name: str) -> bool:
-        key = self.key(node, name)
-        if key in self.reduced or (self.analysis.module, name) in self.reduced:
+        return self._holds(self.key(node, name), (self.analysis.module, name))
+
+    def _holds(self, key: tuple[Owner, str], at_module: tuple[Owner, str]) -> bool:
+        if key in self.reduced or at_module in self.reduced:
             return False
-        return key in self.names or (self.analysis.module, name) in self.names
+        return key in self.names or at_module in self.names
 
     def mention(self, expr: cst.CSTNode) -> str | None:
         """The first per-rank value an expression uses outside reductions (its source text), or ``None``."""
-        if isinstance(expr, cst.Call):
-            if self.analysis.is_call_to(expr, names.REDUCTIONS) or dotted_name(expr.func) == "len" or call_method_name(expr) in SHAPE_QUERIES:
-                return None
-            if self.analysis.call_target(expr) in self.functions:
-                return dotted_name(expr.func) or "a per-rank value"
-        if isinstance(expr, cst.Attribute) and expr.attr.value in SHAPE_QUERIES:
-            return None
-        if isinstance(expr, (cst.Name, cst.Attribute)):
-            name = dotted_name(expr)
-            if name is not None and self.holds(expr, name):
-                return name
-        for child in expr.children:
-            found = self.mention(child)
-            if found:
-                return found
+        functions = self.functions
+        for use in self._uses(expr):
+            if use.function is not None:
+                if use.function in functions:
+                    return use.shown
+            elif self._holds(use.key, use.at_module):  # type: ignore[arg-type]
+                return use.shown
         return None
 
-    def _mark(self, node: cst.CSTNode, target: cst.BaseExpression) -> bool:
-        changed = False
+    def _uses(self, expr: cst.CSTNode) -> list[_Use]:
+        """The calls of this file's functions and the names an expression uses outside reductions and shape
+        queries, in source order (each a candidate for :meth:`mention`), read once per expression."""
+        found = self._uses_of.get(id(expr))
+        if found is None:
+            found = self._uses_of[id(expr)] = []
+            self._collect_uses(expr, found)
+        return found
+
+    def _collect_uses(self, expr: cst.CSTNode, found: list[_Use]) -> None:
+        kind = type(expr)
+        analysis = self.analysis
+        if kind is cst.Call:
+            if analysis.is_call_to(expr, names.REDUCTIONS) or dotted_name(expr.func) == "len" or call_method_name(expr) in SHAPE_QUERIES:  # type: ignore[arg-type]
+                return
+            target = analysis.call_target(expr)  # type: ignore[arg-type]
+            if target is not None:
+                found.append(_Use(dotted_name(expr.func) or "a per-rank value", function=target))  # type: ignore[attr-defined]
+        elif kind is cst.Attribute and expr.attr.value in SHAPE_QUERIES:  # type: ignore[attr-defined]
+            return
+        if kind is cst.Name or kind is cst.Attribute:
+            name = dotted_name(expr)
+            if name is not None:
+                found.append(_Use(name, key=self.key(expr, name), at_module=(analysis.module, name)))
+        for child in tree.children(expr):
+            self._collect_uses(child, found)
+
+    def _targets(self, node: cst.CSTNode, target: cst.BaseExpression) -> list[tuple[Owner, str]]:
+        """The keys an assignment to ``target`` marks (the names in it, not the attributes' parts)."""
+        keys = []
         for part in walk(target):
             name = dotted_name(part) if isinstance(part, (cst.Name, cst.Attribute)) else None
             if name is None or isinstance(self.analysis.parent(part), cst.Attribute):
                 continue
-            key = self.key(node, name)
+            keys.append(self.key(node, name))
+        return keys
+
+    def _mark(self, keys: list[tuple[Owner, str]]) -> bool:
+        changed = False
+        for key in keys:
             if key not in self.names:
                 self.names.add(key)
                 changed = True
@@ -81,7 +113,7 @@ class PerRankValues:
     def solve(self, seeds: list[tuple[cst.CSTNode, cst.BaseExpression]]) -> None:
         analysis = self.analysis
         for node, target in seeds:
-            self._mark(node, target)
+            self._mark(self._targets(node, target))
         for assign in analysis.assignments:
             if any(isinstance(n, cst.Call) and analysis.is_call_to(n, names.REDUCTIONS) for n in walk(assign.value)):  # type: ignore[arg-type]
                 targets = [t.target for t in assign.targets] if isinstance(assign, cst.Assign) else [assign.target]
@@ -93,39 +125,85 @@ class PerRankValues:
             name = dotted_name(call.args[0].value) if call.args else None
             if name and self.analysis.is_call_to(call, names.TORCH_COLLECTIVES):  # in place: the tensor now holds the total
                 self.reduced.add(self.key(call, name))
+        steps = [step for node in analysis.preorder if (step := self._step_of(node)) is not None]
         for _ in range(10):
             changed = False
-            for node in analysis.preorder:
-                changed |= self._step(node)
+            for step in steps:
+                changed |= step()
             if not changed:
                 break
 
-    def _step(self, node: cst.CSTNode) -> bool:
+    def _step_of(self, node: cst.CSTNode) -> Callable[[], bool] | None:
+        """What one round of the fixed point does at the node (``None``: nothing), with what it reads of
+        the tree read now."""
         analysis = self.analysis
-        if isinstance(node, cst.Assign) and self.mention(node.value):
-            return any([self._mark(node, t.target) for t in node.targets])
-        if isinstance(node, (cst.AugAssign, cst.AnnAssign)) and node.value is not None and self.mention(node.value):
-            return self._mark(node, node.target)
-        if isinstance(node, cst.For) and self.mention(node.iter):
-            return self._mark(node, node.target)
-        if isinstance(node, cst.Call) and call_method_name(node) in COLLECTING_METHODS and any(self.mention(a.value) for a in node.args):
-            return self._mark(node, node.func.value)  # type: ignore[union-attr]
-        if isinstance(node, cst.Return) and node.value is not None and self.mention(node.value):
-            function = analysis.enclosing_function(node)
-            if function is not None and function not in self.functions:
-                self.functions.add(function)
-                return True
-        if isinstance(node, cst.Call):
-            function = analysis.call_target(node)
-            if function is not None:
-                changed = False
-                for param in (p.name.value for p in function.params.params):
-                    argument = analysis.argument_for(node, function, param)
-                    if argument is not None and self.mention(argument) and (function, param) not in self.names:
-                        self.names.add((function, param))
-                        changed = True
-                return changed
-        return False
+        mention = self.mention
+        kind = type(node)
+        if kind is cst.Assign:
+            value, keys = node.value, [key for t in node.targets for key in self._targets(node, t.target)]  # type: ignore[attr-defined]
+            return lambda: bool(mention(value)) and self._mark(keys)
+        if (kind is cst.AugAssign or kind is cst.AnnAssign) and node.value is not None:  # type: ignore[attr-defined]
+            value, keys = node.value, self._targets(node, node.target)  # type: ignore[attr-defined]
+            return lambda: bool(mention(value)) and self._mark(keys)
+        if kind is cst.For:
+            value, keys = node.iter, self._targets(node, node.target)  # type: ignore[attr-defined]
+            return lambda: bool(mention(value)) and self._mark(keys)
+        if kind is cst.Return and node.value is not None:  # type: ignore[attr-defined]
+            value, function = node.value, analysis.enclosing_function(node)  # type: ignore[attr-defined]
+            if function is None:
+                return None
+            return lambda: bool(mention(value)) and self._add_function(function)
+        if kind is not cst.Call:
+            return None
+        collected = None
+        if call_method_name(node) in COLLECTING_METHODS and node.args:  # type: ignore[arg-type, attr-defined]
+            collected = ([a.value for a in node.args], self._targets(node, node.func.value))  # type: ignore[attr-defined]
+        passed: list[tuple[tuple[Owner, str], cst.BaseExpression]] = []
+        function = analysis.call_target(node)  # type: ignore[arg-type]
+        if function is not None:
+            for param in (p.name.value for p in function.params.params):
+                argument = analysis.argument_for(node, function, param)  # type: ignore[arg-type]
+                if argument is not None:
+                    passed.append(((function, param), argument))
+        if collected is None and function is None:
+            return None
+
+        def step() -> bool:
+            if collected is not None and any(mention(value) for value in collected[0]):
+                return self._mark(collected[1])
+            changed = False
+            for key, argument in passed:
+                if mention(argument) and key not in self.names:
+                    self.names.add(key)
+                    changed = True
+            return changed
+
+        return step
+
+    def _add_function(self, function: cst.FunctionDef) -> bool:
+        if function in self.functions:
+            return False
+        self.functions.add(function)
+        return True
+
+
+class _Use:
+    """One thing an expression uses that may hold a per-rank value: a name (with its keys) or a call of one
+    of this file's functions."""
+
+    __slots__ = ("shown", "function", "key", "at_module")
+
+    def __init__(
+        self,
+        shown: str,
+        function: cst.FunctionDef | None = None,
+        key: tuple[Owner, str] | None = None,
+        at_module: tuple[Owner, str] | None = None,
+    ) -> None:
+        self.shown = shown
+        self.function = function
+        self.key = key
+        self.at_module = at_module
 
 
 def _seeds(analysis: ScriptAnalysis) -> list[tuple[cst.CSTNode, cst.BaseExpression]]:

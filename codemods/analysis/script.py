@@ -304,9 +304,9 @@ class ModuleIndex:
         self._earlier = earlier.__dict__.get("generated") if earlier is not None else None
         self.nodes = _Indexer()
         #: Every node of the module in pre-order (source order), for the walks that come after this one;
-        #: layout nodes (whitespace, newlines, comments) are not indexed.
+        #: layout nodes (whitespace, newlines, comments) and dots are not indexed (:data:`tree.UNINDEXED_NODES`).
         self.preorder: list[cst.CSTNode] = []
-        tree.visit(module, self.nodes, self.nodes.parents, self.preorder, tree.LAYOUT_NODES)
+        tree.visit(module, self.nodes, self.nodes.parents, self.preorder, tree.UNINDEXED_NODES)
         #: Whether one node object sits at two places of the tree (a fix that copied a subtree and kept
         #: the original): it has one parent in the index, so the module must be cloned before analysis.
         self.shares_nodes = len(self.preorder) != len(self.nodes.parents) + 1
@@ -465,8 +465,8 @@ class ScriptAnalysis:
         return self.index.span(node)[0]
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
-        """The node's parent, or ``None`` for the module (and for layout nodes, which are not indexed:
-        :data:`tree.LAYOUT_NODES`)."""
+        """The node's parent, or ``None`` for the module (and for layout nodes and dots, which are not
+        indexed: :data:`tree.UNINDEXED_NODES`)."""
         return self._parents.get(node)
 
     def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:

@@ -35,6 +35,11 @@ LAYOUT_NODES = frozenset(
     {cst.SimpleWhitespace, cst.ParenthesizedWhitespace, cst.TrailingWhitespace, cst.Newline, cst.EmptyLine, cst.Comment}
 )
 
+#: The nodes a module's index leaves out: layout, and the dot of an attribute. libcst gives every ``Attribute``
+#: built without a ``dot=`` the same ``Dot`` object (a dataclass default), so a fix that builds two attributes
+#: puts one node at two places of the tree; no fact of the analysis is about a dot.
+UNINDEXED_NODES = LAYOUT_NODES | {cst.Dot}
+
 #: A node class's child fields in visiting order, as one getter of all of them (it returns a tuple) and
 #: ``None`` where they could not be read (libcst's own ``children`` is used for that class).
 _GETTERS: dict[type, Callable[[cst.CSTNode], tuple[object, ...]] | None] = {}
@@ -136,7 +141,7 @@ def visit(
     hooks: dict[type, _Hooks] = {}
     wanted = NODE_TYPES - skip  # the classes of the children walked into
     stack: list[object] = [root]
-    pop, push, extend = stack.pop, stack.append, stack.extend
+    pop, extend = stack.pop, stack.extend
     record = order.append if order is not None else None
     while stack:
         current = pop()
