@@ -14,20 +14,22 @@ from .runtime_calls import runtime_name
 
 
 class DataParallelCheckpointKeys(Rule):
-    """Keep the ``module.`` keys of a DataParallel model's ``state_dict()`` through the migration.
+    """Keep the ``module.`` keys of a wrapped model's ``state_dict()`` through the migration.
 
-    What it finds: ``model.state_dict()`` on a model that an unconditional ``nn.DataParallel(...)`` wraps.
-    Its keys start with ``module.`` (``module.fc.weight``), and that is the format of every checkpoint the
-    script ever wrote.
+    What it finds: ``model.state_dict()`` on a model that an unconditional ``nn.DataParallel(...)`` or
+    ``DistributedDataParallel(...)`` of the original program wraps. Its keys start with ``module.``
+    (``module.fc.weight``), and that is the format of every checkpoint the program ever wrote.
 
     Why it is a problem: the migration replaces DataParallel by DistributedDataParallel and reaches the
-    model's state through ``.module``, which drops the prefix: checkpoints the original wrote no longer
-    resume in the new code, and downstream code that reads ``module.``-keyed checkpoints breaks.
+    model's state through ``.module`` (DDP008), which drops the prefix: checkpoints the original wrote no
+    longer resume in the new code, and downstream code that reads ``module.``-keyed checkpoints breaks. A
+    program that already wraps in DDP would change its format the same way.
 
     What the fix does: ``runtime.unwrap(model).state_dict(prefix="module.")``: the same keys, whether the
-    model is wrapped or not. It runs before DataParallel is replaced (loading is DDP008's: it accepts keys
-    with and without the prefix). A DataParallel wrap under a condition (``if torch.cuda.device_count() >
-    1:``) wrote either format depending on the machine; it is left to DDP008, which saves the plain keys.
+    model is wrapped or not. It runs before the migration wraps anything (phase ``devices``: every wrap it
+    sees is the original's; loading is DDP008's, which accepts keys with and without the prefix). A wrap
+    under a condition (``if torch.cuda.device_count() > 1:``, ``if args.distributed:``) wrote either format
+    depending on how it ran; it is left to DDP008, which saves the plain keys.
 
     Fix safety: none; the checkpoint keeps its format.
     """
@@ -37,8 +39,8 @@ class DataParallelCheckpointKeys(Rule):
     fix_safety = FixSafety.SAFE
     phase = Phase.DEVICES
     severity = Severity.INFO
-    triggers = ("DataParallel",)
-    needs_names = (names.DATA_PARALLEL,)  # it acts only on model wraps
+    triggers = ("DataParallel",)  # in DistributedDataParallel too
+    needs_names = (names.MODEL_WRAPPERS,)  # it acts only on model wraps
     examples = (
         Example(
             before="""\
@@ -53,6 +55,23 @@ from ddp_migrate import runtime
 
 model = nn.DataParallel(Net())
 torch.save({"model": runtime.unwrap(model).state_dict(prefix="module.")}, "ckpt.pt")
+""",
+        ),
+        Example(
+            before="""\
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+ddp_model = DDP(model)
+torch.save(ddp_model.state_dict(), "ckpt.pt")
+""",
+            after="""\
+import torch
+from ddp_migrate import runtime
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+ddp_model = DDP(model)
+torch.save(runtime.unwrap(ddp_model).state_dict(prefix="module."), "ckpt.pt")
 """,
         ),
         Valid(
@@ -74,9 +93,10 @@ torch.save(net.state_dict(), "either.pt")
             if call.args or dotted_name(receiver) is None:
                 continue
             wrap = analysis.wrapped_at(receiver)
-            if wrap is None or not analysis.is_call_to(wrap, names.DATA_PARALLEL) or _conditional(analysis, wrap):
+            if wrap is None or not analysis.is_call_to(wrap, names.MODEL_WRAPPERS) or _conditional(analysis, wrap):
                 continue
-            yield Match(call, "state_dict() of a DataParallel model has module. keys: keep them when DDP replaces it")
+            wrapper = "DataParallel" if analysis.is_call_to(wrap, names.DATA_PARALLEL) else "DistributedDataParallel"
+            yield Match(call, f"state_dict() of a {wrapper} model has module. keys: keep them through the migration")
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         edits = Edits(analysis)
@@ -91,7 +111,7 @@ torch.save(net.state_dict(), "either.pt")
             receiver = call.func.value  # type: ignore[union-attr]
             new = new.with_changes(func=new.func.with_changes(value=unwrap.with_changes(args=[cst.Arg(receiver)])))
             edits.replace(call, lambda _updated, new=new: new)
-            edits.changes.append(Change(self.code, analysis.line(call), "state_dict keeps the module. keys of the DataParallel checkpoint"))
+            edits.changes.append(Change(self.code, analysis.line(call), "state_dict keeps the module. keys of the original's checkpoints"))
         return edits.apply(analysis.module) if edits else None
 
 
