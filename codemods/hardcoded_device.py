@@ -8,7 +8,7 @@ from typing import Iterator
 import libcst as cst
 
 from . import names
-from .analysis import ScriptAnalysis, call_method_name
+from .analysis import ScriptAnalysis, call_method_name, dotted_name
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression, remove_statements
 from .runtime_calls import runtime_name
@@ -45,13 +45,55 @@ def _is_literal_index(node: cst.BaseExpression) -> bool:
     return isinstance(node, cst.Integer) or (isinstance(node, cst.SimpleString) and bool(re.match(r"^cuda:\d+$", str(node.evaluated_value))))
 
 
+def _device_names(analysis: ScriptAnalysis) -> set[str]:
+    """The names and attributes (``device``, ``args.device``, ``self.device``) the module hands on as a
+    device: to ``.to(...)``, ``torch.device(...)``, ``torch.cuda.set_device(...)``, a ``device=`` or
+    ``map_location=`` argument."""
+    found: set[str] = set()
+    for call in analysis.calls:
+        handed: list[cst.BaseExpression] = [a.value for a in call.args if a.keyword is not None and a.keyword.value in DEVICE_KEYWORDS]
+        if call.args and call.args[0].keyword is None and (
+            call_method_name(call) == "to" or analysis.is_call_to(call, names.TORCH_DEVICE | names.CUDA_SET_DEVICE)
+        ):
+            handed.append(call.args[0].value)
+        found.update(name for value in handed if (name := dotted_name(value)) is not None)
+    return found
+
+
+def _string_devices(analysis: ScriptAnalysis, strict: bool) -> Iterator[cst.SimpleString]:
+    """CUDA devices written as strings into a variable the module uses as a device (``device = "cuda:0"``,
+    ``args.device = "cuda" if torch.cuda.is_available() else "cpu"``): a literal index always; a bare
+    ``"cuda"`` only where nothing sets the process group up by hand (``strict``) and no choice guards it
+    (after ``runtime.setup()`` a bare ``"cuda"`` follows this process's device; a CPU machine still needs
+    the other side)."""
+    used = _device_names(analysis)
+    for assign in analysis.assignments:
+        if isinstance(assign, cst.Assign):
+            if len(assign.targets) != 1:
+                continue
+            target = assign.targets[0].target
+        else:
+            target = assign.target
+        if assign.value is None or dotted_name(target) not in used:
+            continue
+        value = assign.value
+        sides = [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]
+        for side in sides:
+            if not (isinstance(side, cst.SimpleString) and CUDA_LITERAL.match(str(side.evaluated_value))):
+                continue
+            if _is_literal_index(side) or (strict and side is value):
+                yield side
+
+
 class HardcodedDevice(Rule):
     """Use this process's own device instead of a hard-coded CUDA device.
 
     What it finds: ``torch.device("cuda")``, ``torch.device("cuda:0")``, ``torch.device("cuda" if ... else
     "cpu")``, ``.cuda()``, ``.to("cuda")``, ``device="cuda"`` / ``map_location="cuda:0"`` arguments and
-    ``torch.cuda.set_device(0)``. In a script that already sets up a process group only literal indices
-    (``cuda:0``, ``.cuda(0)``, ``set_device(0)``) are reported: there ``.cuda()`` follows the current device.
+    ``torch.cuda.set_device(0)``; also a device kept in a variable as a string (``device = "cuda:0" if
+    torch.cuda.is_available() else "cpu"``) that the program hands to ``.to(...)`` or ``device=``. In a
+    script that already sets up a process group only literal indices (``cuda:0``, ``.cuda(0)``,
+    ``set_device(0)``) are reported: there ``.cuda()`` follows the current device.
 
     Why it is a problem: with one process per GPU, every process that says ``cuda`` or ``cuda:0`` piles
     onto GPU 0 (out of memory, or NCCL errors about duplicate GPUs), and none of it runs on a CPU-only
@@ -59,7 +101,8 @@ class HardcodedDevice(Rule):
 
     What the fix does: ``runtime.device()`` (``cuda:<LOCAL_RANK>`` on CUDA, ``cpu`` otherwise);
     ``.cuda()`` becomes ``.to(runtime.device())``; ``set_device`` calls are removed because
-    ``runtime.setup()`` sets the device before any CUDA work.
+    ``runtime.setup()`` sets the device before any CUDA work. A device string in a variable becomes
+    ``str(runtime.device())``, still a string (code such as ``"cuda" in device`` keeps working).
 
     Fix safety: a plain run uses ``cuda:0`` (or the CPU without CUDA), as the usual ``cuda``/``cuda:0``
     did; a script that named another GPU (``cuda:1``) now uses ``cuda:<LOCAL_RANK>``, and removed
@@ -129,6 +172,26 @@ device = runtime.device() if use_cuda else torch.device("cpu")
 loss.backward()
 """,
         ),
+        # A device kept as a string: every process used GPU 0 (a trial's finding).
+        Example(
+            before="""\
+import torch
+
+device = "cuda:0" if torch.cuda.is_available() else "cpu"
+model = Net().to(device)
+device_type = "cuda" if "cuda" in device else "cpu"
+loss.backward()
+""",
+            after="""\
+import torch
+from ddp_migrate import runtime
+
+device = str(runtime.device()) if torch.cuda.is_available() else "cpu"
+model = Net().to(device)
+device_type = "cuda" if "cuda" in device else "cpu"
+loss.backward()
+""",
+        ),
         Valid(
             """\
 import torch
@@ -177,6 +240,8 @@ with torch.autocast(device_type="cuda", enabled=False):
                 if arg.keyword is not None and arg.keyword.value in DEVICE_KEYWORDS and isinstance(arg.value, cst.SimpleString):
                     if _mentions_cuda(arg.value) and (strict or _is_literal_index(arg.value)):
                         yield Match(arg.value, "hard-coded CUDA device: use this process's device (runtime.device())")
+        for string in _string_devices(analysis, strict):
+            yield Match(string, f"hard-coded CUDA device {code_of(string)}, used as a device: every process would use it; use this process's device (str(runtime.device()))")
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         edits = Edits(analysis)
@@ -204,6 +269,10 @@ with torch.autocast(device_type="cuda", enabled=False):
                 new = f"{rt}.device() if {test} else {kept}" if cuda_in_body else f"{kept} if {test} else {rt}.device()"
                 edits.replace(node, expression(new))
                 message = "CUDA side of the device choice replaced by runtime.device(); the user's choice is kept"
+            elif isinstance(node, cst.SimpleString) and isinstance(analysis.parent(node), (cst.Assign, cst.AnnAssign, cst.IfExp)):
+                # A device kept in a variable stays a string: code reads it as one (``"cuda" in device``).
+                edits.replace(node, expression(f"str({rt}.device())"))
+                message = f"hard-coded CUDA device {code_of(node)} replaced by str(runtime.device())"
             else:
                 edits.replace(analysis.device_choice(node), device)  # type: ignore[arg-type]
                 message = "hard-coded CUDA device replaced by runtime.device()"
