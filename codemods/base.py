@@ -212,10 +212,15 @@ class Rule(abc.ABC):
     def matches(self, analysis: ScriptAnalysis) -> Iterable[Match]:
         """Yield every node this rule reports in the analysed file."""
 
+    def matches_in(self, analysis: ScriptAnalysis) -> list[Match]:
+        """The rule's matches in an analysed module, computed once per analysis and rule object: the last
+        pass of a migration runs the fix on the same analysis the findings are then read from."""
+        return analysis.derived(f"matches of {self.code} {id(self)}", lambda analysed: list(self.matches(analysed)))
+
     def find(self, analysis: ScriptAnalysis) -> list[Finding]:
         """Report the rule's findings, positioned in the analysed file."""
         findings = []
-        for match in self.matches(analysis):
+        for match in self.matches_in(analysis):
             start, end = analysis.span(match.node)
             findings.append(
                 Finding(

@@ -195,7 +195,7 @@ plain = DDP(nn.Linear(4, 4))
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         edits = Edits(analysis)
-        for match in self.matches(analysis):
+        for match in self.matches_in(analysis):
             wrap = match.node
             assert isinstance(wrap, cst.Call)
             arg = wrapped_module(wrap)

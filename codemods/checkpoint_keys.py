@@ -100,7 +100,7 @@ torch.save(net.state_dict(), "either.pt")
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         edits = Edits(analysis)
-        for match in self.matches(analysis):
+        for match in self.matches_in(analysis):
             call = match.node
             assert isinstance(call, cst.Call)
             rt = runtime_name(analysis, edits)

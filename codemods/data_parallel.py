@@ -167,7 +167,7 @@ else:
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         edits = Edits(analysis)
-        for match in self.matches(analysis):
+        for match in self.matches_in(analysis):
             call = match.node
             assert isinstance(call, cst.Call)
             model = wrapped_argument(call)

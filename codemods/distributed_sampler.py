@@ -375,7 +375,7 @@ with torch.no_grad():
             home, node, name = scaled[0]
             kept = f" (batch size kept per process: the program already divides {name} by the world size, line {home.line(node)})"
             options = dataclasses.replace(options, batch_size=BatchSizePolicy.PER_PROCESS)
-        for match in self.matches(analysis):
+        for match in self.matches_in(analysis):
             loader = match.node
             assert isinstance(loader, cst.Call)
             if not match.fixable:

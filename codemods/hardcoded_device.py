@@ -246,7 +246,7 @@ with torch.autocast(device_type="cuda", enabled=False):
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         edits = Edits(analysis)
         removed: list[cst.CSTNode] = []
-        for match in self.matches(analysis):
+        for match in self.matches_in(analysis):
             rt = runtime_name(analysis, edits)
             device = expression(f"{rt}.device()")
             node = match.node

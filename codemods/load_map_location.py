@@ -71,7 +71,7 @@ checkpoint = torch.load(path, map_location="cpu")
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         edits = Edits(analysis)
-        for match in self.matches(analysis):
+        for match in self.matches_in(analysis):
             call = match.node
             assert isinstance(call, cst.Call)
             rt = runtime_name(analysis, edits)

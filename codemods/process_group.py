@@ -163,7 +163,7 @@ dist.destroy_process_group()
         return not analysis.tears_down_group and not legacy_facts(analysis).launches
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
-        if not list(self.matches(analysis)):
+        if not self.matches_in(analysis):
             return None
         site = analysis.setup_site
         if site is None:

@@ -133,7 +133,7 @@ loader = DataLoader(train_set, batch_size=32, sampler=DistributedSampler(train_s
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         edits = Edits(analysis)
-        for match in self.matches(analysis):
+        for match in self.matches_in(analysis):
             loader = match.node
             assert isinstance(loader, cst.Call)
             found = self._targets(analysis, loader)

@@ -109,14 +109,20 @@ for epoch in range(100):
     )
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
-        values = per_rank_values(analysis)
+        # The decisions first: most programs take none, and then the per-rank values are not solved at all.
+        exits = [
+            branch
+            for branch in analysis.ifs
+            if analysis.nearest_loop(branch) is not None
+            and (_leaves_early(branch.body) or (branch.orelse is not None and _leaves_early(branch.orelse)))
+        ]
+        steps = [call for call in analysis.calls if call_method_name(call) == "step" and call.args]
+        values = per_rank_values(analysis) if exits or steps else None
         if values is None:
             return
-        for branch in analysis.ifs:
+        for branch in exits:
             shown = values.mention(branch.test)
-            if shown is None or analysis.nearest_loop(branch) is None:
-                continue
-            if _leaves_early(branch.body) or (branch.orelse is not None and _leaves_early(branch.orelse)):
+            if shown is not None:
                 yield Match(
                     branch.test,
                     f"`{code_of(branch.test)}` decides on {shown}, computed on this rank's shard of the data only: the "
@@ -124,9 +130,7 @@ for epoch in range(100):
                     "all-reduce and the job hangs); reduce it across ranks first (runtime.reduce_mean)",
                     fixable=False,
                 )
-        for call in analysis.calls:
-            if call_method_name(call) != "step" or not call.args:
-                continue
+        for call in steps:
             shown = next((found for arg in call.args if (found := values.mention(arg.value))), None)
             if shown is not None:
                 yield Match(

@@ -134,7 +134,7 @@ if master_process:
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         edits = Edits(analysis)
-        for match in self.matches(analysis):
+        for match in self.matches_in(analysis):
             call = match.node
             assert isinstance(call, cst.Call)
             if not match.fixable:

@@ -63,8 +63,9 @@ class WrappedModuleAccess(Rule):
     the ``module.`` prefix (one written by a DataParallel or DDP run, or by a plain one): ``{k.removeprefix(
     "module."): v for k, v in state.items()}``. A setting assigned on the wrapper is set on the model too
     (``model.hyp = model.module.hyp = ...``), so code that reads it through either finds it. Where the wrap
-    happens only on some paths (``if args.distributed:``), or the access sits in a nested function that may
-    run before the wrap, it uses ``runtime.unwrap(model)`` instead, which returns the model itself when it
+    happens only on some paths (``if args.distributed:``), the access sits in a nested function that may
+    run before the wrap, or a function is handed the wrapped model by some calls and a plain one by others
+    (``evaluate(model)`` and ``evaluate(ema_model)``), it uses ``runtime.unwrap(model)`` instead, which returns the model itself when it
     was not wrapped; ``no_sync()`` there becomes ``(model.no_sync() if hasattr(model, "no_sync") else
     contextlib.nullcontext())``. ``isinstance`` checks for ``DistributedDataParallel`` too.
 
@@ -349,7 +350,7 @@ torch.save(model.module.state_dict(), "model.pt")
             wrap, closure = _wrap_of(analysis, attribute.value)
             if wrap is None:
                 continue
-            sometimes = closure or self._wrapped_only_sometimes(analysis, wrap, attribute)
+            sometimes = closure or self._wrapped_only_sometimes(analysis, wrap, attribute) or analysis.handed_unwrapped(attribute.value)
             kind = "DDP" if analysis.is_call_to(wrap, names.DISTRIBUTED_DATA_PARALLEL) else "DataParallel"
             if attr == "no_sync":
                 guarded = isinstance(analysis.parent(parent), cst.IfExp) and "hasattr" in code_of(analysis.parent(parent).test)  # type: ignore[union-attr]
@@ -380,7 +381,7 @@ torch.save(model.module.state_dict(), "model.pt")
                 if call.args and not call.args[0].keyword and not call.args[0].star:
                     wrap, closure = _wrap_of(analysis, call.args[0].value)
                     if wrap is not None and dotted_name(call.args[0].value) is not None:
-                        sometimes = closure or self._wrapped_only_sometimes(analysis, wrap, call)
+                        sometimes = closure or self._wrapped_only_sometimes(analysis, wrap, call) or analysis.handed_unwrapped(call.args[0].value)
                         what = "copy" if analysis.is_call_to(call, {"copy.deepcopy"}) else "tracing"
                         yield _Case("handoff", call.args[0].value, call.args[0].value, sometimes, f"{code_of(call.func)} gets the DDP wrapper: hand it the model itself ({what} of the wrapper fails or keeps DDP's hooks)")
             elif _is_data_parallel_check(analysis, call):

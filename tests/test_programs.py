@@ -289,3 +289,50 @@ def test_modules_reached_through_imports_are_named_the_way_the_entry_was(tmp_pat
     absolute = CliRunner().invoke(cli, ["lint", str(folder / ENTRIES["refs_style"])])
     named = {line.split(":")[0] for line in absolute.output.splitlines() if ": DDP" in line}
     assert len(named) > 1 and all(Path(p).is_absolute() for p in named), named
+
+
+def test_a_function_handed_the_wrapped_model_and_a_plain_copy_reaches_both_through_unwrap(tmp_path: Path) -> None:
+    # evaluate() in another module gets the model (wrapped by the migration) and its EMA copy (never
+    # wrapped): .module would fail on the copy (a trial's AttributeError), runtime.unwrap serves both.
+    (tmp_path / "engine.py").write_text(
+        "import torch\n\n\n"
+        "def evaluate(model, loader):\n"
+        "    correct = 0\n"
+        "    for x, y in loader:\n"
+        "        correct += (model(x).argmax(1) == y).sum().item()\n"
+        "    print(model.num_classes, correct)\n\n\n"
+        "def train_one_epoch(model, loader, optimizer):\n"
+        "    for x, y in loader:\n"
+        "        optimizer.zero_grad()\n"
+        "        loss = torch.nn.functional.cross_entropy(model(x), y)\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+    )
+    (tmp_path / "train.py").write_text(
+        "import copy\n\n"
+        "import torch\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n\n"
+        "from engine import evaluate, train_one_epoch\n\n\n"
+        "class Net(torch.nn.Linear):\n"
+        "    num_classes = 4\n\n\n"
+        "def main():\n"
+        "    data = TensorDataset(torch.randn(64, 8), torch.randint(0, 4, (64,)))\n"
+        "    loader = DataLoader(data, batch_size=8, shuffle=True)\n"
+        "    model = Net(8, 4)\n"
+        "    ema = copy.deepcopy(model)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for epoch in range(2):\n"
+        "        train_one_epoch(model, loader, optimizer)\n"
+        "        evaluate(model, loader)\n"
+        "        evaluate(ema, loader)\n\n\n"
+        'if __name__ == "__main__":\n'
+        "    main()\n"
+    )
+    migrated = migrate_tree(tmp_path, "train.py")
+    assert "DistributedDataParallel(model" in migrated["train.py"]
+    assert "(runtime.unwrap(model).num_classes, correct)" in migrated["engine.py"]
+    assert ".module" not in migrated["engine.py"]
+    # Handed the wrapped model only, the same access goes through .module as before.
+    (tmp_path / "train.py").write_text((tmp_path / "train.py").read_text().replace("        evaluate(ema, loader)\n", ""))
+    migrated = migrate_tree(tmp_path, "train.py")
+    assert "(model.module.num_classes, correct)" in migrated["engine.py"]

@@ -895,6 +895,28 @@ class ScriptAnalysis:
         """Calls in this file that run the function."""
         return [call for call, target in self._call_targets.items() if target is function]
 
+    def handed_unwrapped(self, expr: cst.BaseExpression) -> bool:
+        """Whether a wrapped model read through a parameter (``model.fc`` in ``def evaluate(model):``) is,
+        at some call of its function in the program, handed a value that is no wrapped model there (an EMA
+        copy, the plain model before the wrap, no argument at all): the parameter then holds the wrapper on
+        some calls only, and only ``runtime.unwrap`` reaches the model on all of them."""
+        name = dotted_name(expr)
+        function = self.enclosing_function(expr)
+        if name is None or function is None:
+            return False
+        root = name.split(".")[0]
+        params = [p.name.value for p in (*function.params.posonly_params, *function.params.params, *function.params.kwonly_params)]
+        if root not in params or (root == params[0] and root in ("self", "cls") and self.enclosing_class(function) is not None):
+            return False
+        for call, target in self.shared.call_targets.items():
+            if target is not function:
+                continue
+            owner = self.shared.analysis_of(call) or self
+            argument = owner.argument_for(call, function, root)
+            if argument is None or owner.wrapped_at(argument) is None:
+                return True
+        return False
+
     def argument_for(self, call: cst.Call, function: cst.FunctionDef, param: str) -> cst.BaseExpression | None:
         """The expression a call passes for a parameter of the function it runs."""
         return next((arg for name, arg in self._bound_arguments(call, function) if name == param), None)
