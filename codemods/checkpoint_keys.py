@@ -80,6 +80,8 @@ import torch.nn as nn
 
 model = nn.DataParallel(Net())
 torch.save(model.module.state_dict(), "plain.pt")
+raw = model.module if hasattr(model, "module") else model
+torch.save(raw.state_dict(), "plain.pt")
 if torch.cuda.device_count() > 1:
     net = nn.DataParallel(net)
 torch.save(net.state_dict(), "either.pt")
@@ -90,8 +92,8 @@ torch.save(net.state_dict(), "either.pt")
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
         for call in analysis.method_calls("state_dict"):
             receiver = call.func.value  # type: ignore[union-attr]
-            if call.args or dotted_name(receiver) is None:
-                continue
+            if call.args or dotted_name(receiver) is None or analysis.holds_unwrapped(receiver):
+                continue  # (``raw = model.module if hasattr(model, "module") else model``: plain keys already)
             wrap = analysis.wrapped_at(receiver)
             if wrap is None or not analysis.is_call_to(wrap, names.MODEL_WRAPPERS) or _conditional(analysis, wrap):
                 continue

@@ -89,6 +89,19 @@ else:
     print("waiting for the configuration")
 """,
         ),
+        # An early return on the other ranks: the barrier after it is reached by rank 0 alone (a trial's hang).
+        Example(
+            before="""\
+import torch
+import torch.distributed as dist
+
+def save_checkpoint(state, path):
+    if dist.get_rank() != 0:
+        return
+    torch.save(state, path)
+    dist.barrier()
+""",
+        ),
         # Rank tests found by data flow (issue 14): a variable, a helper of the file, a conjunction.
         Example(
             before="""\

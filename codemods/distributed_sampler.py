@@ -159,6 +159,33 @@ for x, y in loader:
     loss_fn(model(x), y).backward()
 """,
         ),
+        # The call passes shuffle and the batch size itself, next to the dict (a trial: the batch size was
+        # left global and the sampler told not to shuffle beside shuffle=True, a ValueError).
+        Example(
+            before="""\
+from torch.utils.data import DataLoader
+
+common = dict(num_workers=2, pin_memory=True)
+loader = DataLoader(train_set, batch_size=args.batch_size, shuffle=True, **common)
+for x, y in loader:
+    loss_fn(model(x), y).backward()
+""",
+            after="""\
+from ddp_migrate import runtime
+from torch.utils.data import DataLoader
+from torch.utils.data.distributed import DistributedSampler
+
+common = dict(num_workers=2, pin_memory=True)
+loader = DataLoader(
+    train_set,
+    batch_size=runtime.per_process_batch_size(args.batch_size),
+    sampler=DistributedSampler(train_set, shuffle=True),
+    **common,
+)
+for x, y in loader:
+    loss_fn(model(x), y).backward()
+""",
+        ),
         Example(
             before="""\
 from torch.utils.data import DataLoader
@@ -458,24 +485,41 @@ with torch.no_grad():
         self, analysis: ScriptAnalysis, edits: Edits, loader: cst.Call, dataset: cst.BaseExpression, kwargs: KwargsDict, options: Options
     ) -> cst.Call:
         """``DataLoader(ds, **kw)``: the dict is left as it is (other loaders may share it); the call
-        overrides ``shuffle`` and ``batch_size`` and adds the sampler with the dict's shuffle."""
+        overrides ``shuffle`` and ``batch_size`` and adds the sampler with the dict's shuffle. A
+        ``shuffle`` or ``batch_size`` the call passes itself (``DataLoader(ds, 16, shuffle=True, **kw)``;
+        then the dict cannot hold it) is handled as in a call without a dict."""
         sampler_class = imported_name(analysis, edits, SAMPLER_MODULE, SAMPLER_CLASS)
         keys = kwargs.keys or frozenset()
+        own_shuffle = loader_argument(loader, "shuffle")
+        own_batch_size = loader_argument(loader, "batch_size")
+        divide = options.batch_size is BatchSizePolicy.GLOBAL
         overrides = []
-        if "batch_size" in keys and options.batch_size is BatchSizePolicy.GLOBAL:
+        if "batch_size" in keys and own_batch_size is None and divide:
             rt = runtime_name(analysis, edits)
             overrides.append(f'"batch_size": {rt}.per_process_batch_size({kwargs.name}["batch_size"])')
         shuffle = "False"
-        if "shuffle" in keys:
+        if own_shuffle is not None:
+            shuffle = code_of(own_shuffle.value)
+        elif "shuffle" in keys:
             overrides.append('"shuffle": False')
             shuffle = f'{kwargs.name}.get("shuffle", False)'
         sampler = f"{sampler_class}({code_of(dataset)}, {self._replicas(analysis, edits)}shuffle={shuffle})"
         args: list[cst.Arg] = []
         original_dataset = loader_argument(loader, "dataset")
         sampler_arg = cst.Arg(expression(sampler), keyword=cst.Name("sampler"), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
-        for arg in loader.args:
+        keyword_from = None
+        for index, arg in enumerate(loader.args):
+            parameter = LOADER_PARAMETERS[index] if arg.keyword is None and not arg.star and index < len(LOADER_PARAMETERS) else None
             if arg is original_dataset:
                 arg = arg.with_changes(value=dataset)
+            if arg is own_shuffle:
+                keyword_from = index  # the sampler carries it; positional arguments after it become keywords
+                continue
+            if parameter is not None and keyword_from is not None:
+                arg = arg.with_changes(keyword=cst.Name(parameter), equal=_NO_SPACE_EQUAL)
+            if arg is own_batch_size and divide:
+                rt = runtime_name(analysis, edits)
+                arg = arg.with_changes(value=expression(f"{rt}.per_process_batch_size({code_of(arg.value)})"))
             if arg.star == "**":
                 # The sampler goes before the unpacked dict: it is then an argument the analysis can read.
                 args.append(sampler_arg)

@@ -92,6 +92,39 @@ for x, y in loader:
     optimizer.step()
 """,
         ),
+        # The parameters reach the optimizer through variables (a weight-decay split): the model still
+        # trains, and used to be left unwrapped while its data was sharded (a trial's silent wrong).
+        Example(
+            before="""\
+import torch
+
+model = Net().to(device)
+decay, no_decay = [], []
+for name, param in model.named_parameters():
+    (no_decay if name.endswith("bias") else decay).append(param)
+groups = [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}]
+optimizer = torch.optim.AdamW(groups, lr=1e-3)
+for x, y in loader:
+    loss_fn(model(x), y).backward()
+    optimizer.step()
+""",
+            after="""\
+import torch
+from ddp_migrate import runtime
+from torch.nn.parallel import DistributedDataParallel
+
+model = Net().to(device)
+model = DistributedDataParallel(model, device_ids=runtime.device_ids())
+decay, no_decay = [], []
+for name, param in model.named_parameters():
+    (no_decay if name.endswith("bias") else decay).append(param)
+groups = [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}]
+optimizer = torch.optim.AdamW(groups, lr=1e-3)
+for x, y in loader:
+    loss_fn(model(x), y).backward()
+    optimizer.step()
+""",
+        ),
         Example(
             before="""\
 import torch

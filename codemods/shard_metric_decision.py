@@ -4,33 +4,10 @@ from __future__ import annotations
 
 from typing import Iterator
 
-import libcst as cst
-
-from .analysis import ScriptAnalysis, call_method_name, dotted_name, tree
+from .analysis import ScriptAnalysis, call_method_name, leaves_early
 from .analysis.per_rank import per_rank_values
 from .base import Example, Match, Phase, Rule, Severity, Valid
 from .edits import code_of
-
-#: Statements that leave or cut short a loop's iteration.
-_EXITS = (cst.Break, cst.Continue, cst.Return, cst.Raise)
-#: Calls that end the process.
-_PROCESS_EXITS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
-
-
-def _leaves_early(branch: cst.CSTNode) -> bool:
-    """Whether a branch leaves the loop or the function (``break``, ``continue``, ``return``, ``raise``,
-    ``sys.exit()``), not counting what nested functions and classes would do."""
-    stack = [branch]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, _EXITS):
-            return True
-        if isinstance(node, cst.Call) and dotted_name(node.func) in _PROCESS_EXITS:
-            return True
-        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-            continue
-        stack.extend(tree.children(node))
-    return False
 
 
 class ShardMetricDecision(Rule):
@@ -114,7 +91,7 @@ for epoch in range(100):
             branch
             for branch in analysis.ifs
             if analysis.nearest_loop(branch) is not None
-            and (_leaves_early(branch.body) or (branch.orelse is not None and _leaves_early(branch.orelse)))
+            and (leaves_early(branch.body) or (branch.orelse is not None and leaves_early(branch.orelse)))
         ]
         steps = [call for call in analysis.calls if call_method_name(call) == "step" and call.args]
         values = per_rank_values(analysis) if exits or steps else None

@@ -125,6 +125,26 @@ for epoch in range(3):
 model.load_state_dict(torch.load("last.pt"))
 """,
         ),
+        # Rank 0 alone gets past the early return: the save is already its own (a trial's hang, when it
+        # became runtime.save with a barrier).
+        Valid(
+            """\
+import os
+import torch
+
+
+def save_checkpoint(state, path):
+    if int(os.environ.get("RANK", "0")) != 0:
+        return
+    torch.save(state, path)
+
+
+for epoch in range(3):
+    train(model)
+    loss.backward()
+    save_checkpoint(model.state_dict(), "last.pt")
+"""
+        ),
         Valid(
             """\
 import torch

@@ -8,7 +8,7 @@ from typing import Iterator
 import libcst as cst
 
 from . import names
-from .analysis import WRAPPER_ATTRIBUTES, ScriptAnalysis, call_method_name, dotted_name, walk
+from .analysis import WRAPPER_ATTRIBUTES, ScriptAnalysis, call_method_name, dotted_name
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression
 from .runtime_calls import DDP_CLASS, DDP_MODULE, imported_name, nullcontext_name, runtime_name
@@ -32,8 +32,6 @@ DDP_ATTRIBUTES = frozenset(
 STATE_METHODS = frozenset({"state_dict", "load_state_dict", "named_modules", "get_submodule", "get_parameter", "extra_repr"})
 #: Calls that take a model as their first argument and must get the model itself, not its DDP wrapper.
 HANDOFFS = frozenset({"copy.deepcopy", "torch.jit.trace", "torch.jit.script", "torch.jit.trace_module", "torch.onnx.export", "torch.export.export"})
-#: Functions that hand back the model inside a wrapper.
-UNWRAP_FUNCTIONS = frozenset({"unwrap", "de_parallel", "unwrap_model", "get_model"})
 TRAINING_STEP_TODO = (
     "this model method runs in the training step: through .module it would skip DDP's gradient all-reduce; "
     "call the model (its forward) instead, e.g. make forward() return the loss"
@@ -376,6 +374,15 @@ torch.save(model.module.state_dict(), "model.pt")
             else:
                 message = f"{attr} is not on the {kind} wrapper: use .module.{attr}"
             yield _Case("access", attribute, attribute, sometimes, message)
+        for subscript in analysis.subscripts:
+            # ``model[0]`` of an ``nn.Sequential``: the wrapper holds one module and is not indexable.
+            if dotted_name(subscript.value) is None or isinstance(analysis.parent(subscript), cst.AssignTarget):
+                continue
+            wrap, closure = _wrap_of(analysis, subscript.value)
+            if wrap is not None:
+                sometimes = closure or self._wrapped_only_sometimes(analysis, wrap, subscript) or analysis.handed_unwrapped(subscript.value)
+                kind = "DDP" if analysis.is_call_to(wrap, names.DISTRIBUTED_DATA_PARALLEL) else "DataParallel"
+                yield _Case("access", subscript, subscript, sometimes, f"{code_of(subscript)} indexes the {kind} wrapper, which cannot be indexed: index the model (.module)")
         for call in analysis.calls:
             if analysis.is_call_to(call, HANDOFFS) or call_method_name(call) == "add_graph":
                 if call.args and not call.args[0].keyword and not call.args[0].star:
@@ -422,6 +429,12 @@ torch.save(model.module.state_dict(), "model.pt")
                 edits.changes.append(Change(self.code, line, "the model itself (not its DDP wrapper) is copied or traced"))
                 continue
             attribute = case.attribute
+            if isinstance(attribute, cst.Subscript):
+                inner = self._inner(analysis, edits, attribute.value, case.sometimes)
+                edits.replace(attribute, lambda updated, inner=inner: updated.with_changes(value=inner))
+                how = "runtime.unwrap(...)" if case.sometimes else ".module"
+                edits.changes.append(Change(self.code, line, f"the model is indexed through {how}"))
+                continue
             assert isinstance(attribute, cst.Attribute)
             how = "runtime.unwrap(...)" if case.sometimes else ".module"
             inner = self._inner(analysis, edits, attribute.value, case.sometimes) if case.kind != "no_sync" else attribute.value
@@ -484,7 +497,7 @@ def _wrap_of(analysis: ScriptAnalysis, expr: cst.BaseExpression) -> tuple[cst.Ca
     """The wrap the expression's model comes from, and whether it is reached from a nested function
     (a closure: it may run before or after the wrap, so only ``runtime.unwrap`` is safe there)."""
     name = dotted_name(expr)
-    if name is None or _holds_unwrapped(analysis, expr, name):
+    if name is None or analysis.holds_unwrapped(expr):
         return None, False
     wrap = analysis.wrapped_at(expr)
     if wrap is not None:
@@ -523,41 +536,9 @@ def _binds(analysis: ScriptAnalysis, function: cst.FunctionDef, name: str) -> bo
     )
 
 
-def _holds_unwrapped(analysis: ScriptAnalysis, expr: cst.BaseExpression, name: str) -> bool:
-    """Whether every assignment of the name in its scope stores an unwrapped model: ``raw = model.module if
-    isinstance(model, DataParallel) else model``, ``net = model.module``, ``net = runtime.unwrap(model)``.
-    (Should move to the analysis: the binding model follows the ``else`` branch into the wrapper.)"""
-    scope = analysis.enclosing_function(expr)
-    values = [
-        assign.value
-        for assign in analysis.assignments_in(scope)
-        if any(dotted_name(t) == name for t in _targets(assign))
-    ]
-    return bool(values) and all(v is not None and _is_unwrapped(analysis, v) for v in values)
-
-
-def _is_unwrapped(analysis: ScriptAnalysis, value: cst.BaseExpression) -> bool:
-    if isinstance(value, cst.Attribute) and value.attr.value == "module":
-        return True
-    if isinstance(value, cst.Call):
-        func = value.func
-        last = func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else ""
-        return last in UNWRAP_FUNCTIONS
-    if isinstance(value, cst.IfExp):
-        body = value.body
-        if isinstance(body, cst.Attribute) and body.attr.value == "module" and dotted_name(body.value) is not None:
-            if dotted_name(body.value) == dotted_name(value.orelse):
-                return True  # ``model.module if distributed else model``
-        return _is_unwrapped(analysis, value.body) and any(
-            isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value in ("isinstance", "hasattr")
-            for n in walk(value.test)
-        )
-    return False
-
-
 def _same_attribute_unwrapped(analysis: ScriptAnalysis, target: cst.BaseExpression, attr: str) -> bool:
     """Whether an assignment target is ``<unwrapped model>.attr`` (``model.module.hyp``, ``runtime.unwrap(model).hyp``)."""
-    return isinstance(target, cst.Attribute) and target.attr.value == attr and _is_unwrapped(analysis, target.value)
+    return isinstance(target, cst.Attribute) and target.attr.value == attr and analysis.is_unwrapped(target.value)
 
 
 def _is_data_parallel_check(analysis: ScriptAnalysis, call: cst.Call) -> bool:

@@ -336,3 +336,30 @@ def test_a_function_handed_the_wrapped_model_and_a_plain_copy_reaches_both_throu
     (tmp_path / "train.py").write_text((tmp_path / "train.py").read_text().replace("        evaluate(ema, loader)\n", ""))
     migrated = migrate_tree(tmp_path, "train.py")
     assert "(model.module.num_classes, correct)" in migrated["engine.py"]
+
+
+def test_a_model_whose_parameters_reach_the_optimizer_through_a_parameter_is_wrapped(tmp_path: Path) -> None:
+    # The optimizer is built in a helper from what its caller passes: the data was sharded while the model
+    # stayed unwrapped (each rank trained its own model, a trial's silent wrong).
+    (tmp_path / "train.py").write_text(
+        "import torch\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n\n\n"
+        "def train_stage(model, params, loader, epochs):\n"
+        "    optimizer = torch.optim.Adam(params, lr=1e-3)\n"
+        "    for epoch in range(epochs):\n"
+        "        for x, y in loader:\n"
+        "            optimizer.zero_grad()\n"
+        "            torch.nn.functional.mse_loss(model(x), y).backward()\n"
+        "            optimizer.step()\n\n\n"
+        "def main():\n"
+        "    loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8, shuffle=True)\n"
+        "    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 1))\n"
+        "    train_stage(model, model[1].parameters(), loader, 1)\n"
+        "    train_stage(model, model.parameters(), loader, 2)\n\n\n"
+        'if __name__ == "__main__":\n'
+        "    main()\n"
+    )
+    migrated = migrate_tree(tmp_path, "train.py")["train.py"]
+    assert "model = DistributedDataParallel(model, device_ids=runtime.device_ids())" in migrated
+    # The wrapper cannot be indexed: the Sequential's layer is reached through .module.
+    assert "train_stage(model, model.module[1].parameters(), loader, 1)" in migrated

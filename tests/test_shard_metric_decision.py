@@ -62,3 +62,43 @@ def test_decisions_on_a_shard_metric_are_left_to_a_human(metric: str, reported: 
     if reported:
         assert any("scheduler.step() steps on train_loss" in line for line in reviews)
         assert any("`train_loss > best - 1e-4` decides on train_loss" in line for line in reviews)
+
+
+def test_a_shard_metric_returned_by_another_module_is_followed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The torchvision/timm layout: engine.py trains and returns its averaged metrics, main.py stops early on
+    # them. A trial's ranks left the loop apart (gloo: connection closed by peer) while the report said
+    # nothing; the same code in one file was reported.
+    monkeypatch.chdir(tmp_path)
+    Path("engine.py").write_text(
+        "import torch\n\n\n"
+        "def train_one_epoch(model, optimizer, loader):\n"
+        "    total = 0.0\n"
+        "    for x, y in loader:\n"
+        "        optimizer.zero_grad()\n"
+        "        loss = torch.nn.functional.mse_loss(model(x), y)\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+        "        total += loss.item()\n"
+        '    return {"loss": total / len(loader)}\n'
+    )
+    Path("main.py").write_text(
+        "import torch\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n\n"
+        "from engine import train_one_epoch\n\n\n"
+        "def main():\n"
+        "    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)\n"
+        "    model = torch.nn.Linear(4, 1)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        '    best = float("inf")\n'
+        "    for epoch in range(10):\n"
+        "        stats = train_one_epoch(model, optimizer, loader)\n"
+        '        if stats["loss"] >= best:\n'
+        "            break\n"
+        '        best = stats["loss"]\n\n\n'
+        'if __name__ == "__main__":\n'
+        "    main()\n"
+    )
+    result = CliRunner().invoke(cli, ["main.py"], catch_exceptions=False)
+    reviews = [line for line in result.output.splitlines() if line.lstrip().startswith("review ") and "DDP041" in line]
+    assert len(reviews) == 1, result.output
+    assert 'main.py:' in reviews[0] and '`stats["loss"] >= best` decides on stats' in reviews[0]

@@ -47,7 +47,7 @@ class PerRankValues:
         return (self.analysis.scope_of(node), name)
 
     def holds(self, node: cst.CSTNode, name: str) -> bool:
-        return self._holds(self.key(node, name), (self.analysis.module, name))
+        return self._holds(self.key(node, name), (self.analysis.module_of(node), name))
 
     def _holds(self, key: tuple[Owner, str], at_module: tuple[Owner, str]) -> bool:
         if key in self.reduced or at_module in self.reduced:
@@ -88,7 +88,7 @@ class PerRankValues:
         if kind is cst.Name or kind is cst.Attribute:
             name = dotted_name(expr)
             if name is not None:
-                found.append(_Use(name, key=self.key(expr, name), at_module=(analysis.module, name)))
+                found.append(_Use(name, key=self.key(expr, name), at_module=(analysis.module_of(expr), name)))
         for child in tree.children(expr):
             self._collect_uses(child, found)
 
@@ -114,18 +114,19 @@ class PerRankValues:
         analysis = self.analysis
         for node, target in seeds:
             self._mark(self._targets(node, target))
-        for assign in analysis.assignments:
+        modules = analysis.shared.analyses
+        for assign in (assign for module in modules for assign in module.assignments):
             if any(isinstance(n, cst.Call) and analysis.is_call_to(n, names.REDUCTIONS) for n in walk(assign.value)):  # type: ignore[arg-type]
                 targets = [t.target for t in assign.targets] if isinstance(assign, cst.Assign) else [assign.target]
                 for target in targets:
                     name = dotted_name(target)
                     if name:
                         self.reduced.add(self.key(assign, name))
-        for call in analysis.calls_to(names.REDUCTIONS):
+        for call in (call for module in modules for call in module.calls_to(names.REDUCTIONS)):
             name = dotted_name(call.args[0].value) if call.args else None
             if name and self.analysis.is_call_to(call, names.TORCH_COLLECTIVES):  # in place: the tensor now holds the total
                 self.reduced.add(self.key(call, name))
-        steps = [step for node in analysis.preorder if (step := self._step_of(node)) is not None]
+        steps = [step for module in modules for node in module.preorder if (step := self._step_of(node)) is not None]
         for _ in range(10):
             changed = False
             for step in steps:
@@ -207,22 +208,28 @@ class _Use:
 
 
 def _seeds(analysis: ScriptAnalysis) -> list[tuple[cst.CSTNode, cst.BaseExpression]]:
-    """The batches of the loaders a ``DistributedSampler`` shards, and the losses ``backward()`` is called on."""
+    """The batches of the loaders a ``DistributedSampler`` shards, and the losses ``backward()`` is called
+    on, in every module of the program (a training step in ``engine.py`` returns its metrics to
+    ``main.py``)."""
     seeds: list[tuple[cst.CSTNode, cst.BaseExpression]] = []
-    for loop in analysis.loader_loops:
-        if not any(analysis.has_distributed_sampler(loader) for loader in loop.loader_calls):
-            continue
-        target = loop.loop.target
-        is_enumerate = isinstance(loop.loop.iter, cst.Call) and dotted_name(loop.loop.iter.func) == "enumerate"
-        if is_enumerate and isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
-            target = target.elements[1].value  # the batch, not the index (the same on every rank)
-        seeds.append((loop.loop, target))
-    for call in analysis.backward_calls:
-        receiver = call.func.value  # type: ignore[union-attr]
-        if isinstance(receiver, (cst.Name, cst.Attribute)) and any(
-            analysis.has_distributed_sampler(loader) for loader in loader_facts(analysis).training_loaders
-        ):
-            seeds.append((call, receiver))
+    modules = analysis.shared.analyses
+    for module in modules:
+        for loop in module.loader_loops:
+            if not any(module.has_distributed_sampler(loader) for loader in loop.loader_calls):
+                continue
+            target = loop.loop.target
+            is_enumerate = isinstance(loop.loop.iter, cst.Call) and dotted_name(loop.loop.iter.func) == "enumerate"
+            if is_enumerate and isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
+                target = target.elements[1].value  # the batch, not the index (the same on every rank)
+            seeds.append((loop.loop, target))
+    sharded = any(
+        module.has_distributed_sampler(loader) for module in modules for loader in loader_facts(module).training_loaders
+    )
+    for module in modules:
+        for call in module.backward_calls:
+            receiver = call.func.value  # type: ignore[union-attr]
+            if isinstance(receiver, (cst.Name, cst.Attribute)) and sharded:
+                seeds.append((call, receiver))
     return seeds
 
 

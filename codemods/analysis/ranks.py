@@ -32,7 +32,7 @@ import libcst as cst
 from .. import names
 from . import tree
 from .legacy import ENV_GETTERS, Key, LaunchIndex, LegacyFacts, int_value, legacy_facts, target_nodes
-from .script import SELF_RETURNING_METHODS, ScriptAnalysis, callee_name, dotted_name, walk
+from .script import SELF_RETURNING_METHODS, ScriptAnalysis, callee_name, dotted_name, leaves_early, walk
 
 
 class Kind(enum.IntEnum):
@@ -197,6 +197,8 @@ class RankFacts:
             if name:
                 self._stores.setdefault(self.legacy.key(node, name), []).append(store)
         self._memo: dict[cst.CSTNode, Kind] = {}
+        #: Per block: for each of its statements, the early exits before it (:meth:`_early_exits`).
+        self._exits_of: dict[cst.CSTNode, dict[cst.CSTNode, tuple[Condition, ...]]] = {}
         self._active: set[object] = set()
         self._cycles = 0
         self._steps_left: int | None = None  # the exhaustive query's budget (``None`` between queries)
@@ -249,13 +251,18 @@ class RankFacts:
     def conditions(self, node: cst.CSTNode) -> Iterator[Condition]:
         """The conditions around a node within its function (or the module), nearest first: ``if`` and
         ``while`` tests, conditional expressions, the left side of ``and`` / ``or``, comprehension filters,
-        loops over rank-dependent iterables and ``except`` handlers."""
+        loops over rank-dependent iterables and ``except`` handlers; and the early exits before it: an
+        ``if`` earlier in an enclosing block whose branch returns or leaves the loop (``if not is_main:
+        return`` lets only the main process reach what follows)."""
         analysis = self.analysis
         child: cst.CSTNode = node
         for ancestor in analysis.ancestors(node):
             if isinstance(ancestor, (cst.FunctionDef, cst.Lambda)):
                 return
-            if isinstance(ancestor, (cst.If, cst.While)) and child is not ancestor.test:
+            kind = type(ancestor)
+            if kind is cst.IndentedBlock or kind is cst.Module:
+                yield from self._early_exits(ancestor, child)  # type: ignore[arg-type]
+            elif isinstance(ancestor, (cst.If, cst.While)) and child is not ancestor.test:
                 yield Condition(ancestor, ancestor.test, self.kind(ancestor.test), child is ancestor.body)
             elif isinstance(ancestor, cst.IfExp) and child is not ancestor.test:
                 yield Condition(ancestor, ancestor.test, self.kind(ancestor.test), child is ancestor.body)
@@ -275,6 +282,22 @@ class RankFacts:
                             yield Condition(test, test.test, self.kind(test.test), True)
                     comp = comp.inner_for_in
             child = ancestor
+
+    def _early_exits(self, block: cst.IndentedBlock | cst.Module, statement: cst.CSTNode) -> Iterator[Condition]:
+        """The ``if`` statements before ``statement`` in the block that may leave it early, nearest first,
+        each a condition on the branch that goes on (``in_body``: whether that is the ``if``'s own body)."""
+        exits = self._exits_of.get(block)
+        if exits is None:
+            exits = self._exits_of[block] = {}
+            before: list[Condition] = []
+            for item in block.body:
+                exits[item] = tuple(before)
+                if type(item) is cst.If:
+                    # Errors raised on some ranks end the job (torchrun stops the others): no path that goes on.
+                    body_leaves = leaves_early(item.body, errors=False)  # type: ignore[attr-defined]
+                    if body_leaves or (item.orelse is not None and leaves_early(item.orelse, errors=False)):  # type: ignore[attr-defined]
+                        before.insert(0, Condition(item, item.test, self.kind(item.test), not body_leaves))  # type: ignore[attr-defined]
+        yield from exits.get(statement, ())
 
     def unsafe_condition(self, node: cst.CSTNode) -> Condition | None:
         """The nearest condition that may let only some ranks reach the node: around it in its function, or

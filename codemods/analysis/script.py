@@ -41,6 +41,8 @@ ITERATION_WRAPPERS = frozenset({"enumerate", "iter", "tqdm", "trange", "zip", "r
 #: Methods that return the module they are called on, so ``model = model.to(device)`` keeps its identity.
 SELF_RETURNING_METHODS = frozenset({"to", "cuda", "cpu", "float", "half", "double", "bfloat16", "train", "eval"})
 #: Attributes and methods that stay on the DDP wrapper (everything else goes through ``.module``).
+#: Functions that hand back the model inside a wrapper (``runtime.unwrap``, YOLO's ``de_parallel``).
+UNWRAP_FUNCTIONS = frozenset({"unwrap", "de_parallel", "unwrap_model", "get_model"})
 WRAPPER_ATTRIBUTES = frozenset(
     {
         "forward",
@@ -438,6 +440,11 @@ class ScriptAnalysis:
     def preorder(self) -> list[cst.CSTNode]:
         """Every node of the module in source order (pre-order): the index's walk, kept, instead of another."""
         return self.index.preorder
+
+    @cached_property
+    def subscripts(self) -> list[cst.Subscript]:
+        """Every subscript (``x[i]``) of the module, in source order."""
+        return [node for node in self.index.preorder if type(node) is cst.Subscript]  # type: ignore[misc]
 
     def derived(self, key: str, build: Callable[[ScriptAnalysis], T]) -> T:
         """Facts derived from this analysis by a module above it (ranks, loaders, legacy launches), built on
@@ -1185,18 +1192,79 @@ class ScriptAnalysis:
 
     @cached_property
     def trained_models(self) -> list[str]:
-        """Dotted names whose ``parameters()`` are handed to an optimizer (``model``, ``self.net``)."""
+        """Dotted names whose ``parameters()`` are handed to an optimizer (``model``, ``self.net``): in the
+        optimizer's call, or through the values that flow into its arguments (``params =
+        list(model.parameters())``, a weight-decay split that appends from ``model.named_parameters()``, a
+        function parameter the callers fill with ``model.parameters()``; see :meth:`_flows_into`)."""
         found: list[str] = []
         for optimizer in self.optimizer_calls:
-            for call in _calls_within(optimizer):
-                if call_method_name(call) in ("parameters", "named_parameters"):
-                    receiver = dotted_name(call.func.value)  # type: ignore[union-attr]
-                    if receiver:
-                        parts = receiver.split(".")
-                        name = ".".join(parts[:2] if parts[0] == "self" else parts[:1])
-                        if name not in found:
-                            found.append(name)
+            for call in self._parameter_calls(optimizer):
+                receiver = dotted_name(call.func.value)  # type: ignore[union-attr]
+                if receiver:
+                    parts = receiver.split(".")
+                    name = ".".join(parts[:2] if parts[0] == "self" else parts[:1])
+                    if name not in found:
+                        found.append(name)
         return found
+
+    def _parameter_calls(self, optimizer: cst.Call, depth: int = 4) -> list[cst.Call]:
+        """The ``parameters()`` / ``named_parameters()`` calls whose values reach the optimizer's arguments,
+        followed through names ``depth`` steps deep."""
+        found: list[cst.Call] = []
+        seen: set[tuple[object, str]] = set()
+        pending: list[tuple[cst.CSTNode, int]] = [(arg.value, depth) for arg in optimizer.args]
+        while pending:
+            node, left = pending.pop()
+            for part in tree.walk(node):
+                kind = type(part)
+                if kind is cst.Call and call_method_name(part) in ("parameters", "named_parameters"):  # type: ignore[arg-type]
+                    found.append(part)  # type: ignore[arg-type]
+                elif left > 0 and (kind is cst.Name or kind is cst.Attribute) and type(self._parents.get(part)) is not cst.Attribute:
+                    name = dotted_name(part)
+                    key = (self.scope_of(part), name or "")
+                    if name is not None and key not in seen:
+                        seen.add(key)
+                        pending.extend((value, left - 1) for value in self._flows_into(part, name))
+        return found
+
+    def _flows_into(self, node: cst.CSTNode, name: str) -> list[cst.CSTNode]:
+        """The expressions whose values a name may hold, in its scope (flow-insensitive): what is assigned
+        to it (``=``, ``+=``), appended or added to it, the iterable of a loop over it, and for a parameter
+        of a function the arguments its callers pass."""
+        scope = self.scope_of(node)
+        flows = list(self._value_flows.get((scope, name), ()))
+        if isinstance(scope, cst.FunctionDef) and "." not in name and self.is_parameter(scope, name):
+            for call, target in self.shared.call_targets.items():
+                if target is scope:
+                    owner = self.shared.analysis_of(call) or self
+                    argument = owner.argument_for(call, scope, name)
+                    if argument is not None:
+                        flows.append(argument)
+        return flows
+
+    @cached_property
+    def _value_flows(self) -> dict[tuple[Scope, str], list[cst.CSTNode]]:
+        flows: dict[tuple[Scope, str], list[cst.CSTNode]] = {}
+
+        def add(target: cst.CSTNode, value: cst.CSTNode) -> None:
+            for part in tree.walk(target):
+                name = dotted_name(part) if type(part) in (cst.Name, cst.Attribute) else None
+                if name is not None and type(self._parents.get(part)) is not cst.Attribute:
+                    flows.setdefault((self.scope_of(part), name), []).append(value)
+
+        for node in self.preorder:
+            kind = type(node)
+            if kind is cst.Assign:
+                for target in node.targets:  # type: ignore[attr-defined]
+                    add(target.target, node.value)  # type: ignore[attr-defined]
+            elif (kind is cst.AnnAssign or kind is cst.AugAssign) and node.value is not None:  # type: ignore[attr-defined]
+                add(node.target, node.value)  # type: ignore[attr-defined]
+            elif kind is cst.For:
+                add(node.target, node.iter)  # type: ignore[attr-defined]
+            elif kind is cst.Call and call_method_name(node) in ("append", "extend", "insert", "add", "update"):  # type: ignore[arg-type]
+                for arg in node.args:  # type: ignore[attr-defined]
+                    add(node.func.value, arg.value)  # type: ignore[attr-defined]
+        return flows
 
     def builds_layer(self, value: cst.BaseExpression) -> bool:
         """Whether a value is a new layer: ``nn.Linear(...)``, ``nn.Linear(...).to(device)``, or an instance
@@ -1223,6 +1291,38 @@ class ScriptAnalysis:
                 continue
             return wrap
         return None
+
+    def holds_unwrapped(self, expr: cst.BaseExpression) -> bool:
+        """Whether every assignment of the name in its scope stores an unwrapped model (see
+        :meth:`is_unwrapped`): such a name holds the model itself, whatever wraps the model it comes from."""
+        name = dotted_name(expr)
+        if name is None:
+            return False
+        scope = self.enclosing_function(expr)
+        values = [
+            assign.value
+            for assign in self.assignments_in(scope)
+            if any(dotted_name(t) == name for t in _assign_targets(assign))
+        ]
+        return bool(values) and all(v is not None and self.is_unwrapped(v) for v in values)
+
+    def is_unwrapped(self, value: cst.BaseExpression) -> bool:
+        """Whether an expression is the model inside a wrapper: ``model.module``, ``runtime.unwrap(model)``
+        (or another unwrapping helper), ``model.module if isinstance(model, DataParallel) else model``."""
+        if isinstance(value, cst.Attribute) and value.attr.value == "module":
+            return True
+        if isinstance(value, cst.Call):
+            return callee_name(value) in UNWRAP_FUNCTIONS
+        if isinstance(value, cst.IfExp):
+            body = value.body
+            if isinstance(body, cst.Attribute) and body.attr.value == "module" and dotted_name(body.value) is not None:
+                if dotted_name(body.value) == dotted_name(value.orelse):
+                    return True  # ``model.module if distributed else model``
+            return self.is_unwrapped(value.body) and any(
+                isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value in ("isinstance", "hasattr")
+                for n in walk(value.test)
+            )
+        return False
 
     # -------------------------------------------------------------------- entry point
 
@@ -1509,6 +1609,37 @@ def statements_of(block: cst.BaseSuite | cst.Module) -> Sequence[cst.BaseStateme
     if isinstance(block, cst.IndentedBlock):
         return block.body
     return ()
+
+
+#: Calls that end the process (``sys.exit()``): after them nothing of the program runs on this rank.
+PROCESS_EXITS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
+
+
+def leaves_early(branch: cst.CSTNode, errors: bool = True) -> bool:
+    """Whether a branch may leave the code that follows it: a ``return`` anywhere in it, a ``break`` /
+    ``continue`` of the loop around the branch (not of a loop inside it), and with ``errors`` a ``raise``
+    or ``sys.exit()`` (without: a branch that fails is no path on which the program goes on); what
+    nested functions and classes would do does not count."""
+    stack: list[tuple[cst.CSTNode, bool]] = [(branch, False)]
+    while stack:
+        node, in_inner_loop = stack.pop()
+        kind = type(node)
+        if kind is cst.Return or (errors and kind is cst.Raise):
+            return True
+        if (kind is cst.Break or kind is cst.Continue) and not in_inner_loop:
+            return True
+        if errors and kind is cst.Call and dotted_name(node.func) in PROCESS_EXITS:  # type: ignore[attr-defined]
+            return True
+        if kind is cst.FunctionDef or kind is cst.ClassDef or kind is cst.Lambda:
+            continue
+        if kind is cst.For or kind is cst.While:
+            # A break or continue in the loop's body is the inner loop's; its else runs in the branch.
+            if node.orelse is not None:  # type: ignore[attr-defined]
+                stack.append((node.orelse, in_inner_loop))  # type: ignore[attr-defined]
+            stack.append((node.body, True))  # type: ignore[attr-defined]
+            continue
+        stack.extend((child, in_inner_loop) for child in tree.children(node))
+    return False
 
 
 def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
