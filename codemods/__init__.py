@@ -35,6 +35,7 @@ from .padded_eval_sampler import PaddedEvalSampler
 from .sampler_shuffle import SamplerWithShuffle
 from .unsynced_metric_logging import UnsyncedMetricLogging
 from .unsharded_training_data import UnshardedTrainingData
+from .requires_grad_after_wrap import RequiresGradAfterWrap
 from .shard_metric_decision import ShardMetricDecision
 
 #: Every rule, in code order. The engine runs their fixes in phase order.
@@ -74,6 +75,7 @@ ALL_RULES: tuple[type[Rule], ...] = tuple(
             LayerAddedAfterWrap,
             UnshardedTrainingData,
             ShardMetricDecision,
+            RequiresGradAfterWrap,
         ),
         key=lambda rule: rule.code,
     )

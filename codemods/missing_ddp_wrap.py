@@ -16,6 +16,7 @@ from .analysis import (
     wrapped_argument,
 )
 from .analysis.ranks import rank_facts
+from .analysis.trainable import changes_requires_grad
 from .base import (
     Change,
     Example,
@@ -85,6 +86,35 @@ from ddp_migrate import runtime
 from torch.nn.parallel import DistributedDataParallel
 
 model = Net().to(device)
+model = DistributedDataParallel(model, device_ids=runtime.device_ids())
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    loss_fn(model(x), y).backward()
+    optimizer.step()
+""",
+        ),
+        # A frozen backbone: DDP synchronises what requires gradients when it wraps, so the wrap follows
+        # the freeze (before it, the next step failed: no gradient for the frozen parameters).
+        Example(
+            before="""\
+import torch
+
+model = Net().to(device)
+for param in model.backbone.parameters():
+    param.requires_grad = False
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    loss_fn(model(x), y).backward()
+    optimizer.step()
+""",
+            after="""\
+import torch
+from ddp_migrate import runtime
+from torch.nn.parallel import DistributedDataParallel
+
+model = Net().to(device)
+for param in model.backbone.parameters():
+    param.requires_grad = False
 model = DistributedDataParallel(model, device_ids=runtime.device_ids())
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 for x, y in loader:
@@ -228,7 +258,12 @@ loss.backward()
             return None
         anchor = first
         for stmt in body[body.index(first) + 1 :]:
-            if analysis.reaches_backward(stmt) or isinstance(stmt, (cst.For, cst.While)):
+            if analysis.reaches_backward(stmt):
+                break
+            if changes_requires_grad(analysis, stmt):
+                anchor = stmt  # DDP synchronises what requires gradients when it wraps: freeze first
+                continue
+            if isinstance(stmt, (cst.For, cst.While)):
                 break
             if _sets_up(stmt, model):
                 anchor = stmt

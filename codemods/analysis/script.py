@@ -1195,7 +1195,7 @@ class ScriptAnalysis:
         """Dotted names whose ``parameters()`` are handed to an optimizer (``model``, ``self.net``): in the
         optimizer's call, or through the values that flow into its arguments (``params =
         list(model.parameters())``, a weight-decay split that appends from ``model.named_parameters()``, a
-        function parameter the callers fill with ``model.parameters()``; see :meth:`_flows_into`)."""
+        function parameter the callers fill with ``model.parameters()``; see :meth:`flows_into`)."""
         found: list[str] = []
         for optimizer in self.optimizer_calls:
             for call in self._parameter_calls(optimizer):
@@ -1224,10 +1224,10 @@ class ScriptAnalysis:
                     key = (self.scope_of(part), name or "")
                     if name is not None and key not in seen:
                         seen.add(key)
-                        pending.extend((value, left - 1) for value in self._flows_into(part, name))
+                        pending.extend((value, left - 1) for value in self.flows_into(part, name))
         return found
 
-    def _flows_into(self, node: cst.CSTNode, name: str) -> list[cst.CSTNode]:
+    def flows_into(self, node: cst.CSTNode, name: str) -> list[cst.CSTNode]:
         """The expressions whose values a name may hold, in its scope (flow-insensitive): what is assigned
         to it (``=``, ``+=``), appended or added to it, the iterable of a loop over it, and for a parameter
         of a function the arguments its callers pass."""
