@@ -9,6 +9,7 @@ import libcst as cst
 from . import names
 from .analysis import ScriptAnalysis, wrapped_argument
 from .analysis.ranks import rank_facts
+from .analysis.trainable import skipped_in_some_steps
 from .base import (
     Change,
     Example,
@@ -22,7 +23,7 @@ from .base import (
     Valid,
 )
 from .edits import Edits, code_of, statement
-from .runtime_calls import ddp_call
+from .runtime_calls import ddp_call, find_unused_parameters_argument
 
 
 class DataParallel(Rule):
@@ -174,6 +175,9 @@ else:
             if model is None:
                 continue
             kept = [a for a in call.args if a.keyword is not None and a.keyword.value == "dim"]
+            skipped = skipped_in_some_steps(analysis, model)
+            if skipped is not None:
+                kept.append(find_unused_parameters_argument())  # DataParallel never minded a skipped layer
             new_call = ddp_call(analysis, edits, model, kept)
             parent = analysis.parent(call)
             if isinstance(parent, cst.IfExp) and code_of(model).strip() in (
@@ -184,7 +188,10 @@ else:
                 edits.replace(parent, new_call)
             elif not self._hoist_out_of_condition(analysis, edits, call, new_call):
                 edits.replace(call, new_call)
-            edits.changes.append(Change(self.code, analysis.line(call), "nn.DataParallel replaced by DistributedDataParallel"))
+            message = "nn.DataParallel replaced by DistributedDataParallel"
+            if skipped is not None:
+                message += f", with find_unused_parameters=True: the model's forward() calls `{code_of(skipped[1].func)}` only on some steps"
+            edits.changes.append(Change(self.code, analysis.line(call), message))
         for qualified in names.DATA_PARALLEL:
             local = analysis.local_name_for(qualified)
             if local:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from . import names
-from .analysis import ScriptAnalysis, is_true, keyword_argument
+from .analysis import ScriptAnalysis, is_true, keyword_argument, wrapped_argument
+from .analysis.trainable import skipped_in_some_steps
 from .base import Example, Match, Phase, Rule, Severity, Valid
 
 
@@ -22,7 +23,10 @@ class FindUnusedParameters(Rule):
 
     What a human must do: when every parameter is used in every forward pass, remove the argument (the
     default is ``False``; DDP raises a clear error at the next step if a parameter did go unused). Keep it,
-    and silence this finding, when the graph is dynamic. The tool cannot tell which case applies.
+    and silence this finding, when the graph is dynamic. Where the model's class (in the program) calls a
+    layer only on some steps, by a test of its input or of chance (LayerDrop: ``if self.training and
+    torch.rand(()) < p: continue``), the flag is needed and nothing is reported; the migration's own wraps
+    pass it there.
     """
 
     code = "DDP032"
@@ -39,6 +43,30 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 model = DDP(model, device_ids=[local_rank], find_unused_parameters=True)
 """,
         ),
+        # The model's forward() skips a layer at random: the flag is needed.
+        Valid(
+            """\
+import torch
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Linear(8, 8) for _ in range(4))
+
+    def forward(self, x):
+        for block in self.blocks:
+            if self.training and torch.rand(()) < 0.2:
+                continue
+            x = block(x)
+        return x
+
+
+model = DDP(Net(), device_ids=[local_rank], find_unused_parameters=True)
+"""
+        ),
         Valid(
             """\
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -51,6 +79,9 @@ model = DDP(model, device_ids=[local_rank], find_unused_parameters=False)
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
         for wrap in analysis.calls_to(names.DISTRIBUTED_DATA_PARALLEL):
             flag = keyword_argument(wrap, "find_unused_parameters")
+            model = wrapped_argument(wrap)
+            if model is not None and skipped_in_some_steps(analysis, model) is not None:
+                continue  # its forward() skips a layer on some steps: the flag is needed
             if flag is not None and is_true(flag.value):
                 yield Match(
                     flag,

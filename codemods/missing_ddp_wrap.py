@@ -16,7 +16,7 @@ from .analysis import (
     wrapped_argument,
 )
 from .analysis.ranks import rank_facts
-from .analysis.trainable import changes_requires_grad
+from .analysis.trainable import changes_requires_grad, skipped_in_some_steps
 from .base import (
     Change,
     Example,
@@ -29,7 +29,7 @@ from .base import (
     Valid,
 )
 from .edits import Edits, code_of, expression, statement
-from .runtime_calls import ddp_call, runtime_name
+from .runtime_calls import ddp_call, find_unused_parameters_argument, runtime_name
 
 #: What a switch's value reads when it already follows a torchrun launch.
 LAUNCH_AWARE = ("WORLD_SIZE", "RANK", "launched_by_torchrun", "runtime.", "local_rank", "get_world_size", "is_initialized")
@@ -116,6 +116,63 @@ model = Net().to(device)
 for param in model.backbone.parameters():
     param.requires_grad = False
 model = DistributedDataParallel(model, device_ids=runtime.device_ids())
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    loss_fn(model(x), y).backward()
+    optimizer.step()
+""",
+        ),
+        # Layers skipped at random (LayerDrop): their parameters get no gradient on some steps, which DDP
+        # refuses at the next step unless it looks for unused parameters (a trial's crash).
+        Example(
+            before="""\
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Linear(8, 8) for _ in range(4))
+
+    def forward(self, x):
+        for block in self.blocks:
+            if self.training and torch.rand(()) < 0.2:
+                continue
+            x = block(x)
+        return x
+
+
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    loss_fn(model(x), y).backward()
+    optimizer.step()
+""",
+            after="""\
+import torch
+import torch.nn as nn
+from ddp_migrate import runtime
+from torch.nn.parallel import DistributedDataParallel
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Linear(8, 8) for _ in range(4))
+
+    def forward(self, x):
+        for block in self.blocks:
+            if self.training and torch.rand(()) < 0.2:
+                continue
+            x = block(x)
+        return x
+
+
+model = Net()
+model = DistributedDataParallel(
+    model, device_ids=runtime.device_ids(), find_unused_parameters=True
+)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 for x, y in loader:
     loss_fn(model(x), y).backward()
@@ -355,10 +412,15 @@ loss.backward()
         for model, anchor in self._cases(analysis):
             if anchor is None:
                 continue
-            call = ddp_call(analysis, edits, expression(model))
+            creations = _assignments_to(analysis, model)
+            skipped = skipped_in_some_steps(analysis, creations[0].targets[0].target) if creations else None
+            call = ddp_call(analysis, edits, expression(model), [find_unused_parameters_argument()] if skipped else None)
             wrap = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(expression(model))], call)])
             edits.insert_after(anchor, wrap)
-            edits.changes.append(Change(self.code, analysis.line(anchor) + 1, f"{model} wrapped in DistributedDataParallel"))
+            message = f"{model} wrapped in DistributedDataParallel"
+            if skipped is not None:
+                message += f", with find_unused_parameters=True: its forward() calls `{code_of(skipped[1].func)}` only on some steps"
+            edits.changes.append(Change(self.code, analysis.line(anchor) + 1, message))
         for guard, switch, sites in self._switches(analysis):
             if not sites:
                 edits.todo(guard, f"make `{switch}` true under torchrun (runtime.world_size() > 1)")

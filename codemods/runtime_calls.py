@@ -45,6 +45,15 @@ def imported_name(analysis: ScriptAnalysis, edits: Edits, module: str, name: str
     return name
 
 
+def find_unused_parameters_argument() -> cst.Arg:
+    """``find_unused_parameters=True``, for a wrap whose model skips layers on some steps."""
+    return cst.Arg(
+        cst.Name("True"),
+        keyword=cst.Name("find_unused_parameters"),
+        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
+    )
+
+
 def ddp_call(analysis: ScriptAnalysis, edits: Edits, model: cst.BaseExpression, extra: list[cst.Arg] | None = None) -> cst.Call:
     """``DistributedDataParallel(model, device_ids=runtime.device_ids())`` in this file's spelling."""
     ddp = imported_name(analysis, edits, DDP_MODULE, DDP_CLASS)

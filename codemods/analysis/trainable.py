@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from .script import ScriptAnalysis, call_method_name, dotted_name, walk
+from . import tree
+from .script import ScriptAnalysis, call_method_name, dotted_name, leaves_early, walk
 
 #: Methods whose results are a model's parameters or its submodules (whose ``requires_grad`` is theirs).
 PARAMETER_SOURCES = frozenset({"parameters", "named_parameters", "modules", "named_modules", "children", "named_children"})
@@ -112,3 +113,81 @@ def changes_requires_grad(analysis: ScriptAnalysis, statement: cst.BaseStatement
 
 def _loop_around_both(analysis: ScriptAnalysis, node: cst.CSTNode, wrap: cst.CSTNode) -> bool:
     return any(isinstance(a, (cst.For, cst.While)) and analysis.is_inside(wrap, a) for a in analysis.ancestors(node))
+
+
+def skipped_in_some_steps(analysis: ScriptAnalysis, model: cst.BaseExpression) -> tuple[ScriptAnalysis, cst.Call] | None:
+    """A layer of the model's class that its ``forward()`` calls only on some steps (with the analysis of
+    its module), or ``None``: a call of a submodule (``self.head(x)``, ``layer(x)`` in a loop over
+    ``self.layers``) under a condition, or after an early ``continue`` / ``break`` / ``return``, whose test
+    reads something besides the model's own settings (an input, ``torch.rand()``, a task name). Those
+    layers' parameters get no gradient on such steps, which DDP refuses unless it looks for unused
+    parameters. A test of settings alone (``self.training``, ``self.downsample is not None``) is the same on
+    every step. Classes whose instances the model builds are searched too, three levels deep."""
+    classes = [analysis.shared.constructed[origin] for origin in analysis.origins(model) if origin in analysis.shared.constructed]
+    seen: set[cst.ClassDef] = set()
+    for depth in range(3):
+        found_classes: list[cst.ClassDef] = []
+        for cls in classes:
+            if cls in seen:
+                continue
+            seen.add(cls)
+            owner = analysis.shared.analysis_of(cls)
+            if owner is None:
+                continue
+            forward = next((s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "forward"), None)  # type: ignore[union-attr]
+            if forward is not None:
+                found = _conditional_layer_call(owner, forward)
+                if found is not None:
+                    return owner, found
+            found_classes.extend(owner.shared.constructed[n] for n in walk(cls) if type(n) is cst.Call and n in owner.shared.constructed)  # type: ignore[comparison-overlap]
+        classes = found_classes
+    return None
+
+
+def _conditional_layer_call(analysis: ScriptAnalysis, forward: cst.FunctionDef) -> cst.Call | None:
+    layers = {dotted_name(loop.target) for loop in walk(forward) if type(loop) is cst.For and (dotted_name(loop.iter) or "").startswith("self.")}  # type: ignore[attr-defined]
+    for node in walk(forward.body):
+        if type(node) is not cst.Call:
+            continue
+        callee = dotted_name(node.func)  # type: ignore[attr-defined]
+        if callee is None or not (callee.startswith("self.") and callee.count(".") == 1 or callee in layers):
+            continue
+        if any(not _settings_only(test) for test in _tests_around(analysis, node, forward)):
+            return node  # type: ignore[return-value]
+    return None
+
+
+def _tests_around(analysis: ScriptAnalysis, node: cst.CSTNode, function: cst.FunctionDef) -> list[cst.BaseExpression]:
+    """The tests that decide whether the node runs, within the function: ``if`` / ``while`` / conditional
+    expressions around it, the left side of ``and`` / ``or``, and ``if`` statements before it in an
+    enclosing block that leave it early."""
+    tests: list[cst.BaseExpression] = []
+    child: cst.CSTNode = node
+    for ancestor in analysis.ancestors(node):
+        if ancestor is function:
+            break
+        kind = type(ancestor)
+        if (kind is cst.If or kind is cst.While or kind is cst.IfExp) and child is not ancestor.test:  # type: ignore[attr-defined]
+            tests.append(ancestor.test)  # type: ignore[attr-defined]
+        elif kind is cst.BooleanOperation and child is ancestor.right:  # type: ignore[attr-defined]
+            tests.append(ancestor.left)  # type: ignore[attr-defined]
+        elif kind is cst.IndentedBlock:
+            for statement in ancestor.body:  # type: ignore[attr-defined]
+                if statement is child:
+                    break
+                if type(statement) is cst.If and (leaves_early(statement.body, errors=False) or (statement.orelse is not None and leaves_early(statement.orelse, errors=False))):  # type: ignore[attr-defined]
+                    tests.append(statement.test)  # type: ignore[attr-defined]
+        child = ancestor
+    return tests
+
+
+def _settings_only(test: cst.CSTNode) -> bool:
+    """Whether a test reads only the model's own attributes and constants (the same on every step)."""
+    kind = type(test)
+    if kind is cst.Call:
+        return False
+    if kind is cst.Attribute:
+        return (dotted_name(test) or "").startswith("self.")
+    if kind is cst.Name:
+        return test.value in ("self", "None", "True", "False")  # type: ignore[attr-defined]
+    return all(_settings_only(child) for child in tree.children(test))

@@ -1,0 +1,99 @@
+"""A model that skips layers on some steps, through a real migration and a torchrun run.
+
+LayerDrop (``if self.training and torch.rand(()) < p: continue`` in ``forward``) leaves some parameters
+without a gradient on some steps. DataParallel never minded; DDP fails at the next step ("Expected to have
+finished reduction in the prior iteration") unless it looks for unused parameters. A trial's migrated script
+crashed so while the report said nothing: the wrap the migration writes now passes
+``find_unused_parameters=True`` for such a model, and says why.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ddp_migrate.cli import cli
+
+SCRIPT = '''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ff = nn.Linear(8, 8)
+
+    def forward(self, h):
+        return h + self.ff(h)
+
+
+class DeepNet(nn.Module):
+    def __init__(self, layerdrop):
+        super().__init__()
+        self.inp = nn.Linear(4, 8)
+        self.blocks = nn.ModuleList(Block() for _ in range(4))
+        self.out = nn.Linear(8, 1)
+        self.layerdrop = layerdrop
+
+    def forward(self, x):
+        h = self.inp(x)
+        for block in self.blocks:
+            if self.training and torch.rand(()) < self.layerdrop:
+                continue
+            h = block(h)
+        return self.out(h)
+
+
+def main():
+    torch.manual_seed(0)
+    loader = DataLoader(TensorDataset(torch.randn(128, 4), torch.randn(128, 1)), batch_size=8, shuffle=True)
+    model = DeepNet(layerdrop=0.5)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    for epoch in range(2):
+        for x, y in loader:
+            optimizer.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+    torch.save(model.state_dict(), "final.pt")
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def migrate(tmp_path: Path, source: str) -> tuple[str, str]:
+    script = tmp_path / "train.py"
+    script.write_text(source)
+    result = CliRunner().invoke(cli, [str(script)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return script.read_text(), result.output
+
+
+def test_the_wrap_of_a_model_that_skips_layers_looks_for_unused_parameters(tmp_path: Path) -> None:
+    text, output = migrate(tmp_path, SCRIPT)
+    assert "find_unused_parameters=True" in text
+    assert "with find_unused_parameters=True: its forward() calls `block` only on some steps" in output
+    assert "DDP032" not in output  # the flag it asks to remove is needed here
+
+
+def test_a_layer_under_a_test_of_the_models_settings_needs_no_search(tmp_path: Path) -> None:
+    # ResNet's ``if self.downsample is not None``: the same on every step, every parameter gets a gradient.
+    source = SCRIPT.replace("if self.training and torch.rand(()) < self.layerdrop:", "if self.layerdrop is None:")
+    text, _ = migrate(tmp_path, source)
+    assert "DistributedDataParallel(" in text and "find_unused_parameters" not in text
+
+
+@pytest.mark.e2e
+@pytest.mark.distributed
+def test_the_migrated_layerdrop_model_trains_under_torchrun(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from launch import run_torchrun
+
+    migrate(tmp_path, SCRIPT)
+    run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, env={"OMP_NUM_THREADS": "1"}, timeout=120)
+    assert (tmp_path / "final.pt").exists()
