@@ -34,6 +34,7 @@ from .find_unused_parameters import FindUnusedParameters
 from .padded_eval_sampler import PaddedEvalSampler
 from .sampler_shuffle import SamplerWithShuffle
 from .unsynced_metric_logging import UnsyncedMetricLogging
+from .unseeded_random_split import UnseededRandomSplit
 from .unsharded_training_data import UnshardedTrainingData
 from .requires_grad_after_wrap import RequiresGradAfterWrap
 from .shard_metric_decision import ShardMetricDecision
@@ -76,6 +77,7 @@ ALL_RULES: tuple[type[Rule], ...] = tuple(
             UnshardedTrainingData,
             ShardMetricDecision,
             RequiresGradAfterWrap,
+            UnseededRandomSplit,
         ),
         key=lambda rule: rule.code,
     )

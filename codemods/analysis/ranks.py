@@ -728,9 +728,46 @@ def draws_per_rank(analysis: ScriptAnalysis) -> bool:
     )
 
 
+#: torch's own seeding calls (a helper of the program whose name says ``seed`` counts too, see :func:`seeds_alike`).
+TORCH_SEEDS = frozenset({"torch.manual_seed", "torch.random.manual_seed"})
+
+
+def seeds_alike(analysis: ScriptAnalysis) -> bool:
+    """Whether every rank seeds torch's global random state with the same value before drawing: a call of
+    ``torch.manual_seed`` (or a seeding helper: ``seed_everything(42)``, ``set_seed(args.seed)``) with an
+    argument the same on every rank, and no seed call in the program whose argument flows from the rank.
+    Unseeded, each process starts from its own random state (torch seeds it from the system at start)."""
+    uniform = False
+    for module in analysis.shared.analyses:
+        seeds = [call for call in module.calls if call.args and _seeds_torch(module, call)]
+        if not seeds:
+            continue
+        facts = rank_facts(module)
+        kinds = [facts.kind(arg.value) for call in seeds for arg in call.args]
+        if Kind.RANK in kinds:
+            return False
+        uniform = uniform or any(kind is Kind.UNIFORM for kind in kinds)
+    return uniform
+
+
+def _seeds_torch(analysis: ScriptAnalysis, call: cst.Call) -> bool:
+    """Whether a call seeds torch's global random state: ``torch.manual_seed``, or a seeding helper called
+    by its name (``set_seed(...)``, a function of the program, ``lightning.seed_everything``); not a
+    generator's own ``manual_seed`` nor ``random.seed`` / ``np.random.seed``."""
+    if analysis.is_call_to(call, TORCH_SEEDS):
+        return True
+    qualified = analysis.qualified_names(call.func)
+    if any(q.endswith((".seed_everything", ".set_seed")) for q in qualified):
+        return True
+    target = analysis.call_target(call)
+    if target is not None:
+        return "seed" in target.name.value
+    return type(call.func) is cst.Name and "seed" in call.func.value  # type: ignore[attr-defined]
+
+
 def rank_facts(analysis: ScriptAnalysis) -> RankFacts:
     """The rank facts of an analysed file, computed once and kept with the analysis (so they are freed with it)."""
     return analysis.derived("ranks", RankFacts)
 
 
-__all__ = ["Condition", "Kind", "RankFacts", "draws_per_rank", "rank_facts"]
+__all__ = ["Condition", "Kind", "RankFacts", "draws_per_rank", "rank_facts", "seeds_alike"]
