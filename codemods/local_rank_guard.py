@@ -87,6 +87,31 @@ for epoch in range(10):
         print("saved epoch", epoch)
 """,
         ),
+        # The guard kept in a variable (a trial's half-distributed script: on several nodes every node's
+        # local rank 0 saved).
+        Example(
+            before="""\
+import os
+
+import torch
+
+local_rank = int(os.environ.get("LOCAL_RANK", -1))
+is_main = local_rank in (-1, 0)
+if is_main:
+    torch.save(model.module.state_dict(), "model.pt")
+""",
+            after="""\
+import os
+
+import torch
+from ddp_migrate import runtime
+
+local_rank = int(os.environ.get("LOCAL_RANK", -1))
+is_main = runtime.is_main_process()
+if is_main:
+    torch.save(model.module.state_dict(), "model.pt")
+""",
+        ),
         Example(
             before="""\
 import logging
@@ -199,11 +224,21 @@ if dist.get_rank() == 0:
         return False
 
     def _cases(self, analysis: ScriptAnalysis) -> Iterator[cst.BaseExpression]:
+        """The local-rank-0 tests that decide whether output happens: in an ``if`` test, or in the value of a
+        variable an ``if`` tests (``is_main = not args.distributed or args.local_rank in (-1, 0)``, then
+        ``if is_main: torch.save(...)``; also a parameter its callers pass such a test for)."""
         facts = legacy_facts(analysis)
+        found: set[cst.BaseExpression] = set()
         for branch in analysis.ifs:
             tests = list(self._local_zero_tests(facts, branch.test))
-            if tests and self._writes(analysis, branch.body):
-                yield from tests
+            for node in walk(branch.test):
+                name = dotted_name(node) if type(node) in (cst.Name, cst.Attribute) else None
+                if name is not None and type(analysis.parent(node)) is not cst.Attribute:
+                    tests.extend(t for value in analysis.flows_into(node, name) for t in self._local_zero_tests(facts, value))  # type: ignore[arg-type]
+            fresh = [test for test in tests if test not in found]
+            if fresh and self._writes(analysis, branch.body):
+                found.update(fresh)
+                yield from fresh
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
         blocked = legacy_facts(analysis).blocked()
