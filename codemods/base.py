@@ -214,8 +214,15 @@ class Rule(abc.ABC):
 
     def matches_in(self, analysis: ScriptAnalysis) -> list[Match]:
         """The rule's matches in an analysed module, computed once per analysis and rule object: the last
-        pass of a migration runs the fix on the same analysis the findings are then read from."""
-        return analysis.derived(f"matches of {self.code} {id(self)}", lambda analysed: list(self.matches(analysed)))
+        pass of a migration runs the fix on the same analysis the findings are then read from. (Kept with
+        the rule object itself: two objects of one rule may see different options.)"""
+        kept: list[tuple[Rule, list[Match]]] = analysis.derived(f"matches of {self.code}", lambda _: [])
+        for rule, matches in kept:
+            if rule is self:
+                return matches
+        matches = list(self.matches(analysis))
+        kept.append((self, matches))
+        return matches
 
     def find(self, analysis: ScriptAnalysis) -> list[Finding]:
         """Report the rule's findings, positioned in the analysed file."""

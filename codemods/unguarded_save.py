@@ -7,7 +7,7 @@ from typing import Iterator
 import libcst as cst
 
 from . import names
-from .analysis import ScriptAnalysis
+from .analysis import ScriptAnalysis, leaves_function
 from .analysis.ranks import Condition, rank_facts
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression, statement
@@ -257,12 +257,21 @@ if dist.get_rank() == 0:
         """The statement, in a block, of the outermost condition around the call (within its function)
         that may differ between ranks: after it, every rank that got to it is on a common path."""
         facts = rank_facts(analysis)
-        outer = None
+        owners: list[cst.CSTNode] = []
         for condition in facts.conditions(call):
-            if condition.splits_ranks:
-                outer = condition.owner
-        if outer is None:
+            if not condition.splits_ranks:
+                continue
+            owner: cst.CSTNode | None = condition.owner
+            if condition.early_exit:
+                # ``if skip: continue`` before the save: the paths rejoin after the loop it leaves; after a
+                # ``return`` only in the callers, where no barrier of this function's can go.
+                owner = None if leaves_function(condition.owner) else analysis.nearest_loop(condition.owner)
+                if owner is None:
+                    return None
+            owners.append(owner)  # type: ignore[arg-type]
+        if not owners:
             return None
+        outer = min(owners, key=lambda node: sum(1 for _ in analysis.ancestors(node)))  # the outermost
         node: cst.CSTNode | None = outer
         while node is not None and not (
             isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement))

@@ -6,6 +6,8 @@ Modules, each importing only those listed before it:
   models, entry point, rank guards (:class:`ScriptAnalysis`);
 - :mod:`.legacy`: hand-made launches and rank values of legacy distributed code (:class:`LegacyFacts`);
 - :mod:`.ranks`: which values may differ between ranks and where collectives are safe, by data flow (:class:`RankFacts`);
+- :mod:`.loaders`, :mod:`.per_rank`: the training and evaluation loaders, and the values computed on a rank's shard;
+- :mod:`.trainable`: which parameters train (``requires_grad`` changes, layers a forward skips on some steps);
 - :mod:`.project`: the project a file belongs to and how its imports resolve to local modules;
 - :mod:`.program`: the modules of one program analysed together (:class:`Program`).
 """
@@ -28,6 +30,7 @@ from .script import (
     is_true,
     keyword_argument,
     leaves_early,
+    leaves_function,
     loader_argument,
     statements_of,
     unwrap_iterable,
@@ -51,6 +54,7 @@ __all__ = [
     "is_true",
     "keyword_argument",
     "leaves_early",
+    "leaves_function",
     "loader_argument",
     "statements_of",
     "unwrap_iterable",

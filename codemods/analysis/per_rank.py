@@ -1,5 +1,5 @@
 """Which values hold this process's share of the data: a fact of the analysis for the rules about metrics
-and decisions that differ between ranks (computed once per analysis: :func:`per_rank_values`)."""
+and decisions that differ between ranks (computed once per program: :func:`per_rank_values`)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ class PerRankValues:
         self.names: set[tuple[Owner, str]] = set()
         self.reduced: set[tuple[Owner, str]] = set()
         self.functions: set[cst.FunctionDef] = set()
-        self._uses_of: dict[int, list[_Use]] = {}
+        self._uses_of: dict[cst.CSTNode, list[_Use]] = {}
 
     def key(self, node: cst.CSTNode, name: str) -> tuple[Owner, str]:
         if name.startswith("self."):
@@ -68,9 +68,9 @@ class PerRankValues:
     def _uses(self, expr: cst.CSTNode) -> list[_Use]:
         """The calls of this file's functions and the names an expression uses outside reductions and shape
         queries, in source order (each a candidate for :meth:`mention`), read once per expression."""
-        found = self._uses_of.get(id(expr))
+        found = self._uses_of.get(expr)
         if found is None:
-            found = self._uses_of[id(expr)] = []
+            found = self._uses_of[expr] = []
             self._collect_uses(expr, found)
         return found
 
@@ -97,7 +97,8 @@ class PerRankValues:
         keys = []
         for part in walk(target):
             name = dotted_name(part) if isinstance(part, (cst.Name, cst.Attribute)) else None
-            if name is None or isinstance(self.analysis.parent(part), cst.Attribute):
+            # The target itself (``losses`` of ``losses.append(...)``), not the names inside an attribute.
+            if name is None or (part is not target and isinstance(self.analysis.parent(part), cst.Attribute)):
                 continue
             keys.append(self.key(node, name))
         return keys
@@ -234,9 +235,12 @@ def _seeds(analysis: ScriptAnalysis) -> list[tuple[cst.CSTNode, cst.BaseExpressi
 
 
 def per_rank_values(analysis: ScriptAnalysis) -> PerRankValues | None:
-    """The per-rank values of an analysed module (``None`` where no data is sharded: every rank sees the
-    same), solved once and kept with the analysis."""
-    return analysis.derived("per_rank_values", _solve)
+    """The per-rank values of the program an analysed module belongs to (``None`` where no data is sharded:
+    every rank sees the same), solved once per program and kept with its shared flow (each module asks)."""
+    cache = analysis.shared.__dict__.setdefault("_per_rank_values", {})
+    if "values" not in cache:
+        cache["values"] = _solve(analysis)
+    return cache["values"]
 
 
 def _solve(analysis: ScriptAnalysis) -> PerRankValues | None:

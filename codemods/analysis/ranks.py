@@ -121,6 +121,9 @@ class Condition:
     test: cst.CSTNode
     kind: Kind
     in_body: bool | None
+    #: An ``if`` before the node (not around it) whose branch leaves early: the paths it splits rejoin
+    #: after the loop it leaves (``continue`` / ``break``), or only at the function's callers (``return``).
+    early_exit: bool = False
 
     @property
     def splits_ranks(self) -> bool:
@@ -252,8 +255,8 @@ class RankFacts:
         """The conditions around a node within its function (or the module), nearest first: ``if`` and
         ``while`` tests, conditional expressions, the left side of ``and`` / ``or``, comprehension filters,
         loops over rank-dependent iterables and ``except`` handlers; and the early exits before it: an
-        ``if`` earlier in an enclosing block whose branch returns or leaves the loop (``if not is_main:
-        return`` lets only the main process reach what follows)."""
+        ``if`` earlier in an enclosing block whose branch returns, leaves the loop or ends the process
+        (``if not is_main: return`` lets only the main process reach what follows)."""
         analysis = self.analysis
         child: cst.CSTNode = node
         for ancestor in analysis.ancestors(node):
@@ -293,10 +296,11 @@ class RankFacts:
             for item in block.body:
                 exits[item] = tuple(before)
                 if type(item) is cst.If:
-                    # Errors raised on some ranks end the job (torchrun stops the others): no path that goes on.
-                    body_leaves = leaves_early(item.body, errors=False)  # type: ignore[attr-defined]
-                    if body_leaves or (item.orelse is not None and leaves_early(item.orelse, errors=False)):  # type: ignore[attr-defined]
-                        before.insert(0, Condition(item, item.test, self.kind(item.test), not body_leaves))  # type: ignore[attr-defined]
+                    # An error raised on some ranks ends the job (torchrun stops the others): no path that goes
+                    # on. A clean sys.exit() leaves the others waiting at their next collective: it counts.
+                    body_leaves = leaves_early(item.body, raises=False)  # type: ignore[attr-defined]
+                    if body_leaves or (item.orelse is not None and leaves_early(item.orelse, raises=False)):  # type: ignore[attr-defined]
+                        before.insert(0, Condition(item, item.test, self.kind(item.test), not body_leaves, early_exit=True))  # type: ignore[attr-defined]
         yield from exits.get(statement, ())
 
     def unsafe_condition(self, node: cst.CSTNode) -> Condition | None:

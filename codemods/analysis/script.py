@@ -40,9 +40,9 @@ BindingKey = tuple[Scope, str]
 ITERATION_WRAPPERS = frozenset({"enumerate", "iter", "tqdm", "trange", "zip", "reversed"})
 #: Methods that return the module they are called on, so ``model = model.to(device)`` keeps its identity.
 SELF_RETURNING_METHODS = frozenset({"to", "cuda", "cpu", "float", "half", "double", "bfloat16", "train", "eval"})
-#: Attributes and methods that stay on the DDP wrapper (everything else goes through ``.module``).
 #: Functions that hand back the model inside a wrapper (``runtime.unwrap``, YOLO's ``de_parallel``).
 UNWRAP_FUNCTIONS = frozenset({"unwrap", "de_parallel", "unwrap_model", "get_model"})
+#: Attributes and methods that stay on the DDP wrapper (everything else goes through ``.module``).
 WRAPPER_ATTRIBUTES = frozenset(
     {
         "forward",
@@ -1199,19 +1199,34 @@ class ScriptAnalysis:
         found: list[str] = []
         for optimizer in self.optimizer_calls:
             for call in self._parameter_calls(optimizer):
-                receiver = dotted_name(call.func.value)  # type: ignore[union-attr]
-                if receiver:
+                for receiver in self._receivers_of(call, self.enclosing_function(optimizer)):
                     parts = receiver.split(".")
                     name = ".".join(parts[:2] if parts[0] == "self" else parts[:1])
                     if name not in found:
                         found.append(name)
         return found
 
+    def _receivers_of(self, call: cst.Call, home: cst.FunctionDef | None) -> list[str]:
+        """The model a ``parameters()`` call is made on, as the optimizer's side names it: in a helper the
+        optimizer's function calls, the helper's parameter (``def trainable(module): return [p for p in
+        module.parameters() ...]``) stands for what its callers pass (``trainable(student)``)."""
+        receiver = dotted_name(call.func.value)  # type: ignore[attr-defined]
+        if receiver is None:
+            return []
+        root, dot, rest = receiver.partition(".")
+        function = self.enclosing_function(call)
+        if function is None or function is home or root in ("self", "cls") or not self.is_parameter(function, root):
+            return [receiver]
+        owner = self.shared.analysis_of(call) or self
+        passed = [dotted_name(value) for value in owner.flows_into(call.func.value if not dot else _root_of(call.func.value), root)]  # type: ignore[attr-defined]
+        return [f"{name}{dot}{rest}" for name in passed if name is not None]
+
     def _parameter_calls(self, optimizer: cst.Call, depth: int = 4) -> list[cst.Call]:
         """The ``parameters()`` / ``named_parameters()`` calls whose values reach the optimizer's arguments,
-        followed through names ``depth`` steps deep."""
+        followed through names and the return values of the program's functions ``depth`` steps deep."""
         found: list[cst.Call] = []
         seen: set[tuple[object, str]] = set()
+        seen_functions: set[cst.FunctionDef] = set()
         pending: list[tuple[cst.CSTNode, int]] = [(arg.value, depth) for arg in optimizer.args]
         while pending:
             node, left = pending.pop()
@@ -1219,13 +1234,45 @@ class ScriptAnalysis:
                 kind = type(part)
                 if kind is cst.Call and call_method_name(part) in ("parameters", "named_parameters"):  # type: ignore[arg-type]
                     found.append(part)  # type: ignore[arg-type]
-                elif left > 0 and (kind is cst.Name or kind is cst.Attribute) and type(self._parents.get(part)) is not cst.Attribute:
+                elif kind is cst.Call and left > 0 and (function := self.shared.call_targets.get(part)) is not None:  # type: ignore[arg-type]
+                    # A helper of the program that returns the parameters: what it returns.
+                    if part not in self.shared.constructed and function not in seen_functions:
+                        seen_functions.add(function)
+                        pending.extend((ret.value, left - 1) for ret in _returns_of(function) if ret.value is not None)
+                elif (
+                    left > 0
+                    and (kind is cst.Name or kind is cst.Attribute)
+                    and type(self._parents.get(part)) is not cst.Attribute
+                    and not self.bound_in_expression(part)
+                ):
                     name = dotted_name(part)
                     key = (self.scope_of(part), name or "")
                     if name is not None and key not in seen:
                         seen.add(key)
                         pending.extend((value, left - 1) for value in self.flows_into(part, name))
         return found
+
+    def bound_in_expression(self, node: cst.CSTNode) -> bool:
+        """Whether a name is bound by a comprehension or a lambda around it (``p`` in ``[p for p in
+        student.parameters() if p.requires_grad]``): its values are that expression's own, not those of
+        the same name elsewhere in the function."""
+        name = node.value if type(node) is cst.Name else None  # type: ignore[attr-defined]
+        if name is None:
+            return False
+        for ancestor in self.ancestors(node):
+            kind = type(ancestor)
+            if kind in _COMPREHENSIONS:
+                comp: cst.CompFor | None = ancestor.for_in  # type: ignore[attr-defined]
+                while comp is not None:
+                    if any(type(t) is cst.Name and t.value == name for t in tree.walk(comp.target)):  # type: ignore[attr-defined]
+                        return True
+                    comp = comp.inner_for_in
+            elif kind is cst.Lambda:
+                if any(p.name.value == name for p in _all_params(ancestor)):  # type: ignore[arg-type]
+                    return True
+            elif isinstance(ancestor, (cst.BaseStatement, cst.BaseSmallStatement)):
+                return False
+        return False
 
     def flows_into(self, node: cst.CSTNode, name: str) -> list[cst.CSTNode]:
         """The expressions whose values a name may hold, in its scope (flow-insensitive): what is assigned
@@ -1244,12 +1291,14 @@ class ScriptAnalysis:
 
     @cached_property
     def _value_flows(self) -> dict[tuple[Scope, str], list[cst.CSTNode]]:
+        """For each name of each scope, the expressions whose values it may hold (see :meth:`flows_into`)."""
         flows: dict[tuple[Scope, str], list[cst.CSTNode]] = {}
 
         def add(target: cst.CSTNode, value: cst.CSTNode) -> None:
             for part in tree.walk(target):
                 name = dotted_name(part) if type(part) in (cst.Name, cst.Attribute) else None
-                if name is not None and type(self._parents.get(part)) is not cst.Attribute:
+                # The target itself (``decay`` of ``decay.append(p)``), and the names inside a tuple of them.
+                if name is not None and (part is target or type(self._parents.get(part)) is not cst.Attribute):
                     flows.setdefault((self.scope_of(part), name), []).append(value)
 
         for node in self.preorder:
@@ -1556,7 +1605,29 @@ def _assign_targets(assign: cst.Assign | cst.AnnAssign) -> list[cst.BaseExpressi
     return [t.target for t in assign.targets]
 
 
+def _root_of(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """``model`` of ``model.backbone.head``."""
+    while type(expr) is cst.Attribute:
+        expr = expr.value  # type: ignore[attr-defined]
+    return expr
+
+
+def _returns_of(function: cst.FunctionDef) -> list[cst.Return]:
+    """The function's own ``return`` statements (not those of functions or classes nested in it)."""
+    found: list[cst.Return] = []
+    stack: list[cst.CSTNode] = [function.body]
+    while stack:
+        node = stack.pop()
+        kind = type(node)
+        if kind is cst.Return:
+            found.append(node)  # type: ignore[arg-type]
+        elif kind is not cst.FunctionDef and kind is not cst.ClassDef and kind is not cst.Lambda:
+            stack.extend(tree.children(node))
+    return found
+
+
 _SEQUENCE_DISPLAYS = (cst.Tuple, cst.List)
+_COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)
 
 
 def _tuple_elements(expr: cst.BaseExpression) -> list[cst.BaseExpression] | None:
@@ -1615,20 +1686,20 @@ def statements_of(block: cst.BaseSuite | cst.Module) -> Sequence[cst.BaseStateme
 PROCESS_EXITS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
 
 
-def leaves_early(branch: cst.CSTNode, errors: bool = True) -> bool:
-    """Whether a branch may leave the code that follows it: a ``return`` anywhere in it, a ``break`` /
-    ``continue`` of the loop around the branch (not of a loop inside it), and with ``errors`` a ``raise``
-    or ``sys.exit()`` (without: a branch that fails is no path on which the program goes on); what
+def leaves_early(branch: cst.CSTNode, raises: bool = True) -> bool:
+    """Whether a branch may leave the code that follows it: a ``return`` or ``sys.exit()`` anywhere in
+    it, a ``break`` / ``continue`` of the loop around the branch (not of a loop inside it), and with
+    ``raises`` a ``raise`` (without: a branch that fails is no path on which the program goes on); what
     nested functions and classes would do does not count."""
     stack: list[tuple[cst.CSTNode, bool]] = [(branch, False)]
     while stack:
         node, in_inner_loop = stack.pop()
         kind = type(node)
-        if kind is cst.Return or (errors and kind is cst.Raise):
+        if kind is cst.Return or (raises and kind is cst.Raise):
             return True
         if (kind is cst.Break or kind is cst.Continue) and not in_inner_loop:
             return True
-        if errors and kind is cst.Call and dotted_name(node.func) in PROCESS_EXITS:  # type: ignore[attr-defined]
+        if kind is cst.Call and dotted_name(node.func) in PROCESS_EXITS:  # type: ignore[attr-defined]
             return True
         if kind is cst.FunctionDef or kind is cst.ClassDef or kind is cst.Lambda:
             continue
@@ -1640,6 +1711,14 @@ def leaves_early(branch: cst.CSTNode, errors: bool = True) -> bool:
             continue
         stack.extend((child, in_inner_loop) for child in tree.children(node))
     return False
+
+
+def leaves_function(branch: cst.CSTNode) -> bool:
+    """Whether a branch may leave its function or the process (``return``, ``sys.exit()``), not only a loop."""
+    return any(
+        type(node) is cst.Return or (type(node) is cst.Call and dotted_name(node.func) in PROCESS_EXITS)  # type: ignore[attr-defined]
+        for node in tree.walk(branch)
+    )
 
 
 def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:

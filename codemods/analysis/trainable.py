@@ -10,7 +10,8 @@ from dataclasses import dataclass
 import libcst as cst
 
 from . import tree
-from .script import ScriptAnalysis, call_method_name, dotted_name, leaves_early, walk
+from .ranks import rank_facts
+from .script import ScriptAnalysis, call_method_name, dotted_name, walk
 
 #: Methods whose results are a model's parameters or its submodules (whose ``requires_grad`` is theirs).
 PARAMETER_SOURCES = frozenset({"parameters", "named_parameters", "modules", "named_modules", "children", "named_children"})
@@ -61,7 +62,10 @@ def holds_model_state(analysis: ScriptAnalysis, expr: cst.BaseExpression, depth:
         for part in walk(value):
             if type(part) is cst.Call and call_method_name(part) in PARAMETER_SOURCES:  # type: ignore[arg-type]
                 return True
-            if type(part) in (cst.Name, cst.Attribute) and type(analysis.parent(part)) is not cst.Attribute:
+            parent = analysis.parent(part)
+            if type(part) in (cst.Name, cst.Attribute) and type(parent) is not cst.Attribute:
+                if type(parent) is cst.Call and parent.func is part:  # type: ignore[attr-defined]
+                    continue  # ``G(z)``: what the model computes, not the model
                 if part is not expr and holds_model_state(analysis, part, depth - 1):  # type: ignore[arg-type]
                     return True
     return False
@@ -81,7 +85,7 @@ def after_a_wrap(analysis: ScriptAnalysis, node: cst.CSTNode, depth: int = 3) ->
     here = [wrap for wrap in wraps if analysis.owns(wrap) and analysis.enclosing_function(wrap) is scope]
     if here:
         before = all(analysis.comes_before(node, wrap) and not _loop_around_both(analysis, node, wrap) for wrap in here)
-        return None if before else (analysis, node)
+        return None if before or _wrapped_again(analysis, node, here) or _frozen_under_search(analysis, node, here) else (analysis, node)
     if scope is None:
         return None  # module level, every wrap inside a function: it runs when the module is imported
     callers = [(owner, call) for call, target in analysis.shared.call_targets.items() if target is scope and (owner := analysis.shared.analysis_of(call)) is not None]
@@ -96,7 +100,9 @@ def after_a_wrap(analysis: ScriptAnalysis, node: cst.CSTNode, depth: int = 3) ->
 
 def changes_requires_grad(analysis: ScriptAnalysis, statement: cst.BaseStatement) -> bool:
     """Whether a statement changes ``requires_grad`` of a model's parameters, itself or in a function of the
-    program it calls (``freeze_backbone(model)``)."""
+    program it calls (``freeze_backbone(model)``); a definition changes nothing when it runs."""
+    if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+        return False
     for change in requires_grad_changes(analysis):
         if analysis.is_inside(change.node, statement):
             return True
@@ -111,7 +117,32 @@ def changes_requires_grad(analysis: ScriptAnalysis, statement: cst.BaseStatement
     return False
 
 
+def _wrapped_again(analysis: ScriptAnalysis, node: cst.CSTNode, wraps: list[cst.Call]) -> bool:
+    """Whether a wrap follows the node in its block or in an enclosing block of its function (``for p in
+    raw.parameters(): p.requires_grad = True`` then ``model = DDP(raw)``): the new wrapper sees the change."""
+    blocks = {id(a) for a in analysis.ancestors(node) if type(a) in (cst.IndentedBlock, cst.Module) and analysis.enclosing_function(a) is analysis.enclosing_function(node)}
+    return any(id(analysis.parent(analysis.statement(wrap))) in blocks and analysis.comes_before(node, wrap) for wrap in wraps)
+
+
+def _frozen_under_search(analysis: ScriptAnalysis, node: cst.CSTNode, wraps: list[cst.Call]) -> bool:
+    """Whether the node freezes (``requires_grad = False``, ``requires_grad_(False)``) after wraps that all
+    look for unused parameters: DDP then takes a frozen parameter for an unused one."""
+    value = None
+    if type(node) is cst.AssignTarget:
+        value = analysis.parent(node).value  # type: ignore[union-attr]
+    elif type(node) is cst.Call and node.args:  # type: ignore[attr-defined]
+        value = node.args[0].value  # type: ignore[attr-defined]
+    if not (type(value) is cst.Name and value.value == "False"):  # type: ignore[union-attr]
+        return False
+    earlier = [wrap for wrap in wraps if analysis.comes_before(wrap, node)]
+    return bool(earlier) and all(
+        any(a.keyword is not None and a.keyword.value == "find_unused_parameters" and dotted_name(a.value) == "True" for a in wrap.args)
+        for wrap in earlier
+    )
+
+
 def _loop_around_both(analysis: ScriptAnalysis, node: cst.CSTNode, wrap: cst.CSTNode) -> bool:
+    """Whether a loop runs both the node and the wrap (a later iteration runs the node after the wrap)."""
     return any(isinstance(a, (cst.For, cst.While)) and analysis.is_inside(wrap, a) for a in analysis.ancestors(node))
 
 
@@ -136,7 +167,7 @@ def skipped_in_some_steps(analysis: ScriptAnalysis, model: cst.BaseExpression) -
                 continue
             forward = next((s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "forward"), None)  # type: ignore[union-attr]
             if forward is not None:
-                found = _conditional_layer_call(owner, forward)
+                found = _conditional_layer_call(owner, cls, forward)
                 if found is not None:
                     return owner, found
             found_classes.extend(owner.shared.constructed[n] for n in walk(cls) if type(n) is cst.Call and n in owner.shared.constructed)  # type: ignore[comparison-overlap]
@@ -144,41 +175,58 @@ def skipped_in_some_steps(analysis: ScriptAnalysis, model: cst.BaseExpression) -
     return None
 
 
-def _conditional_layer_call(analysis: ScriptAnalysis, forward: cst.FunctionDef) -> cst.Call | None:
+def _conditional_layer_call(analysis: ScriptAnalysis, cls: cst.ClassDef, forward: cst.FunctionDef) -> cst.Call | None:
+    """The first call in ``forward`` of a layer that has parameters (``self.head(x)``, ``block(x)`` in a
+    loop over ``self.blocks``) and runs only under a test that can change from step to step."""
     layers = {dotted_name(loop.target) for loop in walk(forward) if type(loop) is cst.For and (dotted_name(loop.iter) or "").startswith("self.")}  # type: ignore[attr-defined]
+    methods = {statement.name.value for statement in cls.body.body if isinstance(statement, cst.FunctionDef)}  # type: ignore[union-attr]
     for node in walk(forward.body):
         if type(node) is not cst.Call:
             continue
         callee = dotted_name(node.func)  # type: ignore[attr-defined]
-        if callee is None or not (callee.startswith("self.") and callee.count(".") == 1 or callee in layers):
+        if callee is None:
             continue
-        if any(not _settings_only(test) for test in _tests_around(analysis, node, forward)):
+        if callee.startswith("self.") and callee.count(".") == 1:
+            attribute = callee.split(".")[1]
+            if attribute in methods or not _may_have_parameters(analysis, cls, attribute):
+                continue
+        elif callee not in layers:
+            continue
+        # The conditions around the call within forward(), and the early exits before it.
+        if any(not _settings_only(condition.test) for condition in rank_facts(analysis).conditions(node)):
             return node  # type: ignore[return-value]
     return None
 
 
-def _tests_around(analysis: ScriptAnalysis, node: cst.CSTNode, function: cst.FunctionDef) -> list[cst.BaseExpression]:
-    """The tests that decide whether the node runs, within the function: ``if`` / ``while`` / conditional
-    expressions around it, the left side of ``and`` / ``or``, and ``if`` statements before it in an
-    enclosing block that leave it early."""
-    tests: list[cst.BaseExpression] = []
-    child: cst.CSTNode = node
-    for ancestor in analysis.ancestors(node):
-        if ancestor is function:
-            break
-        kind = type(ancestor)
-        if (kind is cst.If or kind is cst.While or kind is cst.IfExp) and child is not ancestor.test:  # type: ignore[attr-defined]
-            tests.append(ancestor.test)  # type: ignore[attr-defined]
-        elif kind is cst.BooleanOperation and child is ancestor.right:  # type: ignore[attr-defined]
-            tests.append(ancestor.left)  # type: ignore[attr-defined]
-        elif kind is cst.IndentedBlock:
-            for statement in ancestor.body:  # type: ignore[attr-defined]
-                if statement is child:
-                    break
-                if type(statement) is cst.If and (leaves_early(statement.body, errors=False) or (statement.orelse is not None and leaves_early(statement.orelse, errors=False))):  # type: ignore[attr-defined]
-                    tests.append(statement.test)  # type: ignore[attr-defined]
-        child = ancestor
-    return tests
+#: torch.nn layers without parameters: their calls need no gradient on any step.
+PARAMETER_FREE_LAYERS = frozenset(
+    {
+        "ReLU", "ReLU6", "LeakyReLU", "GELU", "SiLU", "ELU", "SELU", "Mish", "Sigmoid", "Tanh", "Softmax",
+        "LogSoftmax", "Softplus", "Hardswish", "Hardsigmoid", "Hardtanh", "Dropout", "Dropout1d", "Dropout2d",
+        "Dropout3d", "AlphaDropout", "Identity", "Flatten", "Unflatten", "Upsample", "PixelShuffle",
+        "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d",
+        "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "AdaptiveMaxPool3d",
+    }
+)
+
+
+def _may_have_parameters(analysis: ScriptAnalysis, cls: cst.ClassDef, attribute: str) -> bool:
+    """Whether ``self.<attribute>`` of the class may hold parameters: not when every value the class gives
+    it is a torch.nn loss, activation, dropout or pooling layer (``self.loss_fn = nn.CrossEntropyLoss()``)."""
+    values = [
+        node.value  # type: ignore[attr-defined]
+        for node in walk(cls)
+        if type(node) is cst.Assign and any(dotted_name(t.target) == f"self.{attribute}" for t in node.targets)  # type: ignore[attr-defined]
+    ]
+    if not values:
+        return True
+    for value in values:
+        if type(value) is not cst.Call:
+            return True
+        names = {q.rsplit(".", 1)[-1] for q in analysis.qualified_names(value.func) if q.startswith("torch.nn.")}  # type: ignore[attr-defined]
+        if not names or not all(n.endswith("Loss") or n in PARAMETER_FREE_LAYERS for n in names):
+            return True
+    return False
 
 
 def _settings_only(test: cst.CSTNode) -> bool:
