@@ -764,7 +764,22 @@ class ScriptAnalysis:
         name = dotted_name(expr)
         if name is None:
             return set()
-        return set(self._bindings.get(self._key(expr, name), ()))
+        found = set(self._bindings.get(self._key(expr, name), ()))
+        if not found and kind is cst.Attribute and expr.attr.value == "module":  # type: ignore[attr-defined]
+            return self._inside_wraps(self.origins(expr.value))  # type: ignore[attr-defined]
+        return found
+
+    def _inside_wraps(self, origins: set[cst.CSTNode]) -> set[cst.CSTNode]:
+        """The origins of the models that the wrap calls among ``origins`` wrap (``model.module`` of ``model
+        = DDP(Net())`` comes from ``Net()``)."""
+        wraps = set(self.program_wrap_calls)
+        inner: set[cst.CSTNode] = set()
+        for origin in origins & wraps:
+            wrapped = wrapped_argument(origin)  # type: ignore[arg-type]
+            if wrapped is not None:
+                owner = self.shared.analysis_of(origin) or self
+                inner |= owner.origins(wrapped)
+        return inner - wraps  # (``model = DDP(model)``: the name's own origins hold the wrap too)
 
     def _bind(self, key: BindingKey, values: set[cst.CSTNode]) -> bool:
         current = self._bindings.setdefault(key, set())
