@@ -7,7 +7,8 @@ from typing import Iterator
 import libcst as cst
 
 from . import names
-from .analysis import ScriptAnalysis
+from .analysis import ScriptAnalysis, dotted_name
+from .analysis.script import callee_name
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, expression
 from .runtime_calls import runtime_name
@@ -21,7 +22,9 @@ class LoadWithoutMapLocation(Rule):
     Why it is a problem: tensors are restored onto the device they were saved from, usually ``cuda:0``, so
     every process loads onto GPU 0 (memory spikes, or failure on a machine with fewer GPUs or none).
 
-    What the fix does: ``torch.load(path, map_location=runtime.device())``.
+    What the fix does: ``torch.load(path, map_location=runtime.device())``; ``map_location="cpu"`` for a
+    checkpoint whose random state goes to ``torch.set_rng_state`` (which takes a CPU tensor only; the
+    model's and optimizer's states are copied onto their devices when they are loaded).
 
     Fix safety: tensors load onto this process's device instead of the device they were saved from (a
     plain run: ``cuda:0`` or the CPU), so a checkpoint saved on GPU 1 or on a CUDA machine now loads
@@ -51,6 +54,26 @@ checkpoint = torch.load("checkpoint/best.pt", map_location=runtime.device())
 loss.backward()
 """,
         ),
+        # A checkpoint that holds a random state: set_rng_state takes a CPU tensor only (a trial's resume
+        # failed on a GPU).
+        Example(
+            before="""\
+import torch
+
+checkpoint = torch.load("last.pt")
+model.load_state_dict(checkpoint["model"])
+torch.set_rng_state(checkpoint["rng"])
+loss.backward()
+""",
+            after="""\
+import torch
+
+checkpoint = torch.load("last.pt", map_location="cpu")
+model.load_state_dict(checkpoint["model"])
+torch.set_rng_state(checkpoint["rng"])
+loss.backward()
+""",
+        ),
         Valid(
             """\
 import torch
@@ -74,9 +97,29 @@ checkpoint = torch.load(path, map_location="cpu")
         for match in self.matches_in(analysis):
             call = match.node
             assert isinstance(call, cst.Call)
-            rt = runtime_name(analysis, edits)
+            rng = _holds_random_state(analysis, call)
+            target = '"cpu"' if rng else f"{runtime_name(analysis, edits)}.device()"
             args = [*call.args[:-1], call.args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)] if call.args else []
-            args.append(cst.Arg(expression(f"{rt}.device()"), keyword=cst.Name("map_location"), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
+            args.append(cst.Arg(expression(target), keyword=cst.Name("map_location"), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
             edits.replace(call, call.with_changes(args=args))
-            edits.changes.append(Change(self.code, analysis.line(call), "torch.load maps onto runtime.device()"))
+            message = "torch.load maps onto the CPU (it holds a random state, which set_rng_state takes on the CPU only)" if rng else "torch.load maps onto runtime.device()"
+            edits.changes.append(Change(self.code, analysis.line(call), message))
         return edits.apply(analysis.module) if edits else None
+
+
+def _holds_random_state(analysis: ScriptAnalysis, load: cst.Call) -> bool:
+    """Whether what a ``torch.load`` returns reaches ``torch.set_rng_state`` (or CUDA's): a random state is a
+    CPU byte tensor, and mapped onto a GPU it is refused ("RNG state must be a torch.ByteTensor")."""
+    for call in analysis.calls:
+        if callee_name(call) not in ("set_rng_state", "set_rng_state_all") or not call.args:
+            continue
+        given = call.args[0].value
+        if analysis.is_inside(load, given):
+            return True
+        root = given
+        while type(root) in (cst.Subscript, cst.Attribute):
+            root = root.value  # type: ignore[attr-defined]
+        name = dotted_name(root)
+        if name is not None and any(analysis.is_inside(load, value) for value in analysis.flows_into(root, name)):
+            return True
+    return False

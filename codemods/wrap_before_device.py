@@ -9,7 +9,8 @@ import libcst as cst
 from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name, walk, wrapped_argument
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
-from .edits import Edits
+from .edits import Edits, code_of, expression
+from .runtime_calls import runtime_name
 
 MOVES = frozenset({"to", "cuda"})
 
@@ -57,6 +58,30 @@ def _moved_to_inner(stmt: cst.BaseStatement, name: str, inner: cst.BaseExpressio
     else:
         new_small = small.with_changes(value=new_move)  # type: ignore[call-arg]
     return stmt.with_changes(body=[new_small])
+
+
+def _moved_elsewhere(analysis: ScriptAnalysis, wrap: cst.Call, before: list[cst.BaseStatement]) -> cst.Call | None:
+    """The move of the wrapper (``.to(device)`` on a value that holds the wrap, anywhere in the program:
+    ``self.model = model.to(device)`` in a ``Trainer``) when the wrapped model was not moved before the wrap
+    (no move among its origins, no ``model.to(device)`` among the statements ``before`` the wrap)."""
+    inner = wrapped_argument(wrap)
+    if inner is None or not analysis.is_call_to(wrap, names.DISTRIBUTED_DATA_PARALLEL):  # DataParallel moves it itself
+        return None
+    if any(type(o) is cst.Call and call_method_name(o) in MOVES for o in analysis.origins(inner) | {inner}):  # type: ignore[arg-type]
+        return None
+    name = dotted_name(inner)
+    if name is not None and any(_move_of(s, name) is not None for s in before):
+        return None
+    scope = analysis.enclosing_function(wrap)
+    for module in analysis.shared.analyses:
+        for call in module.calls:
+            if call_method_name(call) not in MOVES or type(call.func) is not cst.Attribute:
+                continue
+            if module is analysis and analysis.enclosing_function(call) is scope and not analysis.comes_before(wrap, call):
+                continue  # a move earlier in the wrap's own function (of another branch's model)
+            if wrap in module.origins(call.func.value):  # type: ignore[attr-defined]
+                return call
+    return None
 
 
 def _named(expr: cst.BaseExpression | None) -> bool:
@@ -149,6 +174,35 @@ model = nn.DataParallel(model)
 optimizer = SGD(model.parameters(), lr=0.1)
 """,
         ),
+        # Moved later by code elsewhere: a Trainer's constructor moves what it is handed (a trial: on a GPU
+        # DDP refused the CPU model, "device_ids ... only work with ... module parameters cpu").
+        Example(
+            before="""\
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+class Trainer:
+    def __init__(self, model, device):
+        self.model = model.to(device)
+
+
+model = DDP(Net(), device_ids=[local_rank])
+trainer = Trainer(model, device)
+""",
+            after="""\
+from ddp_migrate import runtime
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+class Trainer:
+    def __init__(self, model, device):
+        self.model = model.to(device)
+
+
+model = DDP(Net().to(runtime.device()), device_ids=[local_rank])
+trainer = Trainer(model, device)
+""",
+        ),
         Valid(
             """\
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -180,6 +234,9 @@ model = DDP(model, device_ids=[local_rank])
                 if _move_of(later, target) is not None or _conditional_move(later, target):
                     yield wrap, None, later
                     break
+            else:
+                if _moved_elsewhere(analysis, wrap, siblings[: siblings.index(stmt)]) is not None:
+                    yield wrap, None, None
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
         for wrap, _, later in self._cases(analysis):
@@ -190,6 +247,8 @@ model = DDP(model, device_ids=[local_rank])
                     "condition), then wrap it",
                     fixable=False,
                 )
+            elif later is None and (move := _moved_elsewhere(analysis, wrap, [])) is not None:
+                yield Match(wrap, f"model wrapped before it is moved to its device (later, by `{code_of(move)}`): move it first, then wrap")
             else:
                 yield Match(wrap, "model wrapped before it is moved to its device: move it first, then wrap")
 
@@ -220,5 +279,9 @@ model = DDP(model, device_ids=[local_rank])
                         moved = _moved_to_inner(later, target, inner).with_changes(leading_lines=[])
                     edits.insert_before(stmt, moved)
                 edits.remove(later)
+            else:
+                # Moved later by code elsewhere (a Trainer's ``self.model = model.to(device)``): the wrap moves
+                # it to this process's device first; the later move of the wrapper then changes nothing.
+                edits.replace(inner, expression(f"{code_of(inner)}.to({runtime_name(analysis, edits)}.device())"))
             edits.changes.append(Change(self.code, analysis.line(wrap), "model moved to its device before it is wrapped"))
         return edits.apply(analysis.module) if edits else None
