@@ -12,9 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
-
-from ddp_migrate.cli import cli
+from migrated import migrate_script
 
 SCRIPT = '''
 import torch
@@ -67,11 +65,9 @@ if __name__ == "__main__":
 
 
 def migrate(tmp_path: Path, source: str) -> tuple[str, str]:
-    script = tmp_path / "train.py"
-    script.write_text(source)
-    result = CliRunner().invoke(cli, [str(script)], catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    return script.read_text(), result.output
+    text, output, code = migrate_script(tmp_path, source)
+    assert code == 0, output
+    return text, output
 
 
 def test_the_wrap_of_a_model_that_skips_layers_looks_for_unused_parameters(tmp_path: Path) -> None:

@@ -11,9 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
-
-from ddp_migrate.cli import cli
+from migrated import migrate_script
 
 SCRIPT = '''
 import os
@@ -56,11 +54,9 @@ if __name__ == "__main__":
 
 
 def migrate(tmp_path: Path) -> tuple[str, str]:
-    script = tmp_path / "train.py"
-    script.write_text(SCRIPT)
-    result = CliRunner().invoke(cli, [str(script)], catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    return script.read_text(), result.output
+    text, output, code = migrate_script(tmp_path, SCRIPT)
+    assert code == 0, output
+    return text, output
 
 
 def test_a_saving_method_called_through_the_wrapper_runs_on_every_rank(tmp_path: Path) -> None:

@@ -14,9 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
-
-from ddp_migrate.cli import cli
+from migrated import migrate_script
 
 HEADER = '''
 import torch
@@ -63,22 +61,15 @@ FROZEN = HEADER + TRAIN
 UNFROZEN_LATER = HEADER + "        if epoch == 1:\n            set_backbone_trainable(model, True)\n" + TRAIN
 
 
-def migrate(tmp_path: Path, source: str) -> tuple[str, str, int]:
-    script = tmp_path / "train.py"
-    script.write_text(source)
-    result = CliRunner().invoke(cli, [str(script)], catch_exceptions=False)
-    return script.read_text(), result.output, result.exit_code
-
-
 def test_a_freeze_before_training_comes_before_the_wrap(tmp_path: Path) -> None:
-    text, output, code = migrate(tmp_path, FROZEN)
+    text, output, code = migrate_script(tmp_path, FROZEN)
     assert code == 0, output
     assert text.index("set_backbone_trainable(model, False)") < text.index("DistributedDataParallel(model")
     assert "DDP042" not in output
 
 
 def test_an_unfreeze_after_the_wrap_is_left_to_a_human_naming_the_call(tmp_path: Path) -> None:
-    text, output, code = migrate(tmp_path, UNFROZEN_LATER)
+    text, output, code = migrate_script(tmp_path, UNFROZEN_LATER)
     assert code == 1, output
     reviews = [line for line in output.splitlines() if "DDP042" in line and line.lstrip().startswith("review ")]
     assert len(reviews) == 1, output
@@ -93,7 +84,7 @@ def test_the_migrated_frozen_backbone_trains_under_torchrun(tmp_path: Path) -> N
     pytest.importorskip("torch")
     from launch import run_torchrun
 
-    text, output, _ = migrate(tmp_path, FROZEN)
+    text, output, _ = migrate_script(tmp_path, FROZEN)
     run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, env={"OMP_NUM_THREADS": "1"}, timeout=120)
     assert (tmp_path / "final.pt").exists(), output
     done = subprocess.run([sys.executable, str(tmp_path / "train.py")], cwd=tmp_path, capture_output=True, text=True, timeout=120)
