@@ -29,6 +29,10 @@ def _callee(call: cst.Call) -> str:
     return func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else ""
 
 
+#: The expressions a guard variable is assigned: tests (``local_rank in (-1, 0)``, ``not a or b``).
+_TESTS = (cst.Comparison, cst.UnaryOperation, cst.BooleanOperation)
+
+
 class LocalRankGuard(Rule):
     """Write files and print on global rank 0, not on local rank 0.
 
@@ -229,16 +233,40 @@ if dist.get_rank() == 0:
         ``if is_main: torch.save(...)``; also a parameter its callers pass such a test for)."""
         facts = legacy_facts(analysis)
         found: set[cst.BaseExpression] = set()
+        in_values: dict[cst.CSTNode, list[cst.BaseExpression]] = {}  # each value read once
+        held: dict[tuple[object, str], list[cst.CSTNode]] = {}  # each name's values looked up once
         for branch in analysis.ifs:
             tests = list(self._local_zero_tests(facts, branch.test))
             for node in walk(branch.test):
                 name = dotted_name(node) if type(node) in (cst.Name, cst.Attribute) else None
-                if name is not None and type(analysis.parent(node)) is not cst.Attribute:
-                    tests.extend(t for value in analysis.flows_into(node, name) for t in self._local_zero_tests(facts, value))  # type: ignore[arg-type]
+                if name is None or type(analysis.parent(node)) is cst.Attribute:
+                    continue
+                key = (analysis.enclosing_function(node), name)
+                if key not in held:
+                    held[key] = [value for value in self._values_of(analysis, node, name) if type(value) in _TESTS]
+                for value in held[key]:
+                    if type(value) not in _TESTS:
+                        continue  # a guard variable holds a test
+                    if value not in in_values:
+                        in_values[value] = list(self._local_zero_tests(facts, value))  # type: ignore[arg-type]
+                    tests.extend(in_values[value])
             fresh = [test for test in tests if test not in found]
             if fresh and self._writes(analysis, branch.body):
                 found.update(fresh)
                 yield from fresh
+
+    @staticmethod
+    def _values_of(analysis: ScriptAnalysis, node: cst.CSTNode, name: str) -> list[cst.CSTNode]:
+        """What a name an ``if`` tests may hold: its assignments in the function (or module), and for a
+        parameter what the callers pass (:meth:`ScriptAnalysis.flows_into`, which reads every binding)."""
+        function = analysis.enclosing_function(node)
+        if function is not None and "." not in name and analysis.is_parameter(function, name):
+            return analysis.flows_into(node, name)
+        return [
+            assign.value
+            for assign in analysis.assignments_in(function)
+            if any(dotted_name(t.target) == name for t in getattr(assign, "targets", ())) or dotted_name(getattr(assign, "target", None)) == name
+        ]
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
         blocked = legacy_facts(analysis).blocked()

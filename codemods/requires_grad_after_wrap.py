@@ -34,7 +34,8 @@ class RequiresGradAfterWrap(Rule):
     name = "requires-grad-after-wrap"
     phase = Phase.OUTPUT
     severity = Severity.ERROR
-    triggers = ("requires_grad",)
+    #: Writes, not reads: ``x.requires_grad`` alone is in hundreds of torch's own files.
+    triggers = (".requires_grad =", ".requires_grad=", "requires_grad_(")
     needs_names = (names.TRAINING_CODE_NAMES,)
     manual_fix = "change requires_grad before the wrap, or wrap with find_unused_parameters=True while every parameter trains"
     examples = (

@@ -73,15 +73,28 @@ def _moved_elsewhere(analysis: ScriptAnalysis, wrap: cst.Call, before: list[cst.
     if name is not None and any(_move_of(s, name) is not None for s in before):
         return None
     scope = analysis.enclosing_function(wrap)
-    for module in analysis.shared.analyses:
-        for call in module.calls:
-            if call_method_name(call) not in MOVES or type(call.func) is not cst.Attribute:
-                continue
-            if module is analysis and analysis.enclosing_function(call) is scope and not analysis.comes_before(wrap, call):
-                continue  # a move earlier in the wrap's own function (of another branch's model)
-            if wrap in module.origins(call.func.value):  # type: ignore[attr-defined]
-                return call
+    for module, call, moved in _program_moves(analysis):
+        if wrap not in moved:
+            continue
+        if module is analysis and analysis.enclosing_function(call) is scope and not analysis.comes_before(wrap, call):
+            continue  # a move earlier in the wrap's own function (of another branch's model)
+        return call
     return None
+
+
+def _program_moves(analysis: ScriptAnalysis) -> list[tuple[ScriptAnalysis, cst.Call, set[cst.CSTNode]]]:
+    """Every ``x.to(...)`` / ``x.cuda()`` of the program, with its module and the origins of ``x`` (read once
+    per analysis, for all its wraps)."""
+
+    def build(analysis: ScriptAnalysis) -> list[tuple[ScriptAnalysis, cst.Call, set[cst.CSTNode]]]:
+        return [
+            (module, call, module.origins(call.func.value))  # type: ignore[attr-defined]
+            for module in analysis.shared.analyses
+            for call in module.calls
+            if call_method_name(call) in MOVES and type(call.func) is cst.Attribute
+        ]
+
+    return analysis.derived("moves of the program", build)
 
 
 def _named(expr: cst.BaseExpression | None) -> bool:

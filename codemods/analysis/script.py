@@ -1296,13 +1296,20 @@ class ScriptAnalysis:
         scope = self.scope_of(node)
         flows = list(self._value_flows.get((scope, name), ()))
         if isinstance(scope, cst.FunctionDef) and "." not in name and self.is_parameter(scope, name):
-            for call, target in self.shared.call_targets.items():
-                if target is scope:
-                    owner = self.shared.analysis_of(call) or self
-                    argument = owner.argument_for(call, scope, name)
-                    if argument is not None:
-                        flows.append(argument)
+            for call in self._program_callers.get(scope, ()):
+                owner = self.shared.analysis_of(call) or self
+                argument = owner.argument_for(call, scope, name)
+                if argument is not None:
+                    flows.append(argument)
         return flows
+
+    @cached_property
+    def _program_callers(self) -> dict[cst.FunctionDef, list[cst.Call]]:
+        """The calls, in any module of the program, that run each function (grouped once)."""
+        grouped: dict[cst.FunctionDef, list[cst.Call]] = {}
+        for call, target in self.shared.call_targets.items():
+            grouped.setdefault(target, []).append(call)
+        return grouped
 
     @cached_property
     def _value_flows(self) -> dict[tuple[Scope, str], list[cst.CSTNode]]:
