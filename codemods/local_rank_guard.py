@@ -233,11 +233,15 @@ if dist.get_rank() == 0:
         ``if is_main: torch.save(...)``; also a parameter its callers pass such a test for)."""
         facts = legacy_facts(analysis)
         found: set[cst.BaseExpression] = set()
-        in_values: dict[cst.CSTNode, list[cst.BaseExpression]] = {}  # each value read once
+        # The tests a variable or a parameter may hold: assigned, or passed by a call (read once; most
+        # modules hold none, and then no name an ``if`` tests is looked up).
+        stored = [a.value for a in analysis.assignments if type(a.value) in _TESTS]
+        passed = [arg.value for call in analysis.calls for arg in call.args if type(arg.value) in _TESTS]
+        in_values = {value: tests for value in stored + passed if (tests := list(self._local_zero_tests(facts, value)))}  # type: ignore[arg-type]
         held: dict[tuple[object, str], list[cst.CSTNode]] = {}  # each name's values looked up once
         for branch in analysis.ifs:
             tests = list(self._local_zero_tests(facts, branch.test))
-            for node in walk(branch.test):
+            for node in walk(branch.test) if in_values else ():
                 name = dotted_name(node) if type(node) in (cst.Name, cst.Attribute) else None
                 if name is None or type(analysis.parent(node)) is cst.Attribute:
                     continue
@@ -245,11 +249,7 @@ if dist.get_rank() == 0:
                 if key not in held:
                     held[key] = [value for value in self._values_of(analysis, node, name) if type(value) in _TESTS]
                 for value in held[key]:
-                    if type(value) not in _TESTS:
-                        continue  # a guard variable holds a test
-                    if value not in in_values:
-                        in_values[value] = list(self._local_zero_tests(facts, value))  # type: ignore[arg-type]
-                    tests.extend(in_values[value])
+                    tests.extend(in_values.get(value, ()))
             fresh = [test for test in tests if test not in found]
             if fresh and self._writes(analysis, branch.body):
                 found.update(fresh)
