@@ -262,11 +262,7 @@ if dist.get_rank() == 0:
         function = analysis.enclosing_function(node)
         if function is not None and "." not in name and analysis.is_parameter(function, name):
             return analysis.flows_into(node, name)
-        return [
-            assign.value
-            for assign in analysis.assignments_in(function)
-            if any(dotted_name(t.target) == name for t in getattr(assign, "targets", ())) or dotted_name(getattr(assign, "target", None)) == name
-        ]
+        return analysis.assigned_values(function, name)  # type: ignore[return-value]
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
         blocked = legacy_facts(analysis).blocked()

@@ -9,7 +9,7 @@ import libcst as cst
 from .analysis import ScriptAnalysis, keyword_argument
 from .analysis.ranks import seeds_alike
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
-from .edits import Edits, expression
+from .edits import Edits, expression, with_keyword
 
 #: ``torch.utils.data.random_split`` under the names torch exports it by.
 RANDOM_SPLIT = frozenset({"torch.utils.data.random_split", "torch.utils.data.dataset.random_split"})
@@ -112,13 +112,6 @@ loss.backward()
             if torch is None:
                 edits.add_import("torch")
                 torch = "torch"
-            generator = cst.Arg(
-                expression(f"{torch}.Generator().manual_seed(0)"),
-                keyword=cst.Name("generator"),
-                equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
-            )
-            args = list(call.args)
-            args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-            edits.replace(call, call.with_changes(args=[*args, generator]))
+            edits.replace(call, with_keyword(call, "generator", expression(f"{torch}.Generator().manual_seed(0)")))
             edits.changes.append(Change(self.code, analysis.line(call), "random_split given a seeded generator (the same split on every rank)"))
         return edits.apply(analysis.module) if edits else None

@@ -226,14 +226,15 @@ model = DDP(model, device_ids=[local_rank])
         ),
     )
 
-    def _cases(self, analysis: ScriptAnalysis) -> Iterator[tuple[cst.Call, cst.Call | None, cst.BaseStatement | None]]:
-        """(wrap, chained move, later move statement) for every wrap moved after wrapping."""
+    def _cases(self, analysis: ScriptAnalysis) -> Iterator[tuple[cst.Call, cst.Call | None, cst.BaseStatement | None, cst.Call | None]]:
+        """(wrap, chained move, later move statement, move elsewhere) for every wrap moved after wrapping;
+        one of the last three is set."""
         for wrap in analysis.wrap_calls:
             outer = analysis.parent(wrap)
             if isinstance(outer, cst.Attribute) and outer.attr.value in MOVES:
                 call = analysis.parent(outer)
                 if isinstance(call, cst.Call):
-                    yield wrap, call, None
+                    yield wrap, call, None, None
                     continue
             stmt = analysis.statement(wrap)
             target = None
@@ -245,14 +246,15 @@ model = DDP(model, device_ids=[local_rank])
                 continue
             for later in siblings[siblings.index(stmt) + 1 :]:
                 if _move_of(later, target) is not None or _conditional_move(later, target):
-                    yield wrap, None, later
+                    yield wrap, None, later, None
                     break
             else:
-                if _moved_elsewhere(analysis, wrap, siblings[: siblings.index(stmt)]) is not None:
-                    yield wrap, None, None
+                elsewhere = _moved_elsewhere(analysis, wrap, siblings[: siblings.index(stmt)])
+                if elsewhere is not None:
+                    yield wrap, None, None, elsewhere
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
-        for wrap, _, later in self._cases(analysis):
+        for wrap, _, later, elsewhere in self._cases(analysis):
             if isinstance(later, cst.If) and not _named(wrapped_argument(wrap)):
                 yield Match(
                     wrap,
@@ -260,14 +262,14 @@ model = DDP(model, device_ids=[local_rank])
                     "condition), then wrap it",
                     fixable=False,
                 )
-            elif later is None and (move := _moved_elsewhere(analysis, wrap, [])) is not None:
-                yield Match(wrap, f"model wrapped before it is moved to its device (later, by `{code_of(move)}`): move it first, then wrap")
+            elif elsewhere is not None:
+                yield Match(wrap, f"model wrapped before it is moved to its device (later, by `{code_of(elsewhere)}`): move it first, then wrap")
             else:
                 yield Match(wrap, "model wrapped before it is moved to its device: move it first, then wrap")
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         edits = Edits(analysis)
-        for wrap, chained, later in self._cases(analysis):
+        for wrap, chained, later, _ in self._cases(analysis):
             inner = wrapped_argument(wrap)
             if inner is None:
                 continue

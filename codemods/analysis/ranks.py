@@ -32,7 +32,7 @@ import libcst as cst
 from .. import names
 from . import tree
 from .legacy import ENV_GETTERS, Key, LaunchIndex, LegacyFacts, int_value, legacy_facts, target_nodes
-from .script import SELF_RETURNING_METHODS, ScriptAnalysis, callee_name, dotted_name, leaves_early, walk
+from .script import SELF_RETURNING_METHODS, ScriptAnalysis, callee_name, dotted_name, leaves_early, returns_of, walk
 
 
 class Kind(enum.IntEnum):
@@ -453,7 +453,7 @@ class RankFacts:
                 return Kind.UNIFORM
             self._active.add(key)
             try:
-                returns = [r.value for r in _returns_of(target) if r.value is not None]
+                returns = [r.value for r in returns_of(target) if r.value is not None]
                 return self._join(returns, depth)
             finally:
                 self._active.discard(key)
@@ -543,7 +543,7 @@ class RankFacts:
             target = self.analysis.call_target(test)
             if target is not None and target not in seen:
                 seen.add(target)
-                sides = {self._zero_side(r.value, seen) for r in _returns_of(target) if r.value is not None}
+                sides = {self._zero_side(r.value, seen) for r in returns_of(target) if r.value is not None}
                 return sides.pop() if len(sides) == 1 else None
         if isinstance(test, (cst.Name, cst.Attribute)):
             sources = [s for s in self.legacy.sources(test) if s is not test and isinstance(s, cst.BaseExpression)]
@@ -695,18 +695,6 @@ def _has_or(test: cst.BaseExpression) -> bool:
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
         return _has_or(test.expression)
     return False
-
-
-def _returns_of(function: cst.FunctionDef) -> Iterator[cst.Return]:
-    """The ``return`` statements of the function itself (not of functions or lambdas nested in it)."""
-    stack: list[cst.CSTNode] = [function.body]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, cst.Return):
-            yield node
-        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-            continue
-        stack.extend(node.children)
 
 
 def _is_minus_one_or_none(expr: cst.BaseExpression) -> bool:

@@ -927,12 +927,9 @@ class ScriptAnalysis:
         if name is None or function is None:
             return False
         root = name.split(".")[0]
-        params = [p.name.value for p in (*function.params.posonly_params, *function.params.params, *function.params.kwonly_params)]
-        if root not in params or (root == params[0] and root in ("self", "cls") and self.enclosing_class(function) is not None):
+        if not self.is_parameter(function, root) or (root in ("self", "cls") and self.enclosing_class(function) is not None):
             return False
-        for call, target in self.shared.call_targets.items():
-            if target is not function:
-                continue
+        for call in self.callers_in_program(function):
             owner = self.shared.analysis_of(call) or self
             argument = owner.argument_for(call, function, root)
             if argument is None or owner.wrapped_at(argument) is None:
@@ -1253,7 +1250,7 @@ class ScriptAnalysis:
                     # A helper of the program that returns the parameters: what it returns.
                     if part not in self.shared.constructed and function not in seen_functions:
                         seen_functions.add(function)
-                        pending.extend((ret.value, left - 1) for ret in _returns_of(function) if ret.value is not None)
+                        pending.extend((ret.value, left - 1) for ret in returns_of(function) if ret.value is not None)
                 elif (
                     left > 0
                     and (kind is cst.Name or kind is cst.Attribute)
@@ -1296,16 +1293,19 @@ class ScriptAnalysis:
         scope = self.scope_of(node)
         flows = list(self._value_flows.get((scope, name), ()))
         if isinstance(scope, cst.FunctionDef) and "." not in name and self.is_parameter(scope, name):
-            for call in self._program_callers.get(scope, ()):
+            for call in self.callers_in_program(scope):
                 owner = self.shared.analysis_of(call) or self
                 argument = owner.argument_for(call, scope, name)
                 if argument is not None:
                     flows.append(argument)
         return flows
 
+    def callers_in_program(self, function: cst.FunctionDef) -> list[cst.Call]:
+        """The calls, in any module of the program, that run the function (:meth:`callers_of`: this file's)."""
+        return self._program_callers.get(function, [])
+
     @cached_property
     def _program_callers(self) -> dict[cst.FunctionDef, list[cst.Call]]:
-        """The calls, in any module of the program, that run each function (grouped once)."""
         grouped: dict[cst.FunctionDef, list[cst.Call]] = {}
         for call, target in self.shared.call_targets.items():
             grouped.setdefault(target, []).append(call)
@@ -1369,13 +1369,16 @@ class ScriptAnalysis:
         name = dotted_name(expr)
         if name is None:
             return False
-        scope = self.enclosing_function(expr)
-        values = [
-            assign.value
-            for assign in self.assignments_in(scope)
+        values = self.assigned_values(self.enclosing_function(expr), name)
+        return bool(values) and all(v is not None and self.is_unwrapped(v) for v in values)
+
+    def assigned_values(self, function: cst.FunctionDef | None, name: str) -> list[cst.BaseExpression]:
+        """The values the function (``None``: the module's top level) itself assigns to a dotted name."""
+        return [
+            assign.value  # type: ignore[misc]
+            for assign in self.assignments_in(function)
             if any(dotted_name(t) == name for t in _assign_targets(assign))
         ]
-        return bool(values) and all(v is not None and self.is_unwrapped(v) for v in values)
 
     def is_unwrapped(self, value: cst.BaseExpression) -> bool:
         """Whether an expression is the model inside a wrapper: ``model.module``, ``runtime.unwrap(model)``
@@ -1634,7 +1637,7 @@ def _root_of(expr: cst.BaseExpression) -> cst.BaseExpression:
     return expr
 
 
-def _returns_of(function: cst.FunctionDef) -> list[cst.Return]:
+def returns_of(function: cst.FunctionDef) -> list[cst.Return]:
     """The function's own ``return`` statements (not those of functions or classes nested in it)."""
     found: list[cst.Return] = []
     stack: list[cst.CSTNode] = [function.body]

@@ -11,7 +11,7 @@ import libcst as cst
 
 from . import tree
 from .ranks import rank_facts
-from .script import ScriptAnalysis, call_method_name, dotted_name, walk
+from .script import ScriptAnalysis, call_method_name, dotted_name, is_true, keyword_argument, walk
 
 #: Methods whose results are a model's parameters or its submodules (whose ``requires_grad`` is theirs).
 PARAMETER_SOURCES = frozenset({"parameters", "named_parameters", "modules", "named_modules", "children", "named_children"})
@@ -88,7 +88,7 @@ def after_a_wrap(analysis: ScriptAnalysis, node: cst.CSTNode, depth: int = 3) ->
         return None if before or _wrapped_again(analysis, node, here) or _frozen_under_search(analysis, node, here) else (analysis, node)
     if scope is None:
         return None  # module level, every wrap inside a function: it runs when the module is imported
-    callers = [(owner, call) for call, target in analysis.shared.call_targets.items() if target is scope and (owner := analysis.shared.analysis_of(call)) is not None]
+    callers = [(owner, call) for call in analysis.callers_in_program(scope) if (owner := analysis.shared.analysis_of(call)) is not None]
     if depth <= 0 or not callers:
         return (analysis, node)
     for owner, call in callers:
@@ -136,8 +136,7 @@ def _frozen_under_search(analysis: ScriptAnalysis, node: cst.CSTNode, wraps: lis
         return False
     earlier = [wrap for wrap in wraps if analysis.comes_before(wrap, node)]
     return bool(earlier) and all(
-        any(a.keyword is not None and a.keyword.value == "find_unused_parameters" and dotted_name(a.value) == "True" for a in wrap.args)
-        for wrap in earlier
+        (flag := keyword_argument(wrap, "find_unused_parameters")) is not None and is_true(flag.value) for wrap in earlier
     )
 
 
