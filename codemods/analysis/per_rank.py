@@ -94,14 +94,7 @@ class PerRankValues:
 
     def _targets(self, node: cst.CSTNode, target: cst.BaseExpression) -> list[tuple[Owner, str]]:
         """The keys an assignment to ``target`` marks (the names in it, not the attributes' parts)."""
-        keys = []
-        for part in walk(target):
-            name = dotted_name(part) if isinstance(part, (cst.Name, cst.Attribute)) else None
-            # The target itself (``losses`` of ``losses.append(...)``), not the names inside an attribute.
-            if name is None or (part is not target and isinstance(self.analysis.parent(part), cst.Attribute)):
-                continue
-            keys.append(self.key(node, name))
-        return keys
+        return [self.key(node, name) for _, name in self.analysis.names_in_target(target)]
 
     def _mark(self, keys: list[tuple[Owner, str]]) -> bool:
         changed = False

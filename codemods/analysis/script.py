@@ -1311,17 +1311,25 @@ class ScriptAnalysis:
             grouped.setdefault(target, []).append(call)
         return grouped
 
+    def names_in_target(self, target: cst.CSTNode) -> list[tuple[cst.CSTNode, str]]:
+        """The names and attribute chains a value stored into ``target`` lands in, with their nodes: the
+        target itself (``decay`` of ``decay.append(p)``, ``self.best``) and the names inside a tuple of
+        them, not the parts of an attribute chain (``self`` of ``self.best``)."""
+        found = []
+        for part in tree.walk(target):
+            name = dotted_name(part) if type(part) in (cst.Name, cst.Attribute) else None
+            if name is not None and (part is target or type(self._parents.get(part)) is not cst.Attribute):
+                found.append((part, name))
+        return found
+
     @cached_property
     def _value_flows(self) -> dict[tuple[Scope, str], list[cst.CSTNode]]:
         """For each name of each scope, the expressions whose values it may hold (see :meth:`flows_into`)."""
         flows: dict[tuple[Scope, str], list[cst.CSTNode]] = {}
 
         def add(target: cst.CSTNode, value: cst.CSTNode) -> None:
-            for part in tree.walk(target):
-                name = dotted_name(part) if type(part) in (cst.Name, cst.Attribute) else None
-                # The target itself (``decay`` of ``decay.append(p)``), and the names inside a tuple of them.
-                if name is not None and (part is target or type(self._parents.get(part)) is not cst.Attribute):
-                    flows.setdefault((self.scope_of(part), name), []).append(value)
+            for part, name in self.names_in_target(target):
+                flows.setdefault((self.scope_of(part), name), []).append(value)
 
         for node in self.preorder:
             kind = type(node)
