@@ -5,8 +5,9 @@ For every legacy script in ``fixtures/scripts/manifest.toml`` (see DESIGN.md, "E
 1. the original runs with plain ``python`` in its own working directory;
 2. a copy is migrated with ``python -m ddp_migrate``; the result compiles and a second run with
    ``--check`` changes nothing;
-3. the migrated copy runs under ``torchrun --standalone --nproc_per_node=2`` (gloo, CPU) and, in another
-   directory, as plain ``python`` (a world of one);
+3. the migrated copy runs under ``torchrun --standalone --nproc_per_node=2`` (gloo, CPU; where CUDA
+   is, one process per GPU, at most two, with NCCL) and, in another directory, as plain ``python``
+   (a world of one); every rank wraps its model on its own device with the machine's backend;
 4. deterministic scripts reproduce the original's final weights in both runs; the others train to a
    finite, falling loss;
 5. only global rank 0 called ``torch.save``, opened a file for writing or called ``os.mkdir`` in the
@@ -87,8 +88,10 @@ MKDIR_DELAY = 2.0
 #: Seconds one launch (a training run, or one ddp-migrate call) may take before it is killed.
 LAUNCH_TIMEOUT = 120.0
 MIGRATE_TIMEOUT = 60.0
-#: Processes per torchrun launch.
-NPROC = 2
+#: CUDA devices here: with any, the migrated runs train on them with NCCL (one process per device).
+CUDA_DEVICES = torch.cuda.device_count() if torch.cuda.is_available() else 0
+#: Processes per torchrun launch: two on the CPU; one per GPU, at most two, where CUDA is.
+NPROC = min(2, CUDA_DEVICES) if CUDA_DEVICES else 2
 #: Tolerance for "the same final weights". Measured: at most 1.3e-7 under torchrun (the gradient is
 #: averaged in a different summation order), bit-identical as plain python.
 ATOL = 1e-6
@@ -120,6 +123,7 @@ KNOWN_BUGS: dict[tuple[str, str], str] = {}
 TORCHRUN_CHECKS = {
     "torchrun_runs", "same_weights_torchrun", "training_works", "printed_once", "same_files",
     "rank0_saves", "rank0_writes", "disjoint_shards", "set_epoch", "checkpoint_loads", "two_node",
+    "on_the_device",
 }
 #: Checks that look at the plain-python run of the migrated script.
 PLAIN_CHECKS = {"plain_runs", "same_weights_plain", "whole_set_plain", "training_works"}
@@ -342,7 +346,8 @@ class E2E:
     in), so that one fixture's launches fill the gaps in another's (process start-up, rendezvous).
     """
 
-    PREFETCH = 1
+    #: One fixture ahead on a 2-core machine; more where there are cores to run them (a GPU machine).
+    PREFETCH = max(1, min(5, (os.cpu_count() or 2) // 3))
 
     def __init__(self, factory: pytest.TempPathFactory) -> None:
         self._factory = factory
@@ -786,6 +791,30 @@ def test_set_epoch_changes_the_order(e2e: E2E, name: str) -> None:
         )
 
 
+@pytest.mark.parametrize("name", cases("on_the_device", ALL))
+def test_each_rank_wraps_its_model_on_its_own_device(e2e: E2E, name: str) -> None:
+    """Every rank wraps one model, on ``cuda:<local rank>`` with NCCL where CUDA is, else on the
+    CPU with gloo: the migrated script neither stays on the CPU nor trains on another rank's GPU."""
+    runs = e2e(name)
+    runs.torchrun.require()
+    wraps = runs.torchrun.kinds("ddp")
+    assert {record["rank"] for record in wraps} == set(range(NPROC)), (
+        f"{runs.torchrun.what}: DistributedDataParallel built by ranks "
+        f"{sorted({record['rank'] for record in wraps})}, expected {list(range(NPROC))}"
+    )
+    for record in wraps:
+        local = record["local_rank"]
+        if CUDA_DEVICES:
+            expected = ("nccl", [f"cuda:{local}"], [local])
+        else:
+            expected = ("gloo", ["cpu"], None)
+        actual = (record["backend"], record["devices"], record["device_ids"])
+        assert actual == expected, (
+            f"rank {record['rank']}: (backend, parameter devices, device_ids) {actual}, "
+            f"expected {expected}"
+        )
+
+
 # ------------------------------------------------------------------------------------------------
 # 7. The checkpoint loads into the plain model
 # ------------------------------------------------------------------------------------------------
@@ -828,6 +857,8 @@ def test_checkpoint_loads_into_the_plain_model(e2e: E2E, name: str, tmp_path: Pa
 @pytest.mark.parametrize("name", cases("two_node", TWO_NODE))
 def test_two_node_launch(e2e: E2E, name: str) -> None:
     """Global rank 1 has local rank 0 here: saving, sharding and weights must still be right."""
+    if CUDA_DEVICES == 1:
+        pytest.skip("two agents on one machine would share its only GPU (NCCL refuses that)")
     runs = e2e(name)
     launch = e2e.two_node(name).require()
     ranks = {(r["rank"], r["local_rank"]) for r in launch.kinds("batch")}

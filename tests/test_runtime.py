@@ -22,6 +22,9 @@ from torch import nn
 
 from ddp_migrate import runtime
 
+#: The backend a world of one gets on this machine: NCCL where CUDA is, gloo on the CPU.
+MACHINE_BACKEND = "nccl" if torch.cuda.is_available() else "gloo"
+
 CONTRACT = {
     "setup",
     "cleanup",
@@ -230,9 +233,11 @@ def test_setup_forms_a_world_of_one_without_a_port_or_file(monkeypatch: pytest.M
     runtime.setup()  # idempotent
     assert dist.group.WORLD is group
     assert runtime.is_initialized() is True
-    assert (dist.get_rank(), dist.get_world_size(), dist.get_backend()) == (0, 1, "gloo")
-    model = nn.parallel.DistributedDataParallel(nn.Linear(3, 1))
-    model(torch.ones(2, 3)).sum().backward()
+    assert (dist.get_rank(), dist.get_world_size(), dist.get_backend()) == (0, 1, MACHINE_BACKEND)
+    model = nn.parallel.DistributedDataParallel(
+        nn.Linear(3, 1).to(runtime.device()), device_ids=runtime.device_ids()
+    )
+    model(torch.ones(2, 3, device=runtime.device())).sum().backward()
     assert model.module.weight.grad is not None
     runtime.barrier()
     runtime.cleanup()
@@ -259,7 +264,7 @@ def test_setup_timeout_and_backend_choices(monkeypatch: pytest.MonkeyPatch) -> N
         datetime.timedelta(minutes=2),
         datetime.timedelta(seconds=30),
     ]
-    assert all(kwargs["backend"] == "gloo" for _, kwargs in spy.calls)
+    assert [kwargs["backend"] for _, kwargs in spy.calls] == [MACHINE_BACKEND, "gloo", "gloo"]
     assert all(kwargs["world_size"] == 1 and kwargs["rank"] == 0 for _, kwargs in spy.calls)
 
 
@@ -353,7 +358,7 @@ def test_save_passes_other_objects_through_unchanged(
     runtime.save(state, buffer)
     assert spy.calls[1][0][1] is buffer
     buffer.seek(0)
-    assert torch.equal(runtime.load(buffer)["weight"], state["weight"])
+    assert torch.equal(runtime.load(buffer)["weight"].cpu(), state["weight"])
 
 
 def test_save_is_atomic(tmp_path: Path) -> None:
@@ -385,7 +390,8 @@ def test_load_maps_onto_this_process_device_unless_told_otherwise(
     runtime.save({"x": torch.ones(2)}, tmp_path / "c.pt")
     spy = Spy(torch.load)
     monkeypatch.setattr(torch, "load", spy)
-    assert torch.equal(runtime.load(tmp_path / "c.pt")["x"], torch.ones(2))
+    loaded = runtime.load(tmp_path / "c.pt")["x"]
+    assert loaded.device == runtime.device() and torch.equal(loaded.cpu(), torch.ones(2))
     runtime.load(tmp_path / "c.pt", "cpu")
     runtime.load(tmp_path / "c.pt", map_location=None, weights_only=True)
     locations = [kwargs["map_location"] for _, kwargs in spy.calls]

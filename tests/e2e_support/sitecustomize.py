@@ -143,6 +143,18 @@ def _install(record_dir: str) -> None:
     os.mkdir = mkdir
     os.makedirs = makedirs
 
+    # -- DistributedDataParallel: the backend it reduces with, the devices its module is on ------------
+    ddp_class = torch.nn.parallel.DistributedDataParallel
+    real_ddp_init = ddp_class.__init__
+
+    def ddp_init(self, module, *args, **kwargs):
+        real_ddp_init(self, module, *args, **kwargs)
+        emit({"kind": "ddp", "backend": str(torch.distributed.get_backend(self.process_group)),
+              "devices": sorted({str(p.device) for p in module.parameters()}),
+              "device_ids": self.device_ids})
+
+    ddp_class.__init__ = ddp_init
+
     # -- DataLoader indices -------------------------------------------------------------------------
     loader_numbers = itertools.count()
     base_iter = dataloader._BaseDataLoaderIter
