@@ -20,7 +20,16 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from .. import names
-from .script import ScriptAnalysis, dotted_name, is_true, loader_argument, statements_of, walk
+from .script import (
+    ScriptAnalysis,
+    dotted_name,
+    is_true,
+    item_name,
+    literal_dict_items,
+    loader_argument,
+    statements_of,
+    walk,
+)
 
 #: ``DataLoader`` keywords that bring their own sampling: sharding must not replace them.
 SAMPLING_KEYS = frozenset({"sampler", "batch_sampler"})
@@ -191,9 +200,9 @@ class LoaderFacts:
         """How to name the loader at the top of an epoch loop: ``preferred`` when it holds the loader and is
         bound before the loop, else a name or attribute used inside the loop that is; ``None`` if none."""
         analysis = self.analysis.shared.analysis_of(loop) or self.analysis
-        candidates = [preferred] + [n for n in walk(loop.body) if isinstance(n, (cst.Name, cst.Attribute))]
+        candidates = [preferred] + [n for n in walk(loop.body) if isinstance(n, (cst.Name, cst.Attribute, cst.Subscript))]
         for expr in candidates:
-            name = dotted_name(expr)
+            name = dotted_name(expr) or item_name(expr)
             if name is None or loader not in analysis.origins(expr):  # type: ignore[arg-type]
                 continue
             if expr is not preferred and not analysis.is_inside(expr, loop):
@@ -258,22 +267,23 @@ def _catches_stop_iteration(handler: cst.ExceptHandler) -> bool:
 
 
 def _subscript_of(expr: cst.BaseExpression, name: str) -> bool:
-    """``loaders[phase]`` (through ``enumerate``/``tqdm``/``iter``) for the dict ``loaders``."""
+    """``loaders[phase]`` (through ``enumerate``/``tqdm``/``iter``) for the dict ``loaders``: a key the
+    analysis cannot read. (``loaders["train"]`` is the loader at that key, which the data flow follows.)"""
     while isinstance(expr, cst.Call) and expr.args:
         expr = expr.args[0].value
-    return isinstance(expr, cst.Subscript) and dotted_name(expr.value) == name
+    return isinstance(expr, cst.Subscript) and dotted_name(expr.value) == name and item_name(expr) is None
 
 
 def _assigned_inside(analysis: ScriptAnalysis, loop: cst.CSTNode, name: str) -> bool:
-    root = name.split(".")[0]
+    root = name.split(".")[0].split("[")[0]
     for assign in analysis.assignments:
         if not analysis.is_inside(assign, loop):
             continue
         targets = [t.target for t in assign.targets] if isinstance(assign, cst.Assign) else [assign.target]
         for target in targets:
             for element in _target_elements(target):
-                bound = dotted_name(element)
-                if bound is not None and (bound == name or name.startswith(bound + ".")):
+                bound = dotted_name(element) or item_name(element)
+                if bound is not None and (bound == name or name.startswith((bound + ".", bound + "["))):
                     return True
     for node in walk(loop):
         if isinstance(node, cst.For) and node is not loop:
@@ -290,24 +300,6 @@ def _target_elements(target: cst.BaseExpression) -> list[cst.BaseExpression]:
     return [target]
 
 
-def _literal_items(expr: cst.BaseExpression) -> list[tuple[str, cst.BaseExpression]] | None:
-    if isinstance(expr, cst.Dict):
-        items = []
-        for element in expr.elements:
-            if not isinstance(element, cst.DictElement) or not isinstance(element.key, cst.SimpleString):
-                return None
-            items.append((element.key.evaluated_value, element.value))  # type: ignore[arg-type]
-        return items
-    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value == "dict":
-        items = []
-        for arg in expr.args:
-            if arg.keyword is None:
-                return None
-            items.append((arg.keyword.value, arg.value))
-        return items
-    return None
-
-
 def _dict_writes(
     analysis: ScriptAnalysis, scope: cst.FunctionDef | None, name: str, depth: int
 ) -> list[tuple[str, cst.BaseExpression]] | None:
@@ -321,7 +313,7 @@ def _dict_writes(
             continue
         for target in assign.targets:
             if isinstance(target.target, cst.Name) and target.target.value == name:
-                literal = _literal_items(assign.value)
+                literal = literal_dict_items(assign.value)
                 if literal is None:
                     other = assign.value.value if isinstance(assign.value, cst.Name) else None
                     literal = _dict_writes(analysis, scope, other, depth + 1) if other else None
@@ -349,7 +341,7 @@ def _dict_writes(
         if method != "update" or len(call.args) != 1 or call.args[0].keyword is not None or call.args[0].star:
             return None
         value = call.args[0].value
-        literal = _literal_items(value)
+        literal = literal_dict_items(value)
         if literal is None and isinstance(value, cst.Name):
             literal = _dict_writes(analysis, scope, value.value, depth + 1)
         if literal is None:

@@ -118,6 +118,54 @@ def dotted_name(node: cst.CSTNode | None) -> str | None:
     return None
 
 
+def subscript_key(node: cst.CSTNode | None) -> str | None:
+    """``"train"`` of ``loaders["train"]``: the key of a subscript by one string literal, else ``None``."""
+    if type(node) is not cst.Subscript or len(node.slice) != 1:  # type: ignore[union-attr]
+        return None
+    index = node.slice[0].slice  # type: ignore[union-attr]
+    key = index.value if type(index) is cst.Index else None
+    if type(key) is not cst.SimpleString:
+        return None
+    text = key.evaluated_value  # type: ignore[union-attr]
+    return text if isinstance(text, str) else None
+
+
+def item_name(node: cst.CSTNode | None) -> str | None:
+    """``loaders['train']`` for a subscript of a dotted name by one string literal (the name under which the
+    analysis binds what a dict holds at that key); ``None`` for anything else."""
+    key = subscript_key(node)
+    base = dotted_name(node.value) if key is not None else None  # type: ignore[union-attr]
+    return f"{base}[{key!r}]" if base else None
+
+
+def literal_dict_items(expr: cst.BaseExpression) -> list[tuple[str, cst.BaseExpression]] | None:
+    """The (key, value) pairs of a dict written out with string keys (``{"train": a}``, ``dict(train=a)``);
+    ``None`` for any other expression, or a dict with another kind of key or an unpacked one."""
+    if type(expr) is cst.Dict:
+        items = []
+        for element in expr.elements:  # type: ignore[attr-defined]
+            if type(element) is not cst.DictElement or type(element.key) is not cst.SimpleString:
+                return None
+            key = element.key.evaluated_value
+            if not isinstance(key, str):
+                return None
+            items.append((key, element.value))
+        return items
+    if type(expr) is cst.Call and type(expr.func) is cst.Name and expr.func.value == "dict":  # type: ignore[attr-defined]
+        items = []
+        for arg in expr.args:  # type: ignore[attr-defined]
+            if arg.keyword is None or arg.star:
+                return None
+            items.append((arg.keyword.value, arg.value))
+        return items
+    return None
+
+
+def _name_root(name: str) -> str:
+    """``loaders`` of ``loaders.train``, ``loaders['train']``."""
+    return name.split(".", 1)[0].split("[", 1)[0]
+
+
 def call_method_name(call: cst.Call) -> str | None:
     """The method name of ``x.method(...)``; ``None`` if the call is not a method call."""
     func = call.func
@@ -248,6 +296,10 @@ class SharedFlow:
         self.constructed: dict[cst.Call, cst.ClassDef] = {}
         self.bindings: dict[BindingKey, set[cst.CSTNode]] = {}
         self.returned: dict[cst.FunctionDef, list[set[cst.CSTNode]]] = {}
+        #: What the dicts a function returns hold at each string key (``return {"train": loader}``).
+        self.returned_items: dict[cst.FunctionDef, dict[str, set[cst.CSTNode]]] = {}
+        #: The string keys written into the dict a binding holds (``loaders["train"] = ...``, a literal).
+        self.item_keys: dict[BindingKey, set[str]] = {}
 
     def add(self, analysis: ScriptAnalysis) -> None:
         """Register a module of the program."""
@@ -739,7 +791,7 @@ class ScriptAnalysis:
 
     def _binds_locally(self, function: cst.FunctionDef, name: str) -> bool:
         home = self if function in self._local_names else self.shared.analysis_of(function) or self
-        return name.split(".")[0] in home._local_names.get(function, set())
+        return _name_root(name) in home._local_names.get(function, set())
 
     def returned_origins(self, function: cst.FunctionDef) -> set[cst.CSTNode]:
         """The calls the values a function of the program returns may come from (any module)."""
@@ -761,7 +813,7 @@ class ScriptAnalysis:
             return {expr}
         if kind is cst.IfExp:
             return self.origins(expr.body) | self.origins(expr.orelse)  # type: ignore[attr-defined]
-        name = dotted_name(expr)
+        name = dotted_name(expr) if kind is not cst.Subscript else item_name(expr)
         if name is None:
             return set()
         found = set(self._bindings.get(self._key(expr, name), ()))
@@ -806,18 +858,66 @@ class ScriptAnalysis:
                 if not new <= slots[i]:
                     slots[i] |= new
                     changed = True
+            items = self._items_of(ret.value)
+            if items:
+                returned = self.shared.returned_items.setdefault(function, {})
+                for key, new in items.items():
+                    slot = returned.setdefault(key, set())
+                    if not new <= slot:
+                        slot |= new
+                        changed = True
         for call in self.calls:
             function = self._call_targets.get(call)
             if function is not None:
                 for param, arg in self._bound_arguments(call, function):
                     changed |= self._bind(self._key(function, param), self.origins(arg))
+                    items = self._items_of(arg)
+                    if items:
+                        changed |= self._bind_items(function, param, items)
         return changed
+
+    def _bind_items(self, scope_node: cst.CSTNode, name: str, items: dict[str, set[cst.CSTNode]]) -> bool:
+        """Bind what a dict holds at each key to ``name['key']``, the dict being bound to ``name``."""
+        self.shared.item_keys.setdefault(self._key(scope_node, name), set()).update(items)
+        changed = False
+        for item, origins in items.items():
+            changed |= self._bind(self._key(scope_node, f"{name}[{item!r}]"), origins)
+        return changed
+
+    def _items_of(self, value: cst.BaseExpression) -> dict[str, set[cst.CSTNode]] | None:
+        """What a dict-valued expression holds at each string key, where the analysis can read it: a dict
+        written out, a name whose dict got its keys so, or a call of a function returning such a dict."""
+        kind = type(value)
+        if kind is cst.Dict or kind is cst.Call:
+            items = literal_dict_items(value)
+            if items is not None:
+                return {key: self.origins(item) for key, item in items}
+            target = self._call_targets.get(value) if kind is cst.Call else None  # type: ignore[arg-type]
+            returned = self.shared.returned_items.get(target) if target is not None else None
+            return dict(returned) if returned else None
+        name = dotted_name(value)
+        if name is None:
+            return None
+        keys = self.shared.item_keys.get(self._key(value, name))
+        if not keys:
+            return None
+        return {key: set(self._bindings.get(self._key(value, f"{name}[{key!r}]"), ())) for key in keys}
 
     def _bind_target(self, target: cst.BaseExpression, value: cst.BaseExpression) -> bool:
         targets = _tuple_elements(target)
         if targets is None:
-            name = dotted_name(target)
-            return bool(name) and self._bind(self._key(target, name), self.origins(value))  # type: ignore[arg-type]
+            name = dotted_name(target) if type(target) is not cst.Subscript else item_name(target)
+            if not name:
+                return False
+            key = self._key(target, name)
+            changed = self._bind(key, self.origins(value))
+            items = self._items_of(value)
+            if items:
+                changed |= self._bind_items(target, name, items)
+            if type(target) is cst.Subscript:  # ``loaders["train"] = ...``: the dict holds that key
+                base = dotted_name(target.value)  # type: ignore[attr-defined]
+                self.shared.item_keys.setdefault(self._key(target, base), set()).add(subscript_key(target))  # type: ignore[arg-type]
+            return changed
         values = _tuple_elements(value)
         changed = False
         if values is not None and len(values) == len(targets):
@@ -1168,10 +1268,10 @@ class ScriptAnalysis:
         self, call: cst.Call, function: cst.FunctionDef, expr: cst.BaseExpression
     ) -> cst.BaseExpression | None:
         """How an expression used inside ``function`` is written at one of its call sites."""
-        name = dotted_name(expr)
+        name = dotted_name(expr) or item_name(expr)
         if name is None:
             return None
-        root = name.split(".")[0]
+        root = _name_root(name)
         if root == "self":
             return expr if self.enclosing_class(call) is self.enclosing_class(function) else None
         if self.is_parameter(function, root):
@@ -1517,18 +1617,30 @@ class ScriptAnalysis:
         later = body[body.index(first) + 1 :] if first in body else []
         if any(self.reaches(stmt, self.group_needing_calls) for stmt in later):
             return guard
-        for node in tree.walk(first):
-            if isinstance(node, cst.Call):
-                target = self._call_targets.get(node)
-                if (
-                    target is not None
-                    and self.owns(target)
-                    and self.parent(target) is self.module
-                    and self.reaches(target, self.group_needing_calls)
-                    and len(self.callers_of(target)) == 1
-                ):
-                    return target
+        calls = [node for node in tree.walk(first) if type(node) is cst.Call]
+        for call in calls:
+            target = self._call_targets.get(call)  # type: ignore[arg-type]
+            if (
+                target is not None
+                and self.owns(target)
+                and self.parent(target) is self.module
+                and self.reaches(target, self.group_needing_calls)
+                and len(self.callers_of(target)) == 1
+            ):
+                # ``main(parse_args())``, ``sys.exit(main())``: the statement's other calls need no group
+                # (``Trainer(model, build_loaders()).fit()`` trains after ``build_loaders()`` returns).
+                others = [other for other in calls if other is not call]
+                return target if all(self._needs_no_group(other) for other in others) else guard  # type: ignore[arg-type]
         return guard
+
+    def _needs_no_group(self, call: cst.Call) -> bool:
+        """Whether a call surely runs no work that needs the process group: it is none of those calls, runs
+        none of them through the program's functions, and is no call of unknown code (a method of an object
+        the analysis cannot name)."""
+        needing = self.group_needing_calls
+        if call in needing or self.reaches(call, needing):
+            return False
+        return call in self._call_targets or bool(self.qualified_names(call.func))
 
 
     # ------------------------------------------------- reachability and rank values (appended for DDP020-DDP025)

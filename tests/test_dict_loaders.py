@@ -1,0 +1,177 @@
+"""Loaders kept in dicts under string keys (``loaders = {"train": DataLoader(...), "val": ...}``,
+``loaders["train"] = ...`` in a builder that returns the dict, ``self.loaders["train"]`` in a Trainer): the
+data flow follows the dict's items, so the loader a training loop iterates by its key is sharded and gets
+``set_epoch``, and the one only evaluated is left whole. A dict iterated by a key the analysis cannot read
+(``loaders[phase]``) stays a review item (tests/test_loaders.py).
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from ddp_migrate.codemods.analysis import ScriptAnalysis
+from ddp_migrate.codemods.analysis.loaders import loader_facts
+from launch import run_python, run_torchrun
+from migrated import migrate_script
+
+LITERAL = '''
+import sys
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    torch.manual_seed(0)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    train_set = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    val_set = TensorDataset(torch.randn(16, 4), torch.randn(16, 1))
+    loaders = {
+        "train": DataLoader(train_set, batch_size=16, shuffle=False),
+        "val": DataLoader(val_set, batch_size=16),
+    }
+    model = nn.Linear(4, 1).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(3):
+        seen = 0
+        for x, y in loaders["train"]:
+            seen += len(x)
+            x, y = x.to(device), y.to(device)
+            loss = nn.functional.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        with torch.no_grad():
+            val = sum(nn.functional.mse_loss(model(x.to(device)), y.to(device)).item() for x, y in loaders["val"])
+        print(f"epoch {epoch} val {val:.4f}")
+        sys.stderr.write(f"samples {seen}\\n")
+    torch.save(model.state_dict(), "final.pt")
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+TRAINER = '''
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def build_loaders(batch_size):
+    train_set = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    val_set = TensorDataset(torch.randn(16, 4), torch.randn(16, 1))
+    loaders = {}
+    loaders["train"] = DataLoader(train_set, batch_size=batch_size, shuffle=True)
+    loaders["val"] = DataLoader(val_set, batch_size=batch_size)
+    return loaders
+
+
+class Trainer:
+    def __init__(self, model, loaders):
+        self.model = model
+        self.loaders = loaders
+        self.opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def train_epoch(self):
+        for x, y in self.loaders["train"]:
+            loss = nn.functional.mse_loss(self.model(x), y)
+            self.opt.zero_grad()
+            loss.backward()
+            self.opt.step()
+        return loss.item()
+
+    @torch.no_grad()
+    def validate(self):
+        total = 0.0
+        for x, y in self.loaders["val"]:
+            total += nn.functional.mse_loss(self.model(x), y).item()
+        return total
+
+    def fit(self, epochs):
+        for epoch in range(epochs):
+            loss = self.train_epoch()
+            print(epoch, loss, self.validate())
+        torch.save(self.model.state_dict(), "final.pt")
+
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    Trainer(model, build_loaders(16)).fit(3)
+'''
+
+
+def _analysis(source: str) -> ScriptAnalysis:
+    return ScriptAnalysis(cst.parse_module(textwrap.dedent(source)))
+
+
+def test_the_items_of_a_dict_flow_to_their_subscripts() -> None:
+    analysis = _analysis(TRAINER)
+    train, val = analysis.loader_calls
+    loops = {cst.Module(body=[]).code_for_node(loop.loader_expr): loop for loop in analysis.loader_loops}
+    assert loops['self.loaders["train"]'].loader_calls == {train}
+    assert loops['self.loaders["val"]'].loader_calls == {val}
+    facts = loader_facts(analysis)
+    assert facts.training_loaders == {train} and facts.evaluation_loaders == {val}
+    assert not facts.dict_training
+
+
+def test_a_key_the_analysis_cannot_read_reaches_nothing() -> None:
+    analysis = _analysis(
+        """
+        from torch.utils.data import DataLoader
+        loaders = {"train": DataLoader(a), "val": DataLoader(b)}
+        key = pick()
+        for x in loaders[key]:
+            f(x).backward()
+        for x in loaders["test"]:
+            f(x).backward()
+        """
+    )
+    assert all(not loop.loader_calls for loop in analysis.loader_loops)
+    assert set(loader_facts(analysis).dict_training) == set(analysis.loader_calls)
+
+
+def test_a_dict_literal_of_loaders_is_sharded_by_its_training_key(tmp_path: Path) -> None:
+    migrated, report, code = migrate_script(tmp_path, LITERAL)
+    assert code == 0, report
+    assert 'sampler=DistributedSampler(train_set, shuffle=False)' in migrated
+    assert '"val": DataLoader(val_set, batch_size=16)' in migrated
+    assert 'loaders["train"].sampler.set_epoch(epoch)' in migrated
+    assert "TODO" not in migrated
+
+
+def test_a_trainer_over_a_built_dict_is_sharded_and_set_up_in_the_main_block(tmp_path: Path) -> None:
+    migrated, report, code = migrate_script(tmp_path, TRAINER)
+    assert code == 0, report
+    assert migrated.count("sampler=DistributedSampler(") == 1, migrated
+    assert 'loaders["val"] = DataLoader(val_set, batch_size=batch_size)' in migrated
+    assert 'self.loaders["train"].sampler.set_epoch(epoch)' in migrated
+    # The main block trains after build_loaders() returns: the group lives around the whole block.
+    main_block = migrated[migrated.index('if __name__ == "__main__":'):]
+    assert "runtime.setup()" in main_block and "runtime.cleanup()" in main_block, migrated
+    assert "DistributedDataParallel(" in migrated
+
+
+@pytest.mark.distributed
+def test_the_dict_of_loaders_trains_the_same_weights_sharded(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    original, migrated = tmp_path / "original", tmp_path / "migrated"
+    for folder in (original, migrated):
+        folder.mkdir()
+    (original / "train.py").write_text(LITERAL)
+    migrate_script(migrated, LITERAL)
+    run_python(original / "train.py", cwd=original, timeout=120)
+    run = run_torchrun(migrated / "train.py", nproc_per_node=2, cwd=migrated, timeout=120)
+    assert run.output.count("epoch 2 val") == 1, run.output
+    assert run.output.count("samples 32") == 2 * 3 and "samples 64" not in run.output, run.output
+    expected = torch.load(original / "final.pt", weights_only=True)
+    actual = torch.load(migrated / "final.pt", weights_only=True)
+    for key in expected:
+        torch.testing.assert_close(actual[key], expected[key], atol=1e-6, rtol=0)
