@@ -7,6 +7,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from ddp_migrate.cli import cli
+from launch import LaunchResult, run_python, run_torchrun
 
 
 def migrate_script(folder: Path, source: str, name: str = "train.py") -> tuple[str, str, int]:
@@ -15,3 +16,17 @@ def migrate_script(folder: Path, source: str, name: str = "train.py") -> tuple[s
     script.write_text(source)
     result = CliRunner().invoke(cli, [str(script)], catch_exceptions=False)
     return script.read_text(), result.output, result.exit_code
+
+
+def train_original_and_migrated(folder: Path, source: str, nproc: int = 2, timeout: float = 120) -> tuple[Path, Path, LaunchResult]:
+    """Run ``source`` as ``train.py`` with plain python in ``folder/original``; migrate a copy in
+    ``folder/migrated`` and run it under torchrun with ``nproc`` processes. The two folders and the torchrun
+    launch (a failure or a timeout of either run fails the test)."""
+    original, migrated = folder / "original", folder / "migrated"
+    original.mkdir()
+    migrated.mkdir()
+    (original / "train.py").write_text(source)
+    migrate_script(migrated, source)
+    run_python(original / "train.py", cwd=original, timeout=timeout)
+    launch = run_torchrun(migrated / "train.py", nproc_per_node=nproc, cwd=migrated, timeout=timeout)
+    return original, migrated, launch

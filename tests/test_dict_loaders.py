@@ -15,8 +15,7 @@ import pytest
 
 from ddp_migrate.codemods.analysis import ScriptAnalysis
 from ddp_migrate.codemods.analysis.loaders import loader_facts
-from launch import run_python, run_torchrun
-from migrated import migrate_script
+from migrated import migrate_script, train_original_and_migrated
 
 LITERAL = '''
 import sys
@@ -162,13 +161,7 @@ def test_a_trainer_over_a_built_dict_is_sharded_and_set_up_in_the_main_block(tmp
 @pytest.mark.distributed
 def test_the_dict_of_loaders_trains_the_same_weights_sharded(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
-    original, migrated = tmp_path / "original", tmp_path / "migrated"
-    for folder in (original, migrated):
-        folder.mkdir()
-    (original / "train.py").write_text(LITERAL)
-    migrate_script(migrated, LITERAL)
-    run_python(original / "train.py", cwd=original, timeout=120)
-    run = run_torchrun(migrated / "train.py", nproc_per_node=2, cwd=migrated, timeout=120)
+    original, migrated, run = train_original_and_migrated(tmp_path, LITERAL)
     assert run.output.count("epoch 2 val") == 1, run.output
     assert run.output.count("samples 32") == 2 * 3 and "samples 64" not in run.output, run.output
     expected = torch.load(original / "final.pt", weights_only=True)

@@ -21,7 +21,8 @@ import pytest
 from click.testing import CliRunner
 
 from ddp_migrate.cli import cli
-from launch import run_python, run_torchrun
+from launch import run_python
+from migrated import train_original_and_migrated
 
 ENGINE = '''
 class MetricLogger:
@@ -184,13 +185,7 @@ def test_a_metric_divided_by_the_world_size_does_not_keep_the_batch(tmp_path: Pa
 @pytest.mark.distributed
 def test_the_nanogpt_style_program_trains_the_same_and_runs_as_plain_python(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
-    original, migrated = tmp_path / "original", tmp_path / "migrated"
-    for folder in (original, migrated):
-        folder.mkdir()
-        (folder / "train.py").write_text(NANOGPT_STYLE)
-    migrate(migrated)
-    run_python(original / "train.py", cwd=original, timeout=120)
-    run_torchrun(migrated / "train.py", nproc_per_node=2, cwd=migrated, timeout=120)
+    original, migrated, _ = train_original_and_migrated(tmp_path, NANOGPT_STYLE)
     expected = torch.load(original / "final.pt", weights_only=True)
     actual = torch.load(migrated / "final.pt", weights_only=True)
     for key in expected:
