@@ -30,8 +30,10 @@ DDP_ATTRIBUTES = frozenset(
 )
 #: Methods that read or write the model's state, never a forward pass.
 STATE_METHODS = frozenset({"state_dict", "load_state_dict", "named_modules", "get_submodule", "get_parameter", "extra_repr"})
-#: Calls that take a model as their first argument and must get the model itself, not its DDP wrapper.
-HANDOFFS = frozenset({"copy.deepcopy", "torch.jit.trace", "torch.jit.script", "torch.jit.trace_module", "torch.onnx.export", "torch.export.export"})
+#: Calls that take a model as their first argument and must get the model itself, not its DDP wrapper:
+#: copies (an EMA by ``copy.deepcopy`` or ``AveragedModel``), traces, exports.
+COPIES = frozenset({"copy.deepcopy", "torch.optim.swa_utils.AveragedModel"})
+HANDOFFS = COPIES | frozenset({"torch.jit.trace", "torch.jit.script", "torch.jit.trace_module", "torch.onnx.export", "torch.export.export"})
 TRAINING_STEP_TODO = (
     "this model method runs in the training step: through .module it would skip DDP's gradient all-reduce; "
     "call the model (its forward) instead, e.g. make forward() return the loss"
@@ -44,7 +46,7 @@ class WrappedModuleAccess(Rule):
     What it finds: ``state_dict()``, ``load_state_dict()`` and the model's own attributes and methods
     (``model.fc``, ``model.predict(...)``) used on a name that holds the DDP-wrapped model, also from a
     nested function (``def resume(): model.load_state_dict(...)``); the wrapper handed to code that needs
-    the model itself (``copy.deepcopy``, ``torch.jit.trace``/``script``, ``torch.onnx.export``,
+    the model itself (``copy.deepcopy``, ``AveragedModel``, ``torch.jit.trace``/``script``, ``torch.onnx.export``,
     ``SummaryWriter.add_graph``); settings assigned on the wrapper (``model.hyp = {...}``); ``no_sync()``
     on a model that is not wrapped on every path; ``isinstance(model, nn.DataParallel)`` checks, which are
     False for DDP; a model method called in the training step (``loss = model.compute_loss(x)``). Calls
@@ -214,11 +216,13 @@ model.module.fc = nn.Linear(8, 1).to(device)
 import copy
 import torch
 from torch.nn.parallel import DistributedDataParallel
+from torch.optim.swa_utils import AveragedModel
 
 model = DistributedDataParallel(net, device_ids=None)
 model.hyp = {"box": 0.05}
 model.require_backward_grad_sync = False
 ema = copy.deepcopy(model)
+swa = AveragedModel(model)
 traced = torch.jit.trace(model, example)
 writer.add_graph(model, example)
 """,
@@ -226,11 +230,13 @@ writer.add_graph(model, example)
 import copy
 import torch
 from torch.nn.parallel import DistributedDataParallel
+from torch.optim.swa_utils import AveragedModel
 
 model = DistributedDataParallel(net, device_ids=None)
 model.hyp = model.module.hyp = {"box": 0.05}
 model.require_backward_grad_sync = False
 ema = copy.deepcopy(model.module)
+swa = AveragedModel(model.module)
 traced = torch.jit.trace(model.module, example)
 writer.add_graph(model.module, example)
 """,
@@ -389,7 +395,7 @@ torch.save(model.module.state_dict(), "model.pt")
                     wrap, closure = _wrap_of(analysis, call.args[0].value)
                     if wrap is not None and dotted_name(call.args[0].value) is not None:
                         sometimes = closure or self._wrapped_only_sometimes(analysis, wrap, call) or analysis.handed_unwrapped(call.args[0].value)
-                        what = "copy" if analysis.is_call_to(call, {"copy.deepcopy"}) else "tracing"
+                        what = "copy" if analysis.is_call_to(call, COPIES) else "tracing"
                         yield _Case("handoff", call.args[0].value, call.args[0].value, sometimes, f"{code_of(call.func)} gets the DDP wrapper: hand it the model itself ({what} of the wrapper fails or keeps DDP's hooks)")
             elif _is_data_parallel_check(analysis, call):
                 yield _Case("isinstance", call, call, False, "isinstance(..., DataParallel) is False for a DistributedDataParallel model: check for both")

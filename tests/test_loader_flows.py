@@ -21,7 +21,7 @@ import pytest
 from click.testing import CliRunner
 
 from ddp_migrate.cli import cli
-from launch import run_python
+from launch import run_python, run_torchrun
 from migrated import train_original_and_migrated
 
 ENGINE = '''
@@ -206,3 +206,75 @@ def test_a_loader_factory_used_by_several_call_sites_is_left_to_a_human(tmp_path
     assert "sampler=" not in train and "import DistributedSampler" not in train
     assert "TODO(ddp-migrate): several call sites build their loaders here" in train
     assert "review" in result.output and "DDP005" in result.output
+
+
+STEP_ENGINE = '''
+import sys
+
+import torch.nn.functional as F
+
+
+class StepTrainer:
+    def __init__(self, model, opt, loader):
+        self.model, self.opt, self.loader = model, opt, loader
+        self.it = iter(loader)
+        self.seen = []
+
+    def next_batch(self):
+        try:
+            return next(self.it)
+        except StopIteration:
+            self.it = iter(self.loader)
+            return next(self.it)
+
+    def run(self, steps):
+        for _ in range(steps):
+            x, y, index = self.next_batch()
+            self.seen += index.tolist()
+            loss = F.cross_entropy(self.model(x), y)
+            self.opt.zero_grad()
+            loss.backward()
+            self.opt.step()
+        sys.stderr.write(f"drew {len(self.seen)} distinct {len(set(self.seen))}\\\\n")
+'''
+
+STEP_ENTRY = '''
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from engine import StepTrainer
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    x = torch.randn(64, 4)
+    loader = DataLoader(TensorDataset(x, (x[:, 0] > 0).long(), torch.arange(64)), batch_size=16)
+    model = nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    StepTrainer(model, opt, loader).run(8)
+    torch.save(model.state_dict(), "final.pt")
+'''
+
+
+@pytest.mark.distributed
+def test_batches_drawn_by_a_method_of_another_module_train_sharded(tmp_path: Path) -> None:
+    """``next(self.it)`` in a helper method that the training loop calls: the loader trains (it was left
+    whole, every rank drawing every sample, with nothing in the report)."""
+    torch = pytest.importorskip("torch")
+    (tmp_path / "engine.py").write_text(STEP_ENGINE)
+    (tmp_path / "train.py").write_text(STEP_ENTRY)
+    result = migrate(tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "sampler=DistributedSampler(" in (tmp_path / "train.py").read_text()
+    assert "self.loader.sampler.set_epoch(" in (tmp_path / "engine.py").read_text()
+    original = tmp_path / "original"
+    original.mkdir()
+    (original / "engine.py").write_text(STEP_ENGINE)
+    (original / "train.py").write_text(STEP_ENTRY)
+    run_python(original / "train.py", cwd=original, timeout=120)
+    launch = run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, timeout=120)
+    assert launch.output.count("drew 64 distinct 32") == 2, launch.output  # 8 steps of 8, 2 passes of a half
+    expected = torch.load(original / "final.pt", weights_only=True)
+    actual = torch.load(tmp_path / "final.pt", weights_only=True)
+    for key in expected:
+        torch.testing.assert_close(actual[key], expected[key], atol=1e-6, rtol=0)

@@ -150,13 +150,7 @@ class LoaderFacts:
                 if not (isinstance(call.func, cst.Name) and call.func.value == "next" and call.args):
                     continue
                 found = {o for o in analysis.origins(call.args[0].value) if o in self._loader_set}
-                if not found:
-                    continue
-                scope = next(
-                    (n for n in analysis.ancestors(call) if isinstance(n, (cst.For, cst.While, cst.FunctionDef))), None
-                )
-                body = scope.body if scope is not None else analysis.module
-                if analysis.reaches_backward(body):
+                if found and _draws_for_training(analysis, call, depth=0):
                     self.iterator_training |= found  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------ queries
@@ -258,6 +252,23 @@ def _dict_container(analysis: ScriptAnalysis, loader: cst.Call) -> cst.CSTNode |
             return None
         child = node
     return None
+
+
+def _draws_for_training(analysis: ScriptAnalysis, node: cst.CSTNode, depth: int) -> bool:
+    """Whether a batch drawn at ``node`` feeds training: the loop around it reaches ``backward()``, or, in a
+    function outside any loop of its own (``def next_batch(self): return next(self.it)``), the loop around
+    one of its calls in the program does (at most three calls up)."""
+    scope = next((n for n in analysis.ancestors(node) if isinstance(n, (cst.For, cst.While, cst.FunctionDef))), None)
+    if not isinstance(scope, cst.FunctionDef):
+        return analysis.reaches_backward(scope.body if scope is not None else analysis.module)
+    if analysis.reaches_backward(scope.body):
+        return True
+    if depth >= 3:
+        return False
+    return any(
+        _draws_for_training(analysis.shared.analysis_of(caller) or analysis, caller, depth + 1)
+        for caller in analysis.callers_in_program(scope)
+    )
 
 
 def _catches_stop_iteration(handler: cst.ExceptHandler) -> bool:
