@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
+import libcst as cst
+
 from .analysis import ScriptAnalysis, call_method_name, leaves_early
 from .analysis.per_rank import per_rank_values
 from .base import Example, Match, Phase, Rule, Severity, Valid
@@ -97,9 +99,13 @@ for epoch in range(100):
         values = per_rank_values(analysis) if exits or steps else None
         if values is None:
             return
-        for branch in exits:
+        reported: set[cst.If] = set()
+        for branch in exits:  # (in source order: an outer decision comes before the ones inside it)
             shown = values.mention(branch.test)
-            if shown is not None:
+            # A decision inside a reported one (``if loss > best: bad += 1; if bad >= 2: break``) follows from
+            # it: once the outer test reads a reduced value, so does the inner one.
+            if shown is not None and not any(a in reported for a in analysis.ancestors(branch)):
+                reported.add(branch)
                 yield Match(
                     branch.test,
                     f"`{code_of(branch.test)}` decides on {shown}, computed on this rank's shard of the data only: the "

@@ -222,7 +222,8 @@ if dist.get_rank() == 0:
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         edits = Edits(analysis)
         facts = rank_facts(analysis)
-        loads = analysis.calls_to(LOADS)
+        # Any module of the program may read the file back (``main()`` loads what a callback saved).
+        loads = [load for module in analysis.shared.analyses for load in module.calls_to(LOADS)]
         barriers: set[cst.CSTNode] = set()
         for call, condition in self._cases(analysis):
             rt = runtime_name(analysis, edits)

@@ -44,7 +44,18 @@ class PerRankValues:
             owner = self.analysis.enclosing_class(node)
             if owner is not None:
                 return (owner, name)
+        elif "." in name:
+            owner = self._instance_class(node, name.split(".", 1)[0])
+            if owner is not None:  # ``trainer.train_loss`` in a callback: the Trainer's ``self.train_loss``
+                return (owner, "self." + name.split(".", 1)[1])
         return (self.analysis.scope_of(node), name)
+
+    def _instance_class(self, node: cst.CSTNode, root: str) -> cst.ClassDef | None:
+        """The class of the program whose instance the name ``root`` holds where ``node`` is (one class only)."""
+        home = self.analysis.shared.analysis_of(node) or self.analysis
+        constructed = home.shared.constructed
+        found = {constructed[origin] for origin in home.name_origins(node, root) if origin in constructed}  # type: ignore[index]
+        return found.pop() if len(found) == 1 else None
 
     def holds(self, node: cst.CSTNode, name: str) -> bool:
         return self._holds(self.key(node, name), (self.analysis.module_of(node), name))
@@ -134,12 +145,13 @@ class PerRankValues:
         analysis = self.analysis
         mention = self.mention
         kind = type(node)
-        if kind is cst.Assign:
-            value, keys = node.value, [key for t in node.targets for key in self._targets(node, t.target)]  # type: ignore[attr-defined]
-            return lambda: bool(mention(value)) and self._mark(keys)
-        if (kind is cst.AugAssign or kind is cst.AnnAssign) and node.value is not None:  # type: ignore[attr-defined]
-            value, keys = node.value, self._targets(node, node.target)  # type: ignore[attr-defined]
-            return lambda: bool(mention(value)) and self._mark(keys)
+        if kind is cst.Assign or ((kind is cst.AugAssign or kind is cst.AnnAssign) and node.value is not None):  # type: ignore[attr-defined]
+            # A value assigned under a per-rank test is per-rank too: ``if loss < best: patience = 0``,
+            # ``if trainer.train_loss < target: trainer.should_stop = True``.
+            targets = [t.target for t in node.targets] if kind is cst.Assign else [node.target]  # type: ignore[attr-defined]
+            keys = [key for target in targets for key in self._targets(node, target)]
+            read = [node.value, *self._tests_around(node)]  # type: ignore[attr-defined]
+            return lambda: any(mention(value) for value in read) and self._mark(keys)
         if kind is cst.For:
             value, keys = node.iter, self._targets(node, node.target)  # type: ignore[attr-defined]
             return lambda: bool(mention(value)) and self._mark(keys)
@@ -174,6 +186,17 @@ class PerRankValues:
             return changed
 
         return step
+
+    def _tests_around(self, node: cst.CSTNode) -> list[cst.BaseExpression]:
+        """The tests of the ``if`` statements the node runs under, in its own function (or module)."""
+        tests = []
+        for ancestor in self.analysis.ancestors(node):
+            kind = type(ancestor)
+            if kind is cst.If:
+                tests.append(ancestor.test)  # type: ignore[attr-defined]
+            elif kind is cst.FunctionDef or kind is cst.ClassDef:
+                break
+        return tests
 
     def _add_function(self, function: cst.FunctionDef) -> bool:
         if function in self.functions:

@@ -161,6 +161,12 @@ def literal_dict_items(expr: cst.BaseExpression) -> list[tuple[str, cst.BaseExpr
     return None
 
 
+#: The item key under which the analysis binds the elements of a list, tuple or set.
+ELEMENTS = "*"
+#: Builtins that hand back a new container with the items of the one they are given.
+COPYING_BUILTINS = frozenset({"list", "tuple", "set", "sorted", "dict"})
+
+
 def _name_root(name: str) -> str:
     """``loaders`` of ``loaders.train``, ``loaders['train']``."""
     return name.split(".", 1)[0].split("[", 1)[0]
@@ -298,8 +304,15 @@ class SharedFlow:
         self.returned: dict[cst.FunctionDef, list[set[cst.CSTNode]]] = {}
         #: What the dicts a function returns hold at each string key (``return {"train": loader}``).
         self.returned_items: dict[cst.FunctionDef, dict[str, set[cst.CSTNode]]] = {}
-        #: The string keys written into the dict a binding holds (``loaders["train"] = ...``, a literal).
+        #: A method call's targets besides its first (:meth:`ScriptAnalysis.call_target`) where the receiver
+        #: may hold instances of several classes of the program (a list of callbacks): their parameters
+        #: take its arguments too.
+        self.other_targets: dict[cst.Call, list[cst.FunctionDef]] = {}
+        #: The string keys written into the dict a binding holds (``loaders["train"] = ...``, a literal); the
+        #: key ``"*"`` stands for the elements of a list, tuple or set (``callbacks = [Saver()]``).
         self.item_keys: dict[BindingKey, set[str]] = {}
+        self._instances: dict[cst.ClassDef, list[cst.Call]] = {}
+        self._instances_built = -1
 
     def add(self, analysis: ScriptAnalysis) -> None:
         """Register a module of the program."""
@@ -319,6 +332,15 @@ class SharedFlow:
                 changed |= analysis._propagate()
             if not changed:
                 break
+
+    def instances_of(self, owner: cst.ClassDef) -> list[cst.Call]:
+        """The calls of the program that construct the class (what its methods' ``self`` may be)."""
+        if len(self.constructed) != self._instances_built:
+            self._instances = {}
+            for call, built in self.constructed.items():
+                self._instances.setdefault(built, []).append(call)
+            self._instances_built = len(self.constructed)
+        return self._instances.get(owner, [])
 
     def module_of(self, node: cst.CSTNode) -> cst.Module:
         """The module a node belongs to."""
@@ -817,8 +839,29 @@ class ScriptAnalysis:
         if name is None:
             return set()
         found = set(self._bindings.get(self._key(expr, name), ()))
-        if not found and kind is cst.Attribute and expr.attr.value == "module":  # type: ignore[attr-defined]
-            return self._inside_wraps(self.origins(expr.value))  # type: ignore[attr-defined]
+        if found:
+            return found
+        if kind is cst.Attribute:
+            if expr.attr.value == "module":  # type: ignore[attr-defined]
+                return self._inside_wraps(self.origins(expr.value))  # type: ignore[attr-defined]
+            return self._instance_attribute(expr)  # type: ignore[arg-type]
+        if name == "self":
+            owner = self.enclosing_class(expr)
+            return set(self.shared.instances_of(owner)) if owner is not None else found
+        return found
+
+    def name_origins(self, node: cst.CSTNode, name: str) -> set[cst.CSTNode]:
+        """The calls a (dotted) name used at ``node`` may hold the value of, by its binding there."""
+        return self._bindings.get(self._key(node, name), set())
+
+    def _instance_attribute(self, expr: cst.Attribute) -> set[cst.CSTNode]:
+        """``trainer.model`` where ``trainer`` holds an instance of a class of the program (a callback's
+        argument, ``trainer = Trainer(...)``): what the class's methods store in ``self.model``."""
+        found: set[cst.CSTNode] = set()
+        for origin in self.origins(expr.value):
+            owner = self.shared.constructed.get(origin) if type(origin) is cst.Call else None  # type: ignore[arg-type]
+            if owner is not None:
+                found |= self._bindings.get((owner, f"self.{expr.attr.value}"), set())
         return found
 
     def _inside_wraps(self, origins: set[cst.CSTNode]) -> set[cst.CSTNode]:
@@ -866,9 +909,21 @@ class ScriptAnalysis:
                     if not new <= slot:
                         slot |= new
                         changed = True
+        for loop in self.for_loops:  # ``for callback in self.callbacks:`` takes the list's elements
+            target = dotted_name(loop.target)
+            items = self._items_of(loop.iter) if target else None
+            if items and ELEMENTS in items:
+                changed |= self._bind(self._key(loop.target, target), items[ELEMENTS])  # type: ignore[arg-type]
+        other_targets = self.shared.other_targets
         for call in self.calls:
+            if call_method_name(call) == "append" and len(call.args) == 1:
+                receiver = dotted_name(call.func.value)  # type: ignore[attr-defined]
+                if receiver:
+                    changed |= self._bind_items(call, receiver, {ELEMENTS: self.origins(call.args[0].value)})
             function = self._call_targets.get(call)
-            if function is not None:
+            if function is None:
+                continue
+            for function in (function, *other_targets.get(call, ())):
                 for param, arg in self._bound_arguments(call, function):
                     changed |= self._bind(self._key(function, param), self.origins(arg))
                     items = self._items_of(arg)
@@ -888,6 +943,15 @@ class ScriptAnalysis:
         """What a dict-valued expression holds at each string key, where the analysis can read it: a dict
         written out, a name whose dict got its keys so, or a call of a function returning such a dict."""
         kind = type(value)
+        if kind is cst.List or kind is cst.Tuple or kind is cst.Set:
+            elements: set[cst.CSTNode] = set()
+            for element in value.elements:  # type: ignore[attr-defined]
+                elements |= self.origins(element.value)
+            return {ELEMENTS: elements} if elements else None
+        if kind is cst.Call and type(value.func) is cst.Name and value.func.value in COPYING_BUILTINS:  # type: ignore[attr-defined]
+            args = value.args  # type: ignore[attr-defined]
+            if len(args) == 1 and args[0].keyword is None and not args[0].star:
+                return self._items_of(args[0].value)
         if kind is cst.Dict or kind is cst.Call:
             items = literal_dict_items(value)
             if items is not None:
@@ -986,13 +1050,17 @@ class ScriptAnalysis:
             receiver = call.func.value
             if type(receiver) is cst.Name and receiver.value == "self":  # type: ignore[attr-defined]
                 continue
+            methods = []
             for origin in self.origins(receiver):
                 owner = self.shared.constructed.get(origin) if type(origin) is cst.Call else None
                 method = _method(owner, call.func.attr.value) if owner is not None else None
-                if method is not None:
-                    self._call_targets[call] = method
-                    changed = True
-                    break
+                if method is not None and method not in methods:
+                    methods.append(method)
+            if methods:
+                self._call_targets[call] = methods[0]
+                changed = True
+                if len(methods) > 1:  # ``for cb in self.callbacks: cb.on_epoch_end(self)``
+                    self.shared.other_targets[call] = methods[1:]
         return changed
 
     def _bound_arguments(self, call: cst.Call, function: cst.FunctionDef) -> Iterator[tuple[str, cst.BaseExpression]]:
