@@ -168,3 +168,17 @@ def test_the_dict_of_loaders_trains_the_same_weights_sharded(tmp_path: Path) -> 
     actual = torch.load(migrated / "final.pt", weights_only=True)
     for key in expected:
         torch.testing.assert_close(actual[key], expected[key], atol=1e-6, rtol=0)
+
+
+def test_a_loader_taken_by_position_from_a_returned_tuple_is_sharded(tmp_path: Path) -> None:
+    """``loaders = build_loaders(); train(model, loaders[0])``: the item at that position."""
+    source = TRAINER.replace(
+        "    loaders = {}\n    loaders[\"train\"] = DataLoader(train_set, batch_size=batch_size, shuffle=True)\n"
+        "    loaders[\"val\"] = DataLoader(val_set, batch_size=batch_size)\n    return loaders\n",
+        "    return DataLoader(train_set, batch_size=batch_size, shuffle=True), DataLoader(val_set, batch_size=batch_size)\n",
+    ).replace('self.loaders["train"]', "self.loaders[0]").replace('self.loaders["val"]', "self.loaders[1]")
+    assert "self.loaders[0]" in source and "return DataLoader(" in source
+    migrated, report, code = migrate_script(tmp_path, source)
+    assert code == 0, report
+    assert migrated.count("sampler=DistributedSampler(train_set, shuffle=True)") == 1, migrated
+    assert "self.loaders[0].sampler.set_epoch(epoch)" in migrated

@@ -278,3 +278,50 @@ def test_batches_drawn_by_a_method_of_another_module_train_sharded(tmp_path: Pat
     actual = torch.load(tmp_path / "final.pt", weights_only=True)
     for key in expected:
         torch.testing.assert_close(actual[key], expected[key], atol=1e-6, rtol=0)
+
+
+ZIPPED = '''
+import sys
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    torch.manual_seed(0)
+    labeled = DataLoader(TensorDataset(torch.randn(32, 4), torch.randint(0, 2, (32,)), torch.arange(32)), batch_size=8)
+    unlabeled = DataLoader(TensorDataset(torch.randn(64, 4), torch.arange(64)), batch_size=16)
+    model = nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        seen = set()
+        for (x, y, _), (u, index) in zip(labeled, unlabeled):
+            seen.update(index.tolist())
+            loss = nn.functional.cross_entropy(model(x), y) + 0.1 * model(u).softmax(1).max(1).values.mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        sys.stderr.write(f"unlabeled {len(seen)} from {min(seen)}\\\\n")
+    torch.save(model.state_dict(), "final.pt")
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+@pytest.mark.distributed
+def test_every_loader_zipped_into_a_training_loop_is_sharded(tmp_path: Path) -> None:
+    """``zip(labeled, unlabeled)``: only the first loader was sharded, every rank drawing the whole
+    unlabeled set (and the ratio of labeled to unlabeled samples per step changed)."""
+    torch = pytest.importorskip("torch")
+    original, migrated, launch = train_original_and_migrated(tmp_path, ZIPPED)
+    source = (migrated / "train.py").read_text()
+    assert source.count("sampler=DistributedSampler(") == 2, source
+    assert "labeled.sampler.set_epoch(epoch)" in source and "unlabeled.sampler.set_epoch(epoch)" in source
+    assert launch.output.count("unlabeled 32 from 0") == 2 and launch.output.count("unlabeled 32 from 1") == 2, launch.output
+    expected = torch.load(original / "final.pt", weights_only=True)
+    actual = torch.load(migrated / "final.pt", weights_only=True)
+    for key in expected:
+        torch.testing.assert_close(actual[key], expected[key], atol=1e-6, rtol=0)

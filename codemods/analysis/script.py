@@ -90,6 +90,12 @@ class LoaderLoop:
     loader_expr: cst.BaseExpression
     loader_calls: frozenset[cst.Call]
     trains: bool
+    #: ``for a, b in zip(labeled, unlabeled)``: how each loader is spelled, where the loop iterates several.
+    spellings: tuple[tuple[cst.Call, cst.BaseExpression], ...] = ()
+
+    def expr_for(self, loader: cst.Call) -> cst.BaseExpression:
+        """How the loop spells the loader it iterates (one of several zipped together, or the only one)."""
+        return next((expr for call, expr in self.spellings if call is loader), self.loader_expr)
 
 
 @dataclass(frozen=True)
@@ -124,6 +130,8 @@ def subscript_key(node: cst.CSTNode | None) -> str | None:
         return None
     index = node.slice[0].slice  # type: ignore[union-attr]
     key = index.value if type(index) is cst.Index else None
+    if type(key) is cst.Integer:  # ``loaders[0]`` of a tuple or list written out
+        return str(key.evaluated_value)  # type: ignore[union-attr]
     if type(key) is not cst.SimpleString:
         return None
     text = key.evaluated_value  # type: ignore[union-attr]
@@ -182,6 +190,15 @@ def callee_name(call: cst.Call) -> str:
     """The last name of what a call calls: ``tqdm`` for ``tqdm.tqdm(...)`` and ``tqdm(...)``."""
     func = call.func
     return func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else ""
+
+
+def _zip_inside(expr: cst.BaseExpression) -> cst.Call | None:
+    """The ``zip(...)`` a loop iterates under ``enumerate``/``tqdm`` and the like, if any."""
+    while isinstance(expr, cst.Call) and expr.args and callee_name(expr) in ITERATION_WRAPPERS:
+        if callee_name(expr) == "zip":
+            return expr if len(expr.args) > 1 and not any(arg.star for arg in expr.args) else None
+        expr = expr.args[0].value
+    return None
 
 
 def unwrap_iterable(expr: cst.BaseExpression) -> cst.BaseExpression:
@@ -827,8 +844,9 @@ class ScriptAnalysis:
             if target is not None and target in self._returned and expr not in self.shared.constructed:
                 return self.returned_origins(target)
             if callee_name(expr) in ITERATION_WRAPPERS and expr.args:
-                # ``pbar = tqdm(loader)`` still iterates the loader.
-                return {expr} | self.origins(expr.args[0].value)
+                # ``pbar = tqdm(loader)`` still iterates the loader; ``zip(labeled, unlabeled)`` both.
+                iterated = expr.args if callee_name(expr) == "zip" else expr.args[:1]
+                return {expr}.union(*(self.origins(arg.value) for arg in iterated))
             method = call_method_name(expr)
             if method in SELF_RETURNING_METHODS:
                 return {expr} | self.origins(expr.func.value)  # type: ignore[union-attr]
@@ -944,10 +962,18 @@ class ScriptAnalysis:
         written out, a name whose dict got its keys so, or a call of a function returning such a dict."""
         kind = type(value)
         if kind is cst.List or kind is cst.Tuple or kind is cst.Set:
+            items: dict[str, set[cst.CSTNode]] = {}
             elements: set[cst.CSTNode] = set()
-            for element in value.elements:  # type: ignore[attr-defined]
-                elements |= self.origins(element.value)
-            return {ELEMENTS: elements} if elements else None
+            for position, element in enumerate(value.elements):  # type: ignore[attr-defined]
+                if type(element) is cst.StarredElement:
+                    break
+                found = self.origins(element.value)
+                if kind is not cst.Set and found:
+                    items[str(position)] = found
+                elements |= found
+            if elements:
+                items[ELEMENTS] = elements
+            return items or None
         if kind is cst.Call and type(value.func) is cst.Name and value.func.value in COPYING_BUILTINS:  # type: ignore[attr-defined]
             args = value.args  # type: ignore[attr-defined]
             if len(args) == 1 and args[0].keyword is None and not args[0].star:
@@ -1234,6 +1260,16 @@ class ScriptAnalysis:
         loops = []
         loader_set = set(self.program_loader_calls)
         for loop in self.for_loops:
+            zipped = _zip_inside(loop.iter)
+            if zipped is not None:  # ``zip(labeled, unlabeled)``: each loader, as the loop spells it
+                spellings = []
+                for arg in zipped.args:
+                    spelled = self._through_wrapper_variables(unwrap_iterable(arg.value), loop)
+                    spellings.extend((o, spelled) for o in self.origins(spelled) if o in loader_set)
+                if spellings:
+                    calls = frozenset(call for call, _ in spellings)
+                    loops.append(LoaderLoop(loop, spellings[0][1], calls, self.reaches_backward(loop.body), tuple(spellings)))  # type: ignore[arg-type]
+                continue
             expr = self._through_wrapper_variables(unwrap_iterable(loop.iter), loop)
             for _ in range(4):  # wrappers around wrappers: log_every(tqdm(loader))
                 found = frozenset(o for o in self.origins(expr) if o in loader_set)
@@ -1306,7 +1342,7 @@ class ScriptAnalysis:
         found: list[EpochLoop] = []
         for loader_loop in self.program_loader_loops:
             if loader_loop.trains and loader in loader_loop.loader_calls:
-                epoch = self._outer_loop(loader_loop.loop, loader_loop.loader_expr, depth=0, loader=loader)
+                epoch = self._outer_loop(loader_loop.loop, loader_loop.expr_for(loader), depth=0, loader=loader)
                 if epoch is not None and all(e.loop is not epoch.loop for e in found):
                     found.append(epoch)
         return found
