@@ -31,14 +31,17 @@ class UnseededRandomSplit(Rule):
     What the fix does: passes ``generator=torch.Generator().manual_seed(0)``, the same split on every rank
     and in every run.
 
-    Fix safety: the split differs from the one an unseeded original drew (which changed from run to run);
-    the global random state is no longer advanced by the split.
+    Fix safety: unsafe. The split differs from the one the original drew, and the global random state is
+    no longer advanced by the split, so whatever draws from it next (the model's initial weights) differs
+    too: a program seeded with ``torch.manual_seed(seed + rank)``, deterministic as one process, computes
+    other numbers even as plain ``python`` (a trial). ``lint --fix`` applies it only with
+    ``--unsafe-fixes``; the migration applies it.
     """
 
     code = "DDP043"
     name = "unseeded-random-split"
     phase = Phase.SAMPLERS
-    fix_safety = FixSafety.SAFE
+    fix_safety = FixSafety.UNSAFE
     triggers = ("random_split",)
     requires = (".backward(",)
     examples = (
