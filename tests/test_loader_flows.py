@@ -325,3 +325,47 @@ def test_every_loader_zipped_into_a_training_loop_is_sharded(tmp_path: Path) -> 
     actual = torch.load(migrated / "final.pt", weights_only=True)
     for key in expected:
         torch.testing.assert_close(actual[key], expected[key], atol=1e-6, rtol=0)
+
+
+SPAWNED = '''
+import argparse
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main_worker(gpu, args):
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:23456", rank=gpu, world_size=args.ngpus)
+    model = DDP(nn.Linear(4, 1))
+    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=args.batch_size // args.ngpus)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            opt.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--ngpus", type=int, default=1)
+    args = parser.parse_args()
+    mp.spawn(main_worker, nprocs=args.ngpus, args=(args,))
+'''
+
+
+def test_a_batch_the_spawned_worker_divides_by_its_process_count_is_not_divided_again(tmp_path: Path) -> None:
+    """``batch_size=args.batch_size // args.ngpus`` in an ``mp.spawn`` worker: the program keeps its global
+    batch itself once ``args.ngpus`` is the world size (the migration had halved the global batch)."""
+    (tmp_path / "train.py").write_text(SPAWNED)
+    result = migrate(tmp_path)
+    train = (tmp_path / "train.py").read_text()
+    assert result.exit_code == 0, result.output
+    assert "batch_size=args.batch_size // args.ngpus" in train and "per_process_batch_size" not in train, train
+    assert "the program already divides args.batch_size by the world size" in result.output

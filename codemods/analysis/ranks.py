@@ -32,7 +32,16 @@ import libcst as cst
 from .. import names
 from . import tree
 from .legacy import ENV_GETTERS, Key, LaunchIndex, LegacyFacts, int_value, legacy_facts, target_nodes
-from .script import SELF_RETURNING_METHODS, ScriptAnalysis, callee_name, dotted_name, leaves_early, returns_of, walk
+from .script import (
+    SELF_RETURNING_METHODS,
+    ScriptAnalysis,
+    callee_name,
+    dotted_name,
+    leaves_early,
+    loader_argument,
+    returns_of,
+    walk,
+)
 
 
 class Kind(enum.IntEnum):
@@ -665,6 +674,15 @@ def _steps_scaled(analysis: ScriptAnalysis) -> list[tuple[ScriptAnalysis, cst.CS
         if divided:
             counted = _step_counts(module)
             found.extend((module, node, name) for node, name in divided if name in counted)
+        for loader in module.loader_calls:  # ``DataLoader(ds, batch_size=args.batch_size // args.ngpus)``
+            batch = loader_argument(loader, "batch_size")
+            value = batch.value if batch is not None else None
+            if (
+                isinstance(value, cst.BinaryOperation)
+                and isinstance(value.operator, (cst.Divide, cst.FloorDivide))
+                and is_world_size(module, value.right)
+            ):
+                found.append((module, value, dotted_name(value.left) or "the batch size"))
     return found
 
 
