@@ -190,7 +190,7 @@ else:
                 edits.replace(call, new_call)
             message = "nn.DataParallel replaced by DistributedDataParallel"
             if skipped is not None:
-                message += f", with find_unused_parameters=True: the model's forward() calls `{code_of(skipped[1].func)}` only on some steps"
+                message += f", with find_unused_parameters=True: {skipped.why}"
             edits.changes.append(Change(self.code, analysis.line(call), message))
         for qualified in names.DATA_PARALLEL:
             local = analysis.local_name_for(qualified)

@@ -25,8 +25,9 @@ class FindUnusedParameters(Rule):
     default is ``False``; DDP raises a clear error at the next step if a parameter did go unused). Keep it,
     and silence this finding, when the graph is dynamic. Where the model's class (in the program) calls a
     layer only on some steps, by a test of its input or of chance (LayerDrop: ``if self.training and
-    torch.rand(()) < p: continue``), the flag is needed and nothing is reported; the migration's own wraps
-    pass it there.
+    torch.rand(()) < p: continue``), or keeps a layer with parameters that nothing uses (``self.old_head =
+    nn.Linear(...)``, left from an earlier experiment), the flag is needed and nothing is reported; the
+    migration's own wraps pass it there.
     """
 
     code = "DDP032"

@@ -419,7 +419,7 @@ loss.backward()
             edits.insert_after(anchor, wrap)
             message = f"{model} wrapped in DistributedDataParallel"
             if skipped is not None:
-                message += f", with find_unused_parameters=True: its forward() calls `{code_of(skipped[1].func)}` only on some steps"
+                message += f", with find_unused_parameters=True: {skipped.why}"
             edits.changes.append(Change(self.code, analysis.line(anchor) + 1, message))
         for guard, switch, sites in self._switches(analysis):
             if not sites:

@@ -93,3 +93,33 @@ def test_the_migrated_layerdrop_model_trains_under_torchrun(tmp_path: Path) -> N
     migrate(tmp_path, SCRIPT)
     run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, env={"OMP_NUM_THREADS": "1"}, timeout=120)
     assert (tmp_path / "final.pt").exists()
+
+
+LEFTOVER = SCRIPT.replace(
+    "        self.out = nn.Linear(8, 1)\n",
+    "        self.out = nn.Linear(8, 1)\n        self.old_out = nn.Linear(8, 1)  # left from an earlier experiment\n",
+).replace("if self.training and torch.rand(()) < self.layerdrop:", "if self.layerdrop is None:")
+
+
+def test_the_wrap_of_a_model_with_a_layer_nothing_uses_looks_for_unused_parameters(tmp_path: Path) -> None:
+    """A layer the model keeps but never calls (a trial: DDP crashed at step 2, the report said nothing)."""
+    text, output = migrate(tmp_path, LEFTOVER)
+    assert "find_unused_parameters=True" in text
+    assert "`self.old_out` (nn.Linear) is never used" in output
+
+
+def test_a_layer_used_outside_forward_is_no_unused_layer(tmp_path: Path) -> None:
+    source = LEFTOVER.replace("        return self.out(h)\n", "        return self.out(h)\n\n    def project(self, h):\n        return self.old_out(h)\n")
+    text, _ = migrate(tmp_path, source)
+    assert "DistributedDataParallel(" in text and "find_unused_parameters" not in text
+
+
+@pytest.mark.e2e
+@pytest.mark.distributed
+def test_the_migrated_model_with_a_leftover_layer_trains_under_torchrun(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from launch import run_torchrun
+
+    migrate(tmp_path, LEFTOVER)
+    run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, env={"OMP_NUM_THREADS": "1"}, timeout=120)
+    assert (tmp_path / "final.pt").exists()

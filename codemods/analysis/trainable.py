@@ -6,12 +6,13 @@ placement of the wrap the migration inserts (computed once per analysis: :func:`
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import libcst as cst
 
 from . import tree
 from .ranks import rank_facts
-from .script import ScriptAnalysis, call_method_name, dotted_name, is_true, keyword_argument, walk
+from .script import ScriptAnalysis, call_method_name, callee_name, dotted_name, is_true, keyword_argument, walk
 
 #: Methods whose results are a model's parameters or its submodules (whose ``requires_grad`` is theirs).
 PARAMETER_SOURCES = frozenset({"parameters", "named_parameters", "modules", "named_modules", "children", "named_children"})
@@ -145,7 +146,16 @@ def _loop_around_both(analysis: ScriptAnalysis, node: cst.CSTNode, wrap: cst.CST
     return any(isinstance(a, (cst.For, cst.While)) and analysis.is_inside(wrap, a) for a in analysis.ancestors(node))
 
 
-def skipped_in_some_steps(analysis: ScriptAnalysis, model: cst.BaseExpression) -> tuple[ScriptAnalysis, cst.Call] | None:
+class SkippedLayer(NamedTuple):
+    """A layer of a model that gets no gradient on some steps: the analysis of its module, the call (of the
+    layer in ``forward()``, or the layer's construction when nothing uses it) and why, for a report."""
+
+    analysis: ScriptAnalysis
+    node: cst.Call
+    why: str
+
+
+def skipped_in_some_steps(analysis: ScriptAnalysis, model: cst.BaseExpression) -> SkippedLayer | None:
     """A layer of the model's class that its ``forward()`` calls only on some steps (with the analysis of
     its module), or ``None``: a call of a submodule (``self.head(x)``, ``layer(x)`` in a loop over
     ``self.layers``) under a condition, or after an early ``continue`` / ``break`` / ``return``, whose test
@@ -168,7 +178,11 @@ def skipped_in_some_steps(analysis: ScriptAnalysis, model: cst.BaseExpression) -
             if forward is not None:
                 found = _conditional_layer_call(owner, cls, forward)
                 if found is not None:
-                    return owner, found
+                    return SkippedLayer(owner, found, f"its forward() calls `{dotted_name(found.func) or 'a layer'}` only on some steps")
+                unused = _unused_layer(owner, cls)
+                if unused is not None:
+                    attribute, layer = unused
+                    return SkippedLayer(owner, layer, f"`self.{attribute}` ({dotted_name(layer.func) or 'a layer'}) is never used")
             found_classes.extend(owner.shared.constructed[n] for n in walk(cls) if type(n) is cst.Call and n in owner.shared.constructed)  # type: ignore[comparison-overlap]
         classes = found_classes
     return None
@@ -195,6 +209,51 @@ def _conditional_layer_call(analysis: ScriptAnalysis, cls: cst.ClassDef, forward
         if any(not _settings_only(condition.test) for condition in rank_facts(analysis).conditions(node)):
             return node  # type: ignore[return-value]
     return None
+
+
+def _unused_layer(analysis: ScriptAnalysis, cls: cst.ClassDef) -> tuple[str, cst.Call] | None:
+    """A torch.nn layer with parameters that the class stores (``self.old_head = nn.Linear(...)``) and
+    nothing in the program reads: neither ``self.old_head`` in the class nor ``.old_head`` anywhere, and
+    no method but ``__init__`` walks the children by itself (``self.children()``, ``getattr``). Its
+    parameters never get a gradient, which DDP refuses at the second step unless it looks for unused
+    parameters."""
+    stored: dict[str, cst.Call] = {}
+    targets: set[cst.CSTNode] = set()
+    for node in walk(cls):
+        if type(node) is cst.Assign:
+            for target in node.targets:  # type: ignore[attr-defined]
+                name = dotted_name(target.target)
+                if name and name.startswith("self.") and name.count(".") == 1 and type(node.value) is cst.Call:  # type: ignore[attr-defined]
+                    stored.setdefault(name[5:], node.value)  # type: ignore[attr-defined]
+                    targets.add(target.target)
+        elif type(node) is cst.Call and callee_name(node) in CHILD_WALKS:  # type: ignore[arg-type]
+            method = analysis.enclosing_function(node)
+            if method is None or method.name.value != "__init__":
+                return None
+    candidates = {
+        attribute: call
+        for attribute, call in stored.items()
+        if _is_layer_with_parameters(analysis, call)
+    }
+    if not candidates:
+        return None
+    for module in analysis.shared.analyses:
+        for node in module.preorder:
+            if type(node) is cst.Attribute and node.attr.value in candidates and node not in targets:  # type: ignore[attr-defined]
+                del candidates[node.attr.value]  # type: ignore[attr-defined]
+                if not candidates:
+                    return None
+    return next(iter(candidates.items()))
+
+
+#: Calls by which a module reaches its layers without naming them.
+CHILD_WALKS = frozenset({"getattr", "children", "named_children", "modules", "named_modules", "__getattr__"})
+
+
+def _is_layer_with_parameters(analysis: ScriptAnalysis, call: cst.Call) -> bool:
+    """``nn.Linear(...)``, ``nn.Conv2d(...)``: a torch.nn layer that is none of the parameter-free ones."""
+    names = {q.rsplit(".", 1)[-1] for q in analysis.qualified_names(call.func) if q.startswith("torch.nn.")}
+    return bool(names) and not any(n.endswith("Loss") or n in PARAMETER_FREE_LAYERS for n in names)
 
 
 #: torch.nn layers without parameters: their calls need no gradient on any step.
