@@ -400,7 +400,8 @@ with torch.no_grad():
         if scaled:
             # The program keeps its global batch itself: splitting the batch too would halve it again.
             home, node, name = scaled[0]
-            kept = f" (batch size kept per process: the program already divides {name} by the world size, line {home.line(node)})"
+            verb = "multiplies" if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply) else "divides"
+            kept = f" (batch size kept per process: the program already {verb} {name} by the world size, line {home.line(node)})"
             options = dataclasses.replace(options, batch_size=BatchSizePolicy.PER_PROCESS)
         for match in self.matches_in(analysis):
             loader = match.node

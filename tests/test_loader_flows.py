@@ -369,3 +369,51 @@ def test_a_batch_the_spawned_worker_divides_by_its_process_count_is_not_divided_
     assert result.exit_code == 0, result.output
     assert "batch_size=args.batch_size // args.ngpus" in train and "per_process_batch_size" not in train, train
     assert "the program already divides args.batch_size by the world size" in result.output
+
+
+SCALED_LR = '''
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def get_world_size():
+    if not (dist.is_available() and dist.is_initialized()):
+        return 1
+    return dist.get_world_size()
+
+
+def main():
+    batch_size, base_lr = 16, 0.05
+    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=batch_size)
+    model = nn.Linear(4, 1)
+    lr = base_lr * batch_size * get_world_size() / 16  # the linear scaling rule: per-process batches
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    for epoch in range(2):
+        for x, y in loader:
+            opt.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_a_program_that_scales_by_its_total_batch_keeps_the_batch_per_process(tmp_path: Path) -> None:
+    """``lr = base_lr * batch_size * get_world_size() / 16`` (MAE, DeiT): the program's batch size is per
+    process by design. Made global, the learning rate doubled for the same total batch (a trial)."""
+    (tmp_path / "train.py").write_text(SCALED_LR)
+    result = migrate(tmp_path)
+    train = (tmp_path / "train.py").read_text()
+    assert result.exit_code == 0, result.output
+    assert "batch_size=batch_size" in train and "per_process_batch_size" not in train, train
+    assert "the program already multiplies batch_size by the world size" in result.output
+
+
+def test_a_product_without_the_world_size_makes_the_batch_global(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(SCALED_LR.replace("* get_world_size() ", "* 2 "))
+    migrate(tmp_path)
+    assert "runtime.per_process_batch_size(batch_size)" in (tmp_path / "train.py").read_text()

@@ -642,6 +642,11 @@ def is_world_size(analysis: ScriptAnalysis, expr: cst.BaseExpression, depth: int
             return True
         if isinstance(expr.func, cst.Name) and expr.func.value in ("int", "float") and len(expr.args) == 1:
             return is_world_size(analysis, expr.args[0].value, depth + 1)
+        # The program's own helper (``def get_world_size(): ... return dist.get_world_size()``).
+        target = analysis.shared.call_targets.get(expr)
+        home = analysis.shared.analysis_of(target) if target is not None else None
+        if target is not None and home is not None:
+            return any(ret.value is not None and is_world_size(home, ret.value, depth + 1) for ret in returns_of(target))
     if any(isinstance(n, cst.SimpleString) and n.evaluated_value == "WORLD_SIZE" for n in walk(expr)):
         return True
     if isinstance(expr, (cst.Name, cst.Attribute)):
@@ -674,6 +679,7 @@ def _steps_scaled(analysis: ScriptAnalysis) -> list[tuple[ScriptAnalysis, cst.CS
         if divided:
             counted = _step_counts(module)
             found.extend((module, node, name) for node, name in divided if name in counted)
+        batches: set[str] = set()
         for loader in module.loader_calls:  # ``DataLoader(ds, batch_size=args.batch_size // args.ngpus)``
             batch = loader_argument(loader, "batch_size")
             value = batch.value if batch is not None else None
@@ -683,7 +689,36 @@ def _steps_scaled(analysis: ScriptAnalysis) -> list[tuple[ScriptAnalysis, cst.CS
                 and is_world_size(module, value.right)
             ):
                 found.append((module, value, dotted_name(value.left) or "the batch size"))
+            elif value is not None and dotted_name(value):
+                batches.add(dotted_name(value))  # type: ignore[arg-type]
+        if batches:
+            found.extend(_batch_times_world_size(module, batches))
     return found
+
+
+def _batch_times_world_size(analysis: ScriptAnalysis, batches: set[str]) -> list[tuple[ScriptAnalysis, cst.CSTNode, str]]:
+    """Products of a loader's batch size and the world size (``eff_batch = args.batch_size *
+    get_world_size()``, ``lr = base_lr * batch_size * world_size / 256``): the program's batch size is per
+    process, and what it scales by the total batch (the learning rate) grows with the processes by design."""
+    found = []
+    for node in analysis.preorder:
+        if not (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply)):
+            continue
+        if isinstance(analysis.parent(node), cst.BinaryOperation) and isinstance(analysis.parent(node).operator, cst.Multiply):  # type: ignore[union-attr]
+            continue  # the outermost product of a chain
+        factors = _factors(node)
+        named = [name for factor in factors if (name := dotted_name(factor)) in batches]
+        if named and any(is_world_size(analysis, factor) for factor in factors):
+            found.append((analysis, node, named[0]))
+    return found
+
+
+def _factors(product: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The operands of a chain of multiplications (and divisions, whose left side is a factor too)."""
+    if isinstance(product, cst.BinaryOperation) and isinstance(product.operator, (cst.Multiply, cst.Divide, cst.FloorDivide)):
+        right = [product.right] if isinstance(product.operator, cst.Multiply) else []
+        return _factors(product.left) + right
+    return [product]
 
 
 def _step_counts(analysis: ScriptAnalysis) -> set[str]:
