@@ -6,7 +6,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from .analysis import ScriptAnalysis, call_method_name, leaves_early
+from .analysis import ScriptAnalysis, call_method_name, dotted_name, leaves_early, walk
 from .analysis.per_rank import per_rank_values
 from .base import Example, Match, Phase, Rule, Severity, Valid
 from .edits import code_of
@@ -95,16 +95,17 @@ for epoch in range(100):
             if analysis.nearest_loop(branch) is not None
             and (leaves_early(branch.body) or (branch.orelse is not None and leaves_early(branch.orelse)))
         ]
-        steps = [call for call in analysis.calls if call_method_name(call) == "step" and call.args]
+        # ``scheduler.step(val_loss)``: a library's step (a program's own ``step`` method is no scheduler).
+        steps = [call for call in analysis.calls if call_method_name(call) == "step" and call.args and analysis.call_target(call) is None]
         values = per_rank_values(analysis) if exits or steps else None
         if values is None:
             return
         reported: set[cst.If] = set()
         for branch in exits:  # (in source order: an outer decision comes before the ones inside it)
             shown = values.mention(branch.test)
-            # A decision inside a reported one (``if loss > best: bad += 1; if bad >= 2: break``) follows from
-            # it: once the outer test reads a reduced value, so does the inner one.
-            if shown is not None and not any(a in reported for a in analysis.ancestors(branch)):
+            # A decision inside a reported one on what that one sets (``if loss > best: bad += 1; if bad >= 2:
+            # break``) follows from it: once the outer test reads a reduced value, so does the inner one.
+            if shown is not None and not any(a in reported and _assigns(a, shown) for a in analysis.ancestors(branch)):
                 reported.add(branch)
                 yield Match(
                     branch.test,
@@ -122,3 +123,13 @@ for epoch in range(100):
                     "ranks' learning rates drift apart; reduce it across ranks first (runtime.reduce_mean)",
                     fixable=False,
                 )
+
+
+def _assigns(branch: cst.CSTNode, name: str) -> bool:
+    """Whether a statement assigns the (dotted) name somewhere inside it."""
+    for node in walk(branch):
+        if isinstance(node, (cst.AugAssign, cst.AnnAssign)) and dotted_name(node.target) == name:
+            return True
+        if isinstance(node, cst.Assign) and any(dotted_name(t.target) == name for t in node.targets):
+            return True
+    return False

@@ -22,6 +22,7 @@ import libcst as cst
 from .. import names
 from .script import (
     ScriptAnalysis,
+    callee_name,
     dotted_name,
     is_true,
     item_name,
@@ -263,12 +264,41 @@ def _draws_for_training(analysis: ScriptAnalysis, node: cst.CSTNode, depth: int)
         return analysis.reaches_backward(scope.body if scope is not None else analysis.module)
     if analysis.reaches_backward(scope.body):
         return True
-    if depth >= 3:
+    if depth >= 3 or _without_gradients(analysis, scope):
         return False
     return any(
-        _draws_for_training(analysis.shared.analysis_of(caller) or analysis, caller, depth + 1)
+        _draws_for_training(home, caller, depth + 1)
         for caller in analysis.callers_in_program(scope)
+        # The batch is taken (``x, y = self.next_batch()``), not only shown (``print(self.val_loss())``).
+        if _result_kept(home := analysis.shared.analysis_of(caller) or analysis, caller)
+        and not _without_gradients(home, caller)
     )
+
+
+def _result_kept(analysis: ScriptAnalysis, call: cst.Call) -> bool:
+    """Whether the value of a call is stored: the whole value of an assignment or a ``return``."""
+    parent = analysis.parent(call)
+    return isinstance(parent, (cst.Assign, cst.AnnAssign, cst.Return)) and parent.value is call
+
+
+def _without_gradients(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
+    """Whether the node runs under ``torch.no_grad()`` / ``inference_mode()`` (a ``with`` around it, or a
+    decorator of its function): nothing computed there trains."""
+    for ancestor in [node, *analysis.ancestors(node)]:
+        if isinstance(ancestor, cst.With):
+            if any(isinstance(item.item, cst.Call) and callee_name(item.item) in NO_GRAD for item in ancestor.items):
+                return True
+        elif isinstance(ancestor, cst.FunctionDef):
+            for decorator in ancestor.decorators:
+                found = decorator.decorator
+                name = callee_name(found) if isinstance(found, cst.Call) else (dotted_name(found) or "").rsplit(".", 1)[-1]
+                if name in NO_GRAD:
+                    return True
+    return False
+
+
+#: ``torch.no_grad`` and its kin, by their last name.
+NO_GRAD = frozenset({"no_grad", "inference_mode"})
 
 
 def _catches_stop_iteration(handler: cst.ExceptHandler) -> bool:

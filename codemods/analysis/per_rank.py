@@ -51,11 +51,16 @@ class PerRankValues:
         return (self.analysis.scope_of(node), name)
 
     def _instance_class(self, node: cst.CSTNode, root: str) -> cst.ClassDef | None:
-        """The class of the program whose instance the name ``root`` holds where ``node`` is (one class only)."""
+        """The class of the program whose one instance the name ``root`` holds where ``node`` is: one class,
+        built at one place in the program (a Trainer). The keys are per class, so two instances of a class
+        (``losses = Counter(); steps = Counter()``) would share theirs."""
         home = self.analysis.shared.analysis_of(node) or self.analysis
         constructed = home.shared.constructed
         found = {constructed[origin] for origin in home.name_origins(node, root) if origin in constructed}  # type: ignore[index]
-        return found.pop() if len(found) == 1 else None
+        if len(found) != 1:
+            return None
+        owner = found.pop()
+        return owner if len(home.shared.instances_of(owner)) == 1 else None
 
     def holds(self, node: cst.CSTNode, name: str) -> bool:
         return self._holds(self.key(node, name), (self.analysis.module_of(node), name))

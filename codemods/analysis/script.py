@@ -131,7 +131,7 @@ def subscript_key(node: cst.CSTNode | None) -> str | None:
     index = node.slice[0].slice  # type: ignore[union-attr]
     key = index.value if type(index) is cst.Index else None
     if type(key) is cst.Integer:  # ``loaders[0]`` of a tuple or list written out
-        return str(key.evaluated_value)  # type: ignore[union-attr]
+        return POSITION + str(key.evaluated_value)  # type: ignore[union-attr]
     if type(key) is not cst.SimpleString:
         return None
     text = key.evaluated_value  # type: ignore[union-attr]
@@ -169,8 +169,12 @@ def literal_dict_items(expr: cst.BaseExpression) -> list[tuple[str, cst.BaseExpr
     return None
 
 
-#: The item key under which the analysis binds the elements of a list, tuple or set.
-ELEMENTS = "*"
+#: The item key under which the analysis binds the elements of a list, tuple or set, and the prefix of the
+#: keys of its positions (``"\x000"`` for ``x[0]``): no string key of a dict written in a program.
+ELEMENTS = "\x00*"
+POSITION = "\x00"
+#: Methods that move a list's items to other positions.
+REORDERING_METHODS = frozenset({"insert", "pop", "remove", "reverse", "sort", "clear"})
 #: Builtins that hand back a new container with the items of the one they are given.
 COPYING_BUILTINS = frozenset({"list", "tuple", "set", "sorted", "dict"})
 
@@ -721,8 +725,8 @@ class ScriptAnalysis:
             owner = self.enclosing_class(function) if function is not None else None
             if owner is not None:
                 return (owner, name)
-        if "." not in name:
-            # A plain name lives in the innermost function that binds it (a closure reads its enclosing
+        if "." not in name.split("[", 1)[0]:
+            # A plain name (or an item of one: ``cfg["a.b"]``) lives in the innermost function that binds it (a closure reads its enclosing
             # function's variable); an attribute of anything but ``self`` (``args.lr``, ``cfg.batch_size``)
             # is one object across the module, however it is handed from function to function.
             while function is not None:
@@ -927,11 +931,17 @@ class ScriptAnalysis:
                     if not new <= slot:
                         slot |= new
                         changed = True
+        constructed = self.shared.constructed
         for loop in self.for_loops:  # ``for callback in self.callbacks:`` takes the list's elements
             target = dotted_name(loop.target)
             items = self._items_of(loop.iter) if target else None
-            if items and ELEMENTS in items:
-                changed |= self._bind(self._key(loop.target, target), items[ELEMENTS])  # type: ignore[arg-type]
+            elements = items.get(ELEMENTS) if items else None
+            # Only a list of instances of the program's classes (callbacks, for their methods): the variable
+            # holds each element in turn, and other values (``for net in (model, teacher)``, ``[model,
+            # optimizer]``, a model converted to SyncBatchNorm) are no one thing a rule may rewrite as such
+            # (``.module`` on the optimizer).
+            if elements and all(origin in constructed for origin in elements):
+                changed |= self._bind(self._key(loop.target, target), elements)  # type: ignore[arg-type]
         other_targets = self.shared.other_targets
         for call in self.calls:
             if call_method_name(call) == "append" and len(call.args) == 1:
@@ -950,12 +960,29 @@ class ScriptAnalysis:
         return changed
 
     def _bind_items(self, scope_node: cst.CSTNode, name: str, items: dict[str, set[cst.CSTNode]]) -> bool:
-        """Bind what a dict holds at each key to ``name['key']``, the dict being bound to ``name``."""
+        """Bind what a dict holds at each key to ``name['key']``, the dict being bound to ``name``; a list
+        that the program reorders (``insert``, ``pop``, ``sort``, ``del x[i]``) keeps no positions."""
+        if _name_root(name) in self._reordered_lists:
+            items = {key: value for key, value in items.items() if not key.startswith(POSITION) or key == ELEMENTS}
         self.shared.item_keys.setdefault(self._key(scope_node, name), set()).update(items)
         changed = False
         for item, origins in items.items():
             changed |= self._bind(self._key(scope_node, f"{name}[{item!r}]"), origins)
         return changed
+
+    @cached_property
+    def _reordered_lists(self) -> frozenset[str]:
+        """Names (their roots) of lists whose items this module moves: a positional item is unknown there."""
+        found = set()
+        for call in self.calls:
+            if call_method_name(call) in REORDERING_METHODS:
+                name = dotted_name(call.func.value)  # type: ignore[attr-defined]
+                if name:
+                    found.add(_name_root(name))
+        for node in self.index.preorder:
+            if type(node) is cst.Del:
+                found.update(_name_root(n) for n in (dotted_name(t.value) for t in walk(node) if type(t) is cst.Subscript) if n)  # type: ignore[attr-defined]
+        return frozenset(found)
 
     def _items_of(self, value: cst.BaseExpression) -> dict[str, set[cst.CSTNode]] | None:
         """What a dict-valued expression holds at each string key, where the analysis can read it: a dict
@@ -969,7 +996,7 @@ class ScriptAnalysis:
                     break
                 found = self.origins(element.value)
                 if kind is not cst.Set and found:
-                    items[str(position)] = found
+                    items[POSITION + str(position)] = found
                 elements |= found
             if elements:
                 items[ELEMENTS] = elements
@@ -1076,13 +1103,16 @@ class ScriptAnalysis:
             receiver = call.func.value
             if type(receiver) is cst.Name and receiver.value == "self":  # type: ignore[attr-defined]
                 continue
-            methods = []
+            found: dict[cst.FunctionDef, tuple[str, str]] = {}
             for origin in self.origins(receiver):
                 owner = self.shared.constructed.get(origin) if type(origin) is cst.Call else None
                 method = _method(owner, call.func.attr.value) if owner is not None else None
-                if method is not None and method not in methods:
-                    methods.append(method)
-            if methods:
+                if method is not None and method not in found:
+                    home = self.shared.analysis_of(owner) or self  # type: ignore[arg-type]
+                    found[method] = (home.module_name, owner.name.value)  # type: ignore[union-attr]
+            if found:
+                # The origins are a set: the first target must not vary from run to run.
+                methods = sorted(found, key=found.__getitem__)
                 self._call_targets[call] = methods[0]
                 changed = True
                 if len(methods) > 1:  # ``for cb in self.callbacks: cb.on_epoch_end(self)``
@@ -1221,7 +1251,7 @@ class ScriptAnalysis:
             changed = True
             while changed:
                 changed = False
-                for call, target in self._call_targets.items():
+                for call, target in self._every_call_target():
                     caller = self.enclosing_function(call)
                     if target in reaching and caller is not None and caller not in reaching:
                         reaching.add(caller)
@@ -1236,7 +1266,15 @@ class ScriptAnalysis:
         if any(self.is_inside(call, node) for call in wanted):
             return True
         reaching = self._functions_reaching(wanted)
-        return any(target in reaching and self.is_inside(call, node) for call, target in self._call_targets.items())
+        return any(target in reaching and self.is_inside(call, node) for call, target in self._every_call_target())
+
+    def _every_call_target(self) -> Iterator[tuple[cst.Call, cst.FunctionDef]]:
+        """Each call of the program with each function it may run (a method call on a list of callbacks
+        runs several)."""
+        yield from self._call_targets.items()
+        for call, others in self.shared.other_targets.items():
+            for target in others:
+                yield call, target
 
     def reaches_backward(self, node: cst.CSTNode) -> bool:
         """Whether running the node (a loop, a statement) calls ``backward()``, here or through a call
@@ -1264,22 +1302,32 @@ class ScriptAnalysis:
             if zipped is not None:  # ``zip(labeled, unlabeled)``: each loader, as the loop spells it
                 spellings = []
                 for arg in zipped.args:
-                    spelled = self._through_wrapper_variables(unwrap_iterable(arg.value), loop)
-                    spellings.extend((o, spelled) for o in self.origins(spelled) if o in loader_set)
+                    spelled, found = self._iterated_loaders(arg.value, loop, loader_set)
+                    spellings.extend((call, spelled) for call in found)
                 if spellings:
                     calls = frozenset(call for call, _ in spellings)
                     loops.append(LoaderLoop(loop, spellings[0][1], calls, self.reaches_backward(loop.body), tuple(spellings)))  # type: ignore[arg-type]
                 continue
-            expr = self._through_wrapper_variables(unwrap_iterable(loop.iter), loop)
-            for _ in range(4):  # wrappers around wrappers: log_every(tqdm(loader))
-                found = frozenset(o for o in self.origins(expr) if o in loader_set)
-                inner = self._iterated_argument(expr, loader_set) if not found and isinstance(expr, cst.Call) else None
-                if inner is None:
-                    break
-                expr = unwrap_iterable(inner)
+            expr, found = self._iterated_loaders(loop.iter, loop, loader_set)
             if found:
                 loops.append(LoaderLoop(loop, expr, found, self.reaches_backward(loop.body)))  # type: ignore[arg-type]
         return loops
+
+    def _iterated_loaders(
+        self, iterated: cst.BaseExpression, loop: cst.For, loader_set: set[cst.Call]
+    ) -> tuple[cst.BaseExpression, frozenset[cst.Call]]:
+        """The loaders an iterated expression draws from, and how it spells them: through ``enumerate``,
+        ``tqdm`` and the like, variables holding such wrappers, and wrappers around wrappers
+        (``log_every(tqdm(loader))``)."""
+        expr = self._through_wrapper_variables(unwrap_iterable(iterated), loop)
+        found: frozenset[cst.Call] = frozenset()
+        for _ in range(4):
+            found = frozenset(o for o in self.origins(expr) if o in loader_set)  # type: ignore[misc]
+            inner = self._iterated_argument(expr, loader_set) if not found and isinstance(expr, cst.Call) else None
+            if inner is None:
+                break
+            expr = unwrap_iterable(inner)
+        return expr, found
 
     def _iterated_argument(self, call: cst.Call, loader_set: set[cst.Call]) -> cst.BaseExpression | None:
         """The argument a wrapper call iterates, when a loop iterates the call: a function of the program that
@@ -1738,13 +1786,17 @@ class ScriptAnalysis:
         return guard
 
     def _needs_no_group(self, call: cst.Call) -> bool:
-        """Whether a call surely runs no work that needs the process group: it is none of those calls, runs
-        none of them through the program's functions, and is no call of unknown code (a method of an object
-        the analysis cannot name)."""
+        """Whether a call itself surely runs no work that needs the process group (``sys.exit`` of
+        ``sys.exit(main())``; the calls in its arguments are the statement's other calls, asked one by one):
+        it is none of those calls, its function in the program reaches none of them, and it is no call of
+        unknown code (a method of an object the analysis cannot name)."""
         needing = self.group_needing_calls
-        if call in needing or self.reaches(call, needing):
+        if call in needing:
             return False
-        return call in self._call_targets or bool(self.qualified_names(call.func))
+        target = self._call_targets.get(call)
+        if target is not None:
+            return not self.reaches(target, needing)
+        return bool(self.qualified_names(call.func))
 
 
     # ------------------------------------------------- reachability and rank values (appended for DDP020-DDP025)
