@@ -8,7 +8,8 @@ from typing import Iterator
 import libcst as cst
 
 from . import names
-from .analysis import WRAPPER_ATTRIBUTES, ScriptAnalysis, call_method_name, dotted_name
+from .analysis import WRAPPER_ATTRIBUTES, ScriptAnalysis, call_method_name, dotted_name, walk
+from .analysis.ranks import Kind, rank_facts
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression
 from .runtime_calls import DDP_CLASS, DDP_MODULE, imported_name, nullcontext_name, runtime_name
@@ -34,6 +35,10 @@ STATE_METHODS = frozenset({"state_dict", "load_state_dict", "named_modules", "ge
 #: copies (an EMA by ``copy.deepcopy`` or ``AveragedModel``), traces, exports.
 COPIES = frozenset({"copy.deepcopy", "torch.optim.swa_utils.AveragedModel"})
 HANDOFFS = COPIES | frozenset({"torch.jit.trace", "torch.jit.script", "torch.jit.trace_module", "torch.onnx.export", "torch.export.export"})
+RANK_FORWARD = (
+    "the DDP wrapper's forward runs here on some ranks only: it broadcasts the model's buffers (BatchNorm "
+    "statistics) from rank 0 and waits for every rank, which never come (a hang): run the model itself (.module)"
+)
 TRAINING_STEP_TODO = (
     "this model method runs in the training step: through .module it would skip DDP's gradient all-reduce; "
     "call the model (its forward) instead, e.g. make forward() return the loss"
@@ -49,17 +54,21 @@ class WrappedModuleAccess(Rule):
     the model itself (``copy.deepcopy``, ``AveragedModel``, ``torch.jit.trace``/``script``, ``torch.onnx.export``,
     ``SummaryWriter.add_graph``); settings assigned on the wrapper (``model.hyp = {...}``); ``no_sync()``
     on a model that is not wrapped on every path; ``isinstance(model, nn.DataParallel)`` checks, which are
-    False for DDP; a model method called in the training step (``loss = model.compute_loss(x)``). Calls
-    (``forward``), ``train()``, ``eval()``, ``parameters()``, ``to()``, ``zero_grad()``, ``no_sync()`` and
-    DDP's own switches (``require_backward_grad_sync``) stay on the wrapper.
+    False for DDP; a model method called in the training step (``loss = model.compute_loss(x)``); the
+    wrapper's forward run under a test of the rank (``if is_main_process(): evaluate(model, loader)``, or
+    ``model(x)`` there). Calls (``forward``) elsewhere, ``train()``, ``eval()``, ``parameters()``, ``to()``,
+    ``zero_grad()``, ``no_sync()`` and DDP's own switches (``require_backward_grad_sync``) stay on the
+    wrapper.
 
     Why it is a problem: the wrapper has no attribute ``fc`` (AttributeError), and its ``state_dict()``
     prefixes every key with ``module.``, so the checkpoint no longer loads into the plain model. A copy or a
     trace of the wrapper carries DDP's hooks (tracing fails on its buffer broadcast); a plain model has no
     ``no_sync()``; ``raw = model.module if isinstance(model, nn.DataParallel) else model`` keeps the wrapper.
+    The wrapper's forward broadcasts the model's buffers (BatchNorm statistics) from rank 0 and waits for
+    every rank: run on rank 0 alone, it hangs.
 
     What the fix does: inserts ``.module``: ``model.module.state_dict()``, ``model.module.fc``,
-    ``copy.deepcopy(model.module)``. ``load_state_dict`` accepts both forms of checkpoint, with and without
+    ``copy.deepcopy(model.module)``, ``evaluate(model.module, loader)`` on rank 0. ``load_state_dict`` accepts both forms of checkpoint, with and without
     the ``module.`` prefix (one written by a DataParallel or DDP run, or by a plain one): ``{k.removeprefix(
     "module."): v for k, v in state.items()}``. A setting assigned on the wrapper is set on the model too
     (``model.hyp = model.module.hyp = ...``), so code that reads it through either finds it. Where the wrap
@@ -88,6 +97,50 @@ class WrappedModuleAccess(Rule):
     needs_names = (names.MODEL_WRAPPERS,)  # it acts only on model wraps
     manual_fix = "call the model (its forward) in the training step, e.g. make forward() return the loss"
     examples = (
+        # Evaluation on rank 0 only: the wrapper's forward would wait there for the other ranks.
+        Example(
+            before="""\
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+
+def evaluate(net, batch):
+    return net(batch).argmax(1)
+
+
+model = DistributedDataParallel(model, device_ids=None)
+if dist.get_rank() == 0:
+    predictions = evaluate(model, batch)
+    scores = model(batch)
+""",
+            after="""\
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+
+def evaluate(net, batch):
+    return net(batch).argmax(1)
+
+
+model = DistributedDataParallel(model, device_ids=None)
+if dist.get_rank() == 0:
+    predictions = evaluate(model.module, batch)
+    scores = model.module(batch)
+""",
+        ),
+        # Every rank runs a forward, only on other inputs.
+        Valid(
+            """\
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+model = DistributedDataParallel(model, device_ids=None)
+if dist.get_rank() == 0:
+    out = model(first)
+else:
+    out = model(second)
+"""
+        ),
         Example(
             before="""\
 from torch.nn.parallel import DistributedDataParallel
@@ -397,8 +450,42 @@ torch.save(model.module.state_dict(), "model.pt")
                         sometimes = closure or self._wrapped_only_sometimes(analysis, wrap, call) or analysis.handed_unwrapped(call.args[0].value)
                         what = "copy" if analysis.is_call_to(call, COPIES) else "tracing"
                         yield _Case("handoff", call.args[0].value, call.args[0].value, sometimes, f"{code_of(call.func)} gets the DDP wrapper: hand it the model itself ({what} of the wrapper fails or keeps DDP's hooks)")
+            elif (forwarded := self._forward_on_some_ranks(analysis, call)) is not None:
+                model, wrap, closure = forwarded
+                sometimes = closure or self._wrapped_only_sometimes(analysis, wrap, call) or analysis.handed_unwrapped(model)
+                yield _Case("rank_forward", model, model, sometimes, RANK_FORWARD)
             elif _is_data_parallel_check(analysis, call):
                 yield _Case("isinstance", call, call, False, "isinstance(..., DataParallel) is False for a DistributedDataParallel model: check for both")
+
+    @staticmethod
+    def _forward_on_some_ranks(
+        analysis: ScriptAnalysis, call: cst.Call
+    ) -> tuple[cst.BaseExpression, cst.Call, bool] | None:
+        """The DDP-wrapped model a call runs forward on (``model(x)``, or ``evaluate(model, loader)`` of a
+        function of the program that calls that parameter) under a test of the rank (``if
+        is_main_process():``), with its wrap and whether it is reached from a closure; ``None`` elsewhere."""
+        function = analysis.call_target(call)
+        candidates: list[cst.BaseExpression] = [call.func] if dotted_name(call.func) is not None else []
+        if function is not None:
+            for param, argument in analysis.bound_arguments(call, function):
+                if dotted_name(argument) is not None and any(
+                    type(node) is cst.Call and dotted_name(node.func) == param for node in walk(function.body)  # type: ignore[attr-defined]
+                ):
+                    candidates.append(argument)
+        for model in candidates:
+            wrap, closure = _wrap_of(analysis, model)
+            if wrap is None or not analysis.is_call_to(wrap, names.DISTRIBUTED_DATA_PARALLEL):
+                continue
+            for condition in rank_facts(analysis).conditions(call):
+                if condition.kind is not Kind.RANK or condition.in_body is None:
+                    continue
+                # ``if rank == 0: out = ddp(x) else: out = ddp(y)``: every rank runs a forward.
+                branch = condition.owner
+                other = (branch.orelse if condition.in_body else branch.body) if isinstance(branch, cst.If) else None
+                if other is not None and _uses_name(other, dotted_name(model)):  # type: ignore[arg-type]
+                    continue
+                return model, wrap, closure
+        return None
 
     @staticmethod
     def _wrapped_only_sometimes(analysis: ScriptAnalysis, wrap: cst.Call, access: cst.CSTNode) -> bool:
@@ -427,12 +514,13 @@ torch.save(model.module.state_dict(), "model.pt")
                 edits.replace(classes, lambda _updated, both=both: both)
                 edits.changes.append(Change(self.code, line, f"isinstance checks for {ddp} too"))
                 continue
-            if case.kind == "handoff":
+            if case.kind in ("handoff", "rank_forward"):
                 model = case.node
                 assert isinstance(model, cst.BaseExpression)
                 inner = self._inner(analysis, edits, model, case.sometimes)
                 edits.replace(model, lambda _updated, inner=inner: inner)
-                edits.changes.append(Change(self.code, line, "the model itself (not its DDP wrapper) is copied or traced"))
+                what = "copied or traced" if case.kind == "handoff" else "run where only some ranks run (no buffer broadcast)"
+                edits.changes.append(Change(self.code, line, f"the model itself (not its DDP wrapper) is {what}"))
                 continue
             attribute = case.attribute
             if isinstance(attribute, cst.Subscript):
@@ -580,3 +668,8 @@ def _in_training_step(analysis: ScriptAnalysis, call: cst.Call) -> bool:
         analysis.is_inside(b, loop) and analysis.enclosing_function(b) is function and analysis.comes_before(call, b)
         for b in analysis.backward_calls
     )
+
+
+def _uses_name(node: cst.CSTNode, name: str) -> bool:
+    """Whether the (dotted) name occurs in the code under a node."""
+    return any(type(n) in (cst.Name, cst.Attribute) and dotted_name(n) == name for n in walk(node))

@@ -952,7 +952,7 @@ class ScriptAnalysis:
             if function is None:
                 continue
             for function in (function, *other_targets.get(call, ())):
-                for param, arg in self._bound_arguments(call, function):
+                for param, arg in self.bound_arguments(call, function):
                     changed |= self._bind(self._key(function, param), self.origins(arg))
                     items = self._items_of(arg)
                     if items:
@@ -1119,7 +1119,9 @@ class ScriptAnalysis:
                     self.shared.other_targets[call] = methods[1:]
         return changed
 
-    def _bound_arguments(self, call: cst.Call, function: cst.FunctionDef) -> Iterator[tuple[str, cst.BaseExpression]]:
+    def bound_arguments(self, call: cst.Call, function: cst.FunctionDef) -> Iterator[tuple[str, cst.BaseExpression]]:
+        """Each parameter of the function a call runs, with the argument the call gives it (positional or
+        by keyword; none past a ``*args``)."""
         params = [p.name.value for p in (*function.params.posonly_params, *function.params.params)]
         if params and params[0] in ("self", "cls") and self.enclosing_class(function) is not None:
             params = params[1:]
@@ -1162,7 +1164,7 @@ class ScriptAnalysis:
 
     def argument_for(self, call: cst.Call, function: cst.FunctionDef, param: str) -> cst.BaseExpression | None:
         """The expression a call passes for a parameter of the function it runs."""
-        return next((arg for name, arg in self._bound_arguments(call, function) if name == param), None)
+        return next((arg for name, arg in self.bound_arguments(call, function) if name == param), None)
 
     def assignments_in_callees(self, scope: cst.CSTNode, dotted: str, depth: int = 3) -> list[tuple[ScriptAnalysis, cst.Assign]]:
         """Assignments to ``dotted`` (``args.distributed``) made by functions, in any module of the program,
@@ -1179,7 +1181,7 @@ class ScriptAnalysis:
             home = self.shared.analysis_of(function) if function is not None else None
             if function is None or home is None:
                 continue
-            for param, value in self._bound_arguments(node, function):
+            for param, value in self.bound_arguments(node, function):
                 if not (isinstance(value, cst.Name) and value.value == root):
                     continue
                 target = f"{param}.{rest}"
@@ -1337,7 +1339,7 @@ class ScriptAnalysis:
         function = self._call_targets.get(call)
         home = self.shared.analysis_of(function) if function is not None else None
         if function is not None and home is not None:
-            for param, value in self._bound_arguments(call, function):
+            for param, value in self.bound_arguments(call, function):
                 for loop in home.for_loops:
                     iterated = unwrap_iterable(loop.iter)
                     if isinstance(iterated, cst.Name) and iterated.value == param and home.enclosing_function(loop) is function:

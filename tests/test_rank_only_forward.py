@@ -1,0 +1,76 @@
+"""The wrapped model's forward on rank 0 alone: DDP's forward broadcasts the buffers (BatchNorm statistics)
+from rank 0 and waits for every rank, so ``if is_main_process(): evaluate(model, loader)`` hung after the
+migration (a trial; without the final barrier, rank 0 died of "Connection closed by peer"). The migration
+hands such code the model itself (``evaluate(model.module, loader)``), and the run finishes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from migrated import migrate_script
+
+SCRIPT = '''
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def is_main_process():
+    return not dist.is_initialized() or dist.get_rank() == 0
+
+
+@torch.no_grad()
+def evaluate(model, loader):
+    model.eval()
+    correct = total = 0
+    for x, y in loader:
+        correct += (model(x).argmax(1) == y).sum().item()
+        total += len(y)
+    model.train()
+    return correct / total
+
+
+def main():
+    torch.manual_seed(0)
+    x = torch.randn(128, 4)
+    y = (x[:, 0] > 0).long()
+    train_loader = DataLoader(TensorDataset(x[:96], y[:96]), batch_size=16)
+    val_loader = DataLoader(TensorDataset(x[96:], y[96:]), batch_size=16)
+    model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for xb, yb in train_loader:
+            opt.zero_grad()
+            F.cross_entropy(model(xb), yb).backward()
+            opt.step()
+        if is_main_process():
+            print(f"epoch {epoch} accuracy {evaluate(model, val_loader):.3f}")
+    torch.save(model.state_dict(), "final.pt")
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_rank_0_evaluation_gets_the_model_itself(tmp_path: Path) -> None:
+    text, report, code = migrate_script(tmp_path, SCRIPT)
+    assert code == 0, report
+    assert "evaluate(model.module, val_loader)" in text, text
+    assert "run where only some ranks run" in report
+
+
+@pytest.mark.distributed
+def test_the_migrated_rank_0_evaluation_finishes_under_torchrun(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from launch import run_torchrun
+
+    migrate_script(tmp_path, SCRIPT)
+    launch = run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, timeout=90)
+    assert launch.output.count("epoch 1 accuracy") == 1, launch.output
+    assert (tmp_path / "final.pt").exists()
