@@ -7,6 +7,7 @@ from typing import Iterator
 import libcst as cst
 
 from .analysis import ScriptAnalysis, call_method_name, dotted_name, leaves_early, walk
+from .analysis.script import subscript_key
 from .analysis.per_rank import per_rank_values
 from .base import Example, Match, Phase, Rule, Severity, Valid
 from .edits import code_of
@@ -95,8 +96,18 @@ for epoch in range(100):
             if analysis.nearest_loop(branch) is not None
             and (leaves_early(branch.body) or (branch.orelse is not None and leaves_early(branch.orelse)))
         ]
-        # ``scheduler.step(val_loss)``: a library's step (a program's own ``step`` method is no scheduler).
-        steps = [call for call in analysis.calls if call_method_name(call) == "step" and call.args and analysis.call_target(call) is None]
+        # ``scheduler.step(val_loss)``: a library's step (a program's own ``step`` method is no scheduler);
+        # and a function of the program that sets a learning rate (``adjust_lr(loss)``, ``__call__`` of a
+        # hand-written plateau rule: ``group["lr"] *= 0.5``).
+        steps = [
+            call
+            for call in analysis.calls
+            if call.args
+            and (
+                (call_method_name(call) == "step" and analysis.call_target(call) is None)
+                or _sets_learning_rate(analysis.call_target(call))
+            )
+        ]
         values = per_rank_values(analysis) if exits or steps else None
         if values is None:
             return
@@ -132,4 +143,18 @@ def _assigns(branch: cst.CSTNode, name: str) -> bool:
             return True
         if isinstance(node, cst.Assign) and any(dotted_name(t.target) == name for t in node.targets):
             return True
+    return False
+
+
+def _sets_learning_rate(function: cst.FunctionDef | None) -> bool:
+    """Whether a function of the program writes a learning rate (``group["lr"] = ...``, ``*= 0.5``)."""
+    if function is None:
+        return False
+    for node in walk(function.body):
+        targets = (
+            [node.target] if isinstance(node, cst.AugAssign) else [t.target for t in node.targets] if isinstance(node, cst.Assign) else []
+        )
+        for target in targets:
+            if isinstance(target, cst.Subscript) and subscript_key(target) == "lr":
+                return True
     return False

@@ -8,7 +8,7 @@ from typing import Iterator
 import libcst as cst
 
 from . import names
-from .analysis import ScriptAnalysis, call_method_name, dotted_name, keyword_argument, statements_of, walk
+from .analysis import ScriptAnalysis, call_method_name, dotted_name, keyword_argument, leaves_function, statements_of, walk
 from .analysis.ranks import rank_facts
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression, statement, with_keyword
@@ -376,6 +376,7 @@ with open("config.yaml") as f:
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         edits = Edits(analysis)
         downloads: list[cst.SimpleStatementLine] = []
+        barriers: set[cst.CSTNode] = set()
         for case in self._cases(analysis):
             call, kind = case.call, case.kind
             if case.block is None:
@@ -394,6 +395,13 @@ with open("config.yaml") as f:
                 rt = runtime_name(analysis, edits)
                 _guard_statement(edits, case.block, f"{rt}.is_main_process()")  # type: ignore[arg-type]
                 message = "file written on rank 0 only"
+                waits = self._wait_after(analysis, case.block)  # type: ignore[arg-type]
+                for point in waits:
+                    if point not in barriers:
+                        barriers.add(point)
+                        edits.insert_after(point, statement(f"{rt}.barrier()"))
+                if waits:
+                    message += "; every rank waits for it before reading on"
             elif kind == "event-log":
                 message = self._fix_event_log(analysis, edits, case)
             elif kind == "tracker":
@@ -410,6 +418,32 @@ with open("config.yaml") as f:
             edits.changes.append(Change(self.code, analysis.line(call), message))
         self._fix_downloads(analysis, edits, downloads)
         return edits.apply(analysis.module) if edits else None
+
+    @staticmethod
+    def _wait_after(analysis: ScriptAnalysis, block: cst.BaseStatement) -> list[cst.BaseStatement]:
+        """Where every rank should wait for a file rank 0 writes once (``prepare()`` writing the data set or a
+        vocabulary that the next lines read on every rank): after the write, or after the outermost test
+        around it that may differ between ranks (``if not os.path.exists(path):``), or, past an early
+        ``return`` on such a test, after the calls of its function in this file. None for a write in a loop
+        (a log line per epoch: nothing reads it back), nor where not every rank gets (a barrier there would
+        wait forever)."""
+        if not _reads_files_after(analysis, block):
+            return []
+        facts = rank_facts(analysis)
+        splits = [condition for condition in facts.conditions(block) if condition.splits_ranks]
+        point = facts.rejoin_point(block) if splits else block
+        if point is not None:
+            points = [point]
+        elif any(condition.early_exit and leaves_function(condition.owner) for condition in splits):
+            function = analysis.enclosing_function(block)
+            points = [analysis.statement(call) for call in analysis.callers_of(function)] if function is not None else []
+        else:
+            points = []
+        return [
+            found
+            for found in points
+            if analysis.owns(found) and analysis.nearest_loop(found) is None and facts.collective_safe_at(found)
+        ]
 
     @staticmethod
     def _fix_folder(analysis: ScriptAnalysis, edits: Edits, call: cst.Call) -> str:
@@ -477,3 +511,31 @@ def _guard_statement(edits: Edits, stmt: cst.CSTNode, test: str) -> None:
         leading_lines=updated.leading_lines,
         body=cst.IndentedBlock(body=[updated.with_changes(leading_lines=[])]),
     ))
+
+
+#: Calls that read a file back (``open`` counts when its mode reads).
+FILE_READERS = frozenset(
+    {
+        "json.load", "numpy.load", "numpy.loadtxt", "numpy.genfromtxt", "pandas.read_csv", "pandas.read_json",
+        "pandas.read_parquet", "pickle.load", "torch.load", "yaml.safe_load", "csv.reader", "csv.DictReader",
+        "PIL.Image.open",
+    }
+)
+
+
+def _reads_files_after(analysis: ScriptAnalysis, block: cst.BaseStatement) -> bool:
+    """Whether the program reads some file after the block may have written one: a reading call in any
+    module (``open(path)``, ``json.load``, ``np.load``, ``pd.read_csv``...) outside the block, and not
+    earlier in the block's own module."""
+    for module in analysis.shared.analyses:
+        for call in module.calls:
+            if analysis.is_inside(call, block) or (module is analysis and analysis.comes_before(call, block)):
+                continue
+            if module.is_call_to(call, FILE_READERS):
+                return True
+            if module.is_call_to(call, {"builtins.open", "io.open"}):
+                mode = keyword_argument(call, "mode") or (call.args[1] if len(call.args) > 1 else None)
+                text = mode.value.evaluated_value if mode is not None and isinstance(mode.value, cst.SimpleString) else "r"
+                if not any(flag in str(text) for flag in "wax+"):
+                    return True
+    return False

@@ -7,7 +7,7 @@ from typing import Iterator
 import libcst as cst
 
 from . import names
-from .analysis import ScriptAnalysis, leaves_function
+from .analysis import ScriptAnalysis
 from .analysis.ranks import Condition, rank_facts
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression, statement
@@ -241,7 +241,7 @@ if dist.get_rank() == 0:
                 body=cst.IndentedBlock(body=[updated.with_changes(leading_lines=[])]),
             ))
             message = "torch.save on rank 0 only, without a barrier (the ranks may not all get here)"
-            outer = self._outermost_split(analysis, call)
+            outer = facts.rejoin_point(call)
             needs_barrier = outer is not None and any(
                 not analysis.comes_before(load, call) or self._same_loop(analysis, load, call) for load in loads
             )
@@ -252,34 +252,6 @@ if dist.get_rank() == 0:
                 message += "; every rank waits after the condition"
             edits.changes.append(Change(self.code, analysis.line(call), message))
         return edits.apply(analysis.module) if edits else None
-
-    @staticmethod
-    def _outermost_split(analysis: ScriptAnalysis, call: cst.Call) -> cst.BaseStatement | None:
-        """The statement, in a block, of the outermost condition around the call (within its function)
-        that may differ between ranks: after it, every rank that got to it is on a common path."""
-        facts = rank_facts(analysis)
-        owners: list[cst.CSTNode] = []
-        for condition in facts.conditions(call):
-            if not condition.splits_ranks:
-                continue
-            owner: cst.CSTNode | None = condition.owner
-            if condition.early_exit:
-                # ``if skip: continue`` before the save: the paths rejoin after the loop it leaves; after a
-                # ``return`` only in the callers, where no barrier of this function's can go.
-                owner = None if leaves_function(condition.owner) else analysis.nearest_loop(condition.owner)
-                if owner is None:
-                    return None
-            owners.append(owner)  # type: ignore[arg-type]
-        if not owners:
-            return None
-        outer = min(owners, key=lambda node: sum(1 for _ in analysis.ancestors(node)))  # the outermost
-        node: cst.CSTNode | None = outer
-        while node is not None and not (
-            isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement))
-            and isinstance(analysis.parent(node), (cst.IndentedBlock, cst.Module))
-        ):
-            node = analysis.parent(node)  # an ``elif`` or ``except``: the whole statement
-        return node  # type: ignore[return-value]
 
     @staticmethod
     def _same_loop(analysis: ScriptAnalysis, load: cst.Call, call: cst.Call) -> bool:

@@ -417,3 +417,43 @@ def test_a_product_without_the_world_size_makes_the_batch_global(tmp_path: Path)
     (tmp_path / "train.py").write_text(SCALED_LR.replace("* get_world_size() ", "* 2 "))
     migrate(tmp_path)
     assert "runtime.per_process_batch_size(batch_size)" in (tmp_path / "train.py").read_text()
+
+
+COMPREHENSION_STEPS = '''
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def train_step(model, optimizer, batch):
+    x, y = batch
+    optimizer.zero_grad()
+    loss = nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
+def train_epoch(model, optimizer, loader):
+    return sum(train_step(model, optimizer, batch) for batch in loader) / len(loader)
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=16)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        print(train_epoch(model, optimizer, loader))
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_a_loader_a_comprehension_trains_on_is_sharded(tmp_path: Path) -> None:
+    """``sum(train_step(...) for batch in loader)``: the loader trains (it was left whole, every rank drawing
+    the whole set, with nothing reported)."""
+    (tmp_path / "train.py").write_text(COMPREHENSION_STEPS)
+    migrate(tmp_path)
+    assert "sampler=DistributedSampler(" in (tmp_path / "train.py").read_text()

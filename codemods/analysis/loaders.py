@@ -29,6 +29,7 @@ from .script import (
     literal_dict_items,
     loader_argument,
     statements_of,
+    unwrap_iterable,
     walk,
 )
 
@@ -59,6 +60,8 @@ class LoaderFacts:
     dict_training: set[cst.Call] = field(default_factory=set)
     #: Loaders whose batches are drawn with ``next(...)`` in code that trains.
     iterator_training: set[cst.Call] = field(default_factory=set)
+    #: Loaders a comprehension trains on (``[self.train_step(b) for b in self.loader]``).
+    comprehension_training: set[cst.Call] = field(default_factory=set)
     #: Loaders iterated by a loop that trains only at some call sites, passed only at evaluating ones.
     evaluated_by_call_site: set[cst.Call] = field(default_factory=set)
     #: Loaders iterated by a conditionally training loop whose call sites do not tell whether they train.
@@ -74,6 +77,7 @@ class LoaderFacts:
         self._loader_set = set(a.program_loader_calls)
         self._find_dict_loaders()
         self._find_iterator_loops()
+        self._find_comprehension_steps()
         training: set[cst.Call] = set()
         for loop in a.program_loader_loops:
             if not loop.trains:
@@ -89,7 +93,7 @@ class LoaderFacts:
                 (self.evaluated_by_call_site if call in evaluates else self.undecided).add(call)
         self.evaluated_by_call_site -= training
         self.undecided -= training | self.evaluated_by_call_site
-        training |= self.iterator_training
+        training |= self.iterator_training | self.comprehension_training
         self.shared_factories = {call for call in training if _built_for_several_callers(a, call)}
         training -= self.shared_factories
         self.training_loaders = training
@@ -142,6 +146,24 @@ class LoaderFacts:
                 for loop in analysis.for_loops:
                     if _subscript_of(loop.iter, name) and analysis.reaches_backward(loop.body):
                         self.dict_training.add(loader)
+
+    # ------------------------------------------------------------------ comprehensions that train
+
+    def _find_comprehension_steps(self) -> None:
+        """``losses = [train_step(b) for b in loader]``, ``sum(step(b) for b in loader)``: a comprehension
+        whose element runs ``backward()`` trains on the loader it iterates."""
+        for analysis in self.analysis.shared.analyses:
+            for node in analysis.preorder:
+                if type(node) not in COMPREHENSIONS:
+                    continue
+                element = node.elt if type(node) is not cst.DictComp else node.value  # type: ignore[attr-defined]
+                if not analysis.reaches_backward(element):
+                    continue
+                for_in = node.for_in  # type: ignore[attr-defined]
+                while for_in is not None:
+                    iterated = unwrap_iterable(for_in.iter)
+                    self.comprehension_training |= {o for o in analysis.origins(iterated) if o in self._loader_set}  # type: ignore[misc]
+                    for_in = for_in.inner_for_in
 
     # ------------------------------------------------------------------ iterator-driven loops
 
@@ -297,6 +319,8 @@ def _without_gradients(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
     return False
 
 
+#: The comprehensions, whose ``for`` parts may iterate a loader.
+COMPREHENSIONS = frozenset({cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp})
 #: ``torch.no_grad`` and its kin, by their last name.
 NO_GRAD = frozenset({"no_grad", "inference_mode"})
 

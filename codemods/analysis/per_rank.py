@@ -10,6 +10,7 @@ import libcst as cst
 from .. import names
 from . import tree
 from .loaders import loader_facts
+from .ranks import Kind, rank_facts
 from .script import ScriptAnalysis, call_method_name, dotted_name, walk
 
 Owner = Union[cst.Module, cst.FunctionDef, cst.ClassDef]
@@ -155,6 +156,8 @@ class PerRankValues:
             # ``if trainer.train_loss < target: trainer.should_stop = True``.
             targets = [t.target for t in node.targets] if kind is cst.Assign else [node.target]  # type: ignore[attr-defined]
             keys = [key for target in targets for key in self._targets(node, target)]
+            if self._under_a_rank_test(node):  # ``if is_main: ... stop = bad >= patience``: rank 0's value alone
+                return lambda: self._mark(keys)
             read = [node.value, *self._tests_around(node)]  # type: ignore[attr-defined]
             return lambda: any(mention(value) for value in read) and self._mark(keys)
         if kind is cst.For:
@@ -191,6 +194,12 @@ class PerRankValues:
             return changed
 
         return step
+
+    def _under_a_rank_test(self, node: cst.CSTNode) -> bool:
+        """Whether the node runs only on some ranks: inside an ``if`` on the rank, or after an early exit
+        of the others (within its function)."""
+        facts = rank_facts(self.analysis.shared.analysis_of(node) or self.analysis)
+        return any(condition.kind is Kind.RANK and condition.in_body is not None for condition in facts.conditions(node))
 
     def _tests_around(self, node: cst.CSTNode) -> list[cst.BaseExpression]:
         """The tests of the ``if`` statements the node runs under, in its own function (or module)."""

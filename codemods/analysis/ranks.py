@@ -38,6 +38,7 @@ from .script import (
     callee_name,
     dotted_name,
     leaves_early,
+    leaves_function,
     loader_argument,
     returns_of,
     walk,
@@ -103,6 +104,14 @@ PURE_CALLS = frozenset(
 )
 #: Modules whose functions (and constants) compute from their arguments alone.
 PURE_MODULES = ("math.", "os.path.", "operator.", "pathlib.", "string.")
+#: Questions to the file system: a file one rank writes appears to the others at any time, so the answer may
+#: differ between ranks (``if not os.path.exists(path): save(...)`` run by a rank that starts late).
+FILE_SYSTEM_QUERIES = frozenset(
+    {f"os.path.{n}" for n in ("exists", "lexists", "isfile", "isdir", "islink", "getsize", "getmtime", "getctime")}
+    | {"os.listdir", "os.scandir", "glob.glob", "glob.iglob"}
+)
+#: The same questions as methods (``Path(path).exists()``).
+FILE_SYSTEM_METHODS = frozenset({"exists", "is_file", "is_dir", "iterdir", "glob", "rglob"})
 #: Keyword arguments that do not change the value a pure call computes (the device a checkpoint lands on).
 IGNORED_KEYWORDS = frozenset({"map_location", "weights_only"})
 #: Names that, when the analysis cannot resolve them, almost surely hold the rank (a hint, never a proof of
@@ -331,6 +340,34 @@ class RankFacts:
                 return outer
         return None
 
+    def rejoin_point(self, node: cst.CSTNode) -> cst.BaseStatement | None:
+        """The statement, in a block, of the outermost condition around the node (within its function)
+        that may differ between ranks: after it, every rank that got to it is on a common path. ``None``:
+        no such condition, or the paths rejoin only in the callers (an early ``return`` before it)."""
+        analysis = self.analysis
+        owners: list[cst.CSTNode] = []
+        for condition in self.conditions(node):
+            if not condition.splits_ranks:
+                continue
+            owner: cst.CSTNode | None = condition.owner
+            if condition.early_exit:
+                # ``if skip: continue`` before the node: the paths rejoin after the loop it leaves; after a
+                # ``return`` only in the callers, where no statement of this function's can go.
+                owner = None if leaves_function(condition.owner) else analysis.nearest_loop(condition.owner)
+                if owner is None:
+                    return None
+            owners.append(owner)  # type: ignore[arg-type]
+        if not owners:
+            return None
+        outer = min(owners, key=lambda found: sum(1 for _ in analysis.ancestors(found)))  # the outermost
+        current: cst.CSTNode | None = outer
+        while current is not None and not (
+            isinstance(current, (cst.SimpleStatementLine, cst.BaseCompoundStatement))
+            and isinstance(analysis.parent(current), (cst.IndentedBlock, cst.Module))
+        ):
+            current = analysis.parent(current)  # an ``elif`` or ``except``: the whole statement
+        return current  # type: ignore[return-value]
+
     def collective_safe_at(self, node: cst.CSTNode) -> bool:
         """Whether a collective at the node is reached by every rank (see :meth:`unsafe_condition`)."""
         return self.unsafe_condition(node) is None
@@ -447,6 +484,8 @@ class RankFacts:
             return Kind.UNKNOWN  # a variable the analysis cannot name
         if qualified & UNIFORM_CALLS:
             return Kind.UNIFORM
+        if qualified & FILE_SYSTEM_QUERIES or (isinstance(call.func, cst.Attribute) and call.func.attr.value in FILE_SYSTEM_METHODS):
+            return Kind.UNKNOWN
         args = [a for a in call.args if not (a.keyword is not None and a.keyword.value in IGNORED_KEYWORDS)]
         if qualified & {"builtins.len"} and call.args and analysis.loader_calls and set(analysis.loader_calls) & analysis.origins(call.args[0].value):
             return Kind.UNIFORM  # every rank's loader has the same length (DistributedSampler pads)

@@ -1098,15 +1098,20 @@ class ScriptAnalysis:
         (``trainer = Trainer(...)``; ``trainer.fit(loader)``, ``Trainer(...).fit(loader)``)."""
         changed = False
         for call in self.calls:
-            if type(call.func) is not cst.Attribute or call in self._call_targets:
+            if call in self._call_targets:
                 continue
-            receiver = call.func.value
-            if type(receiver) is cst.Name and receiver.value == "self":  # type: ignore[attr-defined]
+            if type(call.func) is cst.Attribute:
+                receiver, name = call.func.value, call.func.attr.value  # type: ignore[attr-defined]
+                if type(receiver) is cst.Name and receiver.value == "self":  # type: ignore[attr-defined]
+                    continue
+            elif type(call.func) is cst.Name:  # ``stopper(loss)``: an instance's ``__call__``
+                receiver, name = call.func, "__call__"
+            else:
                 continue
             found: dict[cst.FunctionDef, tuple[str, str]] = {}
             for origin in self.origins(receiver):
                 owner = self.shared.constructed.get(origin) if type(origin) is cst.Call else None
-                method = _method(owner, call.func.attr.value) if owner is not None else None
+                method = _method(owner, name) if owner is not None else None
                 if method is not None and method not in found:
                     home = self.shared.analysis_of(owner) or self  # type: ignore[arg-type]
                     found[method] = (home.module_name, owner.name.value)  # type: ignore[union-attr]

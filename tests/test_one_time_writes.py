@@ -1,0 +1,109 @@
+"""Files written once and read back by every rank: rank 0 writes, every rank waits, then reads. A trial's
+migrated programs crashed on rank 1 (FileNotFoundError, a half-written JSON) where the write had become
+rank 0's with nothing to wait on, and hung where a save sat under ``if not os.path.exists(path):`` (a rank
+that starts late sees the file and skips the save's barrier). A test of the file system may differ between
+ranks; a write in a loop, or a file nothing reads back, gets no barrier.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from launch import run_torchrun
+from migrated import migrate_script
+
+VOCABULARY = '''
+import json
+import os
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def build_vocab(path):
+    with open(path, "w") as f:
+        json.dump({f"w{i}": i for i in range(50000)}, f)
+
+
+def main():
+    build_vocab("vocab.json")
+    with open("vocab.json") as f:
+        vocab = json.load(f)
+    loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            optimizer.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+    print(len(vocab))
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+CREATE_IF_MISSING = '''
+import os
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    if not os.path.exists("init.pt"):
+        torch.save(nn.Linear(4, 1).state_dict(), "init.pt")
+    model = nn.Linear(4, 1)
+    model.load_state_dict(torch.load("init.pt"))
+    loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            optimizer.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_a_file_read_back_by_every_rank_is_waited_for(tmp_path: Path) -> None:
+    text, report, code = migrate_script(tmp_path, VOCABULARY)
+    assert code == 0, report
+    guard = text.index("if runtime.is_main_process():\n        with open(path")
+    assert text.index("runtime.barrier()") > guard, text
+    assert "every rank waits for it before reading on" in report
+
+
+def test_a_file_nothing_reads_back_is_not_waited_for(tmp_path: Path) -> None:
+    source = VOCABULARY.replace('    with open("vocab.json") as f:\n        vocab = json.load(f)\n', "    vocab = {}\n")
+    text, report, _ = migrate_script(tmp_path, source)
+    assert "if runtime.is_main_process():" in text and "runtime.barrier()" not in text, text
+
+
+def test_a_save_under_a_test_of_the_file_system_waits_after_the_test(tmp_path: Path) -> None:
+    text, report, code = migrate_script(tmp_path, CREATE_IF_MISSING)
+    assert code == 0, report
+    body = text[text.index('    if not os.path.exists("init.pt"):'):]
+    lines = [line.strip() for line in body.splitlines()[:4]]
+    assert lines == [
+        'if not os.path.exists("init.pt"):',
+        "if runtime.is_main_process():",
+        'torch.save(nn.Linear(4, 1).state_dict(), "init.pt")',
+        "runtime.barrier()",
+    ], text
+
+
+@pytest.mark.distributed
+def test_the_migrated_vocabulary_program_runs_under_torchrun(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    migrate_script(tmp_path, VOCABULARY)
+    launch = run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, timeout=120)
+    assert "50000" in launch.output
