@@ -6,13 +6,21 @@ from typing import Iterator
 
 import libcst as cst
 
-from .analysis import ScriptAnalysis, keyword_argument
+from .analysis import ScriptAnalysis, dotted_name, keyword_argument, walk
 from .analysis.ranks import seeds_alike
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
-from .edits import Edits, expression, with_keyword
+from .edits import Edits, code_of, expression, with_keyword
 
 #: ``torch.utils.data.random_split`` under the names torch exports it by.
 RANDOM_SPLIT = frozenset({"torch.utils.data.random_split", "torch.utils.data.dataset.random_split"})
+#: ``Subset(dataset, indices)``: a split by hand.
+SUBSET = frozenset({"torch.utils.data.Subset", "torch.utils.data.dataset.Subset"})
+#: Random orders a split by hand draws its indices from: a generator can be given to torch's.
+TORCH_PERMUTATIONS = frozenset({"torch.randperm"})
+#: ... and not to these, which draw from the global state of their module (``shuffle`` in place).
+GLOBAL_PERMUTATIONS = frozenset(
+    {"numpy.random.permutation", "numpy.random.choice", "random.sample", "random.shuffle", "numpy.random.shuffle"}
+)
 
 
 class UnseededRandomSplit(Rule):
@@ -20,7 +28,9 @@ class UnseededRandomSplit(Rule):
 
     What it finds: ``random_split(dataset, lengths)`` without a ``generator=`` in a training program that
     does not seed torch's global random state alike on every rank (no ``torch.manual_seed(42)``, or a seed
-    that flows from the rank).
+    that flows from the rank); likewise a split by hand, ``Subset(dataset, indices[:k])`` whose indices
+    come from ``torch.randperm(n)`` (fixed), or from ``np.random.permutation``, ``random.shuffle`` and the
+    like (left to a human: they take no generator).
 
     Why it is a problem: without a generator the split draws from the global random state, which each
     process seeds on its own at start. Every rank then splits differently: the ``DistributedSampler``s shard
@@ -42,9 +52,38 @@ class UnseededRandomSplit(Rule):
     name = "unseeded-random-split"
     phase = Phase.SAMPLERS
     fix_safety = FixSafety.UNSAFE
-    triggers = ("random_split",)
+    triggers = ("random_split", "Subset")
     requires = (".backward(",)
     examples = (
+        # A split by hand: the Subsets take their indices from one random order.
+        Example(
+            before="""\
+import torch
+from torch.utils.data import Subset
+
+order = torch.randperm(len(data)).tolist()
+train_set, val_set = Subset(data, order[:800]), Subset(data, order[800:])
+loss.backward()
+""",
+            after="""\
+import torch
+from torch.utils.data import Subset
+
+order = torch.randperm(len(data), generator=torch.Generator().manual_seed(0)).tolist()
+train_set, val_set = Subset(data, order[:800]), Subset(data, order[800:])
+loss.backward()
+""",
+        ),
+        Example(
+            before="""\
+import numpy as np
+from torch.utils.data import Subset
+
+order = np.random.permutation(len(data))
+train_set = Subset(data, order[:800])
+loss.backward()
+""",
+        ),
         Example(
             before="""\
 import torch
@@ -98,23 +137,67 @@ loss.backward()
         if not analysis.is_training_code:
             return
         splits = [call for call in analysis.calls_to(RANDOM_SPLIT) if keyword_argument(call, "generator") is None and len(call.args) < 3]
-        if splits and not seeds_alike(analysis):
-            for call in splits:
+        by_hand = self._orders_of_subsets(analysis)
+        if not (splits or by_hand) or seeds_alike(analysis):
+            return
+        for call in splits:
+            yield Match(
+                call,
+                "random_split draws from each process's own random state: every rank splits differently (one "
+                "rank's validation samples are another's training data); give it a seeded generator",
+            )
+        for call in by_hand:
+            if analysis.is_call_to(call, TORCH_PERMUTATIONS):
                 yield Match(
                     call,
-                    "random_split draws from each process's own random state: every rank splits differently (one "
-                    "rank's validation samples are another's training data); give it a seeded generator",
+                    "the random order this split takes its Subset indices from differs on every rank (one rank's "
+                    "validation samples are another's training data); give it a seeded generator",
                 )
+            else:
+                yield Match(
+                    call,
+                    f"{code_of(call.func)}() orders the indices of a Subset split from each process's own random "
+                    "state: every rank splits differently; seed it alike on every rank (or use torch.randperm with "
+                    "a seeded generator)",
+                    fixable=False,
+                )
+
+    @staticmethod
+    def _orders_of_subsets(analysis: ScriptAnalysis) -> list[cst.Call]:
+        """The random orders (``torch.randperm(n)``, ``np.random.permutation``, ``random.shuffle(indices)``)
+        whose indices a ``Subset(dataset, indices[:k])`` of the module takes, through the names assigned in
+        the same function."""
+        found: list[cst.Call] = []
+        for subset in analysis.calls_to(SUBSET):
+            if len(subset.args) < 2:
+                continue
+            function = analysis.enclosing_function(subset)
+            names_used = {dotted_name(n) for n in walk(subset.args[1].value) if isinstance(n, cst.Name)}
+            for name in filter(None, names_used):
+                values = analysis.assigned_values(function, name)  # type: ignore[arg-type]
+                shuffles = [
+                    call for call in analysis.calls_to(GLOBAL_PERMUTATIONS)
+                    if call.args and dotted_name(call.args[0].value) == name and analysis.enclosing_function(call) is function
+                ]
+                for call in [n for value in values for n in walk(value) if isinstance(n, cst.Call)] + shuffles:
+                    if call in found or keyword_argument(call, "generator") is not None:
+                        continue
+                    if analysis.is_call_to(call, TORCH_PERMUTATIONS | GLOBAL_PERMUTATIONS):
+                        found.append(call)
+        return found
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         edits = Edits(analysis)
         for match in self.matches_in(analysis):
             call = match.node
             assert isinstance(call, cst.Call)
+            if not match.fixable:
+                continue
             torch = analysis.local_name_for("torch")
             if torch is None:
                 edits.add_import("torch")
                 torch = "torch"
             edits.replace(call, with_keyword(call, "generator", expression(f"{torch}.Generator().manual_seed(0)")))
-            edits.changes.append(Change(self.code, analysis.line(call), "random_split given a seeded generator (the same split on every rank)"))
+            what = "random_split" if analysis.is_call_to(call, RANDOM_SPLIT) else code_of(call.func)
+            edits.changes.append(Change(self.code, analysis.line(call), f"{what} given a seeded generator (the same split on every rank)"))
         return edits.apply(analysis.module) if edits else None
