@@ -38,6 +38,7 @@ from .unseeded_random_split import UnseededRandomSplit
 from .unsharded_training_data import UnshardedTrainingData
 from .requires_grad_after_wrap import RequiresGradAfterWrap
 from .shard_metric_decision import ShardMetricDecision
+from .pass_over_sharded_loader import PassOverShardedLoader
 from .shard_sum_over_whole_set import ShardSumOverWholeSet
 
 #: Every rule, in code order. The engine runs their fixes in phase order.
@@ -80,6 +81,7 @@ ALL_RULES: tuple[type[Rule], ...] = tuple(
             RequiresGradAfterWrap,
             UnseededRandomSplit,
             ShardSumOverWholeSet,
+            PassOverShardedLoader,
         ),
         key=lambda rule: rule.code,
     )

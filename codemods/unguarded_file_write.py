@@ -377,7 +377,10 @@ with open("config.yaml") as f:
         edits = Edits(analysis)
         downloads: list[cst.SimpleStatementLine] = []
         barriers: set[cst.CSTNode] = set()
-        for case in self._cases(analysis):
+        cases = list(self._cases(analysis))
+        # Every block this fix makes rank 0's: no barrier may go inside one (nor in a function run there).
+        guarded = [case.block for case in cases if case.kind in ("open", "file") and case.block is not None]
+        for case in cases:
             call, kind = case.call, case.kind
             if case.block is None:
                 what = {
@@ -395,7 +398,7 @@ with open("config.yaml") as f:
                 rt = runtime_name(analysis, edits)
                 _guard_statement(edits, case.block, f"{rt}.is_main_process()")  # type: ignore[arg-type]
                 message = "file written on rank 0 only"
-                waits = self._wait_after(analysis, case.block)  # type: ignore[arg-type]
+                waits = self._wait_after(analysis, case.block, guarded)  # type: ignore[arg-type]
                 for point in waits:
                     if point not in barriers:
                         barriers.add(point)
@@ -420,7 +423,7 @@ with open("config.yaml") as f:
         return edits.apply(analysis.module) if edits else None
 
     @staticmethod
-    def _wait_after(analysis: ScriptAnalysis, block: cst.BaseStatement) -> list[cst.BaseStatement]:
+    def _wait_after(analysis: ScriptAnalysis, block: cst.BaseStatement, guarded: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
         """Where every rank should wait for a file rank 0 writes once (``prepare()`` writing the data set or a
         vocabulary that the next lines read on every rank): after the write, or after the outermost test
         around it that may differ between ranks (``if not os.path.exists(path):``), or, past an early
@@ -442,7 +445,10 @@ with open("config.yaml") as f:
         return [
             found
             for found in points
-            if analysis.owns(found) and analysis.nearest_loop(found) is None and facts.collective_safe_at(found)
+            if analysis.owns(found)
+            and analysis.nearest_loop(found) is None
+            and facts.collective_safe_at(found)
+            and _runs_once_on_every_rank(analysis, found, guarded)
         ]
 
     @staticmethod
@@ -511,6 +517,31 @@ def _guard_statement(edits: Edits, stmt: cst.CSTNode, test: str) -> None:
         leading_lines=updated.leading_lines,
         body=cst.IndentedBlock(body=[updated.with_changes(leading_lines=[])]),
     ))
+
+
+def _runs_once_on_every_rank(analysis: ScriptAnalysis, point: cst.CSTNode, guarded: list[cst.BaseStatement]) -> bool:
+    """Whether the statement runs once per run on every rank, once this fix has guarded its blocks: it sits
+    in none of them, and its function (if any) is called only from this module, outside loops and outside
+    those blocks, from places that run once themselves (three calls up)."""
+    seen: set[cst.FunctionDef] = set()
+    nodes = [point]
+    for _ in range(4):
+        callers: list[cst.CSTNode] = []
+        for node in nodes:
+            if any(node is not block and analysis.is_inside(node, block) for block in guarded):
+                return False
+            function = analysis.enclosing_function(node)
+            if function is None or function in seen:
+                continue
+            seen.add(function)
+            calls = analysis.callers_in_program(function)
+            if any(not analysis.owns(call) or analysis.nearest_loop(call) is not None for call in calls):
+                return False
+            callers.extend(calls)
+        if not callers:
+            return True
+        nodes = callers
+    return False
 
 
 #: Calls that read a file back (``open`` counts when its mode reads).

@@ -137,8 +137,10 @@ from torch.nn.parallel import DistributedDataParallel
 model = DistributedDataParallel(model, device_ids=None)
 if dist.get_rank() == 0:
     out = model(first)
-else:
+elif dist.get_rank() == 1:
     out = model(second)
+else:
+    out = model(third)
 """
         ),
         Example(
@@ -479,10 +481,8 @@ torch.save(model.module.state_dict(), "model.pt")
             for condition in rank_facts(analysis).conditions(call):
                 if condition.kind is not Kind.RANK or condition.in_body is None:
                     continue
-                # ``if rank == 0: out = ddp(x) else: out = ddp(y)``: every rank runs a forward.
-                branch = condition.owner
-                other = (branch.orelse if condition.in_body else branch.body) if isinstance(branch, cst.If) else None
-                if other is not None and _uses_name(other, dotted_name(model)):  # type: ignore[arg-type]
+                # ``if rank == 0: out = ddp(x) elif ...: ... else: out = ddp(y)``: every rank runs a forward.
+                if isinstance(condition.owner, cst.If) and _other_branch_uses(analysis, condition.owner, call, dotted_name(model)):  # type: ignore[arg-type]
                     continue
                 return model, wrap, closure
         return None
@@ -668,6 +668,22 @@ def _in_training_step(analysis: ScriptAnalysis, call: cst.Call) -> bool:
         analysis.is_inside(b, loop) and analysis.enclosing_function(b) is function and analysis.comes_before(call, b)
         for b in analysis.backward_calls
     )
+
+
+def _other_branch_uses(analysis: ScriptAnalysis, branch: cst.If, node: cst.CSTNode, name: str) -> bool:
+    """Whether a branch of the ``if``/``elif``/``else`` chain the ``if`` belongs to, other than the one that
+    holds the node, uses the name."""
+    top = branch
+    while isinstance(analysis.parent(top), cst.If) and analysis.parent(top).orelse is top:  # type: ignore[union-attr]
+        top = analysis.parent(top)  # type: ignore[assignment]
+    bodies: list[cst.CSTNode] = []
+    current: cst.CSTNode | None = top
+    while isinstance(current, cst.If):
+        bodies.append(current.body)
+        current = current.orelse
+    if isinstance(current, cst.Else):
+        bodies.append(current.body)
+    return any(not analysis.is_inside(node, body) and _uses_name(body, name) for body in bodies)
 
 
 def _uses_name(node: cst.CSTNode, name: str) -> bool:

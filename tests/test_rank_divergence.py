@@ -105,3 +105,13 @@ def test_the_same_decisions_on_a_value_alike_on_every_rank_are_left_alone(tmp_pa
         setup="stopper = EarlyStopping(3)", decide="stopper(epoch)\n        if stopper.early_stop:\n            break"
     )
     assert _reviews(tmp_path, source) == []
+
+
+def test_a_decision_rank_0_broadcasts_is_common(tmp_path: Path) -> None:
+    """``if is_main: stop[0] = ...`` then ``dist.broadcast(stop, 0)``: every rank holds rank 0's value."""
+    source = HEAD.replace("import torch\n", "import torch\nimport torch.distributed as dist\n") + LOOP.format(
+        setup='is_main = int(os.environ.get("RANK", "0")) == 0\n    stop = torch.zeros(1)',
+        decide="if is_main:\n            stop[0] = float(total < 0.01)\n        if dist.is_initialized():\n"
+        "            dist.broadcast(stop, 0)\n        if stop.item():\n            break",
+    )
+    assert not [line for line in _reviews(tmp_path, source) if "DDP041" in line]

@@ -156,14 +156,15 @@ class LoaderFacts:
             for node in analysis.preorder:
                 if type(node) not in COMPREHENSIONS:
                     continue
-                element = node.elt if type(node) is not cst.DictComp else node.value  # type: ignore[attr-defined]
-                if not analysis.reaches_backward(element):
-                    continue
+                found: set[cst.Call] = set()
                 for_in = node.for_in  # type: ignore[attr-defined]
                 while for_in is not None:
                     iterated = unwrap_iterable(for_in.iter)
-                    self.comprehension_training |= {o for o in analysis.origins(iterated) if o in self._loader_set}  # type: ignore[misc]
+                    found |= {o for o in analysis.origins(iterated) if o in self._loader_set}  # type: ignore[misc]
                     for_in = for_in.inner_for_in
+                element = node.elt if type(node) is not cst.DictComp else node.value  # type: ignore[attr-defined]
+                if found and analysis.reaches_backward(element):
+                    self.comprehension_training |= found
 
     # ------------------------------------------------------------------ iterator-driven loops
 

@@ -16,6 +16,8 @@ from .script import ScriptAnalysis, call_method_name, dotted_name, walk
 Owner = Union[cst.Module, cst.FunctionDef, cst.ClassDef]
 #: Methods that put a value into a container, so the container holds per-rank values too.
 COLLECTING_METHODS = frozenset({"append", "extend", "add", "update", "insert"})
+#: Collectives that give every rank one rank's value, in place: the decision that follows is common.
+BROADCASTS = names.distributed("broadcast") | names.distributed("broadcast_object_list")
 #: What describes a batch rather than measuring the model (``len(x)``, ``x.shape``): the same on every rank.
 SHAPE_QUERIES = frozenset({"shape", "size", "dim", "ndim", "numel", "dtype", "device"})
 
@@ -133,9 +135,10 @@ class PerRankValues:
                     name = dotted_name(target)
                     if name:
                         self.reduced.add(self.key(assign, name))
-        for call in (call for module in modules for call in module.calls_to(names.REDUCTIONS)):
+        for call in (call for module in modules for call in module.calls_to(names.REDUCTIONS | BROADCASTS)):
             name = dotted_name(call.args[0].value) if call.args else None
-            if name and self.analysis.is_call_to(call, names.TORCH_COLLECTIVES):  # in place: the tensor now holds the total
+            # In place: the tensor now holds the total, or rank 0's value (``dist.broadcast(stop, 0)``).
+            if name and self.analysis.is_call_to(call, names.TORCH_COLLECTIVES | BROADCASTS):
                 self.reduced.add(self.key(call, name))
         steps = [step for module in modules for node in module.preorder if (step := self._step_of(node)) is not None]
         for _ in range(10):

@@ -1,0 +1,105 @@
+"""DDP045 pass-over-sharded-loader."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+
+from .analysis import ScriptAnalysis, walk
+from .analysis.loaders import COMPREHENSIONS, loader_facts
+from .base import Example, Match, Phase, Rule, Severity, Valid
+
+
+class PassOverShardedLoader(Rule):
+    """Compute data statistics over the whole training set, not over this process's shard.
+
+    What it finds: a loop (or comprehension) over a training loader that a ``DistributedSampler`` shards
+    which does not train: a pass that computes the inputs' mean and standard deviation, class weights or
+    counts before training, or the training set's accuracy.
+
+    Why it is a problem: the original's pass saw the whole training set. Sharded, each process sees only
+    its share, so every rank normalises with other statistics, weighs the classes differently, or reports
+    its shard's accuracy (a trial: a class that sat at even positions only got the weight ``inf`` on one
+    rank, and the final weights changed). Nothing fails: the numbers are quietly different.
+
+    What a human must do: iterate the data set itself for such a pass (a loader without the
+    ``DistributedSampler``), or combine what each rank computes (``runtime.reduce_sum`` of the sums and
+    counts, ``runtime.weighted_mean``) before using it.
+    """
+
+    code = "DDP045"
+    name = "pass-over-sharded-loader"
+    phase = Phase.OUTPUT
+    severity = Severity.WARNING
+    triggers = ("DistributedSampler",)
+    requires = (".backward(",)
+    manual_fix = "iterate the data set without the DistributedSampler for this pass, or reduce what it computes across ranks"
+    examples = (
+        Example(
+            before="""\
+from torch.utils.data import DataLoader, DistributedSampler
+
+loader = DataLoader(train_set, batch_size=32, sampler=DistributedSampler(train_set))
+counts = torch.zeros(10)
+for x, y in loader:
+    counts += torch.bincount(y, minlength=10)
+criterion = nn.CrossEntropyLoss(weight=counts.sum() / counts)
+for x, y in loader:
+    criterion(model(x), y).backward()
+""",
+        ),
+        Valid(
+            """\
+from torch.utils.data import DataLoader, DistributedSampler
+
+loader = DataLoader(train_set, batch_size=32, sampler=DistributedSampler(train_set))
+val_loader = DataLoader(val_set, batch_size=64)
+for x, y in loader:
+    criterion(model(x), y).backward()
+with torch.no_grad():
+    for x, y in val_loader:
+        print(criterion(model(x), y))
+"""
+        ),
+    )
+
+    def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
+        training = loader_facts(analysis).training_loaders
+        sharded = {loader for loader in training if analysis.has_distributed_sampler(loader)}
+        if not sharded:
+            return
+        for loop in analysis.loader_loops:
+            if loop.trains or not (loop.loader_calls & sharded) or _peeks(loop.loop) or _in_generator(analysis, loop.loop):
+                continue
+            yield Match(loop.loop.iter, MESSAGE)
+        for node in analysis.preorder:
+            if type(node) not in COMPREHENSIONS:
+                continue
+            element = node.elt if type(node) is not cst.DictComp else node.value  # type: ignore[attr-defined]
+            iterated = node.for_in.iter  # type: ignore[attr-defined]
+            if any(o in sharded for o in analysis.origins(iterated)) and not analysis.reaches_backward(element):
+                yield Match(iterated, MESSAGE)
+
+
+MESSAGE = (
+    "this pass over the training loader does not train: once the loader is sharded it sees only this "
+    "process's share, so what it computes (statistics, class weights, a training-set metric) differs between "
+    "ranks and from the original's; iterate the data set itself or reduce the result across ranks"
+)
+
+
+def _peeks(loop: cst.For) -> bool:
+    """``for batch in loader: ...; break`` at the loop's own level: a look at one batch (its shape)."""
+    body = loop.body
+    return isinstance(body, cst.IndentedBlock) and any(
+        isinstance(stmt, cst.SimpleStatementLine) and any(isinstance(small, cst.Break) for small in stmt.body)
+        for stmt in body.body
+    ) and not any(isinstance(n, (cst.For, cst.While)) for n in walk(body))
+
+
+def _in_generator(analysis: ScriptAnalysis, loop: cst.For) -> bool:
+    """Whether the loop is in a generator (``def log_every(iterable): for obj in iterable: yield obj``): it
+    hands the batches on to the loop that consumes it, which trains."""
+    function = analysis.enclosing_function(loop)
+    return function is not None and any(isinstance(node, cst.Yield) for node in walk(function.body))
