@@ -99,15 +99,16 @@ for epoch in range(100):
         # ``scheduler.step(val_loss)``: a library's step (a program's own ``step`` method is no scheduler);
         # and a function of the program that sets a learning rate (``adjust_lr(loss)``, ``__call__`` of a
         # hand-written plateau rule: ``group["lr"] *= 0.5``).
-        steps = [
-            call
-            for call in analysis.calls
-            if call.args
-            and (
-                (call_method_name(call) == "step" and analysis.call_target(call) is None)
-                or _sets_learning_rate(analysis.call_target(call))
-            )
-        ]
+        setters: dict[cst.FunctionDef | None, bool] = {None: False}
+        steps = []
+        for call in analysis.calls:
+            if not call.args:
+                continue
+            target = analysis.call_target(call)
+            if target not in setters:
+                setters[target] = _sets_learning_rate(target)
+            if (call_method_name(call) == "step" and target is None) or setters[target]:
+                steps.append(call)
         values = per_rank_values(analysis) if exits or steps else None
         if values is None:
             return

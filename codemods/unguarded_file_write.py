@@ -559,14 +559,21 @@ def _reads_files_after(analysis: ScriptAnalysis, block: cst.BaseStatement) -> bo
     module (``open(path)``, ``json.load``, ``np.load``, ``pd.read_csv``...) outside the block, and not
     earlier in the block's own module."""
     for module in analysis.shared.analyses:
-        for call in module.calls:
-            if analysis.is_inside(call, block) or (module is analysis and analysis.comes_before(call, block)):
-                continue
-            if module.is_call_to(call, FILE_READERS):
+        for call in module.derived("file reads", _file_reads):
+            if not (analysis.is_inside(call, block) or (module is analysis and analysis.comes_before(call, block))):
                 return True
-            if module.is_call_to(call, {"builtins.open", "io.open"}):
-                mode = keyword_argument(call, "mode") or (call.args[1] if len(call.args) > 1 else None)
-                text = mode.value.evaluated_value if mode is not None and isinstance(mode.value, cst.SimpleString) else "r"
-                if not any(flag in str(text) for flag in "wax+"):
-                    return True
     return False
+
+
+def _file_reads(analysis: ScriptAnalysis) -> list[cst.Call]:
+    """The module's calls that read a file."""
+    found = []
+    for call in analysis.calls:
+        if analysis.is_call_to(call, FILE_READERS):
+            found.append(call)
+        elif analysis.is_call_to(call, {"builtins.open", "io.open"}):
+            mode = keyword_argument(call, "mode") or (call.args[1] if len(call.args) > 1 else None)
+            text = mode.value.evaluated_value if mode is not None and isinstance(mode.value, cst.SimpleString) else "r"
+            if not any(flag in str(text) for flag in "wax+"):
+                found.append(call)
+    return found

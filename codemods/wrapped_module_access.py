@@ -469,12 +469,13 @@ torch.save(model.module.state_dict(), "model.pt")
         function = analysis.call_target(call)
         candidates: list[cst.BaseExpression] = [call.func] if dotted_name(call.func) is not None else []
         if function is not None:
-            for param, argument in analysis.bound_arguments(call, function):
-                if dotted_name(argument) is not None and any(
-                    type(node) is cst.Call and dotted_name(node.func) == param for node in walk(function.body)  # type: ignore[attr-defined]
-                ):
-                    candidates.append(argument)
+            home = analysis.shared.analysis_of(function) or analysis
+            called = home.derived("parameters called", _parameters_called).get(function, ())
+            candidates += [argument for param, argument in analysis.bound_arguments(call, function) if param in called and dotted_name(argument) is not None]
+        wraps = analysis.derived("DDP wraps of the program", _ddp_wraps)
         for model in candidates:
+            if not (analysis.origins(model) & wraps):
+                continue  # (cheap: most calls call no model; the wrap's place is read below)
             wrap, closure = _wrap_of(analysis, model)
             if wrap is None or not analysis.is_call_to(wrap, names.DISTRIBUTED_DATA_PARALLEL):
                 continue
@@ -668,6 +669,22 @@ def _in_training_step(analysis: ScriptAnalysis, call: cst.Call) -> bool:
         analysis.is_inside(b, loop) and analysis.enclosing_function(b) is function and analysis.comes_before(call, b)
         for b in analysis.backward_calls
     )
+
+
+def _ddp_wraps(analysis: ScriptAnalysis) -> frozenset[cst.CSTNode]:
+    """The ``DistributedDataParallel(...)`` calls of the program."""
+    return frozenset(wrap for wrap in analysis.program_wrap_calls if analysis.is_call_to(wrap, names.DISTRIBUTED_DATA_PARALLEL))
+
+
+def _parameters_called(analysis: ScriptAnalysis) -> dict[cst.FunctionDef, set[str]]:
+    """For each function of a module, the parameters it calls (``net(batch)`` in ``def evaluate(net, ...)``)."""
+    found: dict[cst.FunctionDef, set[str]] = {}
+    for call in analysis.calls:
+        if type(call.func) is cst.Name:
+            function = analysis.enclosing_function(call)
+            if function is not None and analysis.is_parameter(function, call.func.value):  # type: ignore[attr-defined]
+                found.setdefault(function, set()).add(call.func.value)  # type: ignore[attr-defined]
+    return found
 
 
 def _other_branch_uses(analysis: ScriptAnalysis, branch: cst.If, node: cst.CSTNode, name: str) -> bool:

@@ -332,6 +332,8 @@ class SharedFlow:
         #: The string keys written into the dict a binding holds (``loaders["train"] = ...``, a literal); the
         #: key ``"*"`` stands for the elements of a list, tuple or set (``callbacks = [Saver()]``).
         self.item_keys: dict[BindingKey, set[str]] = {}
+        #: The names (their roots) of those bindings: a quick test before a binding's key is looked for.
+        self.item_roots: set[str] = set()
         self._instances: dict[cst.ClassDef, list[cst.Call]] = {}
         self._instances_built = -1
 
@@ -353,6 +355,22 @@ class SharedFlow:
                 changed |= analysis._propagate()
             if not changed:
                 break
+
+    @property
+    def stored_on_self(self) -> frozenset[str]:
+        """The attribute names the program's methods store on ``self`` (``self.model = ...``)."""
+        found = self.__dict__.get("_stored_on_self")
+        if found is None or self.__dict__.get("_stored_for") != len(self.analyses):
+            names_: set[str] = set()
+            for analysis in self.analyses:
+                for assign in analysis.assignments:
+                    for target in _assign_targets(assign):
+                        for node in tree.walk(target):
+                            if type(node) is cst.Attribute and type(node.value) is cst.Name and node.value.value == "self":  # type: ignore[attr-defined]
+                                names_.add(node.attr.value)  # type: ignore[attr-defined]
+            found = self.__dict__["_stored_on_self"] = frozenset(names_)
+            self.__dict__["_stored_for"] = len(self.analyses)
+        return found
 
     def instances_of(self, owner: cst.ClassDef) -> list[cst.Call]:
         """The calls of the program that construct the class (what its methods' ``self`` may be)."""
@@ -880,6 +898,8 @@ class ScriptAnalysis:
         """``trainer.model`` where ``trainer`` holds an instance of a class of the program (a callback's
         argument, ``trainer = Trainer(...)``): what the class's methods store in ``self.model``."""
         found: set[cst.CSTNode] = set()
+        if expr.attr.value not in self.shared.stored_on_self:
+            return found
         for origin in self.origins(expr.value):
             owner = self.shared.constructed.get(origin) if type(origin) is cst.Call else None  # type: ignore[arg-type]
             if owner is not None:
@@ -965,10 +985,20 @@ class ScriptAnalysis:
         if _name_root(name) in self._reordered_lists:
             items = {key: value for key, value in items.items() if not key.startswith(POSITION) or key == ELEMENTS}
         self.shared.item_keys.setdefault(self._key(scope_node, name), set()).update(items)
+        self.shared.item_roots.add(_name_root(name))
         changed = False
         for item, origins in items.items():
             changed |= self._bind(self._key(scope_node, f"{name}[{item!r}]"), origins)
         return changed
+
+    @cached_property
+    def _assigned_roots(self) -> frozenset[str]:
+        """The names this module assigns or takes as parameters (the variables, not its imports or defs)."""
+        found = {name for names_ in self._local_names.values() for name in names_}
+        for assign in self.assignments:
+            for target in _assign_targets(assign):
+                found.update(_target_names(target))
+        return frozenset(found)
 
     @cached_property
     def _reordered_lists(self) -> frozenset[str]:
@@ -1013,7 +1043,7 @@ class ScriptAnalysis:
             returned = self.shared.returned_items.get(target) if target is not None else None
             return dict(returned) if returned else None
         name = dotted_name(value)
-        if name is None:
+        if name is None or _name_root(name) not in self.shared.item_roots:
             return None
         keys = self.shared.item_keys.get(self._key(value, name))
         if not keys:
@@ -1034,6 +1064,7 @@ class ScriptAnalysis:
             if type(target) is cst.Subscript:  # ``loaders["train"] = ...``: the dict holds that key
                 base = dotted_name(target.value)  # type: ignore[attr-defined]
                 self.shared.item_keys.setdefault(self._key(target, base), set()).add(subscript_key(target))  # type: ignore[arg-type]
+                self.shared.item_roots.add(_name_root(base))  # type: ignore[arg-type]
             return changed
         values = _tuple_elements(value)
         changed = False
@@ -1104,8 +1135,8 @@ class ScriptAnalysis:
                 receiver, name = call.func.value, call.func.attr.value  # type: ignore[attr-defined]
                 if type(receiver) is cst.Name and receiver.value == "self":  # type: ignore[attr-defined]
                     continue
-            elif type(call.func) is cst.Name:  # ``stopper(loss)``: an instance's ``__call__``
-                receiver, name = call.func, "__call__"
+            elif type(call.func) is cst.Name and call.func.value in self._assigned_roots:  # type: ignore[attr-defined]
+                receiver, name = call.func, "__call__"  # ``stopper(loss)``: an instance's ``__call__``
             else:
                 continue
             found: dict[cst.FunctionDef, tuple[str, str]] = {}
