@@ -84,15 +84,6 @@ def test_a_layer_under_a_test_of_the_models_settings_needs_no_search(tmp_path: P
     assert "DistributedDataParallel(" in text and "find_unused_parameters" not in text
 
 
-@pytest.mark.e2e
-@pytest.mark.distributed
-def test_the_migrated_layerdrop_model_trains_under_torchrun(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
-    from launch import run_torchrun
-
-    migrate(tmp_path, SCRIPT)
-    run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, env={"OMP_NUM_THREADS": "1"}, timeout=120)
-    assert (tmp_path / "final.pt").exists()
 
 
 LEFTOVER = SCRIPT.replace(
@@ -114,12 +105,14 @@ def test_a_layer_used_outside_forward_is_no_unused_layer(tmp_path: Path) -> None
     assert "DistributedDataParallel(" in text and "find_unused_parameters" not in text
 
 
+
 @pytest.mark.e2e
 @pytest.mark.distributed
-def test_the_migrated_model_with_a_leftover_layer_trains_under_torchrun(tmp_path: Path) -> None:
+@pytest.mark.parametrize("source", [SCRIPT, LEFTOVER], ids=["layerdrop", "leftover-layer"])
+def test_the_migrated_model_trains_under_torchrun(tmp_path: Path, source: str) -> None:
     pytest.importorskip("torch")
     from launch import run_torchrun
 
-    migrate(tmp_path, LEFTOVER)
+    migrate(tmp_path, source)
     run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, env={"OMP_NUM_THREADS": "1"}, timeout=120)
     assert (tmp_path / "final.pt").exists()
