@@ -472,16 +472,24 @@ torch.save(model.module.state_dict(), "model.pt")
             home = analysis.shared.analysis_of(function) or analysis
             called = home.derived("parameters called", _parameters_called).get(function, ())
             candidates += [argument for param, argument in analysis.bound_arguments(call, function) if param in called and dotted_name(argument) is not None]
-        wraps = analysis.derived("DDP wraps of the program", _ddp_wraps)
+        wraps, holding, attributes = analysis.derived("DDP wraps of the program", _ddp_wraps)
+        # (Cheap tests first: most calls call no model, and most model calls run on every rank.)
+        candidates = [
+            model
+            for model in candidates
+            if ((name := dotted_name(model)) in holding or name.partition(".")[2] in attributes)  # type: ignore[union-attr]
+            and analysis.origins(model) & wraps
+        ]
+        if not candidates:
+            return None
+        conditions = [c for c in rank_facts(analysis).conditions(call) if c.kind is Kind.RANK and c.in_body is not None]
+        if not conditions:
+            return None
         for model in candidates:
-            if not (analysis.origins(model) & wraps):
-                continue  # (cheap: most calls call no model; the wrap's place is read below)
             wrap, closure = _wrap_of(analysis, model)
             if wrap is None or not analysis.is_call_to(wrap, names.DISTRIBUTED_DATA_PARALLEL):
                 continue
-            for condition in rank_facts(analysis).conditions(call):
-                if condition.kind is not Kind.RANK or condition.in_body is None:
-                    continue
+            for condition in conditions:
                 # ``if rank == 0: out = ddp(x) elif ...: ... else: out = ddp(y)``: every rank runs a forward.
                 if isinstance(condition.owner, cst.If) and _other_branch_uses(analysis, condition.owner, call, dotted_name(model)):  # type: ignore[arg-type]
                     continue
@@ -671,9 +679,12 @@ def _in_training_step(analysis: ScriptAnalysis, call: cst.Call) -> bool:
     )
 
 
-def _ddp_wraps(analysis: ScriptAnalysis) -> frozenset[cst.CSTNode]:
-    """The ``DistributedDataParallel(...)`` calls of the program."""
-    return frozenset(wrap for wrap in analysis.program_wrap_calls if analysis.is_call_to(wrap, names.DISTRIBUTED_DATA_PARALLEL))
+def _ddp_wraps(analysis: ScriptAnalysis) -> tuple[frozenset[cst.CSTNode], frozenset[str], frozenset[str]]:
+    """The ``DistributedDataParallel(...)`` calls of the program, the names that may hold one, and the
+    attributes of ``self`` that may (``trainer.model`` of a class that stores ``self.model``)."""
+    wraps = frozenset(wrap for wrap in analysis.program_wrap_calls if analysis.is_call_to(wrap, names.DISTRIBUTED_DATA_PARALLEL))
+    holding = analysis.names_holding(wraps)  # type: ignore[arg-type]
+    return wraps, holding, frozenset(name[5:] for name in holding if name.startswith("self."))
 
 
 def _parameters_called(analysis: ScriptAnalysis) -> dict[cst.FunctionDef, set[str]]:

@@ -890,6 +890,11 @@ class ScriptAnalysis:
             return set(self.shared.instances_of(owner)) if owner is not None else found
         return found
 
+    def names_holding(self, origins: frozenset[cst.CSTNode]) -> frozenset[str]:
+        """The dotted names (``model``, ``self.model``, a parameter) whose binding, anywhere in the program,
+        may hold one of these values: a quick test before a name's own origins are looked up."""
+        return frozenset(key[1] for key, values in self._bindings.items() if not values.isdisjoint(origins))
+
     def name_origins(self, node: cst.CSTNode, name: str) -> set[cst.CSTNode]:
         """The calls a (dotted) name used at ``node`` may hold the value of, by its binding there."""
         return self._bindings.get(self._key(node, name), set())
