@@ -457,3 +457,53 @@ def test_a_loader_a_comprehension_trains_on_is_sharded(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text(COMPREHENSION_STEPS)
     migrate(tmp_path)
     assert "sampler=DistributedSampler(" in (tmp_path / "train.py").read_text()
+
+
+CYCLED = '''
+import sys
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def cycle(loader):
+    while True:
+        for batch in loader:
+            yield batch
+
+
+def main():
+    torch.manual_seed(0)
+    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1), torch.arange(64)), batch_size=16)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    batches = cycle(loader)
+    seen = set()
+    for step in range(8):
+        x, y, index = next(batches)
+        seen.update(index.tolist())
+        optimizer.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+    sys.stderr.write(f"distinct {len(seen)}\\\\n")
+    torch.save(model.state_dict(), "final.pt")
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+@pytest.mark.distributed
+def test_batches_drawn_from_a_cycling_generator_train_sharded(tmp_path: Path) -> None:
+    """``next(cycle(loader))`` with ``def cycle(loader): while True: for b in loader: yield b``: the loader
+    trains (it was left whole, with a review that said the batches came from no DataLoader)."""
+    torch = pytest.importorskip("torch")
+    original, migrated, launch = train_original_and_migrated(tmp_path, CYCLED)
+    assert "sampler=DistributedSampler(" in (migrated / "train.py").read_text()
+    assert launch.output.count("distinct 32") == 2, launch.output
+    expected = torch.load(original / "final.pt", weights_only=True)
+    actual = torch.load(migrated / "final.pt", weights_only=True)
+    for key in expected:
+        torch.testing.assert_close(actual[key], expected[key], atol=1e-6, rtol=0)

@@ -865,6 +865,10 @@ class ScriptAnalysis:
             target = self._call_targets.get(expr)
             if target is not None and target in self._returned and expr not in self.shared.constructed:
                 return self.returned_origins(target)
+            if target is not None and (param := self._generator_parameter(target)) is not None:
+                # ``cycle(loader)`` of ``def cycle(it): while True: for b in it: yield b``: its batches.
+                argument = self.argument_for(expr, target, param)  # type: ignore[arg-type]
+                return {expr} | (self.origins(argument) if argument is not None else set())
             if callee_name(expr) in ITERATION_WRAPPERS and expr.args:
                 # ``pbar = tqdm(loader)`` still iterates the loader; ``zip(labeled, unlabeled)`` both.
                 iterated = expr.args if callee_name(expr) == "zip" else expr.args[:1]
@@ -898,6 +902,14 @@ class ScriptAnalysis:
     def name_origins(self, node: cst.CSTNode, name: str) -> set[cst.CSTNode]:
         """The calls a (dotted) name used at ``node`` may hold the value of, by its binding there."""
         return self._bindings.get(self._key(node, name), set())
+
+    def _generator_parameter(self, function: cst.FunctionDef) -> str | None:
+        """:func:`_generator_parameter`, read once per function of the program (in its module's analysis)."""
+        home = self.shared.analysis_of(function) or self
+        found = home.derived("generator parameters", lambda _: {})
+        if function not in found:
+            found[function] = _generator_parameter(function)
+        return found[function]
 
     def _instance_attribute(self, expr: cst.Attribute) -> set[cst.CSTNode]:
         """``trainer.model`` where ``trainer`` holds an instance of a class of the program (a callback's
@@ -1365,6 +1377,12 @@ class ScriptAnalysis:
         expr = self._through_wrapper_variables(unwrap_iterable(iterated), loop)
         found: frozenset[cst.Call] = frozenset()
         for _ in range(4):
+            target = self._call_targets.get(expr) if type(expr) is cst.Call else None  # type: ignore[arg-type]
+            param = self._generator_parameter(target) if target is not None else None
+            argument = self.argument_for(expr, target, param) if param is not None else None  # type: ignore[arg-type]
+            if argument is not None:  # ``log_every(loader, 10)``: the loader, as the loop's code spells it
+                expr = unwrap_iterable(argument)
+                continue
             found = frozenset(o for o in self.origins(expr) if o in loader_set)  # type: ignore[misc]
             inner = self._iterated_argument(expr, loader_set) if not found and isinstance(expr, cst.Call) else None
             if inner is None:
@@ -1935,6 +1953,20 @@ def _all_params(function: cst.FunctionDef) -> list[cst.Param]:
     p = function.params
     extra = [x for x in (p.star_arg, p.star_kwarg) if isinstance(x, cst.Param)]
     return [*p.posonly_params, *p.params, *p.kwonly_params, *extra]
+
+
+def _generator_parameter(function: cst.FunctionDef) -> str | None:
+    """The parameter a generator function iterates and yields from (``def cycle(loader): while True: for
+    batch in loader: yield batch``), or ``None`` for any other function."""
+    if not any(type(node) is cst.Yield for node in tree.walk(function.body)):
+        return None
+    params = {p.name.value for p in (*function.params.posonly_params, *function.params.params)}
+    for node in tree.walk(function.body):
+        if type(node) is cst.For:
+            iterated = unwrap_iterable(node.iter)  # type: ignore[attr-defined]
+            if type(iterated) is cst.Name and iterated.value in params:  # type: ignore[attr-defined]
+                return iterated.value  # type: ignore[attr-defined]
+    return None
 
 
 def _method(owner: cst.ClassDef | None, name: str) -> cst.FunctionDef | None:
