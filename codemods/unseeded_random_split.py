@@ -168,6 +168,7 @@ loss.backward()
         whose indices a ``Subset(dataset, indices[:k])`` of the module takes, through the names assigned in
         the same function."""
         found: list[cst.Call] = []
+        permutations = analysis.calls_to(GLOBAL_PERMUTATIONS)
         for subset in analysis.calls_to(SUBSET):
             if len(subset.args) < 2:
                 continue
@@ -176,7 +177,7 @@ loss.backward()
             for name in filter(None, names_used):
                 values = analysis.assigned_values(function, name)  # type: ignore[arg-type]
                 shuffles = [
-                    call for call in analysis.calls_to(GLOBAL_PERMUTATIONS)
+                    call for call in permutations
                     if call.args and dotted_name(call.args[0].value) == name and analysis.enclosing_function(call) is function
                 ]
                 for call in [n for value in values for n in walk(value) if isinstance(n, cst.Call)] + shuffles:

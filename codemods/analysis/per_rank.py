@@ -159,9 +159,11 @@ class PerRankValues:
             # ``if trainer.train_loss < target: trainer.should_stop = True``.
             targets = [t.target for t in node.targets] if kind is cst.Assign else [node.target]  # type: ignore[attr-defined]
             keys = [key for target in targets for key in self._targets(node, target)]
-            if self._under_a_rank_test(node):  # ``if is_main: ... stop = bad >= patience``: rank 0's value alone
-                return lambda: self._mark(keys)
-            read = [node.value, *self._tests_around(node)]  # type: ignore[attr-defined]
+            conditions = list(rank_facts(analysis.shared.analysis_of(node) or analysis).conditions(node))
+            if any(c.kind is Kind.RANK and c.in_body is not None for c in conditions):
+                return lambda: self._mark(keys)  # ``if is_main: ... stop = bad >= patience``: rank 0's value alone
+            # The tests of the ``if`` statements around it (not the early exits before it).
+            read = [node.value, *(c.test for c in conditions if type(c.owner) is cst.If and not c.early_exit)]  # type: ignore[attr-defined]
             return lambda: any(mention(value) for value in read) and self._mark(keys)
         if kind is cst.For:
             value, keys = node.iter, self._targets(node, node.target)  # type: ignore[attr-defined]
@@ -197,23 +199,6 @@ class PerRankValues:
             return changed
 
         return step
-
-    def _under_a_rank_test(self, node: cst.CSTNode) -> bool:
-        """Whether the node runs only on some ranks: inside an ``if`` on the rank, or after an early exit
-        of the others (within its function)."""
-        facts = rank_facts(self.analysis.shared.analysis_of(node) or self.analysis)
-        return any(condition.kind is Kind.RANK and condition.in_body is not None for condition in facts.conditions(node))
-
-    def _tests_around(self, node: cst.CSTNode) -> list[cst.BaseExpression]:
-        """The tests of the ``if`` statements the node runs under, in its own function (or module)."""
-        tests = []
-        for ancestor in self.analysis.ancestors(node):
-            kind = type(ancestor)
-            if kind is cst.If:
-                tests.append(ancestor.test)  # type: ignore[attr-defined]
-            elif kind is cst.FunctionDef or kind is cst.ClassDef:
-                break
-        return tests
 
     def _add_function(self, function: cst.FunctionDef) -> bool:
         if function in self.functions:

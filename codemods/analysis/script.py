@@ -334,8 +334,10 @@ class SharedFlow:
         self.item_keys: dict[BindingKey, set[str]] = {}
         #: The names (their roots) of those bindings: a quick test before a binding's key is looked for.
         self.item_roots: set[str] = set()
-        self._instances: dict[cst.ClassDef, list[cst.Call]] = {}
-        self._instances_built = -1
+        #: The calls that construct each class of the program, and the attribute names its methods store on
+        #: ``self`` (``self.model = ...``): read by :meth:`solve` once the call targets are known.
+        self.instances: dict[cst.ClassDef, list[cst.Call]] = {}
+        self.stored_on_self: frozenset[str] = frozenset()
 
     def add(self, analysis: ScriptAnalysis) -> None:
         """Register a module of the program."""
@@ -349,6 +351,17 @@ class SharedFlow:
         for analysis in self.analyses:
             analysis._keys.clear()  # keys found before every module of the program was added
             analysis._resolve_call_targets()
+        self.instances = {}
+        for call, built in self.constructed.items():
+            self.instances.setdefault(built, []).append(call)
+        self.stored_on_self = frozenset(
+            node.attr.value  # type: ignore[attr-defined]
+            for analysis in self.analyses
+            for assign in analysis.assignments
+            for target in _assign_targets(assign)
+            for node in tree.walk(target)
+            if type(node) is cst.Attribute and type(node.value) is cst.Name and node.value.value == "self"  # type: ignore[attr-defined]
+        )
         for _ in range(12):
             changed = False
             for analysis in self.analyses:
@@ -356,30 +369,9 @@ class SharedFlow:
             if not changed:
                 break
 
-    @property
-    def stored_on_self(self) -> frozenset[str]:
-        """The attribute names the program's methods store on ``self`` (``self.model = ...``)."""
-        found = self.__dict__.get("_stored_on_self")
-        if found is None or self.__dict__.get("_stored_for") != len(self.analyses):
-            names_: set[str] = set()
-            for analysis in self.analyses:
-                for assign in analysis.assignments:
-                    for target in _assign_targets(assign):
-                        for node in tree.walk(target):
-                            if type(node) is cst.Attribute and type(node.value) is cst.Name and node.value.value == "self":  # type: ignore[attr-defined]
-                                names_.add(node.attr.value)  # type: ignore[attr-defined]
-            found = self.__dict__["_stored_on_self"] = frozenset(names_)
-            self.__dict__["_stored_for"] = len(self.analyses)
-        return found
-
     def instances_of(self, owner: cst.ClassDef) -> list[cst.Call]:
         """The calls of the program that construct the class (what its methods' ``self`` may be)."""
-        if len(self.constructed) != self._instances_built:
-            self._instances = {}
-            for call, built in self.constructed.items():
-                self._instances.setdefault(built, []).append(call)
-            self._instances_built = len(self.constructed)
-        return self._instances.get(owner, [])
+        return self.instances.get(owner, [])
 
     def module_of(self, node: cst.CSTNode) -> cst.Module:
         """The module a node belongs to."""
@@ -1001,12 +993,16 @@ class ScriptAnalysis:
         that the program reorders (``insert``, ``pop``, ``sort``, ``del x[i]``) keeps no positions."""
         if _name_root(name) in self._reordered_lists:
             items = {key: value for key, value in items.items() if not key.startswith(POSITION) or key == ELEMENTS}
-        self.shared.item_keys.setdefault(self._key(scope_node, name), set()).update(items)
-        self.shared.item_roots.add(_name_root(name))
+        self._note_item_keys(scope_node, name, items)
         changed = False
         for item, origins in items.items():
             changed |= self._bind(self._key(scope_node, f"{name}[{item!r}]"), origins)
         return changed
+
+    def _note_item_keys(self, scope_node: cst.CSTNode, name: str, keys: Iterable[str]) -> None:
+        """Record that the dict (or list) bound to ``name`` holds items under these keys."""
+        self.shared.item_keys.setdefault(self._key(scope_node, name), set()).update(keys)
+        self.shared.item_roots.add(_name_root(name))
 
     @cached_property
     def _assigned_roots(self) -> frozenset[str]:
@@ -1079,9 +1075,7 @@ class ScriptAnalysis:
             if items:
                 changed |= self._bind_items(target, name, items)
             if type(target) is cst.Subscript:  # ``loaders["train"] = ...``: the dict holds that key
-                base = dotted_name(target.value)  # type: ignore[attr-defined]
-                self.shared.item_keys.setdefault(self._key(target, base), set()).add(subscript_key(target))  # type: ignore[arg-type]
-                self.shared.item_roots.add(_name_root(base))  # type: ignore[arg-type]
+                self._note_item_keys(target, dotted_name(target.value), [subscript_key(target)])  # type: ignore[arg-type, attr-defined, list-item]
             return changed
         values = _tuple_elements(value)
         changed = False
@@ -1377,14 +1371,12 @@ class ScriptAnalysis:
         expr = self._through_wrapper_variables(unwrap_iterable(iterated), loop)
         found: frozenset[cst.Call] = frozenset()
         for _ in range(4):
-            target = self._call_targets.get(expr) if type(expr) is cst.Call else None  # type: ignore[arg-type]
-            param = self._generator_parameter(target) if target is not None else None
-            argument = self.argument_for(expr, target, param) if param is not None else None  # type: ignore[arg-type]
-            if argument is not None:  # ``log_every(loader, 10)``: the loader, as the loop's code spells it
-                expr = unwrap_iterable(argument)
-                continue
             found = frozenset(o for o in self.origins(expr) if o in loader_set)  # type: ignore[misc]
-            inner = self._iterated_argument(expr, loader_set) if not found and isinstance(expr, cst.Call) else None
+            # A generator's call holds what it iterates; the loop still spells the loader as its argument
+            # (``log_every(loader, 10)``: ``loader``).
+            target = self._call_targets.get(expr) if type(expr) is cst.Call else None  # type: ignore[arg-type]
+            through = not found or (target is not None and self._generator_parameter(target) is not None)
+            inner = self._iterated_argument(expr, loader_set) if through and isinstance(expr, cst.Call) else None
             if inner is None:
                 break
             expr = unwrap_iterable(inner)
@@ -1955,10 +1947,15 @@ def _all_params(function: cst.FunctionDef) -> list[cst.Param]:
     return [*p.posonly_params, *p.params, *p.kwonly_params, *extra]
 
 
+def is_generator(function: cst.FunctionDef) -> bool:
+    """Whether the function yields (its calls hand back a generator)."""
+    return any(type(node) is cst.Yield for node in tree.walk(function.body))
+
+
 def _generator_parameter(function: cst.FunctionDef) -> str | None:
     """The parameter a generator function iterates and yields from (``def cycle(loader): while True: for
     batch in loader: yield batch``), or ``None`` for any other function."""
-    if not any(type(node) is cst.Yield for node in tree.walk(function.body)):
+    if not is_generator(function):
         return None
     params = {p.name.value for p in (*function.params.posonly_params, *function.params.params)}
     for node in tree.walk(function.body):

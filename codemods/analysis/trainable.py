@@ -252,8 +252,18 @@ CHILD_WALKS = frozenset({"getattr", "children", "named_children", "modules", "na
 
 def _is_layer_with_parameters(analysis: ScriptAnalysis, call: cst.Call) -> bool:
     """``nn.Linear(...)``, ``nn.Conv2d(...)``: a torch.nn layer that is none of the parameter-free ones."""
-    names = {q.rsplit(".", 1)[-1] for q in analysis.qualified_names(call.func) if q.startswith("torch.nn.")}
-    return bool(names) and not any(n.endswith("Loss") or n in PARAMETER_FREE_LAYERS for n in names)
+    names = _torch_nn_classes(analysis, call)
+    return bool(names) and not any(_parameter_free(n) for n in names)
+
+
+def _torch_nn_classes(analysis: ScriptAnalysis, call: cst.Call) -> set[str]:
+    """The class names of ``torch.nn`` a call constructs (``Linear`` of ``nn.Linear(...)``); none for others."""
+    return {q.rsplit(".", 1)[-1] for q in analysis.qualified_names(call.func) if q.startswith("torch.nn.")}
+
+
+def _parameter_free(name: str) -> bool:
+    """Whether a ``torch.nn`` class has no parameters: a loss, an activation, dropout, pooling..."""
+    return name.endswith("Loss") or name in PARAMETER_FREE_LAYERS
 
 
 #: torch.nn layers without parameters: their calls need no gradient on any step.
@@ -281,8 +291,8 @@ def _may_have_parameters(analysis: ScriptAnalysis, cls: cst.ClassDef, attribute:
     for value in values:
         if type(value) is not cst.Call:
             return True
-        names = {q.rsplit(".", 1)[-1] for q in analysis.qualified_names(value.func) if q.startswith("torch.nn.")}  # type: ignore[attr-defined]
-        if not names or not all(n.endswith("Loss") or n in PARAMETER_FREE_LAYERS for n in names):
+        names = _torch_nn_classes(analysis, value)  # type: ignore[arg-type]
+        if not names or not all(_parameter_free(n) for n in names):
             return True
     return False
 
