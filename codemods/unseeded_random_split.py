@@ -7,6 +7,7 @@ from typing import Iterator
 import libcst as cst
 
 from .analysis import ScriptAnalysis, dotted_name, keyword_argument, walk
+from .analysis.randomness import ALL_DRAWS, GENERATORS, REMEDIES, training_data_draws
 from .analysis.ranks import seeds_alike
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression, with_keyword
@@ -30,7 +31,11 @@ class UnseededRandomSplit(Rule):
     does not seed torch's global random state alike on every rank (no ``torch.manual_seed(42)``, or a seed
     that flows from the rank); likewise a split by hand, ``Subset(dataset, indices[:k])`` whose indices
     come from ``torch.randperm(n)`` (fixed), or from ``np.random.permutation``, ``random.shuffle`` and the
-    like (left to a human: they take no generator).
+    like (left to a human: they take no generator). And, in any module of the program, a pick or an order
+    drawn from a random state the program does not seed alike on every rank (``random.shuffle(files)``
+    without ``random.seed``, ``np.random.choice``, an ``np.random.default_rng()`` built without a seed) that
+    a training ``DataLoader``'s data set is built from, through names, calls and a data set class's
+    ``__init__`` (left to a human).
 
     Why it is a problem: without a generator the split draws from the global random state, which each
     process seeds on its own at start. Every rank then splits differently: the ``DistributedSampler``s shard
@@ -52,8 +57,11 @@ class UnseededRandomSplit(Rule):
     name = "unseeded-random-split"
     phase = Phase.SAMPLERS
     fix_safety = FixSafety.UNSAFE
-    triggers = ("random_split", "Subset")
-    requires = (".backward(",)
+    triggers = ("random_split", "Subset", "randperm", "shuffle", "permut", "choice", "sample")
+    # A split in training code, or a draw that a training DataLoader's data set is built from (in a module
+    # of the program that may hold no training code: a program's words are the words of all its modules).
+    requires = (".backward(", "DataLoader")
+    needs_names = (RANDOM_SPLIT | SUBSET | ALL_DRAWS | GENERATORS,)
     examples = (
         # A split by hand: the Subsets take their indices from one random order.
         Example(
@@ -121,6 +129,32 @@ parts = random_split(data, [480, 120], generator=torch.Generator().manual_seed(0
 loss.backward()
 """,
         ),
+        # A list of files shuffled by each process on its own, cut into a training and a validation part.
+        Example(
+            before="""\
+import random
+from torch.utils.data import DataLoader
+
+files = sorted(os.listdir("data"))
+random.shuffle(files)
+loader = DataLoader(Files(files[:800]), batch_size=32)
+for x, y in loader:
+    loss_fn(model(x), y).backward()
+"""
+        ),
+        Valid(
+            """\
+import random
+from torch.utils.data import DataLoader
+
+random.seed(0)
+files = sorted(os.listdir("data"))
+random.shuffle(files)
+loader = DataLoader(Files(files[:800]), batch_size=32)
+for x, y in loader:
+    loss_fn(model(x), y).backward()
+"""
+        ),
         Valid(
             """\
 import torch
@@ -134,8 +168,24 @@ loss.backward()
     )
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
-        if not analysis.is_training_code:
-            return
+        reported: set[cst.Call] = set()
+        if analysis.is_training_code:
+            for match in self._split_matches(analysis):
+                reported.add(match.node)  # type: ignore[arg-type]
+                yield match
+        for call, state in training_data_draws(analysis):
+            if call not in reported:
+                yield Match(
+                    call,
+                    f"the training data set is built from {code_of(call.func)}(), a draw from each process's own "
+                    f"random state: every rank shards a different data set (samples missing, others trained on "
+                    f"twice, one rank's validation samples another's training data); {REMEDIES[state]}",
+                    fixable=False,
+                )
+
+    def _split_matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
+        """The ``random_split`` calls and the random orders of ``Subset`` splits of a program whose torch
+        random state is not seeded alike on every rank."""
         splits = [call for call in analysis.calls_to(RANDOM_SPLIT) if keyword_argument(call, "generator") is None and len(call.args) < 3]
         by_hand = self._orders_of_subsets(analysis)
         if not (splits or by_hand) or seeds_alike(analysis):

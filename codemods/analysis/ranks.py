@@ -812,18 +812,24 @@ def draws_per_rank(analysis: ScriptAnalysis) -> bool:
     )
 
 
-#: torch's own seeding calls (a helper of the program whose name says ``seed`` counts too, see :func:`seeds_alike`).
-TORCH_SEEDS = frozenset({"torch.manual_seed", "torch.random.manual_seed"})
+#: The seeding calls of each process-wide random state: torch's, Python's ``random`` module's and numpy's
+#: (a helper of the program whose name says ``seed`` counts too, see :func:`seeds_alike`).
+SEEDS: dict[str, frozenset[str]] = {
+    "torch": frozenset({"torch.manual_seed", "torch.random.manual_seed"}),
+    "random": frozenset({"random.seed"}),
+    "numpy": frozenset({"numpy.random.seed"}),
+}
 
 
-def seeds_alike(analysis: ScriptAnalysis) -> bool:
-    """Whether every rank seeds torch's global random state with the same value before drawing: a call of
-    ``torch.manual_seed`` (or a seeding helper: ``seed_everything(42)``, ``set_seed(args.seed)``) with an
-    argument the same on every rank, and no seed call in the program whose argument flows from the rank.
-    Unseeded, each process starts from its own random state (torch seeds it from the system at start)."""
+def seeds_alike(analysis: ScriptAnalysis, state: str = "torch") -> bool:
+    """Whether every rank seeds a process-wide random state (``torch``, ``random`` or ``numpy``, see
+    :data:`SEEDS`) with the same value before drawing: a seeding call (or a seeding helper:
+    ``seed_everything(42)``, ``set_seed(args.seed)``) with an argument the same on every rank, and no seed
+    call in the program whose argument flows from the rank. Unseeded, each process starts from its own
+    random state (each seeds it from the system at start)."""
     uniform = False
     for module in analysis.shared.analyses:
-        seeds = [call for call in module.calls if call.args and _seeds_torch(module, call)]
+        seeds = [call for call in module.calls if call.args and state in _states_seeded(module, call)]
         if not seeds:
             continue
         facts = rank_facts(module)
@@ -834,19 +840,27 @@ def seeds_alike(analysis: ScriptAnalysis) -> bool:
     return uniform
 
 
-def _seeds_torch(analysis: ScriptAnalysis, call: cst.Call) -> bool:
-    """Whether a call seeds torch's global random state: ``torch.manual_seed``, or a seeding helper called
-    by its name (``set_seed(...)``, a function of the program, ``lightning.seed_everything``); not a
-    generator's own ``manual_seed`` nor ``random.seed`` / ``np.random.seed``."""
-    if analysis.is_call_to(call, TORCH_SEEDS):
-        return True
+def _states_seeded(analysis: ScriptAnalysis, call: cst.Call, depth: int = 2) -> frozenset[str]:
+    """The process-wide random states a call seeds (:data:`SEEDS`): ``torch.manual_seed`` torch's,
+    ``random.seed`` Python's; a seeding helper of a library (``seed_everything``, ``set_seed``) all three; a
+    function of the program whose name says ``seed``, those its own calls seed (all three where they seed
+    none that can be told: its body is not the program's to read). Not a generator's own ``manual_seed``."""
+    for state, seeds in SEEDS.items():
+        if analysis.is_call_to(call, seeds):
+            return frozenset({state})
     qualified = analysis.qualified_names(call.func)
     if any(q.endswith((".seed_everything", ".set_seed")) for q in qualified):
-        return True
+        return frozenset(SEEDS)
     target = analysis.call_target(call)
-    if target is not None:
-        return "seed" in target.name.value
-    return type(call.func) is cst.Name and "seed" in call.func.value  # type: ignore[attr-defined]
+    if target is None:
+        named = type(call.func) is cst.Name and "seed" in call.func.value  # type: ignore[attr-defined]
+        return frozenset(SEEDS) if named else frozenset()
+    if "seed" not in target.name.value:
+        return frozenset()
+    home = analysis.shared.analysis_of(target) or analysis
+    inner = [node for node in walk(target.body) if type(node) is cst.Call]
+    seeded = frozenset().union(*(_states_seeded(home, c, depth - 1) for c in inner)) if depth > 0 else frozenset()
+    return seeded or frozenset(SEEDS)
 
 
 def rank_facts(analysis: ScriptAnalysis) -> RankFacts:
@@ -854,4 +868,4 @@ def rank_facts(analysis: ScriptAnalysis) -> RankFacts:
     return analysis.derived("ranks", RankFacts)
 
 
-__all__ = ["Condition", "Kind", "RankFacts", "draws_per_rank", "rank_facts", "seeds_alike"]
+__all__ = ["SEEDS", "Condition", "Kind", "RankFacts", "draws_per_rank", "rank_facts", "seeds_alike"]

@@ -1539,34 +1539,52 @@ class ScriptAnalysis:
         return [f"{name}{dot}{rest}" for name in passed if name is not None]
 
     def _parameter_calls(self, optimizer: cst.Call, depth: int = 4) -> list[cst.Call]:
-        """The ``parameters()`` / ``named_parameters()`` calls whose values reach the optimizer's arguments,
-        followed through names and the return values of the program's functions ``depth`` steps deep."""
+        """The ``parameters()`` / ``named_parameters()`` calls whose values reach the optimizer's arguments
+        (:meth:`feeding_calls`)."""
+        return [
+            call
+            for call in self.feeding_calls([arg.value for arg in optimizer.args], depth)
+            if call_method_name(call) in ("parameters", "named_parameters")
+        ]
+
+    def feeding_calls(self, roots: Iterable[cst.CSTNode], depth: int = 4, constructors: bool = False) -> list[cst.Call]:
+        """The calls whose values may reach these expressions: the calls inside them, then, ``depth`` steps
+        deep, those of the values their names may hold (:meth:`flows_into`, in the module the name is used
+        in: an argument a caller passes, what is appended to a list, a list a ``shuffle`` reorders) and of
+        what the program's functions they call return. With ``constructors``, a class of the program built
+        on the way adds the calls its ``__init__`` makes (``Pairs(ids)`` whose ``__init__`` shuffles)."""
         found: list[cst.Call] = []
         seen: set[tuple[object, str]] = set()
         seen_functions: set[cst.FunctionDef] = set()
-        pending: list[tuple[cst.CSTNode, int]] = [(arg.value, depth) for arg in optimizer.args]
+        pending: list[tuple[cst.CSTNode, int]] = [(root, depth) for root in roots]
+        shared = self.shared
         while pending:
             node, left = pending.pop()
+            home = shared.analysis_of(node) or self
             for part in tree.walk(node):
                 kind = type(part)
-                if kind is cst.Call and call_method_name(part) in ("parameters", "named_parameters"):  # type: ignore[arg-type]
+                if kind is cst.Call:
                     found.append(part)  # type: ignore[arg-type]
-                elif kind is cst.Call and left > 0 and (function := self.shared.call_targets.get(part)) is not None:  # type: ignore[arg-type]
-                    # A helper of the program that returns the parameters: what it returns.
-                    if part not in self.shared.constructed and function not in seen_functions:
-                        seen_functions.add(function)
+                    function = shared.call_targets.get(part) if left > 0 else None  # type: ignore[arg-type]
+                    if function is None or function in seen_functions:
+                        continue
+                    seen_functions.add(function)
+                    if part not in shared.constructed:
+                        # A helper of the program: what it returns.
                         pending.extend((ret.value, left - 1) for ret in returns_of(function) if ret.value is not None)
+                    elif constructors and function.name.value == "__init__":
+                        pending.append((function.body, left - 1))
                 elif (
                     left > 0
                     and (kind is cst.Name or kind is cst.Attribute)
-                    and type(self._parents.get(part)) is not cst.Attribute
-                    and not self.bound_in_expression(part)
+                    and type(home._parents.get(part)) is not cst.Attribute
+                    and not home.bound_in_expression(part)
                 ):
                     name = dotted_name(part)
-                    key = (self.scope_of(part), name or "")
+                    key = (home.scope_of(part), name or "")
                     if name is not None and key not in seen:
                         seen.add(key)
-                        pending.extend((value, left - 1) for value in self.flows_into(part, name))
+                        pending.extend((value, left - 1) for value in home.flows_into(part, name))
         return found
 
     def bound_in_expression(self, node: cst.CSTNode) -> bool:
@@ -1593,7 +1611,8 @@ class ScriptAnalysis:
 
     def flows_into(self, node: cst.CSTNode, name: str) -> list[cst.CSTNode]:
         """The expressions whose values a name may hold, in its scope (flow-insensitive): what is assigned
-        to it (``=``, ``+=``), appended or added to it, the iterable of a loop over it, and for a parameter
+        to it (``=``, ``+=``), appended or added to it, the iterable of a loop over it, the ``shuffle`` call
+        that reorders it in place (``random.shuffle(ids)``), and for a parameter
         of a function the arguments its callers pass."""
         scope = self.scope_of(node)
         flows = list(self._value_flows.get((scope, name), ()))
@@ -1648,6 +1667,9 @@ class ScriptAnalysis:
             elif kind is cst.Call and call_method_name(node) in ("append", "extend", "insert", "add", "update"):  # type: ignore[arg-type]
                 for arg in node.args:  # type: ignore[attr-defined]
                     add(node.func.value, arg.value)  # type: ignore[attr-defined]
+            elif kind is cst.Call and call_method_name(node) == "shuffle" and node.args:  # type: ignore[arg-type, attr-defined]
+                # ``random.shuffle(ids)`` reorders ``ids`` in place: what ``ids`` holds depends on the draw.
+                add(node.args[0].value, node)  # type: ignore[attr-defined]
         return flows
 
     def builds_layer(self, value: cst.BaseExpression) -> bool:

@@ -1,0 +1,172 @@
+"""Training data built from a random pick or order that each process draws on its own (DDP043): a list of
+ids shuffled with an unseeded ``random.shuffle`` and cut into a training and a validation part, a sample
+of records, an ``np.random.default_rng()`` permutation. One process never shows it; under torchrun every
+rank built another training set and the ``DistributedSampler``s sharded different sets (a trial: exit 0,
+nothing to review). The migration now leaves a review at the draw, in whichever module of the program
+it is, and stays silent where the draw is seeded alike on every rank, or only augments a sample.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ddp_migrate.cli import cli
+from migrated import migrate_script
+
+PROGRAM = '''
+import random
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset, TensorDataset
+
+
+class Records(Dataset):
+    def __init__(self, ids):
+        self.ids = ids
+
+    def __len__(self):
+        return len(self.ids)
+
+    def __getitem__(self, i):
+        x = torch.full((4,), float(self.ids[i]))
+        if random.random() < 0.5:  # an augmentation: each rank draws it for its own samples
+            x = -x
+        return x, torch.zeros(1)
+
+
+def set_seed(seed):
+    {helper}
+
+
+def main():
+    {seed}
+    ids = list(range(100))
+    {draw}
+    loader = DataLoader({dataset}, batch_size=8, shuffle=True)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
+    for epoch in range(2):
+        for x, y in loader:
+            optimizer.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def _draw_reviews(tmp_path: Path, draw: str, dataset: str, seed: str = "pass", helper: str = "pass") -> list[str]:
+    source = PROGRAM.format(draw=draw, dataset=dataset, seed=seed, helper=helper)
+    migrated, report, code = migrate_script(tmp_path, source)
+    reviews = [line for line in report.splitlines() if "DDP043" in line]
+    assert code == (1 if reviews else 0) or "review" in report, report
+    assert migrated.count("TODO(ddp-migrate): the training data set is built from") == len(reviews), migrated
+    return reviews
+
+
+@pytest.mark.parametrize(
+    ("draw", "dataset", "called"),
+    [
+        ("random.shuffle(ids)", "Records(ids[:80])", "random.shuffle()"),
+        ("ids = np.random.permutation(ids)", "Records(ids[:80])", "np.random.permutation()"),
+        ("held_out = random.sample(ids, 20)", "Records([i for i in ids if i not in held_out])", "random.sample()"),
+        ("rng = np.random.default_rng()", "Records(rng.permutation(ids)[:80])", "rng.permutation()"),
+        ("order = torch.randperm(100).tolist()", "Records([ids[i] for i in order[:80]])", "torch.randperm()"),
+    ],
+)
+def test_training_data_cut_from_an_unseeded_draw_is_left_to_a_human(tmp_path: Path, draw: str, dataset: str, called: str) -> None:
+    reviews = _draw_reviews(tmp_path, draw, dataset)
+    assert len(reviews) == 1 and f"built from {called}" in reviews[0], reviews
+
+
+@pytest.mark.parametrize(
+    ("seed", "helper", "draw", "dataset"),
+    [
+        ("random.seed(0)", "pass", "random.shuffle(ids)", "Records(ids[:80])"),
+        ("np.random.seed(0)", "pass", "ids = np.random.permutation(ids)", "Records(ids[:80])"),
+        ("set_seed(0)", "random.seed(seed)", "random.shuffle(ids)", "Records(ids[:80])"),
+        ("torch.manual_seed(0)", "pass", "order = torch.randperm(100).tolist()", "Records([ids[i] for i in order[:80]])"),
+        ("pass", "pass", "rng = np.random.default_rng(0)", "Records(rng.permutation(ids)[:80])"),
+        # Synthetic samples drawn on each rank are samples of one distribution: not a split.
+        ("pass", "pass", "x = torch.randn(100, 4)", "TensorDataset(x, x.sum(1, keepdim=True))"),
+        # A draw the training data is not built from (the augmentation in __getitem__ aside).
+        ("pass", "pass", "probe = random.choice(ids)", "Records(ids)"),
+    ],
+)
+def test_data_drawn_alike_on_every_rank_or_not_drawn_is_left_alone(tmp_path: Path, seed: str, helper: str, draw: str, dataset: str) -> None:
+    assert _draw_reviews(tmp_path, draw, dataset, seed=seed, helper=helper) == []
+
+
+def test_a_seeding_helper_seeds_only_the_states_it_seeds(tmp_path: Path) -> None:
+    """``set_seed`` of the program seeds numpy and torch, not Python's ``random``: the shuffle still differs."""
+    reviews = _draw_reviews(tmp_path, "random.shuffle(ids)", "Records(ids[:80])", seed="set_seed(0)", helper="np.random.seed(seed); torch.manual_seed(seed)")
+    assert len(reviews) == 1 and "random.seed(0)" in reviews[0], reviews
+
+
+SPLITS = '''
+import random
+
+
+def split_ids(n):
+    ids = list(range(n))
+    random.shuffle(ids)
+    return ids[: n * 4 // 5], ids[n * 4 // 5 :]
+
+
+class Shuffled:
+    def __init__(self, n):
+        self.ids = list(range(n))
+        random.shuffle(self.ids)
+
+    def __len__(self):
+        return len(self.ids)
+
+    def __getitem__(self, i):
+        return self.ids[i]
+'''
+
+ENTRY = '''
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+from splits import Shuffled, split_ids
+
+
+def main():
+    train_ids, val_ids = split_ids(100)
+    train = DataLoader(torch.tensor(train_ids, dtype=torch.float32).unsqueeze(1), batch_size=8, shuffle=True)
+    extra = DataLoader(Shuffled(40), batch_size=8)
+    model = nn.Linear(1, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
+    for epoch in range(2):
+        for x in train:
+            optimizer.zero_grad()
+            model(x).pow(2).mean().backward()
+            optimizer.step()
+        for x in extra:
+            optimizer.zero_grad()
+            model(x.float().view(-1, 1)).pow(2).mean().backward()
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_a_draw_in_another_module_of_the_program_is_reviewed_where_it_is(tmp_path: Path) -> None:
+    """The split helper's shuffle and a data set class whose ``__init__`` shuffles, in ``splits.py``; the
+    loaders in ``train.py``: the reviews land in ``splits.py``, at each shuffle."""
+    (tmp_path / "splits.py").write_text(SPLITS)
+    (tmp_path / "train.py").write_text(ENTRY)
+    result = CliRunner().invoke(cli, ["lint", "--select", "DDP043", str(tmp_path)], catch_exceptions=False)
+    found = [line.split(": ")[0].rsplit("/", 1)[-1] for line in result.output.splitlines() if "DDP043" in line]
+    assert found == ["splits.py:7:5", "splits.py:14:9"], result.output
