@@ -350,6 +350,15 @@ with torch.no_grad():
                     fixable=False,
                 )
                 continue
+            if loader in facts.unconnected and not analysis.has_distributed_sampler(loader):
+                yield Match(
+                    loader,
+                    "DataLoader iterated by a loop that the analysis cannot connect to the program's backward() (the "
+                    "step is called through something it cannot follow): cannot tell whether it trains; left "
+                    "unsharded (if it trains, shard it by hand)",
+                    fixable=False,
+                )
+                continue
             if loader in facts.shared_factories and not analysis.has_distributed_sampler(loader):
                 yield Match(
                     loader,
@@ -416,7 +425,7 @@ with torch.no_grad():
                     )
                 elif loader_facts(analysis).streams(loader):
                     edits.todo(stmt, ITERABLE_TODO)
-                elif loader in loader_facts(analysis).undecided:
+                elif loader in loader_facts(analysis).undecided or loader in loader_facts(analysis).unconnected:
                     edits.todo(
                         stmt,
                         "if this loader trains, shard it (DistributedSampler, set_epoch); if it evaluates, keep it whole",

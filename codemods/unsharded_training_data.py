@@ -127,7 +127,7 @@ loss.backward()
             return
         if analysis.program_loader_calls:
             loaders = loader_facts(analysis)
-            if loaders.training_loaders or loaders.dict_training or loaders.undecided or loaders.shared_factories:
+            if loaders.training_loaders or loaders.dict_training or loaders.undecided or loaders.shared_factories or loaders.unconnected:
                 return  # the migration shards (or asks a human to shard) a loader that trains
         step = next((call for call in analysis.backward_calls if _in_a_loop(analysis, call)), None)
         if step is not None and not draws_per_rank(analysis):

@@ -66,6 +66,10 @@ class LoaderFacts:
     evaluated_by_call_site: set[cst.Call] = field(default_factory=set)
     #: Loaders iterated by a conditionally training loop whose call sites do not tell whether they train.
     undecided: set[cst.Call] = field(default_factory=set)
+    #: Loaders iterated by loops none of which is known to reach the program's ``backward()``: the step is
+    #: called through something the analysis cannot follow (``getattr(self, name)(batch)``, a table of
+    #: steps), so whether they train cannot be told.
+    unconnected: set[cst.Call] = field(default_factory=set)
     #: Training loaders built by a function that several call sites use (``create_loader(ds, is_training)``
     #: for the training and the evaluation set): one sampler there would shard every one of them.
     shared_factories: set[cst.Call] = field(default_factory=set)
@@ -98,8 +102,11 @@ class LoaderFacts:
         training -= self.shared_factories
         self.training_loaders = training
         iterated = {call for loop in a.program_loader_loops for call in loop.loader_calls}
+        if not (training or self.shared_factories or self.dict_training or self.undecided) and a.program_backward_calls:
+            self.unconnected = iterated - self.evaluated_by_call_site
         self.evaluation_loaders = (
-            (iterated | set(self.dict_loaders)) - training - self.undecided - self.dict_training - self.shared_factories
+            (iterated | set(self.dict_loaders))
+            - training - self.undecided - self.dict_training - self.shared_factories - self.unconnected
         )
 
     # ------------------------------------------------------------------ iterable datasets

@@ -338,6 +338,12 @@ class SharedFlow:
         #: ``self`` (``self.model = ...``): read by :meth:`solve` once the call targets are known.
         self.instances: dict[cst.ClassDef, list[cst.Call]] = {}
         self.stored_on_self: frozenset[str] = frozenset()
+        #: The names the program's functions are defined under (a call of another name runs none of them
+        #: as a value: a quick test before its origins are looked up).
+        self.function_names: set[str] = set()
+        #: For each class of the program, the classes of the program derived from it (directly or not).
+        self._subclasses: dict[cst.ClassDef, list[cst.ClassDef]] | None = None
+        self._roots: dict[cst.ClassDef, cst.ClassDef] | None = None
 
     def add(self, analysis: ScriptAnalysis) -> None:
         """Register a module of the program."""
@@ -351,6 +357,8 @@ class SharedFlow:
         for analysis in self.analyses:
             analysis._keys.clear()  # keys found before every module of the program was added
             analysis._resolve_call_targets()
+        for analysis in self.analyses:
+            analysis._bind_definitions()
         self.instances = {}
         for call, built in self.constructed.items():
             self.instances.setdefault(built, []).append(call)
@@ -369,9 +377,53 @@ class SharedFlow:
             if not changed:
                 break
 
+    def subclasses_of(self, owner: cst.ClassDef) -> list[cst.ClassDef]:
+        """The classes of the program derived from the class, directly or through others of the program."""
+        if self._subclasses is None:
+            direct: dict[cst.ClassDef, list[cst.ClassDef]] = {}
+            for analysis in self.analyses:
+                for cls in analysis.classes:
+                    for base in analysis.base_classes(cls):
+                        direct.setdefault(base, []).append(cls)
+            table: dict[cst.ClassDef, list[cst.ClassDef]] = {}
+            for base in direct:
+                found: list[cst.ClassDef] = []
+                pending = list(direct[base])
+                while pending:
+                    cls = pending.pop(0)
+                    if cls not in found and cls is not base:
+                        found.append(cls)
+                        pending.extend(direct.get(cls, ()))
+                table[base] = found
+            self._subclasses = table
+        return self._subclasses.get(owner, [])
+
     def instances_of(self, owner: cst.ClassDef) -> list[cst.Call]:
-        """The calls of the program that construct the class (what its methods' ``self`` may be)."""
-        return self.instances.get(owner, [])
+        """The calls of the program that construct the class or a class derived from it (what its methods'
+        ``self`` may be)."""
+        found = self.instances.get(owner, [])
+        for derived in self.subclasses_of(owner):
+            found = found + self.instances.get(derived, [])
+        return found
+
+    def root_class(self, owner: cst.ClassDef) -> cst.ClassDef:
+        """The class of the program at the root of a class's hierarchy (following first bases): the owner of
+        the attributes its methods and those of the classes it derives from store on ``self`` alike
+        (``self.loader`` set in a base's ``__init__``, read in a subclass's method)."""
+        if self._roots is None:
+            self._roots = {}
+        found = self._roots.get(owner)
+        if found is None:
+            found, seen = owner, {owner}
+            while True:
+                home = self.analysis_of(found)
+                bases = home.base_classes(found) if home is not None else []
+                if not bases or bases[0] in seen:
+                    break
+                found = bases[0]
+                seen.add(found)
+            self._roots[owner] = found
+        return found
 
     def module_of(self, node: cst.CSTNode) -> cst.Module:
         """The module a node belongs to."""
@@ -734,7 +786,7 @@ class ScriptAnalysis:
         if name.startswith("self."):
             owner = self.enclosing_class(function) if function is not None else None
             if owner is not None:
-                return (owner, name)
+                return (self.shared.root_class(owner), name)
         if "." not in name.split("[", 1)[0]:
             # A plain name (or an item of one: ``cfg["a.b"]``) lives in the innermost function that binds it (a closure reads its enclosing
             # function's variable); an attribute of anything but ``self`` (``args.lr``, ``cfg.batch_size``)
@@ -834,6 +886,9 @@ class ScriptAnalysis:
             function = self.enclosing_function(loop)
             if function is not None:
                 local[function].update(_target_names(loop.target))
+        for function, definition in self._definitions:  # ``def step(x):`` inside ``make_train_step``
+            if function is not None:
+                local[function].add(definition.name.value)
         # ``global rank`` / ``nonlocal total``: what the function assigns to such a name is the module's (or
         # the enclosing function's) variable, not one of its own.
         for declaration in self._declarations:
@@ -841,6 +896,25 @@ class ScriptAnalysis:
             if function is not None:
                 local[function].difference_update(item.name.value for item in declaration.names)
         return local
+
+    @cached_property
+    def _definitions(self) -> list[tuple[cst.FunctionDef | None, cst.FunctionDef]]:
+        """The functions this module defines as values of a name (not methods), each with the function it is
+        defined in (``None``: the module's top level)."""
+        found: list[tuple[cst.FunctionDef | None, cst.FunctionDef]] = []
+        for definition in self.functions:
+            scope = next((a for a in self.ancestors(definition) if type(a) is cst.FunctionDef or type(a) is cst.ClassDef), None)
+            if type(scope) is not cst.ClassDef:
+                found.append((scope, definition))  # type: ignore[arg-type]
+        return found
+
+    def _bind_definitions(self) -> None:
+        """Bind each function of the module to its name, where it is defined: a value the flow carries like
+        any other (``step = make_train_step(model)`` of a factory returning its nested ``step``, a function
+        handed to an engine and stored in ``self.process_fn``), so a call of the name runs it."""
+        for _, definition in self._definitions:
+            self._bind(self._key(self.parent(definition), definition.name.value), {definition})  # type: ignore[arg-type]
+            self.shared.function_names.add(definition.name.value)
 
     def _binds_locally(self, function: cst.FunctionDef, name: str) -> bool:
         home = self if function in self._local_names else self.shared.analysis_of(function) or self
@@ -865,6 +939,8 @@ class ScriptAnalysis:
                 # ``pbar = tqdm(loader)`` still iterates the loader; ``zip(labeled, unlabeled)`` both.
                 iterated = expr.args if callee_name(expr) == "zip" else expr.args[:1]
                 return {expr}.union(*(self.origins(arg.value) for arg in iterated))
+            if callee_name(expr) == "partial" and expr.args and "functools.partial" in self.qualified_names(expr.func):  # type: ignore[attr-defined]
+                return {expr} | self.origins(expr.args[0].value)  # type: ignore[attr-defined]
             method = call_method_name(expr)
             if method in SELF_RETURNING_METHODS:
                 return {expr} | self.origins(expr.func.value)  # type: ignore[union-attr]
@@ -912,7 +988,7 @@ class ScriptAnalysis:
         for origin in self.origins(expr.value):
             owner = self.shared.constructed.get(origin) if type(origin) is cst.Call else None  # type: ignore[arg-type]
             if owner is not None:
-                found |= self._bindings.get((owner, f"self.{expr.attr.value}"), set())
+                found |= self._bindings.get((self.shared.root_class(owner), f"self.{expr.attr.value}"), set())
         return found
 
     def _inside_wraps(self, origins: set[cst.CSTNode]) -> set[cst.CSTNode]:
@@ -968,8 +1044,11 @@ class ScriptAnalysis:
             # Only a list of instances of the program's classes (callbacks, for their methods): the variable
             # holds each element in turn, and other values (``for net in (model, teacher)``, ``[model,
             # optimizer]``, a model converted to SyncBatchNorm) are no one thing a rule may rewrite as such
-            # (``.module`` on the optimizer).
-            if elements and all(origin in constructed for origin in elements):
+            # (``.module`` on the optimizer). A list of the program's functions too (``for hook in hooks:``).
+            if elements and all(
+                origin in constructed or type(origin) is cst.FunctionDef or origin in self.shared.call_targets  # (a factory's call)
+                for origin in elements
+            ) and any(origin in constructed or type(origin) is cst.FunctionDef for origin in elements):
                 changed |= self._bind(self._key(loop.target, target), elements)  # type: ignore[arg-type]
         other_targets = self.shared.other_targets
         for call in self.calls:
@@ -1006,7 +1085,8 @@ class ScriptAnalysis:
 
     @cached_property
     def _assigned_roots(self) -> frozenset[str]:
-        """The names this module assigns or takes as parameters (the variables, not its imports or defs)."""
+        """The names this module assigns or takes as parameters, and those of the functions it defines inside
+        functions (the variables, not its imports or top-level defs)."""
         found = {name for names_ in self._local_names.values() for name in names_}
         for assign in self.assignments:
             for target in _assign_targets(assign):
@@ -1116,9 +1196,18 @@ class ScriptAnalysis:
                 receiver, method = call.func.value.value, call.func.attr.value
                 if receiver == "self":
                     enclosing = self.enclosing_class(call)
-                    target = _method(enclosing, method) if enclosing else None
+                    target = self.method_of(enclosing, method) if enclosing else None
+                    # ``self.training_step(batch)`` in a base class runs what a subclass overrides it with.
+                    overrides = [
+                        m for sub in (self.shared.subclasses_of(enclosing) if enclosing else ())
+                        if (m := _method(sub, method)) is not None and m is not target
+                    ]
+                    if overrides and target is None:
+                        target = overrides.pop(0)
+                    if overrides:
+                        self.shared.other_targets[call] = overrides
                 elif receiver in classes:
-                    target = _method(classes[receiver], method)
+                    target = self.method_of(classes[receiver], method)
                 else:
                     imported = self.imported_definition(f"{receiver}.{method}")
                     if isinstance(imported, cst.FunctionDef):
@@ -1128,18 +1217,30 @@ class ScriptAnalysis:
                     else:
                         imported_class = self.imported_definition(receiver)
                         if isinstance(imported_class, cst.ClassDef):
-                            target = _method(imported_class, method)
+                            target = self.method_of(imported_class, method)
+            elif isinstance(call.func, cst.Attribute) and type(call.func.value) is cst.Call and callee_name(call.func.value) == "super":  # type: ignore[arg-type]
+                # ``super().__init__(model, loader)``: the method of the first base of the program that has it.
+                enclosing = self.enclosing_class(call)
+                for base in self.base_classes(enclosing) if enclosing is not None else ():
+                    target = self.method_of(base, call.func.attr.value)
+                    if target is not None:
+                        break
             if owner is not None:
                 self.shared.constructed[call] = owner
-                target = _method(owner, "__init__")
+                target = self.method_of(owner, "__init__")
             if target is not None:
                 self._call_targets[call] = target
 
     def _resolve_method_calls(self) -> bool:
         """Resolve ``obj.method(...)`` where ``obj`` holds an instance of a class of the program
-        (``trainer = Trainer(...)``; ``trainer.fit(loader)``, ``Trainer(...).fit(loader)``)."""
+        (``trainer = Trainer(...)``; ``trainer.fit(loader)``, ``Trainer(...).fit(loader)``), and calls of a
+        variable holding a function of the program (``step(x, y)`` of ``step = make_train_step(model)``,
+        ``self.process_fn(batch)``, ``functools.partial(train_step, model)``)."""
         changed = False
         for call in self.calls:
+            if call in self._call_targets:
+                continue
+            changed |= self._resolve_function_value(call)
             if call in self._call_targets:
                 continue
             if type(call.func) is cst.Attribute:
@@ -1153,7 +1254,7 @@ class ScriptAnalysis:
             found: dict[cst.FunctionDef, tuple[str, str]] = {}
             for origin in self.origins(receiver):
                 owner = self.shared.constructed.get(origin) if type(origin) is cst.Call else None
-                method = _method(owner, name) if owner is not None else None
+                method = self.method_of(owner, name) if owner is not None else None
                 if method is not None and method not in found:
                     home = self.shared.analysis_of(owner) or self  # type: ignore[arg-type]
                     found[method] = (home.module_name, owner.name.value)  # type: ignore[union-attr]
@@ -1165,6 +1266,71 @@ class ScriptAnalysis:
                 if len(methods) > 1:  # ``for cb in self.callbacks: cb.on_epoch_end(self)``
                     self.shared.other_targets[call] = methods[1:]
         return changed
+
+    def _resolve_function_value(self, call: cst.Call) -> bool:
+        """Resolve a call of a name or attribute that holds a function of the program (see
+        :meth:`_bind_definitions`); whether a target was found. Through ``functools.partial`` the call's
+        arguments are not the function's (the partial bound the first ones): it runs the function, and its
+        arguments are bound to nothing."""
+        func = call.func
+        kind = type(func)
+        if kind is cst.Name:
+            if func.value not in self._assigned_roots:  # type: ignore[attr-defined]
+                return False
+        elif kind is cst.Subscript:  # ``steps["train"](batch)``: a table of steps
+            name = item_name(func)
+            if name is None or _name_root(name) not in self.shared.item_roots:
+                return False
+        elif kind is not cst.Attribute or func.attr.value not in self.shared.stored_on_self:  # type: ignore[attr-defined]
+            return False
+        origins = self.origins(func)  # type: ignore[arg-type]
+        functions = sorted(
+            (o for o in origins if type(o) is cst.FunctionDef),
+            key=lambda f: self._definition_order(f),  # type: ignore[arg-type]
+        )
+        known = self.shared.other_targets.get(call, [])
+        if not functions or functions == known:
+            return False
+        if any(type(o) is cst.Call and callee_name(o) == "partial" for o in origins):  # type: ignore[arg-type]
+            self.shared.other_targets[call] = functions  # type: ignore[assignment]
+            return True
+        self._call_targets[call] = functions[0]  # type: ignore[assignment]
+        if len(functions) > 1:
+            self.shared.other_targets[call] = functions[1:]  # type: ignore[assignment]
+        return True
+
+    def _definition_order(self, function: cst.FunctionDef) -> tuple[str, int]:
+        """Where a function of the program is defined: its module's name and its rank among the module's
+        functions (an order that does not vary from run to run)."""
+        home = self.shared.analysis_of(function) or self
+        return home.module_name, home.functions.index(function)
+
+    def base_classes(self, cls: cst.ClassDef) -> list[cst.ClassDef]:
+        """The classes of the program a class of this module derives from directly (``class Mine(Base)``,
+        ``class Mine(engine.Base)`` of an imported module)."""
+        found: list[cst.ClassDef] = []
+        local = {c.name.value: c for c in self.classes if self.parent(c) is self.module}
+        for base in cls.bases:
+            name = dotted_name(base.value)
+            if name is None or base.keyword is not None:
+                continue
+            definition = local.get(name) or self.imported_definition(name)
+            if type(definition) is cst.ClassDef and definition is not cls:
+                found.append(definition)  # type: ignore[arg-type]
+        return found
+
+    def method_of(self, owner: cst.ClassDef, name: str, depth: int = 0) -> cst.FunctionDef | None:
+        """The method a class of the program has under a name: its own, or one it inherits from a class of
+        the program."""
+        own = _method(owner, name)
+        if own is not None or depth > 8:
+            return own
+        home = self.shared.analysis_of(owner) or self
+        for base in home.base_classes(owner):
+            found = home.method_of(base, name, depth + 1)
+            if found is not None:
+                return found
+        return None
 
     def bound_arguments(self, call: cst.Call, function: cst.FunctionDef) -> Iterator[tuple[str, cst.BaseExpression]]:
         """Each parameter of the function a call runs, with the argument the call gives it (positional or
