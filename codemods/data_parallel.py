@@ -7,7 +7,7 @@ from typing import Iterator
 import libcst as cst
 
 from . import names
-from .analysis import ScriptAnalysis, wrapped_argument
+from .analysis import ScriptAnalysis, dotted_name, walk, wrapped_argument
 from .analysis.ranks import rank_facts
 from .analysis.trainable import skipped_in_some_steps
 from .base import (
@@ -168,6 +168,7 @@ else:
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         edits = Edits(analysis)
+        hoisted: dict[cst.If, set[str]] = {}  # per if/elif/else chain, the wraps moved after it
         for match in self.matches_in(analysis):
             call = match.node
             assert isinstance(call, cst.Call)
@@ -186,7 +187,7 @@ else:
             ):
                 # ``DP(model) if many_gpus else model``: every process wraps.
                 edits.replace(parent, new_call)
-            elif not self._hoist_out_of_condition(analysis, edits, call, new_call):
+            elif not self._hoist_out_of_condition(analysis, edits, call, new_call, hoisted):
                 edits.replace(call, new_call)
             message = "nn.DataParallel replaced by DistributedDataParallel"
             if skipped is not None:
@@ -226,18 +227,39 @@ else:
         return owner, top
 
     def _non_distributed_branch(self, analysis: ScriptAnalysis, call: cst.Call) -> bool:
-        """Whether the DataParallel sits in one branch of a condition whose other branch wraps in DDP."""
-        _, top = self._chain(analysis, analysis.statement(call))
+        """Whether the DataParallel is the program's non-distributed path: it sits in one branch of a
+        condition whose other branch wraps in DDP, or sits under a condition and the model it wraps is
+        wrapped in DDP after it in the same function (``if n_gpu > 1: model = DP(model)`` then ``if
+        args.local_rank != -1: model = DDP(model)``, the shape of many research scripts)."""
+        stmt = analysis.statement(call)
+        owner, top = self._chain(analysis, stmt)
         if top is None:
             return False
+        wraps = analysis.calls_to(names.DISTRIBUTED_DATA_PARALLEL)
+        if any(analysis.is_inside(wrap, top) and not analysis.is_inside(call, analysis.statement(wrap)) for wrap in wraps):
+            return True
+        targets = {dotted_name(t.target) for t in stmt.body[0].targets} if self._assigns(stmt) else set()  # type: ignore[attr-defined]
+        scope = analysis.scope_of(call)
         return any(
-            analysis.is_inside(wrap, top) and not analysis.is_inside(call, analysis.statement(wrap))
-            for wrap in analysis.calls_to(names.DISTRIBUTED_DATA_PARALLEL)
+            analysis.scope_of(wrap) is scope
+            and not analysis.is_inside(wrap, top)
+            and analysis.comes_before(top, wrap)
+            and dotted_name(wrapped_argument(wrap)) in targets - {None}
+            for wrap in wraps
         )
 
-    def _hoist_out_of_condition(self, analysis: ScriptAnalysis, edits: Edits, call: cst.Call, new_call: cst.Call) -> bool:
+    @staticmethod
+    def _assigns(stmt: cst.CSTNode) -> bool:
+        """Whether a statement is one plain assignment (``model = DP(model)``)."""
+        return isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)
+
+    def _hoist_out_of_condition(
+        self, analysis: ScriptAnalysis, edits: Edits, call: cst.Call, new_call: cst.Call, hoisted: dict[cst.If, set[str]]
+    ) -> bool:
         """Move ``if <cond>: model = DP(model)`` out of its condition (after its whole elif/else chain), so
-        every process wraps."""
+        every process wraps. Where several branches wrap alike (``if many_gpus: DP(model, device_ids=...)
+        else: DP(model)``), one wrap follows the chain (``hoisted``: the wraps already moved after each
+        chain); a chain whose every branch was such a wrap is replaced by it."""
         stmt = analysis.statement(call)
         block = analysis.parent(stmt)
         owner, top = self._chain(analysis, stmt)
@@ -253,13 +275,40 @@ else:
         moved = stmt.deep_replace(call, new_call)
         assert isinstance(moved, cst.BaseStatement)
         moved = moved.with_changes(leading_lines=[])
+        done = hoisted.setdefault(top, set())
+        again = code_of(moved).strip() in done
+        done.add(code_of(moved).strip())
         rest = [s for s in block.body if s is not stmt]
         if rest:
             edits.remove(stmt)
-            edits.insert_after(top, moved)
         elif top is owner and owner.orelse is None:
             edits.replace(owner, moved.with_changes(leading_lines=owner.leading_lines))
+            return True
+        elif self._only_wraps(analysis, top):
+            if not again:
+                edits.replace(top, moved.with_changes(leading_lines=top.leading_lines))
+            return True
         else:
             edits.replace(stmt, statement("pass"))
+        if not again:
             edits.insert_after(top, moved)
+        return True
+
+    @staticmethod
+    def _only_wraps(analysis: ScriptAnalysis, top: cst.If) -> bool:
+        """Whether every branch of an if/elif/else chain, ``else`` included, is one statement that wraps in
+        ``DataParallel`` (the chain only chooses how: every process wraps the same way in DDP)."""
+        branches: list[cst.BaseSuite] = []
+        node: cst.If | cst.Else | None = top
+        while isinstance(node, cst.If):
+            branches.append(node.body)
+            node = node.orelse  # type: ignore[assignment]
+        if node is None:
+            return False
+        branches.append(node.body)
+        for body in branches:
+            if not isinstance(body, cst.IndentedBlock) or len(body.body) != 1:
+                return False
+            if not any(analysis.is_call_to(c, names.DATA_PARALLEL) for c in walk(body.body[0]) if isinstance(c, cst.Call)):
+                return False
         return True

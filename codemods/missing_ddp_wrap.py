@@ -337,7 +337,9 @@ loss.backward()
     @staticmethod
     def _wrapped_elsewhere(analysis: ScriptAnalysis, model: str) -> bool:
         """Whether the model object is wrapped under another name: the DDP tutorial builds ``model`` in one
-        function and wraps ``self.model = DDP(model.to(gpu_id))`` in its ``Trainer``."""
+        function and wraps ``self.model = DDP(model.to(gpu_id))`` in its ``Trainer``; or the name holds a
+        wrap made elsewhere (``model = build_model()`` of a factory that returns ``DataParallel(net)``)."""
+        wraps = set(analysis.program_wrap_calls)
         wrapped: set[cst.CSTNode] = set()
         for wrap in analysis.wrap_calls:
             inner = wrapped_argument(wrap)
@@ -347,7 +349,7 @@ loss.backward()
             for call in walk(optimizer):
                 if isinstance(call, cst.Call) and call_method_name(call) in ("parameters", "named_parameters"):
                     receiver = call.func.value  # type: ignore[union-attr]
-                    if dotted_name(receiver) == model and analysis.origins(receiver) & wrapped:
+                    if dotted_name(receiver) == model and analysis.origins(receiver) & (wrapped | wraps):
                         return True
         return False
 

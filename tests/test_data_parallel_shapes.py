@@ -1,0 +1,146 @@
+"""``nn.DataParallel`` in the shapes real scripts write it, each of which the migration once wrapped twice
+(``DistributedDataParallel(DistributedDataParallel(model))``: ``model.module`` was a wrapper, checkpoints
+kept ``module.`` keys the original's loader rejected), with exit 0:
+
+- both branches of ``if device_count() > 1: DP(model, device_ids=...) else: DP(model)``;
+- ``if n_gpu > 1: model = DP(model)`` followed by ``if args.local_rank != -1: model = DDP(model)`` (the
+  shape of the Hugging Face example scripts): the DataParallel is the non-distributed path and stays;
+- a factory that returns ``DataParallel(net)``, whose result the optimizer trains.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from launch import run_python
+from migrated import migrate_script, train_original_and_migrated
+
+BOTH_BRANCHES = '''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=16)
+model = nn.Linear(4, 1)
+if torch.cuda.device_count() > 1:
+    model = nn.DataParallel(model, device_ids=list(range(torch.cuda.device_count())))
+else:
+    model = nn.DataParallel(model)
+optimizer = torch.optim.SGD([model.module.weight, model.module.bias], lr=0.1)
+for epoch in range(2):
+    for x, y in loader:
+        optimizer.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+torch.save(model.module.state_dict(), "final.pt")
+'''
+
+LAUNCH_SWITCH = '''
+import argparse
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, RandomSampler, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--local_rank", type=int, default=-1)
+args = parser.parse_args()
+if args.local_rank != -1:
+    torch.distributed.init_process_group(backend="gloo")
+n_gpu = torch.cuda.device_count()
+
+torch.manual_seed(0)
+data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+sampler = RandomSampler(data) if args.local_rank == -1 else DistributedSampler(data)
+loader = DataLoader(data, sampler=sampler, batch_size=8)
+model = nn.Linear(4, 1)
+if n_gpu > 1:
+    model = torch.nn.DataParallel(model)
+if args.local_rank != -1:
+    model = torch.nn.parallel.DistributedDataParallel(model)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    if args.local_rank != -1:
+        sampler.set_epoch(epoch)
+    for x, y in loader:
+        optimizer.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+if args.local_rank in [-1, 0]:
+    model_to_save = model.module if hasattr(model, "module") else model
+    torch.save(model_to_save.state_dict(), "final.pt")
+'''
+
+FACTORY = '''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def build_model():
+    return nn.DataParallel(nn.Linear(4, 1))
+
+
+def main():
+    torch.manual_seed(0)
+    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8)
+    model = build_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            optimizer.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+    torch.save(model.module.state_dict(), "final.pt")
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def _wraps(text: str) -> int:
+    return text.count("DistributedDataParallel(")
+
+
+def test_dataparallel_in_every_branch_becomes_one_wrap_after_the_condition(tmp_path: Path) -> None:
+    migrated, report, code = migrate_script(tmp_path, BOTH_BRANCHES)
+    assert code == 0, report
+    assert _wraps(migrated) == 1 and "device_count() > 1" not in migrated, migrated
+    assert "\nmodel = DistributedDataParallel(model, device_ids=runtime.device_ids())\n" in migrated, migrated
+
+
+def test_dataparallel_before_the_scripts_own_ddp_wrap_is_its_single_process_path(tmp_path: Path) -> None:
+    migrated, report, code = migrate_script(tmp_path, LAUNCH_SWITCH)
+    assert code == 0, report
+    assert "model = torch.nn.DataParallel(model)" in migrated and _wraps(migrated) == 1, migrated
+    assert "nn.DataParallel kept in the script's non-distributed branch" in report
+
+
+def test_a_model_a_factory_wraps_is_not_wrapped_again(tmp_path: Path) -> None:
+    migrated, report, code = migrate_script(tmp_path, FACTORY)
+    assert code == 0, report
+    assert _wraps(migrated) == 1 and "DDP011" not in report, migrated
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("source", [BOTH_BRANCHES, LAUNCH_SWITCH, FACTORY], ids=["branches", "launch-switch", "factory"])
+def test_each_shape_trains_the_original_weights_under_torchrun_and_alone(tmp_path: Path, source: str) -> None:
+    """The plain keys and the weights of the original (one process, batches of 16 or 8), under torchrun with
+    2 processes and as plain ``python``."""
+    torch = pytest.importorskip("torch")
+    original, migrated, _ = train_original_and_migrated(tmp_path, source)
+    expected = torch.load(original / "final.pt", weights_only=True)
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    run_python(migrated / "train.py", cwd=plain, timeout=120)
+    for folder in (migrated, plain):
+        actual = torch.load(folder / "final.pt", weights_only=True)
+        assert sorted(actual) == ["bias", "weight"], sorted(actual)
+        if source is not LAUNCH_SWITCH:  # its own sampler shuffles: another order of the same samples
+            for key in expected:
+                torch.testing.assert_close(actual[key], expected[key], atol=1e-6, rtol=0)
