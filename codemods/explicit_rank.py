@@ -249,7 +249,9 @@ def init_distributed():
                     continue
                 read_later, dead = self._variable(analysis, facts, call, arg.value, name)
                 removed |= dead
-                if read_later and not self._trusted(analysis, facts, arg.value, parameter):
+                # A value read later is put back from the runtime where it was hand-made, or where its
+                # computation (even torchrun's own WORLD_SIZE) is removed as dead.
+                if read_later and (dead or not self._trusted(analysis, facts, arg.value, parameter)):
                     after.append(statement(f"{name} = {rt}.{parameter}()"))
             if after:
                 edits.insert_after(stmt, *after)
@@ -329,6 +331,10 @@ def init_distributed():
         key = facts.key(expr, name)
         function = analysis.enclosing_function(call)
         scope = key[0]
+        root = name.split(".", 1)[0]
+        # ``args.world_size`` of ``def init_distributed_mode(args)``: the object outlives the function, and its
+        # callers may read the attribute (``lr = blr * args.world_size``).
+        outlives = "." in name and function is not None and (analysis.is_parameter(function, root) or not analysis.binds_locally(function, root))
         stores = [
             statement_line(analysis, a)
             for a in facts.assignments_to(key)
@@ -340,7 +346,9 @@ def init_distributed():
         ]
         dead = removal_set(analysis, stores) if stores else set()
         reads = [r for r in facts.reads(key) if not analysis.is_inside(r, call) and not any(analysis.is_inside(r, d) for d in dead)]
-        if scope is None or isinstance(scope, cst.ClassDef):
+        if outlives:
+            read_later = True
+        elif scope is None or isinstance(scope, cst.ClassDef):
             read_later = bool(reads)  # an attribute lives on: any read elsewhere counts
         else:
             read_later = any(analysis.enclosing_function(r) is function and analysis.comes_before(call, r) for r in reads)

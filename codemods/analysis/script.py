@@ -916,6 +916,11 @@ class ScriptAnalysis:
             self._bind(self._key(self.parent(definition), definition.name.value), {definition})  # type: ignore[arg-type]
             self.shared.function_names.add(definition.name.value)
 
+    def binds_locally(self, function: cst.FunctionDef, name: str) -> bool:
+        """Whether the function binds the name (the root of a dotted one) itself: assigns it, loops over it,
+        defines it or takes it as a parameter (not a ``global`` or ``nonlocal`` of it)."""
+        return self._binds_locally(function, name)
+
     def _binds_locally(self, function: cst.FunctionDef, name: str) -> bool:
         home = self if function in self._local_names else self.shared.analysis_of(function) or self
         return _name_root(name) in home._local_names.get(function, set())
