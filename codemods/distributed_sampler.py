@@ -369,6 +369,8 @@ with torch.no_grad():
                 continue
             if loader not in facts.training_loaders or analysis.has_distributed_sampler(loader):
                 continue
+            if facts.sharded_by_hand(loader):
+                continue  # its data set is this rank's share already (a note says so)
             dataset = loader_argument(loader, "dataset")
             kwargs = facts.kwargs_dict(loader)
             if facts.streams(loader):
@@ -550,6 +552,15 @@ with torch.no_grad():
                         line,
                         "DataLoader passed only where the shared loop does not train (no optimizer given): treated as "
                         "an evaluation loader and left unsharded, so every process computes the same metrics",
+                    )
+                )
+            elif loader in facts.training_loaders and not analysis.has_distributed_sampler(loader) and facts.sharded_by_hand(loader):
+                notes.append(
+                    Note(
+                        self.code,
+                        line,
+                        "training DataLoader left without a DistributedSampler: its data set is already this rank's "
+                        "share (indices computed from the rank)",
                     )
                 )
             elif loader in facts.evaluation_loaders and not analysis.has_distributed_sampler(loader):

@@ -24,6 +24,8 @@ TRAINING_SCRIPT_NAMES = frozenset({"backward"})
 TRAINING_CODE_NAMES = TRAINING_SCRIPT_NAMES | MODEL_WRAPPERS
 
 DATA_LOADER = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
+#: ``Subset(dataset, indices)``: a data set cut by hand.
+SUBSET = frozenset({"torch.utils.data.Subset", "torch.utils.data.dataset.Subset"})
 #: Datasets that yield their samples in their own order (no indices): ``DataLoader`` refuses a sampler for them.
 ITERABLE_DATASETS = frozenset(
     {

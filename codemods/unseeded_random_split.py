@@ -6,6 +6,7 @@ from typing import Iterator
 
 import libcst as cst
 
+from . import names
 from .analysis import ScriptAnalysis, dotted_name, keyword_argument, walk
 from .analysis.randomness import ALL_DRAWS, GENERATORS, REMEDIES, training_data_draws
 from .analysis.ranks import seeds_alike
@@ -15,7 +16,7 @@ from .edits import Edits, code_of, expression, with_keyword
 #: ``torch.utils.data.random_split`` under the names torch exports it by.
 RANDOM_SPLIT = frozenset({"torch.utils.data.random_split", "torch.utils.data.dataset.random_split"})
 #: ``Subset(dataset, indices)``: a split by hand.
-SUBSET = frozenset({"torch.utils.data.Subset", "torch.utils.data.dataset.Subset"})
+SUBSET = names.SUBSET
 #: Random orders a split by hand draws its indices from: a generator can be given to torch's.
 TORCH_PERMUTATIONS = frozenset({"torch.randperm"})
 #: ... and not to these, which draw from the global state of their module (``shuffle`` in place).

@@ -10,7 +10,8 @@ Built only on the public queries of :class:`~.script.ScriptAnalysis` and compute
 - loaders driven by hand (``it = iter(loader)`` / ``next(it)``) in code that trains;
 - which training loops are shared by training and evaluation (``run_epoch(loader, optimizer=None)`` with
   ``if training: loss.backward()``): a call site that leaves the optimizer ``None`` evaluates;
-- the training and evaluation loaders that follow from all of the above.
+- the training and evaluation loaders that follow from all of the above;
+- loaders whose data set already holds this rank's share (``Subset(data, range(rank, n, world_size))``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from .. import names
+from .ranks import Kind, rank_facts
 from .script import (
     ScriptAnalysis,
     callee_name,
@@ -108,6 +110,29 @@ class LoaderFacts:
             (iterated | set(self.dict_loaders))
             - training - self.undecided - self.dict_training - self.shared_factories - self.unconnected
         )
+
+    # ------------------------------------------------------------------ data sharded by hand
+
+    def sharded_by_hand(self, loader: cst.Call) -> bool:
+        """Whether the loader's data set already holds this rank's share: it is built from indices or a
+        slice computed from the rank (``Subset(data, range(rank, len(data), world_size))``,
+        ``TensorDataset(x[rank::world_size])``), followed back through names and the program's functions.
+        A ``DistributedSampler`` there would shard the share again (half the data never trained on)."""
+        dataset = loader_argument(loader, "dataset")
+        if dataset is None:
+            return False
+        a = self.analysis
+        home = a.shared.analysis_of(loader) or a
+        for call in home.feeding_calls([dataset], depth=6):
+            owner = a.shared.analysis_of(call) or home
+            if owner.is_call_to(call, names.SUBSET) and len(call.args) > 1:
+                if rank_facts(owner).kind(call.args[1].value) is Kind.RANK:
+                    return True
+            for arg in call.args:
+                for node in walk(arg.value):
+                    if type(node) is cst.SubscriptElement and rank_facts(owner).kind(node.slice) is Kind.RANK:  # type: ignore[attr-defined]
+                        return True
+        return False
 
     # ------------------------------------------------------------------ iterable datasets
 

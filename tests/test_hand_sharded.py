@@ -1,0 +1,69 @@
+"""A training set a legacy worker already cut to its rank's share (``Subset(full, range(rank, n,
+world_size))``, ``x[rank::world_size]``) is not sharded again: a ``DistributedSampler`` on it left half of
+every share untrained and halved the global batch (a trial: 16 of 32 samples per rank, other weights), with
+exit 0. The loader is left as it is, with a note; a data set that depends on the rank in another way is
+still sharded.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from launch import run_torchrun
+from migrated import migrate_script
+
+SPAWNED = '''
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, Subset, TensorDataset
+
+
+def run(rank, world_size):
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29561", rank=rank, world_size=world_size)
+    torch.manual_seed(0)
+    full = TensorDataset(torch.randn(64, 4), torch.arange(64))
+    {shard}
+    loader = DataLoader(shard, batch_size=8)
+    model = DistributedDataParallel(nn.Linear(4, 1))
+    seen = set()
+    for epoch in range(2):
+        for x, index in loader:
+            seen.update(index.tolist())
+            model(x).sum().backward()
+    print(f"rank {{rank}}: {{len(seen)}} distinct", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    mp.spawn(run, args=(2,), nprocs=2)
+'''
+
+BY_SUBSET = "shard = Subset(full, list(range(rank, len(full), world_size)))"
+BY_SLICE = "shard = TensorDataset(full.tensors[0][rank::world_size], full.tensors[1][rank::world_size])"
+NOT_CUT = "shard = TensorDataset(full.tensors[0] + 0 * rank, full.tensors[1])"
+
+
+@pytest.mark.parametrize("shard", [BY_SUBSET, BY_SLICE], ids=["subset", "slice"])
+def test_a_share_cut_from_the_rank_is_not_sharded_again(tmp_path: Path, shard: str) -> None:
+    migrated, report, code = migrate_script(tmp_path, SPAWNED.format(shard=shard))
+    assert code == 0, report
+    assert "DistributedSampler" not in migrated and "per_process_batch_size" not in migrated, migrated
+    assert "its data set is already this rank's share" in report, report
+
+
+def test_a_data_set_that_only_reads_the_rank_is_still_sharded(tmp_path: Path) -> None:
+    migrated, _, _ = migrate_script(tmp_path, SPAWNED.format(shard=NOT_CUT))
+    assert "sampler=DistributedSampler(shard" in migrated, migrated
+
+
+@pytest.mark.distributed
+def test_each_rank_trains_on_its_whole_share(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    migrate_script(tmp_path, SPAWNED.format(shard=BY_SUBSET))
+    launch = run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, timeout=120)
+    assert "rank 0: 32 distinct" in launch.output and "rank 1: 32 distinct" in launch.output, launch.output
