@@ -235,12 +235,15 @@ if dist.get_rank() == 0:
             if line is None:
                 edits.todo(analysis.statement(call), "save on rank 0 only (the ranks may not all get here: no barrier)")
                 continue
+            unwrapped = self._unwrap_whole_models(analysis, edits, call, rt)
             guard = cst.If(test=expression(f"{rt}.is_main_process()"), body=cst.IndentedBlock(body=[line]))
             edits.replace(line, lambda updated, guard=guard: guard.with_changes(
                 leading_lines=updated.leading_lines,
                 body=cst.IndentedBlock(body=[updated.with_changes(leading_lines=[])]),
             ))
             message = "torch.save on rank 0 only, without a barrier (the ranks may not all get here)"
+            if unwrapped:
+                message += "; the whole model saved through runtime.unwrap (the file holds the model, not its wrapper)"
             outer = facts.rejoin_point(call)
             needs_barrier = outer is not None and any(
                 not analysis.comes_before(load, call) or self._same_loop(analysis, load, call) for load in loads
@@ -252,6 +255,22 @@ if dist.get_rank() == 0:
                 message += "; every rank waits after the condition"
             edits.changes.append(Change(self.code, analysis.line(call), message))
         return edits.apply(analysis.module) if edits else None
+
+    @staticmethod
+    def _unwrap_whole_models(analysis: ScriptAnalysis, edits: Edits, call: cst.Call, rt: str) -> bool:
+        """In a save kept as ``torch.save`` under a rank-0 guard, reach a wrapped model saved whole (``torch.save(
+        model, path)``, ``{"net": model}``) through ``runtime.unwrap``, as ``runtime.save`` does: a pickled
+        DistributedDataParallel loads only where a process group exists. Whether any was found."""
+        if not call.args:
+            return False
+        saved = call.args[0].value
+        values = [element.value for element in saved.elements if isinstance(element, cst.DictElement)] if isinstance(saved, cst.Dict) else [saved]
+        found = False
+        for value in values:
+            if isinstance(value, (cst.Name, cst.Attribute)) and analysis.wrapped_at(value) is not None:
+                edits.replace(value, expression(f"{rt}.unwrap({code_of(value)})"))
+                found = True
+        return found
 
     @staticmethod
     def _same_loop(analysis: ScriptAnalysis, load: cst.Call, call: cst.Call) -> bool:

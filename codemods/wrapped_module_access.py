@@ -393,8 +393,16 @@ torch.save(model.module.state_dict(), "model.pt")
         """Every place that reaches the model through a wrapper, with how to fix it."""
         if not analysis.program_wrap_calls:
             return
+        loads: set[cst.CSTNode] | None = None
         for attribute in analysis.attributes:
             attr = attribute.attr.value
+            if attr == "module" and not isinstance(analysis.parent(attribute), cst.AssignTarget):
+                if loads is None:
+                    loads = {c for module in analysis.shared.analyses for c in module.calls_to(LOADS)} if _saves_whole_wraps(analysis) else set()
+                origins = analysis.origins(attribute.value) if loads else set()
+                if origins and origins <= loads:
+                    yield _Case("loaded", attribute, attribute, True, LOADED_MODULE)
+                continue
             if attr in WRAPPER_ATTRIBUTES and attr != "no_sync" or attr in DDP_ATTRIBUTES:
                 continue
             if dotted_name(attribute.value) is None:
@@ -523,6 +531,13 @@ torch.save(model.module.state_dict(), "model.pt")
                 edits.replace(classes, lambda _updated, both=both: both)
                 edits.changes.append(Change(self.code, line, f"isinstance checks for {ddp} too"))
                 continue
+            if case.kind == "loaded":
+                attribute = case.attribute
+                assert isinstance(attribute, cst.Attribute)
+                inner = self._inner(analysis, edits, attribute.value, True)
+                edits.replace(attribute, lambda _updated, inner=inner: inner)
+                edits.changes.append(Change(self.code, line, "a model loaded whole is reached through runtime.unwrap(...) (runtime.save writes the model, not its wrapper)"))
+                continue
             if case.kind in ("handoff", "rank_forward"):
                 model = case.node
                 assert isinstance(model, cst.BaseExpression)
@@ -587,6 +602,14 @@ torch.save(model.module.state_dict(), "model.pt")
         return unwrapped.with_changes(args=[cst.Arg(model)])
 
 
+#: torch's loads and the runtime's: what a file the program saved comes back through.
+LOADS = names.TORCH_LOAD | {names.runtime("load")}
+LOADED_MODULE = (
+    ".module of a model loaded whole: runtime.save writes the model, not its DataParallel/DDP wrapper, so the "
+    "loaded object has no .module; reach it through runtime.unwrap(...) (which also takes a wrapper saved before)"
+)
+
+
 @dataclass(frozen=True)
 class _Case:
     kind: str
@@ -594,6 +617,15 @@ class _Case:
     attribute: cst.CSTNode
     sometimes: bool
     message: str
+
+
+def _saves_whole_wraps(analysis: ScriptAnalysis) -> bool:
+    """Whether the program hands a wrapped model itself to ``runtime.save`` (which writes the model inside)."""
+    return any(
+        call.args and module.wrapped_at(call.args[0].value) is not None
+        for module in analysis.shared.analyses
+        for call in module.calls_to({names.runtime("save")})
+    )
 
 
 def _wrap_of(analysis: ScriptAnalysis, expr: cst.BaseExpression) -> tuple[cst.Call | None, bool]:

@@ -1,0 +1,62 @@
+"""Models saved whole (``torch.save(model, path)``), not as a state dict. A save kept as ``torch.save``
+under a rank-0 guard (a best-model save inside ``if loss < best:``) pickled the DistributedDataParallel
+wrapper: loading the file anywhere without a process group failed (a trial). And ``runtime.save`` writes
+the model inside its wrapper, so a program that loads the file back and reads ``loaded.module`` failed
+with AttributeError on every rank. Both with exit 0.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from migrated import migrate_script, train_original_and_migrated
+
+BEST = '''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    torch.manual_seed(0)
+    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8)
+    model = nn.DataParallel(nn.Linear(4, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    best = float("inf")
+    for epoch in range(3):
+        total = 0.0
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            optimizer.step()
+            total += loss.item()
+        if total < best:
+            best = total
+            torch.save({"net": model, "epoch": epoch}, "best.pt")
+    torch.save(model, "whole.pt")
+    loaded = torch.load("whole.pt", weights_only=False)
+    print("loaded", type(loaded.module).__name__, tuple(loaded.module.weight.shape), flush=True)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_whole_models_are_saved_and_read_back_without_their_wrapper(tmp_path: Path) -> None:
+    migrated, report, code = migrate_script(tmp_path, BEST)
+    assert code == 0, report
+    assert 'torch.save({"net": runtime.unwrap(model), "epoch": epoch}, "best.pt")' in migrated, migrated
+    assert "runtime.unwrap(loaded).weight.shape" in migrated and "loaded.module" not in migrated, migrated
+
+
+@pytest.mark.distributed
+def test_the_saved_models_load_without_a_process_group(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    _, migrated, launch = train_original_and_migrated(tmp_path, BEST)
+    assert "loaded Linear (1, 4)" in launch.output, launch.output  # (printed on rank 0; every rank loads it)
+    best = torch.load(migrated / "best.pt", weights_only=False)  # no process group in this process
+    assert type(best["net"]).__name__ == "Linear"
