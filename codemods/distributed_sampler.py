@@ -574,7 +574,11 @@ with torch.no_grad():
                     )
                 )
             elif loader in facts.training_loaders and analysis.has_distributed_sampler(loader):
-                if loader_argument(loader, "batch_size") is None and not any(a.star for a in loader.args):
+                if (
+                    loader_argument(loader, "batch_size") is None
+                    and loader_argument(loader, "batch_sampler") is None
+                    and not any(a.star for a in loader.args)
+                ):
                     notes.append(Note(self.code, line, "no batch_size given: each process takes batches of 1"))
                 elif options.batch_size is BatchSizePolicy.PER_PROCESS:
                     notes.append(

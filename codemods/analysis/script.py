@@ -1599,9 +1599,22 @@ class ScriptAnalysis:
         return expr
 
     def sampler_origins(self, loader: cst.Call) -> set[cst.CSTNode]:
-        """The calls the loader's ``sampler=`` argument comes from."""
+        """The calls the loader's ``sampler=`` argument comes from; with a ``batch_sampler=`` instead, the
+        calls the sampler it batches comes from too (``BatchSampler(DistributedSampler(ds), 8, False)``, a
+        ``GroupedBatchSampler(sampler, ...)``: its first argument or ``sampler=``)."""
         arg = loader_argument(loader, "sampler")
-        return self.origins(arg.value) if arg is not None else set()
+        if arg is not None:
+            return self.origins(arg.value)
+        batches = keyword_argument(loader, "batch_sampler")
+        if batches is None:
+            return set()
+        found = self.origins(batches.value)
+        for origin in list(found):
+            if type(origin) is cst.Call and origin.args:  # type: ignore[attr-defined]
+                inner = keyword_argument(origin, "sampler") or (origin.args[0] if origin.args[0].keyword is None else None)  # type: ignore[arg-type, attr-defined]
+                if inner is not None:
+                    found |= self.origins(inner.value)
+        return found
 
     def has_distributed_sampler(self, loader: cst.Call) -> bool:
         """Whether the loader draws from a ``DistributedSampler``."""
