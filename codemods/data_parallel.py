@@ -272,6 +272,24 @@ else:
             node = node.orelse
         if any(rank_facts(analysis).mentions_rank(test) for test in tests):
             return False
+        model = wrapped_argument(call)
+        target = stmt.body[0].targets[0].target if self._assigns(stmt) and len(stmt.body[0].targets) == 1 else None  # type: ignore[attr-defined]
+        if (
+            target is not None
+            and model is not None
+            and stmt.body[0].value is call  # type: ignore[attr-defined]
+            and dotted_name(target) is not None
+            and code_of(model).strip() != code_of(target).strip()
+        ):
+            # ``if wide: model = DP(Sequential(...)) else: model = DP(Linear(...))``: each branch still builds
+            # its own model (``model = Sequential(...)``); one wrap of ``model`` follows the chain.
+            edits.replace(call, model)
+            wrap = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(target)], new_call.with_changes(args=[new_call.args[0].with_changes(value=target), *new_call.args[1:]]))])
+            done = hoisted.setdefault(top, set())
+            if code_of(wrap).strip() not in done:
+                done.add(code_of(wrap).strip())
+                edits.insert_after(top, wrap)
+            return True
         moved = stmt.deep_replace(call, new_call)
         assert isinstance(moved, cst.BaseStatement)
         moved = moved.with_changes(leading_lines=[])
@@ -306,9 +324,15 @@ else:
         if node is None:
             return False
         branches.append(node.body)
+        shapes = set()
         for body in branches:
             if not isinstance(body, cst.IndentedBlock) or len(body.body) != 1:
                 return False
-            if not any(analysis.is_call_to(c, names.DATA_PARALLEL) for c in walk(body.body[0]) if isinstance(c, cst.Call)):
+            wraps = [c for c in walk(body.body[0]) if isinstance(c, cst.Call) and analysis.is_call_to(c, names.DATA_PARALLEL)]
+            if len(wraps) != 1 or wrapped_argument(wraps[0]) is None:
                 return False
-        return True
+            # The same model into the same place (``DP(Sequential(...))`` in one branch and ``DP(Linear(...))``
+            # in the other choose different models: not one wrap).
+            outside = body.body[0].deep_replace(wraps[0], cst.Name("WRAP"))
+            shapes.add((code_of(outside).strip(), code_of(wrapped_argument(wraps[0])).strip()))  # type: ignore[arg-type]
+        return len(shapes) == 1

@@ -550,7 +550,7 @@ with torch.no_grad():
                     Note(
                         self.code,
                         line,
-                        "DataLoader passed only where the shared loop does not train (no optimizer given): treated as "
+                        "DataLoader passed only where the shared loop does not train (no optimizer given, or an evaluating step): treated as "
                         "an evaluation loader and left unsharded, so every process computes the same metrics",
                     )
                 )

@@ -347,7 +347,7 @@ def init_distributed():
         dead = removal_set(analysis, stores) if stores else set()
         reads = [r for r in facts.reads(key) if not analysis.is_inside(r, call) and not any(analysis.is_inside(r, d) for d in dead)]
         if outlives:
-            read_later = True
+            read_later = _attribute_read_elsewhere(analysis, name.rsplit(".", 1)[1], call) and not _read_only(analysis, expr)
         elif scope is None or isinstance(scope, cst.ClassDef):
             read_later = bool(reads)  # an attribute lives on: any read elsewhere counts
         else:
@@ -357,3 +357,39 @@ def init_distributed():
             if any(analysis.comes_before(first, r) and analysis.comes_before(r, call) for r in reads):
                 return read_later, set()  # an earlier value is read before the setup: not dead
         return read_later, dead
+
+
+def _attribute_read_elsewhere(analysis: ScriptAnalysis, attr: str, call: cst.Call) -> bool:
+    """Whether any module of the program reads an attribute of that name outside the setup call (``lr =
+    blr * args.world_size`` in the caller of ``init_distributed_mode(args)``): the object that holds it
+    outlives the function, so such a read may be of it. (A read-only object, a frozen dataclass, is then
+    left alone where nothing reads it.)"""
+    for module in analysis.shared.analyses:
+        for node in module.attributes:
+            if node.attr.value != attr or module.is_inside(node, call):
+                continue
+            if isinstance(module.parent(node), cst.AssignTarget):
+                continue
+            return True
+    return False
+
+
+def _read_only(analysis: ScriptAnalysis, expr: cst.BaseExpression) -> bool:
+    """Whether the object an attribute is read from may be an instance of a class of the program that
+    takes no assignment: a ``@dataclass(frozen=True)`` or a ``NamedTuple``."""
+    root = expr
+    while isinstance(root, cst.Attribute):
+        root = root.value
+    for origin in analysis.origins(root):  # type: ignore[arg-type]
+        built = analysis.shared.constructed.get(origin) if isinstance(origin, cst.Call) else None
+        if built is None:
+            continue
+        if any(dotted_name(base.value) in ("NamedTuple", "typing.NamedTuple") for base in built.bases):
+            return True
+        for decorator in built.decorators:
+            call = decorator.decorator
+            if isinstance(call, cst.Call) and "dataclass" in code_of(call.func) and any(
+                arg.keyword is not None and arg.keyword.value == "frozen" and code_of(arg.value).strip() == "True" for arg in call.args
+            ):
+                return True
+    return False

@@ -103,3 +103,14 @@ def test_a_batch_sampler_over_a_distributed_sampler_is_sharded_already(tmp_path:
     hand (following it would shard twice), no note about a batch size of 1."""
     migrated, report, code = migrate_script(tmp_path, BATCHED)
     assert code == 0 and "DDP005" not in report and "TODO" not in migrated, report
+
+
+PICKED = 'import os\n\nimport torch\nimport torch.distributed as dist\nimport torch.nn as nn\nfrom torch.nn.parallel import DistributedDataParallel as DDP\nfrom torch.utils.data import DataLoader, Subset, TensorDataset\n\n\ndef pick(data, idx):\n    return Subset(data, idx)\n\n\ndef main():\n    dist.init_process_group("gloo")\n    rank, world = dist.get_rank(), dist.get_world_size()\n    torch.manual_seed(0)\n    full = TensorDataset(torch.randn(80, 4), torch.randn(80, 1))\n    train_set = pick(full, range(0, 64))\n    val_share = pick(full, range(64 + rank, 80, world))  # this rank\'s share of the validation samples\n    model = DDP(nn.Linear(4, 1))\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n    loader = DataLoader(train_set, batch_size=8, shuffle=True)\n    seen = 0\n    for epoch in range(2):\n        for x, y in loader:\n            opt.zero_grad()\n            nn.functional.mse_loss(model(x), y).backward()\n            opt.step()\n            seen += len(x)\n    with torch.no_grad():\n        total = torch.tensor([sum(nn.functional.mse_loss(model(x[None]), y[None]).item() for x, y in val_share)])\n    dist.all_reduce(total)\n    print(f"rank {rank}: trained on {seen} samples, val {total.item():.3f}")\n    dist.destroy_process_group()\n\n\nif __name__ == "__main__":\n    main()\n'
+
+
+def test_a_share_cut_only_at_another_call_site_does_not_count(tmp_path: Path) -> None:
+    """``pick(data, idx)`` builds the training set from every index and, at another call site, a rank's
+    share of the validation set: the training loader is still sharded (it was left whole: each rank
+    trained on all 128 samples)."""
+    migrated, report, _ = migrate_script(tmp_path, PICKED)
+    assert "sampler=DistributedSampler(" in migrated and "DDP005 line 23: DistributedSampler added" in report, report

@@ -70,3 +70,13 @@ def test_the_learning_rate_scaled_by_that_world_size_is_the_originals(tmp_path: 
     migrate_script(tmp_path, INIT_MODE)
     launch = run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, timeout=120)
     assert "world 2 rank 0 lr 0.02" in launch.output and "world 2 rank 1 lr 0.02" in launch.output, launch.output
+
+
+FROZEN = 'import argparse\nfrom dataclasses import dataclass\n\nimport torch\nimport torch.distributed as dist\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\n\n\n@dataclass(frozen=True)\nclass DistConfig:\n    rank: int\n    world_size: int\n\n\ndef init_distributed(cfg):\n    dist.init_process_group("gloo", rank=cfg.rank, world_size=cfg.world_size)\n\n\ndef main():\n    parser = argparse.ArgumentParser()\n    parser.add_argument("--local_rank", type=int, default=0)\n    parser.add_argument("--node_rank", type=int, default=0)\n    parser.add_argument("--nproc", type=int, default=1)\n    args = parser.parse_args()\n    cfg = DistConfig(rank=args.node_rank * args.nproc + args.local_rank, world_size=args.nproc)\n    init_distributed(cfg)\n    torch.manual_seed(0)\n    model = nn.Linear(4, 1)\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n    loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=4)\n    for epoch in range(2):\n        for x, y in loader:\n            opt.zero_grad()\n            nn.functional.mse_loss(model(x), y).backward()\n            opt.step()\n    print("done", cfg.rank)\n\n\nif __name__ == "__main__":\n    main()\n'
+
+
+def test_no_rank_is_put_back_into_a_frozen_config(tmp_path: Path) -> None:
+    """``cfg`` is a ``@dataclass(frozen=True)``: ``cfg.rank = runtime.rank()`` would raise
+    FrozenInstanceError even as plain python."""
+    migrated, report, _ = migrate_script(tmp_path, FROZEN)
+    assert "cfg.rank = " not in migrated and "runtime.setup(" in migrated, migrated

@@ -194,3 +194,14 @@ def test_a_step_the_analysis_cannot_follow_is_left_to_a_human(tmp_path: Path) ->
     assert code == 1, report
     assert "DDP005 DataLoader iterated by a loop that the analysis cannot connect to the program's backward()" in report, report
     assert "if this loader trains, shard it" in migrated
+
+
+SLICED = 'import torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\n\n\ndef main():\n    torch.manual_seed(0)\n    x_train, y_train = torch.randn(64, 4), torch.randn(64, 1)\n    val_loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=8)\n    model = nn.Linear(4, 1)\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n    for epoch in range(2):\n        model.train()\n        for i in range(0, 64, 8):\n            opt.zero_grad()\n            nn.functional.mse_loss(model(x_train[i:i + 8]), y_train[i:i + 8]).backward()\n            opt.step()\n        model.eval()\n        with torch.no_grad():\n            val = 0.0\n            for x, y in val_loader:\n                val += nn.functional.mse_loss(model(x), y, reduction="sum").item() / 16\n        print(f"epoch {epoch} val {val:.4f}")\n\n\nif __name__ == "__main__":\n    main()\n'
+
+
+def test_a_backward_in_a_loop_over_slices_still_asks_for_sharding(tmp_path: Path) -> None:
+    """Training on hand-sliced tensors, evaluation over a DataLoader: the backward's loop is known, so the
+    training data is what DDP040 reviews, and the evaluation loader is left whole with its note."""
+    _, report, _ = migrate_script(tmp_path, SLICED)
+    assert "DDP040 training batches here come from no DataLoader" in report, report
+    assert "cannot connect" not in report and "evaluation DataLoader left unsharded" in report, report

@@ -89,6 +89,13 @@ class LoaderFacts:
             if not loop.trains:
                 continue
             home = a.shared.analysis_of(loop.loop) or a
+            dispatch = _split_by_dispatch(home, loop.loop, loop.loader_expr, self._loader_set, loop.loader_calls)
+            if dispatch is not None:
+                trains, evaluates, unsure = dispatch
+                training |= trains - unsure
+                for call in loop.loader_calls - (trains - unsure):
+                    (self.evaluated_by_call_site if call in evaluates and call not in unsure else self.undecided).add(call)
+                continue
             split = _split_by_call_site(home, loop.loop, loop.loader_expr, self._loader_set)
             if split is None:
                 training |= loop.loader_calls
@@ -104,7 +111,11 @@ class LoaderFacts:
         training -= self.shared_factories
         self.training_loaders = training
         iterated = {call for loop in a.program_loader_loops for call in loop.loader_calls}
-        if not (training or self.shared_factories or self.dict_training or self.undecided) and a.program_backward_calls:
+        if (
+            not (training or self.shared_factories or self.dict_training or self.undecided)
+            and a.program_backward_calls
+            and not any(_runs_in_a_loop(a, call) for call in a.program_backward_calls)
+        ):
             self.unconnected = iterated - self.evaluated_by_call_site
         self.evaluation_loaders = (
             (iterated | set(self.dict_loaders))
@@ -125,13 +136,38 @@ class LoaderFacts:
         home = a.shared.analysis_of(loader) or a
         for call in home.feeding_calls([dataset], depth=6):
             owner = a.shared.analysis_of(call) or home
-            if owner.is_call_to(call, names.SUBSET) and len(call.args) > 1:
-                if rank_facts(owner).kind(call.args[1].value) is Kind.RANK:
+            cuts = [call.args[1].value] if owner.is_call_to(call, names.SUBSET) and len(call.args) > 1 else []
+            cuts += [
+                node.slice  # type: ignore[attr-defined]
+                for arg in call.args
+                for node in walk(arg.value)
+                if type(node) is cst.SubscriptElement and type(node.slice) is cst.Slice  # type: ignore[attr-defined]
+            ]
+            for cut in cuts:
+                # Computed from the rank here, not handed in by a caller (``pick(data, idx)`` called with a
+                # rank's indices for validation and with every index for training).
+                if rank_facts(owner).kind(cut) is Kind.RANK and not self._through_parameters(owner, cut):
                     return True
-            for arg in call.args:
-                for node in walk(arg.value):
-                    if type(node) is cst.SubscriptElement and rank_facts(owner).kind(node.slice) is Kind.RANK:  # type: ignore[attr-defined]
-                        return True
+        return False
+
+    @staticmethod
+    def _through_parameters(analysis: ScriptAnalysis, expr: cst.CSTNode) -> bool:
+        """Whether an expression takes its rank from a parameter some caller fills with a value that is not
+        the rank (``pick(data, idx)`` called with every index for training and a rank's for validation)."""
+        function = analysis.enclosing_function(expr)
+        if function is None:
+            return False
+        facts = rank_facts(analysis)
+        for node in walk(expr):
+            if type(node) is not cst.Name or not analysis.is_parameter(function, node.value):  # type: ignore[attr-defined]
+                continue
+            if facts.kind(node) is not Kind.RANK:
+                continue
+            for call in analysis.callers_in_program(function):
+                caller = analysis.shared.analysis_of(call) or analysis
+                argument = caller.argument_for(call, function, node.value)  # type: ignore[attr-defined]
+                if argument is None or rank_facts(caller).kind(argument) is not Kind.RANK:
+                    return True
         return False
 
     # ------------------------------------------------------------------ iterable datasets
@@ -269,6 +305,20 @@ def loader_facts(analysis: ScriptAnalysis) -> LoaderFacts:
 
 
 # ---------------------------------------------------------------------------- helpers
+
+
+def _runs_in_a_loop(analysis: ScriptAnalysis, call: cst.Call) -> bool:
+    """Whether a call runs in a loop the analysis sees: one around it in its function, or around a call of
+    its function anywhere in the program (a ``backward()`` in such a loop trains on what that loop
+    iterates, a DataLoader or not)."""
+    home = analysis.shared.analysis_of(call) or analysis
+    if home.nearest_loop(call) is not None:
+        return True
+    function = home.enclosing_function(call)
+    return function is not None and any(
+        (analysis.shared.analysis_of(caller) or home).nearest_loop(caller) is not None
+        for caller in home.callers_in_program(function)
+    )
 
 
 def _derives_from_iterable_dataset(analysis: ScriptAnalysis, cls: cst.ClassDef, seen: set[cst.ClassDef]) -> bool:
@@ -510,6 +560,82 @@ def _split_by_call_site(
         else:
             trains |= loaders  # type: ignore[arg-type]
     return trains, evaluates
+
+
+def _split_by_dispatch(
+    analysis: ScriptAnalysis,
+    loop: cst.For,
+    loader_expr: cst.BaseExpression,
+    loader_set: set[cst.Call],
+    loop_loaders: frozenset[cst.Call],
+) -> tuple[set[cst.Call], set[cst.Call], set[cst.Call]] | None:
+    """For a loop that reaches ``backward()`` only through a call whose function depends on the caller (a
+    ``self.step(batch)`` that one subclass overrides to train and another to evaluate; a ``step_fn(batch)``
+    parameter given ``train_step`` at one call site and ``eval_step`` at another): the loaders passed where
+    it trains, where it evaluates, and where that cannot be told. ``None`` for a loop that trains whoever
+    calls it (or through calls the analysis resolves alike)."""
+    function = analysis.enclosing_function(loop)
+    if function is None:
+        return None
+    backward = analysis.program_backward_calls
+    if any(analysis.is_inside(call, loop) for call in backward):
+        return None
+    reaching = analysis.functions_reaching_backward()
+    self_methods: list[str] = []
+    step_parameters: list[str] = []
+    for node in walk(loop.body):
+        if type(node) is not cst.Call:
+            continue
+        targets = analysis.targets_of(node)  # type: ignore[arg-type]
+        reach = [target in reaching for target in targets]
+        if not any(reach):
+            continue
+        if all(reach):
+            return None  # a call that trains whoever calls the loop
+        func = node.func  # type: ignore[attr-defined]
+        if type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value == "self":
+            self_methods.append(func.attr.value)
+        elif type(func) is cst.Name and analysis.is_parameter(function, func.value):
+            step_parameters.append(func.value)
+        else:
+            return None  # ``for w in workers: w.step(...)``: each object in turn, one of which trains
+    if not (self_methods or step_parameters):
+        return None
+    by_parameter = isinstance(loader_expr, cst.Name) and analysis.is_parameter(function, loader_expr.value)
+    trains: set[cst.Call] = set()
+    evaluates: set[cst.Call] = set()
+    unsure: set[cst.Call] = set()
+    callers = analysis.callers_in_program(function)
+    for call in callers:
+        caller = analysis.shared.analysis_of(call) or analysis
+        if by_parameter:
+            argument = caller.argument_for(call, function, loader_expr.value)  # type: ignore[attr-defined]
+            loaders = {o for o in caller.origins(argument) if o in loader_set} if argument is not None else set()
+        else:
+            loaders = set(loop_loaders)
+        verdicts: list[bool] = []
+        for name in self_methods:
+            receiver = call.func.value if type(call.func) is cst.Attribute else None  # type: ignore[attr-defined]
+            classes = {caller.shared.constructed[o] for o in caller.origins(receiver) if o in caller.shared.constructed} if receiver is not None else set()
+            if not classes:
+                verdicts.append(None)  # type: ignore[arg-type]
+            verdicts += [caller.method_of(cls, name) in reaching for cls in classes]
+        for name in step_parameters:
+            argument = caller.argument_for(call, function, name)
+            passed = [o for o in caller.origins(argument) if type(o) is cst.FunctionDef] if argument is not None else []
+            if not passed:
+                verdicts.append(None)  # type: ignore[arg-type]
+            verdicts += [f in reaching for f in passed]
+        if verdicts and all(v is True for v in verdicts):
+            trains |= loaders  # type: ignore[arg-type]
+        elif verdicts and all(v is False for v in verdicts):
+            evaluates |= loaders  # type: ignore[arg-type]
+        else:
+            unsure |= loaders  # type: ignore[arg-type]
+    if not callers:
+        unsure |= set(loop_loaders)
+    unsure |= trains & evaluates  # one loader held by a training and an evaluating object
+    return trains, evaluates, unsure
 
 
 def is_loader_call(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:

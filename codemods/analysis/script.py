@@ -343,7 +343,7 @@ class SharedFlow:
         self.function_names: set[str] = set()
         #: For each class of the program, the classes of the program derived from it (directly or not).
         self._subclasses: dict[cst.ClassDef, list[cst.ClassDef]] | None = None
-        self._roots: dict[cst.ClassDef, cst.ClassDef] | None = None
+        self._ancestors: dict[cst.ClassDef, list[cst.ClassDef]] | None = None
 
     def add(self, analysis: ScriptAnalysis) -> None:
         """Register a module of the program."""
@@ -406,24 +406,28 @@ class SharedFlow:
             found = found + self.instances.get(derived, [])
         return found
 
-    def root_class(self, owner: cst.ClassDef) -> cst.ClassDef:
-        """The class of the program at the root of a class's hierarchy (following first bases): the owner of
-        the attributes its methods and those of the classes it derives from store on ``self`` alike
-        (``self.loader`` set in a base's ``__init__``, read in a subclass's method)."""
-        if self._roots is None:
-            self._roots = {}
-        found = self._roots.get(owner)
+    def ancestors_of(self, owner: cst.ClassDef) -> list[cst.ClassDef]:
+        """The class and the classes of the program it derives from, directly or not (nearest first)."""
+        if self._ancestors is None:
+            self._ancestors = {}
+        found = self._ancestors.get(owner)
         if found is None:
-            found, seen = owner, {owner}
-            while True:
-                home = self.analysis_of(found)
-                bases = home.base_classes(found) if home is not None else []
-                if not bases or bases[0] in seen:
-                    break
-                found = bases[0]
-                seen.add(found)
-            self._roots[owner] = found
+            found, pending = [owner], [owner]
+            while pending:
+                current = pending.pop(0)
+                home = self.analysis_of(current)
+                for base in home.base_classes(current) if home is not None else []:
+                    if base not in found:
+                        found.append(base)
+                        pending.append(base)
+            self._ancestors[owner] = found
         return found
+
+    def hierarchy_line(self, owner: cst.ClassDef) -> list[cst.ClassDef]:
+        """The classes whose methods may run on the same object as a method of this class: the class, those
+        it derives from and those derived from it (not its siblings): what their methods store on ``self``
+        a method of this class may read."""
+        return self.ancestors_of(owner) + [c for c in self.subclasses_of(owner) if c is not owner]
 
     def module_of(self, node: cst.CSTNode) -> cst.Module:
         """The module a node belongs to."""
@@ -786,7 +790,7 @@ class ScriptAnalysis:
         if name.startswith("self."):
             owner = self.enclosing_class(function) if function is not None else None
             if owner is not None:
-                return (self.shared.root_class(owner), name)
+                return (owner, name)
         if "." not in name.split("[", 1)[0]:
             # A plain name (or an item of one: ``cfg["a.b"]``) lives in the innermost function that binds it (a closure reads its enclosing
             # function's variable); an attribute of anything but ``self`` (``args.lr``, ``cfg.batch_size``)
@@ -955,7 +959,7 @@ class ScriptAnalysis:
         name = dotted_name(expr) if kind is not cst.Subscript else item_name(expr)
         if name is None:
             return set()
-        found = set(self._bindings.get(self._key(expr, name), ()))
+        found = self.name_origins(expr, name)
         if found:
             return found
         if kind is cst.Attribute:
@@ -973,8 +977,17 @@ class ScriptAnalysis:
         return frozenset(key[1] for key, values in self._bindings.items() if not values.isdisjoint(origins))
 
     def name_origins(self, node: cst.CSTNode, name: str) -> set[cst.CSTNode]:
-        """The calls a (dotted) name used at ``node`` may hold the value of, by its binding there."""
-        return self._bindings.get(self._key(node, name), set())
+        """The calls a (dotted) name used at ``node`` may hold the value of, by its binding there: for
+        ``self.x`` in a method, what the methods of the class, of the classes it derives from and of those
+        derived from it store in ``self.x`` (a subclass's ``__init__`` sets what the base's ``fit`` reads)."""
+        key = self._key(node, name)
+        owner = key[0]
+        if type(owner) is not cst.ClassDef:
+            return set(self._bindings.get(key, ()))
+        found: set[cst.CSTNode] = set()
+        for cls in self.shared.hierarchy_line(owner):  # type: ignore[arg-type]
+            found |= self._bindings.get((cls, name), set())
+        return found
 
     def _generator_parameter(self, function: cst.FunctionDef) -> str | None:
         """:func:`_generator_parameter`, read once per function of the program (in its module's analysis)."""
@@ -993,7 +1006,8 @@ class ScriptAnalysis:
         for origin in self.origins(expr.value):
             owner = self.shared.constructed.get(origin) if type(origin) is cst.Call else None  # type: ignore[arg-type]
             if owner is not None:
-                found |= self._bindings.get((self.shared.root_class(owner), f"self.{expr.attr.value}"), set())
+                for cls in self.shared.ancestors_of(owner):
+                    found |= self._bindings.get((cls, f"self.{expr.attr.value}"), set())
         return found
 
     def _inside_wraps(self, origins: set[cst.CSTNode]) -> set[cst.CSTNode]:
@@ -1478,6 +1492,15 @@ class ScriptAnalysis:
                         changed = True
             cache[calls] = reaching
         return cache[calls]
+
+    def functions_reaching_backward(self) -> set[cst.FunctionDef]:
+        """The functions of the program that call ``backward()``, directly or through other calls."""
+        return self._functions_reaching(frozenset(self.program_backward_calls))
+
+    def targets_of(self, call: cst.Call) -> list[cst.FunctionDef]:
+        """Every function of the program a call may run (an override, each function a variable may hold)."""
+        first = self._call_targets.get(call) or self.shared.call_targets.get(call)
+        return ([first] if first is not None else []) + list(self.shared.other_targets.get(call, ()))
 
     def reaches(self, node: cst.CSTNode, calls: Iterable[cst.CSTNode]) -> bool:
         """Whether running the node (a function, a loop, a statement) runs one of the calls: they sit
