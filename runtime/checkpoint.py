@@ -23,20 +23,32 @@ FileLike = Union[str, "os.PathLike[str]", IO[bytes]]
 _NOT_GIVEN: Any = object()
 
 
-def _unwrap_for_saving(obj: Any) -> Any:
-    """``obj`` with DDP/DataParallel wrappers removed at the top level and from dict values.
+def _unwrap_for_saving(obj: Any, depth: int = 0) -> Any:
+    """``obj`` with DDP/DataParallel wrappers removed: at the top level and inside dicts, lists and tuples,
+    however nested (``{"nets": {"main": model}}``).
 
-    The caller's dict is never modified: a shallow copy (keeping its type, e.g. a state dict's
-    ``OrderedDict`` with ``_metadata``) is made only when a value needs unwrapping.
+    The caller's containers are never modified: a shallow copy (keeping its type, e.g. a state dict's
+    ``OrderedDict`` with ``_metadata``) is made only where a value inside needs unwrapping. Tensors and
+    other values are left as they are (a state dict's tensors are not walked one by one for nothing).
     """
     if isinstance(obj, WRAPPERS):
         return unwrap(obj)
-    if isinstance(obj, dict) and any(isinstance(value, WRAPPERS) for value in obj.values()):
+    if depth > 8:
+        return obj
+    if isinstance(obj, dict):
+        changed = {key: _unwrap_for_saving(value, depth + 1) for key, value in obj.items() if isinstance(value, (dict, list, tuple, *WRAPPERS))}
+        changed = {key: value for key, value in changed.items() if value is not obj[key]}
+        if not changed:
+            return obj
         result = copy.copy(obj)
-        for key, value in obj.items():
-            if isinstance(value, WRAPPERS):
-                result[key] = unwrap(value)
+        for key, value in changed.items():
+            result[key] = value
         return result
+    if isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):
+        items = [_unwrap_for_saving(value, depth + 1) if isinstance(value, (dict, list, tuple, *WRAPPERS)) else value for value in obj]
+        if all(new is old for new, old in zip(items, obj)):
+            return obj
+        return type(obj)(items)
     return obj
 
 

@@ -344,6 +344,19 @@ def test_save_unwraps_models_and_leaves_the_callers_dict_alone(tmp_path: Path) -
     assert type(runtime.load(str(tmp_path / "module.pt"), weights_only=False)) is nn.Linear
 
 
+def test_save_unwraps_models_nested_in_dicts_and_lists(tmp_path: Path) -> None:
+    """``{"nets": {"main": model}, "ema": [model]}``: a pickled wrapper loads nowhere without a process group
+    (a trial: the migrated program crashed reading its own checkpoint back as plain python)."""
+    wrapped = nn.DataParallel(nn.Linear(3, 2))
+    checkpoint = {"nets": {"main": wrapped, "steps": 3}, "history": [wrapped, 1], "pair": (wrapped,)}
+    runtime.save(checkpoint, tmp_path / "nested.pt")
+    assert checkpoint["nets"]["main"] is wrapped and checkpoint["history"][0] is wrapped
+    loaded = runtime.load(tmp_path / "nested.pt", weights_only=False)
+    assert type(loaded["nets"]["main"]) is nn.Linear and loaded["nets"]["steps"] == 3
+    assert type(loaded["history"][0]) is nn.Linear and loaded["history"][1] == 1
+    assert type(loaded["pair"]) is tuple and type(loaded["pair"][0]) is nn.Linear
+
+
 def test_save_passes_other_objects_through_unchanged(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
