@@ -326,6 +326,50 @@ with open("config.yaml") as f:
                     continue
                 safe = line is not None and facts.collective_safe_at(line) and not analysis.reaches(line, blocking)
                 yield _Case(call, kind, line if safe else None)
+        yield from self._unwaited_reads(analysis)
+
+    def _unwaited_reads(self, analysis: ScriptAnalysis) -> Iterator[_Case]:
+        """Reads, on every rank, of a file that rank 0 alone writes elsewhere in the program (a checkpoint
+        helper's ``if is_best: shutil.copyfile(path, "model_best.pth")`` guarded to rank 0, read back by
+        ``torch.load("model_best.pth")`` in ``main``) with no barrier before them in their function: the
+        other ranks read a missing or half-written file. Paths are matched by their literal text."""
+        reads = [(call, path) for call in _file_reads(analysis) if (path := _literal_path(analysis, call)) is not None]
+        if not reads:
+            return
+        facts = rank_facts(analysis)
+        written: dict[str, list[tuple[ScriptAnalysis, cst.Call]]] = {}
+        for module in analysis.shared.analyses:
+            module_facts = rank_facts(module)
+            for call in module.calls:
+                if module_facts.guard(call) is None or (self._writer(module, call) is None and not module.is_call_to(call, names.TORCH_SAVE)):
+                    continue
+                for arg in call.args:
+                    if (text := _literal(module, arg.value)) is not None:
+                        written.setdefault(text, []).append((module, call))
+        for call, path in reads:
+            if path not in written or facts.guard(call) is not None:
+                continue
+            if self._waited_before(analysis, call, written[path]):
+                continue
+            stmt = analysis.statement(call)
+            yield _Case(call, "read", stmt if facts.collective_safe_at(stmt) else None)
+
+    @staticmethod
+    def _waited_before(analysis: ScriptAnalysis, read: cst.Call, writes: list[tuple[ScriptAnalysis, cst.Call]]) -> bool:
+        """Whether every rank passes a barrier between rank 0's writes and the read: a ``barrier()`` or a
+        ``runtime.save`` (which ends with one) before the read in its function, or after each write in the
+        writer's function (the best-model save of ``test(epoch)`` that waits after its condition)."""
+        waits = [(module, c) for module in analysis.shared.analyses for c in module.calls_to(BARRIER | {names.runtime("save")})]
+        function = analysis.enclosing_function(read)
+        if any(module is analysis and module.enclosing_function(c) is function and module.comes_before(c, read) for module, c in waits):
+            return True
+        return all(
+            any(
+                module is home and home.enclosing_function(c) is home.enclosing_function(write) and home.comes_before(write, c)
+                for module, c in waits
+            )
+            for home, write in writes
+        )
 
     @staticmethod
     def _on_open_file(analysis: ScriptAnalysis, call: cst.Call, write_opens: list[cst.Call]) -> bool:
@@ -367,6 +411,7 @@ with open("config.yaml") as f:
             "event-log": "every rank creates a SummaryWriter (N event files in one log folder): create it on rank 0 only",
             "tracker": "every rank starts a wandb run: disable it off rank 0 (mode=\"disabled\")",
             "download": "every rank downloads into the same folder at once: download on rank 0 first while the others wait",
+            "read": "every rank reads a file that only rank 0 writes, with no barrier before: a missing or half-written file; wait for rank 0 first",
         }
         for case in self._cases(analysis):
             yield Match(case.call, messages[case.kind], fixable=case.block is not None)
@@ -405,6 +450,10 @@ with open("config.yaml") as f:
                         edits.insert_after(point, statement(f"{rt}.barrier()"))
                 if waits:
                     message += "; every rank waits for it before reading on"
+            elif kind == "read":
+                rt = runtime_name(analysis, edits)
+                edits.insert_before(case.block, statement(f"{rt}.barrier()"))  # type: ignore[arg-type]
+                message = "every rank waits for rank 0's write before reading the file"
             elif kind == "event-log":
                 message = self._fix_event_log(analysis, edits, case)
             elif kind == "tracker":
@@ -563,6 +612,23 @@ def _reads_files_after(analysis: ScriptAnalysis, block: cst.BaseStatement) -> bo
             if not (analysis.is_inside(call, block) or (module is analysis and analysis.comes_before(call, block))):
                 return True
     return False
+
+
+def _literal(analysis: ScriptAnalysis, expr: cst.BaseExpression) -> str | None:
+    """A string the expression always holds: a literal, or a name its function (or module) assigns only that."""
+    if isinstance(expr, cst.SimpleString):
+        value = expr.evaluated_value
+        return value if isinstance(value, str) else None
+    if isinstance(expr, cst.Name):
+        values = analysis.assigned_values(analysis.enclosing_function(expr), expr.value)
+        if len(values) == 1 and isinstance(values[0], cst.SimpleString):
+            return _literal(analysis, values[0])
+    return None
+
+
+def _literal_path(analysis: ScriptAnalysis, call: cst.Call) -> str | None:
+    """The literal path a read reads (its first argument)."""
+    return _literal(analysis, call.args[0].value) if call.args and call.args[0].keyword is None else None
 
 
 def _file_reads(analysis: ScriptAnalysis) -> list[cst.Call]:
