@@ -18,6 +18,8 @@ FILE_HANDLER = frozenset({"logging.FileHandler", "logging.handlers.RotatingFileH
 #: Calls that, reached from a block this rule puts on rank 0, make that guard a deadlock.
 BLOCKING = names.COLLECTIVES | names.RUNTIME_SAVE
 BARRIER = frozenset({names.runtime("barrier")}) | names.distributed("barrier")
+#: ``logging``'s one-call set-up, which opens its ``filename=`` at once.
+LOG_CONFIGS = frozenset({"logging.basicConfig"})
 #: ``Path.mkdir`` spelled through the class (``Path.mkdir(p)``, ``pathlib.Path.mkdir(p)``).
 PATH_MKDIR = frozenset({f"pathlib.{cls}.mkdir" for cls in ("Path", "PosixPath", "WindowsPath")})
 
@@ -137,6 +139,7 @@ class UnguardedFileWrite(Rule):
     triggers = (
         "mkdir", "makedirs", "open", "FileHandler", "save", "dump", "write", "writer", "Writer", "copy", "move",
         "rmtree", "remove", "unlink", "rename", "replace", "download", "pretrained", "hub", "wandb", "urlretrieve",
+        "basicConfig",
     )
     requires = (".backward(", "DataParallel")
     needs_names = (names.TRAINING_CODE_NAMES,)
@@ -290,6 +293,10 @@ with open("config.yaml") as f:
         write_opens = [c for c in analysis.calls_to({"builtins.open", "io.open"}) if _write_mode(c)]
         for call in analysis.calls:
             kind = self._writer(analysis, call)
+            if kind is None and keyword_argument(call, "filename") is not None and analysis.is_call_to(call, LOG_CONFIGS):
+                # ``logging.basicConfig(filename="run.log", filemode="w")``: every rank opens (and truncates)
+                # the file at once; configured on rank 0 only, the others log nothing below a warning.
+                kind = "file"
             if kind is None or facts.guard(call) is not None:
                 continue
             if kind != "folder" and any(facts.is_rank_dependent(a.value) for a in call.args if a.keyword is None or a.keyword.value != "mode"):

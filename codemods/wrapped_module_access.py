@@ -399,6 +399,10 @@ torch.save(model.module.state_dict(), "model.pt")
             if attr == "module" and not isinstance(analysis.parent(attribute), cst.AssignTarget):
                 if loads is None:
                     loads = {c for module in analysis.shared.analyses for c in module.calls_to(LOADS)} if _saves_whole_wraps(analysis) else set()
+                    loads |= {
+                        c for c in analysis.calls_to({"copy.deepcopy"})
+                        if c.args and analysis.is_unwrapped(c.args[0].value)
+                    }
                 origins = analysis.origins(attribute.value) if loads else set()
                 if origins and origins <= loads:
                     yield _Case("loaded", attribute, attribute, True, LOADED_MODULE)
@@ -536,7 +540,7 @@ torch.save(model.module.state_dict(), "model.pt")
                 assert isinstance(attribute, cst.Attribute)
                 inner = self._inner(analysis, edits, attribute.value, True)
                 edits.replace(attribute, lambda _updated, inner=inner: inner)
-                edits.changes.append(Change(self.code, line, "a model loaded whole is reached through runtime.unwrap(...) (runtime.save writes the model, not its wrapper)"))
+                edits.changes.append(Change(self.code, line, "a model loaded whole or copied from the model itself is reached through runtime.unwrap(...) (it is no wrapper)"))
                 continue
             if case.kind in ("handoff", "rank_forward"):
                 model = case.node
@@ -605,8 +609,9 @@ torch.save(model.module.state_dict(), "model.pt")
 #: torch's loads and the runtime's: what a file the program saved comes back through.
 LOADS = names.TORCH_LOAD | {names.runtime("load")}
 LOADED_MODULE = (
-    ".module of a model loaded whole: runtime.save writes the model, not its DataParallel/DDP wrapper, so the "
-    "loaded object has no .module; reach it through runtime.unwrap(...) (which also takes a wrapper saved before)"
+    ".module of a model loaded whole or copied from the model itself: runtime.save writes the model, not its "
+    "DataParallel/DDP wrapper, and a copy of copy.deepcopy(model.module) is no wrapper, so the object has no "
+    ".module; reach it through runtime.unwrap(...) (which also takes a wrapper saved before)"
 )
 
 

@@ -60,3 +60,42 @@ def test_the_saved_models_load_without_a_process_group(tmp_path: Path) -> None:
     assert "loaded Linear (1, 4)" in launch.output, launch.output  # (printed on rank 0; every rank loads it)
     best = torch.load(migrated / "best.pt", weights_only=False)  # no process group in this process
     assert type(best["net"]).__name__ == "Linear"
+
+
+EMA = '''
+import copy
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    torch.manual_seed(0)
+    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=16)
+    model = nn.DataParallel(nn.Linear(4, 1))
+    ema = copy.deepcopy(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            optimizer.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+            with torch.no_grad():
+                for averaged, current in zip(ema.parameters(), model.parameters()):
+                    averaged.lerp_(current, 0.1)
+    print("ema", round(ema.module.weight.sum().item(), 4), flush=True)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_module_of_a_copy_of_the_model_itself_is_reached_through_unwrap(tmp_path: Path) -> None:
+    """``ema = copy.deepcopy(model)`` of a DataParallel model becomes a copy of the model itself (a copy of
+    the DDP wrapper fails): ``ema.module`` then has nothing to reach (a trial: AttributeError on every
+    rank under torchrun, exit 0)."""
+    migrated, report, code = migrate_script(tmp_path, EMA)
+    assert code == 0, report
+    assert "ema = copy.deepcopy(model.module)" in migrated and "runtime.unwrap(ema).weight" in migrated, migrated
