@@ -6,17 +6,18 @@ from typing import Iterator
 
 import libcst as cst
 
-from .analysis import ScriptAnalysis, dotted_name
+from .analysis import ScriptAnalysis, dotted_name, loader_argument
 from .analysis.per_rank import per_rank_values
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
-from .edits import Edits, code_of
+from .edits import Edits, code_of, expression
 
 
 class ShardSumOverWholeSet(Rule):
     """Average a sum over this process's shard by the shard's size, not by the whole data set's.
 
     What it finds: a value summed over the batches of a loader a ``DistributedSampler`` shards (the epoch's
-    loss, a count of correct predictions), divided by ``len(loader.dataset)``.
+    loss, a count of correct predictions), divided by ``len(loader.dataset)``, or by ``len(ds)`` of the data
+    set a sharded loader of the same function draws from.
 
     Why it is a problem: the original summed over the whole data set and divided by its size. Once the
     data is sharded, each process sums over its own share, about 1/N of the set, and the quotient comes out
@@ -36,7 +37,7 @@ class ShardSumOverWholeSet(Rule):
     phase = Phase.OUTPUT
     fix_safety = FixSafety.SAFE
     triggers = ("DistributedSampler",)
-    requires = ("dataset",)
+    requires = ("dataset", "len(")
     examples = (
         Example(
             before="""\
@@ -62,6 +63,31 @@ for x, y in loader:
 print(total / len(loader.sampler))
 """,
         ),
+        # The data set's own length, where the sharded loader draws from it.
+        Example(
+            before="""\
+from torch.utils.data import DataLoader, DistributedSampler
+
+loader = DataLoader(train_set, batch_size=32, sampler=DistributedSampler(train_set))
+correct = 0
+for x, y in loader:
+    out = model(x)
+    criterion(out, y).backward()
+    correct += (out.argmax(1) == y).sum().item()
+print(correct / len(train_set))
+""",
+            after="""\
+from torch.utils.data import DataLoader, DistributedSampler
+
+loader = DataLoader(train_set, batch_size=32, sampler=DistributedSampler(train_set))
+correct = 0
+for x, y in loader:
+    out = model(x)
+    criterion(out, y).backward()
+    correct += (out.argmax(1) == y).sum().item()
+print(correct / len(loader.sampler))
+""",
+        ),
         Valid(
             """\
 from torch.utils.data import DataLoader, DistributedSampler
@@ -84,7 +110,18 @@ print(correct / len(val_loader.dataset))
             if type(node) is not cst.BinaryOperation or not isinstance(node.operator, (cst.Divide, cst.FloorDivide)):  # type: ignore[attr-defined]
                 continue
             dataset = _dataset_length_of(node.right)  # type: ignore[attr-defined]
-            if dataset is None or not _sharded(analysis, dataset.value):
+            if dataset is None:
+                # ``correct / len(ds)`` where ``ds`` is the data set the sharded loader draws from.
+                loader = _sharded_loader_of_dataset(analysis, node.right)  # type: ignore[attr-defined]
+                shown = values.mention(node.left) if loader is not None else None  # type: ignore[attr-defined]
+                if loader is not None and shown is not None:
+                    yield Match(
+                        node.right,  # type: ignore[attr-defined]
+                        f"{shown} is summed over this rank's shard of {loader} but divided by the whole data set's "
+                        f"size: the value comes out N times too small; divide by the shard's size (len({loader}.sampler))",
+                    )
+                continue
+            if not _sharded(analysis, dataset.value):
                 continue
             shown = values.mention(node.left)  # type: ignore[attr-defined]
             if shown is not None:
@@ -99,6 +136,11 @@ print(correct / len(val_loader.dataset))
         edits = Edits(analysis)
         for match in self.matches_in(analysis):
             dataset = match.node
+            if isinstance(dataset, cst.Call):  # ``len(ds)``: the shard's size through the loader
+                loader = _sharded_loader_of_dataset(analysis, dataset)
+                edits.replace(dataset, expression(f"len({loader}.sampler)"))
+                edits.changes.append(Change(self.code, analysis.line(dataset), f"the shard's sum divided by the shard's size (len({loader}.sampler))"))
+                continue
             assert isinstance(dataset, cst.Attribute)
             edits.replace(dataset.attr, cst.Name("sampler"))
             edits.changes.append(Change(self.code, analysis.line(dataset), "the shard's sum divided by the shard's size (len(loader.sampler))"))
@@ -111,6 +153,27 @@ def _dataset_length_of(expr: cst.BaseExpression) -> cst.Attribute | None:
         return None
     argument = expr.args[0].value  # type: ignore[attr-defined]
     return argument if type(argument) is cst.Attribute and argument.attr.value == "dataset" else None  # type: ignore[return-value]
+
+
+def _sharded_loader_of_dataset(analysis: ScriptAnalysis, expr: cst.BaseExpression) -> str | None:
+    """For ``len(ds)``, the name of a loader in the same function that draws from ``ds`` through a
+    ``DistributedSampler`` (``loader = DataLoader(ds, sampler=DistributedSampler(ds))``)."""
+    if type(expr) is not cst.Call or dotted_name(expr.func) != "len" or len(expr.args) != 1:  # type: ignore[attr-defined]
+        return None
+    name = dotted_name(expr.args[0].value)  # type: ignore[attr-defined]
+    if name is None:
+        return None
+    function = analysis.enclosing_function(expr)
+    for loader in analysis.loader_calls:
+        dataset = loader_argument(loader, "dataset")
+        if dataset is None or dotted_name(dataset.value) != name or analysis.enclosing_function(loader) is not function:
+            continue
+        if not analysis.has_distributed_sampler(loader):
+            continue
+        assign = analysis.parent(loader)
+        if isinstance(assign, cst.Assign) and len(assign.targets) == 1 and (target := dotted_name(assign.targets[0].target)):
+            return target
+    return None
 
 
 def _sharded(analysis: ScriptAnalysis, loader: cst.BaseExpression) -> bool:
