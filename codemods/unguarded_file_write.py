@@ -627,9 +627,19 @@ def _literal(analysis: ScriptAnalysis, expr: cst.BaseExpression) -> str | None:
         value = expr.evaluated_value
         return value if isinstance(value, str) else None
     if isinstance(expr, cst.Name):
-        values = analysis.assigned_values(analysis.enclosing_function(expr), expr.value)
+        function = analysis.enclosing_function(expr)
+        values = analysis.assigned_values(function, expr.value)
         if len(values) == 1 and isinstance(values[0], cst.SimpleString):
             return _literal(analysis, values[0])
+        if not values and function is not None and analysis.is_parameter(function, expr.value):
+            # ``def make_init_weights(path)`` called with ``"init.pt"`` at every call site.
+            passed = set()
+            for call in analysis.callers_in_program(function):
+                caller = analysis.shared.analysis_of(call) or analysis
+                argument = caller.argument_for(call, function, expr.value)
+                passed.add(_literal(caller, argument) if isinstance(argument, cst.SimpleString) else None)
+            if len(passed) == 1:
+                return passed.pop()
     return None
 
 

@@ -250,3 +250,45 @@ for epoch in range(2):
     migrated, report, code = migrate_script(tmp_path, source)
     assert code == 0, report
     assert 'if runtime.is_main_process():\n    logging.basicConfig(filename="run.log"' in migrated, migrated
+
+
+INIT_HELPER = '''
+import os
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def make_init_weights(path):
+    torch.manual_seed(123)
+    torch.save(nn.Linear(4, 1).state_dict(), path)
+
+
+def main():
+    if not os.path.exists("init.pt"):
+        make_init_weights("init.pt")
+    torch.manual_seed(0)
+    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=16)
+    model = nn.Linear(4, 1)
+    model.load_state_dict(torch.load("init.pt"))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            optimizer.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_a_file_a_helper_saves_under_a_file_system_test_is_waited_for_before_the_read(tmp_path: Path) -> None:
+    """``if not os.path.exists("init.pt"): make_init_weights("init.pt")`` whose ``torch.save(..., path)``
+    becomes rank 0's: every rank waits before ``torch.load("init.pt")`` (a trial: FileNotFoundError on rank
+    1, exit 0). The helper's path parameter is the literal every call site passes."""
+    migrated, report, code = migrate_script(tmp_path, INIT_HELPER)
+    assert code == 0, report
+    assert "    runtime.barrier()\n    model.load_state_dict(torch.load(\"init.pt\"" in migrated, migrated
