@@ -322,7 +322,7 @@ loss.backward()
                 continue
             if isinstance(stmt, (cst.For, cst.While)):
                 break
-            if _sets_up(stmt, model):
+            if _sets_up(stmt, model) or _reassigns(stmt, model):
                 anchor = stmt
         return anchor
 
@@ -461,6 +461,18 @@ def _assignments_to(analysis: ScriptAnalysis, name: str) -> list[cst.Assign]:
         if isinstance(stmt_node, cst.Assign) and any(dotted_name(t.target) == name for t in stmt_node.targets):
             found.append(stmt_node)
     return found
+
+
+def _reassigns(stmt: cst.BaseStatement, model: str) -> bool:
+    """Whether a compound statement may bind the model's name anew (``if resume: model =
+    torch.load(path)``): a wrap before it would be replaced by an unwrapped model."""
+    if isinstance(stmt, cst.SimpleStatementLine):
+        return False
+    return any(
+        isinstance(node, cst.Assign) and any(dotted_name(t.target) == model for t in node.targets)
+        for node in walk(stmt)
+        if not isinstance(node, (cst.FunctionDef, cst.ClassDef))
+    )
 
 
 def _sets_up(stmt: cst.BaseStatement, model: str) -> bool:

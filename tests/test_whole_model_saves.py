@@ -99,3 +99,41 @@ def test_module_of_a_copy_of_the_model_itself_is_reached_through_unwrap(tmp_path
     migrated, report, code = migrate_script(tmp_path, EMA)
     assert code == 0, report
     assert "ema = copy.deepcopy(model.module)" in migrated and "runtime.unwrap(ema).weight" in migrated, migrated
+
+
+RESUMED = '''
+import os
+import sys
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    torch.manual_seed(0)
+    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=16)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    if len(sys.argv) > 1 and os.path.exists(sys.argv[1]):
+        model = torch.load(sys.argv[1], weights_only=False)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            optimizer.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+    torch.save(model, "model.pth")
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_a_model_resumed_whole_is_wrapped_after_the_resume(tmp_path: Path) -> None:
+    """``if resume: model = torch.load(path)`` after the model is built: the wrap goes after that ``if``
+    (it went before, and the resumed model trained unwrapped on each rank's shard: no gradient sync, exit 0)."""
+    migrated, report, code = migrate_script(tmp_path, RESUMED)
+    assert code == 0, report
+    body = migrated.split("def main")[1]
+    assert body.index("model = torch.load(") < body.index("model = DistributedDataParallel(model"), migrated
