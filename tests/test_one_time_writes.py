@@ -292,3 +292,51 @@ def test_a_file_a_helper_saves_under_a_file_system_test_is_waited_for_before_the
     migrated, report, code = migrate_script(tmp_path, INIT_HELPER)
     assert code == 0, report
     assert "    runtime.barrier()\n    model.load_state_dict(torch.load(\"init.pt\"" in migrated, migrated
+
+
+LOGGER_HELPER = '''
+import logging
+
+
+def get_logger(path):
+    logger = logging.getLogger("train")
+    logger.setLevel(logging.INFO)
+    logger.addHandler(logging.FileHandler(path))
+    return logger
+'''
+
+LOGGER_ENTRY = '''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from utils import get_logger
+
+
+def main():
+    logger = get_logger("train.log")
+    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=16)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            optimizer.step()
+        logger.info(f"epoch {epoch} loss {loss.item():.4f}")
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_a_logger_a_helper_module_builds_logs_on_rank_0_only(tmp_path: Path) -> None:
+    """``logger = utils.get_logger(path)`` (a ``logging.getLogger`` logger with a FileHandler, built in
+    another module): logging is silenced off rank 0 (a trial: every line twice in train.log, exit 0)."""
+    (tmp_path / "utils.py").write_text(LOGGER_HELPER)
+    (tmp_path / "train.py").write_text(LOGGER_ENTRY)
+    result = CliRunner().invoke(cli, [str(tmp_path / "train.py")], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "runtime.silence_non_main_logging()" in (tmp_path / "train.py").read_text()

@@ -1970,8 +1970,9 @@ class ScriptAnalysis:
 
     @cached_property
     def logging_calls(self) -> list[cst.Call]:
-        """``logging.info(...)``-style calls and calls of a ``logging.getLogger`` logger's methods."""
-        loggers = set(self.calls_to(names.GET_LOGGER))
+        """``logging.info(...)``-style calls and calls of a ``logging.getLogger`` logger's methods (a logger
+        made in any module of the program: ``logger = utils.get_logger(path)``)."""
+        loggers = {call for module in self.shared.analyses for call in module.calls_to(names.GET_LOGGER)}
         found = []
         for call in self.calls:
             if self.is_call_to(call, names.LOGGING_CALLS):
