@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import replace
+from pathlib import Path
 
 import click
 
@@ -58,8 +60,27 @@ def migration_summary(result: FileResult, verbose: bool, written: bool = True) -
         lines.append(f"  note {note.code} line {note.line}: {note.message}")
     if result.changed and written and result.path != "-" and result.role == "entry":  # a module runs with its entry
         after = " (once the review items above are done)" if result.findings else ""
-        lines.append(f"  launch it with: torchrun --standalone --nproc_per_node=<processes> {result.path}{after}")
+        lines.append(f"  launch it with: torchrun --standalone --nproc_per_node=<processes> {_launch_target(result)}{after}")
     return lines
+
+
+_RELATIVE_IMPORT = re.compile(r"^[ \t]*from[ \t]+\.", re.MULTILINE)
+
+
+def _launch_target(result: FileResult) -> str:
+    """What torchrun runs: the script's path, or ``-m package.module`` (from the folder above its package)
+    where the script imports relatively (``from .engine import ...``), which only runs as a module."""
+    if not _RELATIVE_IMPORT.search(result.new_text or result.text or ""):
+        return result.path
+    path = Path(result.path)
+    parts = [path.stem]
+    folder = path.parent
+    while (folder / "__init__.py").is_file():
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    if len(parts) == 1:
+        return result.path
+    return f"-m {'.'.join(parts)} (from {folder})" if str(folder) not in ("", ".") else f"-m {'.'.join(parts)}"
 
 
 def _notebook_summary(result: FileResult, write_path: str, verbose: bool, written: bool) -> list[str]:

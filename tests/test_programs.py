@@ -363,3 +363,33 @@ def test_a_model_whose_parameters_reach_the_optimizer_through_a_parameter_is_wra
     assert "model = DistributedDataParallel(model, device_ids=runtime.device_ids())" in migrated
     # The wrapper cannot be indexed: the Sequential's layer is reached through .module.
     assert "train_stage(model, model.module[1].parameters(), loader, 1)" in migrated
+
+
+def test_a_package_entry_that_imports_relatively_is_launched_as_a_module(tmp_path: Path) -> None:
+    """``pkg/train.py`` with ``from .engine import train_one_epoch`` runs only as ``-m pkg.train``: the
+    launch line says so (it named the file, which fails with 'attempted relative import')."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "engine.py").write_text(
+        "def train_one_epoch(model, optimizer, loader):\n"
+        "    for x, y in loader:\n"
+        "        optimizer.zero_grad()\n"
+        "        ((model(x) - y) ** 2).mean().backward()\n"
+        "        optimizer.step()\n"
+    )
+    (package / "train.py").write_text(
+        "import torch\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n"
+        "from .engine import train_one_epoch\n\n\n"
+        "def main():\n"
+        "    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8)\n"
+        "    model = torch.nn.Linear(4, 1)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for epoch in range(2):\n"
+        "        train_one_epoch(model, optimizer, loader)\n\n\n"
+        'if __name__ == "__main__":\n'
+        "    main()\n"
+    )
+    result = CliRunner().invoke(cli, ["migrate", str(package / "train.py")])
+    assert f"launch it with: torchrun --standalone --nproc_per_node=<processes> -m pkg.train (from {tmp_path})" in result.output, result.output
