@@ -78,6 +78,9 @@ with torch.no_grad():
                 continue
             element = node.elt if type(node) is not cst.DictComp else node.value  # type: ignore[attr-defined]
             iterated = node.for_in.iter  # type: ignore[attr-defined]
+            outer = analysis.parent(node)
+            if isinstance(outer, cst.For) and outer.iter is node and analysis.reaches_backward(outer):
+                continue  # ``for x, y in (b for b in loader if ...)``: the loop around it trains
             if any(o in sharded for o in analysis.origins(iterated)) and not analysis.reaches_backward(element):
                 yield Match(iterated, MESSAGE)
 

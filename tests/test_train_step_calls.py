@@ -205,3 +205,13 @@ def test_a_backward_in_a_loop_over_slices_still_asks_for_sharding(tmp_path: Path
     _, report, _ = migrate_script(tmp_path, SLICED)
     assert "DDP040 training batches here come from no DataLoader" in report, report
     assert "cannot connect" not in report and "evaluation DataLoader left unsharded" in report, report
+
+
+FILTERED = FACTORY.replace("        for x, y, index in loader:", "        for x, y, index in (b for b in loader if len(b[0]) == 8):")
+
+
+def test_a_loop_over_a_generator_that_filters_the_loader_trains_on_it(tmp_path: Path) -> None:
+    """``for x, y in (b for b in loader if ...)``: the loader trains (a review said the batches came from no
+    DataLoader, and the generator was then taken for a pass that does not train)."""
+    migrated, report, code = migrate_script(tmp_path, FILTERED)
+    assert code == 0 and "sampler=DistributedSampler(" in migrated and "set_epoch(epoch)" in migrated, report

@@ -206,10 +206,15 @@ def _zip_inside(expr: cst.BaseExpression) -> cst.Call | None:
 
 
 def unwrap_iterable(expr: cst.BaseExpression) -> cst.BaseExpression:
-    """Strip ``enumerate(...)``, ``tqdm(...)``, ``iter(...)`` and the like off the iterated expression."""
-    while isinstance(expr, cst.Call) and expr.args and callee_name(expr) in ITERATION_WRAPPERS:
-        expr = expr.args[0].value
-    return expr
+    """Strip ``enumerate(...)``, ``tqdm(...)``, ``iter(...)`` and the like off the iterated expression, and a
+    generator expression that filters what it iterates (``(b for b in loader if len(b[0]) == 8)``)."""
+    while True:
+        if isinstance(expr, cst.Call) and expr.args and callee_name(expr) in ITERATION_WRAPPERS:
+            expr = expr.args[0].value
+        elif isinstance(expr, cst.GeneratorExp) and expr.for_in.inner_for_in is None and isinstance(expr.for_in.target, cst.Name) and isinstance(expr.elt, cst.Name) and expr.elt.value == expr.for_in.target.value:
+            expr = expr.for_in.iter
+        else:
+            return expr
 
 
 def _canonical_module(qualified: str) -> str:
