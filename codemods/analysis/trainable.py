@@ -164,6 +164,10 @@ def skipped_in_some_steps(analysis: ScriptAnalysis, model: cst.BaseExpression) -
     parameters. A test of settings alone (``self.training``, ``self.downsample is not None``) is the same on
     every step. Classes whose instances the model builds are searched too, three levels deep."""
     classes = [analysis.shared.constructed[origin] for origin in analysis.origins(model) if origin in analysis.shared.constructed]
+    if _forwards_per_step(analysis, model) > 1:
+        # ``loss = ce(model(x, "cls"), y) + mse(model(x2, "reg"), y2)``: one step runs every head through
+        # several forwards; with find_unused_parameters DDP marks a head ready twice and stops.
+        return None
     seen: set[cst.ClassDef] = set()
     for depth in range(3):
         found_classes: list[cst.ClassDef] = []
@@ -175,6 +179,8 @@ def skipped_in_some_steps(analysis: ScriptAnalysis, model: cst.BaseExpression) -
             if owner is None:
                 continue
             forward = next((s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "forward"), None)  # type: ignore[union-attr]
+            if forward is not None and _checkpoints_reentrantly(owner, forward):
+                return None  # reentrant activation checkpointing cannot run with find_unused_parameters=True
             if forward is not None:
                 found = _conditional_layer_call(owner, cls, forward)
                 if found is not None:
@@ -186,6 +192,39 @@ def skipped_in_some_steps(analysis: ScriptAnalysis, model: cst.BaseExpression) -
             found_classes.extend(owner.shared.constructed[n] for n in walk(cls) if type(n) is cst.Call and n in owner.shared.constructed)  # type: ignore[comparison-overlap]
         classes = found_classes
     return None
+
+
+#: Activation checkpointing, reentrant unless ``use_reentrant=False`` is given.
+CHECKPOINTS = frozenset({"torch.utils.checkpoint.checkpoint", "torch.utils.checkpoint.checkpoint_sequential"})
+
+
+def _checkpoints_reentrantly(analysis: ScriptAnalysis, forward: cst.FunctionDef) -> bool:
+    """Whether ``forward`` checkpoints activations the reentrant way (``checkpoint(f, x)`` or
+    ``use_reentrant=True``): DDP with ``find_unused_parameters=True`` then marks a parameter ready twice."""
+    for node in walk(forward.body):
+        if type(node) is cst.Call and analysis.is_call_to(node, CHECKPOINTS):  # type: ignore[arg-type]
+            flag = keyword_argument(node, "use_reentrant")  # type: ignore[arg-type]
+            if flag is None or not (type(flag.value) is cst.Name and flag.value.value == "False"):  # type: ignore[attr-defined]
+                return True
+    return False
+
+
+def _forwards_per_step(analysis: ScriptAnalysis, model: cst.BaseExpression) -> int:
+    """How many times the model is called in a loop around a ``backward()`` of the function the model is
+    named in (the most over those loops): more than one forward per backward."""
+    name = dotted_name(model)
+    most = 0
+    home = analysis.shared.analysis_of(model) or analysis
+    function = home.enclosing_function(model)
+    if name is None:
+        return most
+    for backward in home.backward_calls:
+        loop = home.nearest_loop(backward)
+        if loop is None or home.enclosing_function(loop) is not function:
+            continue
+        calls = sum(1 for node in walk(loop.body) if type(node) is cst.Call and dotted_name(node.func) == name)  # type: ignore[attr-defined]
+        most = max(most, calls)
+    return most
 
 
 def _conditional_layer_call(analysis: ScriptAnalysis, cls: cst.ClassDef, forward: cst.FunctionDef) -> cst.Call | None:
