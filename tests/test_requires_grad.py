@@ -89,3 +89,43 @@ def test_the_migrated_frozen_backbone_trains_under_torchrun(tmp_path: Path) -> N
     assert (tmp_path / "final.pt").exists(), output
     done = subprocess.run([sys.executable, str(tmp_path / "train.py")], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+UNFREEZE_HELPER = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def set_trainable(model, flag):
+    model.backbone.requires_grad_(flag)
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,))), batch_size=16)
+    model = nn.Sequential()
+    model.backbone = nn.Linear(4, 8)
+    model.head = nn.Linear(8, 2)
+    set_trainable(model, False)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        if epoch == 1:
+            set_trainable(model, True)
+        for x, y in loader:
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_unfreezing_through_a_helper_the_migration_unwraps_is_reviewed(tmp_path: Path) -> None:
+    """``set_trainable(model, True)`` after the wrap, whose body the migration spells
+    ``runtime.unwrap(model).backbone.requires_grad_(flag)``: the backbone's gradients would go unaveraged
+    (a trial: the ranks' backbones drifted apart, exit 0); DDP042 reviews it."""
+    _, report, code = migrate_script(tmp_path, UNFREEZE_HELPER)
+    assert code == 1 and "DDP042 requires_grad of runtime.unwrap(model).backbone changes where the model may already be wrapped" in report, report

@@ -51,7 +51,7 @@ def holds_model_state(analysis: ScriptAnalysis, expr: cst.BaseExpression, depth:
     (``model.backbone``) or from ``self`` in a method, or holding what ``parameters()``, ``modules()`` and the
     like hand out (``for p in model.parameters()``), followed through names ``depth`` steps deep. A batch of
     inputs (``x.requires_grad_()`` for input gradients) is none of these."""
-    name = dotted_name(expr)
+    name = dotted_name(expr) or _through_unwrap(expr)
     if name is None or name.split(".")[-1] == "grad":  # a parameter's gradient is a tensor of its own
         return False
     root = name.split(".")[0]
@@ -70,6 +70,19 @@ def holds_model_state(analysis: ScriptAnalysis, expr: cst.BaseExpression, depth:
                 if part is not expr and holds_model_state(analysis, part, depth - 1):  # type: ignore[arg-type]
                     return True
     return False
+
+
+def _through_unwrap(expr: cst.BaseExpression) -> str | None:
+    """``model.backbone`` for ``runtime.unwrap(model).backbone`` (the migration's own spelling of a model
+    that may be wrapped): the model's name and the attributes read from it."""
+    attributes: list[str] = []
+    while type(expr) is cst.Attribute:
+        attributes.insert(0, expr.attr.value)  # type: ignore[attr-defined]
+        expr = expr.value  # type: ignore[attr-defined]
+    if type(expr) is not cst.Call or callee_name(expr) != "unwrap" or len(expr.args) != 1:  # type: ignore[arg-type, attr-defined]
+        return None
+    root = dotted_name(expr.args[0].value)  # type: ignore[attr-defined]
+    return ".".join([root, *attributes]) if root is not None else None
 
 
 def after_a_wrap(analysis: ScriptAnalysis, node: cst.CSTNode, depth: int = 3) -> tuple[ScriptAnalysis, cst.CSTNode] | None:
