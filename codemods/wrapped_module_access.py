@@ -9,6 +9,7 @@ import libcst as cst
 
 from . import names
 from .analysis import WRAPPER_ATTRIBUTES, ScriptAnalysis, call_method_name, dotted_name, walk
+from .analysis.script import callee_name
 from .analysis.ranks import Kind, rank_facts
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression
@@ -421,7 +422,12 @@ torch.save(model.module.state_dict(), "model.pt")
             wrap, closure = _wrap_of(analysis, attribute.value)
             if wrap is None:
                 continue
-            sometimes = closure or self._wrapped_only_sometimes(analysis, wrap, attribute) or analysis.handed_unwrapped(attribute.value)
+            sometimes = (
+                closure
+                or self._wrapped_only_sometimes(analysis, wrap, attribute)
+                or analysis.handed_unwrapped(attribute.value)
+                or _unwrapped_on_one_branch(analysis, attribute.value)
+            )
             kind = "DDP" if analysis.is_call_to(wrap, names.DISTRIBUTED_DATA_PARALLEL) else "DataParallel"
             if attr == "no_sync":
                 guarded = isinstance(analysis.parent(parent), cst.IfExp) and "hasattr" in code_of(analysis.parent(parent).test)  # type: ignore[union-attr]
@@ -622,6 +628,39 @@ class _Case:
     attribute: cst.CSTNode
     sometimes: bool
     message: str
+
+
+def _unwrapped_on_one_branch(analysis: ScriptAnalysis, expr: cst.BaseExpression) -> bool:
+    """Whether the name was assigned a conditional expression one branch of which reaches into the wrapper
+    (``raw = model.module._orig_mod if compiled else model``): it holds the wrapper on some runs only."""
+    name = dotted_name(expr)
+    if name is None:
+        return False
+    for value in analysis.assigned_values(analysis.enclosing_function(expr), name):
+        if isinstance(value, cst.IfExp):
+            inside = [_reaches_inside(branch) for branch in (value.body, value.orelse)]
+            if any(inside) and not all(inside):
+                return True
+    return False
+
+
+def _reaches_inside(expr: cst.BaseExpression) -> bool:
+    """``model.module...`` or ``runtime.unwrap(model)...``: an expression that reads past a wrapper; or
+    ``model._orig_mod``, an attribute of the model itself, which this rule reaches through ``.module``."""
+    if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name):
+        attr = expr.attr.value
+        if attr == "module" or not (attr in WRAPPER_ATTRIBUTES or attr in DDP_ATTRIBUTES):
+            return True
+    while isinstance(expr, (cst.Attribute, cst.Call)):
+        if isinstance(expr, cst.Attribute):
+            if expr.attr.value == "module":
+                return True
+            expr = expr.value
+        else:
+            if callee_name(expr) == "unwrap":
+                return True
+            expr = expr.func
+    return False
 
 
 def _saves_whole_wraps(analysis: ScriptAnalysis) -> bool:

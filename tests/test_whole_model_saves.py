@@ -137,3 +137,15 @@ def test_a_model_resumed_whole_is_wrapped_after_the_resume(tmp_path: Path) -> No
     assert code == 0, report
     body = migrated.split("def main")[1]
     assert body.index("model = torch.load(") < body.index("model = DistributedDataParallel(model"), migrated
+
+
+COMPILED = 'import torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\n\nUSE_COMPILE = True\n\n\ndef main():\n    torch.manual_seed(0)\n    loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8)\n    model = nn.Linear(4, 1)\n    if USE_COMPILE:\n        model = torch.compile(model, backend="aot_eager")\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n    for epoch in range(2):\n        for x, y in loader:\n            loss = nn.functional.mse_loss(model(x), y)\n            opt.zero_grad()\n            loss.backward()\n            opt.step()\n    raw = model._orig_mod if USE_COMPILE else model\n    torch.save(raw.state_dict(), "final.pt")\n    print("checksum", sum(p.sum().item() for p in raw.parameters()))\n\n\nif __name__ == "__main__":\n    main()\n'
+
+
+def test_a_name_that_holds_the_wrapper_on_one_branch_only_is_unwrapped_at_run_time(tmp_path: Path) -> None:
+    """``raw = model._orig_mod if USE_COMPILE else model`` becomes ``model.module._orig_mod if ... else
+    model``: ``raw`` holds the wrapper only without compile, so ``raw.state_dict()`` goes through
+    ``runtime.unwrap(raw)`` (``raw.module`` raised AttributeError with compile on, a trial, exit 0)."""
+    migrated, report, code = migrate_script(tmp_path, COMPILED)
+    assert code == 0, report
+    assert "runtime.unwrap(raw).state_dict()" in migrated and "raw.module" not in migrated, migrated
