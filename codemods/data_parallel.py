@@ -285,17 +285,13 @@ else:
             # its own model (``model = Sequential(...)``); one wrap of ``model`` follows the chain.
             edits.replace(call, model)
             wrap = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(target)], new_call.with_changes(args=[new_call.args[0].with_changes(value=target), *new_call.args[1:]]))])
-            done = hoisted.setdefault(top, set())
-            if code_of(wrap).strip() not in done:
-                done.add(code_of(wrap).strip())
+            if not _already_hoisted(hoisted, top, wrap):
                 edits.insert_after(top, wrap)
             return True
         moved = stmt.deep_replace(call, new_call)
         assert isinstance(moved, cst.BaseStatement)
         moved = moved.with_changes(leading_lines=[])
-        done = hoisted.setdefault(top, set())
-        again = code_of(moved).strip() in done
-        done.add(code_of(moved).strip())
+        again = _already_hoisted(hoisted, top, moved)
         rest = [s for s in block.body if s is not stmt]
         if rest:
             edits.remove(stmt)
@@ -336,3 +332,13 @@ else:
             outside = body.body[0].deep_replace(wraps[0], cst.Name("WRAP"))
             shapes.add((code_of(outside).strip(), code_of(wrapped_argument(wraps[0])).strip()))  # type: ignore[arg-type]
         return len(shapes) == 1
+
+
+def _already_hoisted(hoisted: dict[cst.If, set[str]], top: cst.If, wrap: cst.BaseStatement) -> bool:
+    """Whether the same wrap already follows the chain (recording it if not): one wrap per chain."""
+    done = hoisted.setdefault(top, set())
+    text = code_of(wrap).strip()
+    if text in done:
+        return True
+    done.add(text)
+    return False

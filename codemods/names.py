@@ -89,6 +89,8 @@ def runtime(name: str) -> str:
 RUNTIME_SETUP = frozenset({runtime("setup")})
 RUNTIME_CLEANUP = frozenset({runtime("cleanup")})
 RUNTIME_SAVE = frozenset({runtime("save")})
+#: What a checkpoint the program saved comes back through: torch's loads and the runtime's.
+CHECKPOINT_LOADS = TORCH_LOAD | {runtime("load")}
 RUNTIME_PRINT = frozenset({runtime("print0")})
 RUNTIME_SILENCE_LOGGING = frozenset({runtime("silence_non_main_logging")})
 RUNTIME_MAIN_CHECK = frozenset({runtime("is_main_process")})

@@ -353,20 +353,26 @@ with open("config.yaml") as f:
                 for arg in call.args:
                     if (text := _literal(module, arg.value)) is not None:
                         written.setdefault(text, []).append((module, call))
+        waits = [(module, c) for module in analysis.shared.analyses for c in module.calls_to(BARRIER | names.RUNTIME_SAVE)]
         for call, path in reads:
             if path not in written or facts.guard(call) is not None:
                 continue
-            if self._waited_before(analysis, call, written[path]):
+            if self._waited_before(analysis, call, written[path], waits):
                 continue
             stmt = analysis.statement(call)
             yield _Case(call, "read", stmt if facts.collective_safe_at(stmt) else None)
 
     @staticmethod
-    def _waited_before(analysis: ScriptAnalysis, read: cst.Call, writes: list[tuple[ScriptAnalysis, cst.Call]]) -> bool:
-        """Whether every rank passes a barrier between rank 0's writes and the read: a ``barrier()`` or a
-        ``runtime.save`` (which ends with one) before the read in its function, or after each write in the
-        writer's function (the best-model save of ``test(epoch)`` that waits after its condition)."""
-        waits = [(module, c) for module in analysis.shared.analyses for c in module.calls_to(BARRIER | {names.runtime("save")})]
+    def _waited_before(
+        analysis: ScriptAnalysis,
+        read: cst.Call,
+        writes: list[tuple[ScriptAnalysis, cst.Call]],
+        waits: list[tuple[ScriptAnalysis, cst.Call]],
+    ) -> bool:
+        """Whether every rank passes one of the program's ``waits`` (a ``barrier()``, or a ``runtime.save``,
+        which ends with one) between rank 0's writes and the read: before the read in its function, or after
+        each write in the writer's function (the best-model save of ``test(epoch)`` that waits after its
+        condition)."""
         function = analysis.enclosing_function(read)
         if any(module is analysis and module.enclosing_function(c) is function and module.comes_before(c, read) for module, c in waits):
             return True

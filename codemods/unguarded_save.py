@@ -14,7 +14,6 @@ from .edits import Edits, code_of, expression, statement
 from .runtime_calls import runtime_name
 
 CHECKPOINT_WRITERS = frozenset(q for q, kind in names.WRITERS.items() if kind == "checkpoint")
-LOADS = names.TORCH_LOAD | {names.runtime("load")}
 
 
 def _expression_line(analysis: ScriptAnalysis, call: cst.Call) -> cst.SimpleStatementLine | None:
@@ -223,7 +222,7 @@ if dist.get_rank() == 0:
         edits = Edits(analysis)
         facts = rank_facts(analysis)
         # Any module of the program may read the file back (``main()`` loads what a callback saved).
-        loads = [load for module in analysis.shared.analyses for load in module.calls_to(LOADS)]
+        loads = [load for module in analysis.shared.analyses for load in module.calls_to(names.CHECKPOINT_LOADS)]
         barriers: set[cst.CSTNode] = set()
         for call, condition in self._cases(analysis):
             rt = runtime_name(analysis, edits)

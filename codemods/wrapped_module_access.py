@@ -399,7 +399,7 @@ torch.save(model.module.state_dict(), "model.pt")
             attr = attribute.attr.value
             if attr == "module" and not isinstance(analysis.parent(attribute), cst.AssignTarget):
                 if loads is None:
-                    loads = {c for module in analysis.shared.analyses for c in module.calls_to(LOADS)} if _saves_whole_wraps(analysis) else set()
+                    loads = {c for module in analysis.shared.analyses for c in module.calls_to(names.CHECKPOINT_LOADS)} if _saves_whole_wraps(analysis) else set()
                     loads |= {
                         c for c in analysis.calls_to({"copy.deepcopy"})
                         if c.args and analysis.is_unwrapped(c.args[0].value)
@@ -612,8 +612,6 @@ torch.save(model.module.state_dict(), "model.pt")
         return unwrapped.with_changes(args=[cst.Arg(model)])
 
 
-#: torch's loads and the runtime's: what a file the program saved comes back through.
-LOADS = names.TORCH_LOAD | {names.runtime("load")}
 LOADED_MODULE = (
     ".module of a model loaded whole or copied from the model itself: runtime.save writes the model, not its "
     "DataParallel/DDP wrapper, and a copy of copy.deepcopy(model.module) is no wrapper, so the object has no "
@@ -668,7 +666,7 @@ def _saves_whole_wraps(analysis: ScriptAnalysis) -> bool:
     return any(
         call.args and module.wrapped_at(call.args[0].value) is not None
         for module in analysis.shared.analyses
-        for call in module.calls_to({names.runtime("save")})
+        for call in module.calls_to(names.RUNTIME_SAVE)
     )
 
 

@@ -79,6 +79,7 @@ class LoaderFacts:
     evaluation_loaders: set[cst.Call] = field(default_factory=set)
 
     def __post_init__(self) -> None:
+        self._hand_sharded: dict[cst.Call, bool] = {}
         a = self.analysis
         self._loader_set = set(a.program_loader_calls)
         self._find_dict_loaders()
@@ -128,7 +129,13 @@ class LoaderFacts:
         """Whether the loader's data set already holds this rank's share: it is built from indices or a
         slice computed from the rank (``Subset(data, range(rank, len(data), world_size))``,
         ``TensorDataset(x[rank::world_size])``), followed back through names and the program's functions.
-        A ``DistributedSampler`` there would shard the share again (half the data never trained on)."""
+        A ``DistributedSampler`` there would shard the share again (half the data never trained on). Read
+        once per loader (the rule's findings and its notes both ask)."""
+        if loader not in self._hand_sharded:
+            self._hand_sharded[loader] = self._cut_by_rank(loader)
+        return self._hand_sharded[loader]
+
+    def _cut_by_rank(self, loader: cst.Call) -> bool:
         dataset = loader_argument(loader, "dataset")
         if dataset is None:
             return False
@@ -613,18 +620,18 @@ def _split_by_dispatch(
             loaders = {o for o in caller.origins(argument) if o in loader_set} if argument is not None else set()
         else:
             loaders = set(loop_loaders)
-        verdicts: list[bool] = []
+        verdicts: list[bool | None] = []  # per function the call may run: whether it trains (None: unknown)
         for name in self_methods:
             receiver = call.func.value if type(call.func) is cst.Attribute else None  # type: ignore[attr-defined]
             classes = {caller.shared.constructed[o] for o in caller.origins(receiver) if o in caller.shared.constructed} if receiver is not None else set()
             if not classes:
-                verdicts.append(None)  # type: ignore[arg-type]
+                verdicts.append(None)
             verdicts += [caller.method_of(cls, name) in reaching for cls in classes]
         for name in step_parameters:
             argument = caller.argument_for(call, function, name)
             passed = [o for o in caller.origins(argument) if type(o) is cst.FunctionDef] if argument is not None else []
             if not passed:
-                verdicts.append(None)  # type: ignore[arg-type]
+                verdicts.append(None)
             verdicts += [f in reaching for f in passed]
         if verdicts and all(v is True for v in verdicts):
             trains |= loaders  # type: ignore[arg-type]

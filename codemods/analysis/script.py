@@ -343,9 +343,6 @@ class SharedFlow:
         #: ``self`` (``self.model = ...``): read by :meth:`solve` once the call targets are known.
         self.instances: dict[cst.ClassDef, list[cst.Call]] = {}
         self.stored_on_self: frozenset[str] = frozenset()
-        #: The names the program's functions are defined under (a call of another name runs none of them
-        #: as a value: a quick test before its origins are looked up).
-        self.function_names: set[str] = set()
         #: For each class of the program, the classes of the program derived from it (directly or not).
         self._subclasses: dict[cst.ClassDef, list[cst.ClassDef]] | None = None
         self._ancestors: dict[cst.ClassDef, list[cst.ClassDef]] | None = None
@@ -801,7 +798,7 @@ class ScriptAnalysis:
             # function's variable); an attribute of anything but ``self`` (``args.lr``, ``cfg.batch_size``)
             # is one object across the module, however it is handed from function to function.
             while function is not None:
-                if self._binds_locally(function, name):
+                if self.binds_locally(function, name):
                     return (function, name)
                 function = self.enclosing_function(function)
         module = self.module_of(scope_node) if not isinstance(scope_node, cst.Module) else scope_node
@@ -923,14 +920,10 @@ class ScriptAnalysis:
         handed to an engine and stored in ``self.process_fn``), so a call of the name runs it."""
         for _, definition in self._definitions:
             self._bind(self._key(self.parent(definition), definition.name.value), {definition})  # type: ignore[arg-type]
-            self.shared.function_names.add(definition.name.value)
 
     def binds_locally(self, function: cst.FunctionDef, name: str) -> bool:
         """Whether the function binds the name (the root of a dotted one) itself: assigns it, loops over it,
         defines it or takes it as a parameter (not a ``global`` or ``nonlocal`` of it)."""
-        return self._binds_locally(function, name)
-
-    def _binds_locally(self, function: cst.FunctionDef, name: str) -> bool:
         home = self if function in self._local_names else self.shared.analysis_of(function) or self
         return _name_root(name) in home._local_names.get(function, set())
 
@@ -1504,7 +1497,7 @@ class ScriptAnalysis:
 
     def targets_of(self, call: cst.Call) -> list[cst.FunctionDef]:
         """Every function of the program a call may run (an override, each function a variable may hold)."""
-        first = self._call_targets.get(call) or self.shared.call_targets.get(call)
+        first = self._call_targets.get(call)
         return ([first] if first is not None else []) + list(self.shared.other_targets.get(call, ()))
 
     def reaches(self, node: cst.CSTNode, calls: Iterable[cst.CSTNode]) -> bool:
@@ -1696,7 +1689,7 @@ class ScriptAnalysis:
             if argument is None or root != name:
                 return None
             return argument
-        return expr if not self._binds_locally(function, root) else None
+        return expr if not self.binds_locally(function, root) else None
 
     # ------------------------------------------------------------------------ models
 
