@@ -39,6 +39,7 @@ from .unsharded_training_data import UnshardedTrainingData
 from .requires_grad_after_wrap import RequiresGradAfterWrap
 from .shard_metric_decision import ShardMetricDecision
 from .pass_over_sharded_loader import PassOverShardedLoader
+from .buffer_written_from_batch import BufferWrittenFromBatch
 from .shard_sum_over_whole_set import ShardSumOverWholeSet
 
 #: Every rule, in code order. The engine runs their fixes in phase order.
@@ -82,6 +83,7 @@ ALL_RULES: tuple[type[Rule], ...] = tuple(
             UnseededRandomSplit,
             ShardSumOverWholeSet,
             PassOverShardedLoader,
+            BufferWrittenFromBatch,
         ),
         key=lambda rule: rule.code,
     )

@@ -175,7 +175,7 @@ total = nn.functional.l1_loss(a, b, reduction="sum")
                 for assign in analysis.assignments_in(function):
                     if not isinstance(assign, cst.Assign):
                         continue
-                    if not analysis.comes_before(assign, at) or not any(dotted_name(t.target) == node.value for t in assign.targets):
+                    if not any(dotted_name(t.target) == node.value for t in assign.targets) or not analysis.comes_before(assign, at):
                         continue
                     inner = self._sums(analysis, assign.value, assign, depth + 1)
                     if inner == "divided" or (inner == "sum" and divisors):

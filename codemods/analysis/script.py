@@ -237,6 +237,7 @@ class _Indexer:
         self.classes: list[cst.ClassDef] = []
         self.assigns: list[cst.Assign | cst.AnnAssign] = []
         self.returns: list[cst.Return] = []
+        self.yields: list[cst.Yield] = []
         #: ``global`` and ``nonlocal`` statements: the names they declare are not the function's own.
         self.declarations: list[cst.Global | cst.Nonlocal] = []
         self.ifs: list[cst.If] = []
@@ -297,6 +298,9 @@ class _Indexer:
 
     def visit_Return(self, node: cst.Return) -> None:
         self.returns.append(node)
+
+    def visit_Yield(self, node: cst.Yield) -> None:
+        self.yields.append(node)
 
     def visit_Global(self, node: cst.Global) -> None:
         self.declarations.append(node)
@@ -992,7 +996,8 @@ class ScriptAnalysis:
         home = self.shared.analysis_of(function) or self
         found = home.derived("generator parameters", lambda _: {})
         if function not in found:
-            found[function] = _generator_parameter(function)
+            generator = function in home.derived("generator functions", _generator_functions)
+            found[function] = _generator_parameter(function) if generator else None
         return found[function]
 
     def _instance_attribute(self, expr: cst.Attribute) -> set[cst.CSTNode]:
@@ -2178,6 +2183,20 @@ def _all_params(function: cst.FunctionDef) -> list[cst.Param]:
 def is_generator(function: cst.FunctionDef) -> bool:
     """Whether the function yields (its calls hand back a generator)."""
     return any(type(node) is cst.Yield for node in tree.walk(function.body))
+
+
+def _generator_functions(analysis: ScriptAnalysis) -> frozenset[cst.FunctionDef]:
+    """The functions of the module with a ``yield`` in their body, nested functions' included (what
+    :func:`is_generator` says of each), from the yields the module's index holds."""
+    found: set[cst.FunctionDef] = set()
+    parents = analysis.index.parents
+    for node in analysis.index.nodes.yields:
+        child, current = node, parents.get(node)
+        while current is not None:
+            if type(current) is cst.FunctionDef and current.body is child:  # type: ignore[attr-defined]
+                found.add(current)  # type: ignore[arg-type]
+            child, current = current, parents.get(current)
+    return frozenset(found)
 
 
 def _generator_parameter(function: cst.FunctionDef) -> str | None:

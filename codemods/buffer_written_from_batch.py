@@ -1,0 +1,290 @@
+"""DDP046 buffer-written-from-batch."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+
+from . import names
+from .analysis import ScriptAnalysis, call_method_name, dotted_name, walk
+from .analysis.script import callee_name
+from .base import Example, Match, Phase, Rule, Severity, Valid
+from .edits import code_of
+
+#: In-place tensor methods that write the slots their arguments select (``memory.index_copy_(0, idx, z)``).
+INDEXED_WRITES = frozenset(
+    {"index_copy_", "index_add_", "index_fill_", "index_put_", "scatter_", "scatter_add_", "scatter_reduce_", "masked_scatter_", "put_"}
+)
+#: Attributes and methods of a tensor that give its shape, not its values: the same on every rank when the
+#: batches are the same size (``batch_size = keys.shape[0]``).
+_SHAPE_ATTRIBUTES = frozenset({"shape", "ndim", "dtype", "device", "is_cuda"})
+_SHAPE_METHODS = frozenset({"size", "dim", "numel"})
+#: Functions that join tensors into a new one: a buffer rebound to their result keeps the batch's values.
+_JOINS = frozenset({"cat", "concat", "concatenate", "stack", "vstack", "hstack", "roll"})
+
+
+class BufferWrittenFromBatch(Rule):
+    """Gather the batch from every process before a model writes it into one of its buffers.
+
+    What it finds, in a program that wraps its model in DDP: a module class of the program whose
+    ``forward()`` (or a method ``forward()`` calls on ``self``) writes values or slots chosen by its inputs
+    into a buffer it registered: a queue of keys (``self.queue[:, ptr:ptr + n] = keys.T``), a memory bank
+    (``self.memory[idx] = z``, ``self.memory.index_copy_(0, idx, z)``), per-sample counts, where no
+    collective (``all_gather``) runs on the way.
+
+    Why it is a problem: each process sees only its shard of the batch, so it writes only its shard's
+    values; and DDP's ``broadcast_buffers`` (on by default) copies rank 0's buffers over every other
+    process's at the start of each forward, so what the other ranks wrote is lost. The queue or memory bank
+    ends up holding rank 0's samples only (a trial: 27 of 32 memory rows updated, against 32 in the
+    original). Nothing fails; the negatives or the nearest neighbours are quietly different. Buffers that
+    keep a running statistic (``running_mean.mul_(m).add_(...)``, as BatchNorm's) are not reported: rank
+    0's estimate stands for all, as for torch's own BatchNorm.
+
+    What a human must do: gather the values from every process before writing them
+    (``torch.distributed.all_gather`` into a list, then ``torch.cat``, as MoCo's ``concat_all_gather``
+    does), so that every rank writes the same global batch; or keep the buffer out of the model DDP wraps.
+    """
+
+    code = "DDP046"
+    name = "buffer-written-from-batch"
+    phase = Phase.OUTPUT
+    severity = Severity.WARNING
+    triggers = ("register_buffer",)
+    needs_names = (names.DISTRIBUTED_DATA_PARALLEL,)
+    manual_fix = "all_gather the values across processes before writing them into the buffer"
+    examples = (
+        Example(
+            before="""\
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+class MemoryNet(torch.nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.encoder = torch.nn.Linear(8, 4)
+        self.register_buffer("memory", torch.zeros(n, 4))
+
+    def forward(self, x, idx):
+        z = self.encoder(x)
+        self.memory[idx] = z.detach()
+        return z @ self.memory.t()
+
+model = DDP(MemoryNet(100))
+""",
+        ),
+        Valid(
+            """\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+def gather(t):
+    parts = [torch.zeros_like(t) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, t)
+    return torch.cat(parts)
+
+class Queue(torch.nn.Module):
+    def __init__(self, k):
+        super().__init__()
+        self.encoder = torch.nn.Linear(8, 4)
+        self.register_buffer("queue", torch.zeros(k, 4))
+        self.register_buffer("running", torch.zeros(4))
+        self.register_buffer("steps", torch.zeros(()))
+
+    def forward(self, x):
+        z = self.encoder(x)
+        keys = gather(z.detach())
+        self.queue[: keys.shape[0]] = keys
+        self.running.mul_(0.9).add_(0.1 * z.detach().mean(0))
+        self.steps += 1
+        return z
+
+model = DDP(Queue(64))
+"""
+        ),
+    )
+
+    def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
+        if not any(analysis.is_call_to(wrap, names.DISTRIBUTED_DATA_PARALLEL) for wrap in analysis.program_wrap_calls):
+            return
+        for cls in analysis.classes:
+            buffers = _registered_buffers(analysis, cls)
+            if not buffers:
+                continue
+            methods = _reached_from_forward(analysis, cls)
+            if not methods or any(_gathers(analysis, method) for method in methods):
+                continue
+            for method in methods:
+                for statement, buffer in _writes_from_batch(method, buffers):
+                    yield Match(
+                        statement,
+                        f"`{code_of(statement).strip()}` writes buffer `{buffer}` from this process's shard of the data "
+                        "only: the other processes' values never reach it (and in a model DDP wraps, broadcast_buffers "
+                        "copies rank 0's buffers over the others' at every forward); all_gather the values across "
+                        "processes before writing them",
+                        fixable=False,
+                    )
+
+
+def _registered_buffers(analysis: ScriptAnalysis, cls: cst.ClassDef) -> frozenset[str]:
+    """The names the class registers buffers under (``self.register_buffer("queue", ...)``), in any of its
+    methods or those of the classes of the program it derives from."""
+    found: set[str] = set()
+    for owner in analysis.shared.ancestors_of(cls):
+        for node in walk(owner.body):
+            if type(node) is cst.Call and call_method_name(node) == "register_buffer" and node.args:
+                receiver = node.func.value  # type: ignore[attr-defined]
+                first = node.args[0].value
+                if type(receiver) is cst.Name and receiver.value == "self" and type(first) is cst.SimpleString:
+                    found.add(first.evaluated_value)  # type: ignore[arg-type]
+    return frozenset(found)
+
+
+def _reached_from_forward(analysis: ScriptAnalysis, cls: cst.ClassDef) -> list[cst.FunctionDef]:
+    """The class's ``forward`` and the methods it calls on ``self``, directly or through one another."""
+    forward = analysis.method_of(cls, "forward")
+    if forward is None:
+        return []
+    reached = [forward]
+    for method in reached:
+        for node in walk(method.body):
+            if type(node) is cst.Call and type(node.func) is cst.Attribute:
+                receiver = node.func.value  # type: ignore[attr-defined]
+                if type(receiver) is cst.Name and receiver.value == "self":
+                    callee = analysis.method_of(cls, node.func.attr.value)  # type: ignore[attr-defined]
+                    if callee is not None and callee not in reached:
+                        reached.append(callee)
+    return reached
+
+
+def _gathers(analysis: ScriptAnalysis, method: cst.FunctionDef) -> bool:
+    """Whether the method runs a collective, itself or in a function of the program it calls."""
+    home = analysis.shared.analysis_of(method) or analysis
+    for node in walk(method.body):
+        if type(node) is not cst.Call:
+            continue
+        if home.is_call_to(node, names.COLLECTIVES):  # type: ignore[arg-type]
+            return True
+        target = home.call_target(node)  # type: ignore[arg-type]
+        if target is not None and target is not method:
+            owner = analysis.shared.analysis_of(target) or home
+            if any(type(inner) is cst.Call and owner.is_call_to(inner, names.COLLECTIVES) for inner in walk(target.body)):  # type: ignore[arg-type]
+                return True
+    return False
+
+
+def _writes_from_batch(method: cst.FunctionDef, buffers: frozenset[str]) -> Iterator[tuple[cst.CSTNode, str]]:
+    """The statements of the method that write a buffer's slots from values of its inputs, with the
+    buffer's name: a subscript assignment whose value or index derives from a parameter, or an indexed
+    in-place write (``index_copy_``) with such an argument."""
+    derived = _derived_names(method)
+    for node in walk(method.body):
+        if type(node) in (cst.Assign, cst.AugAssign):
+            targets = [t.target for t in node.targets] if type(node) is cst.Assign else [node.target]  # type: ignore[attr-defined]
+            for target in targets:
+                buffer = _buffer_slot(target, buffers)
+                if buffer is not None and (_reads(node.value, derived) or _reads(target, derived)):
+                    yield node, buffer
+                    break
+                buffer = _self_attribute(target, buffers)
+                if buffer is not None and _concatenates(node.value) and _reads(node.value, derived):
+                    yield node, buffer  # ``self.queue = torch.cat([keys, self.queue])[:K]``
+                    break
+        elif type(node) is cst.Expr and type(node.value) is cst.Call:
+            call = node.value
+            method_name = call_method_name(call)  # type: ignore[arg-type]
+            if method_name in INDEXED_WRITES:
+                buffer = _self_attribute(call.func.value, buffers)  # type: ignore[attr-defined]
+                if buffer is not None and any(_reads(arg.value, derived) for arg in call.args):  # type: ignore[attr-defined]
+                    yield node, buffer
+
+
+def _concatenates(value: cst.BaseExpression) -> bool:
+    """Whether the value is built by joining tensors (``torch.cat([keys, self.queue])[:K]``): a queue, not
+    a running statistic."""
+    while type(value) is cst.Subscript:
+        value = value.value  # type: ignore[attr-defined]
+    return type(value) is cst.Call and callee_name(value) in _JOINS  # type: ignore[arg-type]
+
+
+def _buffer_slot(target: cst.BaseExpression, buffers: frozenset[str]) -> str | None:
+    """The buffer ``self.queue[...]`` writes into (the subscript of a buffer, or of a view of one)."""
+    if type(target) is not cst.Subscript:
+        return None
+    value = target.value  # type: ignore[attr-defined]
+    while type(value) is cst.Subscript:
+        value = value.value  # type: ignore[attr-defined]
+    return _self_attribute(value, buffers)
+
+
+def _self_attribute(expr: cst.BaseExpression, buffers: frozenset[str]) -> str | None:
+    name = dotted_name(expr)
+    if name is not None and name.startswith("self.") and name[5:] in buffers:
+        return name[5:]
+    return None
+
+
+def _derived_names(method: cst.FunctionDef) -> set[str]:
+    """The method's parameters (but ``self``) and the local names assigned from them, directly or not."""
+    params = method.params
+    derived = {p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)} - {"self", "cls"}
+    for extra in (params.star_arg, params.star_kwarg):
+        if isinstance(extra, cst.Param):
+            derived.add(extra.name.value)
+    assignments = [node for node in walk(method.body) if type(node) in (cst.Assign, cst.AugAssign, cst.AnnAssign, cst.For)]
+    changed = True
+    while changed:
+        changed = False
+        for node in assignments:
+            if type(node) is cst.For:
+                value, targets = node.iter, [node.target]  # type: ignore[attr-defined]
+            elif type(node) is cst.Assign:
+                value, targets = node.value, [t.target for t in node.targets]  # type: ignore[attr-defined]
+            else:
+                value, targets = node.value, [node.target]  # type: ignore[attr-defined]
+            if value is None or not _reads(value, derived):
+                continue
+            for target in targets:
+                for name in _bound_names(target):
+                    if name not in derived:
+                        derived.add(name)
+                        changed = True
+    return derived
+
+
+def _bound_names(target: cst.BaseExpression) -> list[str]:
+    """The local names an assignment target binds (``a``, ``a, (b, *c)``; not an attribute or an item)."""
+    if type(target) is cst.Name:
+        return [target.value]  # type: ignore[attr-defined]
+    if type(target) in (cst.Tuple, cst.List):
+        return [name for element in target.elements for name in _bound_names(element.value)]  # type: ignore[attr-defined]
+    if type(target) is cst.StarredElement:
+        return _bound_names(target.value)  # type: ignore[attr-defined]
+    return []
+
+
+def _reads(expr: cst.CSTNode, derived: set[str]) -> bool:
+    """Whether the expression reads the value of one of the names (a shape read from it does not count:
+    ``keys.shape[0]`` is the same on every rank for batches of one size)."""
+    stack: list[cst.CSTNode] = [expr]
+    while stack:
+        node = stack.pop()
+        kind = type(node)
+        if kind is cst.Name:
+            if node.value in derived:  # type: ignore[attr-defined]
+                return True
+            continue
+        if kind is cst.Arg:
+            stack.append(node.value)  # type: ignore[attr-defined]  (not the keyword's name)
+            continue
+        if kind is cst.Attribute and node.attr.value in _SHAPE_ATTRIBUTES:  # type: ignore[attr-defined]
+            continue
+        if kind is cst.Call:
+            if call_method_name(node) in _SHAPE_METHODS or (type(node.func) is cst.Name and node.func.value == "len"):  # type: ignore[arg-type,attr-defined]
+                continue
+        if kind is cst.Attribute:
+            stack.append(node.value)  # type: ignore[attr-defined]  (``x.attr``: the attribute's name reads nothing)
+            continue
+        stack.extend(node.children)
+    return False
