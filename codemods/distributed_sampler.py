@@ -9,7 +9,7 @@ from typing import Iterator
 import libcst as cst
 
 from . import names
-from .analysis import LOADER_PARAMETERS, ScriptAnalysis, loader_argument
+from .analysis import LOADER_PARAMETERS, ScriptAnalysis, given_loader_argument, is_none, loader_argument
 from .analysis.loaders import SAMPLING_KEYS, KwargsDict, loader_facts
 from .analysis.ranks import steps_scaled_by_world_size
 from .base import BatchSizePolicy, Change, Example, FixResult, FixSafety, Match, Note, Options, Phase, Rule, Valid
@@ -375,7 +375,7 @@ with torch.no_grad():
             kwargs = facts.kwargs_dict(loader)
             if facts.streams(loader):
                 yield Match(loader, ITERABLE_MESSAGE, fixable=False)
-            elif loader_argument(loader, "sampler") or loader_argument(loader, "batch_sampler"):
+            elif given_loader_argument(loader, "sampler") or given_loader_argument(loader, "batch_sampler"):
                 yield Match(loader, "training DataLoader with its own sampler is not sharded across processes: shard it by hand", fixable=False)
             elif kwargs is not None and kwargs.keys is not None and kwargs.keys & SAMPLING_KEYS:
                 if self._distributed_in(analysis, kwargs):
@@ -391,7 +391,7 @@ with torch.no_grad():
     @staticmethod
     def _own_sampler(analysis: ScriptAnalysis, loader: cst.Call) -> bool:
         """Whether the loader brings its own sampler, in the call or in its keyword dict."""
-        if loader_argument(loader, "sampler") or loader_argument(loader, "batch_sampler"):
+        if given_loader_argument(loader, "sampler") or given_loader_argument(loader, "batch_sampler"):
             return True
         kwargs = loader_facts(analysis).kwargs_dict(loader)
         return kwargs is not None and kwargs.keys is not None and bool(kwargs.keys & SAMPLING_KEYS)
@@ -474,19 +474,23 @@ with torch.no_grad():
         sampler = expression(f"{sampler_class}({code_of(dataset)}, {self._replicas(analysis, edits)}shuffle={shuffle_code})")
         args: list[cst.Arg] = []
         keyword_from = None
+        unset_samplers = _unset_samplers(loader)
         # Arguments keep their commas and the whitespace after them (line breaks, comments): a call laid out
         # one argument per line stays so. The sampler takes the place of ``shuffle``, else comes last.
         for index, arg in enumerate(loader.args):
             parameter = LOADER_PARAMETERS[index] if arg.keyword is None and index < len(LOADER_PARAMETERS) else None
             if arg is original_dataset:
                 arg = arg.with_changes(value=dataset)
+            if arg in unset_samplers:  # ``sampler=None``: the DistributedSampler takes its place
+                keyword_from = index if keyword_from is None and arg.keyword is None else keyword_from
+                continue
             if arg is shuffle:
                 keyword_from = index  # positional arguments after a replaced one must become keywords
                 args.append(arg.with_changes(value=sampler, keyword=cst.Name("sampler"), equal=_NO_SPACE_EQUAL))
                 continue
             if arg.keyword is None and keyword_from is not None and parameter is not None:
                 arg = arg.with_changes(keyword=cst.Name(parameter), equal=_NO_SPACE_EQUAL)
-            if arg is loader_argument(loader, "batch_size") and options.batch_size is BatchSizePolicy.GLOBAL:
+            if arg is loader_argument(loader, "batch_size") and options.batch_size is BatchSizePolicy.GLOBAL and not is_none(arg.value):
                 rt = runtime_name(analysis, edits)
                 arg = arg.with_changes(value=expression(f"{rt}.per_process_batch_size({code_of(arg.value)})"))
             args.append(arg)
@@ -520,16 +524,20 @@ with torch.no_grad():
         original_dataset = loader_argument(loader, "dataset")
         sampler_arg = cst.Arg(expression(sampler), keyword=cst.Name("sampler"), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
         keyword_from = None
+        unset_samplers = _unset_samplers(loader)
         for index, arg in enumerate(loader.args):
             parameter = LOADER_PARAMETERS[index] if arg.keyword is None and not arg.star and index < len(LOADER_PARAMETERS) else None
             if arg is original_dataset:
                 arg = arg.with_changes(value=dataset)
+            if arg in unset_samplers:  # ``sampler=None``: the DistributedSampler takes its place
+                keyword_from = index if keyword_from is None and arg.keyword is None else keyword_from
+                continue
             if arg is own_shuffle:
                 keyword_from = index  # the sampler carries it; positional arguments after it become keywords
                 continue
             if parameter is not None and keyword_from is not None:
                 arg = arg.with_changes(keyword=cst.Name(parameter), equal=_NO_SPACE_EQUAL)
-            if arg is own_batch_size and divide:
+            if arg is own_batch_size and divide and not is_none(arg.value):
                 rt = runtime_name(analysis, edits)
                 arg = arg.with_changes(value=expression(f"{rt}.per_process_batch_size({code_of(arg.value)})"))
             if arg.star == "**":
@@ -585,3 +593,9 @@ with torch.no_grad():
                         Note(self.code, line, "batch_size kept per process: the effective batch is batch_size × the number of processes")
                     )
         return notes
+
+
+
+def _unset_samplers(loader: cst.Call) -> list[cst.Arg]:
+    """The loader's ``sampler=None`` / ``batch_sampler=None`` arguments (the defaults, spelled out)."""
+    return [arg for parameter in ("sampler", "batch_sampler") if (arg := loader_argument(loader, parameter)) is not None and is_none(arg.value)]

@@ -7,7 +7,7 @@ from typing import Iterator
 import libcst as cst
 
 from . import names
-from .analysis import ScriptAnalysis, is_true, keyword_argument, loader_argument
+from .analysis import ScriptAnalysis, given_loader_argument, is_true, keyword_argument, loader_argument
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Severity, Valid
 from .edits import Edits, with_keyword, without_argument
 
@@ -105,7 +105,7 @@ loader = DataLoader(train_set, batch_size=32, sampler=DistributedSampler(train_s
     def _targets(self, analysis: ScriptAnalysis, loader: cst.Call) -> tuple[cst.Arg, cst.Call | None] | None:
         """The loader's ``shuffle=True`` argument and the ``DistributedSampler`` call it feeds, if one."""
         shuffle = loader_argument(loader, "shuffle")
-        sampler = loader_argument(loader, "sampler") or loader_argument(loader, "batch_sampler")
+        sampler = given_loader_argument(loader, "sampler") or given_loader_argument(loader, "batch_sampler")
         if shuffle is None or sampler is None or not is_true(shuffle.value):
             return None
         origins = analysis.origins(sampler.value)

@@ -10,6 +10,7 @@ from .analysis import EpochLoop, ScriptAnalysis
 from .analysis.loaders import loader_facts
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, statement
+from .runtime_calls import runtime_name
 
 
 class MissingSetEpoch(Rule):
@@ -250,7 +251,18 @@ for epoch in range(10):
             body = epoch.loop.body
             if not isinstance(body, cst.IndentedBlock) or not body.body:
                 continue
-            call = statement(f"{code_of(spelling)}.sampler.set_epoch({epoch.epoch_var})")
+            if _may_hold_a_wrapper(analysis, spelling):
+                # ``train_dl = DeviceDataLoader(train_dl, device)``: the object iterated may not be the loader
+                call = statement(f"{runtime_name(analysis, edits)}.set_epoch({code_of(spelling)}, {epoch.epoch_var})")
+            else:
+                call = statement(f"{code_of(spelling)}.sampler.set_epoch({epoch.epoch_var})")
             edits.insert_before(body.body[0], call)
             edits.changes.append(Change(self.code, analysis.line(epoch.loop), "sampler.set_epoch(epoch) called at the start of each epoch"))
         return edits.apply(analysis.module) if edits else None
+
+
+def _may_hold_a_wrapper(analysis: ScriptAnalysis, spelling: cst.BaseExpression) -> bool:
+    """Whether the expression naming the loader at the epoch loop may also hold an object of one of the
+    program's classes (a name rebound to ``DeviceDataLoader(loader, device)``): not the loader itself."""
+    constructed = analysis.shared.constructed
+    return any(origin in constructed for origin in analysis.origins(spelling))

@@ -189,15 +189,19 @@ loss.backward()
         random state is not seeded alike on every rank."""
         splits = [call for call in analysis.calls_to(RANDOM_SPLIT) if keyword_argument(call, "generator") is None and len(call.args) < 3]
         by_hand = self._orders_of_subsets(analysis)
-        if not (splits or by_hand) or seeds_alike(analysis):
+        if not (splits or by_hand):
             return
         for call in splits:
+            if seeds_alike(analysis, before=call):
+                continue
             yield Match(
                 call,
                 "random_split draws from each process's own random state: every rank splits differently (one "
                 "rank's validation samples are another's training data); give it a seeded generator",
             )
         for call in by_hand:
+            if seeds_alike(analysis, before=call):
+                continue
             if analysis.is_call_to(call, TORCH_PERMUTATIONS):
                 yield Match(
                     call,

@@ -22,7 +22,7 @@ Nothing here adds work to a training step. Only torch and the standard library a
 
 from __future__ import annotations
 
-from .batch import per_process_batch_size
+from .batch import per_process_batch_size, set_epoch
 from .checkpoint import load, save
 from .environment import (
     device,
@@ -60,6 +60,7 @@ __all__ = [
     "reduce_mean",
     "reduce_sum",
     "save",
+    "set_epoch",
     "setup",
     "silence_non_main_logging",
     "unwrap",

@@ -1,26 +1,31 @@
-"""Splitting the global batch size across the processes of the job."""
+"""Sharing the data out between the processes of the job: the global batch size split, the sampler's epoch."""
 
 from __future__ import annotations
 
 import operator
+from typing import Any
 
 from .environment import world_size
 from .errors import BatchSizeError
 
-__all__ = ["per_process_batch_size"]
+__all__ = ["per_process_batch_size", "set_epoch"]
 
 
-def per_process_batch_size(global_batch_size: int) -> int:
+def per_process_batch_size(global_batch_size: int | None) -> int | None:
     """The batch size each process loads so that all together process ``global_batch_size``.
 
     With ``DistributedSampler(shuffle=False)`` the union of the per-process batches is exactly the
-    original batch, so the migrated script computes what the original did.
+    original batch, so the migrated script computes what the original did. ``None`` (a ``DataLoader``
+    without automatic batching, which yields one sample at a time) stays ``None``: the sampler alone
+    shares the samples out.
 
     Raises:
         BatchSizeError: ``global_batch_size`` is not positive, is smaller than the world size, or is
             not a multiple of it; the message gives the numbers and the fix.
-        TypeError: ``global_batch_size`` is not an integer.
+        TypeError: ``global_batch_size`` is neither an integer nor ``None``.
     """
+    if global_batch_size is None:
+        return None
     if isinstance(global_batch_size, bool):
         raise TypeError("global_batch_size must be an int, got bool")
     try:
@@ -48,3 +53,34 @@ def per_process_batch_size(global_batch_size: int) -> int:
             f"({batch} % {size} = {batch % size}). {fix}"
         )
     return batch // size
+
+
+#: How deep :func:`set_epoch` looks into the attributes of a loader's wrapper for the loader it wraps.
+_WRAPPER_DEPTH = 3
+
+
+def set_epoch(loader: Any, epoch: int) -> None:
+    """Tell the sampler of a data loader which epoch starts (``sampler.set_epoch(epoch)``): the loader's own
+    ``sampler`` (or its ``batch_sampler``'s), or, for an object that wraps a loader (a class that moves
+    batches to the device, a prefetcher: ``DeviceDataLoader(DataLoader(...), device)``), the sampler of
+    every loader found among its attributes, a few levels down. A loader without such a sampler is left as
+    it is."""
+    _set_epoch(loader, epoch, _WRAPPER_DEPTH, set())
+
+
+def _set_epoch(value: Any, epoch: int, depth: int, seen: set[int]) -> bool:
+    if id(value) in seen:
+        return False
+    seen.add(id(value))
+    samplers = [getattr(value, "sampler", None), getattr(getattr(value, "batch_sampler", None), "sampler", None)]
+    for sampler in samplers:
+        if sampler is not None and callable(getattr(sampler, "set_epoch", None)):
+            sampler.set_epoch(epoch)
+            return True
+    if depth <= 0 or not hasattr(value, "__dict__") or isinstance(value, type):
+        return False
+    found = False
+    for attribute in list(vars(value).values()):
+        if hasattr(attribute, "__dict__") and not callable(attribute):
+            found |= _set_epoch(attribute, epoch, depth - 1, seen)
+    return found

@@ -170,3 +170,55 @@ def test_a_draw_in_another_module_of_the_program_is_reviewed_where_it_is(tmp_pat
     result = CliRunner().invoke(cli, ["lint", "--select", "DDP043", str(tmp_path)], catch_exceptions=False)
     found = [line.split(": ")[0].rsplit("/", 1)[-1] for line in result.output.splitlines() if "DDP043" in line]
     assert found == ["splits.py:7:5", "splits.py:14:9"], result.output
+
+
+SEEDED_LATER = '''
+import random
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset, random_split
+
+
+def seed_everything(seed):
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def build():
+    full = TensorDataset(torch.randn(50, 4), torch.zeros(50, 1))
+    ids = list(range(50))
+    random.shuffle(ids)
+    return random_split(full, [40, 10]), ids
+
+
+def main():
+    {before}
+    (train_set, val_set), ids = build()
+    {after}
+    loader = DataLoader(train_set, batch_size=8, shuffle=True)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
+    for epoch in range(2):
+        for x, y in loader:
+            optimizer.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+@pytest.mark.parametrize("seed", ["seed_everything(0)", "torch.manual_seed(0); random.seed(0)"])
+def test_a_seed_that_runs_after_the_draw_does_not_seed_it(tmp_path: Path, seed: str) -> None:
+    """A trial's split was followed by ``torch.manual_seed(0)``: every rank split on its own (33 distinct
+    training ids of 40 in an epoch, 7 validation ids trained on), and the report said nothing."""
+    migrated, report, _ = migrate_script(tmp_path, SEEDED_LATER.format(before="pass", after=seed))
+    assert "DDP043 line 18: random_split given a seeded generator" in report, report
+    assert "random_split(full, [40, 10], generator=torch.Generator().manual_seed(0))" in migrated
+    assert "review" in report and "built from random.shuffle()" in report, report
+    (tmp_path / "seeded").mkdir()
+    migrated, report, _ = migrate_script(tmp_path / "seeded", SEEDED_LATER.format(before=seed, after="pass"))
+    assert "DDP043" not in report and "generator=" not in migrated, report

@@ -47,6 +47,7 @@ CONTRACT = {
     "silence_non_main_logging",
     "convert_sync_batchnorm",
     "per_process_batch_size",
+    "set_epoch",
 }
 ENVIRONMENT = (
     "RANK",
@@ -293,6 +294,7 @@ def test_per_process_batch_size(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WORLD_SIZE", "4")
     assert runtime.per_process_batch_size(32) == 8
     assert runtime.per_process_batch_size(4) == 1
+    assert runtime.per_process_batch_size(None) is None  # no automatic batching: the sampler shares the samples
     with pytest.raises(runtime.BatchSizeError) as raised:
         runtime.per_process_batch_size(10)
     message = str(raised.value)
@@ -306,6 +308,34 @@ def test_per_process_batch_size(monkeypatch: pytest.MonkeyPatch) -> None:
         runtime.per_process_batch_size(8.0)  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         runtime.per_process_batch_size(True)
+
+
+def test_set_epoch_reaches_the_sampler_of_a_loader_or_of_the_loader_a_wrapper_holds() -> None:
+    from torch.utils.data import BatchSampler, DataLoader, TensorDataset
+    from torch.utils.data.distributed import DistributedSampler
+
+    data = TensorDataset(torch.arange(8))
+    sampler = DistributedSampler(data, num_replicas=2, rank=0)
+    loader = DataLoader(data, batch_size=2, sampler=sampler)
+    runtime.set_epoch(loader, 3)
+    assert sampler.epoch == 3
+
+    class DeviceLoader:  # what a fastai-style wrapper holds: the loader, the device
+        def __init__(self, inner: DataLoader, device: str) -> None:
+            self.inner, self.device = inner, device
+
+    class Prefetcher:
+        def __init__(self, loader: object) -> None:
+            self.loader = loader
+
+    runtime.set_epoch(Prefetcher(DeviceLoader(loader, "cpu")), 5)
+    assert sampler.epoch == 5
+    by_batches = DataLoader(data, batch_sampler=BatchSampler(DistributedSampler(data, num_replicas=2, rank=1), 2, False))
+    runtime.set_epoch(by_batches, 7)
+    assert by_batches.batch_sampler.sampler.epoch == 7  # type: ignore[union-attr]
+    runtime.set_epoch(DataLoader(data, batch_size=2, shuffle=True), 1)  # no sampler to tell: nothing happens
+    runtime.set_epoch([loader], 9)  # not a loader nor an object holding one
+    assert sampler.epoch == 5
 
 
 # --- models --------------------------------------------------------------------------------------

@@ -51,8 +51,8 @@ def per_process_draws(analysis: ScriptAnalysis) -> list[tuple[cst.Call, str]]:
             continue
         if state not in seeded:
             seeded[state] = seeds_alike(analysis, state)
-        if not seeded[state]:
-            found.extend((call, state) for call in calls)
+        # seeded somewhere: still each rank's own draw where the seed runs only after it
+        found.extend((call, state) for call in calls if not seeded[state] or not seeds_alike(analysis, state, before=call))
     if any(analysis.calls_to(GENERATORS)):
         for call in analysis.calls:
             if call_method_name(call) in GENERATOR_DRAWS and any(

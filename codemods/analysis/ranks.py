@@ -821,23 +821,57 @@ SEEDS: dict[str, frozenset[str]] = {
 }
 
 
-def seeds_alike(analysis: ScriptAnalysis, state: str = "torch") -> bool:
+def seeds_alike(analysis: ScriptAnalysis, state: str = "torch", before: cst.CSTNode | None = None) -> bool:
     """Whether every rank seeds a process-wide random state (``torch``, ``random`` or ``numpy``, see
     :data:`SEEDS`) with the same value before drawing: a seeding call (or a seeding helper:
     ``seed_everything(42)``, ``set_seed(args.seed)``) with an argument the same on every rank, and no seed
     call in the program whose argument flows from the rank. Unseeded, each process starts from its own
-    random state (each seeds it from the system at start)."""
+    random state (each seeds it from the system at start). ``before``: a draw of the module asked about; a
+    seed that runs only after it (later in the same function, or in a function called after it) does not
+    count for it (``random_split(...)`` then ``torch.manual_seed(0)``: the split is each rank's own)."""
     uniform = False
     for module in analysis.shared.analyses:
         seeds = [call for call in module.calls if call.args and state in _states_seeded(module, call)]
         if not seeds:
             continue
         facts = rank_facts(module)
-        kinds = [facts.kind(arg.value) for call in seeds for arg in call.args]
-        if Kind.RANK in kinds:
+        kinds = [(call, facts.kind(arg.value)) for call in seeds for arg in call.args]
+        if any(kind is Kind.RANK for _, kind in kinds):
             return False
-        uniform = uniform or any(kind is Kind.UNIFORM for kind in kinds)
+        uniform = uniform or any(
+            kind is Kind.UNIFORM and (before is None or module is not analysis or _may_run_before(analysis, call, before))
+            for call, kind in kinds
+        )
     return uniform
+
+
+def _may_run_before(analysis: ScriptAnalysis, first: cst.CSTNode, second: cst.CSTNode) -> bool:
+    """Whether ``first`` may run before ``second`` (both of the module): compared where their chains of
+    calls meet (each climbs to the one call site of its function, a few calls up); ``True`` where the
+    analysis cannot tell."""
+    second_path = _call_path(analysis, second)
+    for function, at_first in _call_path(analysis, first):
+        for other, at_second in second_path:
+            if other is function:
+                return at_first is at_second or analysis.comes_before(at_first, at_second)
+    return True
+
+
+def _call_path(analysis: ScriptAnalysis, node: cst.CSTNode, depth: int = 4) -> list[tuple[cst.FunctionDef | None, cst.CSTNode]]:
+    """The node in its function, then the call of that function in the function calling it, and so on up to
+    the module (as long as the function has one call site)."""
+    path: list[tuple[cst.FunctionDef | None, cst.CSTNode]] = []
+    current = node
+    for _ in range(depth):
+        function = analysis.enclosing_function(current)
+        path.append((function, current))
+        if function is None:
+            break
+        callers = analysis.callers_of(function)
+        if len(callers) != 1:
+            break
+        current = callers[0]
+    return path
 
 
 def _states_seeded(analysis: ScriptAnalysis, call: cst.Call, depth: int = 2) -> frozenset[str]:

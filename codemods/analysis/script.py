@@ -1072,6 +1072,10 @@ class ScriptAnalysis:
                 for origin in elements
             ) and any(origin in constructed or type(origin) is cst.FunctionDef for origin in elements):
                 changed |= self._bind(self._key(loop.target, target), elements)  # type: ignore[arg-type]
+            # ``for loader in (train_a, train_b):``, ``for name, loader in (("a", a), ("b", b)):``: a variable
+            # that holds one data loader after another (each one trains or evaluates through it).
+            for name, column in self._loaders_in_turn(loop):
+                changed |= self._bind(self._key(loop.target, name), set().union(*(self.origins(e) for e in column)))
         other_targets = self.shared.other_targets
         for call in self.calls:
             if call_method_name(call) == "append" and len(call.args) == 1:
@@ -1088,6 +1092,42 @@ class ScriptAnalysis:
                     if items:
                         changed |= self._bind_items(function, param, items)
         return changed
+
+    def _loaders_in_turn(self, loop: cst.For) -> list[tuple[str, list[cst.BaseExpression]]]:
+        """The loop's variables that hold data loaders only, one after another, with the expressions they
+        take in turn: the loop iterates a list or tuple written out whose elements (or whose tuples' elements
+        at the variable's position) are all ``DataLoader(...)`` calls, or names of them."""
+        rows = _tuple_elements(loop.iter)
+        if not rows:
+            return []
+        variables = _tuple_elements(loop.target)
+        columns: list[list[cst.BaseExpression]]
+        if variables is None:
+            columns, variables = [rows], [loop.target]
+        else:
+            unpacked = [_tuple_elements(row) for row in rows]
+            if any(row is None or len(row) != len(variables) for row in unpacked):
+                return []
+            columns = [[row[i] for row in unpacked] for i in range(len(variables))]  # type: ignore[index]
+        found = []
+        for target, column in zip(variables, columns):
+            if type(target) is not cst.Name:
+                continue
+            if all(
+                (origins := self.origins(element)) and all(type(o) is cst.Call and self.is_call_to(o, names.DATA_LOADER) for o in origins)  # type: ignore[arg-type]
+                for element in column
+            ):
+                found.append((target.value, column))  # type: ignore[attr-defined]
+        return found
+
+    def _loader_taken_in_turn(self, loop: cst.For, expr: cst.BaseExpression, loader: cst.Call) -> cst.BaseExpression | None:
+        """Where the loop's variable ``expr`` takes the loader in turn (``for loader in (a, b)``), how the
+        loader is written in the loop's list (``a``)."""
+        name = dotted_name(expr)
+        for variable, column in self._loaders_in_turn(loop):
+            if variable == name:
+                return next((element for element in column if loader in self.origins(element)), None)
+        return None
 
     def _bind_items(self, scope_node: cst.CSTNode, name: str, items: dict[str, set[cst.CSTNode]]) -> bool:
         """Bind what a dict holds at each key to ``name['key']``, the dict being bound to ``name``; a list
@@ -1668,6 +1708,10 @@ class ScriptAnalysis:
             if ancestor is function:
                 break
             if isinstance(ancestor, (cst.For, cst.While)):
+                taken = self._loader_taken_in_turn(ancestor, expr, loader) if loader is not None and type(ancestor) is cst.For else None
+                if taken is not None:
+                    expr = taken  # a loop over the loaders (``for loader in (a, b)``), not over epochs
+                    continue
                 return EpochLoop(ancestor, expr, _loop_variable(ancestor))
         if function is None or depth >= 3:
             return None
@@ -2145,6 +2189,18 @@ def argument(call: cst.Call, parameters: tuple[str, ...], name: str) -> cst.Arg 
 def loader_argument(call: cst.Call, parameter: str) -> cst.Arg | None:
     """The argument a ``DataLoader(...)`` call passes for a parameter, positional or keyword."""
     return argument(call, LOADER_PARAMETERS, parameter)
+
+
+def given_loader_argument(call: cst.Call, parameter: str) -> cst.Arg | None:
+    """:func:`loader_argument`, but ``None`` for an argument that is the literal ``None`` (``sampler=None``
+    is the ``DataLoader``'s own default: no sampler was given)."""
+    found = loader_argument(call, parameter)
+    return None if found is None or is_none(found.value) else found
+
+
+def is_none(value: cst.BaseExpression) -> bool:
+    """Whether the expression is the literal ``None``."""
+    return type(value) is cst.Name and value.value == "None"  # type: ignore[attr-defined]
 
 
 def wrapped_argument(call: cst.Call) -> cst.BaseExpression | None:

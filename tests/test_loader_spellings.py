@@ -1,0 +1,175 @@
+"""Training loaders spelled in ways the first migrations did not read.
+
+A trial's data pipelines:
+
+* ``for name, loader in (("a", a), ("b", b)):`` (or ``for loader in (a, b):``) trained through a variable
+  that takes one loader after another; the loaders were left whole, and with another training loader in the
+  program the report said nothing (every rank trained on all of them);
+* ``DataLoader(ds, batch_size=None, shuffle=True)`` (no automatic batching) became
+  ``per_process_batch_size(None)``: TypeError, in plain python too;
+* ``sampler=None`` spelled out (by keyword, or positionally as in ``DataLoader(ds, 8, True, None, None, 0,
+  ...)``) was read as a sampler: the loader was left to a human "with its own sampler", and DDP036's safe fix
+  removed ``shuffle=True`` from a loader that has none (it stopped shuffling).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from launch import run_python, run_torchrun
+from migrated import migrate_script
+
+PROGRAM = '''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    torch.manual_seed(0)
+    first = TensorDataset(torch.randn(32, 4), torch.arange(32))
+    second = TensorDataset(torch.randn(32, 4), torch.arange(100, 132))
+    third = TensorDataset(torch.randn(16, 4), torch.arange(200, 216))
+    a = DataLoader(first, 8, True, None, None, 0, None, False, True)
+    b = DataLoader(second, batch_size=8, shuffle=True, sampler=None)
+    single = DataLoader(third, batch_size=None, shuffle=True)
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    seen = {}
+    for epoch in range(2):
+        for name, loader in (("a", a), ("b", b)):
+            for x, index in loader:
+                seen.setdefault(name, []).extend(index.tolist())
+                opt.zero_grad()
+                model(x).pow(2).mean().backward()
+                opt.step()
+        for x, index in single:
+            seen.setdefault("single", []).append(int(index))
+            opt.zero_grad()
+            model(x).pow(2).mean().backward()
+            opt.step()
+    for name in sorted(seen):
+        print(f"{name}: {len(seen[name])} seen, {len(set(seen[name]))} distinct", flush=True)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_loaders_taken_in_turn_and_spelled_defaults_are_sharded(tmp_path: Path) -> None:
+    migrated, report, code = migrate_script(tmp_path, PROGRAM)
+    assert code == 0, report
+    assert report.count("DistributedSampler added to the training DataLoader") == 3, report
+    # the spelled-out ``None`` samplers give way to the DistributedSampler; later positionals become keywords
+    assert "runtime.per_process_batch_size(8),\n        sampler=DistributedSampler(first, shuffle=True),\n        num_workers=0," in migrated
+    assert "None, None" not in migrated and "sampler=None" not in migrated
+    assert "third, batch_size=None, sampler=DistributedSampler(third, shuffle=True)" in migrated
+    # set_epoch for each loader, in the epoch loop (not in the loop over the loaders, by their names there)
+    lines = migrated.splitlines()
+    epoch = lines.index("    for epoch in range(2):")
+    assert lines[epoch + 1 : epoch + 4] == [
+        "        a.sampler.set_epoch(epoch)",
+        "        b.sampler.set_epoch(epoch)",
+        "        single.sampler.set_epoch(epoch)",
+    ], migrated
+    assert "0 item(s) need a human" in report
+
+
+def test_loop_over_a_tuple_of_loaders_alone(tmp_path: Path) -> None:
+    source = PROGRAM.replace('for name, loader in (("a", a), ("b", b)):', "for loader in (a, b):").replace(
+        "seen.setdefault(name, [])", "seen.setdefault(loader is a and 'a' or 'b', [])"
+    )
+    migrated, report, code = migrate_script(tmp_path, source)
+    assert code == 0, report
+    assert report.count("DistributedSampler added to the training DataLoader") == 3, report
+    assert "        a.sampler.set_epoch(epoch)\n        b.sampler.set_epoch(epoch)\n" in migrated
+
+
+def test_a_spelled_out_none_sampler_is_no_sampler_for_ddp036(tmp_path: Path) -> None:
+    """``lint --fix`` keeps ``shuffle=True`` where the sampler is ``None``: there is nothing to conflict with."""
+    from click.testing import CliRunner
+
+    from ddp_migrate.cli import cli
+
+    script = tmp_path / "train.py"
+    script.write_text("from torch.utils.data import DataLoader\nloader = DataLoader(ds, 5, shuffle=True, sampler=None)\n")
+    result = CliRunner().invoke(cli, ["lint", "--select", "DDP036", "--fix", str(script)])
+    assert result.exit_code == 0, result.output
+    assert "shuffle=True" in script.read_text()
+
+
+@pytest.mark.distributed
+def test_every_loader_is_shared_out_between_the_ranks(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    migrate_script(tmp_path, PROGRAM)
+    plain = run_python(tmp_path / "train.py", cwd=tmp_path, timeout=120)
+    for line in ("a: 64 seen, 32 distinct", "b: 64 seen, 32 distinct", "single: 32 seen, 16 distinct"):
+        assert line in plain.output, plain.output
+    launch = run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, timeout=120)
+    # rank 0 prints: its half of every loader, each epoch
+    for line in ("a: 32 seen, ", "b: 32 seen, ", "single: 16 seen, "):
+        assert line in launch.output, launch.output
+
+
+WRAPPED = '''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class DeviceDataLoader:
+    """Move each batch to the device (the fastai / Jovian course shape)."""
+
+    def __init__(self, dl, device):
+        self.dl = dl
+        self.device = device
+
+    def __iter__(self):
+        for batch in self.dl:
+            yield [t.to(self.device) for t in batch]
+
+    def __len__(self):
+        return len(self.dl)
+
+
+def fit(epochs, model, train_dl, opt):
+    orders = []
+    for epoch in range(epochs):
+        order = []
+        for index, x in train_dl:
+            order.extend(index.tolist())
+            opt.zero_grad()
+            model(x).pow(2).mean().backward()
+            opt.step()
+        orders.append(order)
+    print(f"{len(orders[0])} per epoch, reshuffled: {orders[0] != orders[1]}", flush=True)
+
+
+def main():
+    torch.manual_seed(0)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    train_dl = DataLoader(TensorDataset(torch.arange(32), torch.randn(32, 4)), batch_size=8, shuffle=True)
+    train_dl = DeviceDataLoader(train_dl, device)
+    model = nn.Linear(4, 1).to(device)
+    fit(2, model, train_dl, torch.optim.SGD(model.parameters(), lr=0.1))
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+@pytest.mark.distributed
+def test_a_loader_rebound_to_its_device_wrapper_gets_its_epoch_through_the_runtime(tmp_path: Path) -> None:
+    """``train_dl.sampler.set_epoch(epoch)`` on the wrapper raised AttributeError, in plain python too."""
+    pytest.importorskip("torch")
+    migrated, report, code = migrate_script(tmp_path, WRAPPED)
+    assert code == 0, report
+    assert "        runtime.set_epoch(train_dl, epoch)\n" in migrated and ".sampler.set_epoch" not in migrated
+    plain = run_python(tmp_path / "train.py", cwd=tmp_path, timeout=120)
+    assert "32 per epoch, reshuffled: True" in plain.output, plain.output
+    launch = run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, timeout=120)
+    assert "16 per epoch, reshuffled: True" in launch.output, launch.output
