@@ -40,6 +40,7 @@ from .requires_grad_after_wrap import RequiresGradAfterWrap
 from .shard_metric_decision import ShardMetricDecision
 from .pass_over_sharded_loader import PassOverShardedLoader
 from .buffer_written_from_batch import BufferWrittenFromBatch
+from .per_process_batch_reads import PerProcessBatchReads
 from .shard_sum_over_whole_set import ShardSumOverWholeSet
 
 #: Every rule, in code order. The engine runs their fixes in phase order.
@@ -84,6 +85,7 @@ ALL_RULES: tuple[type[Rule], ...] = tuple(
             ShardSumOverWholeSet,
             PassOverShardedLoader,
             BufferWrittenFromBatch,
+            PerProcessBatchReads,
         ),
         key=lambda rule: rule.code,
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
@@ -47,6 +48,9 @@ class Accumulation:
     block: cst.IndentedBlock | None = None
     start: int = 0
     end: int = 0
+    #: An optimizer step after the loop (``if len(loader) % k: optimizer.step()``) takes the last window's
+    #: gradients as they are: with ``no_sync()`` on those iterations, each rank's own.
+    flushed_after: bool = False
 
 
 @dataclass(frozen=True)
@@ -85,7 +89,10 @@ class AccumulationWithoutNoSync(Rule):
     - the forward pass through the DDP model, ``backward()`` and the gate are statements of the same block,
       in that order (the forward pass must run inside ``no_sync()`` too);
     - nothing outside the gate reads gradients on every step (``.grad``, gradient clipping,
-      ``scaler.unscale_``): inside ``no_sync()`` they hold only this process's share.
+      ``scaler.unscale_``): inside ``no_sync()`` they hold only this process's share;
+    - the optimizer does not step again after the loop (``if len(loader) % k: optimizer.step()``, a
+      flush of the last partial window): that step would take the last iterations' gradients unreduced,
+      each rank its own (a trial: the ranks' weights drifted apart). Such a loop is reported for review.
     Where the model is wrapped only on some paths (``if args.distributed: model = DDP(model)``), the test
     also asks ``hasattr(model, "no_sync")``: a plain model has no ``no_sync()``.
     Micro-steps in a loop of their own (``for micro_step in range(k): ... loss.backward()`` with the
@@ -452,10 +459,37 @@ for _ in range(6):
             return found
         if _reads_gradients(found.loop.body, skip=found.gate.body):
             return found
+        if self._steps_after(analysis, found.loop):
+            return dataclasses.replace(found, flushed_after=True)
         return Accumulation(found.loop, found.backward, found.gate, found.model, block, start, end)
+
+    def _steps_after(self, analysis: ScriptAnalysis, loop: cst.For) -> bool:
+        """Whether the optimizer steps after the loop, in the function that runs it (the partial window
+        flushed once the loop is over)."""
+        function = analysis.enclosing_function(loop)
+        return any(
+            self._is_optimizer_step(analysis, call)
+            and analysis.enclosing_function(call) is function
+            and not analysis.is_inside(call, loop)
+            and analysis.comes_before(loop, call)
+            # not a step of another loop that follows (it accumulates on its own)
+            and ((around := analysis.nearest_loop(call)) is None or analysis.is_inside(loop, around))
+            for call in analysis.calls
+        )
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
         for found in self.accumulations(analysis):
+            if found.flushed_after:
+                yield Match(
+                    found.backward,
+                    f"gradient accumulation: backward() all-reduces gradients on every iteration but the optimizer "
+                    f"steps only when `{code_of(found.gate.test)}`, and once more after the loop on the last "
+                    f"iterations' gradients: {found.model}.no_sync() on the non-stepping iterations would leave those "
+                    "unsynchronised (each rank would step on its own); skip the sync only where a later backward() "
+                    "in the same window syncs",
+                    fixable=False,
+                )
+                continue
             yield Match(
                 found.backward,
                 f"gradient accumulation: backward() all-reduces gradients on every iteration but the optimizer "

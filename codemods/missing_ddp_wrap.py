@@ -16,7 +16,7 @@ from .analysis import (
     wrapped_argument,
 )
 from .analysis.ranks import rank_facts
-from .analysis.trainable import changes_requires_grad, skipped_in_some_steps
+from .analysis.trainable import changes_requires_grad, frozen_models, skipped_in_some_steps
 from .base import (
     Change,
     Example,
@@ -318,6 +318,9 @@ loss.backward()
             if analysis.reaches_backward(stmt):
                 break
             if changes_requires_grad(analysis, stmt):
+                frozen = frozen_models(analysis, stmt)
+                if frozen is not None and model.split(".")[0] not in frozen and _hands_over(stmt, model):
+                    break  # ``Distiller(student, teacher)`` keeps the model it is given: wrap it before
                 anchor = stmt  # DDP synchronises what requires gradients when it wraps: freeze first
                 continue
             if isinstance(stmt, (cst.For, cst.While)):
@@ -485,3 +488,11 @@ def _sets_up(stmt: cst.BaseStatement, model: str) -> bool:
         call = small.value
         return call_method_name(call) in SETUP_METHODS and dotted_name(call.func.value) == model  # type: ignore[union-attr]
     return False
+
+
+def _hands_over(stmt: cst.BaseStatement, model: str) -> bool:
+    """Whether the statement passes the model itself to a call (which may keep it: an object built on it)."""
+    return any(
+        type(node) is cst.Call and any(dotted_name(arg.value) == model for arg in node.args)  # type: ignore[attr-defined]
+        for node in walk(stmt)
+    )

@@ -222,3 +222,23 @@ def test_a_seed_that_runs_after_the_draw_does_not_seed_it(tmp_path: Path, seed: 
     (tmp_path / "seeded").mkdir()
     migrated, report, _ = migrate_script(tmp_path / "seeded", SEEDED_LATER.format(before=seed, after="pass"))
     assert "DDP043" not in report and "generator=" not in migrated, report
+
+
+@pytest.mark.parametrize(
+    ("seed", "seeded"),
+    [
+        ("cfg = json.loads(os.environ.get('CFG', '{\"seed\": 0}')); torch.manual_seed(cfg['seed']); random.seed(cfg['seed'])", True),
+        ("cfg = types.SimpleNamespace(**json.loads('{\"seed\": 0}')); seed_everything(cfg.seed)", True),
+        ("seed_everything(int(time.time()))", False),
+    ],
+    ids=["config-item", "config-attribute", "clock"],
+)
+def test_a_seed_read_from_the_settings_seeds_alike(tmp_path: Path, seed: str, seeded: bool) -> None:
+    """A trial's seed came from a YAML config (``torch.manual_seed(cfg.seed)``): the split was the same on
+    every rank, yet DDP043 gave it another generator, and the migrated program trained on other samples
+    than the original (former validation samples among them). A value a call makes on each process is
+    still no common seed."""
+    source = "import json\nimport os\nimport time\nimport types\n" + SEEDED_LATER.format(before=seed, after="pass")
+    migrated, report, _ = migrate_script(tmp_path, source)
+    assert ("DDP043" not in report) is seeded, report
+    assert ("generator=" not in migrated) is seeded

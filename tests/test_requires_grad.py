@@ -129,3 +129,71 @@ def test_unfreezing_through_a_helper_the_migration_unwraps_is_reviewed(tmp_path:
     (a trial: the ranks' backbones drifted apart, exit 0); DDP042 reviews it."""
     _, report, code = migrate_script(tmp_path, UNFREEZE_HELPER)
     assert code == 1 and "DDP042 requires_grad of runtime.unwrap(model).backbone changes where the model may already be wrapped" in report, report
+
+
+DISTILLER = '''
+import torch.nn.functional as F
+
+
+class Distiller:
+    def __init__(self, student, teacher, opt):
+        self.student, self.teacher, self.opt = student, teacher, opt
+        for p in teacher.parameters():
+            p.requires_grad_(False)
+
+    def step(self, x, y):
+        loss = F.mse_loss(self.student(x), self.teacher(x)) + F.cross_entropy(self.student(x), y)
+        self.opt.zero_grad()
+        loss.backward()
+        self.opt.step()
+'''
+
+DISTILL_TRAIN = '''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from distill import Distiller
+
+
+def main():
+    torch.manual_seed(0)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    teacher = nn.Linear(6, 3).to(device)
+    student = nn.Linear(6, 3).to(device)
+    x, y = torch.randn(48, 6), torch.randint(0, 3, (48,))
+    loader = DataLoader(TensorDataset(x, y), batch_size=8)
+    opt = torch.optim.SGD(student.parameters(), lr=0.1)
+    distiller = Distiller(student, teacher, opt)
+    for epoch in range(2):
+        for xb, yb in loader:
+            distiller.step(xb.to(device), yb.to(device))
+    torch.save(student.state_dict(), "student.pt")
+    print("checksum", round(sum(float(v.sum()) for v in student.state_dict().values()), 5), flush=True)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+@pytest.mark.distributed
+def test_a_model_handed_to_an_object_that_freezes_another_is_wrapped_before_it(tmp_path: Path) -> None:
+    """A trial's ``Distiller(student, teacher, opt)`` froze the teacher in its constructor; the wrap went
+    after it (a freeze comes first), so the distiller trained the unwrapped student: the ranks' students
+    drifted apart (checksums -0.7838 and -0.3053), exit 0, nothing to review. The student is wrapped before
+    it is handed over; the freeze of another model does not hold the wrap back."""
+    from launch import run_python, run_torchrun
+
+    original, migrated = tmp_path / "original", tmp_path / "migrated"
+    for folder in (original, migrated):
+        folder.mkdir()
+        (folder / "distill.py").write_text(DISTILLER)
+        (folder / "train.py").write_text(DISTILL_TRAIN)
+    done = subprocess.run([sys.executable, "-m", "ddp_migrate", "train.py"], cwd=migrated, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = (migrated / "train.py").read_text()
+    assert text.index("student = DistributedDataParallel(student") < text.index("distiller = Distiller(student, teacher, opt)")
+    expected = run_python(original / "train.py", cwd=original, timeout=120).output.split("checksum")[1].split()[0]
+    launch = run_torchrun(migrated / "train.py", nproc_per_node=2, cwd=migrated, timeout=120)
+    assert f"checksum {expected}" in launch.output, (expected, launch.output)

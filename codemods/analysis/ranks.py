@@ -839,10 +839,24 @@ def seeds_alike(analysis: ScriptAnalysis, state: str = "torch", before: cst.CSTN
         if any(kind is Kind.RANK for _, kind in kinds):
             return False
         uniform = uniform or any(
-            kind is Kind.UNIFORM and (before is None or module is not analysis or _may_run_before(analysis, call, before))
+            _same_on_every_rank(kind, call)
+            and (before is None or module is not analysis or _may_run_before(analysis, call, before))
             for call, kind in kinds
         )
     return uniform
+
+
+def _same_on_every_rank(kind: Kind, call: cst.Call) -> bool:
+    """Whether a seeding call's argument is the same on every rank: known to be, or a value read from the
+    program's settings (``cfg.seed``, ``config["seed"]``: an attribute or item no call computes, none of
+    whose parts is the rank), which every rank reads alike; not a value a call makes on each process
+    (``int(time.time())``) nor a variable that may hold one."""
+    if kind is Kind.UNIFORM:
+        return True
+    return kind is Kind.UNKNOWN and all(
+        type(arg.value) in (cst.Attribute, cst.Subscript) and not any(type(node) is cst.Call for node in walk(arg.value))
+        for arg in call.args
+    )
 
 
 def _may_run_before(analysis: ScriptAnalysis, first: cst.CSTNode, second: cst.CSTNode) -> bool:

@@ -131,6 +131,58 @@ def changes_requires_grad(analysis: ScriptAnalysis, statement: cst.BaseStatement
     return False
 
 
+def frozen_models(analysis: ScriptAnalysis, statement: cst.BaseStatement) -> set[str] | None:
+    """The names (their roots, as the statement's scope spells them) of the models whose ``requires_grad``
+    the statement changes, itself or in a function of the program it calls with the model as an argument
+    (``Distiller(student, teacher)`` freezing its ``teacher`` parameter: ``{"teacher"}``); ``None`` where
+    the analysis cannot tell (a change through ``self``, a global, an argument written as an expression)."""
+    found: set[str] = set()
+    for change in requires_grad_changes(analysis):
+        if analysis.is_inside(change.node, statement):
+            roots = _model_roots(analysis, change.receiver)
+            if roots is None:
+                return None
+            found |= roots
+    for part in walk(statement):
+        if type(part) is not cst.Call:
+            continue
+        function = analysis.call_target(part)  # type: ignore[arg-type]
+        owner = analysis.shared.analysis_of(function) if function is not None else None
+        if function is None or owner is None:
+            continue
+        for change in requires_grad_changes(owner):
+            if not owner.is_inside(change.node, function):
+                continue
+            roots = _model_roots(owner, change.receiver)
+            if roots is None or any(not owner.is_parameter(function, root) for root in roots):
+                return None
+            for root in roots:
+                argument = analysis.argument_for(part, function, root)  # type: ignore[arg-type]
+                name = dotted_name(argument) if argument is not None else None
+                if name is None:
+                    return None
+                found.add(name.split(".")[0])
+    return found
+
+
+def _model_roots(analysis: ScriptAnalysis, receiver: cst.BaseExpression) -> set[str] | None:
+    """The root names of the models a ``requires_grad`` write reaches: the receiver's own (``model.head``),
+    or, for a parameter taken from a loop (``for p in teacher.parameters()``), the model it comes from."""
+    name = dotted_name(receiver)
+    if name is None:
+        return None
+    roots: set[str] = set()
+    for value in analysis.flows_into(receiver, name):
+        for part in walk(value):
+            if type(part) is cst.Call and call_method_name(part) in PARAMETER_SOURCES:  # type: ignore[arg-type]
+                source = dotted_name(part.func.value)  # type: ignore[attr-defined]
+                if source is None:
+                    return None
+                roots.add(source.split(".")[0])
+    roots = roots or {name.split(".")[0]}
+    return None if "self" in roots else roots
+
+
 def _wrapped_again(analysis: ScriptAnalysis, node: cst.CSTNode, wraps: list[cst.Call]) -> bool:
     """Whether a wrap follows the node in its block or in an enclosing block of its function (``for p in
     raw.parameters(): p.requires_grad = True`` then ``model = DDP(raw)``): the new wrapper sees the change."""

@@ -1,0 +1,103 @@
+"""Numbers that read the loader's batch size once it is split across the processes (DDP047).
+
+Trials: ``if xb.size(0) < BATCH_SIZE: continue`` (drop the last, incomplete batch) skipped every batch of the
+migrated program, whose processes load ``BATCH_SIZE / N`` samples a step (0 optimizer steps, exit 0); a
+budget of samples (``seen += xb.size(0)``; ``if seen >= budget: break``) was reached after twice as many
+steps; ``len(ds) // loader.batch_size`` doubled a OneCycle schedule's length. The comparison now reads the
+per-process size; the counts and ``loader.batch_size`` are left to a human, each at its line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from launch import run_python, run_torchrun
+from migrated import migrate_script
+
+SKIP_INCOMPLETE = '''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+BATCH_SIZE = 8
+
+
+def main():
+    torch.manual_seed(0)
+    loader = DataLoader(TensorDataset(torch.randn(36, 4), torch.randn(36, 1)), batch_size=BATCH_SIZE)
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    steps = 0
+    for epoch in range(2):
+        for xb, yb in loader:
+            if xb.size(0) < BATCH_SIZE:  # the last, incomplete batch
+                continue
+            opt.zero_grad()
+            nn.functional.mse_loss(model(xb), yb).backward()
+            opt.step()
+            steps += 1
+    print(f"steps {steps} weight {model.weight.sum().item():.5f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+BUDGET = '''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(40, 4), torch.randn(40, 1)), batch_size=8, shuffle=True)
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    steps_per_epoch = len(loader.dataset) // loader.batch_size
+    seen = 0
+    for epoch in range(100):
+        for xb, yb in loader:
+            opt.zero_grad()
+            nn.functional.mse_loss(model(xb), yb).backward()
+            opt.step()
+            seen += xb.size(0)
+        if seen >= 120:
+            break
+    print(steps_per_epoch)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_a_batch_is_compared_with_the_per_process_batch_size(tmp_path: Path) -> None:
+    migrated, report, code = migrate_script(tmp_path, SKIP_INCOMPLETE)
+    assert code == 0, report
+    assert "if xb.size(0) < runtime.per_process_batch_size(BATCH_SIZE):  # the last, incomplete batch" in migrated
+    assert "DDP047 line 17: a batch compared with the per-process batch size" in report, report
+
+
+def test_sample_budgets_and_loader_batch_size_are_left_to_a_human(tmp_path: Path) -> None:
+    migrated, report, code = migrate_script(tmp_path, BUDGET)
+    assert code == 1, report
+    reviews = [line for line in report.splitlines() if "DDP047" in line]
+    assert len(reviews) == 2, report
+    assert "loader.batch_size is now this process's batch size" in reviews[0]
+    assert "`seen += xb.size(0)` counts this process's samples only, and `seen >= 120` decides when training stops" in reviews[1]
+    assert migrated.count("# TODO(ddp-migrate): ") == 2
+
+
+@pytest.mark.distributed
+def test_the_migrated_loop_steps_as_often_as_the_original(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    (tmp_path / "original").mkdir()
+    (tmp_path / "original" / "train.py").write_text(SKIP_INCOMPLETE)
+    expected = run_python(tmp_path / "original" / "train.py", cwd=tmp_path / "original", timeout=120).output
+    assert "steps 8 " in expected, expected
+    migrate_script(tmp_path, SKIP_INCOMPLETE)
+    launch = run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, timeout=120)
+    weight = expected.split("weight ")[1].split()[0]
+    assert f"steps 8 weight {weight}" in launch.output, (expected, launch.output)
