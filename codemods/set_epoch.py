@@ -25,7 +25,11 @@ class MissingSetEpoch(Rule):
 
     What the fix does: ``<loader>.sampler.set_epoch(<epoch>)`` as the first statement of the epoch loop,
     spelled with the loader as it is named there (a name bound before the loop, never a progress wrapper
-    made inside it). A loop that draws batches with ``next(it)`` and starts a new pass with
+    made inside it). An epoch loop inside another loop (``for stage in stages: for epoch in range(n):``)
+    gets ``loader.sampler.set_epoch(loader.sampler.epoch + 1)``: its own counter starts again with each
+    stage, and every stage would repeat the first one's orders. A name that may hold an object of the
+    program wrapping the loader (``train_dl = DeviceDataLoader(train_dl, device)``) gets
+    ``runtime.set_epoch(train_dl, epoch)``, which finds the sampler of the loader inside. A loop that draws batches with ``next(it)`` and starts a new pass with
     ``it = iter(loader)`` on ``StopIteration`` gets ``loader.sampler.set_epoch(loader.sampler.epoch + 1)``
     right before each restart. When no epoch loop can be found it leaves a TODO comment and a review item
     instead of guessing.
@@ -254,6 +258,11 @@ for epoch in range(10):
             if _may_hold_a_wrapper(analysis, spelling):
                 # ``train_dl = DeviceDataLoader(train_dl, device)``: the object iterated may not be the loader
                 call = statement(f"{runtime_name(analysis, edits)}.set_epoch({code_of(spelling)}, {epoch.epoch_var})")
+            elif analysis.nearest_loop(epoch.loop) is not None:
+                # ``for stage in stages: for epoch in range(n):``: the epoch number starts again with each
+                # stage, and so would the order; the sampler counts its epochs on instead
+                sampler = f"{code_of(spelling)}.sampler"
+                call = statement(f"{sampler}.set_epoch({sampler}.epoch + 1)")
             else:
                 call = statement(f"{code_of(spelling)}.sampler.set_epoch({epoch.epoch_var})")
             edits.insert_before(body.body[0], call)

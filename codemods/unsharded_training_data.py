@@ -7,7 +7,7 @@ from typing import Iterator
 import libcst as cst
 
 from . import names
-from .analysis import ScriptAnalysis
+from .analysis import ScriptAnalysis, walk
 from .analysis.loaders import loader_facts
 from .analysis.ranks import draws_per_rank
 from .base import Example, Match, Phase, Rule, Severity, Valid
@@ -125,11 +125,15 @@ loss.backward()
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
         if not analysis.is_entry:
             return
+        steps = [call for call in analysis.backward_calls if _in_a_loop(analysis, call)]
         if analysis.program_loader_calls:
             loaders = loader_facts(analysis)
             if loaders.training_loaders or loaders.dict_training or loaders.undecided or loaders.shared_factories or loaders.unconnected:
-                return  # the migration shards (or asks a human to shard) a loader that trains
-        step = next((call for call in analysis.backward_calls if _in_a_loop(analysis, call)), None)
+                # The migration shards (or asks a human to shard) a loader that trains: what is left are the
+                # steps no loader feeds (a fine-tuning pass over tensors indexed by hand after a loader's
+                # pre-training, unlabelled draws beside a labelled loader).
+                steps = [call for call in steps if not _fed_by_a_loader(analysis, call)]
+        step = next(iter(steps), None)
         if step is not None and not draws_per_rank(analysis):
             yield Match(
                 step,
@@ -138,3 +142,19 @@ loss.backward()
                 "N-th sample)",
                 fixable=False,
             )
+
+
+def _fed_by_a_loader(analysis: ScriptAnalysis, backward: cst.Call) -> bool:
+    """Whether the ``backward()`` runs in a loop over a data loader of the program (here, or in a function
+    such a loop calls), or its own loop reads a value that comes from a loader (``batch = next(it)`` of
+    ``it = iter(loader)``, ``cycle(loader)``): its batches then come from a loader the migration handles."""
+    for loop in analysis.program_loader_loops:
+        owner = analysis.shared.analysis_of(loop.loop) or analysis
+        if loop.trains and owner.reaches(loop.loop, [backward]):
+            return True
+    around = analysis.nearest_loop(backward)
+    loaders = set(analysis.program_loader_calls)
+    return around is not None and any(
+        type(node) in (cst.Name, cst.Attribute, cst.Call) and not loaders.isdisjoint(analysis.origins(node))  # type: ignore[arg-type]
+        for node in walk(around)
+    )

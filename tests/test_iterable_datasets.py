@@ -70,7 +70,15 @@ def test_a_stream_from_another_module_is_left_to_a_human_and_the_program_still_r
 
 @pytest.mark.parametrize(
     "dataset",
-    ['load_dataset("c4", split="train", streaming=True)', "ChainDataset([first, second])", 'wds.WebDataset("shards-{000..009}.tar")'],
+    [
+        'load_dataset("c4", split="train", streaming=True)',
+        "ChainDataset([first, second])",
+        'wds.WebDataset("shards-{000..009}.tar")',
+        # a trial's: the stream's own methods hand back a stream (a sampler was added: TypeError at the start)
+        'wds.WebDataset("shards-{000..009}.tar").shuffle(100).decode()',
+        'load_dataset("c4", split="train", streaming=True).with_format("torch")',
+        "stream.map(tokenize)",
+    ],
 )
 def test_library_streams_get_no_sampler(dataset: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A stream from a library (a streaming Hugging Face dataset, torch's ChainDataset, a WebDataset) is
@@ -78,6 +86,7 @@ def test_library_streams_get_no_sampler(dataset: str, tmp_path: Path, monkeypatc
     monkeypatch.chdir(tmp_path)
     source = (
         "import webdataset as wds\nfrom datasets import load_dataset\nfrom torch.utils.data import ChainDataset, DataLoader\n\n"
+        'stream = load_dataset("c4", split="train", streaming=True)\n'
         f"loader = DataLoader({dataset}, batch_size=8)\nfor batch in loader:\n    model(batch).backward()\n"
     )
     Path("train.py").write_text(source)

@@ -173,3 +173,36 @@ def test_a_loader_rebound_to_its_device_wrapper_gets_its_epoch_through_the_runti
     assert "32 per epoch, reshuffled: True" in plain.output, plain.output
     launch = run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, timeout=120)
     assert "16 per epoch, reshuffled: True" in launch.output, launch.output
+
+
+STAGES = '''
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.arange(16)), batch_size=4, shuffle=True)
+    model = torch.nn.Linear(1, 1)
+    orders = []
+    for stage, lr in enumerate([0.1, 0.01]):
+        for epoch in range(2):
+            order = []
+            for (index,) in loader:
+                order.extend(index.tolist())
+                model(index.float()[:, None]).sum().backward()
+            orders.append(tuple(order))
+    print(f"distinct orders: {len(set(orders))}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_an_epoch_loop_inside_a_loop_of_stages_counts_its_epochs_on(tmp_path: Path) -> None:
+    """``set_epoch(epoch)`` in the inner loop made the second stage replay the first one's orders (2
+    distinct orders of 4): the sampler now counts its epochs itself."""
+    migrated, report, code = migrate_script(tmp_path, STAGES)
+    assert code == 0, report
+    assert "        for epoch in range(2):\n            loader.sampler.set_epoch(loader.sampler.epoch + 1)\n" in migrated
+    assert "distinct orders: 4" in run_python(tmp_path / "train.py", cwd=tmp_path, timeout=120).output

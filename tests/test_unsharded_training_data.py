@@ -46,3 +46,51 @@ def test_batches_drawn_with_no_loader_are_reported_at_the_training_step_and_left
 
 def test_draws_seeded_by_the_rank_are_each_ranks_own() -> None:
     assert _lint("seeded.py") == []
+
+
+TWO_PHASES = '''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def pretrain(model, opt, loader):
+    for epoch in range(2):
+        for x, y in loader:
+            opt.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+
+
+def finetune(model, opt, X, Y, batch_size=8):
+    for epoch in range(2):
+        perm = torch.randperm(len(X))
+        for i in range(0, len(X), batch_size):
+            idx = perm[i : i + batch_size]
+            opt.zero_grad()
+            nn.functional.mse_loss(model(X[idx]), Y[idx]).backward()
+            opt.step()
+
+
+def main():
+    torch.manual_seed(0)
+    X, Y = torch.randn(24, 4), torch.randn(24, 1)
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    pretrain(model, opt, DataLoader(TensorDataset(X, Y), batch_size=8, shuffle=True))
+    finetune(model, opt, X, Y)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_batches_cut_by_hand_beside_a_training_loader_are_reviewed(tmp_path: Path) -> None:
+    """A trial's fine-tuning pass indexed tensors by hand after a loader's pre-training: the loader was
+    sharded, the fine-tuning trained every rank on all 24 samples, and the report said nothing (DDP040 looked
+    only at programs without a training loader). The pre-training loop's backward() gets no review."""
+    Path("two.py").write_text(TWO_PHASES)
+    found = _lint("two.py")
+    line = TWO_PHASES.splitlines().index("            nn.functional.mse_loss(model(X[idx]), Y[idx]).backward()") + 1
+    assert found == [("two.py", line, "DDP040")], found

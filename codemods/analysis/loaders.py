@@ -188,9 +188,7 @@ class LoaderFacts:
         if dataset is None:
             return False
         a = self.analysis
-        for origin in {dataset.value, *a.origins(dataset.value)}:
-            if type(origin) is not cst.Call:
-                continue
+        for origin in self._stream_candidates(dataset.value):
             if a.is_call_to(origin, names.ITERABLE_DATASETS):
                 return True
             if a.is_call_to(origin, names.STREAMING_LOADS) and any(
@@ -201,6 +199,21 @@ class LoaderFacts:
             if built is not None and _derives_from_iterable_dataset(a, built, set()):
                 return True
         return False
+
+    def _stream_candidates(self, value: cst.BaseExpression, depth: int = 3) -> set[cst.Call]:
+        """The calls a data set value may come from, each chain of method calls judged by the call it starts
+        from: a method of a streaming dataset hands back a stream (``wds.WebDataset(urls).decode()``,
+        ``load_dataset(..., streaming=True).with_format("torch")``, ``ds = ds.map(f)``)."""
+        found: set[cst.Call] = set()
+        for origin in {value, *self.analysis.origins(value)}:
+            if type(origin) is not cst.Call:
+                continue
+            start = _chain_start(origin)  # type: ignore[arg-type]
+            found.add(start)
+            receiver = start.func.value if type(start.func) is cst.Attribute else None  # type: ignore[attr-defined]
+            if receiver is not None and depth > 0 and type(receiver) in (cst.Name, cst.Attribute):
+                found |= self._stream_candidates(receiver, depth - 1)
+        return found
 
     # ------------------------------------------------------------------ loaders in dicts
 
@@ -650,3 +663,11 @@ def is_loader_call(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
 
 
 __all__ = ["KwargsDict", "LoaderFacts", "SAMPLING_KEYS", "loader_facts", "statements_of", "loader_argument"]
+
+
+def _chain_start(call: cst.Call) -> cst.Call:
+    """The first call of a chain of method calls (``f(x)`` of ``f(x).a().b()``), or the call itself."""
+    current = call
+    while type(current.func) is cst.Attribute and type(current.func.value) is cst.Call:  # type: ignore[attr-defined]
+        current = current.func.value  # type: ignore[attr-defined]
+    return current
