@@ -8,6 +8,7 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name, walk
+from .analysis.per_rank import SHAPE_QUERIES
 from .analysis.script import callee_name
 from .base import Example, Match, Phase, Rule, Severity, Valid
 from .edits import code_of
@@ -16,10 +17,6 @@ from .edits import code_of
 INDEXED_WRITES = frozenset(
     {"index_copy_", "index_add_", "index_fill_", "index_put_", "scatter_", "scatter_add_", "scatter_reduce_", "masked_scatter_", "put_"}
 )
-#: Attributes and methods of a tensor that give its shape, not its values: the same on every rank when the
-#: batches are the same size (``batch_size = keys.shape[0]``).
-_SHAPE_ATTRIBUTES = frozenset({"shape", "ndim", "dtype", "device", "is_cuda"})
-_SHAPE_METHODS = frozenset({"size", "dim", "numel"})
 #: Functions that join tensors into a new one: a buffer rebound to their result keeps the batch's values.
 _JOINS = frozenset({"cat", "concat", "concatenate", "stack", "vstack", "hstack", "roll"})
 
@@ -113,10 +110,10 @@ model = DDP(Queue(64))
             if not buffers:
                 continue
             methods = _reached_from_forward(analysis, cls)
-            if not methods or any(_gathers(analysis, method) for method in methods):
+            if not methods or _gathers(analysis, methods):
                 continue
-            for method in methods:
-                for statement, buffer in _writes_from_batch(method, buffers):
+            for method, derived in methods.items():
+                for statement, buffer in _writes_from_batch(method, buffers, derived):
                     yield Match(
                         statement,
                         f"`{code_of(statement).strip()}` writes buffer `{buffer}` from this process's shard of the data "
@@ -141,54 +138,72 @@ def _registered_buffers(analysis: ScriptAnalysis, cls: cst.ClassDef) -> frozense
     return frozenset(found)
 
 
-def _reached_from_forward(analysis: ScriptAnalysis, cls: cst.ClassDef) -> list[cst.FunctionDef]:
-    """The class's ``forward`` and the methods it calls on ``self``, directly or through one another."""
+def _reached_from_forward(analysis: ScriptAnalysis, cls: cst.ClassDef) -> dict[cst.FunctionDef, set[str]]:
+    """The class's ``forward`` and the methods it calls on ``self``, directly or through one another, each with
+    the names in it that hold values of the batch: ``forward``'s parameters (but ``self``), a method's
+    parameters given such a value at a call (``self._enqueue(keys)``; not ``self._advance(x.shape[0])``), and
+    the local names assigned from them."""
     forward = analysis.method_of(cls, "forward")
     if forward is None:
-        return []
-    reached = [forward]
-    for method in reached:
+        return {}
+    reached = {forward: _derived_names(forward, _parameters(forward))}
+    pending = [forward]
+    while pending:
+        method = pending.pop(0)
+        derived = reached[method]
         for node in walk(method.body):
-            if type(node) is cst.Call and type(node.func) is cst.Attribute:
-                receiver = node.func.value  # type: ignore[attr-defined]
-                if type(receiver) is cst.Name and receiver.value == "self":
-                    callee = analysis.method_of(cls, node.func.attr.value)  # type: ignore[attr-defined]
-                    if callee is not None and callee not in reached:
-                        reached.append(callee)
+            if type(node) is not cst.Call or type(node.func) is not cst.Attribute:
+                continue
+            receiver = node.func.value  # type: ignore[attr-defined]
+            if type(receiver) is not cst.Name or receiver.value != "self":
+                continue
+            callee = analysis.method_of(cls, node.func.attr.value)  # type: ignore[attr-defined]
+            if callee is None:
+                continue
+            home = analysis.shared.analysis_of(callee) or analysis
+            seeds = {param for param, argument in home.bound_arguments(node, callee) if _reads(argument, derived)}  # type: ignore[arg-type]
+            known = reached.get(callee)
+            if known is None or not seeds <= known:
+                reached[callee] = _derived_names(callee, seeds | (known or set()))
+                pending.append(callee)
     return reached
 
 
-def _gathers(analysis: ScriptAnalysis, method: cst.FunctionDef) -> bool:
-    """Whether the method runs a collective, itself or in a function of the program it calls."""
-    home = analysis.shared.analysis_of(method) or analysis
-    for node in walk(method.body):
-        if type(node) is not cst.Call:
-            continue
-        if home.is_call_to(node, names.COLLECTIVES):  # type: ignore[arg-type]
-            return True
-        target = home.call_target(node)  # type: ignore[arg-type]
-        if target is not None and target is not method:
-            owner = analysis.shared.analysis_of(target) or home
-            if any(type(inner) is cst.Call and owner.is_call_to(inner, names.COLLECTIVES) for inner in walk(target.body)):  # type: ignore[arg-type]
-                return True
-    return False
+def _gathers(analysis: ScriptAnalysis, methods: dict[cst.FunctionDef, set[str]]) -> bool:
+    """Whether one of the methods runs a collective, itself or in functions of the program it calls,
+    directly or through others."""
+    collectives = [call for module in analysis.shared.analyses for call in module.calls_to(names.COLLECTIVES)]
+    if not collectives:
+        return False
+    return any((analysis.shared.analysis_of(method) or analysis).reaches(method, collectives) for method in methods)
 
 
-def _writes_from_batch(method: cst.FunctionDef, buffers: frozenset[str]) -> Iterator[tuple[cst.CSTNode, str]]:
-    """The statements of the method that write a buffer's slots from values of its inputs, with the
-    buffer's name: a subscript assignment whose value or index derives from a parameter, or an indexed
-    in-place write (``index_copy_``) with such an argument."""
-    derived = _derived_names(method)
+def _writes_from_batch(method: cst.FunctionDef, buffers: frozenset[str], derived: set[str]) -> Iterator[tuple[cst.CSTNode, str]]:
+    """The statements of the method that write a buffer from values of the batch (``derived``), with the
+    buffer's name: a subscript assignment whose index reads the batch (slots the data chooses:
+    ``self.memory[idx] = z``), or whose value does without reading the buffer itself (a queue's slots:
+    ``self.queue[:, ptr:ptr + n] = keys.T``; not a running statistic, ``self.mean[:] = 0.9 * self.mean +
+    ...``, nor an argument stored as it is, ``self.step[0] = step``); an indexed in-place write
+    (``index_copy_``) with such an argument; a buffer rebuilt by joining the batch to it (``torch.cat``)."""
+    params = _parameters(method)
     for node in walk(method.body):
         if type(node) in (cst.Assign, cst.AugAssign):
             targets = [t.target for t in node.targets] if type(node) is cst.Assign else [node.target]  # type: ignore[attr-defined]
+            value = node.value  # type: ignore[attr-defined]
             for target in targets:
                 buffer = _buffer_slot(target, buffers)
-                if buffer is not None and (_reads(node.value, derived) or _reads(target, derived)):
-                    yield node, buffer
-                    break
+                if buffer is not None:
+                    chosen = _reads(_slot_of(target), derived)
+                    stored = (
+                        _reads(value, derived)
+                        and not _reads_buffer(value, buffer)
+                        and not (type(value) is cst.Name and value.value in params)  # type: ignore[attr-defined]
+                    )
+                    if chosen or stored:
+                        yield node, buffer
+                        break
                 buffer = _self_attribute(target, buffers)
-                if buffer is not None and _concatenates(node.value) and _reads(node.value, derived):
+                if buffer is not None and _concatenates(value) and _reads(value, derived):
                     yield node, buffer  # ``self.queue = torch.cat([keys, self.queue])[:K]``
                     break
         elif type(node) is cst.Expr and type(node.value) is cst.Call:
@@ -198,6 +213,28 @@ def _writes_from_batch(method: cst.FunctionDef, buffers: frozenset[str]) -> Iter
                 buffer = _self_attribute(call.func.value, buffers)  # type: ignore[attr-defined]
                 if buffer is not None and any(_reads(arg.value, derived) for arg in call.args):  # type: ignore[attr-defined]
                     yield node, buffer
+
+
+def _parameters(function: cst.FunctionDef) -> set[str]:
+    """The function's parameter names, but ``self``/``cls``."""
+    params = function.params
+    found = {p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)}
+    found.update(extra.name.value for extra in (params.star_arg, params.star_kwarg) if isinstance(extra, cst.Param))
+    return found - {"self", "cls"}
+
+
+def _slot_of(target: cst.BaseExpression) -> list[cst.CSTNode]:
+    """The index expressions of a subscript target (``idx`` of ``self.memory[idx]``), of every level."""
+    found: list[cst.CSTNode] = []
+    while type(target) is cst.Subscript:
+        found.extend(target.slice)  # type: ignore[attr-defined]
+        target = target.value  # type: ignore[attr-defined]
+    return found
+
+
+def _reads_buffer(value: cst.BaseExpression, buffer: str) -> bool:
+    """Whether the value reads the buffer itself (a running statistic: ``0.9 * self.mean + ...``)."""
+    return any(type(node) is cst.Attribute and dotted_name(node) == f"self.{buffer}" for node in walk(value))
 
 
 def _concatenates(value: cst.BaseExpression) -> bool:
@@ -225,13 +262,9 @@ def _self_attribute(expr: cst.BaseExpression, buffers: frozenset[str]) -> str | 
     return None
 
 
-def _derived_names(method: cst.FunctionDef) -> set[str]:
-    """The method's parameters (but ``self``) and the local names assigned from them, directly or not."""
-    params = method.params
-    derived = {p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)} - {"self", "cls"}
-    for extra in (params.star_arg, params.star_kwarg):
-        if isinstance(extra, cst.Param):
-            derived.add(extra.name.value)
+def _derived_names(method: cst.FunctionDef, seeds: set[str]) -> set[str]:
+    """The seeds and the local names of the method assigned from them, directly or not."""
+    derived = set(seeds)
     assignments = [node for node in walk(method.body) if type(node) in (cst.Assign, cst.AugAssign, cst.AnnAssign, cst.For)]
     changed = True
     while changed:
@@ -264,10 +297,10 @@ def _bound_names(target: cst.BaseExpression) -> list[str]:
     return []
 
 
-def _reads(expr: cst.CSTNode, derived: set[str]) -> bool:
-    """Whether the expression reads the value of one of the names (a shape read from it does not count:
-    ``keys.shape[0]`` is the same on every rank for batches of one size)."""
-    stack: list[cst.CSTNode] = [expr]
+def _reads(expr: cst.CSTNode | list[cst.CSTNode], derived: set[str]) -> bool:
+    """Whether the expression (or one of the nodes) reads the value of one of the names; a shape read from
+    it does not count (``keys.shape[0]`` is the same on every rank for batches of one size)."""
+    stack: list[cst.CSTNode] = list(expr) if isinstance(expr, list) else [expr]
     while stack:
         node = stack.pop()
         kind = type(node)
@@ -278,13 +311,11 @@ def _reads(expr: cst.CSTNode, derived: set[str]) -> bool:
         if kind is cst.Arg:
             stack.append(node.value)  # type: ignore[attr-defined]  (not the keyword's name)
             continue
-        if kind is cst.Attribute and node.attr.value in _SHAPE_ATTRIBUTES:  # type: ignore[attr-defined]
-            continue
-        if kind is cst.Call:
-            if call_method_name(node) in _SHAPE_METHODS or (type(node.func) is cst.Name and node.func.value == "len"):  # type: ignore[arg-type,attr-defined]
-                continue
         if kind is cst.Attribute:
-            stack.append(node.value)  # type: ignore[attr-defined]  (``x.attr``: the attribute's name reads nothing)
+            if node.attr.value not in SHAPE_QUERIES:  # type: ignore[attr-defined]
+                stack.append(node.value)  # type: ignore[attr-defined]  (``x.attr``: the attribute's name reads nothing)
+            continue
+        if kind is cst.Call and (call_method_name(node) in SHAPE_QUERIES or (type(node.func) is cst.Name and node.func.value == "len")):  # type: ignore[arg-type,attr-defined]
             continue
         stack.extend(node.children)
     return False

@@ -42,6 +42,16 @@ OWN_SAMPLER_TODO = (
     "what it samples for, and call its set_epoch if it shuffles"
 )
 
+UNBATCHED_MESSAGE = (
+    "training DataLoader without automatic batching (batch_size=None): each item it yields is a whole batch, so a "
+    "DistributedSampler would hand each process whole items and every step would average N of them (N times fewer, "
+    "larger steps); decide how to share the batches out"
+)
+UNBATCHED_TODO = (
+    "this loader yields whole batches (batch_size=None): a DistributedSampler would give each process whole items and "
+    "each step would average N of them (N times fewer, larger steps); share the batches out by hand or keep it whole"
+)
+
 
 class MissingDistributedSampler(Rule):
     """Give every training ``DataLoader`` a ``DistributedSampler``.
@@ -375,6 +385,8 @@ with torch.no_grad():
             kwargs = facts.kwargs_dict(loader)
             if facts.streams(loader):
                 yield Match(loader, ITERABLE_MESSAGE, fixable=False)
+            elif _yields_batches(loader):
+                yield Match(loader, UNBATCHED_MESSAGE, fixable=False)
             elif given_loader_argument(loader, "sampler") or given_loader_argument(loader, "batch_sampler"):
                 yield Match(loader, "training DataLoader with its own sampler is not sharded across processes: shard it by hand", fixable=False)
             elif kwargs is not None and kwargs.keys is not None and kwargs.keys & SAMPLING_KEYS:
@@ -432,6 +444,8 @@ with torch.no_grad():
                         stmt,
                         "if this loader trains, shard it (DistributedSampler, set_epoch); if it evaluates, keep it whole",
                     )
+                elif _yields_batches(loader):
+                    edits.todo(stmt, UNBATCHED_TODO)
                 elif self._own_sampler(analysis, loader):
                     edits.todo(stmt, OWN_SAMPLER_TODO)
                 else:
@@ -490,11 +504,11 @@ with torch.no_grad():
                 continue
             if arg.keyword is None and keyword_from is not None and parameter is not None:
                 arg = arg.with_changes(keyword=cst.Name(parameter), equal=_NO_SPACE_EQUAL)
-            if arg is loader_argument(loader, "batch_size") and options.batch_size is BatchSizePolicy.GLOBAL and not is_none(arg.value):
+            if arg is loader_argument(loader, "batch_size") and options.batch_size is BatchSizePolicy.GLOBAL:
                 rt = runtime_name(analysis, edits)
                 arg = arg.with_changes(value=expression(f"{rt}.per_process_batch_size({code_of(arg.value)})"))
             args.append(arg)
-        call = loader.with_changes(args=args)
+        call = loader.with_changes(args=_closed(args, loader, unset_samplers))
         return call if shuffle is not None else with_keyword(call, "sampler", sampler)
 
     def _rewrite_kwargs(
@@ -537,7 +551,7 @@ with torch.no_grad():
                 continue
             if parameter is not None and keyword_from is not None:
                 arg = arg.with_changes(keyword=cst.Name(parameter), equal=_NO_SPACE_EQUAL)
-            if arg is own_batch_size and divide and not is_none(arg.value):
+            if arg is own_batch_size and divide:
                 rt = runtime_name(analysis, edits)
                 arg = arg.with_changes(value=expression(f"{rt}.per_process_batch_size({code_of(arg.value)})"))
             if arg.star == "**":
@@ -595,7 +609,21 @@ with torch.no_grad():
         return notes
 
 
-
 def _unset_samplers(loader: cst.Call) -> list[cst.Arg]:
     """The loader's ``sampler=None`` / ``batch_sampler=None`` arguments (the defaults, spelled out)."""
     return [arg for parameter in ("sampler", "batch_sampler") if (arg := loader_argument(loader, parameter)) is not None and is_none(arg.value)]
+
+
+def _yields_batches(loader: cst.Call) -> bool:
+    """``DataLoader(ds, batch_size=None)``: no automatic batching, each item of the data set is a batch."""
+    size = loader_argument(loader, "batch_size")
+    return size is not None and is_none(size.value)
+
+
+def _closed(args: list[cst.Arg], loader: cst.Call, dropped: list[cst.Arg]) -> list[cst.Arg]:
+    """The new arguments, the last one ending as the call's last one did where that one was dropped (its
+    comma, or none, and the line break before the parenthesis)."""
+    if args and loader.args and loader.args[-1] in dropped:
+        last = loader.args[-1]
+        args[-1] = args[-1].with_changes(comma=last.comma, whitespace_after_arg=last.whitespace_after_arg)
+    return args

@@ -16,7 +16,7 @@ from .analysis import (
     wrapped_argument,
 )
 from .analysis.ranks import rank_facts
-from .analysis.trainable import changes_requires_grad, frozen_models, skipped_in_some_steps
+from .analysis.trainable import frozen_models, skipped_in_some_steps
 from .base import (
     Change,
     Example,
@@ -300,42 +300,47 @@ loss.backward()
                     wrapped.add(target)
         return wrapped
 
-    def _anchor(self, analysis: ScriptAnalysis, model: str) -> cst.BaseStatement | None:
-        """The statement after which the model is ready to be wrapped."""
+    def _anchor(self, analysis: ScriptAnalysis, model: str) -> tuple[cst.BaseStatement | None, cst.BaseStatement | None]:
+        """The statement after which the model is ready to be wrapped, and a statement before it that hands
+        the model to an object and freezes part of it there (``FineTuner(model, model.backbone)``): the wrap
+        must follow the freeze, yet the object keeps the unwrapped model (no place is right for it)."""
         creations = [
             analysis.statement(a)
             for a in _assignments_to(analysis, model)
         ]
         if not creations:
-            return None
+            return None, None
         first = creations[0]
         block = analysis.parent(first)
         body = list(statements_of(block)) if isinstance(block, (cst.IndentedBlock, cst.Module)) else []
         if first not in body:
-            return None
-        anchor = first
+            return None, None
+        anchor, kept = first, None
         for stmt in body[body.index(first) + 1 :]:
             if analysis.reaches_backward(stmt):
                 break
-            if changes_requires_grad(analysis, stmt):
-                frozen = frozen_models(analysis, stmt)
-                if frozen is not None and model.split(".")[0] not in frozen and _hands_over(stmt, model):
-                    break  # ``Distiller(student, teacher)`` keeps the model it is given: wrap it before
+            frozen = frozen_models(analysis, stmt)
+            if frozen != set():  # the statement changes requires_grad (``None``: of models it cannot tell)
+                if _hands_over(analysis, stmt, model):
+                    if frozen is not None and model.split(".")[0] not in frozen:
+                        break  # ``Distiller(student, teacher)`` keeps the model it is given: wrap it before
+                    kept = kept or stmt
                 anchor = stmt  # DDP synchronises what requires gradients when it wraps: freeze first
                 continue
             if isinstance(stmt, (cst.For, cst.While)):
                 break
             if _sets_up(stmt, model) or _reassigns(stmt, model):
                 anchor = stmt
-        return anchor
+        return anchor, kept
 
-    def _cases(self, analysis: ScriptAnalysis) -> Iterator[tuple[str, cst.BaseStatement | None]]:
+    def _cases(self, analysis: ScriptAnalysis) -> Iterator[tuple[str, cst.BaseStatement | None, cst.BaseStatement | None]]:
         if not analysis.is_training_script:
             return
         wrapped = self._wrapped_names(analysis)
         for model in analysis.trained_models:
             if model not in wrapped and not self._wrapped_elsewhere(analysis, model):
-                yield model, self._anchor(analysis, model)
+                anchor, kept = self._anchor(analysis, model)
+                yield model, None if kept is not None else anchor, kept  # no place is right: left to a human
 
     @staticmethod
     def _wrapped_elsewhere(analysis: ScriptAnalysis, model: str) -> bool:
@@ -401,9 +406,11 @@ loss.backward()
             yield guard, switch, [analysis.statement(parsed[0])] if root != switch and len(parsed) == 1 else []
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
-        for model, anchor in self._cases(analysis):
+        for model, anchor, kept in self._cases(analysis):
             node = anchor or analysis.optimizer_calls[0]
             yield Match(node, f"{model} is trained but never wrapped in DistributedDataParallel", fixable=anchor is not None)
+            if kept is not None:
+                yield Match(kept, _kept_unwrapped(model), fixable=False)
         for guard, switch, sites in self._switches(analysis):
             yield Match(
                 guard,
@@ -414,7 +421,7 @@ loss.backward()
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         edits = Edits(analysis)
-        for model, anchor in self._cases(analysis):
+        for model, anchor, _ in self._cases(analysis):
             if anchor is None:
                 continue
             creations = _assignments_to(analysis, model)
@@ -490,9 +497,19 @@ def _sets_up(stmt: cst.BaseStatement, model: str) -> bool:
     return False
 
 
-def _hands_over(stmt: cst.BaseStatement, model: str) -> bool:
-    """Whether the statement passes the model itself to a call (which may keep it: an object built on it)."""
+def _hands_over(analysis: ScriptAnalysis, stmt: cst.BaseStatement, model: str) -> bool:
+    """Whether the statement builds an object of the program's classes from the model itself (which it may
+    keep: ``Distiller(student, teacher)``); a function it is passed to (``freeze(model)``) keeps nothing."""
+    constructed = analysis.shared.constructed
     return any(
-        type(node) is cst.Call and any(dotted_name(arg.value) == model for arg in node.args)  # type: ignore[attr-defined]
+        type(node) is cst.Call and node in constructed and any(dotted_name(arg.value) == model for arg in node.args)  # type: ignore[attr-defined]
         for node in walk(stmt)
+    )
+
+
+def _kept_unwrapped(model: str) -> str:
+    return (
+        f"this hands {model} to an object and changes which of its parameters require gradients: DDP must wrap "
+        f"{model} after that change, but the object keeps the unwrapped {model} and trains it without synchronising; "
+        f"change requires_grad before handing {model} over, or wrap it inside the object"
     )

@@ -6,7 +6,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from .analysis import ScriptAnalysis, is_generator, walk
+from .analysis import ScriptAnalysis, walk
 from .analysis.loaders import COMPREHENSIONS, loader_facts
 from .base import Example, Match, Phase, Rule, Severity, Valid
 
@@ -105,4 +105,4 @@ def _in_generator(analysis: ScriptAnalysis, loop: cst.For) -> bool:
     """Whether the loop is in a generator (``def log_every(iterable): for obj in iterable: yield obj``): it
     hands the batches on to the loop that consumes it, which trains."""
     function = analysis.enclosing_function(loop)
-    return function is not None and is_generator(function)
+    return function is not None and analysis.is_generator(function)

@@ -108,9 +108,21 @@ for x, y in loader:
             if not loop.trains or not sizes:
                 continue
             batches = _batch_names(loop)
-            for node in walk(loop.loop.body):
+            for node in _own_nodes(loop.loop.body):
                 if type(node) is cst.Comparison:
                     for side in _compared_with_global_batch(node, batches, sizes):  # type: ignore[arg-type]
+                        guarded = analysis.parent(node)
+                        if type(guarded) is cst.If and guarded.test is node and _reads_code(guarded.body, code_of(side)):  # type: ignore[attr-defined]
+                            # ``if x.size(0) < B: pad x up to B``: the body builds a global batch too
+                            yield Match(
+                                side,
+                                f"a batch of this process is compared with {code_of(side)}, the global batch size, and "
+                                f"the code it guards uses {code_of(side)} again (padding the batch up to it?): each process "
+                                f"loads runtime.per_process_batch_size({code_of(side)}) samples a step; use the per-process "
+                                "size in both",
+                                fixable=False,
+                            )
+                            continue
                         yield Match(
                             side,
                             f"a batch of this process is compared with {code_of(side)}, the global batch size: each "
@@ -169,17 +181,26 @@ def _batch_names(loop: LoaderLoop) -> set[str]:
     return {node.value for node in walk(target) if type(node) is cst.Name}  # type: ignore[attr-defined]
 
 
-def _batch_size_read(expr: cst.BaseExpression, batches: set[str]) -> bool:
-    """``x.size(0)``, ``x.shape[0]``, ``len(x)``, ``x.numel()`` of a batch (or a part of one: ``batch["ids"]``)."""
+def _batch_size_read(expr: cst.BaseExpression, batches: set[str], tokens: bool = False) -> bool:
+    """``x.size(0)``, ``x.shape[0]``, ``len(x)`` of a batch (or of a part of one: ``batch["ids"]``); with
+    ``tokens``, ``x.numel()`` too (a count of tokens). Another dimension (``x.size(-1)``) is no batch size."""
     if type(expr) is cst.Call:
         method = call_method_name(expr)  # type: ignore[arg-type]
-        if method in ("size", "numel"):
+        if method == "size" and len(expr.args) == 1 and _is_zero(expr.args[0].value):  # type: ignore[attr-defined]
+            return _reads_batch(expr.func.value, batches)  # type: ignore[attr-defined]
+        if method == "numel" and tokens:
             return _reads_batch(expr.func.value, batches)  # type: ignore[attr-defined]
         if dotted_name(expr.func) == "len" and len(expr.args) == 1:  # type: ignore[attr-defined]
             return _reads_batch(expr.args[0].value, batches)  # type: ignore[attr-defined]
     if type(expr) is cst.Subscript and type(expr.value) is cst.Attribute and expr.value.attr.value == "shape":  # type: ignore[attr-defined]
-        return _reads_batch(expr.value.value, batches)  # type: ignore[attr-defined]
+        elements = expr.slice  # type: ignore[attr-defined]
+        if len(elements) == 1 and type(elements[0].slice) is cst.Index and _is_zero(elements[0].slice.value):
+            return _reads_batch(expr.value.value, batches)  # type: ignore[attr-defined]
     return False
+
+
+def _is_zero(expr: cst.BaseExpression) -> bool:
+    return type(expr) is cst.Integer and expr.value == "0"  # type: ignore[attr-defined]
 
 
 def _reads_batch(expr: cst.BaseExpression, batches: set[str]) -> bool:
@@ -201,21 +222,20 @@ def _compared_with_global_batch(node: cst.Comparison, batches: set[str], sizes: 
 def _budgets(analysis: ScriptAnalysis, loop: LoaderLoop, batches: set[str]) -> Iterator[tuple[cst.AugAssign, cst.BaseExpression]]:
     """``seen += x.size(0)`` in the loop, with the test of a ``break`` / ``while`` that reads ``seen``."""
     counters: dict[str, cst.AugAssign] = {}
-    for node in walk(loop.loop.body):
-        if type(node) is cst.AugAssign and isinstance(node.operator, cst.AddAssign) and _batch_size_read(node.value, batches):  # type: ignore[attr-defined]
+    for node in _own_nodes(loop.loop.body):
+        if type(node) is cst.AugAssign and isinstance(node.operator, cst.AddAssign) and _batch_size_read(node.value, batches, tokens=True):  # type: ignore[attr-defined]
             name = dotted_name(node.target)  # type: ignore[attr-defined]
             if name is not None:
                 counters.setdefault(name, node)  # type: ignore[arg-type]
     if not counters:
         return
-    function = analysis.enclosing_function(loop.loop)
     for node in analysis.preorder:
         test = None
-        if type(node) is cst.While:
+        if type(node) is cst.While and analysis.is_inside(loop.loop, node):
             test = node.test  # type: ignore[attr-defined]
-        elif type(node) is cst.If and any(type(s) is cst.Break for s in walk(node.body)):  # type: ignore[attr-defined]
+        elif type(node) is cst.If and any(_leaves(analysis, s, loop.loop) for s in walk(node.body) if type(s) is cst.Break):  # type: ignore[attr-defined]
             test = node.test  # type: ignore[attr-defined]
-        if test is None or analysis.enclosing_function(node) is not function:
+        if test is None:
             continue
         read = {dotted_name(n) for n in walk(test) if type(n) in (cst.Name, cst.Attribute)}
         for name, counter in counters.items():
@@ -223,3 +243,31 @@ def _budgets(analysis: ScriptAnalysis, loop: LoaderLoop, batches: set[str]) -> I
                 yield counter, test
                 counters = {k: v for k, v in counters.items() if k != name}
                 break
+
+
+def _leaves(analysis: ScriptAnalysis, stop: cst.CSTNode, loop: cst.For) -> bool:
+    """Whether a ``break`` leaves the training loop: it breaks out of the loop itself or of one around it."""
+    exited = analysis.nearest_loop(stop)
+    return exited is not None and (exited is loop or analysis.is_inside(loop, exited))
+
+
+def _own_nodes(body: cst.CSTNode) -> list[cst.CSTNode]:
+    """The nodes of a loop's body outside the loops, functions and comprehensions nested in it (their
+    variables are not this loop's batch)."""
+    found: list[cst.CSTNode] = []
+    stack = [body]
+    while stack:
+        node = stack.pop()
+        found.append(node)
+        for child in node.children:
+            if type(child) not in _NESTED:
+                stack.append(child)
+    return found
+
+
+_NESTED = (cst.For, cst.While, cst.FunctionDef, cst.Lambda, cst.ClassDef, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+
+
+def _reads_code(node: cst.CSTNode, code: str) -> bool:
+    """Whether an expression spelled ``code`` occurs in the node."""
+    return any(type(n) in (cst.Name, cst.Attribute, cst.Subscript) and code_of(n) == code for n in walk(node))

@@ -490,6 +490,9 @@ torch.save(model.module.state_dict(), "model.pt")
             home = analysis.shared.analysis_of(function) or analysis
             called = home.derived("parameters called", _parameters_called).get(function, ())
             candidates += [argument for param, argument in analysis.bound_arguments(call, function) if param in called and dotted_name(argument) is not None]
+            if home is analysis:
+                # ``if is_main_process(): self.evaluate()``: the method runs ``self.model(x)`` itself
+                candidates += analysis.derived("models called on self", _self_models_called).get(function, [])
         wraps, holding, attributes = analysis.derived("DDP wraps of the program", _ddp_wraps)
         # (Cheap tests first: most calls call no model, and most model calls run on every rank.)
         candidates = [
@@ -769,6 +772,19 @@ def _parameters_called(analysis: ScriptAnalysis) -> dict[cst.FunctionDef, set[st
             function = analysis.enclosing_function(call)
             if function is not None and analysis.is_parameter(function, call.func.value):  # type: ignore[attr-defined]
                 found.setdefault(function, set()).add(call.func.value)  # type: ignore[attr-defined]
+    return found
+
+
+def _self_models_called(analysis: ScriptAnalysis) -> dict[cst.FunctionDef, list[cst.BaseExpression]]:
+    """For each method of a module, the attributes of ``self`` it calls (``self.model`` of
+    ``self.model(x)``), each as written there."""
+    found: dict[cst.FunctionDef, list[cst.BaseExpression]] = {}
+    for call in analysis.calls:
+        func = call.func
+        if type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value == "self":  # type: ignore[attr-defined]
+            function = analysis.enclosing_function(call)
+            if function is not None:
+                found.setdefault(function, []).append(func)
     return found
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import operator
+import warnings
 from typing import Any
 
 from .environment import world_size
@@ -63,9 +64,20 @@ def set_epoch(loader: Any, epoch: int) -> None:
     """Tell the sampler of a data loader which epoch starts (``sampler.set_epoch(epoch)``): the loader's own
     ``sampler`` (or its ``batch_sampler``'s), or, for an object that wraps a loader (a class that moves
     batches to the device, a prefetcher: ``DeviceDataLoader(DataLoader(...), device)``), the sampler of
-    every loader found among its attributes, a few levels down. A loader without such a sampler is left as
-    it is."""
-    _set_epoch(loader, epoch, _WRAPPER_DEPTH, set())
+    every loader found among its attributes, a few levels down. Where none is found (a wrapper that builds
+    its loader only when iterated), a warning says so once: every epoch then repeats the same order."""
+    if not _set_epoch(loader, epoch, _WRAPPER_DEPTH, set()) and type(loader) not in _WARNED:
+        _WARNED.add(type(loader))
+        warnings.warn(
+            f"set_epoch: no sampler with set_epoch() found in this {type(loader).__name__}; "
+            "every epoch repeats the same order",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+
+
+#: The types :func:`set_epoch` warned about already (once each).
+_WARNED: set[type] = set()
 
 
 def _set_epoch(value: Any, epoch: int, depth: int, seen: set[int]) -> bool:

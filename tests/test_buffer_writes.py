@@ -253,3 +253,65 @@ model(torch.randn(4, 8)).sum().backward()
     assert done.returncode == 1, done.stdout + done.stderr
     found = [line for line in done.stdout.splitlines() if ": DDP046 " in line]
     assert len(found) == 1 and ":17:9: DDP046 `self.queue = torch.cat([feats, self.queue])[: self.k]` writes buffer `queue`" in found[0], done.stdout
+
+
+def test_running_statistics_pointers_settings_and_deep_gathers_are_not_reported(tmp_path: Path) -> None:
+    """What a review of the rule found reported on correct code: a running mean written through a
+    subscript, a pointer advanced by a helper from the batch's size, a step number stored as it is, and a
+    queue gathered two calls deep."""
+    script = tmp_path / "train.py"
+    script.write_text(
+        '''
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+
+def _gather_list(t):
+    parts = [torch.zeros_like(t) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, t)
+    return parts
+
+
+def concat_all_gather(t):
+    return torch.cat(_gather_list(t))
+
+
+class Stats(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.register_buffer("running_mean", torch.zeros(4))
+        self.register_buffer("steps", torch.zeros(1))
+        self.register_buffer("queue_ptr", torch.zeros(1, dtype=torch.long))
+
+    def _advance(self, n):
+        self.queue_ptr[0] = (self.queue_ptr[0] + n) % 64
+
+    def forward(self, x, step):
+        self.running_mean[:] = 0.9 * self.running_mean + 0.1 * x.detach().mean(0)
+        self.steps[0] = step
+        self._advance(x.shape[0])
+        return self.lin(x - self.running_mean)
+
+
+class Queue(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.register_buffer("queue", torch.zeros(64, 4))
+
+    def forward(self, x):
+        keys = concat_all_gather(self.lin(x).detach())
+        self.queue[: keys.shape[0]] = keys
+        return self.lin(x)
+
+
+model = nn.parallel.DistributedDataParallel(Stats())
+queue = nn.parallel.DistributedDataParallel(Queue())
+(model(torch.randn(8, 4), 3).sum() + queue(torch.randn(8, 4)).sum()).backward()
+'''
+    )
+    done = _lint(script)
+    assert "DDP046" not in done.stdout, done.stdout
+    assert done.returncode == 0, done.stdout + done.stderr

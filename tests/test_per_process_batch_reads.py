@@ -101,3 +101,43 @@ def test_the_migrated_loop_steps_as_often_as_the_original(tmp_path: Path) -> Non
     launch = run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, timeout=120)
     weight = expected.split("weight ")[1].split()[0]
     assert f"steps 8 weight {weight}" in launch.output, (expected, launch.output)
+
+
+@pytest.mark.parametrize(
+    ("change", "kept"),
+    [
+        # another dimension than the batch's is no batch size
+        (('            if xb.size(0) < BATCH_SIZE:  # the last, incomplete batch\n                continue\n', '            assert xb.size(-1) == 4 and xb.shape[1] != BATCH_SIZE\n'), "xb.shape[1] != BATCH_SIZE"),
+        # padding the batch up to the global size: both reads are the global batch, left to a human
+        (
+            ('            if xb.size(0) < BATCH_SIZE:  # the last, incomplete batch\n                continue\n',
+             '            if xb.size(0) < BATCH_SIZE:\n                xb = torch.cat([xb, xb.new_zeros(BATCH_SIZE - xb.size(0), 4)])\n                yb = torch.cat([yb, yb.new_zeros(BATCH_SIZE - yb.size(0), 1)])\n'),
+            "if xb.size(0) < BATCH_SIZE:",
+        ),
+        # an unsharded evaluation loop inside the training loop reusing the batch's names
+        (
+            ('            steps += 1\n', '            steps += 1\n            for xb, yb in val_loader:\n                if xb.size(0) < BATCH_SIZE:\n                    continue\n'),
+            "                if xb.size(0) < BATCH_SIZE:\n                    continue",
+        ),
+    ],
+    ids=["other-dimension", "padding", "nested-evaluation"],
+)
+def test_reads_that_are_not_this_loop_s_batch_size_are_left_alone(tmp_path: Path, change: tuple[str, str], kept: str) -> None:
+    source = SKIP_INCOMPLETE.replace(*change).replace(
+        "    model = nn.Linear(4, 1)\n", "    model = nn.Linear(4, 1)\n    val_loader = DataLoader(TensorDataset(torch.randn(20, 4), torch.randn(20, 1)), batch_size=BATCH_SIZE)\n"
+    )
+    migrated, report, _ = migrate_script(tmp_path, source)
+    assert kept in migrated, migrated
+    # the training loop's own ``if xb.size(0) < BATCH_SIZE: continue`` (kept in the nested case) is rewritten
+    assert report.count("DDP047 line") == (1 if "val_loader:" in change[1] else 0), report
+
+
+def test_a_counter_reused_by_a_later_loop_is_no_budget(tmp_path: Path) -> None:
+    source = BUDGET.replace("        if seen >= 120:\n            break\n", "        if epoch >= 1:\n            break\n").replace(
+        "    print(steps_per_epoch)\n",
+        "    for xb, yb in DataLoader(TensorDataset(torch.randn(40, 4), torch.randn(40, 1)), batch_size=8):\n"
+        "        if seen >= 32:\n            break\n    print(steps_per_epoch)\n",
+    )
+    assert "if seen >= 32" in source
+    _, report, _ = migrate_script(tmp_path, source)
+    assert "counts this process's samples only" not in report, report

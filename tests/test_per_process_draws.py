@@ -230,8 +230,9 @@ def test_a_seed_that_runs_after_the_draw_does_not_seed_it(tmp_path: Path, seed: 
         ("cfg = json.loads(os.environ.get('CFG', '{\"seed\": 0}')); torch.manual_seed(cfg['seed']); random.seed(cfg['seed'])", True),
         ("cfg = types.SimpleNamespace(**json.loads('{\"seed\": 0}')); seed_everything(cfg.seed)", True),
         ("seed_everything(int(time.time()))", False),
+        ("args = types.SimpleNamespace(seed=None); args.seed = random.randint(0, 99); torch.manual_seed(args.seed)", False),
     ],
-    ids=["config-item", "config-attribute", "clock"],
+    ids=["config-item", "config-attribute", "clock", "setting-drawn-at-random"],
 )
 def test_a_seed_read_from_the_settings_seeds_alike(tmp_path: Path, seed: str, seeded: bool) -> None:
     """A trial's seed came from a YAML config (``torch.manual_seed(cfg.seed)``): the split was the same on

@@ -74,3 +74,78 @@ def test_the_migrated_rank_0_evaluation_finishes_under_torchrun(tmp_path: Path) 
     launch = run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, timeout=90)
     assert launch.output.count("epoch 1 accuracy") == 1, launch.output
     assert (tmp_path / "final.pt").exists()
+
+
+TRAINER = '''
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+
+def is_main_process():
+    return not dist.is_initialized() or dist.get_rank() == 0
+
+
+class Trainer:
+    def __init__(self, model, opt, train_loader, val_loader):
+        self.model, self.opt = model, opt
+        self.train_loader, self.val_loader = train_loader, val_loader
+
+    @torch.no_grad()
+    def evaluate(self):
+        self.model.eval()
+        correct = sum((self.model(x).argmax(1) == y).sum().item() for x, y in self.val_loader)
+        self.model.train()
+        return correct / len(self.val_loader.dataset)
+
+    def fit(self, epochs):
+        for epoch in range(epochs):
+            for xb, yb in self.train_loader:
+                loss = F.cross_entropy(self.model(xb), yb)
+                self.opt.zero_grad()
+                loss.backward()
+                self.opt.step()
+            if is_main_process():
+                print(f"epoch {epoch} acc {self.evaluate():.3f}", flush=True)
+'''
+
+TRAINER_MAIN = '''
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from trainer import Trainer
+
+
+def main():
+    torch.manual_seed(0)
+    x, y = torch.randn(32, 4), torch.randint(0, 2, (32,))
+    model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    train_loader = DataLoader(TensorDataset(x, y), batch_size=8)
+    val_loader = DataLoader(TensorDataset(x, y), batch_size=16)
+    Trainer(model, opt, train_loader, val_loader).fit(3)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+@pytest.mark.distributed
+def test_a_trainer_method_that_evaluates_on_rank_0_runs_the_model_itself(tmp_path: Path) -> None:
+    """``if is_main_process(): print(self.evaluate())`` with ``self.model(x)`` inside the method: a trial's
+    rank 0 broadcast the BatchNorm buffers alone and died ("Connection closed by peer"), report silent."""
+    pytest.importorskip("torch")
+    import subprocess
+    import sys
+
+    from launch import run_torchrun
+
+    (tmp_path / "trainer.py").write_text(TRAINER)
+    (tmp_path / "train.py").write_text(TRAINER_MAIN)
+    done = subprocess.run([sys.executable, "-m", "ddp_migrate", "train.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "(self.model.module(x).argmax(1) == y)" in (tmp_path / "trainer.py").read_text()
+    launch = run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, timeout=90)
+    assert launch.output.count("epoch 2 acc") == 1, launch.output

@@ -187,13 +187,24 @@ def test_a_step_taken_from_a_table_or_a_list_of_functions_trains(tmp_path: Path,
 
 
 def test_a_step_the_analysis_cannot_follow_is_left_to_a_human(tmp_path: Path) -> None:
-    """``getattr(self, "training_step")(batch)``: no loop is known to reach ``backward()``, so whether the
-    loader trains cannot be told: a review at the loader, not a loader left whole in silence."""
-    source = SUBCLASS.replace("self.training_step(batch)", 'getattr(self, "training_step")(batch)')
+    """``operator.methodcaller("training_step", batch)(self)``: no loop is known to reach ``backward()``, so
+    whether the loader trains cannot be told: a review at the loader, not a loader left whole in silence."""
+    source = "import operator\n" + SUBCLASS.replace("self.training_step(batch)", 'operator.methodcaller("training_step", batch)(self)')
     migrated, report, code = migrate_script(tmp_path, source)
     assert code == 1, report
     assert "DDP005 DataLoader iterated by a loop that the analysis cannot connect to the program's backward()" in report, report
     assert "if this loader trains, shard it" in migrated
+
+
+@pytest.mark.parametrize("lookup", ['getattr(self, "training_step")', "getattr(self, self.step_name)"], ids=["literal", "by-name"])
+def test_a_step_looked_up_by_name_trains_sharded(tmp_path: Path, lookup: str) -> None:
+    """``getattr(self, "training_step")(batch)`` runs the method of that name; with a name the analysis
+    cannot read, any method of the object a call with that many arguments can run (an mmcv-style runner
+    calls its hooks so)."""
+    source = SUBCLASS.replace("self.training_step(batch)", f"{lookup}(batch)")
+    migrated, report, code = migrate_script(tmp_path, source)
+    assert code == 0, report
+    assert "DistributedSampler added to the training DataLoader" in report, report
 
 
 SLICED = 'import torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\n\n\ndef main():\n    torch.manual_seed(0)\n    x_train, y_train = torch.randn(64, 4), torch.randn(64, 1)\n    val_loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=8)\n    model = nn.Linear(4, 1)\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n    for epoch in range(2):\n        model.train()\n        for i in range(0, 64, 8):\n            opt.zero_grad()\n            nn.functional.mse_loss(model(x_train[i:i + 8]), y_train[i:i + 8]).backward()\n            opt.step()\n        model.eval()\n        with torch.no_grad():\n            val = 0.0\n            for x, y in val_loader:\n                val += nn.functional.mse_loss(model(x), y, reduction="sum").item() / 16\n        print(f"epoch {epoch} val {val:.4f}")\n\n\nif __name__ == "__main__":\n    main()\n'

@@ -37,6 +37,7 @@ from .script import (
     ScriptAnalysis,
     callee_name,
     dotted_name,
+    item_name,
     leaves_early,
     leaves_function,
     loader_argument,
@@ -839,24 +840,53 @@ def seeds_alike(analysis: ScriptAnalysis, state: str = "torch", before: cst.CSTN
         if any(kind is Kind.RANK for _, kind in kinds):
             return False
         uniform = uniform or any(
-            _same_on_every_rank(kind, call)
+            _same_on_every_rank(module, kind, call)
             and (before is None or module is not analysis or _may_run_before(analysis, call, before))
             for call, kind in kinds
         )
     return uniform
 
 
-def _same_on_every_rank(kind: Kind, call: cst.Call) -> bool:
+def _same_on_every_rank(analysis: ScriptAnalysis, kind: Kind, call: cst.Call) -> bool:
     """Whether a seeding call's argument is the same on every rank: known to be, or a value read from the
     program's settings (``cfg.seed``, ``config["seed"]``: an attribute or item no call computes, none of
     whose parts is the rank), which every rank reads alike; not a value a call makes on each process
-    (``int(time.time())``) nor a variable that may hold one."""
+    (``int(time.time())``) nor a setting the program may fill with one (``args.seed = random.randint(...)``)."""
     if kind is Kind.UNIFORM:
         return True
     return kind is Kind.UNKNOWN and all(
-        type(arg.value) in (cst.Attribute, cst.Subscript) and not any(type(node) is cst.Call for node in walk(arg.value))
+        type(arg.value) in (cst.Attribute, cst.Subscript)
+        and not any(type(node) is cst.Call for node in walk(arg.value))
+        and not _drawn_per_process(analysis, arg.value)
         for arg in call.args
     )
+
+
+#: Where a value drawn on each process comes from: a random state, a clock, the process itself.
+PER_PROCESS_SOURCES = ("random.", "numpy.random.", "time.", "datetime.", "uuid.", "secrets.", "os.getpid", "os.urandom", "torch.rand", "torch.seed")
+
+
+def _drawn_per_process(analysis: ScriptAnalysis, expr: cst.BaseExpression) -> bool:
+    """Whether a value (an attribute of the settings) may be assigned, anywhere in the program, from a call
+    that draws on each process (:data:`PER_PROCESS_SOURCES`)."""
+    name = dotted_name(expr) or item_name(expr)
+    if name is None:
+        return False
+    for module in analysis.shared.analyses:
+        for assign in module.assignments:
+            value = assign.value
+            if value is None or not any(
+                (dotted_name(t) or item_name(t)) == name for target in _targets_of(assign) for t in walk(target) if type(t) in (cst.Attribute, cst.Subscript)
+            ):
+                continue
+            for node in walk(value):
+                if type(node) is cst.Call and any(q.startswith(PER_PROCESS_SOURCES) for q in module.qualified_names(node.func)):  # type: ignore[attr-defined]
+                    return True
+    return False
+
+
+def _targets_of(assign: cst.Assign | cst.AnnAssign) -> list[cst.BaseExpression]:
+    return [assign.target] if type(assign) is cst.AnnAssign else [t.target for t in assign.targets]  # type: ignore[union-attr]
 
 
 def _may_run_before(analysis: ScriptAnalysis, first: cst.CSTNode, second: cst.CSTNode) -> bool:

@@ -233,6 +233,7 @@ class _Indexer:
         self.parents: dict[cst.CSTNode, cst.CSTNode] = {}
         self.calls: list[cst.Call] = []
         self.for_loops: list[cst.For] = []
+        self.comp_fors: list[cst.CompFor] = []
         self.functions: list[cst.FunctionDef] = []
         self.classes: list[cst.ClassDef] = []
         self.assigns: list[cst.Assign | cst.AnnAssign] = []
@@ -256,6 +257,9 @@ class _Indexer:
 
     def visit_For(self, node: cst.For) -> None:
         self.for_loops.append(node)
+
+    def visit_CompFor(self, node: cst.CompFor) -> None:
+        self.comp_fors.append(node)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.functions.append(node)
@@ -580,6 +584,7 @@ class ScriptAnalysis:
         self._parents = self.shared.parents
         self.calls = index_nodes.calls
         self.for_loops = index_nodes.for_loops
+        self._comp_fors = index_nodes.comp_fors
         self.functions = index_nodes.functions
         self.classes = index_nodes.classes
         self.assignments = index_nodes.assigns
@@ -996,9 +1001,14 @@ class ScriptAnalysis:
         home = self.shared.analysis_of(function) or self
         found = home.derived("generator parameters", lambda _: {})
         if function not in found:
-            generator = function in home.derived("generator functions", _generator_functions)
-            found[function] = _generator_parameter(function) if generator else None
+            found[function] = _iterated_parameter(function) if home.is_generator(function) else None
         return found[function]
+
+    def is_generator(self, function: cst.FunctionDef) -> bool:
+        """Whether a function of the program yields (its calls hand back a generator): a ``yield`` in its body,
+        nested functions' included, read from the index of its module."""
+        home = self.shared.analysis_of(function) or self
+        return function in home.derived("generator functions", _generator_functions)
 
     def _instance_attribute(self, expr: cst.Attribute) -> set[cst.CSTNode]:
         """``trainer.model`` where ``trainer`` holds an instance of a class of the program (a callback's
@@ -1059,7 +1069,7 @@ class ScriptAnalysis:
                         slot |= new
                         changed = True
         constructed = self.shared.constructed
-        for loop in self.for_loops:  # ``for callback in self.callbacks:`` takes the list's elements
+        for loop in (*self.for_loops, *self._comp_fors):  # ``for callback in self.callbacks:`` takes the list's elements
             target = dotted_name(loop.target)
             items = self._items_of(loop.iter) if target else None
             elements = items.get(ELEMENTS) if items else None
@@ -1093,7 +1103,7 @@ class ScriptAnalysis:
                         changed |= self._bind_items(function, param, items)
         return changed
 
-    def _loaders_in_turn(self, loop: cst.For) -> list[tuple[str, list[cst.BaseExpression]]]:
+    def _loaders_in_turn(self, loop: cst.For | cst.CompFor) -> list[tuple[str, list[cst.BaseExpression]]]:
         """The loop's variables that hold data loaders only, one after another, with the expressions they
         take in turn: the loop iterates a list or tuple written out whose elements (or whose tuples' elements
         at the variable's position) are all ``DataLoader(...)`` calls, or names of them."""
@@ -1101,6 +1111,8 @@ class ScriptAnalysis:
         if not rows:
             return []
         variables = _tuple_elements(loop.target)
+        if _decides_on(loop, {n.value for n in walk(loop.target) if type(n) is cst.Name}):  # type: ignore[attr-defined]
+            return []  # ``for phase, loader in (("train", a), ("val", b)): ... if phase == "train": step()``
         columns: list[list[cst.BaseExpression]]
         if variables is None:
             columns, variables = [rows], [loop.target]
@@ -1305,21 +1317,27 @@ class ScriptAnalysis:
             changed |= self._resolve_function_value(call)
             if call in self._call_targets:
                 continue
+            name: str | None
             if type(call.func) is cst.Attribute:
                 receiver, name = call.func.value, call.func.attr.value  # type: ignore[attr-defined]
                 if type(receiver) is cst.Name and receiver.value == "self":  # type: ignore[attr-defined]
                     continue
             elif type(call.func) is cst.Name and call.func.value in self._assigned_roots:  # type: ignore[attr-defined]
                 receiver, name = call.func, "__call__"  # ``stopper(loss)``: an instance's ``__call__``
+            elif (looked_up := self._getattr_lookup(call.func)) is not None:  # type: ignore[arg-type]
+                receiver, name = looked_up  # ``getattr(hook, name)(self)``: an mmcv-style runner's hooks
             else:
                 continue
-            found: dict[cst.FunctionDef, tuple[str, str]] = {}
+            found: dict[cst.FunctionDef, tuple[str, str, str]] = {}
             for origin in self.origins(receiver):
                 owner = self.shared.constructed.get(origin) if type(origin) is cst.Call else None
-                method = self.method_of(owner, name) if owner is not None else None
-                if method is not None and method not in found:
-                    home = self.shared.analysis_of(owner) or self  # type: ignore[arg-type]
-                    found[method] = (home.module_name, owner.name.value)  # type: ignore[union-attr]
+                if owner is None:
+                    continue
+                methods = [self.method_of(owner, name)] if name is not None else self._methods_taking(owner, len(call.args))
+                for method in methods:
+                    if method is not None and method not in found:
+                        home = self.shared.analysis_of(owner) or self  # type: ignore[arg-type]
+                        found[method] = (home.module_name, owner.name.value, method.name.value)
             if found:
                 # The origins are a set: the first target must not vary from run to run.
                 methods = sorted(found, key=found.__getitem__)
@@ -1328,6 +1346,29 @@ class ScriptAnalysis:
                 if len(methods) > 1:  # ``for cb in self.callbacks: cb.on_epoch_end(self)``
                     self.shared.other_targets[call] = methods[1:]
         return changed
+
+    def _getattr_lookup(self, func: cst.BaseExpression) -> tuple[cst.BaseExpression, str | None] | None:
+        """For ``getattr(obj, "name")`` or ``getattr(obj, name)`` called at once: the object, and the method's
+        name where it is written out (``None``: any method)."""
+        if type(func) is not cst.Call or len(func.args) != 2 or any(a.keyword or a.star for a in func.args):  # type: ignore[attr-defined]
+            return None
+        if "builtins.getattr" not in self.qualified_names(func.func):  # type: ignore[attr-defined]
+            return None
+        receiver, attribute = func.args[0].value, func.args[1].value  # type: ignore[attr-defined]
+        if type(attribute) is cst.SimpleString:
+            return receiver, attribute.evaluated_value  # type: ignore[attr-defined,return-value]
+        return receiver, None
+
+    def _methods_taking(self, owner: cst.ClassDef, count: int) -> list[cst.FunctionDef | None]:
+        """The methods of a class of the program (its own and those it inherits from classes of the program,
+        not the special ones) that a call with ``count`` positional arguments can run."""
+        found: dict[str, cst.FunctionDef | None] = {}
+        for cls in self.shared.ancestors_of(owner):
+            body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else ()
+            for stmt in body:
+                if isinstance(stmt, cst.FunctionDef) and not stmt.name.value.startswith("__") and stmt.name.value not in found:
+                    found[stmt.name.value] = stmt
+        return [method for method in found.values() if method is not None and _takes_positionals(method, count)]
 
     def _resolve_function_value(self, call: cst.Call) -> bool:
         """Resolve a call of a name or attribute that holds a function of the program (see
@@ -2230,20 +2271,42 @@ def _calls_within(node: cst.CSTNode) -> Iterator[cst.Call]:
     return (n for n in tree.walk(node) if type(n) is cst.Call)
 
 
+def _decides_on(loop: cst.For | cst.CompFor, names_: set[str]) -> bool:
+    """Whether the loop's body tests one of the names (an ``if``, a conditional expression, a ``while`` or a
+    ``with`` item reads it): what the loop does then depends on which item it holds (training on one loader,
+    evaluating on the other)."""
+    body = loop.body if type(loop) is cst.For else loop  # a comprehension: its own ``if`` clauses
+    for node in walk(body):  # type: ignore[arg-type]
+        kind = type(node)
+        tested = None
+        if kind is cst.If or kind is cst.IfExp or kind is cst.While:
+            tested = node.test  # type: ignore[attr-defined]
+        elif kind is cst.CompIf:
+            tested = node.test  # type: ignore[attr-defined]
+        elif kind is cst.WithItem:
+            tested = node.item  # type: ignore[attr-defined]
+        if tested is not None and any(type(n) is cst.Name and n.value in names_ for n in walk(tested)):  # type: ignore[attr-defined]
+            return True
+    return False
+
+
+def _takes_positionals(function: cst.FunctionDef, count: int) -> bool:
+    """Whether a method (``self`` first) can be called with ``count`` positional arguments."""
+    params = function.params
+    positional = len(params.posonly_params) + len(params.params) - 1
+    required = sum(1 for p in (*params.posonly_params, *params.params) if p.default is None) - 1
+    return required <= count and (count <= positional or isinstance(params.star_arg, cst.Param))
+
+
 def _all_params(function: cst.FunctionDef) -> list[cst.Param]:
     p = function.params
     extra = [x for x in (p.star_arg, p.star_kwarg) if isinstance(x, cst.Param)]
     return [*p.posonly_params, *p.params, *p.kwonly_params, *extra]
 
 
-def is_generator(function: cst.FunctionDef) -> bool:
-    """Whether the function yields (its calls hand back a generator)."""
-    return any(type(node) is cst.Yield for node in tree.walk(function.body))
-
-
 def _generator_functions(analysis: ScriptAnalysis) -> frozenset[cst.FunctionDef]:
-    """The functions of the module with a ``yield`` in their body, nested functions' included (what
-    :func:`is_generator` says of each), from the yields the module's index holds."""
+    """The functions of the module with a ``yield`` in their body, nested functions' included, from the
+    yields the module's index holds."""
     found: set[cst.FunctionDef] = set()
     parents = analysis.index.parents
     for node in analysis.index.nodes.yields:
@@ -2255,11 +2318,9 @@ def _generator_functions(analysis: ScriptAnalysis) -> frozenset[cst.FunctionDef]
     return frozenset(found)
 
 
-def _generator_parameter(function: cst.FunctionDef) -> str | None:
-    """The parameter a generator function iterates and yields from (``def cycle(loader): while True: for
-    batch in loader: yield batch``), or ``None`` for any other function."""
-    if not is_generator(function):
-        return None
+def _iterated_parameter(function: cst.FunctionDef) -> str | None:
+    """The parameter a (generator) function iterates (``def cycle(loader): while True: for batch in loader:
+    yield batch``), or ``None``."""
     params = {p.name.value for p in (*function.params.posonly_params, *function.params.params)}
     for node in tree.walk(function.body):
         if type(node) is cst.For:

@@ -112,37 +112,21 @@ def after_a_wrap(analysis: ScriptAnalysis, node: cst.CSTNode, depth: int = 3) ->
     return None
 
 
-def changes_requires_grad(analysis: ScriptAnalysis, statement: cst.BaseStatement) -> bool:
-    """Whether a statement changes ``requires_grad`` of a model's parameters, itself or in a function of the
-    program it calls (``freeze_backbone(model)``); a definition changes nothing when it runs."""
-    if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
-        return False
-    for change in requires_grad_changes(analysis):
-        if analysis.is_inside(change.node, statement):
-            return True
-    for part in walk(statement):
-        if type(part) is cst.Call:
-            function = analysis.call_target(part)  # type: ignore[arg-type]
-            owner = analysis.shared.analysis_of(function) if function is not None else None
-            if function is not None and owner is not None and any(
-                owner.is_inside(change.node, function) for change in requires_grad_changes(owner)
-            ):
-                return True
-    return False
-
-
 def frozen_models(analysis: ScriptAnalysis, statement: cst.BaseStatement) -> set[str] | None:
     """The names (their roots, as the statement's scope spells them) of the models whose ``requires_grad``
     the statement changes, itself or in a function of the program it calls with the model as an argument
     (``Distiller(student, teacher)`` freezing its ``teacher`` parameter: ``{"teacher"}``); ``None`` where
-    the analysis cannot tell (a change through ``self``, a global, an argument written as an expression)."""
+    the analysis cannot tell (a change through ``self``, a global, an argument written as an expression);
+    empty where the statement changes none (a definition changes nothing when it runs)."""
     found: set[str] = set()
+    if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+        return found
     for change in requires_grad_changes(analysis):
         if analysis.is_inside(change.node, statement):
             roots = _model_roots(analysis, change.receiver)
             if roots is None:
                 return None
-            found |= roots
+            found |= _with_owners(analysis, statement, roots)
     for part in walk(statement):
         if type(part) is not cst.Call:
             continue
@@ -161,7 +145,19 @@ def frozen_models(analysis: ScriptAnalysis, statement: cst.BaseStatement) -> set
                 name = dotted_name(argument) if argument is not None else None
                 if name is None:
                     return None
-                found.add(name.split(".")[0])
+                found |= _with_owners(analysis, part, {name.split(".")[0]})
+    return found
+
+
+def _with_owners(analysis: ScriptAnalysis, at: cst.CSTNode, roots: set[str]) -> set[str]:
+    """The names, and the models they are parts of where a name holds a submodule of another
+    (``backbone = model.backbone`` adds ``model``; a copy, ``teacher = copy.deepcopy(model)``, does not)."""
+    found = set(roots)
+    for root in roots:
+        for value in analysis.flows_into(at, root):
+            owner = dotted_name(value)
+            if owner is not None and "." in owner:
+                found.add(owner.split(".")[0])
     return found
 
 
