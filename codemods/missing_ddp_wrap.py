@@ -36,6 +36,14 @@ LAUNCH_AWARE = ("WORLD_SIZE", "RANK", "launched_by_torchrun", "runtime.", "local
 
 #: Statements that still set the model up (before it may be wrapped).
 SETUP_METHODS = frozenset({"to", "cuda", "load_state_dict", "apply", "float", "half", "double", "bfloat16"})
+#: Methods that change which parameters a model holds (torch's own, and Hugging Face's).
+STRUCTURE_METHODS = frozenset(
+    {
+        "add_module", "register_module", "register_parameter", "register_buffer", "tie_weights",
+        "resize_token_embeddings", "set_input_embeddings", "set_output_embeddings", "add_adapter",
+        "load_adapter", "register_classification_head",
+    }
+)
 
 
 class MissingDdpWrap(Rule):
@@ -329,7 +337,7 @@ loss.backward()
                 continue
             if isinstance(stmt, (cst.For, cst.While)):
                 break
-            if _sets_up(stmt, model) or _reassigns(stmt, model):
+            if _sets_up(analysis, stmt, model) or _reassigns(stmt, model):
                 anchor = stmt
         return anchor, kept
 
@@ -341,6 +349,22 @@ loss.backward()
             if model not in wrapped and not self._wrapped_elsewhere(analysis, model):
                 anchor, kept = self._anchor(analysis, model)
                 yield model, None if kept is not None else anchor, kept  # no place is right: left to a human
+
+    @staticmethod
+    def _trained_through_items(analysis: ScriptAnalysis) -> Iterator[tuple[cst.Call, cst.BaseExpression]]:
+        """Optimizers of a training script given the parameters of a model reached through an item
+        (``nets["G"].parameters()`` of an ``nn.ModuleDict``, ``models[0].parameters()``) that no wrap of the
+        program wraps."""
+        if not analysis.is_training_script:
+            return
+        wrapped = {code_of(inner) for wrap in analysis.program_wrap_calls if (inner := wrapped_argument(wrap)) is not None}
+        for optimizer in analysis.optimizer_calls:
+            for node in walk(optimizer):
+                if isinstance(node, cst.Call) and call_method_name(node) in ("parameters", "named_parameters"):
+                    receiver = node.func.value  # type: ignore[union-attr]
+                    if isinstance(receiver, cst.Subscript) and code_of(receiver) not in wrapped:
+                        yield optimizer, receiver
+                        break
 
     @staticmethod
     def _wrapped_elsewhere(analysis: ScriptAnalysis, model: str) -> bool:
@@ -411,6 +435,14 @@ loss.backward()
             yield Match(node, f"{model} is trained but never wrapped in DistributedDataParallel", fixable=anchor is not None)
             if kept is not None:
                 yield Match(kept, _kept_unwrapped(model), fixable=False)
+        for optimizer, receiver in self._trained_through_items(analysis):
+            yield Match(
+                optimizer,
+                f"the optimizer trains {code_of(receiver)}, a model held in a container, which the migration cannot "
+                "wrap: every process would train its own copy; wrap each trained model in DistributedDataParallel "
+                f"where it is built (or hold it in a name: {code_of(receiver)} = DistributedDataParallel(...))",
+                fixable=False,
+            )
         for guard, switch, sites in self._switches(analysis):
             yield Match(
                 guard,
@@ -485,15 +517,60 @@ def _reassigns(stmt: cst.BaseStatement, model: str) -> bool:
     )
 
 
-def _sets_up(stmt: cst.BaseStatement, model: str) -> bool:
-    if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+def _sets_up(analysis: ScriptAnalysis, stmt: cst.BaseStatement, model: str) -> bool:
+    """Whether the statement (or one inside an ``if``, ``with`` or ``try`` of it) still builds the model:
+    binds its name, moves or loads it (:data:`SETUP_METHODS`), assigns one of its parts (``model.decoder.weight
+    = model.encoder.weight``, tying weights), or calls a method that changes what it holds
+    (:data:`STRUCTURE_METHODS`, ``model.get_encoder().requires_grad_(False)``, or a method of the program that
+    stores something on ``self``): DDP must wrap the model as it will train."""
+    if isinstance(stmt, (cst.For, cst.While, cst.FunctionDef, cst.ClassDef)):
+        return False
+    if not isinstance(stmt, cst.SimpleStatementLine):
+        return any(
+            isinstance(inner, cst.SimpleStatementLine) and _sets_up(analysis, inner, model)
+            for inner in walk(stmt)
+            if not isinstance(inner, (cst.For, cst.While, cst.FunctionDef, cst.ClassDef))
+        ) and not any(isinstance(n, (cst.For, cst.While)) for n in walk(stmt))
+    if len(stmt.body) != 1:
         return False
     small = stmt.body[0]
     if isinstance(small, cst.Assign):
-        return any(dotted_name(t.target) == model for t in small.targets)
+        return any((name := dotted_name(t.target)) == model or (name or "").startswith(model + ".") for t in small.targets)
     if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
         call = small.value
-        return call_method_name(call) in SETUP_METHODS and dotted_name(call.func.value) == model  # type: ignore[union-attr]
+        method = call_method_name(call)
+        root = _chain_root(call.func.value if isinstance(call.func, cst.Attribute) else call.func) or ""
+        if root != model and not root.startswith(model + "."):
+            return False
+        if method in SETUP_METHODS or method in STRUCTURE_METHODS or method == "requires_grad_":
+            return True
+        target = analysis.call_target(call)
+        return target is not None and _stores_on_self(target)
+    return False
+
+
+def _chain_root(expr: cst.BaseExpression) -> str | None:
+    """The dotted name a chain of attributes and calls starts with (``model.get_encoder`` of
+    ``model.get_encoder().x``)."""
+    while True:
+        name = dotted_name(expr)
+        if name is not None:
+            return name
+        if isinstance(expr, cst.Call):
+            expr = expr.func
+        elif isinstance(expr, (cst.Attribute, cst.Subscript)):
+            expr = expr.value
+        else:
+            return None
+
+
+def _stores_on_self(function: cst.FunctionDef) -> bool:
+    """Whether a method assigns an attribute of ``self`` or registers a part on it (it changes the model)."""
+    for node in walk(function.body):
+        if isinstance(node, cst.AssignTarget) and (dotted_name(node.target) or "").startswith("self."):
+            return True
+        if isinstance(node, cst.Call) and call_method_name(node) in STRUCTURE_METHODS and dotted_name(node.func.value) == "self":  # type: ignore[union-attr]
+            return True
     return False
 
 

@@ -6,6 +6,7 @@ from typing import Iterator
 
 import libcst as cst
 
+from . import names
 from .analysis import EpochLoop, ScriptAnalysis
 from .analysis.loaders import loader_facts
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
@@ -255,8 +256,10 @@ for epoch in range(10):
             body = epoch.loop.body
             if not isinstance(body, cst.IndentedBlock) or not body.body:
                 continue
-            if _may_hold_a_wrapper(analysis, spelling):
-                # ``train_dl = DeviceDataLoader(train_dl, device)``: the object iterated may not be the loader
+            if _may_hold_a_wrapper(analysis, spelling) or _sampler_may_be_another(analysis, loader):
+                # ``train_dl = DeviceDataLoader(train_dl, device)``: the object iterated may not be the loader;
+                # ``RandomSampler(ds) if local_rank == -1 else DistributedSampler(ds)``: nor the sampler one
+                # that has set_epoch
                 call = statement(f"{runtime_name(analysis, edits)}.set_epoch({code_of(spelling)}, {epoch.epoch_var})")
             elif analysis.nearest_loop(epoch.loop) is not None:
                 # ``for stage in stages: for epoch in range(n):``: the epoch number starts again with each
@@ -275,3 +278,13 @@ def _may_hold_a_wrapper(analysis: ScriptAnalysis, spelling: cst.BaseExpression) 
     program's classes (a name rebound to ``DeviceDataLoader(loader, device)``): not the loader itself."""
     constructed = analysis.shared.constructed
     return any(origin in constructed for origin in analysis.origins(spelling))
+
+
+def _sampler_may_be_another(analysis: ScriptAnalysis, loader: cst.Call) -> bool:
+    """Whether the loader's sampler may also be one without ``set_epoch`` (``RandomSampler(ds) if
+    args.local_rank == -1 else DistributedSampler(ds)``, the legacy Hugging Face scripts' choice)."""
+    home = analysis.shared.analysis_of(loader) or analysis
+    return any(
+        type(origin) is cst.Call and not home.is_call_to(origin, names.DISTRIBUTED_SAMPLER)  # type: ignore[arg-type]
+        for origin in home.sampler_origins(loader)
+    )

@@ -64,7 +64,8 @@ def set_epoch(loader: Any, epoch: int) -> None:
     """Tell the sampler of a data loader which epoch starts (``sampler.set_epoch(epoch)``): the loader's own
     ``sampler`` (or its ``batch_sampler``'s), or, for an object that wraps a loader (a class that moves
     batches to the device, a prefetcher: ``DeviceDataLoader(DataLoader(...), device)``), the sampler of
-    every loader found among its attributes, a few levels down. Where none is found (a wrapper that builds
+    every loader found among its attributes, a few levels down. A sampler without ``set_epoch`` (a
+    ``RandomSampler`` on a run without torchrun) needs none. Where no loader is found (a wrapper that builds
     its loader only when iterated), a warning says so once: every epoch then repeats the same order."""
     if not _set_epoch(loader, epoch, _WRAPPER_DEPTH, set()) and type(loader) not in _WARNED:
         _WARNED.add(type(loader))
@@ -89,6 +90,8 @@ def _set_epoch(value: Any, epoch: int, depth: int, seen: set[int]) -> bool:
         if sampler is not None and callable(getattr(sampler, "set_epoch", None)):
             sampler.set_epoch(epoch)
             return True
+    if samplers[0] is not None:
+        return True  # a loader whose sampler takes no epoch
     if depth <= 0 or not hasattr(value, "__dict__") or isinstance(value, type):
         return False
     found = False

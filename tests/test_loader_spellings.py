@@ -232,3 +232,36 @@ def test_a_dropped_last_sampler_none_keeps_the_call_s_layout(tmp_path: Path) -> 
         "    b = DataLoader(\n        second,\n        batch_size=runtime.per_process_batch_size(8),\n"
         "        sampler=DistributedSampler(second, shuffle=False),\n    )\n"
     ) in migrated, migrated
+
+
+CHOSEN_SAMPLER = '''
+import os
+
+import torch
+from torch.utils.data import DataLoader, RandomSampler, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
+
+
+def main():
+    local_rank = int(os.environ.get("LOCAL_RANK", -1))
+    ds = TensorDataset(torch.arange(16).float()[:, None])
+    sampler = RandomSampler(ds) if local_rank == -1 else DistributedSampler(ds)
+    loader = DataLoader(ds, sampler=sampler, batch_size=4)
+    model = torch.nn.Linear(1, 1)
+    for epoch in range(2):
+        for (x,) in loader:
+            model(x).sum().backward()
+    print("done", flush=True)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_a_sampler_chosen_by_the_launch_gets_its_epoch_through_the_runtime(tmp_path: Path) -> None:
+    """The legacy Hugging Face choice ``RandomSampler(ds) if local_rank == -1 else DistributedSampler(ds)``:
+    ``loader.sampler.set_epoch(epoch)`` raised AttributeError on a ``RandomSampler`` (plain python)."""
+    migrated, report, _ = migrate_script(tmp_path, CHOSEN_SAMPLER)
+    assert "        runtime.set_epoch(loader, epoch)\n" in migrated, migrated
+    assert "done" in run_python(tmp_path / "train.py", cwd=tmp_path, timeout=120).output
