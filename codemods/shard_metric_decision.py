@@ -22,6 +22,8 @@ class ShardMetricDecision(Rule):
     - decides whether a training loop goes on: an ``if`` whose branch breaks out, continues, returns,
       raises or exits (early stopping on the training loss, skipping a step on a large loss), or
     - is handed to a scheduler's ``step()`` (``ReduceLROnPlateau.step(train_loss)``).
+    A training loop left on this process's clock (``if time.time() - start > budget: break``) is reported
+    too: each process reaches the limit at its own step.
 
     Why it is a problem: the original computed the value on all the data; after the migration each rank
     computes it on its own shard, and the ranks disagree. One rank leaves the loop while the others wait in
@@ -109,11 +111,26 @@ for epoch in range(100):
                 setters[target] = _sets_learning_rate(target)
             if (call_method_name(call) == "step" and target is None) or setters[target]:
                 steps.append(call)
+        reported: set[cst.If] = set()
+        for branch in exits:
+            clock = _clock_in(analysis, branch.test)
+            loop = analysis.nearest_loop(branch)
+            if clock is not None and loop is not None and analysis.reaches_backward(loop):
+                reported.add(branch)
+                yield Match(
+                    branch.test,
+                    f"`{code_of(branch.test)}` decides on {clock}, this process's own clock: the ranks reach the limit "
+                    "at different steps and leave the loop apart (the others then wait in DDP's next all-reduce and "
+                    "the job hangs); decide on rank 0's clock and share the decision (runtime.reduce_sum of a flag, "
+                    "or dist.broadcast_object_list)",
+                    fixable=False,
+                )
         values = per_rank_values(analysis) if exits or steps else None
         if values is None:
             return
-        reported: set[cst.If] = set()
         for branch in exits:  # (in source order: an outer decision comes before the ones inside it)
+            if branch in reported:
+                continue
             shown = values.mention(branch.test)
             # A decision inside a reported one on what that one sets (``if loss > best: bad += 1; if bad >= 2:
             # break``) follows from it: once the outer test reads a reduced value, so does the inner one.
@@ -159,3 +176,22 @@ def _sets_learning_rate(function: cst.FunctionDef | None) -> bool:
             if isinstance(target, cst.Subscript) and subscript_key(target) == "lr":
                 return True
     return False
+
+
+#: Clocks: a value read from one differs between processes.
+CLOCKS = frozenset(
+    {"time.time", "time.time_ns", "time.perf_counter", "time.perf_counter_ns", "time.monotonic", "time.monotonic_ns", "datetime.datetime.now"}
+)
+
+
+def _clock_in(analysis: ScriptAnalysis, test: cst.BaseExpression, depth: int = 2) -> str | None:
+    """How a test reads a clock (:data:`CLOCKS`): the call itself, or a name assigned from one (``elapsed =
+    time.time() - start``), a couple of assignments deep; ``None`` where it reads none."""
+    for node in walk(test):
+        if type(node) is cst.Call and analysis.is_call_to(node, CLOCKS):  # type: ignore[arg-type]
+            return f"{code_of(node)}"
+        if depth > 0 and type(node) is cst.Name:
+            for value in analysis.flows_into(node, node.value):  # type: ignore[attr-defined]
+                if isinstance(value, cst.BaseExpression) and _clock_in(analysis, value, depth - 1) is not None:
+                    return f"`{node.value}`"  # type: ignore[attr-defined]
+    return None

@@ -102,3 +102,40 @@ def test_a_shard_metric_returned_by_another_module_is_followed(tmp_path: Path, m
     reviews = [line for line in result.output.splitlines() if line.lstrip().startswith("review ") and "DDP041" in line]
     assert len(reviews) == 1, result.output
     assert 'main.py:' in reviews[0] and '`stats["loss"] >= best` decides on stats' in reviews[0]
+
+
+def test_a_training_loop_left_on_the_process_s_clock_is_reviewed(tmp_path: Path) -> None:
+    """A trial's time budget (``if time.time() - start > BUDGET: break``) hung 5 of 6 torchrun runs: one rank
+    left for the final save's barrier while the other was a step behind in backward's all-reduce."""
+    from migrated import migrate_script
+
+    source = """
+import time
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    start = time.time()
+    for epoch in range(100):
+        for x, y in loader:
+            opt.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+            elapsed = time.time() - start
+            if elapsed > 2.0:
+                break
+    torch.save(model.state_dict(), "model.pt")
+
+
+if __name__ == "__main__":
+    main()
+"""
+    migrated, report, code = migrate_script(tmp_path, source)
+    assert code == 1, report
+    assert "DDP041 `elapsed > 2.0` decides on `elapsed`, this process's own clock" in report, report

@@ -30,3 +30,62 @@ def test_the_two_forward_step_trains_under_torchrun(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     _, _, launch = train_original_and_migrated(tmp_path, TWO_FORWARDS)
     assert "checksum 4.4046" in launch.output, launch.output
+
+
+PROBE = '''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Probe(nn.Module):
+    def __init__(self, encoder):
+        super().__init__()
+        self.encoder = encoder
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, x):
+        FORWARD
+        return self.head(feats)
+
+
+def main():
+    torch.manual_seed(0)
+    model = Probe(nn.Linear(4, 8))
+    loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randint(0, 2, (32,))), batch_size=8)
+    opt = torch.optim.SGD(model.head.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+    print("trained", flush=True)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+@pytest.mark.parametrize("forward", ["with torch.no_grad():\n            feats = self.encoder(x)", "feats = self.encoder(x).detach()"], ids=["no-grad", "detach"])
+def test_a_layer_run_only_without_gradients_is_searched_for(tmp_path: Path, forward: str) -> None:
+    """A linear probe's encoder, run under ``no_grad`` (or detached) in ``forward()`` and never frozen: its
+    parameters require gradients that never come, and DDP failed at the second step ("Expected to have
+    finished reduction"), in plain python too. The wrap now looks for unused parameters."""
+    from migrated import migrate_script
+
+    migrated, report, code = migrate_script(tmp_path, PROBE.replace("FORWARD", forward))
+    assert code == 0, report
+    assert "find_unused_parameters=True" in migrated
+    assert "runs `self.encoder` only without gradients" in report, report
+
+
+@pytest.mark.distributed
+def test_a_probe_with_a_gradless_encoder_trains_under_torchrun(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from launch import run_torchrun
+    from migrated import migrate_script
+
+    migrate_script(tmp_path, PROBE.replace("FORWARD", "with torch.no_grad():\n            feats = self.encoder(x)"))
+    launch = run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, timeout=120)
+    assert "trained" in launch.output, launch.output

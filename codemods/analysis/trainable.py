@@ -246,6 +246,9 @@ def skipped_in_some_steps(analysis: ScriptAnalysis, model: cst.BaseExpression) -
                 found = _conditional_layer_call(owner, cls, forward)
                 if found is not None:
                     return SkippedLayer(owner, found, f"its forward() calls `{dotted_name(found.func) or 'a layer'}` only on some steps")
+                gradless = _gradless_layer(owner, cls, forward)
+                if gradless is not None:
+                    return SkippedLayer(owner, gradless, f"its forward() runs `{dotted_name(gradless.func)}` only without gradients (no_grad or detach)")
                 unused = _unused_layer(owner, cls)
                 if unused is not None:
                     attribute, layer = unused
@@ -309,6 +312,57 @@ def _conditional_layer_call(analysis: ScriptAnalysis, cls: cst.ClassDef, forward
         if any(not _settings_only(condition.test) for condition in rank_facts(analysis).conditions(node)):
             return node  # type: ignore[return-value]
     return None
+
+
+#: Context managers under which a forward records no gradient.
+NO_GRAD = frozenset({"torch.no_grad", "torch.inference_mode", "torch.autograd.grad_mode.no_grad", "torch.set_grad_enabled"})
+
+
+def _gradless_layer(analysis: ScriptAnalysis, cls: cst.ClassDef, forward: cst.FunctionDef) -> cst.Call | None:
+    """A layer the class stores (``self.encoder = Encoder()``, or one handed to it) that ``forward()`` runs only without
+    gradients: under ``with torch.no_grad():`` (or ``inference_mode``, ``set_grad_enabled(False)``) or with
+    its output detached at once (``self.encoder(x).detach()``). Unless they are frozen, its parameters
+    require gradients that never come, which DDP refuses at the second step."""
+    stored = {
+        name[5:]
+        for node in walk(cls)
+        if type(node) is cst.AssignTarget and type(analysis.parent(node)) is cst.Assign
+        and type(analysis.parent(node).value) in (cst.Call, cst.Name)  # type: ignore[union-attr]  (built here, or handed in)
+        and (name := dotted_name(node.target)) is not None and name.startswith("self.") and name.count(".") == 1  # type: ignore[attr-defined]
+    }
+    runs: dict[str, list[tuple[cst.Call, bool]]] = {}
+    for node in walk(forward.body):
+        if type(node) is cst.Call and type(node.func) is cst.Attribute and dotted_name(node.func.value) == "self":  # type: ignore[attr-defined]
+            attribute = node.func.attr.value  # type: ignore[attr-defined]
+            if attribute in stored:
+                runs.setdefault(attribute, []).append((node, _without_gradients(analysis, node, forward)))  # type: ignore[arg-type]
+    for calls in runs.values():
+        if all(gradless for _, gradless in calls):
+            return calls[0][0]
+    return None
+
+
+def _without_gradients(analysis: ScriptAnalysis, call: cst.Call, forward: cst.FunctionDef) -> bool:
+    """Whether the call runs under a no-grad context of the forward, or its value is detached at once."""
+    parent = analysis.parent(call)
+    if type(parent) is cst.Attribute and parent.attr.value == "detach":  # type: ignore[attr-defined]
+        return True
+    for ancestor in analysis.ancestors(call):
+        if ancestor is forward:
+            return False
+        if type(ancestor) is cst.With:
+            for item in ancestor.items:  # type: ignore[attr-defined]
+                manager = item.item
+                if type(manager) is cst.Call and analysis.is_call_to(manager, NO_GRAD):
+                    args = manager.args
+                    if not analysis.is_call_to(manager, {"torch.set_grad_enabled"}) or (args and _is_false(args[0].value)):
+                        return True
+    return False
+
+
+def _is_false(value: cst.BaseExpression) -> bool:
+    """Whether the expression is the literal ``False``."""
+    return type(value) is cst.Name and value.value == "False"  # type: ignore[attr-defined]
 
 
 def _unused_layer(analysis: ScriptAnalysis, cls: cst.ClassDef) -> tuple[str, cst.Call] | None:
