@@ -8,6 +8,7 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name, keyword_argument, walk
+from .analysis.script import returns_of
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression
 from .runtime_calls import runtime_name
@@ -164,7 +165,11 @@ total = nn.functional.l1_loss(a, b, reduction="sum")
             return None  # ``criterion(out, y) / len(x)``: a mean over this process's shard, which DDP averages right
         found = any(
             isinstance(node, cst.Call)
-            and (_sum_reduction(node) or any(isinstance(o, cst.Call) and _sum_reduction(o) for o in analysis.origins(node.func)))
+            and (
+                _sum_reduction(node)
+                or any(isinstance(o, cst.Call) and _sum_reduction(o) for o in analysis.origins(node.func))
+                or self._returns_sum(analysis, node, depth)
+            )
             for node in walk(expr)
         )
         if not found:
@@ -185,6 +190,17 @@ total = nn.functional.l1_loss(a, b, reduction="sum")
         if not found:
             return None
         return "divided" if divisors else "sum"
+
+    def _returns_sum(self, analysis: ScriptAnalysis, call: cst.Call, depth: int) -> bool:
+        """Whether the call runs a function of the program that returns a summed loss (``def
+        loss_function(recon, x, mu, logvar): return F.binary_cross_entropy(recon, x, reduction="sum") + kld``),
+        not divided by anything."""
+        function = analysis.call_target(call)
+        if function is None:
+            return False
+        home = analysis.shared.analysis_of(function) or analysis
+        returned = [r for r in returns_of(function) if r.value is not None]
+        return bool(returned) and all(self._sums(home, r.value, r, depth + 1) == "sum" for r in returned)  # type: ignore[arg-type]
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
         for backward, loss, safe in self._cases(analysis):

@@ -16,7 +16,7 @@ import libcst as cst
 
 from .loaders import loader_facts
 from .ranks import seeds_alike
-from .script import ScriptAnalysis, call_method_name, keyword_argument
+from .script import ScriptAnalysis, call_method_name, dotted_name, keyword_argument
 
 #: The draws from each process-wide random state that pick or order items (see :data:`ranks.SEEDS` for
 #: their seeding calls); torch's take a ``generator=`` that makes them the generator's draws instead. Draws
@@ -59,7 +59,32 @@ def per_process_draws(analysis: ScriptAnalysis) -> list[tuple[cst.Call, str]]:
                 _unseeded_generator(analysis, origin) for origin in analysis.origins(call.func.value)  # type: ignore[attr-defined]
             ):
                 found.append((call, "an unseeded generator"))
+    found.extend((call, "a set's order") for call in _set_orders(analysis))
     return found
+
+
+#: Calls that take a set's items in its iteration order.
+ORDERING_BUILTINS = frozenset({"builtins.list", "builtins.tuple", "builtins.enumerate"})
+
+
+def _set_orders(analysis: ScriptAnalysis) -> list[cst.Call]:
+    """``list(set(words))``, ``tuple(set(...))``, ``enumerate(set(...))``: a set's items in its iteration
+    order, which for strings follows their hashes, seeded anew in every process (``PYTHONHASHSEED``): each
+    rank puts them in another order (a vocabulary's ids, a de-duplicated list of samples)."""
+    sets = set(analysis.calls_to({"builtins.set"}))
+    if not sets and not any(type(node) is cst.SetComp for node in analysis.preorder):
+        return []
+    return [call for call in analysis.calls_to(ORDERING_BUILTINS) if len(call.args) == 1 and _holds_a_set(analysis, call.args[0].value, sets)]
+
+
+def _holds_a_set(analysis: ScriptAnalysis, value: cst.BaseExpression, sets: set[cst.Call]) -> bool:
+    """Whether the value is a set: ``set(...)``, ``{w for w in ...}``, or a name holding one."""
+    if type(value) is cst.SetComp or value in sets:
+        return True
+    name = dotted_name(value)
+    if name is None:
+        return False
+    return not sets.isdisjoint(analysis.origins(value)) or any(type(v) is cst.SetComp for v in analysis.flows_into(value, name))
 
 
 def _unseeded_generator(analysis: ScriptAnalysis, origin: cst.CSTNode) -> bool:
@@ -104,6 +129,7 @@ REMEDIES = {
     "random": "seed Python's random alike on every rank (random.seed(0) at the start)",
     "numpy": "seed numpy alike on every rank (np.random.seed(0) at the start)",
     "an unseeded generator": "build its generator with a seed (np.random.default_rng(0), random.Random(0))",
+    "a set's order": "sort it (sorted(set(...))): a set of strings is ordered by their hashes, seeded in each process",
 }
 
 
