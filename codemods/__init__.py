@@ -41,6 +41,7 @@ from .shard_metric_decision import ShardMetricDecision
 from .pass_over_sharded_loader import PassOverShardedLoader
 from .buffer_written_from_batch import BufferWrittenFromBatch
 from .per_process_batch_reads import PerProcessBatchReads
+from .set_order_data import SetOrderData
 from .shard_sum_over_whole_set import ShardSumOverWholeSet
 
 #: Every rule, in code order. The engine runs their fixes in phase order.
@@ -86,6 +87,7 @@ ALL_RULES: tuple[type[Rule], ...] = tuple(
             PassOverShardedLoader,
             BufferWrittenFromBatch,
             PerProcessBatchReads,
+            SetOrderData,
         ),
         key=lambda rule: rule.code,
     )

@@ -113,7 +113,10 @@ model = DDP(Queue(64))
             if not methods or _gathers(analysis, methods):
                 continue
             for method, derived in methods.items():
-                for statement, buffer in _writes_from_batch(method, buffers, derived):
+                # ``forward(self, x, step)``: a forward's own argument may be a setting (stored as it is: no
+                # slot of the batch); a helper's argument is the batch value its call site passes
+                settings = _parameters(method) if method.name.value == "forward" else set()
+                for statement, buffer in _writes_from_batch(method, buffers, derived, settings):
                     yield Match(
                         statement,
                         f"`{code_of(statement).strip()}` writes buffer `{buffer}` from this process's shard of the data "
@@ -178,14 +181,13 @@ def _gathers(analysis: ScriptAnalysis, methods: dict[cst.FunctionDef, set[str]])
     return any((analysis.shared.analysis_of(method) or analysis).reaches(method, collectives) for method in methods)
 
 
-def _writes_from_batch(method: cst.FunctionDef, buffers: frozenset[str], derived: set[str]) -> Iterator[tuple[cst.CSTNode, str]]:
+def _writes_from_batch(method: cst.FunctionDef, buffers: frozenset[str], derived: set[str], settings: set[str]) -> Iterator[tuple[cst.CSTNode, str]]:
     """The statements of the method that write a buffer from values of the batch (``derived``), with the
     buffer's name: a subscript assignment whose index reads the batch (slots the data chooses:
     ``self.memory[idx] = z``), or whose value does without reading the buffer itself (a queue's slots:
     ``self.queue[:, ptr:ptr + n] = keys.T``; not a running statistic, ``self.mean[:] = 0.9 * self.mean +
     ...``, nor an argument stored as it is, ``self.step[0] = step``); an indexed in-place write
     (``index_copy_``) with such an argument; a buffer rebuilt by joining the batch to it (``torch.cat``)."""
-    params = _parameters(method)
     for node in walk(method.body):
         if type(node) in (cst.Assign, cst.AugAssign):
             targets = [t.target for t in node.targets] if type(node) is cst.Assign else [node.target]  # type: ignore[attr-defined]
@@ -197,7 +199,7 @@ def _writes_from_batch(method: cst.FunctionDef, buffers: frozenset[str], derived
                     stored = (
                         _reads(value, derived)
                         and not _reads_buffer(value, buffer)
-                        and not (type(value) is cst.Name and value.value in params)  # type: ignore[attr-defined]
+                        and not (type(value) is cst.Name and value.value in settings)  # type: ignore[attr-defined]
                     )
                     if chosen or stored:
                         yield node, buffer

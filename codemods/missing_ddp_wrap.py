@@ -328,13 +328,16 @@ loss.backward()
             if analysis.reaches_backward(stmt):
                 break
             frozen = frozen_models(analysis, stmt)
+            handed = _hands_over(analysis, stmt, model)
             if frozen != set():  # the statement changes requires_grad (``None``: of models it cannot tell)
-                if _hands_over(analysis, stmt, model):
+                if handed:
                     if frozen is not None and model.split(".")[0] not in frozen:
                         break  # ``Distiller(student, teacher)`` keeps the model it is given: wrap it before
                     kept = kept or stmt
                 anchor = stmt  # DDP synchronises what requires gradients when it wraps: freeze first
                 continue
+            if handed:
+                break  # ``trainer = Trainer(model, ...)`` keeps the model from here on: wrap it before
             if isinstance(stmt, (cst.For, cst.While)):
                 break
             if _sets_up(analysis, stmt, model) or _reassigns(stmt, model):
@@ -352,17 +355,18 @@ loss.backward()
 
     @staticmethod
     def _trained_through_items(analysis: ScriptAnalysis) -> Iterator[tuple[cst.Call, cst.BaseExpression]]:
-        """Optimizers of a training script given the parameters of a model reached through an item
-        (``nets["G"].parameters()`` of an ``nn.ModuleDict``, ``models[0].parameters()``) that no wrap of the
-        program wraps."""
-        if not analysis.is_training_script:
-            return
-        wrapped = {code_of(inner) for wrap in analysis.program_wrap_calls if (inner := wrapped_argument(wrap)) is not None}
+        """Optimizers of a training script that wraps nothing, given the parameters of a model reached through
+        an item (``nets["G"].parameters()`` of an ``nn.ModuleDict``, ``models[0].parameters()``), not a part
+        of a model trained by name."""
+        if not analysis.is_training_script or analysis.program_wrap_calls:
+            return  # a program that wraps (``nets = {k: DDP(v) ...}``) is the wrap rules' to read
+        trained = {name.split(".")[0] for name in analysis.trained_models}
         for optimizer in analysis.optimizer_calls:
             for node in walk(optimizer):
                 if isinstance(node, cst.Call) and call_method_name(node) in ("parameters", "named_parameters"):
                     receiver = node.func.value  # type: ignore[union-attr]
-                    if isinstance(receiver, cst.Subscript) and code_of(receiver) not in wrapped:
+                    root = (dotted_name(receiver.value) or "").split(".")[0] if isinstance(receiver, cst.Subscript) else None
+                    if root and root not in trained:  # (``model.blocks[-1]`` of a trained model: a part of it)
                         yield optimizer, receiver
                         break
 

@@ -7,7 +7,7 @@ from typing import Iterator
 import libcst as cst
 
 from . import names
-from .analysis import EpochLoop, ScriptAnalysis
+from .analysis import EpochLoop, ScriptAnalysis, dotted_name, is_none, loader_argument
 from .analysis.loaders import loader_facts
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, statement
@@ -282,9 +282,18 @@ def _may_hold_a_wrapper(analysis: ScriptAnalysis, spelling: cst.BaseExpression) 
 
 def _sampler_may_be_another(analysis: ScriptAnalysis, loader: cst.Call) -> bool:
     """Whether the loader's sampler may also be one without ``set_epoch`` (``RandomSampler(ds) if
-    args.local_rank == -1 else DistributedSampler(ds)``, the legacy Hugging Face scripts' choice)."""
+    args.local_rank == -1 else DistributedSampler(ds)``, the legacy Hugging Face scripts' choice), or none at
+    all (``DistributedSampler(ds) if distributed else None``: the loader then makes its own)."""
     home = analysis.shared.analysis_of(loader) or analysis
-    return any(
+    if any(
         type(origin) is cst.Call and not home.is_call_to(origin, names.DISTRIBUTED_SAMPLER)  # type: ignore[arg-type]
         for origin in home.sampler_origins(loader)
-    )
+    ):
+        return True
+    given = loader_argument(loader, "sampler")
+    if given is None:
+        return False
+    values = [given.value]
+    if (name := dotted_name(given.value)) is not None:
+        values += home.flows_into(given.value, name)
+    return any(is_none(branch) for value in values if type(value) is cst.IfExp for branch in (value.body, value.orelse))  # type: ignore[attr-defined]

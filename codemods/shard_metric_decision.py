@@ -6,6 +6,7 @@ from typing import Iterator
 
 import libcst as cst
 
+from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name, leaves_early, walk
 from .analysis.script import subscript_key
 from .analysis.per_rank import per_rank_values
@@ -113,6 +114,8 @@ for epoch in range(100):
                 steps.append(call)
         reported: set[cst.If] = set()
         for branch in exits:
+            if not _leaves_the_loop(branch):
+                continue  # ``if time.time() - last_log < 5: continue``: a skipped log line, no step
             clock = _clock_in(analysis, branch.test)
             loop = analysis.nearest_loop(branch)
             if clock is not None and loop is not None and analysis.reaches_backward(loop):
@@ -190,8 +193,26 @@ def _clock_in(analysis: ScriptAnalysis, test: cst.BaseExpression, depth: int = 2
     for node in walk(test):
         if type(node) is cst.Call and analysis.is_call_to(node, CLOCKS):  # type: ignore[arg-type]
             return f"{code_of(node)}"
-        if depth > 0 and type(node) is cst.Name:
+        if depth > 0 and type(node) is cst.Name and not _shared(analysis, node.value):  # type: ignore[attr-defined]
             for value in analysis.flows_into(node, node.value):  # type: ignore[attr-defined]
                 if isinstance(value, cst.BaseExpression) and _clock_in(analysis, value, depth - 1) is not None:
                     return f"`{node.value}`"  # type: ignore[attr-defined]
     return None
+
+
+def _leaves_the_loop(branch: cst.If) -> bool:
+    """Whether the ``if`` (either branch) breaks out of its loop, returns or raises (a ``continue`` only skips
+    the rest of one iteration)."""
+    for body in (branch.body, branch.orelse):
+        if body is not None and any(type(n) in (cst.Break, cst.Return, cst.Raise) for n in walk(body)):
+            return True
+    return False
+
+
+def _shared(analysis: ScriptAnalysis, name: str) -> bool:
+    """Whether a collective of the program takes the name (``dist.all_reduce(stop)``): its value is then
+    every rank's."""
+    return any(
+        analysis.is_call_to(call, names.COLLECTIVES) and any(n.value == name for arg in call.args for n in walk(arg.value) if type(n) is cst.Name)  # type: ignore[attr-defined]
+        for call in analysis.calls
+    )

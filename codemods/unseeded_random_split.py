@@ -58,11 +58,11 @@ class UnseededRandomSplit(Rule):
     name = "unseeded-random-split"
     phase = Phase.SAMPLERS
     fix_safety = FixSafety.UNSAFE
-    triggers = ("random_split", "Subset", "randperm", "shuffle", "permut", "choice", "sample", "set(")
+    triggers = ("random_split", "Subset", "randperm", "shuffle", "permut", "choice", "sample")
     # A split in training code, or a draw that a training DataLoader's data set is built from (in a module
     # of the program that may hold no training code: a program's words are the words of all its modules).
     requires = (".backward(", "DataLoader")
-    needs_names = (RANDOM_SPLIT | SUBSET | ALL_DRAWS | GENERATORS | {"set"},)
+    needs_names = (RANDOM_SPLIT | SUBSET | ALL_DRAWS | GENERATORS,)
     examples = (
         # A split by hand: the Subsets take their indices from one random order.
         Example(
@@ -176,13 +176,10 @@ loss.backward()
                 yield match
         for call, state in training_data_draws(analysis):
             if call not in reported:
-                ordered = state == "a set's order"
-                what = code_of(call).strip() if ordered else f"{code_of(call.func)}()"
-                source = "an order each process draws on its own" if ordered else "a draw from each process's own random state"
                 yield Match(
                     call,
-                    f"the training data set is built from {what}, "
-                    f"{source}: every rank shards a different data set (samples missing, others trained on "
+                    f"the training data set is built from {code_of(call.func)}(), a draw from each process's own "
+                    f"random state: every rank shards a different data set (samples missing, others trained on "
                     f"twice, one rank's validation samples another's training data); {REMEDIES[state]}",
                     fixable=False,
                 )

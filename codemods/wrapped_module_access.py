@@ -490,8 +490,9 @@ torch.save(model.module.state_dict(), "model.pt")
             home = analysis.shared.analysis_of(function) or analysis
             called = home.derived("parameters called", _parameters_called).get(function, ())
             candidates += [argument for param, argument in analysis.bound_arguments(call, function) if param in called and dotted_name(argument) is not None]
-            if home is analysis:
-                # ``if is_main_process(): self.evaluate()``: the method runs ``self.model(x)`` itself
+            if home is analysis and _runs_on_some_ranks_only(analysis, function):
+                # ``if is_main_process(): self.evaluate()``: the method runs ``self.model(x)`` itself (rewritten
+                # there only where no call of it runs on every rank: a training step's would bypass DDP)
                 candidates += analysis.derived("models called on self", _self_models_called).get(function, [])
         wraps, holding, attributes = analysis.derived("DDP wraps of the program", _ddp_wraps)
         # (Cheap tests first: most calls call no model, and most model calls run on every rank.)
@@ -773,6 +774,16 @@ def _parameters_called(analysis: ScriptAnalysis) -> dict[cst.FunctionDef, set[st
             if function is not None and analysis.is_parameter(function, call.func.value):  # type: ignore[attr-defined]
                 found.setdefault(function, set()).add(call.func.value)  # type: ignore[attr-defined]
     return found
+
+
+def _runs_on_some_ranks_only(analysis: ScriptAnalysis, function: cst.FunctionDef) -> bool:
+    """Whether every call of the function in the program sits under a test of the rank."""
+    callers = analysis.callers_in_program(function)
+    for caller in callers:
+        owner = analysis.shared.analysis_of(caller) or analysis
+        if not any(c.kind is Kind.RANK and c.in_body is not None for c in rank_facts(owner).conditions(caller)):
+            return False
+    return bool(callers)
 
 
 def _self_models_called(analysis: ScriptAnalysis) -> dict[cst.FunctionDef, list[cst.BaseExpression]]:

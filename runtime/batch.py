@@ -85,13 +85,15 @@ def _set_epoch(value: Any, epoch: int, depth: int, seen: set[int]) -> bool:
     if id(value) in seen:
         return False
     seen.add(id(value))
-    samplers = [getattr(value, "sampler", None), getattr(getattr(value, "batch_sampler", None), "sampler", None)]
+    batches = getattr(value, "batch_sampler", None)
+    samplers = [getattr(value, "sampler", None), batches, getattr(batches, "sampler", None)]
+    told = False
     for sampler in samplers:
         if sampler is not None and callable(getattr(sampler, "set_epoch", None)):
-            sampler.set_epoch(epoch)
-            return True
-    if samplers[0] is not None:
-        return True  # a loader whose sampler takes no epoch
+            sampler.set_epoch(epoch)  # the sampler, or a batch sampler that shuffles its own buckets
+            told = True
+    if told or samplers[0] is not None:
+        return True  # (a loader whose samplers take no epoch needs none)
     if depth <= 0 or not hasattr(value, "__dict__") or isinstance(value, type):
         return False
     found = False

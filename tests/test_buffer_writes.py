@@ -315,3 +315,40 @@ queue = nn.parallel.DistributedDataParallel(Queue())
     done = _lint(script)
     assert "DDP046" not in done.stdout, done.stdout
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_queue_written_from_a_helper_s_argument_is_reported(tmp_path: Path) -> None:
+    """``self._enqueue(q.detach())`` with ``self.queue[p:p + n] = keys`` inside: the argument holds the batch
+    (a review found it silent once a forward's own arguments were taken for settings)."""
+    script = tmp_path / "train.py"
+    script.write_text(
+        '''
+import torch
+import torch.nn as nn
+
+
+class Queue(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.register_buffer("queue", torch.zeros(64, 4))
+        self.register_buffer("ptr", torch.zeros(1, dtype=torch.long))
+
+    def _enqueue(self, keys):
+        p, n = int(self.ptr), keys.shape[0]
+        self.queue[p:p + n] = keys
+        self.ptr[0] = (p + n) % 64
+
+    def forward(self, x):
+        q = self.lin(x)
+        self._enqueue(q.detach())
+        return q
+
+
+model = nn.parallel.DistributedDataParallel(Queue())
+model(torch.randn(8, 4)).sum().backward()
+'''
+    )
+    done = _lint(script)
+    found = [line for line in done.stdout.splitlines() if ": DDP046 " in line]
+    assert len(found) == 1 and "`self.queue[p:p + n] = keys` writes buffer `queue`" in found[0], done.stdout

@@ -219,7 +219,7 @@ def test_a_loop_that_trains_on_one_loader_and_evaluates_on_the_other_shards_neit
     migrated, report, _ = migrate_script(tmp_path, source)
     assert "DataLoader(first, 8, True, None, None, 0, None, False, True)" in migrated
     assert "DataLoader(second, batch_size=8, shuffle=True, sampler=None)" in migrated
-    assert "review" in report
+    assert "DDP040 training batches here come from no DataLoader" in report, report
 
 
 def test_a_dropped_last_sampler_none_keeps_the_call_s_layout(tmp_path: Path) -> None:
@@ -263,5 +263,15 @@ def test_a_sampler_chosen_by_the_launch_gets_its_epoch_through_the_runtime(tmp_p
     """The legacy Hugging Face choice ``RandomSampler(ds) if local_rank == -1 else DistributedSampler(ds)``:
     ``loader.sampler.set_epoch(epoch)`` raised AttributeError on a ``RandomSampler`` (plain python)."""
     migrated, report, _ = migrate_script(tmp_path, CHOSEN_SAMPLER)
+    assert "        runtime.set_epoch(loader, epoch)\n" in migrated, migrated
+    assert "done" in run_python(tmp_path / "train.py", cwd=tmp_path, timeout=120).output
+
+
+
+def test_a_sampler_that_may_be_none_gets_its_epoch_through_the_runtime(tmp_path: Path) -> None:
+    """The ImageNet example's ``DistributedSampler(ds) if distributed else None``: the loader makes its own
+    sampler where it is ``None``, which has no ``set_epoch`` (plain python raised AttributeError)."""
+    source = CHOSEN_SAMPLER.replace("RandomSampler(ds) if local_rank == -1 else DistributedSampler(ds)", "DistributedSampler(ds) if local_rank != -1 else None")
+    migrated, _, _ = migrate_script(tmp_path, source)
     assert "        runtime.set_epoch(loader, epoch)\n" in migrated, migrated
     assert "done" in run_python(tmp_path / "train.py", cwd=tmp_path, timeout=120).output

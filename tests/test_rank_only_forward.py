@@ -149,3 +149,26 @@ def test_a_trainer_method_that_evaluates_on_rank_0_runs_the_model_itself(tmp_pat
     assert "(self.model.module(x).argmax(1) == y)" in (tmp_path / "trainer.py").read_text()
     launch = run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, timeout=90)
     assert launch.output.count("epoch 2 acc") == 1, launch.output
+
+
+def test_a_method_that_also_trains_on_every_rank_keeps_the_wrapper(tmp_path: Path) -> None:
+    """``compute_loss`` runs the model in every training step and once more under ``is_main_process()``: a
+    review found the method itself rewritten to ``self.model.module(x)``, so the training bypassed DDP (the
+    ranks' weights drifted apart). The method keeps the wrapper where any call of it runs on every rank."""
+    import subprocess
+    import sys
+
+    trainer = TRAINER.replace(
+        "    @torch.no_grad()\n    def evaluate(self):",
+        "    def compute_loss(self, x, y):\n        return F.cross_entropy(self.model(x), y)\n\n    @torch.no_grad()\n    def evaluate(self):",
+    ).replace("loss = F.cross_entropy(self.model(xb), yb)", "loss = self.compute_loss(xb, yb)").replace(
+        'print(f"epoch {epoch} acc {self.evaluate():.3f}", flush=True)',
+        'print(f"epoch {epoch} acc {self.evaluate():.3f}", flush=True)\n                with torch.no_grad():\n                    print(self.compute_loss(xb, yb).item())',
+    )
+    assert "self.compute_loss(xb, yb).item()" in trainer
+    (tmp_path / "trainer.py").write_text(trainer)
+    (tmp_path / "train.py").write_text(TRAINER_MAIN)
+    done = subprocess.run([sys.executable, "-m", "ddp_migrate", "train.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    text = (tmp_path / "trainer.py").read_text()
+    assert "return F.cross_entropy(self.model(x), y)" in text, text

@@ -333,9 +333,24 @@ def test_set_epoch_reaches_the_sampler_of_a_loader_or_of_the_loader_a_wrapper_ho
     by_batches = DataLoader(data, batch_sampler=BatchSampler(DistributedSampler(data, num_replicas=2, rank=1), 2, False))
     runtime.set_epoch(by_batches, 7)
     assert by_batches.batch_sampler.sampler.epoch == 7  # type: ignore[union-attr]
-    runtime.set_epoch(DataLoader(data, batch_size=2, shuffle=True), 1)  # its RandomSampler takes no epoch
+    import warnings
+
+    from ddp_migrate.runtime import batch as batch_module
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a RandomSampler takes no epoch: nothing to say
+        runtime.set_epoch(DataLoader(data, batch_size=2, shuffle=True), 1)
+
+    class Buckets(BatchSampler):  # a batch sampler that shuffles its own buckets
+        def set_epoch(self, epoch: int) -> None:
+            self.epoch = epoch
+
+    bucketed = DataLoader(data, batch_sampler=Buckets(range(8), 2, False))
+    runtime.set_epoch(bucketed, 4)
+    assert bucketed.batch_sampler.epoch == 4  # type: ignore[union-attr]
+    batch_module._WARNED.discard(list)
     with pytest.warns(RuntimeWarning, match="no sampler with set_epoch.* in this list"):
-        runtime.set_epoch([loader], 9)  # not a loader nor an object holding one (a list is not looked into): said once
+        runtime.set_epoch([loader], 9)  # not a loader nor an object holding one (a list is not looked into)
     assert sampler.epoch == 5
 
 

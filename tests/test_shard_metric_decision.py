@@ -139,3 +139,42 @@ if __name__ == "__main__":
     migrated, report, code = migrate_script(tmp_path, source)
     assert code == 1, report
     assert "DDP041 `elapsed > 2.0` decides on `elapsed`, this process's own clock" in report, report
+
+
+def test_a_clock_decision_shared_by_a_collective_or_skipping_a_log_line_is_not_reviewed(tmp_path: Path) -> None:
+    from migrated import migrate_script
+
+    source = """
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    start = last_log = time.time()
+    for epoch in range(100):
+        for x, y in loader:
+            opt.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+            if time.time() - last_log < 5.0:
+                continue
+            last_log = time.time()
+        out = torch.tensor(float(time.time() - start > 2.0))
+        if dist.is_initialized():
+            dist.all_reduce(out, op=dist.ReduceOp.MAX)
+        if out.item() > 0:
+            break
+
+
+if __name__ == "__main__":
+    main()
+"""
+    _, report, _ = migrate_script(tmp_path, source)
+    assert "own clock" not in report, report

@@ -226,3 +226,53 @@ def test_a_loop_over_a_generator_that_filters_the_loader_trains_on_it(tmp_path: 
     DataLoader, and the generator was then taken for a pass that does not train)."""
     migrated, report, code = migrate_script(tmp_path, FILTERED)
     assert code == 0 and "sampler=DistributedSampler(" in migrated and "set_epoch(epoch)" in migrated, report
+
+
+DISPATCH = '''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Runner:
+    def __init__(self, model, opt, train_loader, val_loader):
+        self.model, self.opt = model, opt
+        self.train_loader, self.val_loader = train_loader, val_loader
+
+    def dispatch(self, event, arg):
+        return getattr(self, event)(arg)
+
+    def train_one(self, loader):
+        for x, y in loader:
+            self.opt.zero_grad()
+            nn.functional.mse_loss(self.model(x), y).backward()
+            self.opt.step()
+
+    def validate(self, loader):
+        with torch.no_grad():
+            return sum(nn.functional.mse_loss(self.model(x), y).item() for x, y in loader)
+
+    def fit(self, epochs):
+        for epoch in range(epochs):
+            self.train_one(self.train_loader)
+            print(self.dispatch("validate", self.val_loader))
+
+
+def main():
+    model = nn.Linear(4, 1)
+    train_loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8)
+    val_loader = DataLoader(TensorDataset(torch.randn(20, 4), torch.randn(20, 1)), batch_size=10)
+    Runner(model, torch.optim.SGD(model.parameters(), lr=0.1), train_loader, val_loader).fit(2)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_a_method_looked_up_by_a_name_its_callers_spell_runs_that_method_only(tmp_path: Path) -> None:
+    """``getattr(self, event)(arg)`` with ``event`` given as ``"validate"``: a review found every one-argument
+    method bound to the validation loader, which was then sharded as a training loader."""
+    migrated, report, _ = migrate_script(tmp_path, DISPATCH)
+    assert report.count("DistributedSampler added to the training DataLoader") == 1, report
+    assert "val_loader = DataLoader(TensorDataset(torch.randn(20, 4), torch.randn(20, 1)), batch_size=10)" in migrated

@@ -124,3 +124,42 @@ for step in range(4):
     assert code == 1, report
     for name in ('nets["G"]', 'nets["D"]'):
         assert f"DDP011 the optimizer trains {name}, a model held in a container" in report, report
+
+
+def test_the_wrap_goes_before_an_object_of_the_program_takes_the_model(tmp_path: Path) -> None:
+    """``trainer = Trainer(model, ...)`` then ``model.name = "mlp"``: a review found the wrap moved after the
+    attribute, so the Trainer kept the unwrapped model (ranks 0.108 and 0.139, nothing reported)."""
+    source = PROGRAM.replace("    SETUP\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n", "    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n    keeper = Keeper(model)\n    model.name = \"lm\"\n").replace(
+        "def main():", "class Keeper:\n    def __init__(self, model):\n        self.model = model\n\n\ndef main():"
+    )
+    assert "keeper = Keeper(model)" in source
+    migrated, report, _ = migrate_script(tmp_path, source)
+    assert migrated.index("model = DistributedDataParallel(model") < migrated.index("keeper = Keeper(model)"), migrated
+
+
+def test_wrapped_models_in_a_container_and_parts_of_a_trained_model_are_not_reported(tmp_path: Path) -> None:
+    """What a review found reported on correct code: a GAN whose dict of models is wrapped, and per-layer
+    learning rates of a model trained by name (``model.blocks[-1].parameters()``)."""
+    from click.testing import CliRunner
+
+    from ddp_migrate.cli import cli
+
+    script = tmp_path / "train.py"
+    script.write_text(
+        """
+import torch
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+nets = {"G": nn.Linear(4, 4), "D": nn.Linear(4, 1)}
+nets = {k: DDP(v) for k, v in nets.items()}
+opt = torch.optim.SGD(nets["G"].parameters(), lr=0.1)
+model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 1))
+fine = torch.optim.SGD([{"params": model[-1].parameters(), "lr": 0.01}], lr=0.1)
+for step in range(2):
+    nets["D"](nets["G"](torch.randn(2, 4))).sum().backward()
+    opt.step()
+"""
+    )
+    result = CliRunner().invoke(cli, ["lint", "--select", "DDP011", str(script)])
+    assert "held in a container" not in result.output, result.output

@@ -389,14 +389,14 @@ def _draws_for_training(analysis: ScriptAnalysis, node: cst.CSTNode, depth: int)
         return analysis.reaches_backward(scope.body if scope is not None else analysis.module)
     if analysis.reaches_backward(scope.body):
         return True
-    if depth >= 3 or _without_gradients(analysis, scope):
+    if depth >= 3 or without_gradients(analysis, scope):
         return False
     return any(
         _draws_for_training(home, caller, depth + 1)
         for caller in analysis.callers_in_program(scope)
         # The batch is taken (``x, y = self.next_batch()``), not only shown (``print(self.val_loss())``).
         if _result_kept(home := analysis.shared.analysis_of(caller) or analysis, caller)
-        and not _without_gradients(home, caller)
+        and not without_gradients(home, caller)
     )
 
 
@@ -406,7 +406,7 @@ def _result_kept(analysis: ScriptAnalysis, call: cst.Call) -> bool:
     return isinstance(parent, (cst.Assign, cst.AnnAssign, cst.Return)) and parent.value is call
 
 
-def _without_gradients(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
+def without_gradients(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
     """Whether the node runs under ``torch.no_grad()`` / ``inference_mode()`` (a ``with`` around it, or a
     decorator of its function): nothing computed there trains."""
     for ancestor in [node, *analysis.ancestors(node)]:

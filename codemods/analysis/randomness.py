@@ -59,7 +59,6 @@ def per_process_draws(analysis: ScriptAnalysis) -> list[tuple[cst.Call, str]]:
                 _unseeded_generator(analysis, origin) for origin in analysis.origins(call.func.value)  # type: ignore[attr-defined]
             ):
                 found.append((call, "an unseeded generator"))
-    found.extend((call, "a set's order") for call in _set_orders(analysis))
     return found
 
 
@@ -111,6 +110,16 @@ def training_data_draws(analysis: ScriptAnalysis) -> list[tuple[cst.Call, str]]:
     return [(call, state) for call, state in draws if call in feeding]
 
 
+def training_set_orders(analysis: ScriptAnalysis) -> list[cst.Call]:
+    """The calls of this module that take a set's items in its order (:func:`_set_orders`) and that a
+    training data set is built from (as :func:`training_data_draws`)."""
+    orders = _set_orders(analysis)
+    if not orders:
+        return []
+    feeding = _training_data_calls(analysis)
+    return [call for call in orders if call in feeding]
+
+
 def _training_data_calls(analysis: ScriptAnalysis) -> frozenset[cst.CSTNode]:
     """Every call whose value may reach a training loader's arguments, in the program (read once per module)."""
 
@@ -129,8 +138,7 @@ REMEDIES = {
     "random": "seed Python's random alike on every rank (random.seed(0) at the start)",
     "numpy": "seed numpy alike on every rank (np.random.seed(0) at the start)",
     "an unseeded generator": "build its generator with a seed (np.random.default_rng(0), random.Random(0))",
-    "a set's order": "sort it (sorted(set(...))): a set of strings is ordered by their hashes, seeded in each process",
 }
 
 
-__all__ = ["ALL_DRAWS", "DRAWS", "GENERATORS", "REMEDIES", "per_process_draws", "training_data_draws"]
+__all__ = ["ALL_DRAWS", "DRAWS", "GENERATORS", "REMEDIES", "per_process_draws", "training_data_draws", "training_set_orders"]

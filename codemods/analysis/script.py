@@ -1084,7 +1084,7 @@ class ScriptAnalysis:
                 changed |= self._bind(self._key(loop.target, target), elements)  # type: ignore[arg-type]
             # ``for loader in (train_a, train_b):``, ``for name, loader in (("a", a), ("b", b)):``: a variable
             # that holds one data loader after another (each one trains or evaluates through it).
-            for name, column in self._loaders_in_turn(loop):
+            for name, column in self._loaders_in_turn(loop) if type(loop) is cst.For else ():  # (a comprehension's own)
                 changed |= self._bind(self._key(loop.target, name), set().union(*(self.origins(e) for e in column)))
         other_targets = self.shared.other_targets
         for call in self.calls:
@@ -1103,7 +1103,7 @@ class ScriptAnalysis:
                         changed |= self._bind_items(function, param, items)
         return changed
 
-    def _loaders_in_turn(self, loop: cst.For | cst.CompFor) -> list[tuple[str, list[cst.BaseExpression]]]:
+    def _loaders_in_turn(self, loop: cst.For) -> list[tuple[str, list[cst.BaseExpression]]]:
         """The loop's variables that hold data loaders only, one after another, with the expressions they
         take in turn: the loop iterates a list or tuple written out whose elements (or whose tuples' elements
         at the variable's position) are all ``DataLoader(...)`` calls, or names of them."""
@@ -1318,6 +1318,7 @@ class ScriptAnalysis:
             if call in self._call_targets:
                 continue
             name: str | None
+            named: frozenset[str] | None = None
             if type(call.func) is cst.Attribute:
                 receiver, name = call.func.value, call.func.attr.value  # type: ignore[attr-defined]
                 if type(receiver) is cst.Name and receiver.value == "self":  # type: ignore[attr-defined]
@@ -1325,7 +1326,8 @@ class ScriptAnalysis:
             elif type(call.func) is cst.Name and call.func.value in self._assigned_roots:  # type: ignore[attr-defined]
                 receiver, name = call.func, "__call__"  # ``stopper(loss)``: an instance's ``__call__``
             elif (looked_up := self._getattr_lookup(call.func)) is not None:  # type: ignore[arg-type]
-                receiver, name = looked_up  # ``getattr(hook, name)(self)``: an mmcv-style runner's hooks
+                receiver, named = looked_up  # ``getattr(hook, name)(self)``: an mmcv-style runner's hooks
+                name = None
             else:
                 continue
             found: dict[cst.FunctionDef, tuple[str, str, str]] = {}
@@ -1333,7 +1335,12 @@ class ScriptAnalysis:
                 owner = self.shared.constructed.get(origin) if type(origin) is cst.Call else None
                 if owner is None:
                     continue
-                methods = [self.method_of(owner, name)] if name is not None else self._methods_taking(owner, len(call.args))
+                if name is not None:
+                    methods = [self.method_of(owner, name)]
+                elif named is not None:
+                    methods = [self.method_of(owner, each) for each in sorted(named)]
+                else:
+                    methods = self._methods_taking(owner, call)
                 for method in methods:
                     if method is not None and method not in found:
                         home = self.shared.analysis_of(owner) or self  # type: ignore[arg-type]
@@ -1347,28 +1354,37 @@ class ScriptAnalysis:
                     self.shared.other_targets[call] = methods[1:]
         return changed
 
-    def _getattr_lookup(self, func: cst.BaseExpression) -> tuple[cst.BaseExpression, str | None] | None:
-        """For ``getattr(obj, "name")`` or ``getattr(obj, name)`` called at once: the object, and the method's
-        name where it is written out (``None``: any method)."""
+    def _getattr_lookup(self, func: cst.BaseExpression) -> tuple[cst.BaseExpression, frozenset[str] | None] | None:
+        """For ``getattr(obj, "name")`` or ``getattr(obj, name)`` called at once: the object, and the names of
+        the methods it may run: the one written out, or the strings a parameter ``name`` is given at the
+        function's call sites (``self.dispatch("validate", loader)``); ``None``: any method."""
         if type(func) is not cst.Call or len(func.args) != 2 or any(a.keyword or a.star for a in func.args):  # type: ignore[attr-defined]
             return None
         if "builtins.getattr" not in self.qualified_names(func.func):  # type: ignore[attr-defined]
             return None
         receiver, attribute = func.args[0].value, func.args[1].value  # type: ignore[attr-defined]
         if type(attribute) is cst.SimpleString:
-            return receiver, attribute.evaluated_value  # type: ignore[attr-defined,return-value]
+            return receiver, frozenset({attribute.evaluated_value})  # type: ignore[attr-defined]
+        if type(attribute) is cst.Name:
+            given = self.flows_into(attribute, attribute.value)  # type: ignore[attr-defined]
+            if given and all(type(value) is cst.SimpleString for value in given):
+                return receiver, frozenset(value.evaluated_value for value in given)  # type: ignore[attr-defined]
         return receiver, None
 
-    def _methods_taking(self, owner: cst.ClassDef, count: int) -> list[cst.FunctionDef | None]:
+    def _methods_taking(self, owner: cst.ClassDef, call: cst.Call) -> list[cst.FunctionDef]:
         """The methods of a class of the program (its own and those it inherits from classes of the program,
-        not the special ones) that a call with ``count`` positional arguments can run."""
-        found: dict[str, cst.FunctionDef | None] = {}
+        not the special ``__x__`` ones) that the call's positional arguments fit."""
+        if any(arg.star for arg in call.args):
+            return []
+        count = sum(1 for arg in call.args if arg.keyword is None)
+        found: dict[str, cst.FunctionDef] = {}
         for cls in self.shared.ancestors_of(owner):
             body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else ()
             for stmt in body:
-                if isinstance(stmt, cst.FunctionDef) and not stmt.name.value.startswith("__") and stmt.name.value not in found:
+                special = stmt.name.value.startswith("__") and stmt.name.value.endswith("__") if isinstance(stmt, cst.FunctionDef) else True
+                if isinstance(stmt, cst.FunctionDef) and not special and stmt.name.value not in found:
                     found[stmt.name.value] = stmt
-        return [method for method in found.values() if method is not None and _takes_positionals(method, count)]
+        return [method for method in found.values() if _takes_positionals(method, count)]
 
     def _resolve_function_value(self, call: cst.Call) -> bool:
         """Resolve a call of a name or attribute that holds a function of the program (see
@@ -2291,10 +2307,13 @@ def _decides_on(loop: cst.For | cst.CompFor, names_: set[str]) -> bool:
 
 
 def _takes_positionals(function: cst.FunctionDef, count: int) -> bool:
-    """Whether a method (``self`` first) can be called with ``count`` positional arguments."""
+    """Whether a method can be called on an instance with ``count`` positional arguments (``self`` first,
+    but for a ``staticmethod``)."""
     params = function.params
-    positional = len(params.posonly_params) + len(params.params) - 1
-    required = sum(1 for p in (*params.posonly_params, *params.params) if p.default is None) - 1
+    static = any(dotted_name(d.decorator) == "staticmethod" for d in function.decorators)
+    bound = 0 if static else 1
+    positional = len(params.posonly_params) + len(params.params) - bound
+    required = sum(1 for p in (*params.posonly_params, *params.params) if p.default is None) - bound
     return required <= count and (count <= positional or isinstance(params.star_arg, cst.Param))
 
 

@@ -11,6 +11,7 @@ from typing import NamedTuple
 import libcst as cst
 
 from . import tree
+from .loaders import without_gradients
 from .ranks import rank_facts
 from .script import ScriptAnalysis, call_method_name, callee_name, dotted_name, is_true, keyword_argument, walk
 
@@ -159,6 +160,28 @@ def _with_owners(analysis: ScriptAnalysis, at: cst.CSTNode, roots: set[str]) -> 
             if owner is not None and "." in owner:
                 found.add(owner.split(".")[0])
     return found
+
+
+def _without_weights(layer: cst.Call) -> bool:
+    """A normalisation layer built without its affine weights (``nn.LayerNorm(d, elementwise_affine=False)``)."""
+    return any(
+        arg.keyword is not None and arg.keyword.value in ("elementwise_affine", "affine") and dotted_name(arg.value) == "False"
+        for arg in layer.args
+    )
+
+
+def _frozen_names(analysis: ScriptAnalysis, receiver: cst.BaseExpression) -> set[str]:
+    """The dotted names a ``requires_grad`` write reaches: the receiver's (``self.target.weight``), and for a
+    parameter taken from a loop, what it comes from (``self.target`` of ``for p in self.target.parameters()``)."""
+    name = dotted_name(receiver)
+    if name is None:
+        return set()
+    found = {name}
+    for value in analysis.flows_into(receiver, name):
+        for part in walk(value):
+            if type(part) is cst.Call and call_method_name(part) in PARAMETER_SOURCES:  # type: ignore[arg-type]
+                found.add(dotted_name(part.func.value) or "")  # type: ignore[attr-defined]
+    return found - {""}
 
 
 def _model_roots(analysis: ScriptAnalysis, receiver: cst.BaseExpression) -> set[str] | None:
@@ -314,55 +337,44 @@ def _conditional_layer_call(analysis: ScriptAnalysis, cls: cst.ClassDef, forward
     return None
 
 
-#: Context managers under which a forward records no gradient.
-NO_GRAD = frozenset({"torch.no_grad", "torch.inference_mode", "torch.autograd.grad_mode.no_grad", "torch.set_grad_enabled"})
-
-
 def _gradless_layer(analysis: ScriptAnalysis, cls: cst.ClassDef, forward: cst.FunctionDef) -> cst.Call | None:
-    """A layer the class stores (``self.encoder = Encoder()``, or one handed to it) that ``forward()`` runs only without
-    gradients: under ``with torch.no_grad():`` (or ``inference_mode``, ``set_grad_enabled(False)``) or with
-    its output detached at once (``self.encoder(x).detach()``). Unless they are frozen, its parameters
-    require gradients that never come, which DDP refuses at the second step."""
-    stored = {
-        name[5:]
-        for node in walk(cls)
-        if type(node) is cst.AssignTarget and type(analysis.parent(node)) is cst.Assign
-        and type(analysis.parent(node).value) in (cst.Call, cst.Name)  # type: ignore[union-attr]  (built here, or handed in)
-        and (name := dotted_name(node.target)) is not None and name.startswith("self.") and name.count(".") == 1  # type: ignore[attr-defined]
-    }
+    """A layer with parameters the class stores (``self.encoder = Encoder()``, or one handed to it) that
+    ``forward()`` runs only without gradients: under ``torch.no_grad()`` / ``inference_mode()`` or with its
+    output detached at once (``self.encoder(x).detach()``). Unless they are frozen, its parameters require
+    gradients that never come, which DDP refuses at the second step. A layer the program freezes
+    (``requires_grad`` of ``self.target``), one built without parameters, or one the forward also runs with
+    gradients (through another attribute holding it) needs no search."""
+    stored: dict[str, cst.BaseExpression] = {}
+    for node in walk(cls):
+        if type(node) is cst.AssignTarget and type(parent := analysis.parent(node)) is cst.Assign:
+            name = dotted_name(node.target)  # type: ignore[attr-defined]
+            value = parent.value  # type: ignore[attr-defined]
+            if name and name.startswith("self.") and name.count(".") == 1 and type(value) in (cst.Call, cst.Name):
+                if type(value) is cst.Call and (not _is_layer_with_parameters(analysis, value) or _without_weights(value)):  # type: ignore[arg-type]
+                    continue
+                stored.setdefault(name[5:], value)
     runs: dict[str, list[tuple[cst.Call, bool]]] = {}
     for node in walk(forward.body):
         if type(node) is cst.Call and type(node.func) is cst.Attribute and dotted_name(node.func.value) == "self":  # type: ignore[attr-defined]
             attribute = node.func.attr.value  # type: ignore[attr-defined]
             if attribute in stored:
-                runs.setdefault(attribute, []).append((node, _without_gradients(analysis, node, forward)))  # type: ignore[arg-type]
-    for calls in runs.values():
-        if all(gradless for _, gradless in calls):
-            return calls[0][0]
+                parent = analysis.parent(node)
+                detached = type(parent) is cst.Attribute and parent.attr.value == "detach"  # type: ignore[attr-defined]
+                runs.setdefault(attribute, []).append((node, detached or without_gradients(analysis, node)))  # type: ignore[arg-type]
+    frozen = {name for module in analysis.shared.analyses for change in requires_grad_changes(module) for name in _frozen_names(module, change.receiver)}
+    for attribute, calls in runs.items():
+        if not all(gradless for _, gradless in calls):
+            continue
+        held = dotted_name(stored[attribute])  # a module handed in: another attribute may hold it too
+        also_trained = held is not None and any(
+            other != attribute and dotted_name(value) == held and not all(g for _, g in runs.get(other, []))
+            for other, value in stored.items()
+            if other in runs
+        )
+        if also_trained or any(f"self.{attribute}" in name or (held is not None and name.split('.')[0] == held) for name in frozen):
+            continue
+        return calls[0][0]
     return None
-
-
-def _without_gradients(analysis: ScriptAnalysis, call: cst.Call, forward: cst.FunctionDef) -> bool:
-    """Whether the call runs under a no-grad context of the forward, or its value is detached at once."""
-    parent = analysis.parent(call)
-    if type(parent) is cst.Attribute and parent.attr.value == "detach":  # type: ignore[attr-defined]
-        return True
-    for ancestor in analysis.ancestors(call):
-        if ancestor is forward:
-            return False
-        if type(ancestor) is cst.With:
-            for item in ancestor.items:  # type: ignore[attr-defined]
-                manager = item.item
-                if type(manager) is cst.Call and analysis.is_call_to(manager, NO_GRAD):
-                    args = manager.args
-                    if not analysis.is_call_to(manager, {"torch.set_grad_enabled"}) or (args and _is_false(args[0].value)):
-                        return True
-    return False
-
-
-def _is_false(value: cst.BaseExpression) -> bool:
-    """Whether the expression is the literal ``False``."""
-    return type(value) is cst.Name and value.value == "False"  # type: ignore[attr-defined]
 
 
 def _unused_layer(analysis: ScriptAnalysis, cls: cst.ClassDef) -> tuple[str, cst.Call] | None:
