@@ -246,3 +246,8 @@ DOWNLOAD_KEYWORDS = frozenset({"download", "pretrained"})
 def writer_kind(qualified: "set[str] | frozenset[str]") -> str | None:
     """The kind of writer (see :data:`WRITERS`) a call to one of these qualified names is."""
     return next((WRITERS[q] for q in sorted(qualified) if q in WRITERS), None)
+
+#: Clocks: a value read from one differs between processes.
+CLOCKS = frozenset(
+    {"time.time", "time.time_ns", "time.perf_counter", "time.perf_counter_ns", "time.monotonic", "time.monotonic_ns", "datetime.datetime.now"}
+)

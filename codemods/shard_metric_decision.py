@@ -181,17 +181,11 @@ def _sets_learning_rate(function: cst.FunctionDef | None) -> bool:
     return False
 
 
-#: Clocks: a value read from one differs between processes.
-CLOCKS = frozenset(
-    {"time.time", "time.time_ns", "time.perf_counter", "time.perf_counter_ns", "time.monotonic", "time.monotonic_ns", "datetime.datetime.now"}
-)
-
-
 def _clock_in(analysis: ScriptAnalysis, test: cst.BaseExpression, depth: int = 2) -> str | None:
-    """How a test reads a clock (:data:`CLOCKS`): the call itself, or a name assigned from one (``elapsed =
+    """How a test reads a clock (:data:`names.CLOCKS`): the call itself, or a name assigned from one (``elapsed =
     time.time() - start``), a couple of assignments deep; ``None`` where it reads none."""
     for node in walk(test):
-        if type(node) is cst.Call and analysis.is_call_to(node, CLOCKS):  # type: ignore[arg-type]
+        if type(node) is cst.Call and analysis.is_call_to(node, names.CLOCKS):  # type: ignore[arg-type]
             return f"{code_of(node)}"
         if depth > 0 and type(node) is cst.Name and not _shared(analysis, node.value):  # type: ignore[attr-defined]
             for value in analysis.flows_into(node, node.value):  # type: ignore[attr-defined]

@@ -867,26 +867,17 @@ PER_PROCESS_SOURCES = ("random.", "numpy.random.", "time.", "datetime.", "uuid."
 
 
 def _drawn_per_process(analysis: ScriptAnalysis, expr: cst.BaseExpression) -> bool:
-    """Whether a value (an attribute of the settings) may be assigned, anywhere in the program, from a call
-    that draws on each process (:data:`PER_PROCESS_SOURCES`)."""
+    """Whether a value (an attribute of the settings) may be assigned from a call that draws on each
+    process (:data:`PER_PROCESS_SOURCES`), where the seeding call reads it (``args.seed =
+    random.randint(...)`` before ``torch.manual_seed(args.seed)``)."""
     name = dotted_name(expr) or item_name(expr)
     if name is None:
         return False
-    for module in analysis.shared.analyses:
-        for assign in module.assignments:
-            value = assign.value
-            if value is None or not any(
-                (dotted_name(t) or item_name(t)) == name for target in _targets_of(assign) for t in walk(target) if type(t) in (cst.Attribute, cst.Subscript)
-            ):
-                continue
-            for node in walk(value):
-                if type(node) is cst.Call and any(q.startswith(PER_PROCESS_SOURCES) for q in module.qualified_names(node.func)):  # type: ignore[attr-defined]
-                    return True
-    return False
-
-
-def _targets_of(assign: cst.Assign | cst.AnnAssign) -> list[cst.BaseExpression]:
-    return [assign.target] if type(assign) is cst.AnnAssign else [t.target for t in assign.targets]  # type: ignore[union-attr]
+    return any(
+        type(node) is cst.Call and any(q.startswith(PER_PROCESS_SOURCES) for q in analysis.qualified_names(node.func))  # type: ignore[attr-defined]
+        for value in analysis.flows_into(expr, name)
+        for node in walk(value)
+    )
 
 
 def _may_run_before(analysis: ScriptAnalysis, first: cst.CSTNode, second: cst.CSTNode) -> bool:
