@@ -445,7 +445,7 @@ torch.save(model.module.state_dict(), "model.pt")
                 if attr == "load_state_dict":
                     yield _Case("load", parent, attribute, sometimes, f"load_state_dict on the {kind} wrapper takes only module.-prefixed keys: load into .module, accepting keys with and without the prefix")
                     continue
-                if attr not in STATE_METHODS and _in_training_step(analysis, parent):
+                if attr not in STATE_METHODS and _in_training_step(analysis, parent) and not _runs_no_layer(analysis, parent):
                     yield _Case("step", parent, attribute, sometimes, f"{attr}() in the training step bypasses DDP's forward (no gradient all-reduce through .module): route it through the model's forward()")
                     continue
             if attr == "state_dict":
@@ -742,7 +742,33 @@ def _bypasses_ddp(analysis: ScriptAnalysis, attribute: cst.Attribute, parent: cs
     if not (isinstance(parent, cst.Call) and parent.func is attribute) or attribute.attr.value in STATE_METHODS | WRAPPER_ATTRIBUTES:
         return False
     wrap, _ = _wrap_of(analysis, inner.value)
-    return wrap is not None and analysis.is_call_to(wrap, names.DISTRIBUTED_DATA_PARALLEL) and _in_training_step(analysis, parent)
+    return (
+        wrap is not None
+        and analysis.is_call_to(wrap, names.DISTRIBUTED_DATA_PARALLEL)
+        and _in_training_step(analysis, parent)
+        and not _runs_no_layer(analysis, parent)
+    )
+
+
+def _runs_no_layer(analysis: ScriptAnalysis, call: cst.Call) -> bool:
+    """Whether the model method the call runs is one of the program's that calls nothing on ``self`` but
+    ``self.parameters()`` and the like (``init_hidden(bsz)`` building zeros from ``next(self.parameters())``):
+    through ``.module`` it runs none of the model's layers, so there is nothing DDP would have to reduce."""
+    method = analysis.call_target(call)
+    if method is None:
+        return False
+    for node in walk(method.body):
+        if type(node) is cst.Call and type(node.func) is cst.Attribute:
+            receiver = dotted_name(node.func.value)  # type: ignore[attr-defined]
+            if (receiver == "self" or (receiver or "").startswith("self.")) and node.func.attr.value not in PARAMETER_READS:  # type: ignore[attr-defined]
+                return False
+        elif type(node) is cst.Call and (dotted_name(node.func) or "").startswith("self."):
+            return False
+    return True
+
+
+#: What a method may ask of ``self`` without running a layer.
+PARAMETER_READS = frozenset({"parameters", "named_parameters", "buffers", "named_buffers"})
 
 
 def _in_training_step(analysis: ScriptAnalysis, call: cst.Call) -> bool:

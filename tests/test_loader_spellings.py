@@ -275,3 +275,37 @@ def test_a_sampler_that_may_be_none_gets_its_epoch_through_the_runtime(tmp_path:
     migrated, _, _ = migrate_script(tmp_path, source)
     assert "        runtime.set_epoch(loader, epoch)\n" in migrated, migrated
     assert "done" in run_python(tmp_path / "train.py", cwd=tmp_path, timeout=120).output
+
+
+def test_an_epoch_counted_in_an_attribute_gets_set_epoch(tmp_path: Path) -> None:
+    """``for self.epoch in range(epochs):`` (a trial's Trainer): it was reviewed as an epoch loop that never
+    calls set_epoch, with no fix."""
+    source = """
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Trainer:
+    def __init__(self, model, loader):
+        self.model, self.loader, self.epoch = model, loader, 0
+        self.opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def fit(self, epochs):
+        for self.epoch in range(epochs):
+            for (x,) in self.loader:
+                self.opt.zero_grad()
+                self.model(x).sum().backward()
+                self.opt.step()
+
+
+def main():
+    model = torch.nn.Linear(2, 1)
+    Trainer(model, DataLoader(TensorDataset(torch.randn(16, 2)), batch_size=4, shuffle=True)).fit(2)
+
+
+if __name__ == "__main__":
+    main()
+"""
+    migrated, report, code = migrate_script(tmp_path, source)
+    assert code == 0, report
+    assert "        for self.epoch in range(epochs):\n            self.loader.sampler.set_epoch(self.epoch)\n" in migrated, migrated

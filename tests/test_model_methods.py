@@ -75,3 +75,56 @@ def test_the_migrated_saving_method_does_not_hang_under_torchrun(tmp_path: Path)
     migrate(tmp_path)
     run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, env={"OMP_NUM_THREADS": "1"}, timeout=120)
     assert (tmp_path / "out" / "final" / "model.bin").exists()
+
+
+RNN = '''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class RNNModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.GRU(4, 8)
+        self.out = nn.Linear(8, 1)
+
+    def init_hidden(self, bsz):
+        weight = next(self.parameters())
+        return weight.new_zeros(1, bsz, 8)
+
+    def forward(self, x, hidden):
+        y, hidden = self.rnn(x, hidden)
+        return self.out(y), hidden
+
+
+def main():
+    model = RNNModel()
+    loader = DataLoader(TensorDataset(torch.randn(16, 5, 4), torch.randn(16, 5, 1)), batch_size=4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            hidden = model.init_hidden(x.size(1))
+            out, hidden = model(x, hidden)
+            opt.zero_grad()
+            nn.functional.mse_loss(out, y).backward()
+            opt.step()
+    print("trained", flush=True)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_a_method_that_runs_no_layer_is_reached_through_module(tmp_path: Path) -> None:
+    """``model.init_hidden(bsz)`` in the training step (zeros from ``next(self.parameters())``): a trial got a
+    review asking to route it through forward() and an AttributeError on the wrapper; it runs none of the
+    model's layers, so ``.module`` is right."""
+    from launch import run_python
+    from migrated import migrate_script
+
+    migrated, report, code = migrate_script(tmp_path, RNN)
+    assert code == 0, report
+    assert "hidden = model.module.init_hidden(x.size(1))" in migrated
+    assert "trained" in run_python(tmp_path / "train.py", cwd=tmp_path, timeout=120).output

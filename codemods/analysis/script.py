@@ -2400,9 +2400,13 @@ def _target_names(target: cst.BaseExpression) -> list[str]:
 
 
 def _loop_variable(loop: cst.For | cst.While) -> str | None:
+    """The epoch loop's counter: its (first) variable, or an attribute it counts in (``for self.epoch in
+    range(n)``)."""
     if isinstance(loop, cst.For):
         names_ = _target_names(loop.target)
-        return names_[0] if names_ else None
+        if names_:
+            return names_[0]
+        return dotted_name(loop.target) if type(loop.target) is cst.Attribute else None
     return None
 
 
