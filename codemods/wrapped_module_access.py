@@ -762,8 +762,8 @@ def _runs_no_layer(analysis: ScriptAnalysis, call: cst.Call) -> bool:
             receiver = dotted_name(node.func.value)  # type: ignore[attr-defined]
             if (receiver == "self" or (receiver or "").startswith("self.")) and node.func.attr.value not in PARAMETER_READS:  # type: ignore[attr-defined]
                 return False
-        elif type(node) is cst.Call and (dotted_name(node.func) or "").startswith("self."):
-            return False
+        elif type(node) is cst.Call and ((called := dotted_name(node.func) or "") == "self" or called.startswith("self.")):
+            return False  # ``self(x)``: the model's own forward
     return True
 
 
