@@ -170,18 +170,24 @@ def _without_weights(layer: cst.Call) -> bool:
     )
 
 
+def _parameter_sources(analysis: ScriptAnalysis, receiver: cst.BaseExpression, name: str) -> list[str | None]:
+    """What a parameter taken from a loop comes from: ``self.target`` of ``for p in self.target.parameters()``
+    (``None`` for a source that is no dotted name), for each ``parameters()``-like call flowing into it."""
+    return [
+        dotted_name(part.func.value)  # type: ignore[attr-defined]
+        for value in analysis.flows_into(receiver, name)
+        for part in walk(value)
+        if type(part) is cst.Call and call_method_name(part) in PARAMETER_SOURCES  # type: ignore[arg-type]
+    ]
+
+
 def _frozen_names(analysis: ScriptAnalysis, receiver: cst.BaseExpression) -> set[str]:
     """The dotted names a ``requires_grad`` write reaches: the receiver's (``self.target.weight``), and for a
     parameter taken from a loop, what it comes from (``self.target`` of ``for p in self.target.parameters()``)."""
     name = dotted_name(receiver)
     if name is None:
         return set()
-    found = {name}
-    for value in analysis.flows_into(receiver, name):
-        for part in walk(value):
-            if type(part) is cst.Call and call_method_name(part) in PARAMETER_SOURCES:  # type: ignore[arg-type]
-                found.add(dotted_name(part.func.value) or "")  # type: ignore[attr-defined]
-    return found - {""}
+    return {name, *(source for source in _parameter_sources(analysis, receiver, name) if source is not None)}
 
 
 def _model_roots(analysis: ScriptAnalysis, receiver: cst.BaseExpression) -> set[str] | None:
@@ -190,15 +196,10 @@ def _model_roots(analysis: ScriptAnalysis, receiver: cst.BaseExpression) -> set[
     name = dotted_name(receiver)
     if name is None:
         return None
-    roots: set[str] = set()
-    for value in analysis.flows_into(receiver, name):
-        for part in walk(value):
-            if type(part) is cst.Call and call_method_name(part) in PARAMETER_SOURCES:  # type: ignore[arg-type]
-                source = dotted_name(part.func.value)  # type: ignore[attr-defined]
-                if source is None:
-                    return None
-                roots.add(source.split(".")[0])
-    roots = roots or {name.split(".")[0]}
+    sources = _parameter_sources(analysis, receiver, name)
+    if None in sources:
+        return None
+    roots = {source.split(".")[0] for source in sources if source is not None} or {name.split(".")[0]}
     return None if "self" in roots else roots
 
 
