@@ -42,6 +42,7 @@ from .pass_over_sharded_loader import PassOverShardedLoader
 from .buffer_written_from_batch import BufferWrittenFromBatch
 from .per_process_batch_reads import PerProcessBatchReads
 from .set_order_data import SetOrderData
+from .step_skipped_on_error import StepSkippedOnError
 from .shard_sum_over_whole_set import ShardSumOverWholeSet
 
 #: Every rule, in code order. The engine runs their fixes in phase order.
@@ -88,6 +89,7 @@ ALL_RULES: tuple[type[Rule], ...] = tuple(
             BufferWrittenFromBatch,
             PerProcessBatchReads,
             SetOrderData,
+            StepSkippedOnError,
         ),
         key=lambda rule: rule.code,
     )

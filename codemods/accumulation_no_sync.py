@@ -295,18 +295,6 @@ for _ in range(6):
 
     # ------------------------------------------------------------------------------ finding
 
-    def _is_optimizer(self, analysis: ScriptAnalysis, expr: cst.BaseExpression) -> bool:
-        if set(analysis.optimizer_calls) & analysis.origins(expr):
-            return True
-        name = dotted_name(expr)
-        return name is not None and "optim" in name.split(".")[-1].lower()
-
-    def _is_optimizer_step(self, analysis: ScriptAnalysis, call: cst.Call) -> bool:
-        if call_method_name(call) != "step":
-            return False
-        receiver = call.func.value  # type: ignore[union-attr]
-        return self._is_optimizer(analysis, receiver) or any(self._is_optimizer(analysis, a.value) for a in call.args)
-
     def _ddp_model(self, analysis: ScriptAnalysis, node: cst.CSTNode) -> str | None:
         """The DDP-wrapped model a statement runs forward (``model(x)``, or ``model`` handed to a call)."""
         for call in (n for n in walk(node) if isinstance(n, cst.Call)):
@@ -360,7 +348,7 @@ for _ in range(6):
         steps_in: dict[cst.CSTNode | None, list[cst.Call]] = {}
         if backwards_in:
             for call in analysis.calls:
-                if self._is_optimizer_step(analysis, call):
+                if analysis.is_optimizer_step(call):
                     steps_in.setdefault(self._nearest_loop(analysis, call), []).append(call)
         return backwards_in, steps_in
 
@@ -468,7 +456,7 @@ for _ in range(6):
         flushed once the loop is over)."""
         function = analysis.enclosing_function(loop)
         return any(
-            self._is_optimizer_step(analysis, call)
+            analysis.is_optimizer_step(call)
             and analysis.enclosing_function(call) is function
             and not analysis.is_inside(call, loop)
             and analysis.comes_before(loop, call)

@@ -273,11 +273,13 @@ for epoch in range(snapshot.resume(), 10):
         loops: list[cst.For | cst.While] = []
         for loader in loader_facts(analysis).training_loaders:
             for epoch in analysis.epoch_loops(loader):
+                if (analysis.shared.analysis_of(epoch.loop) or analysis) is not analysis:
+                    continue  # another module's loop: that module's own pass plans it
                 if all(epoch.loop is not seen for seen in loops):
                     loops.append(epoch.loop)
         if not loops:
             for loop in analysis.loader_loops:
-                if loop.trains:
+                if loop.trains and (analysis.shared.analysis_of(loop.loop) or analysis) is analysis:
                     yield _Plan(loop.loop, todo="no epoch loop around the training loop: keep a runtime.Snapshot by hand")
                     return
             return

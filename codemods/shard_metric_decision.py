@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Callable, Iterator
 
 import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name, leaves_early, walk
-from .analysis.script import subscript_key
+from .analysis.script import PROCESS_EXITS, subscript_key
 from .analysis.per_rank import per_rank_values
+from .analysis.ranks import Kind, rank_facts
 from .base import Example, Match, Phase, Rule, Severity, Valid
 from .edits import code_of
 
@@ -22,8 +23,18 @@ class ShardMetricDecision(Rule):
     batches) that
     - decides whether a training loop goes on: an ``if`` whose branch breaks out, continues, returns,
       raises or exits (early stopping on the training loss, skipping a step on a large loss), or
+    - ends the process (``if acc >= target: sys.exit(0)`` in a helper the training loop calls), or keeps a
+      ``while`` loop around the training going (``while train_loss > target:``),
+    - decides, where the other branch does not do the same, whether a step runs ``backward()`` or the
+      optimizer's ``step()`` (``if loss.item() < limit: loss.backward()``, a step taken once the tokens
+      counted on the batches pass a threshold, hard examples replayed once ``len(hard)`` of them are kept),
+      here or through the program's functions; whether the learning rate changes (a plateau rule written
+      out), which ``DataLoader`` the training goes on with (a curriculum), or whether rank 0 saves a
+      checkpoint (the best model chosen on its own shard), or
     - is handed to a scheduler's ``step()`` (``ReduceLROnPlateau.step(train_loss)``).
-    A training loop left on this process's clock (``if time.time() - start > budget: break``) is reported
+    A branch only some ranks take (``if rank == 0:``) is reported too, whatever the value it then decides
+    on, where it leaves the training loop (``... break``), runs ``backward()``, steps the optimizer or the
+    learning-rate scheduler, sets a learning rate, or loads weights into the model after the wrap. A training loop left on this process's clock (``if time.time() - start > budget: break``) is reported
     too: each process reaches the limit at its own step.
 
     Why it is a problem: the original computed the value on all the data; after the migration each rank
@@ -68,6 +79,63 @@ for epoch in range(100):
     best = min(best, train_loss)
 """,
         ),
+        # A reduced loss, but the loop is left inside rank 0's branch: rank 1 waits in the next all-reduce.
+        Example(
+            before="""\
+import torch.distributed as dist
+from torch.utils.data import DataLoader, DistributedSampler
+
+loader = DataLoader(train_set, batch_size=32, sampler=DistributedSampler(train_set))
+for epoch in range(100):
+    for x, y in loader:
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+    dist.all_reduce(loss)
+    if dist.get_rank() == 0:
+        print(f"loss {loss.item():.4f}")
+        if loss.item() < 0.01:
+            break
+""",
+        ),
+        # Rank 0 alone loads the weights after the wrap, and steps the scheduler: the ranks train apart.
+        Example(
+            before="""\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler
+
+loader = DataLoader(train_set, batch_size=32, sampler=DistributedSampler(train_set))
+model = DDP(net)
+if dist.get_rank() == 0:
+    model.module.load_state_dict(torch.load("last.pt"))
+scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1)
+for epoch in range(10):
+    for x, y in loader:
+        criterion(model(x), y).backward()
+        optimizer.step()
+    if dist.get_rank() == 0:
+        print(scheduler.get_last_lr())
+        scheduler.step()
+""",
+        ),
+        # A step taken on a count of this rank's batches: the ranks step apart and their weights drift.
+        Example(
+            before="""\
+from torch.utils.data import DataLoader, DistributedSampler
+
+loader = DataLoader(train_set, batch_size=32, sampler=DistributedSampler(train_set))
+tokens = 0
+for x, y in loader:
+    criterion(model(x), y).backward()
+    tokens += int((y != PAD).sum())
+    if tokens >= 4096:
+        optimizer.step()
+        optimizer.zero_grad()
+        tokens = 0
+""",
+        ),
         Valid(
             """\
 from ddp_migrate import runtime
@@ -96,8 +164,11 @@ for epoch in range(100):
         exits = [
             branch
             for branch in analysis.ifs
-            if analysis.nearest_loop(branch) is not None
-            and (leaves_early(branch.body) or (branch.orelse is not None and leaves_early(branch.orelse)))
+            if (
+                analysis.nearest_loop(branch) is not None
+                and (leaves_early(branch.body) or (branch.orelse is not None and leaves_early(branch.orelse)))
+            )
+            or _exits_the_process(branch)  # (in a helper the training loop calls: ``if acc >= target: sys.exit(0)``)
         ]
         # ``scheduler.step(val_loss)``: a library's step (a program's own ``step`` method is no scheduler);
         # and a function of the program that sets a learning rate (``adjust_lr(loss)``, ``__call__`` of a
@@ -113,11 +184,22 @@ for epoch in range(100):
             if (call_method_name(call) == "step" and target is None) or setters[target]:
                 steps.append(call)
         reported: set[cst.If] = set()
+        facts = rank_facts(analysis) if exits else None
         for branch in exits:
             if not _leaves_the_loop(branch):
                 continue  # ``if time.time() - last_log < 5: continue``: a skipped log line, no step
-            clock = _clock_in(analysis, branch.test)
             loop = analysis.nearest_loop(branch)
+            if facts is not None and loop is not None and facts.kind(branch.test) is Kind.RANK and analysis.reaches_backward(loop):
+                reported.add(branch)
+                yield Match(
+                    branch.test,
+                    f"`{code_of(branch.test)}` holds on some ranks only, and inside it the training loop is left: the "
+                    "other ranks go on into DDP's next all-reduce and the job hangs; take the decision on every rank "
+                    "(a value reduced across ranks is the same everywhere: test it outside the rank's branch)",
+                    fixable=False,
+                )
+                continue
+            clock = _clock_in(analysis, branch.test)
             if clock is not None and loop is not None and analysis.reaches_backward(loop):
                 reported.add(branch)
                 yield Match(
@@ -128,22 +210,58 @@ for epoch in range(100):
                     "or dist.broadcast_object_list)",
                     fixable=False,
                 )
-        values = per_rank_values(analysis) if exits or steps else None
+        exiting = set(exits)
+        gates = {branch: gated for branch in analysis.ifs if branch not in exiting and (gated := _gated_training(analysis, branch, setters))}
+        rank_gates = {
+            branch: gated
+            for branch in analysis.ifs
+            if branch not in exiting and (gated := _gated_training(analysis, branch, setters, on_rank=True))
+        }
+        # ``while train_loss > target:`` around the training: the loop goes on as long as this rank's value says.
+        whiles = [node for node in analysis.preorder if type(node) is cst.While and analysis.reaches_backward(node.body)]  # type: ignore[attr-defined]
+        for branch, gated in rank_gates.items():  # ``if rank == 0: scheduler.step()``
+            if rank_facts(analysis).kind(branch.test) is Kind.RANK:
+                reported.add(branch)
+                yield Match(
+                    branch.test,
+                    f"`{code_of(branch.test)}` holds on some ranks only, and it decides {gated}; do it on every rank",
+                    fixable=False,
+                )
+        values = per_rank_values(analysis) if exits or steps or gates or whiles else None
         if values is None:
             return
-        for branch in exits:  # (in source order: an outer decision comes before the ones inside it)
-            if branch in reported:
+        for branch in analysis.ifs:  # (in source order: an outer decision comes before the ones inside it)
+            if branch in reported or (branch not in exiting and branch not in gates):
                 continue
             shown = values.mention(branch.test)
             # A decision inside a reported one on what that one sets (``if loss > best: bad += 1; if bad >= 2:
             # break``) follows from it: once the outer test reads a reduced value, so does the inner one.
-            if shown is not None and not any(a in reported and _assigns(a, shown) for a in analysis.ancestors(branch)):
-                reported.add(branch)
+            if shown is None or any(a in reported and _assigns(a, shown) for a in analysis.ancestors(branch)):
+                continue
+            reported.add(branch)
+            if branch in exiting:
                 yield Match(
                     branch.test,
                     f"`{code_of(branch.test)}` decides on {shown}, computed on this rank's shard of the data only: the "
                     "ranks may decide differently and leave the loop apart (the others then wait in DDP's next "
                     "all-reduce and the job hangs); reduce it across ranks first (runtime.reduce_mean)",
+                    fixable=False,
+                )
+            else:
+                yield Match(
+                    branch.test,
+                    f"`{code_of(branch.test)}` decides on {shown}, computed on this rank's shard of the data only, "
+                    f"{gates[branch]}; decide on a value reduced across ranks (runtime.reduce_sum, runtime.reduce_mean)",
+                    fixable=False,
+                )
+        for loop in whiles:
+            shown = values.mention(loop.test)  # type: ignore[attr-defined]
+            if shown is not None:
+                yield Match(
+                    loop.test,  # type: ignore[attr-defined]
+                    f"`{code_of(loop.test)}` decides on {shown}, computed on this rank's shard of the data only, whether "  # type: ignore[attr-defined]
+                    "the training goes on: the ranks may decide differently and leave the loop apart (the others then "
+                    "wait in DDP's next all-reduce and the job hangs); reduce it across ranks first (runtime.reduce_mean)",
                     fixable=False,
                 )
         for call in steps:
@@ -157,6 +275,104 @@ for epoch in range(100):
                 )
 
 
+#: What a branch of a training program may do on one side of a decision only, and what follows when the
+#: ranks decide differently (:func:`_gated_training`).
+_BACKWARD = "whether this step runs backward(): ranks that decide differently run DDP's gradient all-reduce a different number of times (the job hangs)"
+_STEP = "whether the optimizer steps: ranks that decide differently step at different times and their weights drift apart without an error"
+_LEARNING_RATE = "whether the learning rate changes: ranks that decide differently train with different learning rates and their weights drift apart without an error"
+_LOADER = "which data the training goes on with: ranks that decide differently shard different data (the job hangs when the numbers of batches differ)"
+_SCHEDULER = "whether the learning-rate scheduler steps: the ranks train with different learning rates and their weights drift apart without an error"
+_LOAD = "whether the model's weights are loaded, after the wrap: DDP copied rank 0's weights to every rank when it wrapped the model, so the ranks that skip this keep theirs and train apart; load on every rank, or before the wrap"
+_SAVE = "whether this checkpoint is saved: rank 0 saves on its own shard's numbers, not on the whole data's as the original did"
+
+
+def _gated_training(
+    analysis: ScriptAnalysis, branch: cst.If, setters: dict[cst.FunctionDef | None, bool], on_rank: bool = False
+) -> str | None:
+    """What of the training the ``if`` does on one side only (``None``: both sides alike, or nothing of it):
+    run ``backward()`` or an optimizer step (here or through the program's functions), set a learning rate,
+    build a new training ``DataLoader`` or save a checkpoint. ``on_rank``: the test is the rank, and rank 0's
+    own work (saving, building its loaders) is what such a branch is for; a scheduler's step and weights
+    loaded into the wrapped model are not."""
+    sides = [branch.body, branch.orelse] if branch.orelse is not None else [branch.body]
+
+    def differs(does: Callable[[cst.CSTNode], bool]) -> bool:
+        found = [does(side) for side in sides]
+        return found[0] != (found[1] if len(found) > 1 else False)
+
+    if analysis.program_backward_calls and differs(lambda side: analysis.reaches(side, analysis.program_backward_calls)):
+        # On a rank's branch, only a backward pass through the wrapped model is DDP's (``if rank == 0:`` over
+        # ``model.module`` or a local copy is this rank's own business).
+        if not on_rank or differs(lambda side: analysis.reaches(side, analysis.program_ddp_forward_calls)):
+            return _BACKWARD
+    if analysis.program_optimizer_step_calls and differs(lambda side: analysis.reaches(side, analysis.program_optimizer_step_calls)):
+        return _STEP
+    if not analysis.is_training_script:
+        return None
+
+    def sets_learning_rate(side: cst.CSTNode) -> bool:
+        if _sets_learning_rate(side):  # type: ignore[arg-type]
+            return True
+        for node in walk(side):
+            if type(node) is cst.Call:
+                target = analysis.call_target(node)  # type: ignore[arg-type]
+                if target is not None:
+                    if target not in setters:
+                        setters[target] = _sets_learning_rate(target)
+                    if setters[target]:
+                        return True
+        return False
+
+    if differs(sets_learning_rate):
+        return _LEARNING_RATE
+    if on_rank:
+        if differs(lambda side: any(_steps_scheduler(analysis, n) for n in walk(side))):
+            return _SCHEDULER
+        if differs(lambda side: any(_loads_into_wrapped(analysis, n) for n in walk(side))):
+            return _LOAD
+        return None
+    if analysis.loader_calls and differs(lambda side: any(analysis.is_inside(call, side) for call in analysis.loader_calls)):
+        return _LOADER
+    # (``runtime.save`` is a collective: DDP033 reports it in such a branch)
+    if differs(lambda side: any(type(n) is cst.Call and analysis.is_call_to(n, names.TORCH_SAVE) for n in walk(side))):  # type: ignore[arg-type]
+        return _SAVE
+    return None
+
+
+def _steps_scheduler(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
+    """``scheduler.step()``: a ``step`` of a ``torch.optim.lr_scheduler`` scheduler (or of a name that says so)."""
+    if type(node) is not cst.Call or call_method_name(node) != "step":  # type: ignore[arg-type]
+        return False
+    receiver = node.func.value  # type: ignore[attr-defined]
+    built = [o for o in analysis.origins(receiver) if type(o) is cst.Call]
+    if any(q.startswith("torch.optim.lr_scheduler.") for o in built for q in analysis.qualified_names(o.func)):  # type: ignore[attr-defined]
+        return True
+    name = dotted_name(receiver)
+    return name is not None and "sched" in name.split(".")[-1].lower()
+
+
+def _loads_into_wrapped(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
+    """``model.load_state_dict(...)`` (or ``model.module.load_state_dict``) where ``model`` holds the DDP wrap
+    already: the wrap has broadcast rank 0's weights, and a later load reaches only the ranks that run it."""
+    if type(node) is not cst.Call or call_method_name(node) != "load_state_dict":  # type: ignore[arg-type]
+        return False
+    receiver = node.func.value  # type: ignore[attr-defined]
+    if type(receiver) is cst.Attribute and receiver.attr.value == "module":  # type: ignore[attr-defined]
+        receiver = receiver.value  # type: ignore[attr-defined]
+    wrap = analysis.wrapped_at(receiver)
+    return wrap is not None and analysis.is_call_to(wrap, names.DISTRIBUTED_DATA_PARALLEL)
+
+
+def _exits_the_process(branch: cst.If) -> bool:
+    """Whether either side of the ``if`` ends the process (``sys.exit()``), outside nested functions."""
+    return any(
+        type(node) is cst.Call and dotted_name(node.func) in PROCESS_EXITS  # type: ignore[attr-defined]
+        for side in (branch.body, branch.orelse)
+        if side is not None
+        for node in walk(side)
+    )
+
+
 def _assigns(branch: cst.CSTNode, name: str) -> bool:
     """Whether a statement assigns the (dotted) name somewhere inside it."""
     for node in walk(branch):
@@ -167,11 +383,11 @@ def _assigns(branch: cst.CSTNode, name: str) -> bool:
     return False
 
 
-def _sets_learning_rate(function: cst.FunctionDef | None) -> bool:
-    """Whether a function of the program writes a learning rate (``group["lr"] = ...``, ``*= 0.5``)."""
-    if function is None:
+def _sets_learning_rate(code: cst.CSTNode | None) -> bool:
+    """Whether a function of the program (or a branch) writes a learning rate (``group["lr"] = ...``, ``*= 0.5``)."""
+    if code is None:
         return False
-    for node in walk(function.body):
+    for node in walk(code):
         targets = (
             [node.target] if isinstance(node, cst.AugAssign) else [t.target for t in node.targets] if isinstance(node, cst.Assign) else []
         )

@@ -7,7 +7,7 @@ from typing import Iterator
 import libcst as cst
 
 from . import names
-from .analysis import ScriptAnalysis
+from .analysis import ScriptAnalysis, keyword_argument
 from .analysis.ranks import Condition, rank_facts
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression, statement
@@ -195,6 +195,21 @@ if dist.get_rank() == 0:
     checkpoint(hidden)
 """
         ),
+        # A file of each rank's own (its name carries the rank): every rank must write it (a trial's fix left
+        # rank 1 without its random state on resume).
+        Valid(
+            """\
+import os
+import torch
+import torch.distributed as dist
+
+rank = dist.get_rank()
+rng_path = os.path.join("out", f"rng_state_rank{rank}.pt")
+loss.backward()
+torch.save({"cpu_rng": torch.get_rng_state()}, rng_path)
+torch.save(sampler.state_dict(), f=f"sampler_{os.environ['RANK']}.pt")
+"""
+        ),
     )
 
     def _cases(self, analysis: ScriptAnalysis) -> Iterator[tuple[cst.Call, Condition | None]]:
@@ -203,8 +218,13 @@ if dist.get_rank() == 0:
             return
         facts = rank_facts(analysis)
         for call in analysis.calls_to(CHECKPOINT_WRITERS):
-            if facts.guard(call) is None:
-                yield call, facts.unsafe_condition(call)
+            if facts.guard(call) is not None:
+                continue
+            target = keyword_argument(call, "f")
+            target = target if target is not None else (call.args[1] if len(call.args) > 1 and call.args[1].keyword is None else None)
+            if target is not None and facts.is_rank_dependent(target.value):
+                continue  # each rank's own file (``f"rng_rank{rank}.pt"``): every rank must write it
+            yield call, facts.unsafe_condition(call)
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
         for call, condition in self._cases(analysis):

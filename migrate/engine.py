@@ -147,8 +147,11 @@ def _guarded(what: str, call: Callable[[], T]) -> T:
         raise
     except Exception as error:  # a bug in a rule must not cost the user the rest of the run
         where = traceback.extract_tb(error.__traceback__)[-1]
+        # One line: an error may carry a syntax tree (a KeyError's key), whose text runs to thousands of lines.
+        said = str(error).splitlines()[0] if str(error) else ""
+        said = said if len(said) <= 120 else said[:117] + "..."
         raise FileError(
-            f"internal error in {what}: {type(error).__name__}: {error} "
+            f"internal error in {what}: {type(error).__name__}: {said} "
             f"[{where.filename.rsplit('/', 1)[-1]}:{where.lineno}]; file left unchanged, please report this"
         ) from None
 

@@ -36,7 +36,7 @@ ScanMany = Callable[[Sequence[Path]], Sequence["SourceFacts | None"]]
 class Unit:
     """Files processed together by one worker.
 
-    ``paths`` are every file of the unit, the entry first for a program; ``migrate`` the ones that may be
+    ``paths`` are every file of the unit, the entry first for a program (``entries``: all its entry scripts); ``migrate`` the ones that may be
     rewritten (all of a program's modules, or only the files named with ``follow_imports=False``);
     ``entry`` is ``None`` for a file no entry reaches (a library module or a test: linted, not migrated).
     ``names`` holds each file's dotted module name and ``packages`` the files that are packages.
@@ -45,6 +45,9 @@ class Unit:
     paths: tuple[Path, ...]
     migrate: frozenset[Path] = field(default_factory=frozenset)
     entry: Path | None = None
+    #: Every entry script of a program (programs that share a module are one unit): each sets up its own
+    #: process group when it runs.
+    entries: frozenset[Path] = field(default_factory=frozenset)
     names: tuple[tuple[Path, str], ...] = ()
     packages: frozenset[Path] = field(default_factory=frozenset)
     why_not: str = ""
@@ -282,7 +285,14 @@ def plan(files: Sequence[Path], follow_imports: bool = True, scan_many: ScanMany
         paths = tuple(spell(m) for m in ordered)
         writable = frozenset(p for p in paths if follow_imports or p.resolve() in given)
         units.append(
-            Unit(paths=paths, migrate=writable, entry=paths[0], names=names, packages=packages)
+            Unit(
+                paths=paths,
+                migrate=writable,
+                entry=paths[0],
+                entries=frozenset(spell(e) for e in group_entries),
+                names=names,
+                packages=packages,
+            )
         )
         covered.update(ordered)
     for resolved, path in given.items():
@@ -335,6 +345,7 @@ def process_unit(
         if failed is not None:
             failures.append(failed)
             continue
-        info = ModuleInfo(names.get(path, path.stem), is_entry=path == unit.entry, is_package=path in unit.packages)
+        is_entry = path == unit.entry or path in unit.entries
+        info = ModuleInfo(names.get(path, path.stem), is_entry=is_entry, is_package=path in unit.packages)
         files.append(ProgramFile(str(path), data, info, tuple(rules_for(path)), migrate=path in unit.migrate))  # type: ignore[arg-type]
     return [*process_program(files, options, fix, fixable), *failures]

@@ -182,3 +182,27 @@ def test_a_loader_taken_by_position_from_a_returned_tuple_is_sharded(tmp_path: P
     assert code == 0, report
     assert migrated.count("sampler=DistributedSampler(train_set, shuffle=True)") == 1, migrated
     assert "self.loaders[0].sampler.set_epoch(epoch)" in migrated
+
+
+def test_a_distributed_sampler_given_through_a_kwargs_dict_gets_set_epoch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A trial's hand-written DDP program passed its sampler in ``**kw``: the linter saw no sampler and said
+    # nothing, while every epoch repeated the first one's order.
+    from click.testing import CliRunner
+
+    from ddp_migrate.cli import cli
+
+    monkeypatch.chdir(tmp_path)
+    Path("train.py").write_text(
+        "import torch\n"
+        "from torch.utils.data import DataLoader, DistributedSampler, TensorDataset\n\n"
+        "ds = TensorDataset(torch.randn(16, 4), torch.randn(16, 1))\n"
+        'kw = {"batch_size": 4, "sampler": DistributedSampler(ds)}\n'
+        "loader = DataLoader(ds, **kw)\n"
+        "for epoch in range(3):\n"
+        "    for x, y in loader:\n"
+        "        model(x).sum().backward()\n"
+    )
+    result = CliRunner().invoke(cli, ["lint", "train.py"])
+    assert "train.py:7:1: DDP006 epoch loop never calls set_epoch" in result.output, result.output
+    result = CliRunner().invoke(cli, ["lint", "--fix", "train.py"])
+    assert "    loader.sampler.set_epoch(epoch)\n    for x, y in loader:" in Path("train.py").read_text(), result.output

@@ -137,3 +137,38 @@ def test_no_epoch_loop_gets_a_todo(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "runtime.Snapshot(" not in migrated.new_text
     assert "# TODO(ddp-migrate): make training restartable by hand: no epoch loop" in migrated.new_text
     assert [f.fixable for f in migrated.findings] == [False]
+
+
+def test_a_program_of_several_modules_is_made_restartable_in_its_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A trial: every module of a program failed with an internal error (DDP013 planned the entry's epoch loop
+    # while fixing models.py) and nothing was migrated.
+    from click.testing import CliRunner
+
+    from ddp_migrate.cli import cli
+
+    monkeypatch.chdir(tmp_path)
+    Path("models.py").write_text("import torch\n\n\ndef make():\n    return torch.nn.Linear(8, 1)\n")
+    Path("train.py").write_text(
+        "import torch\n"
+        "import torch.nn.functional as F\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n\n"
+        "from models import make\n\n\n"
+        "def main():\n"
+        "    model = make()\n"
+        "    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    x = torch.randn(64, 8)\n"
+        "    loader = DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8)\n"
+        "    for epoch in range(3):\n"
+        "        for x, y in loader:\n"
+        "            opt.zero_grad()\n"
+        "            F.mse_loss(model(x), y).backward()\n"
+        "            opt.step()\n\n\n"
+        'if __name__ == "__main__":\n'
+        "    main()\n"
+    )
+    result = CliRunner().invoke(cli, ["--elastic", "."], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "internal error" not in result.output
+    train = Path("train.py").read_text()
+    assert "runtime.Snapshot(" in train and "for epoch in range(snapshot.resume(), 3):" in train, train
+    assert "Snapshot" not in Path("models.py").read_text()

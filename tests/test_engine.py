@@ -149,6 +149,17 @@ class Crashes(Rule):
         raise RuntimeError("boom")
 
 
+class CrashesOnANode(Rule):
+    """Test rule: fails with a KeyError whose key is a syntax tree (its text runs to hundreds of lines)."""
+
+    code = "TST905"
+    name = "crashes-on-a-node"
+    triggers = ("crash_me",)
+
+    def matches(self, analysis: ScriptAnalysis) -> Iterable[Match]:
+        raise KeyError(analysis.module)
+
+
 class WritesNonAscii(Rule):
     """Test rule: renames ``mark_me`` to ``marké`` (non-ASCII, but fine in latin-1 and UTF-8)."""
 
@@ -425,6 +436,19 @@ def test_a_crashing_rule_is_one_line_and_the_other_files_go_on(tmp_path: Path, m
     assert line.startswith("a_crash.py:1:1: internal error in TST904 (crashes) while checking: RuntimeError: boom")
     assert "Traceback" not in result.output
     assert b"DistributedDataParallel" in (tmp_path / "b_train.py").read_bytes()
+
+
+def test_an_internal_error_carrying_a_syntax_tree_is_still_one_short_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A trial's --elastic run printed 1,800 lines of libcst tree per file (a KeyError's key).
+    with_rules(monkeypatch, CrashesOnANode)
+    (tmp_path / "a_crash.py").write_text("def crash_me():\n    return [1, 2, 3]\n" * 20)
+
+    result = invoke("-j", "1", "--select", "TST905", ".")
+
+    assert result.exit_code == 2
+    [line] = error_lines(result)
+    assert line.startswith("a_crash.py:1:1: internal error in TST905 (crashes-on-a-node) while checking: KeyError: Module(")
+    assert len(result.output.splitlines()) < 10 and len(line) < 300, result.output
 
 
 def test_worker_processes_see_the_patched_registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -113,6 +113,38 @@ def test_programs_sharing_a_module_are_one_unit(tmp_path: Path) -> None:
     assert {p.name for p in units[0].paths} == {"a.py", "b.py", "common.py"}
 
 
+def test_every_entry_of_programs_sharing_a_module_sets_up_its_own_group(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A trial: eval.py and train.py share common.py (which trains); only eval.py, the first entry, got the
+    # set-up, and train.py failed with "Default process group has not been initialized" while the report
+    # said nothing needed a human.
+    import subprocess
+    import sys
+
+    monkeypatch.chdir(tmp_path)
+    Path("common.py").write_text(
+        "import torch\n\n\ndef make_model():\n    return torch.nn.Linear(8, 1)\n\n\n"
+        "def train_steps(model, opt, n=3):\n    for _ in range(n):\n"
+        "        loss = model(torch.randn(4, 8)).pow(2).mean()\n        opt.zero_grad()\n        loss.backward()\n        opt.step()\n"
+    )
+    Path("eval.py").write_text(
+        "import torch\n\nfrom common import make_model\n\n\ndef main():\n    model = make_model()\n"
+        "    print(model(torch.ones(1, 8)).item())\n\n\nif __name__ == '__main__':\n    main()\n"
+    )
+    Path("train.py").write_text(
+        "import torch\n\nfrom common import make_model, train_steps\n\n\ndef main():\n    model = make_model()\n"
+        "    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n    train_steps(model, opt)\n    print('done')\n\n\n"
+        "if __name__ == '__main__':\n    main()\n"
+    )
+    result = CliRunner().invoke(cli, ["."], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    for entry in ("eval.py", "train.py"):
+        assert "runtime.setup()" in Path(entry).read_text(), (entry, result.output)
+        assert f"launch it with: torchrun --standalone --nproc_per_node=<processes> {entry}" in result.output
+    assert "runtime.setup()" not in Path("common.py").read_text()
+    run = subprocess.run([sys.executable, "train.py"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and "done" in run.stdout, run.stderr
+
+
 def test_a_program_that_does_not_train_is_processed_file_by_file(tmp_path: Path) -> None:
     (tmp_path / "common.py").write_text("def helper():\n    return 1\n")
     (tmp_path / "a.py").write_text("from common import helper\n\nif __name__ == '__main__':\n    helper()\n")

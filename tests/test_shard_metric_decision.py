@@ -178,3 +178,162 @@ if __name__ == "__main__":
 """
     _, report, _ = migrate_script(tmp_path, source)
     assert "own clock" not in report, report
+
+
+GATED = """
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    data = TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,)))
+    loader = DataLoader(data, batch_size=8, shuffle=True)
+    model = nn.Linear(8, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    seen = 0
+    for epoch in range(3):
+        for i, (x, y) in enumerate(loader):
+            loss = nn.functional.cross_entropy(model(x), y)
+{step}
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.mark.parametrize(
+    ("step", "decision", "what"),
+    [
+        # A trial's token-count accumulation: each rank stepped on its own count (weight checksums 3.30 / 4.24).
+        (
+            "            loss.backward()\n            seen += int((y == 1).sum())\n            if seen >= 10:\n"
+            "                opt.step()\n                opt.zero_grad()\n                seen = 0",
+            "`seen >= 10` decides on seen",
+            "whether the optimizer steps",
+        ),
+        (
+            "            opt.zero_grad()\n            if loss.item() < 0.7:\n                loss.backward()\n                opt.step()",
+            "`loss.item() < 0.7` decides on loss",
+            "whether this step runs backward()",
+        ),
+        # Through a helper of the program that runs backward().
+        (
+            "            if y.float().mean() > 0.5:\n                train_step(loss, opt)",
+            "`y.float().mean() > 0.5` decides on y",
+            "whether this step runs backward()",
+        ),
+    ],
+)
+def test_a_step_taken_on_a_shard_value_is_left_to_a_human(step: str, decision: str, what: str, tmp_path: Path) -> None:
+    from migrated import migrate_script
+
+    source = GATED.format(step=step).replace(
+        "\n\ndef main():", "\n\ndef train_step(loss, opt):\n    loss.backward()\n    opt.step()\n    opt.zero_grad()\n\n\ndef main():"
+    )
+    _, report, code = migrate_script(tmp_path, source)
+    reviews = [line for line in report.splitlines() if "DDP041" in line]
+    assert code == 1 and len(reviews) == 1, report
+    assert decision in reviews[0] and what in reviews[0], report
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        # Accumulation on the batch index, the same on every rank.
+        "            (loss / 4).backward()\n            if (i + 1) % 4 == 0 or i + 1 == len(loader):\n"
+        "                opt.step()\n                opt.zero_grad()",
+        # Both branches run backward() and step: every rank does it once, whatever it decides.
+        "            if loss.item() > 1.0:\n                (loss * 0.5).backward()\n            else:\n                loss.backward()\n"
+        "            opt.step()\n            opt.zero_grad()",
+        # A decision on a setting.
+        "            if seen == 0:\n                loss.backward()\n                opt.step()",
+    ],
+)
+def test_steps_decided_alike_on_every_rank_are_not_reviewed(step: str, tmp_path: Path) -> None:
+    from migrated import migrate_script
+
+    _, report, _ = migrate_script(tmp_path, GATED.format(step=step))
+    assert "DDP041" not in report, report
+
+
+EPOCHS = """
+import sys
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def check_done(acc, epoch):
+    if acc >= 0.9:
+        print(f"target reached at epoch {{epoch}}")
+        sys.exit(0)
+
+
+def main():
+    data = TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,)))
+    loader = DataLoader(data, batch_size=8, shuffle=True)
+    model = nn.Linear(8, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    hard, best, bad, epoch, train_loss = [], float("inf"), 0, 0, float("inf")
+{loop}
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+TRAIN = """
+        correct = seen = 0
+        epoch_loss = 0.0
+        for x, y in loader:
+            opt.zero_grad()
+            out = model(x)
+            loss = nn.functional.cross_entropy(out, y)
+            loss.backward()
+            opt.step()
+            epoch_loss += loss.item()
+            correct += int((out.argmax(1) == y).sum())
+            seen += len(y)"""
+
+
+@pytest.mark.parametrize(
+    ("loop", "decision"),
+    [
+        # A helper the epoch loop calls ends the process on this rank's accuracy: the other rank waits.
+        ("    for epoch in range(20):" + TRAIN + "\n        check_done(correct / seen, epoch)", "`acc >= 0.9` decides on acc"),
+        # A while loop on this rank's training loss.
+        ("    while train_loss > 0.1 and epoch < 20:" + TRAIN + "\n        train_loss = epoch_loss\n        epoch += 1",
+         "`train_loss > 0.1 and epoch < 20` decides on train_loss"),
+        # Hard examples kept on this rank's losses, replayed once enough are kept: another number of steps per rank.
+        ("    for epoch in range(3):" + TRAIN + "\n            if loss.item() > 0.7:\n                hard.append((x, y))\n"
+         "            if len(hard) >= 4:\n                for hx, hy in hard:\n"
+         "                    nn.functional.cross_entropy(model(hx), hy).backward()\n                hard.clear()",
+         "`len(hard) >= 4` decides on len(hard)"),
+        # A plateau rule written out: the learning rate halves on this rank's loss.
+        ("    for epoch in range(6):" + TRAIN + "\n        if epoch_loss < best:\n            best, bad = epoch_loss, 0\n"
+         "        else:\n            bad += 1\n        if bad >= 2:\n            for group in opt.param_groups:\n"
+         "                group['lr'] *= 0.5", "whether the learning rate changes"),
+        # A curriculum that moves on to other data on this rank's loss.
+        ("    for epoch in range(6):" + TRAIN + "\n        if epoch_loss < 5.0:\n"
+         "            loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 2, (32,))), batch_size=8, shuffle=True)",
+         "only, which data the training goes on with"),
+    ],
+)
+def test_decisions_on_shard_values_outside_an_if_that_leaves_are_reviewed(loop: str, decision: str, tmp_path: Path) -> None:
+    from migrated import migrate_script
+
+    _, report, code = migrate_script(tmp_path, EPOCHS.format(loop=loop))
+    assert code == 1 and decision in report, report
+
+
+def test_a_list_filled_on_every_batch_has_the_same_length_on_every_rank(tmp_path: Path) -> None:
+    from migrated import migrate_script
+
+    loop = ("    for epoch in range(3):" + TRAIN + "\n            hard.append((x, y))\n            if len(hard) >= 4:\n"
+            "                for hx, hy in hard:\n                    nn.functional.cross_entropy(model(hx), hy).backward()\n"
+            "                hard.clear()")
+    _, report, _ = migrate_script(tmp_path, EPOCHS.format(loop=loop))
+    assert "DDP041" not in report, report

@@ -40,6 +40,8 @@ class PerRankValues:
         self.names: set[tuple[Owner, str]] = set()
         self.reduced: set[tuple[Owner, str]] = set()
         self.functions: set[cst.FunctionDef] = set()
+        #: Containers filled under a per-rank test: their length differs between ranks.
+        self.sized: set[tuple[Owner, str]] = set()
         self._uses_of: dict[cst.CSTNode, list[_Use]] = {}
 
     def key(self, node: cst.CSTNode, name: str) -> tuple[Owner, str]:
@@ -77,7 +79,10 @@ class PerRankValues:
         """The first per-rank value an expression uses outside reductions (its source text), or ``None``."""
         functions = self.functions
         for use in self._uses(expr):
-            if use.function is not None:
+            if use.sized:
+                if use.key in self.sized:
+                    return use.shown
+            elif use.function is not None:
                 if use.function in functions:
                     return use.shown
             elif self._holds(use.key, use.at_module):  # type: ignore[arg-type]
@@ -97,7 +102,14 @@ class PerRankValues:
         kind = type(expr)
         analysis = self.analysis
         if kind is cst.Call:
-            if analysis.is_call_to(expr, names.REDUCTIONS) or dotted_name(expr.func) == "len" or call_method_name(expr) in SHAPE_QUERIES:  # type: ignore[arg-type]
+            if dotted_name(expr.func) == "len":  # type: ignore[attr-defined]
+                # The length of a batch is the same on every rank; that of a list filled on a per-rank
+                # decision (``if loss > hard: queue.append(x)``) is not.
+                name = dotted_name(expr.args[0].value) if len(expr.args) == 1 else None  # type: ignore[attr-defined]
+                if name is not None:
+                    found.append(_Use(f"len({name})", key=self.key(expr, name), sized=True))
+                return
+            if analysis.is_call_to(expr, names.REDUCTIONS) or call_method_name(expr) in SHAPE_QUERIES:  # type: ignore[arg-type]
                 return
             target = analysis.call_target(expr)  # type: ignore[arg-type]
             if target is not None:
@@ -176,8 +188,11 @@ class PerRankValues:
         if kind is not cst.Call:
             return None
         collected = None
+        tests: list[cst.BaseExpression] = []
         if call_method_name(node) in COLLECTING_METHODS and node.args:  # type: ignore[arg-type, attr-defined]
             collected = ([a.value for a in node.args], self._targets(node, node.func.value))  # type: ignore[attr-defined]
+            conditions = rank_facts(analysis.shared.analysis_of(node) or analysis).conditions(node)
+            tests = [c.test for c in conditions if type(c.owner) is cst.If and not c.early_exit]  # type: ignore[misc]
         passed: list[tuple[tuple[Owner, str], cst.BaseExpression]] = []
         function = analysis.call_target(node)  # type: ignore[arg-type]
         if function is not None:
@@ -189,6 +204,10 @@ class PerRankValues:
             return None
 
         def step() -> bool:
+            if collected is not None and tests and not set(collected[1]) <= self.sized and any(mention(t) for t in tests):
+                self.sized.update(collected[1])
+                self._mark(collected[1])
+                return True
             if collected is not None and any(mention(value) for value in collected[0]):
                 return self._mark(collected[1])
             changed = False
@@ -211,7 +230,7 @@ class _Use:
     """One thing an expression uses that may hold a per-rank value: a name (with its keys) or a call of one
     of this file's functions."""
 
-    __slots__ = ("shown", "function", "key", "at_module")
+    __slots__ = ("shown", "function", "key", "at_module", "sized")
 
     def __init__(
         self,
@@ -219,8 +238,10 @@ class _Use:
         function: cst.FunctionDef | None = None,
         key: tuple[Owner, str] | None = None,
         at_module: tuple[Owner, str] | None = None,
+        sized: bool = False,
     ) -> None:
         self.shown = shown
+        self.sized = sized
         self.function = function
         self.key = key
         self.at_module = at_module

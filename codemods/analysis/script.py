@@ -1728,15 +1728,29 @@ class ScriptAnalysis:
         arg = loader_argument(loader, "sampler")
         if arg is not None:
             return self.origins(arg.value)
+        unpacked = self._unpacked_origins(loader, "sampler")
+        if unpacked:
+            return unpacked
         batches = keyword_argument(loader, "batch_sampler")
-        if batches is None:
+        found = self.origins(batches.value) if batches is not None else self._unpacked_origins(loader, "batch_sampler")
+        if not found:
             return set()
-        found = self.origins(batches.value)
         for origin in list(found):
             if type(origin) is cst.Call and origin.args:  # type: ignore[attr-defined]
                 inner = keyword_argument(origin, "sampler") or (origin.args[0] if origin.args[0].keyword is None else None)  # type: ignore[arg-type, attr-defined]
                 if inner is not None:
                     found |= self.origins(inner.value)
+        return found
+
+    def _unpacked_origins(self, call: cst.Call, keyword: str) -> set[cst.CSTNode]:
+        """What a call's ``**kwargs`` dicts hold at the key (``kw = {"sampler": DistributedSampler(ds)}``,
+        ``DataLoader(ds, **kw)``), where the analysis reads the dicts' keys."""
+        found: set[cst.CSTNode] = set()
+        for arg in call.args:
+            if arg.star == "**":
+                items = self._items_of(arg.value)
+                if items and keyword in items:
+                    found |= items[keyword]
         return found
 
     def has_distributed_sampler(self, loader: cst.Call) -> bool:
@@ -1810,6 +1824,19 @@ class ScriptAnalysis:
         return [call for analysis in self.shared.analyses for call in analysis.wrap_calls]
 
     @cached_property
+    def program_ddp_forward_calls(self) -> list[cst.Call]:
+        """The calls, in every module of the program, that run a ``DistributedDataParallel`` model's
+        forward (``model(x)`` where ``model`` holds the wrap): the steps whose backward pass all-reduces."""
+        found = []
+        for module in self.shared.analyses:
+            for call in module.calls:
+                if type(call.func) is cst.Name or type(call.func) is cst.Attribute:
+                    wrap = module.wrapped_at(call.func)
+                    if wrap is not None and module.is_call_to(wrap, names.DISTRIBUTED_DATA_PARALLEL):
+                        found.append(call)
+        return found
+
+    @cached_property
     def optimizer_calls(self) -> list[cst.Call]:
         """Constructor calls of ``torch.optim`` optimizers."""
         return [
@@ -1817,6 +1844,32 @@ class ScriptAnalysis:
             for c in self.calls
             if any(q.startswith("torch.optim.") and q.count(".") == 2 for q in self.qualified_names(c.func))
         ]
+
+    def holds_optimizer(self, expr: cst.BaseExpression) -> bool:
+        """Whether an expression holds a ``torch.optim`` optimizer: one of its origins is an optimizer's
+        construction, or, where the analysis sees none (an optimizer built by a library's factory), its name
+        says so (``optimizer``, ``self.optim``)."""
+        if set(self.optimizer_calls) & self.origins(expr):
+            return True
+        name = dotted_name(expr)
+        return name is not None and "optim" in name.split(".")[-1].lower()
+
+    def is_optimizer_step(self, call: cst.Call) -> bool:
+        """``optimizer.step()``, or a step taking the optimizer (``scaler.step(optimizer)``)."""
+        if call_method_name(call) != "step":
+            return False
+        receiver = call.func.value  # type: ignore[attr-defined]
+        return self.holds_optimizer(receiver) or any(self.holds_optimizer(a.value) for a in call.args)
+
+    @cached_property
+    def optimizer_step_calls(self) -> list[cst.Call]:
+        """Every optimizer step of the module (:meth:`is_optimizer_step`)."""
+        return [call for call in self.method_calls("step") if self.is_optimizer_step(call)]
+
+    @cached_property
+    def program_optimizer_step_calls(self) -> list[cst.Call]:
+        """Every optimizer step in every module of the program."""
+        return [call for analysis in self.shared.analyses for call in analysis.optimizer_step_calls]
 
     @cached_property
     def trained_models(self) -> list[str]:
@@ -2096,15 +2149,21 @@ class ScriptAnalysis:
     @cached_property
     def is_distributed(self) -> bool:
         """Whether the program already sets up a process group, in this module or any other (a helper
-        such as ``utils.init_distributed_mode(args)``)."""
-        return any(analysis.process_group_setups for analysis in self.shared.analyses)
+        such as ``utils.init_distributed_mode(args)``). Another entry script of the program (a sibling
+        ``eval.py`` that shares the modules) never runs with this one: its set-up does not count."""
+        return any(analysis.process_group_setups for analysis in self._runs_with)
 
     @cached_property
     def tears_down_group(self) -> bool:
         """Whether any module of the program destroys the process group (``destroy_process_group()`` or
         the runtime's ``cleanup()``)."""
         teardown = names.DESTROY_PROCESS_GROUP | names.RUNTIME_CLEANUP
-        return any(analysis.calls_to(teardown) for analysis in self.shared.analyses)
+        return any(analysis.calls_to(teardown) for analysis in self._runs_with)
+
+    @property
+    def _runs_with(self) -> list[ScriptAnalysis]:
+        """The modules of the program that may run along with this one: all of them but the other entry scripts."""
+        return [analysis for analysis in self.shared.analyses if analysis is self or not analysis.is_entry]
 
     @cached_property
     def group_needing_calls(self) -> frozenset[cst.Call]:

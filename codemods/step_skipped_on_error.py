@@ -1,0 +1,164 @@
+"""DDP049 step-skipped-on-error."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+
+from . import names
+from .analysis import ScriptAnalysis, dotted_name, leaves_early, walk
+from .base import Example, Match, Phase, Rule, Severity, Valid
+from .edits import code_of
+
+#: Exceptions every process of a torchrun job sees alike, or that end an iteration rather than a step:
+#: Ctrl-C reaches the whole process group, ``StopIteration`` restarts a loader's iterator.
+_NOT_PER_PROCESS = frozenset({"KeyboardInterrupt", "SystemExit", "StopIteration", "StopAsyncIteration", "GeneratorExit"})
+
+
+def _caught(handler: cst.ExceptHandler) -> list[str]:
+    """The names of the exceptions a handler catches (``[]`` for a bare ``except:``)."""
+    if handler.type is None:
+        return []
+    kinds = handler.type.elements if isinstance(handler.type, cst.Tuple) else [handler.type]
+    found = []
+    for kind in kinds:
+        expr = kind.value if isinstance(kind, cst.Element) else kind
+        name = dotted_name(expr)  # type: ignore[arg-type]
+        found.append(name.split(".")[-1] if name else code_of(expr))  # type: ignore[arg-type]
+    return found
+
+
+def _ends_in_raise(body: cst.BaseSuite) -> bool:
+    """Whether a handler's body ends in a ``raise``: unless a branch before it leaves, the error stops this
+    process, as it would the others."""
+    statements = list(body.body) if isinstance(body, cst.IndentedBlock) else [body]
+    if not statements:
+        return False
+    last = statements[-1]
+    small = last.body if isinstance(last, (cst.SimpleStatementLine, cst.SimpleStatementSuite)) else []
+    return bool(small) and isinstance(small[-1], cst.Raise)
+
+
+class StepSkippedOnError(Rule):
+    """Let an error in a training step stop every rank: never skip the step on one process alone.
+
+    What it finds, in a program that trains a ``DistributedDataParallel`` model: an exception handler in a
+    training loop that swallows the error and goes on, where the step it skips runs ``backward()``: the
+    ``try`` holds the backward pass (``except RuntimeError:`` around the step, the out-of-memory skip), or the
+    handler leaves the iteration (``continue``, ``break``, ``return``) before the loop's backward pass (a bad
+    sample skipped while preparing the batch). ``KeyboardInterrupt`` and ``StopIteration`` handlers are
+    left alone: Ctrl-C reaches every process, and ``StopIteration`` restarts a loader's iterator.
+
+    Why it is a problem: the error is this process's own (an out-of-memory error on one GPU, a corrupt
+    sample in one shard, a NaN check that raises). The process that hits it skips the step, while the
+    others run ``backward()`` and wait in DDP's gradient all-reduce for it: the job hangs (NCCL) or fails
+    later with a mismatched collective (gloo). One process never shows this; a single-GPU program that
+    skipped an out-of-memory batch ran on.
+
+    What a human must do: let the error propagate (torchrun then stops every process), or make the skip a
+    decision of every rank: catch the error, set a flag, agree on it across ranks (``runtime.reduce_sum`` of
+    the flag, every rank) and skip together, zeroing the gradients of the failed step.
+    """
+
+    code = "DDP049"
+    name = "step-skipped-on-error"
+    phase = Phase.OUTPUT
+    severity = Severity.ERROR
+    triggers = ("except",)
+    requires = ("backward",)
+    needs_names = (names.DISTRIBUTED_DATA_PARALLEL,)
+    manual_fix = "let the error stop every rank, or agree on the skip across ranks (runtime.reduce_sum of a flag)"
+    examples = (
+        Example(
+            before="""\
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+model = DistributedDataParallel(net)
+for x, y in loader:
+    try:
+        loss = criterion(model(x), y)
+        loss.backward()
+    except RuntimeError as error:
+        if "out of memory" not in str(error):
+            raise
+        optimizer.zero_grad()
+        torch.cuda.empty_cache()
+        continue
+    optimizer.step()
+    optimizer.zero_grad()
+""",
+        ),
+        Example(
+            before="""\
+from torch.nn.parallel import DistributedDataParallel
+
+model = DistributedDataParallel(net)
+for batch in loader:
+    try:
+        x, y = decode(batch)
+    except ValueError:
+        continue
+    criterion(model(x), y).backward()
+    optimizer.step()
+""",
+        ),
+        Valid(
+            """\
+from torch.nn.parallel import DistributedDataParallel
+
+model = DistributedDataParallel(net)
+it = iter(loader)
+for step in range(steps):
+    try:
+        x, y = next(it)
+    except StopIteration:
+        it = iter(loader)
+        x, y = next(it)
+    try:
+        criterion(model(x), y).backward()
+    except RuntimeError as error:
+        print(f"step {step} failed: {error}")
+        raise
+    try:
+        wandb.log({"step": step})
+    except Exception:
+        pass
+    optimizer.step()
+"""
+        ),
+    )
+
+    def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
+        if not any(analysis.is_call_to(wrap, names.DISTRIBUTED_DATA_PARALLEL) for wrap in analysis.program_wrap_calls):
+            return
+        backward = analysis.program_backward_calls
+        loops: list[cst.CSTNode] = []
+        for loop in (*analysis.for_loops, *(analysis.nearest_loop(call) for call in analysis.backward_calls)):
+            if loop is not None and loop not in loops and analysis.reaches(loop, backward):
+                loops.append(loop)
+        seen: set[cst.Try] = set()
+        for loop in loops:
+            for node in walk(loop.body):  # type: ignore[attr-defined]
+                if type(node) is not cst.Try or node in seen or analysis.nearest_loop(node) is not loop:
+                    continue
+                seen.add(node)  # type: ignore[arg-type]
+                trains = analysis.reaches(node.body, backward)  # type: ignore[attr-defined]
+                for handler in node.handlers:  # type: ignore[attr-defined]
+                    caught = _caught(handler)
+                    if caught and all(kind in _NOT_PER_PROCESS for kind in caught):
+                        continue
+                    leaves = leaves_early(handler.body, raises=False)
+                    if (_ends_in_raise(handler.body) and not leaves) or not (trains or leaves):
+                        continue
+                    what = ", ".join(caught) if caught else "any error"
+                    yield Match(
+                        handler,
+                        f"this handler swallows {what} and goes on, skipping a step that runs backward() on this "
+                        "process alone (an out-of-memory error or a bad sample is one rank's own): the other ranks "
+                        "wait in DDP's gradient all-reduce and the job hangs; let the error stop every rank, or agree "
+                        "on the skip across ranks (runtime.reduce_sum of a flag) and skip together",
+                        fixable=False,
+                    )
+                    break
