@@ -7,10 +7,10 @@ from typing import Callable, Iterator
 import libcst as cst
 
 from . import names
-from .analysis import ScriptAnalysis, call_method_name, dotted_name, leaves_early, walk
+from .analysis import ScriptAnalysis, call_method_name, dotted_name, keyword_argument, leaves_early, walk
 from .analysis.script import PROCESS_EXITS, subscript_key
 from .analysis.per_rank import per_rank_values
-from .analysis.ranks import Kind, rank_facts
+from .analysis.ranks import Kind, rank_facts, seeds_alike
 from .base import Example, Match, Phase, Rule, Severity, Valid
 from .edits import code_of
 
@@ -219,6 +219,16 @@ for epoch in range(100):
         }
         # ``while train_loss > target:`` around the training: the loop goes on as long as this rank's value says.
         whiles = [node for node in analysis.preorder if type(node) is cst.While and analysis.reaches_backward(node.body)]  # type: ignore[attr-defined]
+        for branch, gated in gates.items():  # ``if random.random() < p: extra_step()``, unseeded
+            drawn = _drawn_apart(analysis, branch.test)
+            if drawn is not None:
+                reported.add(branch)
+                yield Match(
+                    branch.test,
+                    f"`{code_of(branch.test)}` decides on {code_of(drawn)}, which each process draws from a random state "
+                    f"the ranks do not seed alike, {gated}; seed it alike on every rank, or draw on rank 0 and share the draw",
+                    fixable=False,
+                )
         for branch, gated in rank_gates.items():  # ``if rank == 0: scheduler.step()``
             if rank_facts(analysis).kind(branch.test) is Kind.RANK:
                 reported.add(branch)
@@ -336,6 +346,28 @@ def _gated_training(
     # (``runtime.save`` is a collective: DDP033 reports it in such a branch)
     if differs(lambda side: any(type(n) is cst.Call and analysis.is_call_to(n, names.TORCH_SAVE) for n in walk(side))):  # type: ignore[arg-type]
         return _SAVE
+    return None
+
+
+#: Draws of torch's process-wide random state (without a ``generator=``, they draw from it).
+_TORCH_DRAWS = frozenset({"torch.rand", "torch.randn", "torch.randint", "torch.bernoulli", "torch.multinomial", "torch.normal", "torch.randperm"})
+
+
+def _drawn_apart(analysis: ScriptAnalysis, test: cst.BaseExpression) -> cst.Call | None:
+    """A draw in the test from a process-wide random state (``random``, ``numpy.random``, torch's) that the
+    ranks do not seed alike before it (:func:`seeds_alike`): each rank draws its own value."""
+    for node in walk(test):
+        if type(node) is not cst.Call:
+            continue
+        for qualified in analysis.qualified_names(node.func):  # type: ignore[attr-defined]
+            state = (
+                "random" if qualified.startswith("random.") and qualified.count(".") == 1
+                else "numpy" if qualified.startswith("numpy.random.") and qualified.count(".") == 2
+                else "torch" if qualified in _TORCH_DRAWS and keyword_argument(node, "generator") is None  # type: ignore[arg-type]
+                else None
+            )
+            if state is not None and "seed" not in qualified and not seeds_alike(analysis, state, before=node):
+                return node  # type: ignore[return-value]
     return None
 
 

@@ -257,3 +257,51 @@ def test_a_model_handed_to_an_object_that_freezes_part_of_it_is_left_to_a_human(
     assert code == 1, report
     assert "DistributedDataParallel(model" not in text
     assert "this hands model to an object and changes which of its parameters require gradients" in report, report
+
+
+def test_a_hook_in_another_module_that_unfreezes_the_wrapped_model_is_reviewed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A trial: an mmcv-style hook unfroze the backbone through the Trainer it is handed; the ranks' weights
+    # drifted apart (-2.66 / -2.15 against the original's -2.35) while the report said nothing.
+    from click.testing import CliRunner
+
+    from ddp_migrate.cli import cli
+
+    monkeypatch.chdir(tmp_path)
+    Path("hooks.py").write_text(
+        "class Unfreeze:\n"
+        "    def __init__(self, at):\n        self.at = at\n\n"
+        "    def before_epoch(self, trainer):\n"
+        "        trainer.model.backbone.requires_grad_(trainer.epoch >= self.at)\n"
+    )
+    Path("engine.py").write_text(
+        "import torch.nn.functional as F\n\n\n"
+        "class Trainer:\n"
+        "    def __init__(self, model, optimizer, loader, hooks):\n"
+        "        self.model, self.optimizer, self.loader, self.hooks, self.epoch = model, optimizer, loader, hooks, 0\n\n"
+        "    def run(self, epochs):\n"
+        "        for self.epoch in range(epochs):\n"
+        "            for hook in self.hooks:\n"
+        "                hook.before_epoch(self)\n"
+        "            for x, y in self.loader:\n"
+        "                self.optimizer.zero_grad()\n"
+        "                F.mse_loss(self.model(x), y).backward()\n"
+        "                self.optimizer.step()\n"
+    )
+    Path("train.py").write_text(
+        "import torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\n\n"
+        "from engine import Trainer\nfrom hooks import Unfreeze\n\n\n"
+        "class Net(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n"
+        "        self.backbone = nn.Linear(4, 4)\n        self.head = nn.Linear(4, 1)\n\n"
+        "    def forward(self, x):\n        return self.head(self.backbone(x))\n\n\n"
+        "def main():\n"
+        "    model = Net()\n"
+        "    model.backbone.requires_grad_(False)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)\n"
+        "    Trainer(model, optimizer, loader, [Unfreeze(1)]).run(3)\n\n\n"
+        "if __name__ == '__main__':\n    main()\n"
+    )
+    result = CliRunner().invoke(cli, ["train.py"], catch_exceptions=False)
+    reviews = [line for line in result.output.splitlines() if "review" in line and "DDP042" in line]
+    assert len(reviews) == 1 and "hooks.py:" in reviews[0] and "requires_grad of runtime.unwrap(trainer.model).backbone changes" in reviews[0], result.output

@@ -337,3 +337,17 @@ def test_a_list_filled_on_every_batch_has_the_same_length_on_every_rank(tmp_path
             "                hard.clear()")
     _, report, _ = migrate_script(tmp_path, EPOCHS.format(loop=loop))
     assert "DDP041" not in report, report
+
+
+@pytest.mark.parametrize(("seed", "reported"), [("", True), ("    random.seed(0)\n", False)])
+def test_an_extra_step_drawn_from_an_unseeded_random_state_is_reviewed(seed: str, reported: bool, tmp_path: Path) -> None:
+    # A trial: ``if random.random() < p:`` ran an extra adversarial backward pass on different steps per rank
+    # (each process seeds Python's random on its own); the run failed on one rank, the report said nothing.
+    from migrated import migrate_script
+
+    source = "import random\n" + GATED.format(
+        step="            loss.backward()\n            if random.random() < 0.3:\n"
+        "                nn.functional.cross_entropy(model(x + 0.1), y).backward()\n            opt.step()\n            opt.zero_grad()"
+    ).replace("    seen = 0\n", "    seen = 0\n" + seed)
+    _, report, _ = migrate_script(tmp_path, source)
+    assert ("DDP041 `random.random() < 0.3` decides on random.random(), which each process draws" in report) is reported, report

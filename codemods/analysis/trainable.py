@@ -58,6 +58,15 @@ def holds_model_state(analysis: ScriptAnalysis, expr: cst.BaseExpression, depth:
     root = name.split(".")[0]
     if root == "self" or root in {model.split(".")[0] for model in analysis.trained_models}:
         return True
+    # Reached from a wrapped model, in any module (``trainer.model.module.backbone`` in a hook).
+    wraps = set(analysis.program_wrap_calls)
+    part = expr
+    while wraps and type(part) is cst.Attribute:
+        part = part.value  # type: ignore[attr-defined]
+        if type(part) is cst.Call and callee_name(part) == "unwrap" and len(part.args) == 1:  # type: ignore[arg-type, attr-defined]
+            part = part.args[0].value  # type: ignore[attr-defined]  (``runtime.unwrap(trainer.model).backbone``)
+        if wraps & analysis.origins(part):
+            return True
     if depth <= 0:
         return False
     for value in analysis.flows_into(expr, name):
