@@ -271,6 +271,28 @@ optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 loss.backward()
 """,
         ),
+        # The switch is set where the group is set up, under a helper that reads the launch (timm's layout).
+        Valid(
+            """\
+import os
+import torch
+import torch.distributed as dist
+
+def is_distributed_env():
+    return int(os.environ.get("WORLD_SIZE", 1)) > 1
+
+def init_distributed(args):
+    args.distributed = False
+    if is_distributed_env():
+        dist.init_process_group(backend="nccl")
+        args.distributed = True
+
+init_distributed(args)
+if args.distributed:
+    model = torch.nn.parallel.DistributedDataParallel(model)
+loss.backward()
+"""
+        ),
         Valid(
             """\
 import os
@@ -497,8 +519,16 @@ def _is_switch(test: cst.BaseExpression) -> bool:
 def _follows_launch(analysis: ScriptAnalysis, assign: cst.Assign) -> bool:
     """Whether an assignment of a switch follows the launch: its value, or the test of an ``if`` around it,
     reads the launcher's environment or the process group (``"RANK" in os.environ``, ``world_size > 1``)."""
-    tests = [a.test for a in analysis.ancestors(assign) if isinstance(a, cst.If)]
-    return any(any(word in code_of(node) for word in LAUNCH_AWARE) for node in (assign.value, *tests))
+    branches = [a for a in analysis.ancestors(assign) if isinstance(a, cst.If)]
+    tests = [a.test for a in branches]
+    if any(any(word in code_of(node) for word in LAUNCH_AWARE) for node in (assign.value, *tests)):
+        return True
+    # Set where the group is set up (``if is_distributed_env(): init_process_group(...); args.distributed =
+    # True``), or under a test that calls a helper of the program reading the launch.
+    if any(analysis.is_inside(setup, branch.body) for branch in branches for setup in analysis.process_group_setups):
+        return True
+    helpers = {analysis.call_target(n) for test in tests for n in walk(test) if isinstance(n, cst.Call)} - {None}
+    return any(any(word in code_of(helper) for word in LAUNCH_AWARE) for helper in helpers)  # type: ignore[arg-type]
 
 
 def _assignments_to(analysis: ScriptAnalysis, name: str) -> list[cst.Assign]:

@@ -8,6 +8,7 @@ import libcst as cst
 
 from . import names
 from .analysis import LoaderLoop, ScriptAnalysis, call_method_name, dotted_name, loader_argument, walk
+from .analysis.script import subscript_key
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression
 from .runtime_calls import runtime_name
@@ -21,12 +22,14 @@ class PerProcessBatchReads(Rule):
     What it finds, in a loop over a loader whose batch size the migration split
     (``batch_size=runtime.per_process_batch_size(B)``): a batch's size compared with ``B`` itself (``if
     x.size(0) < B: continue``, dropping an incomplete batch); a count of the samples or tokens the loop
-    has seen that decides when training stops (``seen += x.size(0)``, then ``if seen >= budget: break``);
-    and ``loader.batch_size`` read anywhere (``steps = epochs * len(ds) // loader.batch_size``).
+    has seen that decides when training stops (``seen += x.size(0)``, then ``if seen >= budget: break``) or
+    sets the learning rate (a warm-up over samples: ``group["lr"] = lr_at(seen)``); and ``loader.batch_size``
+    read anywhere (``steps = epochs * len(ds) // loader.batch_size``).
 
     Why it is a problem: each process now loads ``B / N`` samples a step. Every batch looks incomplete
     next to ``B`` (a trial's loop skipped all of them: 0 steps, exit 0); a process counts only its own
-    samples, so a budget of samples is reached after N times as many steps (60 against 30); and
+    samples, so a budget of samples is reached after N times as many steps (60 against 30) and a warm-up
+    over samples lasts N times as many steps (a trial's final learning rate 0.094 against 0.1); and
     ``loader.batch_size`` is the per-process size, so a step count computed from the whole data set comes
     out N times too large (a OneCycle schedule ended at 0.35 instead of 0.04).
 
@@ -137,6 +140,14 @@ for x, y in loader:
                     "the global samples (multiply by runtime.world_size(), or runtime.reduce_sum the counts)",
                     fixable=False,
                 )
+            for counter, setting in _rates(analysis, loop, batches):
+                yield Match(
+                    counter,
+                    f"`{code_of(counter).strip()}` counts this process's samples only, and `{code_of(setting).strip()}` "
+                    "sets the learning rate from it: with N processes the schedule (a warm-up) runs N times slower; "
+                    "count the global samples (multiply by runtime.world_size(), or runtime.reduce_sum the counts)",
+                    fixable=False,
+                )
         for node in analysis.attributes:
             if node.attr.value == "batch_size" and any(origin in split for origin in analysis.origins(node.value)):
                 yield Match(
@@ -219,14 +230,42 @@ def _compared_with_global_batch(node: cst.Comparison, batches: set[str], sizes: 
             yield side
 
 
-def _budgets(analysis: ScriptAnalysis, loop: LoaderLoop, batches: set[str]) -> Iterator[tuple[cst.AugAssign, cst.BaseExpression]]:
-    """``seen += x.size(0)`` in the loop, with the test of a ``break`` / ``while`` that reads ``seen``."""
+def _sample_counters(loop: LoaderLoop, batches: set[str]) -> dict[str, cst.AugAssign]:
+    """The names the loop adds its batches' sizes to (``seen += x.size(0)``), with the first such statement."""
     counters: dict[str, cst.AugAssign] = {}
     for node in _own_nodes(loop.loop.body):
         if type(node) is cst.AugAssign and isinstance(node.operator, cst.AddAssign) and _batch_size_read(node.value, batches, tokens=True):  # type: ignore[attr-defined]
             name = dotted_name(node.target)  # type: ignore[attr-defined]
             if name is not None:
                 counters.setdefault(name, node)  # type: ignore[arg-type]
+    return counters
+
+
+def _rates(analysis: ScriptAnalysis, loop: LoaderLoop, batches: set[str]) -> Iterator[tuple[cst.AugAssign, cst.CSTNode]]:
+    """``seen += x.size(0)`` in the loop, with the statement in it that sets a learning rate from ``seen``
+    (``group["lr"] = lr_at(seen)``, directly or through a name assigned from it)."""
+    counters = _sample_counters(loop, batches)
+    if not counters:
+        return
+    derived: dict[str, str] = {}  # a name assigned from a counter -> the counter
+    for node in walk(loop.loop.body):
+        if type(node) is cst.Assign:
+            read = {dotted_name(n) for n in walk(node.value) if type(n) in (cst.Name, cst.Attribute)}  # type: ignore[attr-defined]
+            source = next((c for c in counters if c in read), None) or next((derived[r] for r in read if r in derived), None)
+            if source is None:
+                continue
+            for target in node.targets:  # type: ignore[attr-defined]
+                if type(target.target) is cst.Subscript and subscript_key(target.target) == "lr":
+                    yield counters[source], node
+                    return
+                name = dotted_name(target.target)
+                if name is not None:
+                    derived[name] = source
+
+
+def _budgets(analysis: ScriptAnalysis, loop: LoaderLoop, batches: set[str]) -> Iterator[tuple[cst.AugAssign, cst.BaseExpression]]:
+    """``seen += x.size(0)`` in the loop, with the test of a ``break`` / ``while`` that reads ``seen``."""
+    counters = _sample_counters(loop, batches)
     if not counters:
         return
     for node in analysis.preorder:

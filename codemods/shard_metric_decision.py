@@ -29,8 +29,7 @@ class ShardMetricDecision(Rule):
       optimizer's ``step()`` (``if loss.item() < limit: loss.backward()``, a step taken once the tokens
       counted on the batches pass a threshold, hard examples replayed once ``len(hard)`` of them are kept),
       here or through the program's functions; whether the learning rate changes (a plateau rule written
-      out), which ``DataLoader`` the training goes on with (a curriculum), or whether rank 0 saves a
-      checkpoint (the best model chosen on its own shard), or
+      out) or which ``DataLoader`` the training goes on with (a curriculum), or
     - is handed to a scheduler's ``step()`` (``ReduceLROnPlateau.step(train_loss)``).
     A branch only some ranks take (``if rank == 0:``) is reported too, whatever the value it then decides
     on, where it leaves the training loop (``... break``), runs ``backward()``, steps the optimizer or the
@@ -181,7 +180,7 @@ for epoch in range(100):
             target = analysis.call_target(call)
             if target not in setters:
                 setters[target] = _sets_learning_rate(target)
-            if (call_method_name(call) == "step" and target is None) or setters[target]:
+            if (call_method_name(call) == "step" and target is None and _built_as_lr_scheduler(analysis, call) is not False) or setters[target]:
                 steps.append(call)
         reported: set[cst.If] = set()
         facts = rank_facts(analysis) if exits else None
@@ -293,17 +292,17 @@ _LEARNING_RATE = "whether the learning rate changes: ranks that decide different
 _LOADER = "which data the training goes on with: ranks that decide differently shard different data (the job hangs when the numbers of batches differ)"
 _SCHEDULER = "whether the learning-rate scheduler steps: the ranks train with different learning rates and their weights drift apart without an error"
 _LOAD = "whether the model's weights are loaded, after the wrap: DDP copied rank 0's weights to every rank when it wrapped the model, so the ranks that skip this keep theirs and train apart; load on every rank, or before the wrap"
-_SAVE = "whether this checkpoint is saved: rank 0 saves on its own shard's numbers, not on the whole data's as the original did"
 
 
 def _gated_training(
     analysis: ScriptAnalysis, branch: cst.If, setters: dict[cst.FunctionDef | None, bool], on_rank: bool = False
 ) -> str | None:
     """What of the training the ``if`` does on one side only (``None``: both sides alike, or nothing of it):
-    run ``backward()`` or an optimizer step (here or through the program's functions), set a learning rate,
-    build a new training ``DataLoader`` or save a checkpoint. ``on_rank``: the test is the rank, and rank 0's
-    own work (saving, building its loaders) is what such a branch is for; a scheduler's step and weights
-    loaded into the wrapped model are not."""
+    run ``backward()`` or an optimizer step (here or through the program's functions), set a learning rate
+    or build a new training ``DataLoader``. ``on_rank``: the test is the rank, and rank 0's own work (building
+    its loaders, evaluating a copy) is what such a branch is for; a scheduler's step and weights loaded into
+    the wrapped model are not, nor a backward pass through the wrapped model (written in the branch, or in
+    a function the branch hands the wrapped model to)."""
     sides = [branch.body, branch.orelse] if branch.orelse is not None else [branch.body]
 
     def differs(does: Callable[[cst.CSTNode], bool]) -> bool:
@@ -313,10 +312,12 @@ def _gated_training(
     if analysis.program_backward_calls and differs(lambda side: analysis.reaches(side, analysis.program_backward_calls)):
         # On a rank's branch, only a backward pass through the wrapped model is DDP's (``if rank == 0:`` over
         # ``model.module`` or a local copy is this rank's own business).
-        if not on_rank or differs(lambda side: analysis.reaches(side, analysis.program_ddp_forward_calls)):
+        if not on_rank or differs(lambda side: _runs_the_wrapped_model(analysis, side)):
             return _BACKWARD
     if analysis.program_optimizer_step_calls and differs(lambda side: analysis.reaches(side, analysis.program_optimizer_step_calls)):
-        return _STEP
+        # On a rank's branch: a step written there, or one of a function the branch hands an optimizer to.
+        if not on_rank or differs(lambda side: _steps_an_optimizer(analysis, side)):
+            return _STEP
     if not analysis.is_training_script:
         return None
 
@@ -343,9 +344,6 @@ def _gated_training(
         return None
     if analysis.loader_calls and differs(lambda side: any(analysis.is_inside(call, side) for call in analysis.loader_calls)):
         return _LOADER
-    # (``runtime.save`` is a collective: DDP033 reports it in such a branch)
-    if differs(lambda side: any(type(n) is cst.Call and analysis.is_call_to(n, names.TORCH_SAVE) for n in walk(side))):  # type: ignore[arg-type]
-        return _SAVE
     return None
 
 
@@ -371,16 +369,50 @@ def _drawn_apart(analysis: ScriptAnalysis, test: cst.BaseExpression) -> cst.Call
     return None
 
 
+def _steps_an_optimizer(analysis: ScriptAnalysis, side: cst.CSTNode) -> bool:
+    """Whether a branch steps an optimizer itself, or hands one to a call (``train_step(batch, optimizer)``)."""
+    if any(analysis.is_inside(call, side) for call in analysis.optimizer_step_calls):
+        return True
+    return any(
+        type(node) is cst.Call and any(analysis.holds_optimizer(arg.value) for arg in node.args)  # type: ignore[attr-defined]
+        for node in walk(side)
+    )
+
+
+def _runs_the_wrapped_model(analysis: ScriptAnalysis, side: cst.CSTNode) -> bool:
+    """Whether a branch runs the DDP-wrapped model's forward itself, or hands the wrapped model to a call
+    (``train_step(model, batch)``; a function shared with evaluation, handed ``model.module``, is not)."""
+    if any(analysis.is_inside(call, side) for call in analysis.program_ddp_forward_calls):
+        return True
+    for node in walk(side):
+        if type(node) is cst.Call:
+            for arg in node.args:  # type: ignore[attr-defined]
+                if type(arg.value) in (cst.Name, cst.Attribute):
+                    wrap = analysis.wrapped_at(arg.value)
+                    if wrap is not None and analysis.is_call_to(wrap, names.DISTRIBUTED_DATA_PARALLEL):
+                        return True
+    return False
+
+
 def _steps_scheduler(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
     """``scheduler.step()``: a ``step`` of a ``torch.optim.lr_scheduler`` scheduler (or of a name that says so)."""
     if type(node) is not cst.Call or call_method_name(node) != "step":  # type: ignore[arg-type]
         return False
-    receiver = node.func.value  # type: ignore[attr-defined]
-    built = [o for o in analysis.origins(receiver) if type(o) is cst.Call]
-    if any(q.startswith("torch.optim.lr_scheduler.") for o in built for q in analysis.qualified_names(o.func)):  # type: ignore[attr-defined]
-        return True
-    name = dotted_name(receiver)
-    return name is not None and "sched" in name.split(".")[-1].lower()
+    built = _built_as_lr_scheduler(analysis, node)  # type: ignore[arg-type]
+    if built is not None:
+        return built
+    name = dotted_name(node.func.value)  # type: ignore[attr-defined]
+    return name is not None and "lr_sched" in name.split(".")[-1].lower()
+
+
+def _built_as_lr_scheduler(analysis: ScriptAnalysis, call: cst.Call) -> bool | None:
+    """Whether the receiver of a ``step()`` call is built as a ``torch.optim.lr_scheduler`` scheduler (``None``:
+    the analysis sees no construction of it). A diffusion model's noise scheduler steps too, and sets no
+    learning rate."""
+    built = [o for o in analysis.origins(call.func.value) if type(o) is cst.Call]  # type: ignore[attr-defined]
+    if not built:
+        return None
+    return any(q.startswith("torch.optim.lr_scheduler.") for o in built for q in analysis.qualified_names(o.func))  # type: ignore[attr-defined]
 
 
 def _loads_into_wrapped(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
@@ -396,9 +428,12 @@ def _loads_into_wrapped(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
 
 
 def _exits_the_process(branch: cst.If) -> bool:
-    """Whether either side of the ``if`` ends the process (``sys.exit()``), outside nested functions."""
+    """Whether either side of the ``if`` ends the process with success (``sys.exit()``, ``sys.exit(0)``): the
+    others then wait for it. (A failing exit makes torchrun stop them all.)"""
     return any(
-        type(node) is cst.Call and dotted_name(node.func) in PROCESS_EXITS  # type: ignore[attr-defined]
+        type(node) is cst.Call
+        and dotted_name(node.func) in PROCESS_EXITS  # type: ignore[attr-defined]
+        and (not node.args or code_of(node.args[0].value).strip() in ("0", "None"))  # type: ignore[attr-defined]
         for side in (branch.body, branch.orelse)
         if side is not None
         for node in walk(side)
@@ -424,9 +459,21 @@ def _sets_learning_rate(code: cst.CSTNode | None) -> bool:
             [node.target] if isinstance(node, cst.AugAssign) else [t.target for t in node.targets] if isinstance(node, cst.Assign) else []
         )
         for target in targets:
-            if isinstance(target, cst.Subscript) and subscript_key(target) == "lr":
+            if isinstance(target, cst.Subscript) and subscript_key(target) == "lr" and _is_parameter_group(code, target.value):
                 return True
     return False
+
+
+def _is_parameter_group(code: cst.CSTNode, group: cst.BaseExpression) -> bool:
+    """Whether a dict an ``["lr"]`` is written into is an optimizer's parameter group: ``opt.param_groups[0]``,
+    or the variable of a loop over ``....param_groups`` in the code (not a dict of logged values)."""
+    if "param_groups" in code_of(group):
+        return True
+    name = dotted_name(group)
+    return name is not None and any(
+        type(node) is cst.For and dotted_name(node.target) == name and "param_groups" in code_of(node.iter)  # type: ignore[attr-defined]
+        for node in walk(code)
+    )
 
 
 def _clock_in(analysis: ScriptAnalysis, test: cst.BaseExpression, depth: int = 2) -> str | None:

@@ -7,7 +7,8 @@ from typing import Iterator
 import libcst as cst
 
 from . import names
-from .analysis import ScriptAnalysis, dotted_name, leaves_early, walk
+from .analysis import ScriptAnalysis, dotted_name, walk
+from .analysis.script import PROCESS_EXITS
 from .base import Example, Match, Phase, Rule, Severity, Valid
 from .edits import code_of
 
@@ -30,14 +31,33 @@ def _caught(handler: cst.ExceptHandler) -> list[str]:
 
 
 def _ends_in_raise(body: cst.BaseSuite) -> bool:
-    """Whether a handler's body ends in a ``raise``: unless a branch before it leaves, the error stops this
-    process, as it would the others."""
+    """Whether a handler's body ends in a ``raise`` or ends the process (``sys.exit(1)``): unless a branch
+    before it leaves, the error stops this process, and torchrun then stops the others."""
     statements = list(body.body) if isinstance(body, cst.IndentedBlock) else [body]
     if not statements:
         return False
     last = statements[-1]
     small = last.body if isinstance(last, (cst.SimpleStatementLine, cst.SimpleStatementSuite)) else []
-    return bool(small) and isinstance(small[-1], cst.Raise)
+    if not small:
+        return False
+    end = small[-1]
+    if isinstance(end, cst.Raise):
+        return True
+    return isinstance(end, cst.Expr) and isinstance(end.value, cst.Call) and dotted_name(end.value.func) in PROCESS_EXITS
+
+
+def _skips(body: cst.CSTNode) -> bool:
+    """Whether a handler goes on without the rest of the step: a ``continue``, ``break`` or ``return`` of its own
+    (not of a loop or function inside it)."""
+    stack = [body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.Continue, cst.Break, cst.Return)):
+            return True
+        if isinstance(node, (cst.For, cst.While, cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            continue
+        stack.extend(node.children)
+    return False
 
 
 class StepSkippedOnError(Rule):
@@ -145,12 +165,18 @@ for step in range(steps):
                     continue
                 seen.add(node)  # type: ignore[arg-type]
                 trains = analysis.reaches(node.body, backward)  # type: ignore[attr-defined]
+                # What a ``continue`` in a handler skips: the loop's backward passes after the ``try``.
+                later = any(
+                    analysis.comes_before(node, call) and (call in backward or analysis.reaches(call, backward))
+                    for call in analysis.calls
+                    if analysis.is_inside(call, loop.body)  # type: ignore[attr-defined]
+                )
                 for handler in node.handlers:  # type: ignore[attr-defined]
                     caught = _caught(handler)
                     if caught and all(kind in _NOT_PER_PROCESS for kind in caught):
                         continue
-                    leaves = leaves_early(handler.body, raises=False)
-                    if (_ends_in_raise(handler.body) and not leaves) or not (trains or leaves):
+                    leaves = _skips(handler.body)
+                    if (_ends_in_raise(handler.body) and not leaves) or not (trains or (leaves and later)):
                         continue
                     what = ", ".join(caught) if caught else "any error"
                     yield Match(

@@ -195,6 +195,19 @@ if dist.get_rank() == 0:
     checkpoint(hidden)
 """
         ),
+        # Rank 0, or a run without a process group: the other ranks of a job never save.
+        Valid(
+            """\
+import torch
+import torch.distributed as dist
+
+loss.backward()
+if (not dist.is_initialized()) or dist.get_rank() == 0:
+    torch.save(model.module.state_dict(), "ck.pt")
+if dist.get_rank() == 0 or not dist.is_available():
+    torch.save(model.module.state_dict(), "last.pt")
+"""
+        ),
         # A file of each rank's own (its name carries the rank): every rank must write it (a trial's fix left
         # rank 1 without its random state on resume).
         Valid(

@@ -407,6 +407,13 @@ torch.save(model.module.state_dict(), "model.pt")
                 origins = analysis.origins(attribute.value) if loads else set()
                 if origins and origins <= loads:
                     yield _Case("loaded", attribute, attribute, True, LOADED_MODULE)
+                elif _forward_bypasses_ddp(analysis, attribute):
+                    call = analysis.parent(attribute)
+                    yield _Case(
+                        "step", call, attribute, False,  # type: ignore[arg-type]
+                        f"{code_of(attribute)}(...) in the training step runs the model past DDP's forward: its gradients are "
+                        f"never all-reduced and the ranks' weights drift apart; call {code_of(attribute.value)}(...) instead",
+                    )
                 continue
             if attr in WRAPPER_ATTRIBUTES and attr != "no_sync" or attr in DDP_ATTRIBUTES:
                 continue
@@ -748,6 +755,15 @@ def _bypasses_ddp(analysis: ScriptAnalysis, attribute: cst.Attribute, parent: cs
         and _in_training_step(analysis, parent)
         and not _runs_no_layer(analysis, parent)
     )
+
+
+def _forward_bypasses_ddp(analysis: ScriptAnalysis, attribute: cst.Attribute) -> bool:
+    """``model.module(x)`` on a DDP model, in the training step (outside ``torch.no_grad()``)."""
+    call = analysis.parent(attribute)
+    if not (isinstance(call, cst.Call) and call.func is attribute and dotted_name(attribute.value) is not None):
+        return False
+    wrap, _ = _wrap_of(analysis, attribute.value)
+    return wrap is not None and analysis.is_call_to(wrap, names.DISTRIBUTED_DATA_PARALLEL) and _in_training_step(analysis, call)
 
 
 def _runs_no_layer(analysis: ScriptAnalysis, call: cst.Call) -> bool:

@@ -128,3 +128,25 @@ def test_a_method_that_runs_no_layer_is_reached_through_module(tmp_path: Path) -
     assert code == 0, report
     assert "hidden = model.module.init_hidden(x.size(1))" in migrated
     assert "trained" in run_python(tmp_path / "train.py", cwd=tmp_path, timeout=120).output
+
+
+def test_a_forward_through_module_in_the_training_step_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A trial's hand-written DDP program called ``model.module(x)`` in its loop: no gradient all-reduce, the
+    # ranks' weights drifted apart, and the linter said nothing. Under no_grad (evaluation) it is fine.
+    from click.testing import CliRunner
+
+    from ddp_migrate.cli import cli
+
+    monkeypatch.chdir(tmp_path)
+    Path("train.py").write_text(
+        "import torch\nimport torch.nn as nn\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n\n"
+        "model = DDP(nn.Linear(4, 3))\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for x, y in loader:\n"
+        "    loss = nn.functional.cross_entropy(model.module(x), y)\n"
+        "    opt.zero_grad()\n    loss.backward()\n    opt.step()\n"
+        "with torch.no_grad():\n    print(model.module(x).sum())\n"
+    )
+    result = CliRunner().invoke(cli, ["lint", "--select", "DDP008", "train.py"])
+    findings = [line for line in result.output.splitlines() if "DDP008" in line]
+    assert len(findings) == 1 and findings[0].startswith("train.py:8:"), result.output
+    assert "model.module(...) in the training step runs the model past DDP's forward" in findings[0]

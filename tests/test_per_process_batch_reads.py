@@ -141,3 +141,25 @@ def test_a_counter_reused_by_a_later_loop_is_no_budget(tmp_path: Path) -> None:
     assert "if seen >= 32" in source
     _, report, _ = migrate_script(tmp_path, source)
     assert "counts this process's samples only" not in report, report
+
+
+@pytest.mark.parametrize(
+    ("setting", "reported"),
+    [
+        ('            for group in opt.param_groups:\n                group["lr"] = 0.1 * min(1.0, seen / 64)\n', True),
+        ('            lr = 0.1 * min(1.0, seen / 64)\n            for group in opt.param_groups:\n                group["lr"] = lr\n', True),
+        # A warm-up over steps is the same on every rank.
+        ('            for group in opt.param_groups:\n                group["lr"] = 0.1 * min(1.0, step / 8)\n', False),
+    ],
+)
+def test_a_warm_up_over_this_process_s_samples_is_left_to_a_human(setting: str, reported: bool, tmp_path: Path) -> None:
+    # A trial: the learning rate followed ``samples_seen += inputs.size(0)``; each rank counted half the
+    # samples, so the warm-up took twice as many steps (final lr 0.094 against 0.1) and nothing was reported.
+    source = BUDGET.replace("        if seen >= 120:\n            break\n", "").replace(
+        "            seen += xb.size(0)\n", "            seen += xb.size(0)\n            step = epoch\n" + setting
+    ).replace("range(100)", "range(3)")
+    _, report, _ = migrate_script(tmp_path, source)
+    found = [line for line in report.splitlines() if "sets the learning rate from it" in line]
+    assert len(found) == int(reported), report
+    if reported:
+        assert "DDP047 `seen += xb.size(0)` counts this process's samples only" in found[0]

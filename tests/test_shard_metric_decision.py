@@ -351,3 +351,74 @@ def test_an_extra_step_drawn_from_an_unseeded_random_state_is_reviewed(seed: str
     ).replace("    seen = 0\n", "    seen = 0\n" + seed)
     _, report, _ = migrate_script(tmp_path, source)
     assert ("DDP041 `random.random() < 0.3` decides on random.random(), which each process draws" in report) is reported, report
+
+
+LINT_HEAD = """
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+model = DDP(nn.Linear(10, 2))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(train_set, batch_size=16, sampler=DistributedSampler(train_set))
+val_loader = DataLoader(val_set, batch_size=16)
+best, bad = 0.0, 0
+
+
+def run_epoch(net, data, optimizer=None):
+    for x, y in data:
+        loss = nn.functional.cross_entropy(net(x), y)
+        if optimizer is not None:
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    return loss.item()
+
+
+"""
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # Rank 0 evaluates a copy and keeps the best model (a review's false alarm: "computed on this rank's shard").
+        "for epoch in range(10):\n    run_epoch(model, loader, opt)\n    if rank == 0:\n        with torch.no_grad():\n"
+        "            acc = sum((model.module(vx).argmax(1) == vy).sum().item() for vx, vy in val_loader)\n"
+        "        if acc > best:\n            best = acc\n            torch.save(model.module.state_dict(), 'best.pt')\n",
+        # A function shared by training and evaluation, handed the inner model on rank 0.
+        "for epoch in range(10):\n    run_epoch(model, loader, opt)\n    if rank == 0:\n        with torch.no_grad():\n"
+        "            print(run_epoch(model.module, val_loader))\n",
+        # A learning rate logged (not set) on rank 0.
+        "for epoch in range(10):\n    run_epoch(model, loader, opt)\n    if rank == 0:\n        logs = {'epoch': epoch}\n"
+        "        logs['lr'] = opt.param_groups[0]['lr']\n        print(logs)\n",
+        # The validation loop reuses the training loop's names over the whole (unsharded) set.
+        "for epoch in range(10):\n    for x, y in loader:\n        opt.zero_grad()\n"
+        "        nn.functional.cross_entropy(model(x), y).backward()\n        opt.step()\n    correct = 0\n"
+        "    with torch.no_grad():\n        for x, y in val_loader:\n            correct += (model(x).argmax(1) == y).sum().item()\n"
+        "    if correct <= best:\n        bad += 1\n        if bad > 2:\n            break\n    best = max(best, correct)\n",
+    ],
+)
+def test_decisions_every_rank_takes_alike_or_that_change_no_training_are_not_reported(body: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("train.py").write_text(LINT_HEAD + body)
+    result = CliRunner().invoke(cli, ["lint", "--select", "DDP041,DDP049", "train.py"])
+    assert "DDP041" not in result.output and "DDP049" not in result.output, result.output
+
+
+def test_a_step_stopped_by_a_failing_exit_is_not_a_swallowed_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # torchrun stops every process when one exits with an error: no hang, nothing swallowed.
+    monkeypatch.chdir(tmp_path)
+    Path("train.py").write_text(
+        LINT_HEAD + "for epoch in range(10):\n    for x, y in loader:\n        try:\n            opt.zero_grad()\n"
+        "            nn.functional.cross_entropy(model(x), y).backward()\n            opt.step()\n"
+        "        except RuntimeError as error:\n            print(f'rank {rank}: {error}')\n            sys.exit(1)\n"
+        "    if best > 0.9:\n        sys.exit(1)\n"
+    )
+    result = CliRunner().invoke(cli, ["lint", "--select", "DDP041,DDP049", "train.py"])
+    assert "DDP041" not in result.output and "DDP049" not in result.output, result.output

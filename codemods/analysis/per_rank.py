@@ -42,6 +42,7 @@ class PerRankValues:
         self.functions: set[cst.FunctionDef] = set()
         #: Containers filled under a per-rank test: their length differs between ranks.
         self.sized: set[tuple[Owner, str]] = set()
+        self._passes: dict[cst.For, bool] | None = None
         self._uses_of: dict[cst.CSTNode, list[_Use]] = {}
 
     def key(self, node: cst.CSTNode, name: str) -> tuple[Owner, str]:
@@ -119,9 +120,34 @@ class PerRankValues:
         if kind is cst.Name or kind is cst.Attribute:
             name = dotted_name(expr)
             if name is not None:
+                if self._bound_by_a_whole_pass(expr, name.split(".")[0]):
+                    return  # ``for x, y in val_loader:`` binds x here: a batch every rank sees whole
                 found.append(_Use(name, key=self.key(expr, name), at_module=(analysis.module_of(expr), name)))
         for child in tree.children(expr):
             self._collect_uses(child, found)
+
+    def _bound_by_a_whole_pass(self, node: cst.CSTNode, root: str) -> bool:
+        """Whether the name used at the node is the variable of the innermost loop around it that binds it,
+        and that loop goes over loaders no ``DistributedSampler`` shards (an evaluation on the whole set): the
+        keys are per scope, so the training loop's ``x`` and the validation loop's ``x`` share one."""
+        home = self.analysis.shared.analysis_of(node) or self.analysis
+        for ancestor in home.ancestors(node):
+            kind = type(ancestor)
+            if kind is cst.FunctionDef or kind is cst.ClassDef or kind is cst.Lambda:
+                return False
+            if kind is cst.For and any(name.split(".")[0] == root for _, name in home.names_in_target(ancestor.target)):  # type: ignore[attr-defined]
+                return self._whole_passes().get(ancestor, False)  # type: ignore[arg-type]
+        return False
+
+    def _whole_passes(self) -> dict[cst.For, bool]:
+        """For each loop over loaders in the program: whether none of its loaders is sharded."""
+        if self._passes is None:
+            self._passes = {}
+            for module in self.analysis.shared.analyses:
+                for loop in module.loader_loops:
+                    if isinstance(loop.loop, cst.For) and loop.loader_calls:
+                        self._passes[loop.loop] = not any(module.has_distributed_sampler(c) for c in loop.loader_calls)
+        return self._passes
 
     def _targets(self, node: cst.CSTNode, target: cst.BaseExpression) -> list[tuple[Owner, str]]:
         """The keys an assignment to ``target`` marks (the names in it, not the attributes' parts)."""

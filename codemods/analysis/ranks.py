@@ -46,6 +46,10 @@ from .script import (
 )
 
 
+#: Whether the process group is up: on a rank other than 0, it is.
+_GROUP_IS_UP = names.distributed("is_initialized") | names.distributed("is_available") | frozenset({names.runtime("is_initialized")})
+
+
 class Kind(enum.IntEnum):
     """How a value relates to the ranks of a job, ordered so that ``max`` combines parts of an expression."""
 
@@ -656,6 +660,8 @@ class RankFacts:
         side = self.zero_side(test)
         if side is not None:
             return lambda values: not side  # a rank-0 test is false on the other ranks
+        if isinstance(test, cst.Call) and self.analysis.is_call_to(test, _GROUP_IS_UP):
+            return lambda values: True  # a rank other than 0 runs in a job whose group is up
         key = " ".join(cst.Module([]).code_for_node(test).split())
         index = atoms.setdefault(key, len(atoms))
         return lambda values: values[index]

@@ -2059,8 +2059,33 @@ class ScriptAnalysis:
             same_scope = self.scope_of(wrap) is self.scope_of(expr)
             if same_scope and not self.comes_before(wrap, expr):
                 continue
+            if same_scope and self._copied_unwrapped(expr, wrap):
+                continue
             return wrap
         return None
+
+    def _copied_unwrapped(self, expr: cst.BaseExpression, wrap: cst.Call) -> bool:
+        """Whether a local name takes its values only from names that did not hold the wrap yet where they
+        were copied (``model_without_ddp = model`` before ``model = DDP(model)``, then ``model_without_ddp =
+        model.module``): the wrap reaches it through the flow-insensitive copy only."""
+        if type(expr) is not cst.Name:
+            return False
+        scope = self.scope_of(expr)
+        if isinstance(scope, cst.FunctionDef) and self.is_parameter(scope, expr.value):  # type: ignore[attr-defined]
+            return False
+        values = self.flows_into(expr, expr.value)  # type: ignore[attr-defined]
+        if not values:
+            return False
+        for value in values:
+            if wrap in walk(value) or type(value) not in (cst.Name, cst.Attribute):
+                if wrap in self.origins(value):  # type: ignore[arg-type]
+                    return False
+                continue
+            if type(value) is cst.Attribute and value.attr.value == "module":  # type: ignore[attr-defined]
+                continue  # ``model.module``: the model inside the wrapper
+            if wrap in self.origins(value) and self.comes_before(wrap, value):  # type: ignore[arg-type]
+                return False  # a copy made once the name holds the wrapper
+        return True
 
     def holds_unwrapped(self, expr: cst.BaseExpression) -> bool:
         """Whether every assignment of the name in its scope stores an unwrapped model (see
