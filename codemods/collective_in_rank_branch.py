@@ -243,12 +243,13 @@ for epoch in range(args.epochs):
         for caller in analysis.callers_of(function):
             if analysis.is_inside(caller, function):
                 continue  # a recursive call runs only once the function runs
-            condition = facts.unsafe_condition(caller)
+            home = analysis.shared.analysis_of(caller) or analysis  # (a call in another module: its own facts)
+            condition = (rank_facts(home) if home is not analysis else facts).unsafe_condition(caller)
             if condition is None:
                 continue
             if isinstance(condition.owner, cst.If) and condition.in_body is not None:
                 other = condition.owner.orelse if condition.in_body else condition.owner.body
-                if other is not None and any(isinstance(n, cst.Call) and analysis.call_target(n) is function for n in walk(other)):
+                if other is not None and any(isinstance(n, cst.Call) and home.call_target(n) is function for n in walk(other)):
                     continue  # both branches call the function
             return condition
         return None

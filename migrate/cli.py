@@ -403,11 +403,15 @@ def _migrate_stdin(settings: Settings, show_diff: bool, write: bool, color: bool
 
 
 def _runtime_folders(results: Sequence[FileResult]) -> list[Path]:
-    """The folders of the entry scripts of the files a migration changed (stdin aside), in order."""
+    """The folders of the entry scripts of the files a migration changed (stdin aside), in order, and the
+    folder a changed module of a package is imported from (``mylib.data`` run by ``tools/train.py`` and
+    imported by the tests from the repository's root)."""
     folders: dict[Path, None] = {}
     for result in results:
         if result.changed and not result.error and result.path != "-":
             folders[Path(result.entry or result.path).parent] = None
+            if result.import_root is not None:
+                folders[Path(result.import_root)] = None
     return list(folders)
 
 

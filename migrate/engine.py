@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import difflib
 import traceback
+from pathlib import Path
 import warnings
 from dataclasses import dataclass, field, replace
 from types import CodeType
@@ -65,6 +66,10 @@ class FileResult:
     role: str = "entry"
     #: The entry script of the program the file belongs to (``None`` for a lone script or a library).
     entry: str | None = None
+    #: The folder the module's dotted name is imported from (the one above its top package): where a module
+    #: of a package finds a top-level module such as the vendored runtime when the package is imported from
+    #: elsewhere (a test run from the repository's root). ``None``: the file's own folder.
+    import_root: str | None = None
 
     @property
     def changed(self) -> bool:
@@ -485,6 +490,8 @@ def process_program(
     compiled: dict[str, Vocabulary] = {}  # each module's source, for the gate
     for file in files:
         result = FileResult(path=file.path, original=file.data, role="entry" if file.info.is_entry else "module", entry=entry)
+        depth = file.info.name.count(".") + (1 if file.info.is_package else 0)
+        result.import_root = str(Path(file.path).parents[depth]) if depth and depth < len(Path(file.path).parents) else None
         results[file.path] = result
         try:
             source = decode(file.data)

@@ -541,3 +541,33 @@ def test_runtime_vendor_writes_a_runtime_the_migrated_script_imports(tmp_path: P
     assert (tmp_path / "a" / "ddp_runtime.py").is_file()
     assert "ddp_migrate" not in (tmp_path / "a" / "train.py").read_text()
     assert str(Path("a") / "ddp_runtime.py") in result.stderr.strip().splitlines()[-1]
+
+
+def test_runtime_vendor_is_importable_by_a_package_imported_from_the_repository_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A trial: tools/train.py trains through mylib/engine.py; the runtime went to tools/ only, so importing
+    # mylib from the root (its tests) failed with "No module named 'ddp_runtime'".
+    pytest.importorskip("ddp_migrate.vendor")
+    pytest.importorskip("torch")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mylib").mkdir()
+    (tmp_path / "tools").mkdir()
+    write(tmp_path / "pyproject.toml", '[project]\nname = "mylib"\nversion = "0"\n')
+    write(tmp_path / "mylib" / "__init__.py", "")
+    write(
+        tmp_path / "mylib" / "engine.py",
+        "import torch\n\n\ndef train(model, loader):\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for epoch in range(2):\n        for x, y in loader:\n            opt.zero_grad()\n"
+        "            torch.nn.functional.mse_loss(model(x), y).backward()\n            opt.step()\n    print('trained')\n",
+    )
+    write(
+        tmp_path / "tools" / "train.py",
+        "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n\nfrom mylib.engine import train\n\n\n"
+        "def main():\n    loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)\n"
+        "    train(torch.nn.Linear(4, 1), loader)\n\n\nif __name__ == '__main__':\n    main()\n",
+    )
+    result = invoke("--runtime", "vendor", ".")
+    assert result.exit_code in (0, 1), result.output
+    assert "ddp_runtime" in (tmp_path / "mylib" / "engine.py").read_text()
+    assert (tmp_path / "tools" / "ddp_runtime.py").is_file() and (tmp_path / "ddp_runtime.py").is_file()
+    imported = subprocess.run([sys.executable, "-c", "import mylib.engine"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert imported.returncode == 0, imported.stderr

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import libcst as cst
 import pytest
 
@@ -288,3 +290,38 @@ def test_a_rank_assigned_through_a_global_declaration_is_the_modules_rank() -> N
     assert facts.guard(save) is not None
     [barrier] = [c for c in analysis.calls if analysis.is_call_to(c, {"torch.distributed.barrier"})]
     assert not facts.collective_safe_at(barrier)
+
+
+@pytest.mark.parametrize(
+    "decorator",
+    [
+        # mmcv's own, written in the program: the wrapper calls the function on rank 0 only.
+        "import functools\n\n\ndef master_only(func):\n    @functools.wraps(func)\n    def wrapper(*args, **kwargs):\n"
+        "        if dist.get_rank() == 0:\n            return func(*args, **kwargs)\n    return wrapper\n",
+        # A library's.
+        "from mmcv.runner import master_only\n",
+        "from pytorch_lightning.utilities import rank_zero_only as master_only\n",
+    ],
+)
+def test_a_rank_zero_decorator_guards_the_function_it_wraps(decorator: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A trial: mmcv-style @master_only methods were reported (DDP007, DDP010) as running on every process.
+    from click.testing import CliRunner
+
+    from ddp_migrate.cli import cli
+
+    monkeypatch.chdir(tmp_path)
+    Path("runner.py").write_text(
+        "import torch\nimport torch.distributed as dist\n" + decorator + "\n\n"
+        "class Runner:\n    def __init__(self, model, optimizer):\n        self.model, self.optimizer = model, optimizer\n\n"
+        "    @master_only\n    def log(self, msg):\n        print(msg)\n\n"
+        "    @master_only\n    def save(self, path):\n        torch.save(self.model.module.state_dict(), path)\n\n"
+        "    def train(self, loader):\n        for x, y in loader:\n            self.optimizer.zero_grad()\n"
+        "            loss = torch.nn.functional.mse_loss(self.model(x), y)\n            loss.backward()\n"
+        "            self.optimizer.step()\n            self.log(loss.item())\n        self.save('last.pt')\n"
+    )
+    result = CliRunner().invoke(cli, ["lint", "--select", "DDP007,DDP010", "runner.py"])
+    assert "DDP007" not in result.output and "DDP010" not in result.output, result.output
+    unguarded = Path("runner.py").read_text().replace("    @master_only\n", "")
+    Path("runner.py").write_text(unguarded)
+    result = CliRunner().invoke(cli, ["lint", "--select", "DDP007,DDP010", "runner.py"])
+    assert "DDP007" in result.output and "DDP010" in result.output, result.output

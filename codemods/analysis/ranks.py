@@ -35,6 +35,7 @@ from .legacy import ENV_GETTERS, Key, LaunchIndex, LegacyFacts, int_value, legac
 from .script import (
     SELF_RETURNING_METHODS,
     ScriptAnalysis,
+    call_method_name,
     callee_name,
     dotted_name,
     item_name,
@@ -48,6 +49,27 @@ from .script import (
 
 #: Whether the process group is up: on a rank other than 0, it is.
 _GROUP_IS_UP = names.distributed("is_initialized") | names.distributed("is_available") | frozenset({names.runtime("is_initialized")})
+
+
+#: Methods that walk a model's structure: every rank's model has the same names, modules and parameters.
+MODEL_STRUCTURE_METHODS = frozenset(
+    {"named_buffers", "named_parameters", "named_modules", "named_children", "modules", "children", "parameters", "buffers"}
+)
+#: Libraries' decorators that run the function they wrap on rank 0 only.
+RANK_ZERO_DECORATORS = frozenset(
+    {
+        "mmcv.runner.master_only",
+        "mmcv.runner.dist_utils.master_only",
+        "mmengine.dist.master_only",
+        "mmengine.dist.utils.master_only",
+        "pytorch_lightning.utilities.rank_zero_only",
+        "pytorch_lightning.utilities.rank_zero.rank_zero_only",
+        "lightning.pytorch.utilities.rank_zero_only",
+        "lightning.pytorch.utilities.rank_zero.rank_zero_only",
+        "lightning.fabric.utilities.rank_zero.rank_zero_only",
+        "lightning_utilities.core.rank_zero.rank_zero_only",
+    }
+)
 
 
 class Kind(enum.IntEnum):
@@ -395,11 +417,35 @@ class RankFacts:
         if function is None or function in visited:
             return None
         visited = visited | {function}
+        for decorator in function.decorators:  # ``@master_only``: the function runs on rank 0 alone
+            found = self._decorator_guard(decorator.decorator, visited)
+            if found is not None:
+                return found
         # Calls from inside the function itself (recursion) only run once it runs: they decide nothing.
         callers = [c for c in self.analysis.callers_of(function) if not any(self.analysis.is_inside(c, f) for f in visited)]
         guards = [self._guard(c, visited) for c in callers]
         if callers and all(g is not None for g in guards):
             return guards[0]
+        return None
+
+    def _decorator_guard(self, decorator: cst.BaseExpression, visited: set[cst.FunctionDef]) -> Condition | None:
+        """The rank condition a decorator puts around the function it wraps: a library's rank-zero decorator
+        (:data:`RANK_ZERO_DECORATORS`), or a decorator of the program whose wrapper calls the function only
+        under a rank test (mmcv's ``master_only``: ``if rank == 0: return func(*args, **kwargs)``)."""
+        analysis = self.analysis
+        if analysis.qualified_names(decorator) & RANK_ZERO_DECORATORS:
+            return Condition(decorator, decorator, Kind.RANK, True)
+        for origin in analysis.origins(decorator):
+            if type(origin) is not cst.FunctionDef or origin in visited or not origin.params.params:  # type: ignore[attr-defined]
+                continue
+            wrapped = origin.params.params[0].name.value  # type: ignore[attr-defined]
+            home = analysis.shared.analysis_of(origin) or analysis
+            facts = rank_facts(home)
+            for call in home.calls:
+                if dotted_name(call.func) == wrapped and home.is_inside(call, origin):
+                    found = facts._guard(call, visited | {origin})  # type: ignore[arg-type]
+                    if found is not None:
+                        return found
         return None
 
     def runs_on_every_rank(self, node: cst.CSTNode) -> bool:
@@ -546,11 +592,25 @@ class RankFacts:
         stores = self._stores.get(key, [])
         parts: list[Kind] = []
         for source in sources:
-            parts.append(Kind.RANK if isinstance(source, LaunchIndex) else self._kind(source, depth))
+            if isinstance(source, LaunchIndex):
+                parts.append(Kind.RANK)
+                continue
+            owner = analysis.shared.analysis_of(source)
+            if owner is not None and owner is not analysis:
+                # An argument another module passes (``f(x, CFG["gather"])`` in ``train.py``): its names are that module's.
+                parts.append(self._other_module_kind(owner, source))
+            else:
+                parts.append(self._kind(source, depth))
         for store in stores:
             parts.append(self._store_kind(store, depth))
         if isinstance(expr, cst.Attribute) and root != "self":
-            parts.append(self._kind(expr.value, depth))  # ``args.epochs``: what the namespace holds
+            # Set by a helper the namespace is handed to (``init_distributed_device(args)`` setting
+            # ``args.distributed = True`` beside ``args.rank``): what the helper assigns, not all it holds.
+            helpers = analysis.assignments_in_callees(analysis.enclosing_function(expr) or analysis.module, name) if not sources and not stores else []
+            if helpers:
+                parts.extend(self._other_module_kind(home, assign.value) for home, assign in helpers)
+            else:
+                parts.append(self._kind(expr.value, depth))  # ``args.epochs``: what the namespace holds
         if not parts:
             if name.split(".")[-1] in RANK_NAMES:
                 return Kind.RANK
@@ -561,6 +621,19 @@ class RankFacts:
         if result is Kind.UNKNOWN and name.split(".")[-1] in RANK_NAMES and not sources and not stores:
             return Kind.RANK
         return result
+
+    def _other_module_kind(self, owner: ScriptAnalysis, source: cst.CSTNode) -> Kind:
+        """The kind of a value written in another module of the program, by that module's facts (a query of
+        its own; a value that leads back here while it is asked counts as the same on every rank)."""
+        key = ("module", source)
+        if key in self._active:
+            self._cycles += 1
+            return Kind.UNIFORM
+        self._active.add(key)
+        try:
+            return rank_facts(owner).kind(source)
+        finally:
+            self._active.discard(key)
 
     def _store_kind(self, store: Store, depth: int) -> Kind:
         how, value = store
@@ -573,6 +646,8 @@ class RankFacts:
             return self._kind(value, depth)
         if how == "iter" and set(self.analysis.loader_calls) & self.analysis.origins(value):  # type: ignore[arg-type]
             return Kind.UNKNOWN  # a batch of a (sharded) loader: different data on every rank
+        if how == "iter" and isinstance(value, cst.Call) and call_method_name(value) in MODEL_STRUCTURE_METHODS:
+            return Kind.UNIFORM  # ``for name, buf in model.named_buffers():``: the model's structure, alike on every rank
         return self._kind(value, depth)
 
     # ---------------------------------------------------------------------------- rank-0 tests
