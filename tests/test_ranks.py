@@ -325,3 +325,36 @@ def test_a_rank_zero_decorator_guards_the_function_it_wraps(decorator: str, tmp_
     Path("runner.py").write_text(unguarded)
     result = CliRunner().invoke(cli, ["lint", "--select", "DDP007,DDP010", "runner.py"])
     assert "DDP007" in result.output and "DDP010" in result.output, result.output
+
+
+def test_values_from_another_module_are_judged_by_that_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A trial's correct programs got DDP033 errors: a collective under a parameter the entry fills from its
+    # settings, and one under timm's args.distributed, which a helper sets beside args.rank.
+    from click.testing import CliRunner
+
+    from ddp_migrate.cli import cli
+
+    monkeypatch.chdir(tmp_path)
+    Path("util.py").write_text(
+        "import os\n\nimport torch\nimport torch.distributed as dist\n\n\n"
+        "def init_distributed(args):\n    args.distributed = False\n    args.rank = 0\n"
+        "    if int(os.environ.get('WORLD_SIZE', 1)) > 1:\n        dist.init_process_group('gloo')\n"
+        "        args.rank = dist.get_rank()\n        args.distributed = True\n\n\n"
+        "def gather_metric(x, enabled):\n    if enabled:\n        out = [torch.zeros_like(x) for _ in range(dist.get_world_size())]\n"
+        "        dist.all_gather(out, x)\n        return torch.cat(out)\n    return x\n\n\n"
+        "def sync_buffers(model):\n    for name, buf in model.named_buffers():\n        if 'running' in name:\n            dist.broadcast(buf, 0)\n"
+    )
+    Path("train.py").write_text(
+        "import argparse\n\nimport torch\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n\n"
+        "from util import gather_metric, init_distributed, sync_buffers\n\nCFG = {'gather_metrics': True}\n\n\n"
+        "def main():\n    args = argparse.ArgumentParser().parse_args()\n    init_distributed(args)\n"
+        "    model = DDP(torch.nn.Linear(4, 1))\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for step in range(3):\n        loss = model(torch.randn(8, 4)).pow(2).mean()\n        opt.zero_grad()\n"
+        "        loss.backward()\n        opt.step()\n        gather_metric(loss.detach().view(1), CFG['gather_metrics'])\n"
+        "    if args.distributed:\n        sync_buffers(model)\n\n\nif __name__ == '__main__':\n    main()\n"
+    )
+    result = CliRunner().invoke(cli, ["lint", "--select", "DDP033", "."])
+    assert "DDP033" not in result.output, result.output
+    Path("train.py").write_text(Path("train.py").read_text().replace("CFG['gather_metrics']", "args.rank == 0"))
+    result = CliRunner().invoke(cli, ["lint", "--select", "DDP033", "."])
+    assert "util.py:" in result.output and "DDP033 dist.all_gather()" in result.output, result.output
