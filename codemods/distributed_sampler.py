@@ -11,6 +11,7 @@ import libcst as cst
 from . import names
 from .analysis import LOADER_PARAMETERS, ScriptAnalysis, given_loader_argument, is_none, loader_argument
 from .analysis.loaders import SAMPLING_KEYS, KwargsDict, loader_facts
+from .analysis.per_rank import partial_random_pass
 from .analysis.ranks import steps_scaled_by_world_size
 from .base import BatchSizePolicy, Change, Example, FixResult, FixSafety, Match, Note, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression, statement, with_keyword
@@ -583,6 +584,18 @@ with torch.no_grad():
                         line,
                         "training DataLoader left without a DistributedSampler: its data set is already this rank's "
                         "share (indices computed from the rank)",
+                    )
+                )
+            elif loader in facts.evaluation_loaders and not analysis.has_distributed_sampler(loader) and any(
+                partial_random_pass(analysis, loop) for loop in analysis.loader_loops if loader in loop.loader_calls
+            ):
+                notes.append(
+                    Note(
+                        self.code,
+                        line,
+                        "evaluation DataLoader left unsharded, but it shuffles and its loop stops after some batches: each "
+                        "process evaluates another random part of the set (torch is not seeded alike on every rank), so the "
+                        "ranks' metrics differ; seed torch alike on every rank, or evaluate without shuffling",
                     )
                 )
             elif loader in facts.evaluation_loaders and not analysis.has_distributed_sampler(loader):

@@ -8,7 +8,7 @@ from typing import Iterator
 import libcst as cst
 
 from . import names
-from .analysis import ScriptAnalysis, dotted_name, statements_of
+from .analysis import ScriptAnalysis, call_method_name, dotted_name, statements_of, walk
 from .analysis.loaders import loader_facts
 from .base import (
     BatchSizePolicy,
@@ -47,6 +47,9 @@ class _Plan:
     epoch_var: str = ""
     step_loop: cst.For | None = None
     step_todo: str | None = None
+    #: Plain values the epochs hand on to each other that the snapshot does not keep (``best``, a patience
+    #: counter, a global step): a restart starts them again from their first values.
+    carried: list[str] = field(default_factory=list)
 
 
 class RestartableTraining(Rule):
@@ -69,7 +72,9 @@ class RestartableTraining(Rule):
     done before the snapshot. ``$DDP_MIGRATE_SNAPSHOT`` sets another path at run time; delete the file to
     train from scratch. Where the rule cannot tell what to keep or where an epoch ends (no epoch loop, a
     ``while`` loop, several optimizers or models, an epoch body that can ``continue``, ``break`` or
-    ``return``) it leaves a TODO comment instead.
+    ``return``) it leaves a TODO comment instead. Plain values the epochs hand on to each other (``best``
+    of a best-model save, a patience counter, a global step) are no objects a snapshot keeps: a review asks
+    to keep them in an object with ``state_dict()`` or to recompute them on resume.
 
     Fix safety: the snapshot holds no world size, so a job may resume with more or fewer processes. It
     holds no random number generator state: randomness other than ``DistributedSampler``'s shuffle (which
@@ -302,7 +307,7 @@ for epoch in range(snapshot.resume(), 10):
         objects, todo = _kept_objects(analysis, loop)
         if todo is not None:
             return _Plan(loop, todo=todo)
-        plan = _Plan(loop, objects=objects, epoch_var=epoch_var)
+        plan = _Plan(loop, objects=objects, epoch_var=epoch_var, carried=_carried_values(analysis, loop, epoch_var, objects))
         if self.options.snapshot_every:
             plan.step_loop, plan.step_todo = _step_loop(analysis, loop, objects["optimizer"], self.options)
         return plan
@@ -310,11 +315,27 @@ for epoch in range(snapshot.resume(), 10):
     # ------------------------------------------------------------------------------------- reporting
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
+        if self.options.elastic:
+            yield from self._carried_past_snapshots(analysis)
         for plan in self._plans(analysis):
             if plan.todo is not None:
                 yield Match(plan.loop, f"training is not restartable and cannot be made so automatically: {plan.todo}", fixable=False)
             else:
                 yield Match(plan.loop, "training restarts from epoch 0 when torchrun restarts the job: snapshot each epoch and resume at start")
+
+    def _carried_past_snapshots(self, analysis: ScriptAnalysis) -> Iterator[Match]:
+        """An epoch loop resumed from a ``runtime.Snapshot`` (``range(snapshot.resume(), n)``) whose epochs hand
+        on plain values the snapshot does not keep (:func:`_carried_values`)."""
+        for snapshot in analysis.calls_to(RUNTIME_SNAPSHOT):
+            kept = {code_of(arg.value) for arg in snapshot.args if arg.keyword is not None}
+            for loop in analysis.for_loops:
+                resumes = [n for n in walk(loop.iter) if isinstance(n, cst.Call) and call_method_name(n) == "resume"]
+                if not resumes or snapshot not in analysis.origins(resumes[0].func.value):  # type: ignore[attr-defined]
+                    continue
+                epoch_var = loop.target.value if isinstance(loop.target, cst.Name) else ""
+                carried = _carried_values(analysis, loop, epoch_var, {name: name for name in kept})
+                if carried:
+                    yield Match(loop, _carried_message(carried), fixable=False)
 
     # ------------------------------------------------------------------------------------- fixing
 
@@ -365,6 +386,66 @@ for epoch in range(snapshot.resume(), 10):
 # --------------------------------------------------------------------------------------------- helpers
 # Facts computed here that belong in the shared analysis: which name a constructor call is bound to
 # (``_bound_name``), the schedulers and GradScalers of a scope, and the statements that leave a loop body.
+
+
+def _carried_message(names: list[str]) -> str:
+    listed = ", ".join(f"`{name}`" for name in names)
+    one = len(names) == 1
+    return (
+        f"{listed} {'carries' if one else 'carry'} over from one epoch to the next but the snapshot does not keep "
+        f"{'it' if one else 'them'}: after a restart {'it starts' if one else 'they start'} again from the first value "
+        "(a best-model file overwritten by a worse model, a step count restarted); keep "
+        f"{'it' if one else 'them'} in an object with state_dict()/load_state_dict() given to the Snapshot, or "
+        "recompute on resume"
+    )
+
+
+def _carried_values(analysis: ScriptAnalysis, loop: cst.For, epoch_var: str, objects: dict[str, str]) -> list[str]:
+    """The names set before the epoch loop, in its scope, that the loop's body updates without first setting
+    them anew for the epoch (``if val < best: best = val``, ``global_step += 1``; not ``total = 0.0`` at the
+    top of the body), other than the epoch variable and the objects the snapshot keeps."""
+    scope = analysis.enclosing_function(loop)
+    kept = set(objects.values()) | {epoch_var}
+    before: set[str] = set()
+    for assign in analysis.assignments:
+        if analysis.enclosing_function(assign) is scope and analysis.comes_before(assign, loop) and not analysis.is_inside(assign, loop):
+            for target in _targets_of(assign):
+                if type(target) is cst.Name:
+                    before.add(target.value)
+    reset = set()
+    for line in statements_of(loop.body):  # set anew at the top of each epoch, before anything reads them
+        if isinstance(line, cst.SimpleStatementLine) and isinstance(line.body[0], (cst.Assign, cst.AnnAssign)):
+            assigned = line.body[0]
+            names_read = {n.value for n in walk(assigned.value) if type(n) is cst.Name} if assigned.value is not None else set()  # type: ignore[attr-defined]
+            reset |= {t.value for t in _targets_of(assigned) if type(t) is cst.Name and t.value not in names_read}  # type: ignore[attr-defined]
+    carried: list[str] = []
+    for node in walk(loop.body):
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            continue
+        if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
+            for target in _targets_of(node):
+                name = target.value if type(target) is cst.Name else None  # type: ignore[attr-defined]
+                if name and name in before and name not in reset and name not in kept and name not in carried:
+                    carried.append(name)
+    return carried
+
+
+def _targets_of(node: cst.CSTNode) -> list[cst.BaseExpression]:
+    """The targets of an assignment, with the names inside tuple targets."""
+    if isinstance(node, cst.Assign):
+        found = [t.target for t in node.targets]
+    elif isinstance(node, (cst.AugAssign, cst.AnnAssign)):
+        found = [node.target]
+    else:
+        return []
+    flat: list[cst.BaseExpression] = []
+    while found:
+        target = found.pop(0)
+        if isinstance(target, (cst.Tuple, cst.List)):
+            found.extend(e.value for e in target.elements)
+        else:
+            flat.append(target)
+    return flat
 
 
 def _range_bounds(analysis: ScriptAnalysis, iterable: cst.BaseExpression) -> tuple[str, str] | None:

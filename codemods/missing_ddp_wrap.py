@@ -55,7 +55,10 @@ class MissingDdpWrap(Rule):
     Why it is a problem: without DDP nothing averages the gradients across processes, so each process
     trains its own copy on its own shard and the copies drift apart.
 
-    It also finds a DDP wrap that only runs under a distributed switch a torchrun launch leaves off: the
+    It also finds a DDP wrap that runs only where CUDA is available in a program whose model goes to
+    ``runtime.device()`` (the ImageNet example's ``if not torch.cuda.is_available(): ... elif
+    args.distributed:``: a CPU launch trains unwrapped), and a DDP wrap that only runs under a distributed
+    switch a torchrun launch leaves off: the
     ImageNet-style ``args.distributed = args.world_size > 1 or args.multiprocessing_distributed`` with
     ``if args.distributed: ... DistributedDataParallel ...``. Launched by torchrun with the default options,
     every process then takes the non-distributed path (no process group, no sampler, no DDP) and trains
@@ -476,6 +479,14 @@ loss.backward()
                 "every process would train alone",
                 fixable=bool(sites),
             )
+        for wrap, test in _wrapped_only_with_cuda(analysis):
+            yield Match(
+                wrap,
+                f"DistributedDataParallel only on a machine with CUDA (`{code_of(test)}` keeps a CPU run off this "
+                "branch): the model goes to runtime.device(), so a torchrun launch on CPUs trains every process alone, "
+                "unwrapped; wrap the model on the CPU path too (DistributedDataParallel(model) takes no device_ids there)",
+                fixable=False,
+            )
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         edits = Edits(analysis)
@@ -507,6 +518,33 @@ loss.backward()
                     edits.insert_after(site, statement(f"{switch} = {switch} or {rt}.world_size() > 1"))
                 edits.changes.append(Change(self.code, analysis.line(site), f"{switch} is also true under torchrun"))
         return edits.apply(analysis.module) if edits else None
+
+
+def _wrapped_only_with_cuda(analysis: ScriptAnalysis) -> Iterator[tuple[cst.Call, cst.BaseExpression]]:
+    """The DDP wraps of a program that runs on ``runtime.device()`` (the CPU without CUDA) that run only where
+    CUDA is available: in the body of ``if torch.cuda.is_available():``, or in the ``else``/``elif`` of ``if not
+    torch.cuda.is_available():`` (the ImageNet example's order), with the test that keeps them off a CPU run."""
+    if not analysis.calls_to(frozenset({names.runtime("device")})):
+        return
+    for wrap in analysis.calls_to(names.DISTRIBUTED_DATA_PARALLEL):
+        child: cst.CSTNode = wrap
+        for ancestor in analysis.ancestors(wrap):
+            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+                break
+            if isinstance(ancestor, cst.If) and child is not ancestor.test:
+                test = ancestor.test
+                negated = isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not)
+                inner = test.expression if negated else test  # type: ignore[attr-defined]
+                if isinstance(inner, cst.Call) and analysis.is_call_to(inner, names.CUDA_IS_AVAILABLE):
+                    in_body = child is ancestor.body
+                    cpu_path = ancestor.orelse if in_body else ancestor.body
+                    wraps_there = cpu_path is not None and any(
+                        isinstance(n, cst.Call) and analysis.is_call_to(n, names.DISTRIBUTED_DATA_PARALLEL) for n in walk(cpu_path)
+                    )
+                    if in_body != negated and not wraps_there:
+                        yield wrap, test
+                        break
+            child = ancestor
 
 
 def _is_switch(test: cst.BaseExpression) -> bool:

@@ -10,10 +10,12 @@ import libcst as cst
 from . import names
 from .analysis import ScriptAnalysis, call_method_name, walk
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
-from .edits import Edits, expression, remove_statements, without_argument
+from .edits import Edits, code_of, expression, remove_statements, without_argument
 from .analysis.legacy import DDP_PARAMETERS, RANK_SOURCE_WORDS, LegacyFacts, argument, legacy_facts
 from .runtime_calls import runtime_name
 
+#: ``runtime.device()``: this process's GPU, or the CPU.
+RUNTIME_DEVICE = frozenset({names.runtime("device")})
 DEVICE = "device"  # the expression becomes runtime.device()
 CUDA_CALL = "cuda"  # x.cuda(rank) becomes x.to(runtime.device())
 SET_DEVICE = "set_device"  # torch.cuda.set_device(rank): runtime.setup() does it
@@ -45,6 +47,16 @@ def _is_cuda_query(analysis: ScriptAnalysis, call: cst.Call) -> bool:
     )
 
 
+def _under_a_gpu_test(analysis: ScriptAnalysis, call: cst.Call, device: cst.BaseExpression) -> bool:
+    """Whether the call runs only under a test of the GPU or of the device index itself (``if
+    torch.cuda.is_available():``, ``if args.gpu is not None:``): a CPU run never gets there."""
+    index = code_of(device).strip()
+    return any(
+        isinstance(a, cst.If) and ("cuda" in code_of(a.test) or " ".join(code_of(a.test).split()) == f"{index} is not None")
+        for a in analysis.ancestors(call)
+    )
+
+
 def _cuda_fstring(node: cst.CSTNode) -> bool:
     """``f"cuda:{...}"``."""
     if type(node) is not cst.FormattedString or not node.parts:  # type: ignore[attr-defined]
@@ -59,7 +71,9 @@ class RankAsDevice(Rule):
     What it finds: the global rank (a spawn function's rank parameter, ``dist.get_rank()``, ``RANK`` from
     the environment, or a variable copied from them) used as a device: ``.to(rank)``, ``.cuda(rank)``,
     ``torch.device(f"cuda:{rank}")``, ``torch.cuda.set_device(rank)``, ``DistributedDataParallel(model,
-    device_ids=[rank], output_device=rank)``.
+    device_ids=[rank], output_device=rank)``; and ``device_ids=[local_rank]`` where the model goes to
+    ``runtime.device()`` (the CPU on a machine without CUDA, where DDP refuses ``device_ids``: a migrated
+    ``--local_rank`` script failed under a CPU torchrun).
 
     Why it is a problem: on one machine the global rank happens to equal the GPU index, so the bug hides
     until the job spans nodes: there, rank 8 asks for ``cuda:8`` on a machine with eight GPUs and fails,
@@ -162,6 +176,38 @@ if rank == 0:
     print("training on", torch.cuda.device_count(), "GPUs")
 """
         ),
+        # The local rank as device_ids, once the model goes to runtime.device(): right on GPUs, refused by DDP
+        # on a CPU run (a migrated --local_rank script failed under torchrun without CUDA).
+        Example(
+            before="""\
+import argparse
+
+import torch
+from ddp_migrate import runtime
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--local_rank", type=int, default=-1)
+args = parser.parse_args()
+device = runtime.device()
+model = DDP(Net().to(device), device_ids=[args.local_rank], output_device=args.local_rank)
+loss.backward()
+""",
+            after="""\
+import argparse
+
+import torch
+from ddp_migrate import runtime
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--local_rank", type=int, default=-1)
+args = parser.parse_args()
+device = runtime.device()
+model = DDP(Net().to(device), device_ids=runtime.device_ids())
+loss.backward()
+""",
+        ),
     )
 
     def _cases(self, analysis: ScriptAnalysis) -> Iterator[_Case]:
@@ -192,6 +238,20 @@ if rank == 0:
                     output = argument(call, DDP_PARAMETERS, "output_device")
                     if output is not None and _mentions_rank(facts, output.value):
                         yield _Case(output.value, OUTPUT_DEVICE, "output_device=global rank: DDP needs this process's local GPU")
+                elif (
+                    isinstance(listed, cst.List)
+                    and ids is not None
+                    and ids.value is listed  # (``[local_rank] if torch.cuda.is_available() else None`` is CPU-safe)
+                    and len(listed.elements) == 1
+                    and facts.holds_local_rank(listed.elements[0].value)
+                    and analysis.calls_to(RUNTIME_DEVICE)
+                    and not _under_a_gpu_test(analysis, call, listed.elements[0].value)
+                ):
+                    # The model goes to runtime.device(), the CPU where there is no GPU: DDP refuses device_ids there.
+                    yield _Case(listed, DEVICE_IDS, "device_ids=[local rank] with the model on runtime.device(): on a CPU run DDP takes no device_ids")
+                    output = argument(call, DDP_PARAMETERS, "output_device")
+                    if output is not None and facts.holds_local_rank(output.value):
+                        yield _Case(output.value, OUTPUT_DEVICE, "output_device=local rank: DDP uses device_ids[0]")
         for node in analysis.preorder:
             if _cuda_fstring(node) and _mentions_rank(facts, node) and not any(analysis.is_inside(node, d) for d in devices):
                 yield _Case(node, DEVICE, 'f"cuda:{rank}" from the global rank: the GPU of a process is its local rank')
@@ -229,7 +289,7 @@ if rank == 0:
                     message = "torch.cuda.set_device uses the local rank"
             elif case.kind == DEVICE_IDS:
                 edits.replace(facts.device_choice(node, fallback="none"), expression(f"{rt}.device_ids()"))  # type: ignore[arg-type]
-                message = "device_ids=[rank] replaced by runtime.device_ids()"
+                message = f"device_ids={code_of(node).strip()} replaced by runtime.device_ids()"
             else:
                 arg = analysis.parent(node)
                 call = analysis.parent(arg)

@@ -235,10 +235,12 @@ for epoch in range(10):
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
         for stmt, _ in self._restarts(analysis):
             yield Match(stmt, "a new pass over the loader starts here without set_epoch: every pass repeats the same order")
+        loops: set[cst.CSTNode] = set()
         for loader, epoch, spelling in self._cases(analysis):
             if epoch is None:
                 yield Match(loader, "DistributedSampler without set_epoch, and no epoch loop found: call set_epoch(epoch) each epoch", fixable=False)
-            else:
+            elif epoch.loop not in loops:  # (one finding per loop, whatever the number of loaders reaching it)
+                loops.add(epoch.loop)
                 fixable = epoch.epoch_var is not None and spelling is not None
                 yield Match(epoch.loop, "epoch loop never calls set_epoch: every epoch repeats the same order", fixable=fixable)
 
@@ -248,10 +250,13 @@ for epoch in range(10):
             sampler = f"{code_of(spelled)}.sampler"
             edits.insert_before(stmt, statement(f"{sampler}.set_epoch({sampler}.epoch + 1)"))
             edits.changes.append(Change(self.code, analysis.line(stmt), "sampler.set_epoch called where each new pass over the loader starts"))
+        written: set[tuple[cst.CSTNode, str]] = set()  # (several loaders reach one loop: a call each is one too many)
         for loader, epoch, spelling in self._cases(analysis):
             if epoch is None or epoch.epoch_var is None or spelling is None:
                 anchor = analysis.statement(loader if epoch is None else epoch.loop)
-                edits.todo(anchor, "call <loader>.sampler.set_epoch(epoch) at the start of every epoch")
+                if (anchor, "todo") not in written:
+                    written.add((anchor, "todo"))
+                    edits.todo(anchor, "call <loader>.sampler.set_epoch(epoch) at the start of every epoch")
                 continue
             body = epoch.loop.body
             if not isinstance(body, cst.IndentedBlock) or not body.body:
@@ -268,6 +273,10 @@ for epoch in range(10):
                 call = statement(f"{sampler}.set_epoch({sampler}.epoch + 1)")
             else:
                 call = statement(f"{code_of(spelling)}.sampler.set_epoch({epoch.epoch_var})")
+            key = (epoch.loop, code_of(call))
+            if key in written:
+                continue
+            written.add(key)
             edits.insert_before(body.body[0], call)
             edits.changes.append(Change(self.code, analysis.line(epoch.loop), "sampler.set_epoch(epoch) called at the start of each epoch"))
         return edits.apply(analysis.module) if edits else None

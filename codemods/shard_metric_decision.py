@@ -29,7 +29,8 @@ class ShardMetricDecision(Rule):
       optimizer's ``step()`` (``if loss.item() < limit: loss.backward()``, a step taken once the tokens
       counted on the batches pass a threshold, hard examples replayed once ``len(hard)`` of them are kept),
       here or through the program's functions; whether the learning rate changes (a plateau rule written
-      out) or which ``DataLoader`` the training goes on with (a curriculum), or
+      out, a learning-rate scheduler stepped) or which ``DataLoader`` the training goes on with (a
+      curriculum), or
     - is handed to a scheduler's ``step()`` (``ReduceLROnPlateau.step(train_loss)``).
     A branch only some ranks take (``if rank == 0:``) is reported too, whatever the value it then decides
     on, where it leaves the training loop (``... break``), runs ``backward()``, steps the optimizer or the
@@ -336,9 +337,9 @@ def _gated_training(
 
     if differs(sets_learning_rate):
         return _LEARNING_RATE
+    if differs(lambda side: any(_steps_scheduler(analysis, n) for n in walk(side))):
+        return _SCHEDULER
     if on_rank:
-        if differs(lambda side: any(_steps_scheduler(analysis, n) for n in walk(side))):
-            return _SCHEDULER
         if differs(lambda side: any(_loads_into_wrapped(analysis, n) for n in walk(side))):
             return _LOAD
         return None
@@ -461,6 +462,13 @@ def _sets_learning_rate(code: cst.CSTNode | None) -> bool:
         for target in targets:
             if isinstance(target, cst.Subscript) and subscript_key(target) == "lr" and _is_parameter_group(code, target.value):
                 return True
+        if (  # ``group.update(lr=0.01)``
+            isinstance(node, cst.Call)
+            and call_method_name(node) == "update"
+            and any(a.keyword is not None and a.keyword.value == "lr" for a in node.args)
+            and _is_parameter_group(code, node.func.value)  # type: ignore[attr-defined]
+        ):
+            return True
     return False
 
 

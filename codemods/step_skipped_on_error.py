@@ -154,14 +154,22 @@ for step in range(steps):
         if not any(analysis.is_call_to(wrap, names.DISTRIBUTED_DATA_PARALLEL) for wrap in analysis.program_wrap_calls):
             return
         backward = analysis.program_backward_calls
-        loops: list[cst.CSTNode] = []
+        # Where a step runs: a training loop, or a function of the program that runs backward() (a
+        # ``train_step`` the loop calls; a ``try`` there that is in no loop of its own).
+        scopes: list[cst.CSTNode] = []
         for loop in (*analysis.for_loops, *(analysis.nearest_loop(call) for call in analysis.backward_calls)):
-            if loop is not None and loop not in loops and analysis.reaches(loop, backward):
-                loops.append(loop)
+            if loop is not None and loop not in scopes and analysis.reaches(loop, backward):
+                scopes.append(loop)
+        reaching = analysis.functions_reaching_backward()
+        scopes.extend(f for f in analysis.functions if f in reaching)
         seen: set[cst.Try] = set()
-        for loop in loops:
+        for loop in scopes:
             for node in walk(loop.body):  # type: ignore[attr-defined]
-                if type(node) is not cst.Try or node in seen or analysis.nearest_loop(node) is not loop:
+                if type(node) is not cst.Try or node in seen:
+                    continue
+                if analysis.nearest_loop(node) is not (loop if type(loop) is not cst.FunctionDef else None):
+                    continue
+                if type(loop) is cst.FunctionDef and analysis.enclosing_function(node) is not loop:
                     continue
                 seen.add(node)  # type: ignore[arg-type]
                 trains = analysis.reaches(node.body, backward)  # type: ignore[attr-defined]

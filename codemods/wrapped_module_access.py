@@ -415,6 +415,11 @@ torch.save(model.module.state_dict(), "model.pt")
                         f"never all-reduced and the ranks' weights drift apart; call {code_of(attribute.value)}(...) instead",
                     )
                 continue
+            if attr == "forward":  # ``model.module.forward(x)``: past DDP; ``model.forward(x)``: the wrapper's own
+                parent = analysis.parent(attribute)
+                if _bypasses_ddp(analysis, attribute, parent):
+                    yield _Case("step", parent, attribute, False, "forward() through .module in the training step bypasses DDP's forward (no gradient all-reduce): call the model itself")
+                continue
             if attr in WRAPPER_ATTRIBUTES and attr != "no_sync" or attr in DDP_ATTRIBUTES:
                 continue
             if dotted_name(attribute.value) is None:
@@ -746,7 +751,9 @@ def _bypasses_ddp(analysis: ScriptAnalysis, attribute: cst.Attribute, parent: cs
     inner = attribute.value
     if not (isinstance(inner, cst.Attribute) and inner.attr.value == "module" and dotted_name(inner.value) is not None):
         return False
-    if not (isinstance(parent, cst.Call) and parent.func is attribute) or attribute.attr.value in STATE_METHODS | WRAPPER_ATTRIBUTES:
+    if not (isinstance(parent, cst.Call) and parent.func is attribute):
+        return False
+    if attribute.attr.value in STATE_METHODS | WRAPPER_ATTRIBUTES and attribute.attr.value != "forward":
         return False
     wrap, _ = _wrap_of(analysis, inner.value)
     return (
@@ -794,7 +801,9 @@ def _in_training_step(analysis: ScriptAnalysis, call: cst.Call) -> bool:
     if loop is None or (function is not None and not analysis.is_inside(loop, function)):
         return False
     return any(
-        analysis.is_inside(b, loop) and analysis.enclosing_function(b) is function and analysis.comes_before(call, b)
+        analysis.is_inside(b, loop)
+        and analysis.enclosing_function(b) is function
+        and (analysis.comes_before(call, b) or analysis.is_inside(call, b))  # (``loss_fn(model.module(x), y).backward()``)
         for b in analysis.backward_calls
     )
 

@@ -53,6 +53,8 @@ class Unit:
     why_not: str = ""
 
 
+#: Why a test file is not migrated (a migration reports nothing else about it: lint does).
+WHY_NOT_A_TEST = "a test file"
 #: A program with more local modules than this is processed file by file (a library, not a training
 #: program; the analysis of a program holds all its modules in memory at once).
 MAX_PROGRAM_MODULES = 100
@@ -302,7 +304,7 @@ def plan(files: Sequence[Path], follow_imports: bool = True, scan_many: ScanMany
         if facts is not None and not facts.parsed:
             units.append(Unit(paths=(path,), migrate=frozenset({path}), entry=path))
             continue
-        why = "a test file" if scanner.is_test(resolved) else "a module no entry script reaches (migrate the script that runs it)"
+        why = WHY_NOT_A_TEST if scanner.is_test(resolved) else "a module no entry script reaches (migrate the script that runs it)"
         units.append(Unit(paths=(path,), why_not=why))
     return units
 
@@ -327,6 +329,8 @@ def process_unit(
             return [failed]
         result = process(str(path), data, tuple(rules_for(path)), options, fix=False, is_entry=False)  # type: ignore[arg-type]
         if fix and not result.error:
+            if unit.why_not == WHY_NOT_A_TEST:
+                result.findings = []  # a test runs in one process: nothing in it is left for a human to migrate
             result.notes.append(Note("program", 1, f"not migrated: {unit.why_not}"))
         return [result]
     if len(unit.paths) == 1:

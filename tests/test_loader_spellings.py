@@ -309,3 +309,32 @@ if __name__ == "__main__":
     migrated, report, code = migrate_script(tmp_path, source)
     assert code == 0, report
     assert "        for self.epoch in range(epochs):\n            self.loader.sampler.set_epoch(self.epoch)\n" in migrated, migrated
+
+
+def test_two_entries_sharing_a_training_loop_get_one_set_epoch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A trial: pretrain.py and finetune.py each hand their loader to Engine.run; the epoch loop got
+    # ``loader.sampler.set_epoch(epoch)`` twice, and the report two identical lines.
+    from click.testing import CliRunner
+
+    from ddp_migrate.cli import cli
+
+    monkeypatch.chdir(tmp_path)
+    Path("pkg").mkdir()
+    Path("pkg/__init__.py").write_text("")
+    Path("pkg/engine.py").write_text(
+        "import torch\nimport torch.nn as nn\n\n\nclass Engine:\n    def __init__(self, model):\n"
+        "        self.model = model\n        self.opt = torch.optim.SGD(model.parameters(), lr=0.1)\n\n"
+        "    def run(self, loader, epochs):\n        for epoch in range(epochs):\n            for x, y in loader:\n"
+        "                self.opt.zero_grad()\n                nn.functional.cross_entropy(self.model(x), y).backward()\n"
+        "                self.opt.step()\n"
+    )
+    for name, size in (("pretrain.py", 32), ("finetune.py", 16)):
+        Path(name).write_text(
+            "import torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\n"
+            "from pkg.engine import Engine\n\n\ndef main():\n"
+            f"    loader = DataLoader(TensorDataset(torch.randn({size}, 8), torch.randint(0, 2, ({size},))), batch_size=8, shuffle=True)\n"
+            "    Engine(nn.Linear(8, 2)).run(loader, 2)\n\n\nif __name__ == '__main__':\n    main()\n"
+        )
+    result = CliRunner().invoke(cli, ["."], catch_exceptions=False)
+    assert Path("pkg/engine.py").read_text().count("loader.sampler.set_epoch(epoch)") == 1, result.output
+    assert result.output.count("DDP006 line") == 1, result.output

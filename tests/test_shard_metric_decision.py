@@ -422,3 +422,68 @@ def test_a_step_stopped_by_a_failing_exit_is_not_a_swallowed_error(tmp_path: Pat
     )
     result = CliRunner().invoke(cli, ["lint", "--select", "DDP041,DDP049", "train.py"])
     assert "DDP041" not in result.output and "DDP049" not in result.output, result.output
+
+
+PARTIAL_EVAL = """
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+{seed}    train = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
+    val = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle={shuffle})
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, patience=0)
+    for epoch in range(4):
+        for x, y in train:
+            opt.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+        val_loss = 0.0
+        with torch.no_grad():
+            for i, (vx, vy) in enumerate(val):
+                if i >= 2:
+                    break
+                val_loss += nn.functional.mse_loss(model(vx), vy).item()
+        scheduler.step(val_loss)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.mark.parametrize(("seed", "shuffle", "reported"), [("", "True", True), ("    torch.manual_seed(0)\n", "True", False), ("", "False", False)])
+def test_a_random_part_of_an_unsharded_evaluation_is_each_process_s_own(seed: str, shuffle: str, reported: bool, tmp_path: Path) -> None:
+    # A trial: two shuffled validation batches stepped ReduceLROnPlateau; unseeded, each rank validated other
+    # samples and the learning rates ended 0.00162 and 0.000146, while a note called the evaluation correct.
+    from migrated import migrate_script
+
+    _, report, _ = migrate_script(tmp_path, PARTIAL_EVAL.format(seed=seed, shuffle=shuffle))
+    assert ("DDP041 scheduler.step() steps on val_loss" in report) is reported, report
+    assert ("each process evaluates another random part of the set" in report) is reported, report
+
+
+@pytest.mark.parametrize(
+    ("body", "reported"),
+    [
+        # A scheduler stepped, or a learning rate set through update(), on this rank's loss (a trial's ranks: 2.61 / 2.51).
+        ("    tot = run_epoch(model, loader, opt)\n    if tot < 6.0:\n        scheduler.step()\n", True),
+        ("    tot = run_epoch(model, loader, opt)\n    if tot < 6.0:\n        for g in opt.param_groups:\n            g.update(lr=0.01)\n", True),
+        # The same decision on a value the program's own helper reduced across ranks (a trial's false alarm).
+        ("    tot = reduce_tensor(torch.tensor(run_epoch(model, loader, opt)))\n    if tot.item() < 6.0:\n        scheduler.step()\n"
+         "    if tot.item() < 1.0:\n        break\n", False),
+    ],
+)
+def test_scheduler_decisions_and_the_program_s_own_reductions(body: str, reported: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    helpers = (
+        "scheduler = torch.optim.lr_scheduler.StepLR(opt, step_size=1)\n\n\n"
+        "def reduce_tensor(t):\n    rt = t.clone()\n    dist.all_reduce(rt, op=dist.ReduceOp.SUM)\n"
+        "    rt /= dist.get_world_size()\n    return rt\n\n\n"
+    )
+    Path("train.py").write_text(LINT_HEAD + helpers + "for epoch in range(10):\n" + body)
+    result = CliRunner().invoke(cli, ["lint", "--select", "DDP041", "train.py"])
+    assert ("DDP041" in result.output) is reported, result.output

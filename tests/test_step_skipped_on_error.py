@@ -121,3 +121,17 @@ def test_the_linter_finds_it_in_hand_written_ddp_code_and_not_without_ddp(tmp_pa
     result = CliRunner().invoke(cli, ["lint", "--select", "DDP049", "ddp_train.py", "single.py"])
     findings = [line for line in result.output.splitlines() if "DDP049" in line]
     assert len(findings) == 1 and findings[0].startswith("ddp_train.py:"), result.output
+
+
+def test_a_step_function_that_swallows_its_own_error_is_left_to_a_human(tmp_path: Path) -> None:
+    # A trial: train_step() caught the error around backward() itself; rank 0 went on past gloo's errors.
+    from migrated import migrate_script
+
+    source = SCRIPT.format(step="            train_step(model, opt, batch)").replace(
+        "\n\ndef main():",
+        "\n\ndef train_step(model, opt, batch):\n    try:\n        x, y = decode(batch)\n"
+        "        nn.functional.cross_entropy(model(x), y).backward()\n    except Exception as error:\n"
+        "        print('skipped a batch:', error)\n\n\ndef main():",
+    )
+    _, report, code = migrate_script(tmp_path, source)
+    assert code == 1 and "DDP049 this handler swallows Exception and goes on" in report, report

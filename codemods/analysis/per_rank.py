@@ -10,8 +10,8 @@ import libcst as cst
 from .. import names
 from . import tree
 from .loaders import loader_facts
-from .ranks import Kind, rank_facts
-from .script import ScriptAnalysis, call_method_name, dotted_name, walk
+from .ranks import Kind, rank_facts, seeds_alike
+from .script import LoaderLoop, ScriptAnalysis, call_method_name, dotted_name, is_true, loader_argument, walk
 
 Owner = Union[cst.Module, cst.FunctionDef, cst.ClassDef]
 #: Methods that put a value into a container, so the container holds per-rank values too.
@@ -110,7 +110,7 @@ class PerRankValues:
                 if name is not None:
                     found.append(_Use(f"len({name})", key=self.key(expr, name), sized=True))
                 return
-            if analysis.is_call_to(expr, names.REDUCTIONS) or call_method_name(expr) in SHAPE_QUERIES:  # type: ignore[arg-type]
+            if analysis.is_reduction(expr) or call_method_name(expr) in SHAPE_QUERIES:  # type: ignore[arg-type]
                 return
             target = analysis.call_target(expr)  # type: ignore[arg-type]
             if target is not None:
@@ -146,7 +146,7 @@ class PerRankValues:
             for module in self.analysis.shared.analyses:
                 for loop in module.loader_loops:
                     if isinstance(loop.loop, cst.For) and loop.loader_calls:
-                        self._passes[loop.loop] = not any(module.has_distributed_sampler(c) for c in loop.loader_calls)
+                        self._passes[loop.loop] = not any(module.has_distributed_sampler(c) for c in loop.loader_calls) and not partial_random_pass(module, loop)
         return self._passes
 
     def _targets(self, node: cst.CSTNode, target: cst.BaseExpression) -> list[tuple[Owner, str]]:
@@ -178,6 +178,13 @@ class PerRankValues:
             # In place: the tensor now holds the total, or rank 0's value (``dist.broadcast(stop, 0)``).
             if name and self.analysis.is_call_to(call, names.TORCH_COLLECTIVES | BROADCASTS):
                 self.reduced.add(self.key(call, name))
+        if analysis.program_reducing_functions:
+            for module in modules:
+                for call in module.calls:
+                    # ``top1.all_reduce()``: a method of the program that reduces its object's values in place
+                    receiver = dotted_name(call.func.value) if type(call.func) is cst.Attribute else None  # type: ignore[attr-defined]
+                    if receiver and module.is_reduction(call) and not module.is_call_to(call, names.REDUCTIONS):
+                        self.reduced.add(self.key(call, receiver))
         steps = [step for module in modules for node in module.preorder if (step := self._step_of(node)) is not None]
         for _ in range(10):
             changed = False
@@ -281,7 +288,7 @@ def _seeds(analysis: ScriptAnalysis) -> list[tuple[cst.CSTNode, cst.BaseExpressi
     modules = analysis.shared.analyses
     for module in modules:
         for loop in module.loader_loops:
-            if not any(module.has_distributed_sampler(loader) for loader in loop.loader_calls):
+            if not any(module.has_distributed_sampler(loader) for loader in loop.loader_calls) and not partial_random_pass(module, loop):
                 continue
             target = loop.loop.target
             is_enumerate = isinstance(loop.loop.iter, cst.Call) and dotted_name(loop.loop.iter.func) == "enumerate"
@@ -297,6 +304,19 @@ def _seeds(analysis: ScriptAnalysis) -> list[tuple[cst.CSTNode, cst.BaseExpressi
             if isinstance(receiver, (cst.Name, cst.Attribute)) and sharded:
                 seeds.append((call, receiver))
     return seeds
+
+
+def partial_random_pass(analysis: ScriptAnalysis, loop: LoaderLoop) -> bool:
+    """Whether a loop over an unsharded loader sees a random part of its set that differs between processes:
+    the loader shuffles, torch's random state is not seeded alike on every rank, and the loop leaves after some
+    batches (``if i >= eval_batches: break``): each rank evaluates other samples."""
+    if not isinstance(loop.loop, cst.For) or not any(
+        (shuffle := loader_argument(call, "shuffle")) is not None and is_true(shuffle.value) for call in loop.loader_calls
+    ):
+        return False
+    if not any(type(node) is cst.Break and analysis.nearest_loop(node) is loop.loop for node in walk(loop.loop.body)):
+        return False
+    return not seeds_alike(analysis, "torch", before=loop.loop)
 
 
 def per_rank_values(analysis: ScriptAnalysis) -> PerRankValues | None:

@@ -1824,6 +1824,27 @@ class ScriptAnalysis:
         return [call for analysis in self.shared.analyses for call in analysis.wrap_calls]
 
     @cached_property
+    def program_reducing_functions(self) -> frozenset[cst.FunctionDef]:
+        """The functions of the program that combine a value across ranks: they call a reduction
+        (``dist.all_reduce``, ``all_gather``, ``runtime.reduce_mean``, ...) themselves. A call of one is a
+        reduction too (``reduce_tensor(loss)`` returning the mean, an ``AverageMeter.all_reduce()``)."""
+        found: set[cst.FunctionDef] = set()
+        for module in self.shared.analyses:
+            for call in module.calls_to(names.REDUCTIONS):
+                function = module.enclosing_function(call)
+                if function is not None:
+                    found.add(function)
+        return frozenset(found)
+
+    def is_reduction(self, call: cst.Call) -> bool:
+        """Whether a call combines a value across ranks: a reduction of torch or the runtime, or a call of one
+        of the program's functions that makes one (:attr:`program_reducing_functions`)."""
+        if self.is_call_to(call, names.REDUCTIONS):
+            return True
+        reducing = self.program_reducing_functions
+        return bool(reducing) and any(target in reducing for target in self.targets_of(call))
+
+    @cached_property
     def program_ddp_forward_calls(self) -> list[cst.Call]:
         """The calls, in every module of the program, that run a ``DistributedDataParallel`` model's
         forward (``model(x)`` where ``model`` holds the wrap): the steps whose backward pass all-reduces."""
