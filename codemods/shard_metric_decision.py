@@ -310,12 +310,16 @@ def _gated_training(
         found = [does(side) for side in sides]
         return found[0] != (found[1] if len(found) > 1 else False)
 
-    if analysis.program_backward_calls and differs(lambda side: analysis.reaches(side, analysis.program_backward_calls)):
+    backward = analysis.reaching_nodes(analysis.program_backward_calls)
+    steps = analysis.reaching_nodes(analysis.program_optimizer_step_calls)
+    if not (branch in backward or branch in steps or _may_change_training(branch)):
+        return None  # (the common case, answered without walking the branch)
+    if branch in backward and differs(lambda side: side in backward):
         # On a rank's branch, only a backward pass through the wrapped model is DDP's (``if rank == 0:`` over
         # ``model.module`` or a local copy is this rank's own business).
         if not on_rank or differs(lambda side: _runs_the_wrapped_model(analysis, side)):
             return _BACKWARD
-    if analysis.program_optimizer_step_calls and differs(lambda side: analysis.reaches(side, analysis.program_optimizer_step_calls)):
+    if branch in steps and differs(lambda side: side in steps):
         # On a rank's branch: a step written there, or one of a function the branch hands an optimizer to.
         if not on_rank or differs(lambda side: _steps_an_optimizer(analysis, side)):
             return _STEP
@@ -368,6 +372,15 @@ def _drawn_apart(analysis: ScriptAnalysis, test: cst.BaseExpression) -> cst.Call
             if state is not None and "seed" not in qualified and not seeds_alike(analysis, state, before=node):
                 return node  # type: ignore[return-value]
     return None
+
+
+def _may_change_training(branch: cst.If) -> bool:
+    """A cheap test before the walks of :func:`_gated_training`: whether the ``if`` writes anything, steps or
+    loads anything, or calls a function (which may set a learning rate)."""
+    return any(
+        type(node) in (cst.Assign, cst.AugAssign, cst.Call)
+        for node in walk(branch.body if branch.orelse is None else branch)
+    )
 
 
 def _steps_an_optimizer(analysis: ScriptAnalysis, side: cst.CSTNode) -> bool:

@@ -7,7 +7,7 @@ from typing import Iterator
 import libcst as cst
 
 from . import names
-from .analysis import ScriptAnalysis, dotted_name, walk
+from .analysis import ScriptAnalysis, dotted_name
 from .analysis.script import PROCESS_EXITS
 from .base import Example, Match, Phase, Rule, Severity, Valid
 from .edits import code_of
@@ -154,45 +154,49 @@ for step in range(steps):
         if not any(analysis.is_call_to(wrap, names.DISTRIBUTED_DATA_PARALLEL) for wrap in analysis.program_wrap_calls):
             return
         backward = analysis.program_backward_calls
-        # Where a step runs: a training loop, or a function of the program that runs backward() (a
-        # ``train_step`` the loop calls; a ``try`` there that is in no loop of its own).
-        scopes: list[cst.CSTNode] = []
-        for loop in (*analysis.for_loops, *(analysis.nearest_loop(call) for call in analysis.backward_calls)):
-            if loop is not None and loop not in scopes and analysis.reaches(loop, backward):
-                scopes.append(loop)
+        runs_backward = analysis.reaching_nodes(backward)
         reaching = analysis.functions_reaching_backward()
-        scopes.extend(f for f in analysis.functions if f in reaching)
-        seen: set[cst.Try] = set()
-        for loop in scopes:
-            for node in walk(loop.body):  # type: ignore[attr-defined]
-                if type(node) is not cst.Try or node in seen:
+        for node in analysis.preorder:
+            if type(node) is not cst.Try:
+                continue
+            # Where the step runs: a training loop around the ``try``, or else a function of the program that
+            # runs backward() (a ``train_step`` the loop calls).
+            loop = analysis.nearest_loop(node)
+            if loop is not None:
+                if loop not in runs_backward:
                     continue
-                if analysis.nearest_loop(node) is not (loop if type(loop) is not cst.FunctionDef else None):
+                scope: cst.CSTNode = loop.body
+            else:
+                function = analysis.enclosing_function(node)
+                if function is None or function not in reaching:
                     continue
-                if type(loop) is cst.FunctionDef and analysis.enclosing_function(node) is not loop:
+                scope = function.body
+            trains = node.body in runs_backward  # type: ignore[attr-defined]
+            for handler in node.handlers:  # type: ignore[attr-defined]
+                caught = _caught(handler)
+                if caught and all(kind in _NOT_PER_PROCESS for kind in caught):
                     continue
-                seen.add(node)  # type: ignore[arg-type]
-                trains = analysis.reaches(node.body, backward)  # type: ignore[attr-defined]
-                # What a ``continue`` in a handler skips: the loop's backward passes after the ``try``.
-                later = any(
-                    analysis.comes_before(node, call) and (call in backward or analysis.reaches(call, backward))
-                    for call in analysis.calls
-                    if analysis.is_inside(call, loop.body)  # type: ignore[attr-defined]
+                leaves = _skips(handler.body)
+                if _ends_in_raise(handler.body) and not leaves:
+                    continue
+                # What a ``continue`` / ``return`` in a handler skips: the backward passes after the ``try``.
+                if not (trains or (leaves and _backward_after(analysis, node, scope, runs_backward))):  # type: ignore[arg-type]
+                    continue
+                what = ", ".join(caught) if caught else "any error"
+                yield Match(
+                    handler,
+                    f"this handler swallows {what} and goes on, skipping a step that runs backward() on this "
+                    "process alone (an out-of-memory error or a bad sample is one rank's own): the other ranks "
+                    "wait in DDP's gradient all-reduce and the job hangs; let the error stop every rank, or agree "
+                    "on the skip across ranks (runtime.reduce_sum of a flag) and skip together",
+                    fixable=False,
                 )
-                for handler in node.handlers:  # type: ignore[attr-defined]
-                    caught = _caught(handler)
-                    if caught and all(kind in _NOT_PER_PROCESS for kind in caught):
-                        continue
-                    leaves = _skips(handler.body)
-                    if (_ends_in_raise(handler.body) and not leaves) or not (trains or (leaves and later)):
-                        continue
-                    what = ", ".join(caught) if caught else "any error"
-                    yield Match(
-                        handler,
-                        f"this handler swallows {what} and goes on, skipping a step that runs backward() on this "
-                        "process alone (an out-of-memory error or a bad sample is one rank's own): the other ranks "
-                        "wait in DDP's gradient all-reduce and the job hangs; let the error stop every rank, or agree "
-                        "on the skip across ranks (runtime.reduce_sum of a flag) and skip together",
-                        fixable=False,
-                    )
-                    break
+                break
+
+
+def _backward_after(analysis: ScriptAnalysis, node: cst.Try, scope: cst.CSTNode, runs_backward: frozenset[cst.CSTNode]) -> bool:
+    """Whether the loop body or function the ``try`` is in runs backward() after it."""
+    return any(
+        call in runs_backward and analysis.comes_before(node, call) and analysis.is_inside(call, scope)
+        for call in analysis.calls
+    )

@@ -1505,10 +1505,22 @@ class ScriptAnalysis:
         root, _, rest = dotted.partition(".")
         if not rest or depth <= 0:
             return []
+        cache: dict[tuple[cst.CSTNode, str, int], list[tuple[ScriptAnalysis, cst.Assign]]] = self.__dict__.setdefault("_callee_assignments", {})
+        key = (scope, dotted, depth)
+        if key not in cache:
+            cache[key] = self._assignments_in_callees(scope, root, rest, depth)
+        return cache[key]
+
+    def _calls_in(self, scope: cst.CSTNode) -> list[cst.Call]:
+        """The calls inside a node, found once per node."""
+        cache: dict[cst.CSTNode, list[cst.Call]] = self.__dict__.setdefault("_calls_in_cache", {})
+        if scope not in cache:
+            cache[scope] = [n for n in tree.walk(scope) if type(n) is cst.Call]  # type: ignore[misc]
+        return cache[scope]
+
+    def _assignments_in_callees(self, scope: cst.CSTNode, root: str, rest: str, depth: int) -> list[tuple[ScriptAnalysis, cst.Assign]]:
         found: list[tuple[ScriptAnalysis, cst.Assign]] = []
-        for node in tree.walk(scope):
-            if not isinstance(node, cst.Call):
-                continue
+        for node in self._calls_in(scope):
             function = self._call_targets.get(node)
             home = self.shared.analysis_of(function) if function is not None else None
             if function is None or home is None:
@@ -1610,6 +1622,30 @@ class ScriptAnalysis:
             return True
         reaching = self._functions_reaching(wanted)
         return any(target in reaching and self.is_inside(call, node) for call, target in self._every_call_target())
+
+    def reaching_nodes(self, calls: list[cst.Call]) -> frozenset[cst.CSTNode]:
+        """The nodes of this module whose running runs one of the calls (:meth:`reaches`, answered for every
+        node at once): the calls and their ancestors, and the calls of the program's functions that reach them
+        with their ancestors. Kept per list of calls (the analysis's own lists: ``program_backward_calls``)."""
+        cache: dict[int, tuple[list[cst.Call], frozenset[cst.CSTNode]]] = self.__dict__.setdefault("_reaching_nodes", {})
+        held = cache.get(id(calls))
+        if held is not None and held[0] is calls:
+            return held[1]
+        reaching = self._functions_reaching(frozenset(calls))
+        starts = [c for c in calls if self.owns(c)]
+        starts += [call for call, target in self._every_call_target() if target in reaching and self.owns(call)]
+        nodes: set[cst.CSTNode] = set()
+        for start in starts:
+            if start in nodes:
+                continue
+            nodes.add(start)
+            for ancestor in self.ancestors(start):
+                if ancestor in nodes:
+                    break
+                nodes.add(ancestor)
+        found = frozenset(nodes)
+        cache[id(calls)] = (calls, found)
+        return found
 
     def _every_call_target(self) -> Iterator[tuple[cst.Call, cst.FunctionDef]]:
         """Each call of the program with each function it may run (a method call on a list of callbacks
