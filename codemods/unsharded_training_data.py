@@ -139,7 +139,8 @@ loss.backward()
                 step,
                 "training batches here come from no DataLoader, which the migration cannot shard: every process "
                 "trains on the same data unless each rank draws its own (seed with runtime.rank(), or take every "
-                "N-th sample)",
+                "N-th sample); then every value computed from the data differs between ranks, so reduce it across "
+                "ranks (runtime.reduce_mean) before the loop decides on it (an exit test, a learning rate)",
                 fixable=False,
             )
 
