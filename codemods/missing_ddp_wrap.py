@@ -55,7 +55,8 @@ class MissingDdpWrap(Rule):
     Why it is a problem: without DDP nothing averages the gradients across processes, so each process
     trains its own copy on its own shard and the copies drift apart.
 
-    It also finds a DDP wrap that runs only where CUDA is available in a program whose model goes to
+    It also finds a model trained by hand, with no optimizer (``for p in model.parameters(): p.data.add_(p.grad,
+    alpha=-lr)``), and leaves its wrap to a human; a DDP wrap that runs only where CUDA is available in a program whose model goes to
     ``runtime.device()`` (the ImageNet example's ``if not torch.cuda.is_available(): ... elif
     args.distributed:``: a CPU launch trains unwrapped), and a DDP wrap that only runs under a distributed
     switch a torchrun launch leaves off: the
@@ -479,6 +480,19 @@ loss.backward()
                 "every process would train alone",
                 fixable=bool(sites),
             )
+        if analysis.is_training_script:
+            wrapped = self._wrapped_names(analysis)
+            trained = set(analysis.trained_models)
+            for model, loop in analysis.hand_trained_models:
+                if model not in wrapped and model not in trained:
+                    yield Match(
+                        loop,
+                        f"{model} is trained by hand (its parameters updated from their gradients, no optimizer) and never "
+                        "wrapped in DistributedDataParallel: every process trains its own copy; wrap it "
+                        f"({model} = DistributedDataParallel({model}, device_ids=runtime.device_ids())) before its first "
+                        "forward, and update the parameters of the wrapped model's .module",
+                        fixable=False,
+                    )
         for wrap, test in _wrapped_only_with_cuda(analysis):
             yield Match(
                 wrap,

@@ -205,3 +205,32 @@ if __name__ == "__main__":
 """
     _, report, code = migrate_script(tmp_path, source)
     assert code == 1 and "DDP011 DistributedDataParallel only on a machine with CUDA" in report, report
+
+
+def test_a_model_trained_by_hand_without_an_optimizer_is_left_to_a_human(tmp_path: Path) -> None:
+    # A trial on the word-language-model example's SGD (p.data.add_(p.grad, alpha=-lr)): no optimizer, so no
+    # wrap and no review; every process trained its own copy.
+    from migrated import migrate_script
+
+    source = """
+import torch
+import torch.nn as nn
+
+
+def main():
+    model = nn.Linear(4, 1)
+    data = torch.randn(64, 4)
+    lr = 0.1
+    for epoch in range(2):
+        for i in range(0, 64, 8):
+            model.zero_grad()
+            nn.functional.mse_loss(model(data[i:i + 8]), data[i:i + 8, :1]).backward()
+            for p in model.parameters():
+                p.data.add_(p.grad, alpha=-lr)
+
+
+if __name__ == "__main__":
+    main()
+"""
+    _, report, code = migrate_script(tmp_path, source)
+    assert code == 1 and "DDP011 model is trained by hand (its parameters updated from their gradients, no optimizer)" in report, report

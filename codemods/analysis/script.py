@@ -1929,6 +1929,31 @@ class ScriptAnalysis:
         return [call for analysis in self.shared.analyses for call in analysis.optimizer_step_calls]
 
     @cached_property
+    def hand_trained_models(self) -> list[tuple[str, cst.For]]:
+        """Models whose parameters the module updates by hand from their gradients, with the loop that does it:
+        ``for p in model.parameters(): p.data.add_(p.grad, alpha=-lr)`` (the word-language-model example's
+        SGD), ``p -= lr * p.grad`` under ``no_grad``; no optimizer takes them."""
+        found: list[tuple[str, cst.For]] = []
+        for loop in self.for_loops:
+            if not (type(loop.iter) is cst.Call and call_method_name(loop.iter) == "parameters" and type(loop.target) is cst.Name):
+                continue
+            model = dotted_name(loop.iter.func.value)  # type: ignore[attr-defined]
+            if model is None:
+                continue
+            param = loop.target.value  # type: ignore[attr-defined]
+            reads_grad = updates = False
+            for node in tree.walk(loop.body):
+                if type(node) is cst.Attribute and node.attr.value == "grad" and dotted_name(node.value) == param:  # type: ignore[attr-defined]
+                    reads_grad = True
+                elif type(node) is cst.Call and (call_method_name(node) or "") in ("add_", "sub_", "copy_") and dotted_name(node.func.value) in (param, f"{param}.data"):  # type: ignore[arg-type, attr-defined]
+                    updates = True
+                elif type(node) is cst.AugAssign and dotted_name(node.target) in (param, f"{param}.data"):  # type: ignore[attr-defined]
+                    updates = True
+            if reads_grad and updates:
+                found.append((model, loop))
+        return found
+
+    @cached_property
     def trained_models(self) -> list[str]:
         """Dotted names whose ``parameters()`` are handed to an optimizer (``model``, ``self.net``): in the
         optimizer's call, or through the values that flow into its arguments (``params =
