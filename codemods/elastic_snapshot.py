@@ -47,9 +47,6 @@ class _Plan:
     epoch_var: str = ""
     step_loop: cst.For | None = None
     step_todo: str | None = None
-    #: Plain values the epochs hand on to each other that the snapshot does not keep (``best``, a patience
-    #: counter, a global step): a restart starts them again from their first values.
-    carried: list[str] = field(default_factory=list)
 
 
 class RestartableTraining(Rule):
@@ -307,7 +304,7 @@ for epoch in range(snapshot.resume(), 10):
         objects, todo = _kept_objects(analysis, loop)
         if todo is not None:
             return _Plan(loop, todo=todo)
-        plan = _Plan(loop, objects=objects, epoch_var=epoch_var, carried=_carried_values(analysis, loop, epoch_var, objects))
+        plan = _Plan(loop, objects=objects, epoch_var=epoch_var)
         if self.options.snapshot_every:
             plan.step_loop, plan.step_todo = _step_loop(analysis, loop, objects["optimizer"], self.options)
         return plan
@@ -333,7 +330,7 @@ for epoch in range(snapshot.resume(), 10):
                 if not resumes or snapshot not in analysis.origins(resumes[0].func.value):  # type: ignore[attr-defined]
                     continue
                 epoch_var = loop.target.value if isinstance(loop.target, cst.Name) else ""
-                carried = _carried_values(analysis, loop, epoch_var, {name: name for name in kept})
+                carried = _carried_values(analysis, loop, kept | {epoch_var})
                 if carried:
                     yield Match(loop, _carried_message(carried), fixable=False)
 
@@ -400,34 +397,39 @@ def _carried_message(names: list[str]) -> str:
     )
 
 
-def _carried_values(analysis: ScriptAnalysis, loop: cst.For, epoch_var: str, objects: dict[str, str]) -> list[str]:
-    """The names set before the epoch loop, in its scope, that the loop's body updates without first setting
-    them anew for the epoch (``if val < best: best = val``, ``global_step += 1``; not ``total = 0.0`` at the
-    top of the body), other than the epoch variable and the objects the snapshot keeps."""
+def _carried_values(analysis: ScriptAnalysis, loop: cst.For, kept: set[str]) -> list[str]:
+    """The names set before the epoch loop, in its scope, that the loop's body reads before it sets them, and
+    sets (``if val < best: best = val``, ``global_step += 1``; not ``total = 0.0`` at the top of the body, nor
+    ``loss`` assigned in the inner loop before any read), other than the names in ``kept`` (the epoch
+    variable, the objects the snapshot keeps)."""
     scope = analysis.enclosing_function(loop)
-    kept = set(objects.values()) | {epoch_var}
     before: set[str] = set()
     for assign in analysis.assignments:
         if analysis.enclosing_function(assign) is scope and analysis.comes_before(assign, loop) and not analysis.is_inside(assign, loop):
             for target in _targets_of(assign):
                 if type(target) is cst.Name:
                     before.add(target.value)
-    reset = set()
-    for line in statements_of(loop.body):  # set anew at the top of each epoch, before anything reads them
-        if isinstance(line, cst.SimpleStatementLine) and isinstance(line.body[0], (cst.Assign, cst.AnnAssign)):
-            assigned = line.body[0]
-            names_read = {n.value for n in walk(assigned.value) if type(n) is cst.Name} if assigned.value is not None else set()  # type: ignore[attr-defined]
-            reset |= {t.value for t in _targets_of(assigned) if type(t) is cst.Name and t.value not in names_read}  # type: ignore[attr-defined]
-    carried: list[str] = []
+    written: set[str] = set()
+    stores: set[cst.CSTNode] = set()
+    updated: list[str] = []
+    first_read: dict[str, bool] = {}  # name -> whether its first use in the body (source order) reads it
     for node in walk(loop.body):
-        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
-            continue
         if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
             for target in _targets_of(node):
-                name = target.value if type(target) is cst.Name else None  # type: ignore[attr-defined]
-                if name and name in before and name not in reset and name not in kept and name not in carried:
-                    carried.append(name)
-    return carried
+                if type(target) is cst.Name:
+                    stores.add(target)
+                    written.add(target.value)  # type: ignore[attr-defined]
+                    if isinstance(node, cst.AugAssign):
+                        first_read.setdefault(target.value, True)  # type: ignore[attr-defined]
+                    if target.value not in updated:  # type: ignore[attr-defined]
+                        updated.append(target.value)  # type: ignore[attr-defined]
+        elif type(node) is cst.Name and node not in stores and node.value in before:  # type: ignore[attr-defined]
+            first_read.setdefault(node.value, True)  # type: ignore[attr-defined]
+        if isinstance(node, (cst.Assign, cst.AnnAssign)):
+            for target in _targets_of(node):
+                if type(target) is cst.Name:
+                    first_read.setdefault(target.value, False)  # type: ignore[attr-defined]
+    return [name for name in updated if name in before and name not in kept and first_read.get(name, False)]
 
 
 def _targets_of(node: cst.CSTNode) -> list[cst.BaseExpression]:

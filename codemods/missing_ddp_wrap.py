@@ -11,6 +11,7 @@ from .analysis import (
     ScriptAnalysis,
     call_method_name,
     dotted_name,
+    leaves_early,
     statements_of,
     walk,
     wrapped_argument,
@@ -555,7 +556,9 @@ def _wrapped_only_with_cuda(analysis: ScriptAnalysis) -> Iterator[tuple[cst.Call
                     wraps_there = cpu_path is not None and any(
                         isinstance(n, cst.Call) and analysis.is_call_to(n, names.DISTRIBUTED_DATA_PARALLEL) for n in walk(cpu_path)
                     )
-                    if in_body != negated and not wraps_there:
+                    # (a CPU path that stops, ``else: raise RuntimeError("needs a GPU")``, trains nothing alone)
+                    stops = cpu_path is not None and leaves_early(cpu_path)
+                    if in_body != negated and not wraps_there and not stops:
                         yield wrap, test
                         break
             child = ancestor

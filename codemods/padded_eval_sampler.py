@@ -14,7 +14,7 @@ from .edits import code_of
 
 
 def _reductions_in(analysis: ScriptAnalysis, node: cst.CSTNode) -> list[cst.Call]:
-    return [n for n in walk(node) if isinstance(n, cst.Call) and analysis.is_reduction(n)]
+    return [n for n in walk(node) if isinstance(n, cst.Call) and (analysis.is_reduction(n) or analysis.reduces_in_place(n))]
 
 
 class PaddedEvalSampler(Rule):

@@ -8,7 +8,7 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name, keyword_argument, leaves_early, walk
-from .analysis.script import PROCESS_EXITS, subscript_key
+from .analysis.script import PROCESS_EXITS, exits_with_success, subscript_key
 from .analysis.per_rank import per_rank_values
 from .analysis.ranks import Kind, rank_facts, seeds_alike
 from .base import Example, Match, Phase, Rule, Severity, Valid
@@ -21,9 +21,11 @@ class ShardMetricDecision(Rule):
     What it finds, in a program whose training data is sharded with a ``DistributedSampler``: a value
     computed from this process's shard (the loss, a running sum of it, an accuracy counted on the training
     batches) that
-    - decides whether a training loop goes on: an ``if`` whose branch breaks out, continues, returns,
-      raises or exits (early stopping on the training loss, skipping a step on a large loss), or
-    - ends the process (``if acc >= target: sys.exit(0)`` in a helper the training loop calls), or keeps a
+    - decides whether a training loop goes on: an ``if`` whose branch breaks out, continues, returns or
+      exits with success (early stopping on the training loss, skipping a step on a large loss; a ``raise``
+      or a failing exit stops the whole job, as it stopped the original), or
+    - ends the process with success (``if acc >= target: sys.exit(0)`` in a helper the training loop
+      calls), or keeps a
       ``while`` loop around the training going (``while train_loss > target:``),
     - decides, where the other branch does not do the same, whether a step runs ``backward()`` or the
       optimizer's ``step()`` (``if loss.item() < limit: loss.backward()``, a step taken once the tokens
@@ -164,10 +166,7 @@ for epoch in range(100):
         exits = [
             branch
             for branch in analysis.ifs
-            if (
-                analysis.nearest_loop(branch) is not None
-                and (leaves_early(branch.body) or (branch.orelse is not None and leaves_early(branch.orelse)))
-            )
+            if (analysis.nearest_loop(branch) is not None and (_goes_on_without(branch.body) or _goes_on_without(branch.orelse)))
             or _exits_the_process(branch)  # (in a helper the training loop calls: ``if acc >= target: sys.exit(0)``)
         ]
         # ``scheduler.step(val_loss)``: a library's step (a program's own ``step`` method is no scheduler);
@@ -189,7 +188,13 @@ for epoch in range(100):
             if not _leaves_the_loop(branch):
                 continue  # ``if time.time() - last_log < 5: continue``: a skipped log line, no step
             loop = analysis.nearest_loop(branch)
-            if facts is not None and loop is not None and facts.kind(branch.test) is Kind.RANK and analysis.reaches_backward(loop):
+            if (
+                facts is not None
+                and loop is not None
+                and _breaks_or_returns(branch)  # (a raise on one rank stops the job: no hang)
+                and facts.kind(branch.test) is Kind.RANK
+                and analysis.reaches_backward(loop)
+            ):
                 reported.add(branch)
                 yield Match(
                     branch.test,
@@ -212,10 +217,14 @@ for epoch in range(100):
                 )
         exiting = set(exits)
         gates = {branch: gated for branch in analysis.ifs if branch not in exiting and (gated := _gated_training(analysis, branch, setters))}
+        facts = rank_facts(analysis) if analysis.ifs else None
         rank_gates = {
             branch: gated
             for branch in analysis.ifs
-            if branch not in exiting and (gated := _gated_training(analysis, branch, setters, on_rank=True))
+            if branch not in exiting
+            and facts is not None
+            and facts.mentions_rank(branch.test)  # (cheap first: a test that names no rank is no rank test)
+            and (gated := _gated_training(analysis, branch, setters, on_rank=True))
         }
         # ``while train_loss > target:`` around the training: the loop goes on as long as this rank's value says.
         whiles = [node for node in analysis.preorder if type(node) is cst.While and analysis.reaches_backward(node.body)]  # type: ignore[attr-defined]
@@ -234,7 +243,8 @@ for epoch in range(100):
                 reported.add(branch)
                 yield Match(
                     branch.test,
-                    f"`{code_of(branch.test)}` holds on some ranks only, and it decides {gated}; do it on every rank",
+                    f"`{code_of(branch.test)}` holds on some ranks only, and it decides {gated}; do it on every rank"
+                    + (", or before the wrap" if gated is _LOAD else ""),
                     fixable=False,
                 )
         values = per_rank_values(analysis) if exits or steps or gates or whiles else None
@@ -291,8 +301,10 @@ _BACKWARD = "whether this step runs backward(): ranks that decide differently ru
 _STEP = "whether the optimizer steps: ranks that decide differently step at different times and their weights drift apart without an error"
 _LEARNING_RATE = "whether the learning rate changes: ranks that decide differently train with different learning rates and their weights drift apart without an error"
 _LOADER = "which data the training goes on with: ranks that decide differently shard different data (the job hangs when the numbers of batches differ)"
+#: Collectives that hand rank 0's values to every rank.
+_BROADCASTS = names.distributed("broadcast") | names.distributed("broadcast_object_list") | frozenset({"torch.nn.parallel.distributed._sync_module_states"})
 _SCHEDULER = "whether the learning-rate scheduler steps: the ranks train with different learning rates and their weights drift apart without an error"
-_LOAD = "whether the model's weights are loaded, after the wrap: DDP copied rank 0's weights to every rank when it wrapped the model, so the ranks that skip this keep theirs and train apart; load on every rank, or before the wrap"
+_LOAD = "whether the model's weights are loaded, after the wrap: DDP copied rank 0's weights to every rank when it wrapped the model, so the ranks that skip this keep theirs and train apart"
 
 
 def _gated_training(
@@ -300,7 +312,7 @@ def _gated_training(
 ) -> str | None:
     """What of the training the ``if`` does on one side only (``None``: both sides alike, or nothing of it):
     run ``backward()`` or an optimizer step (here or through the program's functions), set a learning rate
-    or build a new training ``DataLoader``. ``on_rank``: the test is the rank, and rank 0's own work (building
+    or step a scheduler, or build a ``DataLoader`` (of the training, or one it trains on next). ``on_rank``: the test is the rank, and rank 0's own work (building
     its loaders, evaluating a copy) is what such a branch is for; a scheduler's step and weights loaded into
     the wrapped model are not, nor a backward pass through the wrapped model (written in the branch, or in
     a function the branch hands the wrapped model to)."""
@@ -344,7 +356,9 @@ def _gated_training(
     if differs(lambda side: any(_steps_scheduler(analysis, n) for n in walk(side))):
         return _SCHEDULER
     if on_rank:
-        if differs(lambda side: any(_loads_into_wrapped(analysis, n) for n in walk(side))):
+        if differs(lambda side: any(_loads_into_wrapped(analysis, n) for n in walk(side))) and not any(
+            analysis.comes_before(branch, call) for call in analysis.calls_to(_BROADCASTS)
+        ):  # (loaded on rank 0, then broadcast to the others: every rank has the weights)
             return _LOAD
         return None
     if analysis.loader_calls and differs(lambda side: any(analysis.is_inside(call, side) for call in analysis.loader_calls)):
@@ -441,13 +455,33 @@ def _loads_into_wrapped(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
     return wrap is not None and analysis.is_call_to(wrap, names.DISTRIBUTED_DATA_PARALLEL)
 
 
+def _goes_on_without(side: cst.CSTNode | None) -> bool:
+    """Whether a branch leaves the rest of the loop body while this process goes on: a ``break``, ``continue``,
+    ``return`` or successful exit. (A ``raise`` or a failing exit ends this process, and torchrun then stops the
+    others: the job fails, as the original did, and nothing hangs.)"""
+    if side is None or not leaves_early(side, raises=False):
+        return False
+    return any(
+        type(n) in (cst.Break, cst.Continue, cst.Return)
+        or (type(n) is cst.Call and dotted_name(n.func) in PROCESS_EXITS and exits_with_success(n))  # type: ignore[attr-defined, arg-type]
+        for n in walk(side)
+    )
+
+
+def _breaks_or_returns(branch: cst.If) -> bool:
+    """Whether either side of the ``if`` breaks out of its loop or returns."""
+    return any(
+        type(n) in (cst.Break, cst.Return) for side in (branch.body, branch.orelse) if side is not None for n in walk(side)
+    )
+
+
 def _exits_the_process(branch: cst.If) -> bool:
     """Whether either side of the ``if`` ends the process with success (``sys.exit()``, ``sys.exit(0)``): the
     others then wait for it. (A failing exit makes torchrun stop them all.)"""
     return any(
         type(node) is cst.Call
         and dotted_name(node.func) in PROCESS_EXITS  # type: ignore[attr-defined]
-        and (not node.args or code_of(node.args[0].value).strip() in ("0", "None"))  # type: ignore[attr-defined]
+        and exits_with_success(node)  # type: ignore[arg-type]
         for side in (branch.body, branch.orelse)
         if side is not None
         for node in walk(side)

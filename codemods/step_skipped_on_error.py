@@ -8,7 +8,7 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, dotted_name
-from .analysis.script import PROCESS_EXITS
+from .analysis.script import PROCESS_EXITS, exits_with_success
 from .base import Example, Match, Phase, Rule, Severity, Valid
 from .edits import code_of
 
@@ -31,8 +31,8 @@ def _caught(handler: cst.ExceptHandler) -> list[str]:
 
 
 def _ends_in_raise(body: cst.BaseSuite) -> bool:
-    """Whether a handler's body ends in a ``raise`` or ends the process (``sys.exit(1)``): unless a branch
-    before it leaves, the error stops this process, and torchrun then stops the others."""
+    """Whether a handler's body ends in a ``raise`` or ends the process with a failure (``sys.exit(1)``): unless
+    a branch before it leaves, the error stops this process, and torchrun then stops the others."""
     statements = list(body.body) if isinstance(body, cst.IndentedBlock) else [body]
     if not statements:
         return False
@@ -43,7 +43,12 @@ def _ends_in_raise(body: cst.BaseSuite) -> bool:
     end = small[-1]
     if isinstance(end, cst.Raise):
         return True
-    return isinstance(end, cst.Expr) and isinstance(end.value, cst.Call) and dotted_name(end.value.func) in PROCESS_EXITS
+    return (
+        isinstance(end, cst.Expr)
+        and isinstance(end.value, cst.Call)
+        and dotted_name(end.value.func) in PROCESS_EXITS
+        and not exits_with_success(end.value)  # (``sys.exit(0)`` leaves the others waiting)
+    )
 
 
 def _skips(body: cst.CSTNode) -> bool:
@@ -167,8 +172,13 @@ for step in range(steps):
                     continue
                 scope: cst.CSTNode = loop.body
             else:
+                # A step function: one that runs backward() and that a loop calls (not a ``main()`` whose ``try``
+                # wraps the whole training: a failure there ends the process).
                 function = analysis.enclosing_function(node)
-                if function is None or function not in reaching:
+                if function is None or function not in reaching or not any(
+                    (analysis.shared.analysis_of(call) or analysis).nearest_loop(call) is not None
+                    for call in analysis.callers_in_program(function)
+                ):
                     continue
                 scope = function.body
             trains = node.body in runs_backward  # type: ignore[attr-defined]

@@ -9,6 +9,7 @@ import libcst as cst
 
 from . import names
 from .analysis import WRAPPER_ATTRIBUTES, ScriptAnalysis, call_method_name, dotted_name, walk
+from .analysis.loaders import without_gradients
 from .analysis.script import callee_name
 from .analysis.ranks import Kind, rank_facts
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
@@ -761,6 +762,7 @@ def _bypasses_ddp(analysis: ScriptAnalysis, attribute: cst.Attribute, parent: cs
         and analysis.is_call_to(wrap, names.DISTRIBUTED_DATA_PARALLEL)
         and _in_training_step(analysis, parent)
         and not _runs_no_layer(analysis, parent)
+        and not without_gradients(analysis, parent)
     )
 
 
@@ -770,7 +772,12 @@ def _forward_bypasses_ddp(analysis: ScriptAnalysis, attribute: cst.Attribute) ->
     if not (isinstance(call, cst.Call) and call.func is attribute and dotted_name(attribute.value) is not None):
         return False
     wrap, _ = _wrap_of(analysis, attribute.value)
-    return wrap is not None and analysis.is_call_to(wrap, names.DISTRIBUTED_DATA_PARALLEL) and _in_training_step(analysis, call)
+    return (
+        wrap is not None
+        and analysis.is_call_to(wrap, names.DISTRIBUTED_DATA_PARALLEL)
+        and _in_training_step(analysis, call)
+        and not without_gradients(analysis, call)  # (pseudo-labels under no_grad: no gradient to reduce)
+    )
 
 
 def _runs_no_layer(analysis: ScriptAnalysis, call: cst.Call) -> bool:

@@ -320,7 +320,7 @@ def test_a_rank_zero_decorator_guards_the_function_it_wraps(decorator: str, tmp_
         "            self.optimizer.step()\n            self.log(loss.item())\n        self.save('last.pt')\n"
     )
     result = CliRunner().invoke(cli, ["lint", "--select", "DDP007,DDP010", "runner.py"])
-    assert "DDP007" not in result.output and "DDP010" not in result.output, result.output
+    assert result.exit_code == 0 and "DDP007" not in result.output and "DDP010" not in result.output, result.output
     unguarded = Path("runner.py").read_text().replace("    @master_only\n", "")
     Path("runner.py").write_text(unguarded)
     result = CliRunner().invoke(cli, ["lint", "--select", "DDP007,DDP010", "runner.py"])
@@ -354,7 +354,7 @@ def test_values_from_another_module_are_judged_by_that_module(tmp_path: Path, mo
         "    if args.distributed:\n        sync_buffers(model)\n\n\nif __name__ == '__main__':\n    main()\n"
     )
     result = CliRunner().invoke(cli, ["lint", "--select", "DDP033", "."])
-    assert "DDP033" not in result.output, result.output
+    assert result.exit_code == 0 and "DDP033" not in result.output, result.output
     Path("train.py").write_text(Path("train.py").read_text().replace("CFG['gather_metrics']", "args.rank == 0"))
     result = CliRunner().invoke(cli, ["lint", "--select", "DDP033", "."])
     assert "util.py:" in result.output and "DDP033 dist.all_gather()" in result.output, result.output

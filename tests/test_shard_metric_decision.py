@@ -408,7 +408,7 @@ def test_decisions_every_rank_takes_alike_or_that_change_no_training_are_not_rep
     monkeypatch.chdir(tmp_path)
     Path("train.py").write_text(LINT_HEAD + body)
     result = CliRunner().invoke(cli, ["lint", "--select", "DDP041,DDP049", "train.py"])
-    assert "DDP041" not in result.output and "DDP049" not in result.output, result.output
+    assert result.exit_code == 0 and "DDP041" not in result.output and "DDP049" not in result.output, result.output
 
 
 def test_a_step_stopped_by_a_failing_exit_is_not_a_swallowed_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -421,7 +421,7 @@ def test_a_step_stopped_by_a_failing_exit_is_not_a_swallowed_error(tmp_path: Pat
         "    if best > 0.9:\n        sys.exit(1)\n"
     )
     result = CliRunner().invoke(cli, ["lint", "--select", "DDP041,DDP049", "train.py"])
-    assert "DDP041" not in result.output and "DDP049" not in result.output, result.output
+    assert result.exit_code == 0 and "DDP041" not in result.output and "DDP049" not in result.output, result.output
 
 
 PARTIAL_EVAL = """

@@ -178,12 +178,12 @@ class PerRankValues:
             # In place: the tensor now holds the total, or rank 0's value (``dist.broadcast(stop, 0)``).
             if name and self.analysis.is_call_to(call, names.TORCH_COLLECTIVES | BROADCASTS):
                 self.reduced.add(self.key(call, name))
-        if analysis.program_reducing_functions:
+        if analysis.program_reducing_methods:
             for module in modules:
                 for call in module.calls:
                     # ``top1.all_reduce()``: a method of the program that reduces its object's values in place
                     receiver = dotted_name(call.func.value) if type(call.func) is cst.Attribute else None  # type: ignore[attr-defined]
-                    if receiver and module.is_reduction(call) and not module.is_call_to(call, names.REDUCTIONS):
+                    if receiver and module.reduces_in_place(call):
                         self.reduced.add(self.key(call, receiver))
         steps = [step for module in modules for node in module.preorder if (step := self._step_of(node)) is not None]
         for _ in range(10):

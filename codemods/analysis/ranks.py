@@ -47,7 +47,7 @@ from .script import (
 )
 
 
-#: Whether the process group is up: on a rank other than 0, it is.
+#: Whether torch.distributed is there and its group up: on a rank other than 0 of a job, both are.
 _GROUP_IS_UP = names.distributed("is_initialized") | names.distributed("is_available") | frozenset({names.runtime("is_initialized")})
 
 
@@ -441,11 +441,11 @@ class RankFacts:
             wrapped = origin.params.params[0].name.value  # type: ignore[attr-defined]
             home = analysis.shared.analysis_of(origin) or analysis
             facts = rank_facts(home)
-            for call in home.calls:
-                if dotted_name(call.func) == wrapped and home.is_inside(call, origin):
-                    found = facts._guard(call, visited | {origin})  # type: ignore[arg-type]
-                    if found is not None:
-                        return found
+            calls = [call for call in home.calls if dotted_name(call.func) == wrapped and home.is_inside(call, origin)]
+            # Every call of the wrapped function in the wrapper under a rank test (one on every rank is none).
+            guards = [facts._guard(call, visited | {origin}) for call in calls]  # type: ignore[arg-type]
+            if guards and all(g is not None for g in guards) and len({(g.owner, g.in_body, g.early_exit) for g in guards}) == 1:  # type: ignore[union-attr]
+                return guards[0]
         return None
 
     def runs_on_every_rank(self, node: cst.CSTNode) -> bool:

@@ -1861,24 +1861,51 @@ class ScriptAnalysis:
 
     @cached_property
     def program_reducing_functions(self) -> frozenset[cst.FunctionDef]:
-        """The functions of the program that combine a value across ranks: they call a reduction
-        (``dist.all_reduce``, ``all_gather``, ``runtime.reduce_mean``, ...) themselves. A call of one is a
-        reduction too (``reduce_tensor(loss)`` returning the mean, an ``AverageMeter.all_reduce()``)."""
+        """The functions of the program that return a value combined across ranks: a return value that holds a
+        reduction (``return runtime.reduce_mean(x)``) or the tensor a collective reduced in place (``rt =
+        t.clone(); dist.all_reduce(rt); return rt / n``). A call of one is a reduction too. (A function that
+        reduces a count for its log but returns this rank's own loss is none.)"""
         found: set[cst.FunctionDef] = set()
         for module in self.shared.analyses:
             for call in module.calls_to(names.REDUCTIONS):
                 function = module.enclosing_function(call)
-                if function is not None:
+                if function is None or function in found:
+                    continue
+                reduced = {dotted_name(c.args[0].value) for c in module.calls_to(names.REDUCTIONS) if c.args and module.is_inside(c, function)} - {None}
+                for ret in returns_of(function):
+                    if ret.value is not None and any(
+                        (type(n) is cst.Call and module.is_call_to(n, names.REDUCTIONS))  # type: ignore[arg-type]
+                        or (type(n) in (cst.Name, cst.Attribute) and dotted_name(n) in reduced)  # type: ignore[arg-type]
+                        for n in tree.walk(ret.value)
+                    ):
+                        found.add(function)
+                        break
+        return frozenset(found)
+
+    @cached_property
+    def program_reducing_methods(self) -> frozenset[cst.FunctionDef]:
+        """The methods of the program's classes that reduce their object's values across ranks in place (an
+        ``AverageMeter.all_reduce()`` calling ``dist.all_reduce``): the object holds every rank's totals after."""
+        found: set[cst.FunctionDef] = set()
+        for module in self.shared.analyses:
+            for call in module.calls_to(names.REDUCTIONS):
+                function = module.enclosing_function(call)
+                if function is not None and function.params.params and function.params.params[0].name.value == "self":
                     found.add(function)
         return frozenset(found)
 
     def is_reduction(self, call: cst.Call) -> bool:
-        """Whether a call combines a value across ranks: a reduction of torch or the runtime, or a call of one
-        of the program's functions that makes one (:attr:`program_reducing_functions`)."""
+        """Whether a call's value is combined across ranks: a reduction of torch or the runtime, or a call of
+        one of the program's functions that returns one (:attr:`program_reducing_functions`)."""
         if self.is_call_to(call, names.REDUCTIONS):
             return True
         reducing = self.program_reducing_functions
         return bool(reducing) and any(target in reducing for target in self.targets_of(call))
+
+    def reduces_in_place(self, call: cst.Call) -> bool:
+        """Whether a method call reduces its receiver's values across ranks (:attr:`program_reducing_methods`)."""
+        methods = self.program_reducing_methods
+        return bool(methods) and any(target in methods for target in self.targets_of(call))
 
     @cached_property
     def program_ddp_forward_calls(self) -> list[cst.Call]:
@@ -2610,6 +2637,15 @@ def statements_of(block: cst.BaseSuite | cst.Module) -> Sequence[cst.BaseStateme
 
 #: Calls that end the process (``sys.exit()``): after them nothing of the program runs on this rank.
 PROCESS_EXITS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
+
+
+def exits_with_success(call: cst.Call) -> bool:
+    """Whether a process exit (:data:`PROCESS_EXITS`) reports success (``sys.exit()``, ``sys.exit(0)``): torchrun
+    then waits for the other processes, which may wait for this one; a failing exit makes it stop them all."""
+    if not call.args:
+        return True
+    value = call.args[0].value
+    return (type(value) is cst.Integer and value.value == "0") or (type(value) is cst.Name and value.value == "None")  # type: ignore[attr-defined]
 
 
 def leaves_early(branch: cst.CSTNode, raises: bool = True) -> bool:
