@@ -16,6 +16,10 @@ from .runtime_calls import runtime_name
 _SPLIT = frozenset({f"{names.RUNTIME_MODULE}.per_process_batch_size", f"{names.VENDORED_RUNTIME}.per_process_batch_size"})
 
 
+#: What a count of this process's samples should be instead.
+_COUNT_GLOBALLY = "count the global samples (multiply by runtime.world_size(), or runtime.reduce_sum the counts)"
+
+
 class PerProcessBatchReads(Rule):
     """Compare a batch with the batch size of one process, once the loader's batch is split.
 
@@ -136,16 +140,14 @@ for x, y in loader:
                 yield Match(
                     counter,
                     f"`{code_of(counter).strip()}` counts this process's samples only, and `{code_of(test)}` decides "
-                    "when training stops: with N processes the budget is reached after N times as many steps; count "
-                    "the global samples (multiply by runtime.world_size(), or runtime.reduce_sum the counts)",
+                    f"when training stops: with N processes the budget is reached after N times as many steps; {_COUNT_GLOBALLY}",
                     fixable=False,
                 )
             for counter, setting in _rates(analysis, loop, batches):
                 yield Match(
                     counter,
                     f"`{code_of(counter).strip()}` counts this process's samples only, and `{code_of(setting).strip()}` "
-                    "sets the learning rate from it: with N processes the schedule (a warm-up) runs N times slower; "
-                    "count the global samples (multiply by runtime.world_size(), or runtime.reduce_sum the counts)",
+                    f"sets the learning rate from it: with N processes the schedule (a warm-up) runs N times slower; {_COUNT_GLOBALLY}",
                     fixable=False,
                 )
         for node in analysis.attributes:

@@ -756,14 +756,7 @@ def _bypasses_ddp(analysis: ScriptAnalysis, attribute: cst.Attribute, parent: cs
         return False
     if attribute.attr.value in STATE_METHODS | WRAPPER_ATTRIBUTES and attribute.attr.value != "forward":
         return False
-    wrap, _ = _wrap_of(analysis, inner.value)
-    return (
-        wrap is not None
-        and analysis.is_call_to(wrap, names.DISTRIBUTED_DATA_PARALLEL)
-        and _in_training_step(analysis, parent)
-        and not _runs_no_layer(analysis, parent)
-        and not without_gradients(analysis, parent)
-    )
+    return _trains_past_ddp(analysis, inner.value, parent) and not _runs_no_layer(analysis, parent)
 
 
 def _forward_bypasses_ddp(analysis: ScriptAnalysis, attribute: cst.Attribute) -> bool:
@@ -771,12 +764,18 @@ def _forward_bypasses_ddp(analysis: ScriptAnalysis, attribute: cst.Attribute) ->
     call = analysis.parent(attribute)
     if not (isinstance(call, cst.Call) and call.func is attribute and dotted_name(attribute.value) is not None):
         return False
-    wrap, _ = _wrap_of(analysis, attribute.value)
+    return _trains_past_ddp(analysis, attribute.value, call)
+
+
+def _trains_past_ddp(analysis: ScriptAnalysis, model: cst.BaseExpression, call: cst.Call) -> bool:
+    """Whether ``model`` holds a DDP wrap and the call (that runs its inner module) is in the training step,
+    with gradients (pseudo-labels under ``no_grad`` have no gradient to reduce)."""
+    wrap, _ = _wrap_of(analysis, model)
     return (
         wrap is not None
         and analysis.is_call_to(wrap, names.DISTRIBUTED_DATA_PARALLEL)
         and _in_training_step(analysis, call)
-        and not without_gradients(analysis, call)  # (pseudo-labels under no_grad: no gradient to reduce)
+        and not without_gradients(analysis, call)
     )
 
 
