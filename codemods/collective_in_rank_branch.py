@@ -29,7 +29,8 @@ class CollectiveInRankBranch(Rule):
     ``broadcast``, ``reduce``, ``gather``, ``scatter``, ``new_group``, ...) or a runtime helper that runs one
     (``runtime.save``, ``runtime.barrier``, ``runtime.reduce_sum`` / ``reduce_mean`` / ``weighted_mean``)
     under a condition that may differ between ranks, when the other branch does not make the same call,
-    or in a function called under such a condition. Which conditions may differ is proven by data flow
+    or in a function called under such a condition, or run on rank 0 only by its decorator
+    (``@rank_zero_only``, mmcv's ``@master_only`` or the program's own). Which conditions may differ is proven by data flow
     (the rank analysis), not by names: a test whose value flows from the rank (``if rank == 0:``, ``if
     master_process:`` with ``master_process = rank == 0``, ``if get_rank() == 0:`` of a helper of the file,
     ``if it % 2 == 0 and master_process:``), and a test the analysis cannot prove is the same on every rank
@@ -200,6 +201,19 @@ for epoch in range(args.epochs):
                     yield Match(
                         call,
                         f"{_call_name(call)}() is a collective in a function whose call {_where(outer)}",
+                        fixable=False,
+                    )
+                    continue
+                function = analysis.enclosing_function(call)
+                decorator = next(
+                    (d.decorator for d in (function.decorators if function is not None else ()) if facts.decorator_guard(d.decorator) is not None),
+                    None,
+                )
+                if decorator is not None:  # ``@rank_zero_only def log_metrics(): dist.all_reduce(...)``
+                    yield Match(
+                        call,
+                        f"{_call_name(call)}() is a collective in a function that @{code_of(decorator)} runs on rank 0 "
+                        "only: the other ranks never call it and the job hangs",
                         fixable=False,
                     )
 

@@ -8,7 +8,7 @@ import libcst as cst
 
 from . import names
 from .analysis import LoaderLoop, ScriptAnalysis, call_method_name, dotted_name, loader_argument, walk
-from .analysis.script import subscript_key
+from .analysis.script import is_parameter_group, subscript_key
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression
 from .runtime_calls import runtime_name
@@ -257,7 +257,7 @@ def _rates(analysis: ScriptAnalysis, loop: LoaderLoop, batches: set[str]) -> Ite
             if source is None:
                 continue
             for target in node.targets:  # type: ignore[attr-defined]
-                if type(target.target) is cst.Subscript and subscript_key(target.target) == "lr":
+                if type(target.target) is cst.Subscript and subscript_key(target.target) == "lr" and is_parameter_group(loop.loop, target.target.value):
                     yield counters[source], node
                     return
                 name = dotted_name(target.target)

@@ -8,7 +8,7 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name, keyword_argument, leaves_early, walk
-from .analysis.script import PROCESS_EXITS, exits_with_success, subscript_key
+from .analysis.script import PROCESS_EXITS, exits_with_success, sets_learning_rate
 from .analysis.per_rank import per_rank_values
 from .analysis.ranks import Kind, rank_facts, seeds_alike
 from .base import Example, Match, Phase, Rule, Severity, Valid
@@ -179,7 +179,7 @@ for epoch in range(100):
                 continue
             target = analysis.call_target(call)
             if target not in setters:
-                setters[target] = _sets_learning_rate(target)
+                setters[target] = sets_learning_rate(target)
             if (call_method_name(call) == "step" and target is None and _built_as_lr_scheduler(analysis, call) is not False) or setters[target]:
                 steps.append(call)
         reported: set[cst.If] = set()
@@ -338,20 +338,20 @@ def _gated_training(
     if not analysis.is_training_script:
         return None
 
-    def sets_learning_rate(side: cst.CSTNode) -> bool:
-        if _sets_learning_rate(side):  # type: ignore[arg-type]
+    def writes_learning_rate(side: cst.CSTNode) -> bool:
+        if sets_learning_rate(side):  # type: ignore[arg-type]
             return True
         for node in walk(side):
             if type(node) is cst.Call:
                 target = analysis.call_target(node)  # type: ignore[arg-type]
                 if target is not None:
                     if target not in setters:
-                        setters[target] = _sets_learning_rate(target)
+                        setters[target] = sets_learning_rate(target)
                     if setters[target]:
                         return True
         return False
 
-    if differs(sets_learning_rate):
+    if differs(writes_learning_rate):
         return _LEARNING_RATE
     if differs(lambda side: any(_steps_scheduler(analysis, n) for n in walk(side))):
         return _SCHEDULER
@@ -408,10 +408,18 @@ def _steps_an_optimizer(analysis: ScriptAnalysis, side: cst.CSTNode) -> bool:
 
 
 def _runs_the_wrapped_model(analysis: ScriptAnalysis, side: cst.CSTNode) -> bool:
-    """Whether a branch runs the DDP-wrapped model's forward itself, or hands the wrapped model to a call
+    """Whether a branch runs the DDP-wrapped model's backward pass: it runs the wrapped model's forward
+    itself, calls ``backward()`` on a loss the wrapped model's forward computed before the branch (``loss =
+    crit(model(x), y)`` then ``if rank != 1: loss.backward()``), or hands the wrapped model to a call
     (``train_step(model, batch)``; a function shared with evaluation, handed ``model.module``, is not)."""
-    if any(analysis.is_inside(call, side) for call in analysis.program_ddp_forward_calls):
+    forwards = analysis.program_ddp_forward_calls
+    if any(analysis.is_inside(call, side) for call in forwards):
         return True
+    for call in analysis.backward_calls:
+        loss = call.func.value  # type: ignore[attr-defined]
+        if analysis.is_inside(call, side) and type(loss) is cst.Name:
+            if any(n in forwards for value in analysis.flows_into(loss, loss.value) for n in walk(value)):
+                return True
     for node in walk(side):
         if type(node) is cst.Call:
             for arg in node.args:  # type: ignore[attr-defined]
@@ -461,11 +469,7 @@ def _goes_on_without(side: cst.CSTNode | None) -> bool:
     others: the job fails, as the original did, and nothing hangs.)"""
     if side is None or not leaves_early(side, raises=False):
         return False
-    return any(
-        type(n) in (cst.Break, cst.Continue, cst.Return)
-        or (type(n) is cst.Call and dotted_name(n.func) in PROCESS_EXITS and exits_with_success(n))  # type: ignore[attr-defined, arg-type]
-        for n in walk(side)
-    )
+    return any(type(n) in (cst.Break, cst.Continue, cst.Return) or _successful_exit(n) for n in walk(side))
 
 
 def _breaks_or_returns(branch: cst.If) -> bool:
@@ -476,16 +480,23 @@ def _breaks_or_returns(branch: cst.If) -> bool:
 
 
 def _exits_the_process(branch: cst.If) -> bool:
-    """Whether either side of the ``if`` ends the process with success (``sys.exit()``, ``sys.exit(0)``): the
-    others then wait for it. (A failing exit makes torchrun stop them all.)"""
+    """Whether either side of the ``if`` ends the process with success (``sys.exit()``, ``sys.exit(0)``,
+    ``raise SystemExit(0)``): the others then wait for it. (A failing exit makes torchrun stop them all.)"""
     return any(
-        type(node) is cst.Call
-        and dotted_name(node.func) in PROCESS_EXITS  # type: ignore[attr-defined]
-        and exits_with_success(node)  # type: ignore[arg-type]
-        for side in (branch.body, branch.orelse)
-        if side is not None
-        for node in walk(side)
+        _successful_exit(node) for side in (branch.body, branch.orelse) if side is not None for node in walk(side)
     )
+
+
+def _successful_exit(node: cst.CSTNode) -> bool:
+    """``sys.exit()`` / ``sys.exit(0)`` (:func:`exits_with_success`), or ``raise SystemExit`` / ``SystemExit(0)``."""
+    if type(node) is cst.Call:
+        return dotted_name(node.func) in PROCESS_EXITS and exits_with_success(node)  # type: ignore[attr-defined, arg-type]
+    if type(node) is cst.Raise and node.exc is not None:  # type: ignore[attr-defined]
+        exc = node.exc  # type: ignore[attr-defined]
+        if dotted_name(exc) == "SystemExit":
+            return True
+        return type(exc) is cst.Call and dotted_name(exc.func) == "SystemExit" and exits_with_success(exc)
+    return False
 
 
 def _assigns(branch: cst.CSTNode, name: str) -> bool:
@@ -496,39 +507,6 @@ def _assigns(branch: cst.CSTNode, name: str) -> bool:
         if isinstance(node, cst.Assign) and any(dotted_name(t.target) == name for t in node.targets):
             return True
     return False
-
-
-def _sets_learning_rate(code: cst.CSTNode | None) -> bool:
-    """Whether a function of the program (or a branch) writes a learning rate (``group["lr"] = ...``, ``*= 0.5``)."""
-    if code is None:
-        return False
-    for node in walk(code):
-        targets = (
-            [node.target] if isinstance(node, cst.AugAssign) else [t.target for t in node.targets] if isinstance(node, cst.Assign) else []
-        )
-        for target in targets:
-            if isinstance(target, cst.Subscript) and subscript_key(target) == "lr" and _is_parameter_group(code, target.value):
-                return True
-        if (  # ``group.update(lr=0.01)``
-            isinstance(node, cst.Call)
-            and call_method_name(node) == "update"
-            and any(a.keyword is not None and a.keyword.value == "lr" for a in node.args)
-            and _is_parameter_group(code, node.func.value)  # type: ignore[attr-defined]
-        ):
-            return True
-    return False
-
-
-def _is_parameter_group(code: cst.CSTNode, group: cst.BaseExpression) -> bool:
-    """Whether a dict an ``["lr"]`` is written into is an optimizer's parameter group: ``opt.param_groups[0]``,
-    or the variable of a loop over ``....param_groups`` in the code (not a dict of logged values)."""
-    if "param_groups" in code_of(group):
-        return True
-    name = dotted_name(group)
-    return name is not None and any(
-        type(node) is cst.For and dotted_name(node.target) == name and "param_groups" in code_of(node.iter)  # type: ignore[attr-defined]
-        for node in walk(code)
-    )
 
 
 def _clock_in(analysis: ScriptAnalysis, test: cst.BaseExpression, depth: int = 2) -> str | None:

@@ -104,3 +104,33 @@ def test_a_decorator_whose_wrapper_also_calls_the_function_on_every_rank_guards_
     )
     found = lint(tmp_path, source, "DDP007")
     assert len(found) == 1 and "torch.save runs on every process" in found[0], found
+
+
+def test_a_collective_in_a_function_run_on_rank_zero_only_by_its_decorator_is_reported(tmp_path: Path) -> None:
+    source = (
+        "from pytorch_lightning.utilities import rank_zero_only\n\n\n"
+        "@rank_zero_only\ndef log_loss(loss):\n    dist.all_reduce(loss)\n    print(loss.item())\n\n\n"
+        "for epoch in range(3):\n    sampler.set_epoch(epoch)\n    for x, y in loader:\n" + STEP + "    log_loss(loss.detach())\n"
+    )
+    found = lint(tmp_path, source, "DDP033")
+    assert len(found) == 1 and "collective in a function that @rank_zero_only runs on rank 0 only" in found[0], found
+
+
+def test_backward_on_some_ranks_only_of_a_loss_computed_before_the_branch_is_reported(tmp_path: Path) -> None:
+    source = (
+        "rank = dist.get_rank()\nfor epoch in range(3):\n    sampler.set_epoch(epoch)\n    for x, y in loader:\n"
+        "        loss = ((model(x) - y) ** 2).mean()\n        opt.zero_grad()\n        if rank != 1:\n"
+        "            loss.backward()\n        opt.step()\n"
+    )
+    found = lint(tmp_path, source, "DDP041")
+    assert len(found) == 1 and "`rank != 1` holds on some ranks only" in found[0] and "backward()" in found[0], found
+
+
+def test_a_successful_raise_of_system_exit_in_a_helper_leaves_the_others_waiting(tmp_path: Path) -> None:
+    source = (
+        "def check(total):\n    if total < 5.0:\n        raise SystemExit(0)\n\n\n"
+        "for epoch in range(3):\n    sampler.set_epoch(epoch)\n    total = 0.0\n    for x, y in loader:\n" + STEP
+        + "        total += loss.item()\n    check(total)\n"
+    )
+    found = lint(tmp_path, source, "DDP041")
+    assert len(found) == 1 and "`total < 5.0` decides on total" in found[0], found

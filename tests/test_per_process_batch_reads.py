@@ -163,3 +163,12 @@ def test_a_warm_up_over_this_process_s_samples_is_left_to_a_human(setting: str, 
     assert len(found) == int(reported), report
     if reported:
         assert "DDP047 `seen += xb.size(0)` counts this process's samples only" in found[0]
+
+
+def test_a_learning_rate_logged_from_a_sample_count_sets_nothing(tmp_path: Path) -> None:
+    source = BUDGET.replace("        if seen >= 120:\n            break\n", "").replace(
+        "            seen += xb.size(0)\n",
+        "            seen += xb.size(0)\n            logs = {}\n            logs['lr'] = 0.1 * min(1.0, seen / 64)\n            print(logs)\n",
+    ).replace("range(100)", "range(3)")
+    _, report, _ = migrate_script(tmp_path, source)
+    assert "sets the learning rate from it" not in report, report

@@ -418,7 +418,7 @@ class RankFacts:
             return None
         visited = visited | {function}
         for decorator in function.decorators:  # ``@master_only``: the function runs on rank 0 alone
-            found = self._decorator_guard(decorator.decorator, visited)
+            found = self.decorator_guard(decorator.decorator, visited)
             if found is not None:
                 return found
         # Calls from inside the function itself (recursion) only run once it runs: they decide nothing.
@@ -428,7 +428,7 @@ class RankFacts:
             return guards[0]
         return None
 
-    def _decorator_guard(self, decorator: cst.BaseExpression, visited: set[cst.FunctionDef]) -> Condition | None:
+    def decorator_guard(self, decorator: cst.BaseExpression, visited: frozenset[cst.FunctionDef] | set[cst.FunctionDef] = frozenset()) -> Condition | None:
         """The rank condition a decorator puts around the function it wraps: a library's rank-zero decorator
         (:data:`RANK_ZERO_DECORATORS`), or a decorator of the program whose wrapper calls the function only
         under a rank test (mmcv's ``master_only``: ``if rank == 0: return func(*args, **kwargs)``)."""
@@ -443,7 +443,7 @@ class RankFacts:
             facts = rank_facts(home)
             calls = [call for call in home.calls if dotted_name(call.func) == wrapped and home.is_inside(call, origin)]
             # Every call of the wrapped function in the wrapper under a rank test (one on every rank is none).
-            guards = [facts._guard(call, visited | {origin}) for call in calls]  # type: ignore[arg-type]
+            guards = [facts._guard(call, set(visited) | {origin}) for call in calls]  # type: ignore[arg-type]
             if guards and all(g is not None for g in guards) and len({(g.owner, g.in_body, g.early_exit) for g in guards}) == 1:  # type: ignore[union-attr]
                 return guards[0]
         return None

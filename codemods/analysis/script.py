@@ -2639,6 +2639,44 @@ def statements_of(block: cst.BaseSuite | cst.Module) -> Sequence[cst.BaseStateme
 PROCESS_EXITS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
 
 
+def sets_learning_rate(code: cst.CSTNode | None) -> bool:
+    """Whether a function of the program (or a branch) writes a learning rate into an optimizer's parameter
+    group: ``group["lr"] = ...``, ``*= 0.5``, ``group.update(lr=0.01)`` (not a ``logs["lr"]`` it logs)."""
+    if code is None:
+        return False
+    for node in tree.walk(code):
+        kind = type(node)
+        if kind is cst.AugAssign or kind is cst.Assign:
+            targets = [node.target] if kind is cst.AugAssign else [t.target for t in node.targets]  # type: ignore[attr-defined]
+            for target in targets:
+                if type(target) is cst.Subscript and subscript_key(target) == "lr" and is_parameter_group(code, target.value):  # type: ignore[arg-type, attr-defined]
+                    return True
+        elif (
+            kind is cst.Call
+            and call_method_name(node) == "update"  # type: ignore[arg-type]
+            and any(a.keyword is not None and a.keyword.value == "lr" for a in node.args)  # type: ignore[attr-defined]
+            and is_parameter_group(code, node.func.value)  # type: ignore[attr-defined]
+        ):
+            return True
+    return False
+
+
+def is_parameter_group(code: cst.CSTNode, group: cst.BaseExpression) -> bool:
+    """Whether a dict that an ``["lr"]`` is written into is an optimizer's parameter group: ``opt.param_groups[0]``,
+    or the variable of a loop over ``....param_groups`` in the code (not a dict of logged values)."""
+    if _reads_param_groups(group):
+        return True
+    name = dotted_name(group)
+    return name is not None and any(
+        type(node) is cst.For and dotted_name(node.target) == name and _reads_param_groups(node.iter)  # type: ignore[attr-defined]
+        for node in tree.walk(code)
+    )
+
+
+def _reads_param_groups(expr: cst.CSTNode) -> bool:
+    return any(type(n) is cst.Attribute and n.attr.value == "param_groups" for n in tree.walk(expr))  # type: ignore[attr-defined]
+
+
 def exits_with_success(call: cst.Call) -> bool:
     """Whether a process exit (:data:`PROCESS_EXITS`) reports success (``sys.exit()``, ``sys.exit(0)``): torchrun
     then waits for the other processes, which may wait for this one; a failing exit makes it stop them all."""
