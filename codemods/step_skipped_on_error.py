@@ -69,11 +69,13 @@ class StepSkippedOnError(Rule):
     """Let an error in a training step stop every rank: never skip the step on one process alone.
 
     What it finds, in a program that trains a ``DistributedDataParallel`` model: an exception handler in a
-    training loop that swallows the error and goes on, where the step it skips runs ``backward()``: the
-    ``try`` holds the backward pass (``except RuntimeError:`` around the step, the out-of-memory skip), or the
-    handler leaves the iteration (``continue``, ``break``, ``return``) before the loop's backward pass (a bad
-    sample skipped while preparing the batch). ``KeyboardInterrupt`` and ``StopIteration`` handlers are
-    left alone: Ctrl-C reaches every process, and ``StopIteration`` restarts a loader's iterator.
+    training loop, or in a step function a training loop calls, that swallows the error and goes on, where
+    the step it skips runs ``backward()``: the ``try`` holds the backward pass (``except RuntimeError:``
+    around the step, the out-of-memory skip), or the handler leaves the iteration (``continue``, ``break``,
+    ``return``) before the loop's backward pass (a bad sample skipped while preparing the batch). A handler
+    that ends in ``raise`` or in a failing exit (``sys.exit(1)``) stops this process, and torchrun then stops
+    the others: it is left alone, as are ``KeyboardInterrupt`` and ``StopIteration`` handlers (Ctrl-C reaches
+    every process, and ``StopIteration`` restarts a loader's iterator).
 
     Why it is a problem: the error is this process's own (an out-of-memory error on one GPU, a corrupt
     sample in one shard, a NaN check that raises). The process that hits it skips the step, while the
