@@ -440,6 +440,7 @@ torch.save(model.module.state_dict(), "model.pt")
                 or self._wrapped_only_sometimes(analysis, wrap, attribute)
                 or analysis.handed_unwrapped(attribute.value)
                 or _unwrapped_on_one_branch(analysis, attribute.value)
+                or _rebound_after_the_wrap(analysis, wrap)
             )
             kind = "DDP" if analysis.is_call_to(wrap, names.DISTRIBUTED_DATA_PARALLEL) else "DataParallel"
             if attr == "no_sync":
@@ -643,6 +644,29 @@ class _Case:
     attribute: cst.CSTNode
     sometimes: bool
     message: str
+
+
+def _rebound_after_the_wrap(analysis: ScriptAnalysis, wrap: cst.Call) -> bool:
+    """Whether the name the wrap is assigned to is bound again after it, in the wrap's scope, to something
+    that is no wrap (``model = torch.load(f)`` of the best model, saved whole and unwrapped, for the final
+    test): from there on it holds the model itself, and a function reading it runs before and after."""
+    statement = analysis.parent(wrap)
+    if not isinstance(statement, cst.Assign) or statement.value is not wrap:
+        return False
+    names = [dotted_name(t.target) for t in statement.targets]
+    function = analysis.enclosing_function(wrap)
+    wraps = set(analysis.program_wrap_calls)
+    return any(
+        analysis.comes_before(wrap, assign)
+        and any(dotted_name(t) in names for t in _targets(assign))
+        and not (wraps & analysis.origins(assign.value))  # type: ignore[arg-type]
+        for assign in analysis.assignments_in(function)
+        if isinstance(assign, cst.Assign)
+    )
+
+
+def _targets(assign: cst.Assign) -> list[cst.BaseExpression]:
+    return [t.target for t in assign.targets]
 
 
 def _unwrapped_on_one_branch(analysis: ScriptAnalysis, expr: cst.BaseExpression) -> bool:

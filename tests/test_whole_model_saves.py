@@ -7,6 +7,8 @@ with AttributeError on every rank. Both with exit 0.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -149,3 +151,54 @@ def test_a_name_that_holds_the_wrapper_on_one_branch_only_is_unwrapped_at_run_ti
     migrated, report, code = migrate_script(tmp_path, COMPILED)
     assert code == 0, report
     assert "runtime.unwrap(raw).state_dict()" in migrated and "raw.module" not in migrated, migrated
+
+
+RELOADED = '''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 1)
+
+    def forward(self, x):
+        return self.fc(x)
+
+    def describe(self):
+        return tuple(self.fc.weight.shape)
+
+
+model = Net()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)
+
+
+def report():
+    print("model", model.describe(), flush=True)
+
+
+for epoch in range(2):
+    for x, y in loader:
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    report()
+    with open("best.pt", "wb") as f:
+        torch.save(model, f)
+with open("best.pt", "rb") as f:
+    model = torch.load(f, weights_only=False)
+report()
+'''
+
+
+def test_a_model_bound_again_from_a_whole_model_load_is_reached_through_unwrap(tmp_path: Path) -> None:
+    # A trial (the word-language-model example): after ``model = torch.load(f)`` the migrated code read
+    # ``model.module.rnn`` and failed with AttributeError, in a plain run too; a helper reads the model
+    # both while it is wrapped and after the reload.
+    migrated, report, _ = migrate_script(tmp_path, RELOADED)
+    assert "model.module" not in migrated and "runtime.unwrap(model).describe()" in migrated, migrated
+    run = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout.count("model (1, 4)") == 3, run.stderr
