@@ -28,7 +28,6 @@ from .runtime_calls import runtime_name
 #: ``runtime.Snapshot``: a file that already builds one is restartable already.
 RUNTIME_SNAPSHOT = frozenset({names.runtime("Snapshot")})
 #: Constructors of learning-rate schedulers (``torch.optim.lr_scheduler.StepLR`` ...).
-SCHEDULER_PREFIX = "torch.optim.lr_scheduler."
 #: Constructors of mixed-precision gradient scalers.
 GRAD_SCALERS = frozenset(
     {"torch.amp.GradScaler", "torch.cuda.amp.GradScaler", "torch.GradScaler", "torch.amp.grad_scaler.GradScaler"}
@@ -409,26 +408,20 @@ def _carried_values(analysis: ScriptAnalysis, loop: cst.For, kept: set[str]) -> 
             for target in _targets_of(assign):
                 if type(target) is cst.Name:
                     before.add(target.value)
-    written: set[str] = set()
     stores: set[cst.CSTNode] = set()
     updated: list[str] = []
     first_read: dict[str, bool] = {}  # name -> whether its first use in the body (source order) reads it
-    for node in walk(loop.body):
+    for node in walk(loop.body):  # (an assignment comes before the names of its value in the walk)
         if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
             for target in _targets_of(node):
                 if type(target) is cst.Name:
                     stores.add(target)
-                    written.add(target.value)  # type: ignore[attr-defined]
-                    if isinstance(node, cst.AugAssign):
-                        first_read.setdefault(target.value, True)  # type: ignore[attr-defined]
+                    # ``x += 1`` reads x before it sets it; ``x = ...`` sets it first
+                    first_read.setdefault(target.value, isinstance(node, cst.AugAssign))  # type: ignore[attr-defined]
                     if target.value not in updated:  # type: ignore[attr-defined]
                         updated.append(target.value)  # type: ignore[attr-defined]
         elif type(node) is cst.Name and node not in stores and node.value in before:  # type: ignore[attr-defined]
             first_read.setdefault(node.value, True)  # type: ignore[attr-defined]
-        if isinstance(node, (cst.Assign, cst.AnnAssign)):
-            for target in _targets_of(node):
-                if type(target) is cst.Name:
-                    first_read.setdefault(target.value, False)  # type: ignore[attr-defined]
     return [name for name in updated if name in before and name not in kept and first_read.get(name, False)]
 
 
@@ -541,7 +534,7 @@ def _kept_objects(analysis: ScriptAnalysis, loop: cst.For) -> tuple[dict[str, st
 
 def _schedulers(analysis: ScriptAnalysis) -> list[cst.Call]:
     """Constructor calls of ``torch.optim.lr_scheduler`` schedulers."""
-    return [c for c in analysis.calls if any(q.startswith(SCHEDULER_PREFIX) and q.count(".") == 3 for q in analysis.qualified_names(c.func))]
+    return [c for c in analysis.calls if analysis.is_scheduler_construction(c)]
 
 
 def _step_loop(analysis: ScriptAnalysis, epoch: cst.For, optimizer: str, options: Options) -> tuple[cst.For | None, str | None]:

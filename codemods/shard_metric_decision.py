@@ -183,15 +183,14 @@ for epoch in range(100):
             if (call_method_name(call) == "step" and target is None and _built_as_lr_scheduler(analysis, call) is not False) or setters[target]:
                 steps.append(call)
         reported: set[cst.If] = set()
-        facts = rank_facts(analysis) if exits else None
+        facts = rank_facts(analysis)  # (kept with the analysis: asked for once per file)
         for branch in exits:
             if not _leaves_the_loop(branch):
                 continue  # ``if time.time() - last_log < 5: continue``: a skipped log line, no step
             loop = analysis.nearest_loop(branch)
             if (
-                facts is not None
-                and loop is not None
-                and _breaks_or_returns(branch)  # (a raise on one rank stops the job: no hang)
+                loop is not None
+                and _leaves_the_loop(branch, raises=False)  # (a raise on one rank stops the job: no hang)
                 and facts.kind(branch.test) is Kind.RANK
                 and analysis.reaches_backward(loop)
             ):
@@ -217,12 +216,10 @@ for epoch in range(100):
                 )
         exiting = set(exits)
         gates = {branch: gated for branch in analysis.ifs if branch not in exiting and (gated := _gated_training(analysis, branch, setters))}
-        facts = rank_facts(analysis) if analysis.ifs else None
         rank_gates = {
             branch: gated
             for branch in analysis.ifs
             if branch not in exiting
-            and facts is not None
             and facts.mentions_rank(branch.test)  # (cheap first: a test that names no rank is no rank test)
             and (gated := _gated_training(analysis, branch, setters, on_rank=True))
         }
@@ -239,7 +236,7 @@ for epoch in range(100):
                     fixable=False,
                 )
         for branch, gated in rank_gates.items():  # ``if rank == 0: scheduler.step()``
-            if rank_facts(analysis).kind(branch.test) is Kind.RANK:
+            if facts.kind(branch.test) is Kind.RANK:
                 reported.add(branch)
                 yield Match(
                     branch.test,
@@ -448,7 +445,7 @@ def _built_as_lr_scheduler(analysis: ScriptAnalysis, call: cst.Call) -> bool | N
     built = [o for o in analysis.origins(call.func.value) if type(o) is cst.Call]  # type: ignore[attr-defined]
     if not built:
         return None
-    return any(q.startswith("torch.optim.lr_scheduler.") for o in built for q in analysis.qualified_names(o.func))  # type: ignore[attr-defined]
+    return any(analysis.is_scheduler_construction(o) for o in built)  # type: ignore[arg-type]
 
 
 def _loads_into_wrapped(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
@@ -470,13 +467,6 @@ def _goes_on_without(side: cst.CSTNode | None) -> bool:
     if side is None or not leaves_early(side, raises=False):
         return False
     return any(type(n) in (cst.Break, cst.Continue, cst.Return) or _successful_exit(n) for n in walk(side))
-
-
-def _breaks_or_returns(branch: cst.If) -> bool:
-    """Whether either side of the ``if`` breaks out of its loop or returns."""
-    return any(
-        type(n) in (cst.Break, cst.Return) for side in (branch.body, branch.orelse) if side is not None for n in walk(side)
-    )
 
 
 def _exits_the_process(branch: cst.If) -> bool:
@@ -522,11 +512,12 @@ def _clock_in(analysis: ScriptAnalysis, test: cst.BaseExpression, depth: int = 2
     return None
 
 
-def _leaves_the_loop(branch: cst.If) -> bool:
-    """Whether the ``if`` (either branch) breaks out of its loop, returns or raises (a ``continue`` only skips
-    the rest of one iteration)."""
+def _leaves_the_loop(branch: cst.If, raises: bool = True) -> bool:
+    """Whether the ``if`` (either branch) breaks out of its loop, returns or, with ``raises``, raises (a
+    ``continue`` only skips the rest of one iteration)."""
+    kinds = (cst.Break, cst.Return, cst.Raise) if raises else (cst.Break, cst.Return)
     for body in (branch.body, branch.orelse):
-        if body is not None and any(type(n) in (cst.Break, cst.Return, cst.Raise) for n in walk(body)):
+        if body is not None and any(type(n) in kinds for n in walk(body)):
             return True
     return False
 

@@ -653,20 +653,14 @@ def _rebound_after_the_wrap(analysis: ScriptAnalysis, wrap: cst.Call) -> bool:
     statement = analysis.parent(wrap)
     if not isinstance(statement, cst.Assign) or statement.value is not wrap:
         return False
-    names = [dotted_name(t.target) for t in statement.targets]
     function = analysis.enclosing_function(wrap)
     wraps = set(analysis.program_wrap_calls)
     return any(
-        analysis.comes_before(wrap, assign)
-        and any(dotted_name(t) in names for t in _targets(assign))
-        and not (wraps & analysis.origins(assign.value))  # type: ignore[arg-type]
-        for assign in analysis.assignments_in(function)
-        if isinstance(assign, cst.Assign)
+        analysis.comes_before(wrap, value) and not (wraps & analysis.origins(value))
+        for target in statement.targets
+        if (name := dotted_name(target.target)) is not None
+        for value in analysis.assigned_values(function, name)
     )
-
-
-def _targets(assign: cst.Assign) -> list[cst.BaseExpression]:
-    return [t.target for t in assign.targets]
 
 
 def _unwrapped_on_one_branch(analysis: ScriptAnalysis, expr: cst.BaseExpression) -> bool:

@@ -1920,6 +1920,10 @@ class ScriptAnalysis:
                         found.append(call)
         return found
 
+    def is_scheduler_construction(self, call: cst.Call) -> bool:
+        """Whether the call builds a ``torch.optim.lr_scheduler`` scheduler (``StepLR(optimizer, ...)``)."""
+        return any(q.startswith(SCHEDULER_PREFIX) and q.count(".") == 3 for q in self.qualified_names(call.func))
+
     @cached_property
     def optimizer_calls(self) -> list[cst.Call]:
         """Constructor calls of ``torch.optim`` optimizers."""
@@ -2637,6 +2641,8 @@ def statements_of(block: cst.BaseSuite | cst.Module) -> Sequence[cst.BaseStateme
 
 #: Calls that end the process (``sys.exit()``): after them nothing of the program runs on this rank.
 PROCESS_EXITS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
+#: The module of torch's learning-rate schedulers.
+SCHEDULER_PREFIX = "torch.optim.lr_scheduler."
 
 
 def sets_learning_rate(code: cst.CSTNode | None) -> bool:
