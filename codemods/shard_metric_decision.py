@@ -220,8 +220,8 @@ for epoch in range(100):
             branch: gated
             for branch in analysis.ifs
             if branch not in exiting
-            and facts.mentions_rank(branch.test)  # (cheap first: a test that names no rank is no rank test)
             and (gated := _gated_training(analysis, branch, setters, on_rank=True))
+            and facts.mentions_rank(branch.test)  # (after: solving the ranks of every test costs more than the walks)
         }
         # ``while train_loss > target:`` around the training: the loop goes on as long as this rank's value says.
         whiles = [node for node in analysis.preorder if type(node) is cst.While and analysis.reaches_backward(node.body)]  # type: ignore[attr-defined]

@@ -598,6 +598,7 @@ class ScriptAnalysis:
         self._call_targets = self.shared.call_targets
         #: Binding keys found so far, by (node, name): :meth:`_key` (cleared when the program's solve starts).
         self._keys: dict[tuple[cst.CSTNode, str], BindingKey] = {}
+        self._calls_to_found: dict[frozenset[str], tuple[cst.Call, ...]] = {}
         if standalone:
             self.shared.solve()
 
@@ -719,7 +720,10 @@ class ScriptAnalysis:
     def calls_to(self, targets: Iterable[str]) -> list[cst.Call]:
         """Every call in the file to one of the qualified names, in source order."""
         wanted = frozenset(targets)
-        return [call for call in self.calls if self.is_call_to(call, wanted)]
+        found = self._calls_to_found.get(wanted)
+        if found is None:  # (asked again and again by rules, each a walk over every call of the file)
+            found = self._calls_to_found[wanted] = tuple(call for call in self.calls if self.is_call_to(call, wanted))
+        return list(found)
 
     def method_calls(self, method: str) -> list[cst.Call]:
         """Every ``x.method(...)`` call in the file."""
