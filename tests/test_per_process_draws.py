@@ -266,3 +266,70 @@ def test_a_set_s_order_is_each_process_s_own(tmp_path: Path, draw: str, dataset:
     if reviewed:
         assert "a set's items in the set's order" in reviews[0] and "sorted(set(...))" in reviews[0]
         assert migrated.count("TODO(ddp-migrate): the training data is built from") == 1
+
+
+DATA_AT_IMPORT = '''
+import numpy as np
+import torch
+from torch.utils.data import Subset, TensorDataset, random_split
+
+X = torch.arange(400, dtype=torch.float32)[:, None]
+full = TensorDataset(X, (X[:, 0] > 200).float()[:, None])
+train_set, val_set = random_split(full, [300, 100])
+perm = np.random.permutation(400)
+extra_set = Subset(full, perm[:100].tolist())
+'''
+
+ENTRY_SEEDING = '''
+{before}
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import ConcatDataset, DataLoader
+
+{after_import}
+from data import extra_set, train_set
+
+
+def main():
+    {in_main}
+    loader = DataLoader(ConcatDataset([train_set, extra_set]), batch_size=20, shuffle=True)
+    model = nn.Linear(1, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
+    for epoch in range(2):
+        for x, y in loader:
+            optimizer.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+@pytest.mark.parametrize(
+    ("before", "after_import", "in_main", "reviewed"),
+    [
+        ("", "", "torch.manual_seed(0); np.random.seed(0)", True),
+        ("", "torch.manual_seed(0); np.random.seed(0)", "pass", True),
+        ("import numpy, torch; torch.manual_seed(0); numpy.random.seed(0)", "", "pass", False),
+    ],
+    ids=["seeded-in-main", "seeded-at-the-top-after-the-import", "seeded-before-the-import"],
+)
+def test_a_split_made_when_its_module_is_imported_runs_before_main_seeds(
+    tmp_path: Path, before: str, after_import: str, in_main: str, reviewed: bool
+) -> None:
+    """A trial's ``data.py`` split its data set at import time, and ``main()`` seeded torch afterwards: the
+    seed counted, nothing was reported, and under torchrun the ranks' training samples overlapped (58 in
+    common, 242 of 300 covered; 38 of rank 0's validation samples were in rank 1's training set). A seed
+    in the entry runs before an import-time draw only when it comes before the import."""
+    (tmp_path / "data.py").write_text(DATA_AT_IMPORT)
+    source = ENTRY_SEEDING.format(before=before, after_import=after_import, in_main=in_main)
+    after_import_seed = after_import.strip()
+    if after_import_seed:  # (at the top, after the imports, as scripts seed)
+        source = source.replace(f"{after_import_seed}\nfrom data import extra_set, train_set", f"from data import extra_set, train_set\n{after_import_seed}")
+    (tmp_path / "train.py").write_text(source)
+    result = CliRunner().invoke(cli, ["lint", "--select", "DDP043", str(tmp_path)], catch_exceptions=False)
+    found = sorted(line.split(": ")[0].rsplit("/", 1)[-1] for line in result.output.splitlines() if "DDP043" in line)
+    assert found == (["data.py:8:22", "data.py:9:8"] if reviewed else []), result.output

@@ -912,6 +912,9 @@ def seeds_alike(analysis: ScriptAnalysis, state: str = "torch", before: cst.CSTN
     seed that runs only after it (later in the same function, or in a function called after it) does not
     count for it (``random_split(...)`` then ``torch.manual_seed(0)``: the split is each rank's own)."""
     uniform = False
+    # A draw that runs when its module is imported (``train_set, val_set = random_split(...)`` at the top of
+    # ``data.py``) runs before the entry's ``main()`` seeds anything.
+    at_import = before is not None and not analysis.is_entry and _call_path(analysis, before)[-1][0] is None
     for module in analysis.shared.analyses:
         seeds = [call for call in module.calls if call.args and state in _states_seeded(module, call)]
         if not seeds:
@@ -922,10 +925,38 @@ def seeds_alike(analysis: ScriptAnalysis, state: str = "torch", before: cst.CSTN
             return False
         uniform = uniform or any(
             _same_on_every_rank(module, kind, call)
-            and (before is None or module is not analysis or _may_run_before(analysis, call, before))
+            and (
+                before is None
+                or (module is analysis and _may_run_before(analysis, call, before))
+                or (module is not analysis and (not at_import or _seeds_before_importing(module, call, analysis)))
+            )
             for call, kind in kinds
         )
     return uniform
+
+
+def _seeds_before_importing(module: ScriptAnalysis, seed: cst.Call, imported: ScriptAnalysis) -> bool:
+    """Whether a seed of another module runs before ``imported`` is first imported: the seed runs when its
+    own module is imported (at its top level, or in a function called there) and comes before every
+    statement of that module that imports ``imported`` (a module imported with nothing of the program
+    between them: ``True`` where the analysis cannot tell)."""
+    path = _call_path(module, seed)
+    if path[-1][0] is not None:
+        return False  # in ``main()``, or a function called later: after every import
+    at = path[-1][1]
+    name = imported.module_name.rpartition(".")[2]
+    for node in module.preorder:
+        if type(node) is cst.ImportFrom:
+            spelled = {dotted_name(node.module) or ""} if node.module is not None else set()
+            if not isinstance(node.names, cst.ImportStar):
+                spelled.update(dotted_name(alias.name) or "" for alias in node.names)
+        elif type(node) is cst.Import:
+            spelled = {dotted_name(alias.name) or "" for alias in node.names}  # type: ignore[attr-defined]
+        else:
+            continue
+        if any(part.rpartition(".")[2] == name for part in spelled) and not module.comes_before(at, node):
+            return False
+    return True
 
 
 def _same_on_every_rank(analysis: ScriptAnalysis, kind: Kind, call: cst.Call) -> bool:
