@@ -8,6 +8,7 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name, keyword_argument, walk
+from .analysis.per_rank import per_rank_values
 from .analysis.script import returns_of
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression
@@ -17,6 +18,16 @@ from .runtime_calls import runtime_name
 TODO = (
     "a summed loss divided by a fixed number: DDP averages gradients over the processes, so the update may be "
     "world_size times smaller than the original's; multiply by runtime.world_size() if the divisor is the global batch"
+)
+
+
+SUMMED = (
+    "the update shrinks with the number of processes (a .sum() over this process's share of the batch); "
+    "multiply the loss by runtime.world_size() if every term of it sums over the batch"
+)
+SUMMED_TODO = (
+    "a loss summed over the batch with .sum(): DDP averages gradients over the processes, so the update is "
+    "world_size times smaller than the original's; multiply by runtime.world_size() if every term of the loss sums over the batch"
 )
 
 
@@ -138,8 +149,9 @@ total = nn.functional.l1_loss(a, b, reduction="sum")
         ),
     )
 
-    def _cases(self, analysis: ScriptAnalysis) -> Iterator[tuple[cst.Call, cst.BaseExpression, bool]]:
-        """(``backward()`` call, the loss expression to scale, whether the fix is safe) for every summed loss."""
+    def _cases(self, analysis: ScriptAnalysis) -> Iterator[tuple[cst.Call, cst.BaseExpression, str]]:
+        """(``backward()`` call, the loss expression to scale, what :meth:`_sums` found) for every summed loss:
+        ``"sum"`` is fixed, the others are left to a human."""
         if not any(analysis.is_call_to(w, names.DISTRIBUTED_DATA_PARALLEL) for w in analysis.program_wrap_calls):
             return
         for backward in analysis.backward_calls:
@@ -151,11 +163,13 @@ total = nn.functional.l1_loss(a, b, reduction="sum")
                 continue
             kind = self._sums(analysis, loss, backward, depth=0)
             if kind is not None:
-                yield backward, loss, kind == "sum"
+                yield backward, loss, kind
 
     def _sums(self, analysis: ScriptAnalysis, expr: cst.BaseExpression, at: cst.CSTNode, depth: int) -> str | None:
         """``"sum"`` when the expression's value is a summed loss, ``"divided"`` when it is a summed loss
-        divided by something other than the shard's own size (a human must look), ``None`` otherwise."""
+        divided by something other than the shard's own size (a human must look), ``"summed"`` when it holds
+        a full ``.sum()`` / ``torch.sum`` of a value computed from this process's batch (a human must look:
+        other terms of the loss may be means), ``None`` otherwise."""
         if depth > 3:
             return None
         divisors = [
@@ -163,15 +177,19 @@ total = nn.functional.l1_loss(a, b, reduction="sum")
         ]
         if any(_counts_this_batch(d) for d in divisors):
             return None  # ``criterion(out, y) / len(x)``: a mean over this process's shard, which DDP averages right
-        found = any(
-            isinstance(node, cst.Call)
-            and (
-                _sum_reduction(node)
-                or any(isinstance(o, cst.Call) and _sum_reduction(o) for o in analysis.origins(node.func))
-                or self._returns_sum(analysis, node, depth)
-            )
-            for node in walk(expr)
-        )
+        found = False
+        summed = False  # a ``.sum()`` over the batch, in this expression or in what it reads
+        for node in walk(expr):
+            if not isinstance(node, cst.Call):
+                continue
+            if _sum_reduction(node) or any(isinstance(o, cst.Call) and _sum_reduction(o) for o in analysis.origins(node.func)):
+                found = True
+                break
+            returned = self._returns_sum(analysis, node, depth)
+            found = returned == "sum"
+            if found:
+                break
+            summed = summed or returned == "summed" or _sums_the_batch(analysis, node)
         if not found:
             function = analysis.enclosing_function(at)
             for node in walk(expr):
@@ -183,43 +201,50 @@ total = nn.functional.l1_loss(a, b, reduction="sum")
                     if not any(dotted_name(t.target) == node.value for t in assign.targets) or not analysis.comes_before(assign, at):
                         continue
                     inner = self._sums(analysis, assign.value, assign, depth + 1)
-                    if inner == "divided" or (inner == "sum" and divisors):
+                    if inner == "divided" or (inner in ("sum", "summed") and divisors):
                         return "divided"
                     if inner == "sum":
                         found = True
+                    summed = summed or inner == "summed"
         if not found:
-            return None
+            return ("divided" if divisors else "summed") if summed else None
         return "divided" if divisors else "sum"
 
-    def _returns_sum(self, analysis: ScriptAnalysis, call: cst.Call, depth: int) -> bool:
-        """Whether the call runs a function of the program that returns a summed loss (``def
+    def _returns_sum(self, analysis: ScriptAnalysis, call: cst.Call, depth: int) -> str | None:
+        """``"sum"`` when the call runs a function of the program that returns a summed loss (``def
         loss_function(recon, x, mu, logvar): return F.binary_cross_entropy(recon, x, reduction="sum") + kld``),
-        not divided by anything."""
+        not divided by anything; ``"summed"`` when what it returns sums over the batch with ``.sum()`` (a
+        triplet loss: ``return torch.sum(F.relu(d_pos - d_neg + margin))``); ``None`` otherwise."""
         function = analysis.call_target(call)
         if function is None:
-            return False
+            return None
         home = analysis.shared.analysis_of(function) or analysis
         returned = [r for r in returns_of(function) if r.value is not None]
-        return bool(returned) and all(self._sums(home, r.value, r, depth + 1) == "sum" for r in returned)  # type: ignore[arg-type]
+        kinds = {self._sums(home, r.value, r, depth + 1) for r in returned}  # type: ignore[arg-type]
+        if not returned or not kinds <= {"sum", "summed"}:
+            return None
+        return "summed" if "summed" in kinds else "sum"
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
-        for backward, loss, safe in self._cases(analysis):
+        for backward, loss, kind in self._cases(analysis):
             yield Match(
                 backward,
                 f"`{code_of(loss)}` sums over the batch, but DDP averages gradients over the processes: "
                 + (
                     "the update shrinks with the number of processes; scale the loss by runtime.world_size()"
-                    if safe
+                    if kind == "sum"
+                    else SUMMED
+                    if kind == "summed"
                     else "divided by something other than this process's batch size, the update may shrink with the number of processes; check the scale"
                 ),
-                fixable=safe,
+                fixable=kind == "sum",
             )
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         edits = Edits(analysis)
-        for backward, loss, safe in self._cases(analysis):
-            if not safe:
-                edits.todo(analysis.statement(backward), TODO)
+        for backward, loss, kind in self._cases(analysis):
+            if kind != "sum":
+                edits.todo(analysis.statement(backward), SUMMED_TODO if kind == "summed" else TODO)
                 continue
             rt = runtime_name(analysis, edits)
             scaled = expression(f"({code_of(loss)}) * {rt}.world_size()")
@@ -260,3 +285,25 @@ def _scaled(loss: cst.BaseExpression) -> bool:
 def _low_precedence(expr: cst.BaseExpression) -> bool:
     """Whether ``expr * k`` would bind differently than ``(expr) * k``: a sum or difference at the top."""
     return isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.Add, cst.Subtract)) and not expr.lpar
+
+
+#: Keywords of ``Tensor.sum`` / ``torch.sum`` that sum over some dimensions only.
+_DIMENSIONS = ("dim", "axis")
+
+
+def _sums_the_batch(analysis: ScriptAnalysis, call: cst.Call) -> bool:
+    """``t.sum()`` or ``torch.sum(t)`` over every dimension, of a value computed from this process's batch
+    (:mod:`per_rank <ddp_migrate.codemods.analysis.per_rank>`: not an L2 penalty over the parameters)."""
+    positional = [a for a in call.args if a.keyword is None and not a.star]
+    if any(a.keyword is not None and a.keyword.value in _DIMENSIONS for a in call.args):
+        return False
+    if analysis.is_call_to(call, {"torch.sum"}):
+        if len(positional) != 1:
+            return False
+        summed: cst.BaseExpression = positional[0].value
+    elif isinstance(call.func, cst.Attribute) and call.func.attr.value == "sum" and not positional and not analysis.qualified_names(call.func):
+        summed = call.func.value
+    else:
+        return False
+    values = per_rank_values(analysis)
+    return values is not None and values.mention(summed) is not None

@@ -70,3 +70,41 @@ def test_the_scaled_helper_loss_trains_as_the_original(tmp_path: Path) -> None:
     migrate_script(tmp_path, source)
     launch = run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, timeout=120)
     assert f"checksum {expected}" in launch.output, (expected, launch.output)
+
+
+@pytest.mark.parametrize(
+    "reduced",
+    [
+        "torch.sum(F.relu((recon - x).pow(2).sum(1) - 0.1))",
+        "((recon - x) ** 2).sum()",
+        "F.binary_cross_entropy(recon, x, reduction='none').sum()",
+        "-0.5 * torch.sum(1 + recon - x.pow(2) - recon.exp())",
+    ],
+    ids=["triplet-torch-sum", "squared-error-sum", "per-sample-losses-summed", "kld-term"],
+)
+def test_a_loss_summed_with_sum_over_the_batch_is_left_to_a_human(tmp_path: Path, reduced: str) -> None:
+    """A trial's triplet loss returned ``torch.sum(F.relu(d_pos - d_neg + margin))``: nothing was reported,
+    and under torchrun both ranks ended at 3.36267516 against the original's 3.51650466 (the update halved).
+    A full ``.sum()`` of what the batch computes is reviewed (other terms of the loss may be means)."""
+    migrated, report, _ = migrate_script(tmp_path, VAE.replace("REDUCED", reduced))
+    assert "DDP039" in report and "a .sum() over this process's share of the batch" in report, report
+    assert "TODO(ddp-migrate): a loss summed over the batch with .sum()" in migrated, migrated
+    assert "world_size()).backward()" not in migrated
+
+
+@pytest.mark.parametrize(
+    "reduced",
+    [
+        "((recon - x) ** 2).sum(1).mean()",
+        "F.mse_loss(recon, x) + 1e-4 * sum(p.pow(2).sum() for p in PARAMS)",
+        "((recon - x) ** 2).sum() / x.size(0)",
+        "torch.sum((recon - x) ** 2, dim=0).mean()",
+    ],
+    ids=["per-sample-sum-then-mean", "l2-penalty-on-the-parameters", "divided-by-this-batch", "sum-over-one-dim"],
+)
+def test_a_sum_that_is_no_batch_sum_is_left_alone(tmp_path: Path, reduced: str) -> None:
+    source = VAE.replace("REDUCED", reduced.replace("PARAMS", "MODEL.parameters()")).replace(
+        "def loss_function(recon, x):", "MODEL = nn.Linear(1, 1)\n\n\ndef loss_function(recon, x):"
+    )
+    migrated, report, _ = migrate_script(tmp_path, source)
+    assert "DDP039" not in report and "world_size()" not in migrated, report
