@@ -75,7 +75,9 @@ class Edits:
 
     def todo(self, stmt: cst.BaseStatement, message: str) -> None:
         """Put a ``# TODO(ddp-migrate): ...`` comment on the line above a statement (once)."""
-        self._todos.setdefault(stmt, []).append(message)
+        messages = self._todos.setdefault(stmt, [])
+        if message not in messages:  # (two findings of one rule on one line: one comment)
+            messages.append(message)
 
     def add_import(self, module: str, name: str | None = None, asname: str | None = None) -> None:
         """Make sure ``from module import name [as asname]`` (or ``import module``) is in the file."""

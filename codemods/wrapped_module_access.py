@@ -415,6 +415,14 @@ torch.save(model.module.state_dict(), "model.pt")
                         f"{code_of(attribute)}(...) in the training step runs the model past DDP's forward: its gradients are "
                         f"never all-reduced and the ranks' weights drift apart; call {code_of(attribute.value)}(...) instead",
                     )
+                elif (alias := _alias_trained_past_ddp(analysis, attribute)) is not None:
+                    name, call = alias
+                    yield _Case(
+                        "step", call, call.func, False,  # type: ignore[arg-type]
+                        f"{name} holds {code_of(attribute)}, and {code_of(call.func)}(...) in the training step runs the model "
+                        f"past DDP's forward: its gradients are never all-reduced and the ranks' weights drift apart; "
+                        f"call {code_of(attribute.value)}(...) instead",
+                    )
                 continue
             if attr == "forward":  # ``model.module.forward(x)``: past DDP; ``model.forward(x)``: the wrapper's own
                 parent = analysis.parent(attribute)
@@ -818,18 +826,46 @@ def _runs_no_layer(analysis: ScriptAnalysis, call: cst.Call) -> bool:
 PARAMETER_READS = frozenset({"parameters", "named_parameters", "buffers", "named_buffers"})
 
 
-def _in_training_step(analysis: ScriptAnalysis, call: cst.Call) -> bool:
-    """Whether the call runs in a loop that calls ``backward()`` after it, in the same function."""
+def _in_training_step(analysis: ScriptAnalysis, call: cst.CSTNode, depth: int = 0) -> bool:
+    """Whether the call runs in a loop that calls ``backward()`` after it, in the same function, or in a
+    function of the file such a loop calls before ``backward()`` (``loss = compute_loss(model, x, y)``, a
+    few calls deep)."""
     function = analysis.enclosing_function(call)
     loop = next((a for a in analysis.ancestors(call) if isinstance(a, (cst.For, cst.While))), None)
     if loop is None or (function is not None and not analysis.is_inside(loop, function)):
-        return False
+        if function is None or depth >= 3 or analysis.enclosing_class(function) is not None:
+            return False  # (a method's callers are the model's forward and the like, not a training step)
+        return any(_in_training_step(analysis, caller, depth + 1) for caller in analysis.callers_of(function))
     return any(
         analysis.is_inside(b, loop)
         and analysis.enclosing_function(b) is function
         and (analysis.comes_before(call, b) or analysis.is_inside(call, b))  # (``loss_fn(model.module(x), y).backward()``)
         for b in analysis.backward_calls
     )
+
+
+def _alias_trained_past_ddp(analysis: ScriptAnalysis, attribute: cst.Attribute) -> tuple[str, cst.Call] | None:
+    """``net = model.module`` (a DataParallel program's alias of its model) on a DDP model, then ``net(x)``
+    in the training step: the alias's name and that call."""
+    statement_ = analysis.parent(attribute)
+    if not (isinstance(statement_, cst.Assign) and statement_.value is attribute and dotted_name(attribute.value) is not None):
+        return None
+    wrap, _ = _wrap_of(analysis, attribute.value)
+    if wrap is None or not analysis.is_call_to(wrap, names.DISTRIBUTED_DATA_PARALLEL):
+        return None
+    aliases = {name for t in statement_.targets if (name := dotted_name(t.target)) is not None}
+    for call in analysis.calls:
+        name = dotted_name(call.func)
+        if (
+            name in aliases
+            and attribute in analysis.flows_into(call.func, name)
+            and _in_training_step(analysis, call)
+            and not without_gradients(analysis, call)
+            # (``if rank == 0:`` around it: a step of one rank's own, which no other rank waits on)
+            and not any(c.kind is Kind.RANK and c.in_body is not None for c in rank_facts(analysis).conditions(call))
+        ):
+            return name, call  # type: ignore[return-value]
+    return None
 
 
 def _ddp_wraps(analysis: ScriptAnalysis) -> tuple[frozenset[cst.CSTNode], frozenset[str], frozenset[str]]:
