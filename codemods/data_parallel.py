@@ -115,6 +115,20 @@ model = DistributedDataParallel(net, device_ids=runtime.device_ids())
         Example(
             before="""\
 import torch
+
+model = torch.nn.DataParallel(net).cuda() if torch.cuda.is_available() else net
+""",
+            after="""\
+import torch
+from ddp_migrate import runtime
+from torch.nn.parallel import DistributedDataParallel
+
+model = DistributedDataParallel(net, device_ids=runtime.device_ids()).cuda()
+""",
+        ),
+        Example(
+            before="""\
+import torch
 import torch.nn as nn
 
 if torch.cuda.device_count() > 1:
@@ -181,12 +195,19 @@ else:
                 kept.append(find_unused_parameters_argument())  # DataParallel never minded a skipped layer
             new_call = ddp_call(analysis, edits, model, kept)
             parent = analysis.parent(call)
+            chained = _conditional_wrap(analysis, call, model)
             if isinstance(parent, cst.IfExp) and code_of(model).strip() in (
                 code_of(parent.orelse).strip(),
                 code_of(parent.body).strip(),
             ):
                 # ``DP(model) if many_gpus else model``: every process wraps.
                 edits.replace(parent, new_call)
+            elif chained is not None:
+                # ``DP(net).cuda() if torch.cuda.is_available() else net``: every process wraps (on a CPU
+                # machine the other side left the model unwrapped while the loader was sharded).
+                ifexp, side = chained
+                edits.replace(call, new_call)
+                edits.replace(ifexp, lambda updated, side=side: getattr(updated, side))
             elif not self._hoist_out_of_condition(analysis, edits, call, new_call, hoisted):
                 edits.replace(call, new_call)
             message = "nn.DataParallel replaced by DistributedDataParallel"
@@ -342,3 +363,25 @@ def _already_hoisted(hoisted: dict[cst.If, set[str]], top: cst.If, wrap: cst.Bas
         return True
     done.add(text)
     return False
+
+
+def _conditional_wrap(analysis: ScriptAnalysis, call: cst.Call, model: cst.BaseExpression) -> tuple[cst.IfExp, str] | None:
+    """``DP(net).cuda() if cond else net`` (either way round): the conditional expression and the side that
+    holds the wrap, when that side is the wrap with method calls chained on it (``.cuda()``, ``.to(dev)``) and
+    the other side is the model itself."""
+    node: cst.CSTNode = call
+    while True:
+        parent = analysis.parent(node)
+        if isinstance(parent, cst.Attribute) and parent.value is node:
+            grand = analysis.parent(parent)
+            if not (isinstance(grand, cst.Call) and grand.func is parent):
+                return None
+            node = grand
+            continue
+        break
+    if node is call or not isinstance(parent, cst.IfExp):
+        return None
+    side, other = ("body", parent.orelse) if parent.body is node else ("orelse", parent.body)
+    if code_of(other).strip() != code_of(model).strip():
+        return None
+    return parent, side
