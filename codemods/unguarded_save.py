@@ -8,7 +8,7 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, keyword_argument
-from .analysis.ranks import Condition, rank_facts
+from .analysis.ranks import Condition, RankFacts, rank_facts
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression, statement
 from .runtime_calls import runtime_name
@@ -41,8 +41,11 @@ class UnguardedSave(Rule):
       writes on global rank 0 only, then waits on a barrier on every rank;
     - under a condition that may differ between ranks (``if acc > best:`` with a per-rank ``acc``, a test
       the analysis cannot resolve): ``if runtime.is_main_process(): torch.save(...)``, with no barrier
-      there, since the other ranks may never get to it. When the file loads a checkpoint after the save,
-      ``runtime.barrier()`` follows the outermost such condition, where every rank passes.
+      there, since the other ranks may never get to it. When the program loads a file after the save,
+      ``runtime.barrier()`` follows the outermost such condition, where every rank passes; after an early
+      ``return`` (``if os.path.isdir(root): return`` in a data preparation helper) it follows the helper's one
+      call, where the ranks meet again. A save read back with no such place is left for review: a rank could
+      read the file before rank 0 wrote it (a trial's shards: 4 runs of 6 crashed, one trained on part).
 
     Fix safety: the checkpoint keeps its contents; a save written on rank 0 only under a per-rank
     condition follows rank 0's decision (``acc`` of rank 0's shard).
@@ -240,9 +243,15 @@ torch.save(sampler.state_dict(), f=f"sampler_{os.environ['RANK']}.pt")
             yield call, facts.unsafe_condition(call)
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
+        loads: list[cst.Call] | None = None
         for call, condition in self._cases(analysis):
             if condition is None:
                 yield Match(call, "torch.save runs on every process: save on rank 0 only (runtime.save)")
+                continue
+            loads = _loads(analysis) if loads is None else loads
+            read_back, outer, _ = self._rejoin(analysis, call, condition, loads)
+            if read_back and outer is None:
+                yield Match(call, f"torch.save runs on every process that gets here, and `{code_of(condition.test)}` may differ between ranks: {UNSYNCHRONISED_READ}", fixable=False)
             else:
                 yield Match(
                     call,
@@ -253,9 +262,7 @@ torch.save(sampler.state_dict(), f=f"sampler_{os.environ['RANK']}.pt")
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         edits = Edits(analysis)
-        facts = rank_facts(analysis)
-        # Any module of the program may read the file back (``main()`` loads what a callback saved).
-        loads = [load for module in analysis.shared.analyses for load in module.calls_to(names.CHECKPOINT_LOADS)]
+        loads = _loads(analysis)
         barriers: set[cst.CSTNode] = set()
         for call, condition in self._cases(analysis):
             rt = runtime_name(analysis, edits)
@@ -263,6 +270,9 @@ torch.save(sampler.state_dict(), f=f"sampler_{os.environ['RANK']}.pt")
                 edits.replace(call.func, expression(f"{rt}.save"))
                 edits.changes.append(Change(self.code, analysis.line(call), "torch.save replaced by runtime.save (rank 0 writes, all ranks wait)"))
                 continue
+            read_back, outer, where = self._rejoin(analysis, call, condition, loads)
+            if read_back and outer is None:
+                continue  # (left for review: see matches)
             line = _expression_line(analysis, call)
             if line is None:
                 edits.todo(analysis.statement(call), "save on rank 0 only (the ranks may not all get here: no barrier)")
@@ -276,17 +286,34 @@ torch.save(sampler.state_dict(), f=f"sampler_{os.environ['RANK']}.pt")
             message = "torch.save on rank 0 only, without a barrier (the ranks may not all get here)"
             if unwrapped:
                 message += "; the whole model saved through runtime.unwrap (the file holds the model, not its wrapper)"
-            outer = facts.rejoin_point(call)
-            needs_barrier = outer is not None and any(
-                not analysis.comes_before(load, call) or self._same_loop(analysis, load, call) for load in loads
-            )
-            if needs_barrier and outer is not None and facts.collective_safe_at(outer):
+            if read_back and outer is not None:
                 if outer not in barriers:
                     barriers.add(outer)
                     edits.insert_after(outer, statement(f"{rt}.barrier()"))
-                message += "; every rank waits after the condition"
+                message += f"; every rank waits {where}"
             edits.changes.append(Change(self.code, analysis.line(call), message))
         return edits.apply(analysis.module) if edits else None
+
+    def _rejoin(
+        self, analysis: ScriptAnalysis, call: cst.Call, condition: Condition, loads: list[cst.Call]
+    ) -> tuple[bool, cst.BaseStatement | None, str]:
+        """For a save that only some ranks may reach (``condition``): whether the program reads a file back
+        after it, and the statement after which every rank can wait for rank 0's file (``None``: no such
+        place), with how the report names that place."""
+        facts = rank_facts(analysis)
+        read_back = any(not analysis.comes_before(load, call) or self._same_loop(analysis, load, call) for load in loads)
+        outer = facts.rejoin_point(call)
+        where = "after the condition"
+        if read_back and outer is None and condition.early_exit:
+            # An early ``return`` before the save (``if os.path.isdir(root): return`` in a data preparation
+            # helper): the ranks meet again where the function is called. Without one, nothing was done
+            # here before, and the load's own waiting (one-time writes) stays in charge.
+            outer, where = _call_site_on_every_rank(analysis, facts, call), "after the call of its function"
+            if outer is None or not facts.collective_safe_at(outer):
+                return True, None, where
+        elif outer is not None and not facts.collective_safe_at(outer):
+            outer = None
+        return read_back and outer is not None, outer, where
 
     @staticmethod
     def _unwrap_whole_models(analysis: ScriptAnalysis, edits: Edits, call: cst.Call, rt: str) -> bool:
@@ -308,3 +335,29 @@ torch.save(sampler.state_dict(), f=f"sampler_{os.environ['RANK']}.pt")
     def _same_loop(analysis: ScriptAnalysis, load: cst.Call, call: cst.Call) -> bool:
         """Whether a loop runs both calls (the load may run after the save of an earlier iteration)."""
         return any(isinstance(a, (cst.For, cst.While)) and analysis.is_inside(load, a) for a in analysis.ancestors(call))
+
+
+#: The review line of a file the program reads back, where no barrier can go on a path every rank takes.
+UNSYNCHRONISED_READ = (
+    "the file is read back later, so rank 0 alone should write it and the others wait for it, but no place every "
+    "rank passes was found for a barrier (runtime.barrier()); save it on rank 0 and make the ranks wait before they read it"
+)
+
+
+def _loads(analysis: ScriptAnalysis) -> list[cst.Call]:
+    """Every checkpoint load of the program: any module may read the file back (``main()`` loads what a
+    callback saved)."""
+    return [load for module in analysis.shared.analyses for load in module.calls_to(names.CHECKPOINT_LOADS)]
+
+
+def _call_site_on_every_rank(analysis: ScriptAnalysis, facts: RankFacts, node: cst.CSTNode) -> cst.BaseStatement | None:
+    """The statement that calls the function holding the node, when the function has that one call in the
+    file and every rank runs it: there the ranks that left the function early meet the others again."""
+    function = analysis.enclosing_function(node)
+    if function is None or analysis.enclosing_class(function) is not None:
+        return None
+    callers = analysis.callers_in_program(function)
+    if len(callers) != 1 or not analysis.owns(callers[0]) or facts.guard(callers[0]) is not None:
+        return None
+    found = analysis.statement(callers[0])
+    return found if isinstance(analysis.parent(found), (cst.IndentedBlock, cst.Module)) else None

@@ -1,0 +1,79 @@
+"""Files that rank 0 writes and every rank reads back (DDP007's barrier).
+
+A trial's program prepared its data shards once (``if os.path.isdir(root): return`` then ``torch.save`` of
+each shard) and then globbed and loaded them. The migration saved on rank 0 only, with no barrier (the early
+``return`` keeps the ranks apart inside the helper), and said nothing: from an empty folder 4 runs of 6
+crashed (rank 1 found the folder and no shard), one trained on part of the data. The ranks meet again where
+the helper is called: the barrier goes there. Where no such place exists, a human is asked.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from migrated import migrate_script
+
+SHARDS = '''
+import glob
+import os
+
+import torch
+import torch.nn as nn
+from torch.utils.data import ConcatDataset, DataLoader, TensorDataset
+
+
+def prepare_shards(root="shards", n_shards=4, per_shard=16):
+    if os.path.isdir(root):
+        return
+    os.makedirs(root)
+    g = torch.Generator().manual_seed(0)
+    for s in range(n_shards):
+        x = torch.randn(per_shard, 3, generator=g)
+        torch.save((x, (x[:, 0] > 0).long()), os.path.join(root, f"shard-{s}.pt"))
+
+
+def main():
+    torch.manual_seed(0)
+    prepare_shards()
+    CALLED_AGAIN
+    ds = ConcatDataset([TensorDataset(*torch.load(f)) for f in sorted(glob.glob("shards/*.pt"))])
+    loader = DataLoader(ds, batch_size=8, shuffle=True)
+    model = nn.Linear(3, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+    print("samples", len(ds), flush=True)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_the_ranks_wait_where_the_preparing_helper_is_called(tmp_path: Path) -> None:
+    migrated, report, code = migrate_script(tmp_path, SHARDS.replace("    CALLED_AGAIN\n", ""))
+    assert code == 0, report
+    assert "prepare_shards()\n    runtime.barrier()\n" in migrated, migrated
+    assert "every rank waits after the call of its function" in report, report
+
+
+def test_without_a_place_to_wait_the_read_back_is_left_to_a_human(tmp_path: Path) -> None:
+    migrated, report, _ = migrate_script(tmp_path, SHARDS.replace("CALLED_AGAIN", 'prepare_shards("more")'))
+    assert not re.search(r"^\s*runtime\.barrier\(\)$", migrated, flags=re.M), migrated
+    assert "review" in report and "the file is read back later, so rank 0 alone should write it" in report, report
+    assert "if runtime.is_main_process():" not in migrated.split("def main")[0]  # (left as it was, for the human)
+
+
+@pytest.mark.distributed
+def test_the_migrated_shards_are_read_whole_on_every_rank(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from launch import run_torchrun
+
+    migrate_script(tmp_path, SHARDS.replace("    CALLED_AGAIN\n", ""))
+    run = run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, timeout=120)
+    assert "samples 64" in run.output, run.output
