@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .base import BatchSizePolicy, Example, Finding, Options, Phase, Rule, Severity, Valid
+from .batch_compared_with_itself import BatchComparedWithItself
 from .data_parallel import DataParallel
 from .distributed_sampler import MissingDistributedSampler
 from .elastic_snapshot import RestartableTraining
@@ -90,6 +91,7 @@ ALL_RULES: tuple[type[Rule], ...] = tuple(
             PerProcessBatchReads,
             SetOrderData,
             StepSkippedOnError,
+            BatchComparedWithItself,
         ),
         key=lambda rule: rule.code,
     )

@@ -1,0 +1,141 @@
+"""DDP050 batch-compared-with-itself."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+
+from . import names
+from .analysis import ScriptAnalysis, call_method_name
+from .analysis.loaders import without_gradients
+from .analysis.per_rank import per_rank_values
+from .base import Example, Match, Phase, Rule, Severity, Valid
+from .edits import code_of
+
+#: Calls that multiply two matrices (``torch.mm(a, b.t())``) or measure every pair of rows (``torch.cdist``).
+_PRODUCTS = frozenset({"torch.mm", "torch.matmul"})
+_PAIRWISE = frozenset({"torch.cdist"})
+
+
+def _transposed(expr: cst.BaseExpression) -> cst.BaseExpression | None:
+    """What ``x.t()``, ``x.T``, ``x.transpose(0, 1)`` or ``x.permute(1, 0)`` turns rows into columns of: the
+    batch's rows become columns, so a product with it compares samples with each other. Not
+    ``transpose(-2, -1)`` (attention over the positions of each sample)."""
+    if isinstance(expr, cst.Attribute) and expr.attr.value == "T":
+        return expr.value
+    if not (isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute)):
+        return None
+    method = call_method_name(expr)
+    arguments = [code_of(a.value).strip() for a in expr.args]
+    if (method == "t" and not arguments) or (method == "transpose" and sorted(arguments) == ["0", "1"]) or (
+        method == "permute" and arguments == ["1", "0"]
+    ):
+        return expr.func.value
+    return None
+
+
+class BatchComparedWithItself(Rule):
+    """Review a loss that compares each sample with the other samples of its batch.
+
+    What it finds, in a program that trains a ``DistributedDataParallel`` model on sharded data: a matrix
+    product of two values computed from this process's batch, the second with its samples turned into
+    columns (``z @ z.t()``, ``torch.mm(a, b.T)``, ``torch.matmul(q, k.transpose(0, 1))``), or the distances
+    between every pair of their rows (``torch.cdist(a, b)``), where gradients are taken (not under
+    ``torch.no_grad()``): the similarity matrix of a contrastive loss (SimCLR's NT-Xent, CLIP, InfoNCE with
+    in-batch negatives) or of in-batch hard-negative mining.
+
+    Why it is a problem: under DDP each process holds its share of the batch only, so each sample is
+    compared with 1/N of the samples it met in the original: the loss sees N times fewer negatives, and
+    the training computes something else, without an error (a trial's SimCLR: loss 1.86 against 2.52, the
+    weights off by 6e-3 after 3 epochs). DDP averages gradients; it does not join batches.
+
+    What a human must do: gather the embeddings of every rank before the comparison, with a gather that
+    keeps the gradient (``torch.distributed.nn.functional.all_gather``), and compare the local samples with
+    the gathered ones (the labels of the positives shift by this rank's offset); or accept the smaller
+    comparison set (and say so).
+    """
+
+    code = "DDP050"
+    name = "batch-compared-with-itself"
+    phase = Phase.OUTPUT
+    severity = Severity.WARNING
+    triggers = ("@", "mm(", "matmul(", "cdist(")
+    requires = ("backward",)
+    needs_names = (names.DISTRIBUTED_DATA_PARALLEL,)
+    manual_fix = "all_gather the embeddings of every rank (torch.distributed.nn.functional.all_gather) before comparing"
+    examples = (
+        Example(
+            before="""\
+import torch
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler
+
+model = DistributedDataParallel(net)
+loader = DataLoader(pairs, batch_size=32, sampler=DistributedSampler(pairs))
+for v1, v2 in loader:
+    z = F.normalize(torch.cat([model(v1), model(v2)]), dim=1)
+    similarity = z @ z.t() / 0.5
+    loss = F.cross_entropy(similarity.fill_diagonal_(-1e9), targets)
+    loss.backward()
+""",
+        ),
+        Valid(
+            """\
+import torch
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler
+
+model = DistributedDataParallel(net)
+loader = DataLoader(data, batch_size=32, sampler=DistributedSampler(data))
+for x, y in loader:
+    h = model(x)
+    scores = h @ classifier.weight.t()
+    attention = h @ h.transpose(-2, -1)
+    loss = F.cross_entropy(scores, y) + attention.mean()
+    loss.backward()
+    with torch.no_grad():
+        retrieval = h @ h.t()
+"""
+        ),
+    )
+
+    def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
+        if not analysis.program_wrap_calls:
+            return
+        values = per_rank_values(analysis)
+        if values is None:
+            return  # no sharded data: every rank holds the whole batch
+        for node, left, right, how in _comparisons(analysis):
+            if values.mention(left) is None or values.mention(right) is None or without_gradients(analysis, node):
+                continue
+            yield Match(
+                node,
+                f"`{code_of(node)}` {how} the samples of this process's batch with each other: under DDP each rank "
+                "holds 1/N of the batch, so the loss compares every sample with N times fewer others than the "
+                "original did; all_gather the embeddings of every rank first (torch.distributed.nn.functional.all_gather "
+                "keeps the gradient), or accept the smaller comparison set",
+                fixable=False,
+            )
+
+
+def _comparisons(analysis: ScriptAnalysis) -> Iterator[tuple[cst.CSTNode, cst.BaseExpression, cst.BaseExpression, str]]:
+    """Every product of a value with a transposed value, and every pairwise distance, in the module: (the
+    node, its two operands, what it does)."""
+    for node in analysis.preorder:
+        if type(node) is cst.BinaryOperation and isinstance(node.operator, cst.MatrixMultiply):  # type: ignore[attr-defined]
+            inner = _transposed(node.right)  # type: ignore[attr-defined]
+            if inner is not None:
+                yield node, node.left, inner, "multiplies"  # type: ignore[attr-defined]
+    for call in analysis.calls_to(_PRODUCTS | _PAIRWISE):
+        operands = [a.value for a in call.args if a.keyword is None]
+        if len(operands) < 2:
+            continue
+        if analysis.is_call_to(call, _PAIRWISE):
+            yield call, operands[0], operands[1], "measures the distances between"
+            continue
+        inner = _transposed(operands[1])
+        if inner is not None:
+            yield call, operands[0], inner, "multiplies"
