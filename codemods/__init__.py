@@ -38,6 +38,7 @@ from .unsynced_metric_logging import UnsyncedMetricLogging
 from .unseeded_random_split import UnseededRandomSplit
 from .unsharded_training_data import UnshardedTrainingData
 from .requires_grad_after_wrap import RequiresGradAfterWrap
+from .same_draws_on_every_rank import SameDrawsOnEveryRank
 from .shard_metric_decision import ShardMetricDecision
 from .pass_over_sharded_loader import PassOverShardedLoader
 from .buffer_written_from_batch import BufferWrittenFromBatch
@@ -92,6 +93,7 @@ ALL_RULES: tuple[type[Rule], ...] = tuple(
             SetOrderData,
             StepSkippedOnError,
             BatchComparedWithItself,
+            SameDrawsOnEveryRank,
         ),
         key=lambda rule: rule.code,
     )

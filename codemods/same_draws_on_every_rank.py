@@ -1,0 +1,141 @@
+"""DDP051 same-draws-on-every-rank."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+
+from . import names
+from .analysis import ScriptAnalysis, call_method_name, dotted_name, keyword_argument, walk
+from .analysis.loaders import without_gradients
+from .analysis.per_rank import PerRankValues, per_rank_values
+from .analysis.ranks import draws_per_rank, seeds_alike
+from .base import Example, Match, Phase, Rule, Severity, Valid
+from .edits import code_of
+
+#: Draws of values from torch's process-wide random state (without a ``generator=``): noise, time steps.
+VALUE_DRAWS = frozenset(
+    {"torch.randn", "torch.rand", "torch.randint", "torch.normal", "torch.randn_like", "torch.rand_like", "torch.randint_like"}
+)
+#: The draws that take their shape from a tensor (``torch.randn_like(x)``).
+_LIKE = frozenset({"torch.randn_like", "torch.rand_like", "torch.randint_like"})
+
+
+class SameDrawsOnEveryRank(Rule):
+    """Review noise drawn per sample of the batch from a random state every rank seeds alike.
+
+    What it finds, in a program that trains a ``DistributedDataParallel`` model on sharded data and seeds
+    torch's random state with the same value on every rank (``torch.manual_seed(0)``): a draw from that state
+    in the training loop whose size follows this process's batch (``torch.randn(real.size(0), nz)``,
+    ``torch.randn_like(x)``, ``torch.randint(0, T, (x.shape[0],))``): a GAN's noise vectors, a diffusion
+    model's noise and time steps, per-sample masks.
+
+    Why it is a problem: the ranks' random states start alike and draw alike, so every rank draws the same
+    numbers for its share of the batch: the global batch holds N copies of the same noise, where the original
+    drew a fresh value for each sample (a trial's GAN: 2 copies of 8 noise vectors per batch, weights off by
+    3e-2 from the original). A draw that decides for the whole batch (``if torch.rand(1) < p:``) is right
+    to be alike and is left alone.
+
+    What a human must do: seed each rank differently once the model is built and the data split (DDP copies
+    rank 0's weights at the wrap), e.g. ``torch.manual_seed(seed + runtime.rank())``, or draw from a
+    ``torch.Generator`` seeded per rank.
+    """
+
+    code = "DDP051"
+    name = "same-draws-on-every-rank"
+    phase = Phase.OUTPUT
+    severity = Severity.WARNING
+    triggers = ("rand",)
+    requires = ("manual_seed", "seed")
+    needs_names = (names.DISTRIBUTED_DATA_PARALLEL,)
+    manual_fix = "seed each rank differently after the wrap (torch.manual_seed(seed + runtime.rank())), or draw from a generator seeded per rank"
+    examples = (
+        Example(
+            before="""\
+import torch
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler
+
+torch.manual_seed(0)
+netD = DistributedDataParallel(discriminator)
+loader = DataLoader(images, batch_size=64, sampler=DistributedSampler(images))
+for (real,) in loader:
+    fake = netG(torch.randn(real.size(0), 100))
+    loss = netD(fake).mean() - netD(real).mean()
+    loss.backward()
+""",
+        ),
+        Valid(
+            """\
+import torch
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler
+
+torch.manual_seed(0)
+model = DistributedDataParallel(net)
+loader = DataLoader(data, batch_size=64, sampler=DistributedSampler(data))
+for x, y in loader:
+    if torch.rand(1).item() < 0.5:
+        x = x.flip(-1)
+    loss = criterion(model(x + 0.1 * torch.randn(16, 3)), y)
+    loss.backward()
+"""
+        ),
+    )
+
+    def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
+        if not analysis.program_wrap_calls or not analysis.backward_calls:
+            return
+        draws = [call for call in analysis.calls_to(VALUE_DRAWS) if keyword_argument(call, "generator") is None]
+        if not draws:
+            return
+        values = per_rank_values(analysis)
+        if values is None or draws_per_rank(analysis):
+            return
+        for call in draws:
+            if (
+                analysis.nearest_loop(call) is not None
+                and analysis.reaches_backward(analysis.nearest_loop(call))  # type: ignore[arg-type]
+                and not without_gradients(analysis, call)
+                and _sized_by_the_batch(analysis, values, call)
+                and seeds_alike(analysis, "torch", before=call)
+            ):
+                yield Match(
+                    call,
+                    f"`{code_of(call)}` draws noise for each sample of this process's batch from torch's random state, "
+                    "which every rank seeds alike: every rank draws the same numbers, so the global batch holds N "
+                    "copies of the same noise; seed each rank differently after the wrap (torch.manual_seed(seed + "
+                    "runtime.rank())), or draw from a generator seeded per rank",
+                    fixable=False,
+                )
+
+
+def _sized_by_the_batch(analysis: ScriptAnalysis, values: PerRankValues, call: cst.Call) -> bool:
+    """Whether the draw's shape follows a value of this process's batch: ``torch.randn_like(x)``, or a size
+    argument reading ``x.size(0)``, ``x.shape[0]`` or ``len(x)`` of one (directly or through a name assigned
+    from it: ``b_size = real.size(0)``)."""
+    arguments = [a.value for a in call.args if a.keyword is None or a.keyword.value == "size"]
+    if analysis.is_call_to(call, _LIKE):
+        return bool(arguments) and values.mention(arguments[0]) is not None
+    for argument in arguments:
+        reads = [argument]
+        for node in walk(argument):
+            name = dotted_name(node) if type(node) is cst.Name else None
+            if name is not None:
+                reads.extend(analysis.flows_into(node, name))
+        if any(_counts(values, node) for read in reads for node in walk(read)):
+            return True
+    return False
+
+
+def _counts(values: PerRankValues, node: cst.CSTNode) -> bool:
+    """``x.size(0)``, ``x.shape[0]``, ``x.shape``, ``len(x)`` of a value of this process's batch."""
+    if type(node) is cst.Call:
+        if call_method_name(node) == "size":  # type: ignore[arg-type]
+            return values.mention(node.func.value) is not None  # type: ignore[attr-defined]
+        if dotted_name(node.func) == "len" and len(node.args) == 1:  # type: ignore[attr-defined]
+            return values.mention(node.args[0].value) is not None  # type: ignore[attr-defined]
+    if type(node) is cst.Attribute and node.attr.value == "shape":  # type: ignore[attr-defined]
+        return values.mention(node.value) is not None  # type: ignore[attr-defined]
+    return False

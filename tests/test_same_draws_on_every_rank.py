@@ -1,0 +1,84 @@
+"""DDP051: noise drawn per sample from a random state every rank seeds alike.
+
+A trial's GAN seeded torch with ``torch.manual_seed(0)`` and drew ``torch.randn(real.size(0), nz)`` in the
+loop: after the migration every rank drew the same noise for its share of the batch (each global batch held
+2 copies of 8 noise vectors; weights 9.620 against the original's 9.651), and the report said nothing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from migrated import migrate_script
+
+GAN = '''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    SEED
+    netG = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 8))
+    netD = nn.Sequential(nn.Linear(8, 16), nn.LeakyReLU(0.2), nn.Linear(16, 1))
+    loader = DataLoader(TensorDataset(torch.randn(128, 8) + 2), batch_size=16)
+    optG = torch.optim.Adam(netG.parameters(), lr=1e-3)
+    optD = torch.optim.Adam(netD.parameters(), lr=1e-3)
+    for epoch in range(2):
+        for (real,) in loader:
+            DRAW
+            errD = netD(fake.detach()).mean() - netD(real).mean()
+            optD.zero_grad()
+            errD.backward()
+            optD.step()
+            errG = -netD(fake).mean()
+            optG.zero_grad()
+            errG.backward()
+            optG.step()
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+PER_SAMPLE = {
+    "noise-vectors": "fake = netG(torch.randn(real.size(0), 4))",
+    "through-a-name": "b_size = real.size(0)\n            fake = netG(torch.randn(b_size, 4))",
+    "like-the-batch": "fake = netG(torch.randn_like(real[:, :4]))",
+    "time-steps": "t = torch.randint(0, 10, (real.shape[0],))\n            fake = netG(real[:, :4] * t[:, None])",
+}
+
+
+@pytest.mark.parametrize("name", sorted(PER_SAMPLE))
+def test_noise_per_sample_from_a_state_seeded_alike_is_reviewed(tmp_path: Path, name: str) -> None:
+    migrated, report, _ = migrate_script(tmp_path, GAN.replace("SEED", "torch.manual_seed(0)").replace("DRAW", PER_SAMPLE[name]))
+    assert "DDP051" in report and "every rank draws the same numbers" in report, report
+
+
+@pytest.mark.parametrize(
+    ("seed", "draw"),
+    [
+        ("pass", PER_SAMPLE["noise-vectors"]),  # unseeded: every rank draws its own
+        ("torch.manual_seed(0)", "fake = netG(torch.randn(16, 4)) if torch.rand(1).item() < 2 else None"),  # not per sample
+        ("torch.manual_seed(0)", "fake = netG(torch.randn(real.size(0), 4, generator=torch.Generator()))"),
+    ],
+    ids=["unseeded", "fixed-size-and-batch-decision", "own-generator"],
+)
+def test_draws_that_differ_between_ranks_or_decide_for_the_batch_are_fine(tmp_path: Path, seed: str, draw: str) -> None:
+    migrated, report, _ = migrate_script(tmp_path, GAN.replace("SEED", seed).replace("DRAW", draw))
+    assert "DDP051" not in report, report
+
+
+def test_a_seed_per_rank_is_fine(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from ddp_migrate.cli import cli
+
+    migrate_script(tmp_path, GAN.replace("SEED", "torch.manual_seed(0)").replace("DRAW", PER_SAMPLE["noise-vectors"]))
+    migrated = (tmp_path / "train.py").read_text()
+    reseeded = migrated.replace("    optG = torch.optim.Adam", "    torch.manual_seed(1 + runtime.rank())\n    optG = torch.optim.Adam", 1)
+    assert reseeded != migrated
+    (tmp_path / "train.py").write_text(reseeded)
+    result = CliRunner().invoke(cli, ["lint", "--select", "DDP051", str(tmp_path / "train.py")])
+    assert "DDP051" not in result.output, result.output
