@@ -38,8 +38,13 @@ ITERABLE_DATASETS = frozenset(
         "datasets.IterableDataset",
         "webdataset.WebDataset",
         "webdataset.DataPipeline",
+        "streaming.StreamingDataset",  # MosaicML's
+        "streaming.base.StreamingDataset",
+        "streaming.base.dataset.StreamingDataset",
     }
 )
+#: Methods that turn a map-style data set into an iterable one (Hugging Face ``Dataset.to_iterable_dataset()``).
+TO_ITERABLE_METHODS = frozenset({"to_iterable_dataset"})
 #: ``load_dataset(..., streaming=True)`` hands back an iterable-style dataset.
 STREAMING_LOADS = frozenset({"datasets.load_dataset"})
 DISTRIBUTED_SAMPLER = frozenset(

@@ -78,6 +78,9 @@ def test_a_stream_from_another_module_is_left_to_a_human_and_the_program_still_r
         'wds.WebDataset("shards-{000..009}.tar").shuffle(100).decode()',
         'load_dataset("c4", split="train", streaming=True).with_format("torch")',
         "stream.map(tokenize)",
+        # a trial's: a sampler was added to these, and both crashed at the start (no len())
+        'StreamingDataset(remote="s3://bucket/mds", batch_size=8)',
+        'Dataset.from_dict({"x": [1, 2]}).to_iterable_dataset().map(tokenize)',
     ],
 )
 def test_library_streams_get_no_sampler(dataset: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -85,7 +88,8 @@ def test_library_streams_get_no_sampler(dataset: str, tmp_path: Path, monkeypatc
     iterable-style too: no sampler, a review item."""
     monkeypatch.chdir(tmp_path)
     source = (
-        "import webdataset as wds\nfrom datasets import load_dataset\nfrom torch.utils.data import ChainDataset, DataLoader\n\n"
+        "import webdataset as wds\nfrom datasets import Dataset, load_dataset\nfrom streaming import StreamingDataset\n"
+        "from torch.utils.data import ChainDataset, DataLoader\n\n"
         'stream = load_dataset("c4", split="train", streaming=True)\n'
         f"loader = DataLoader({dataset}, batch_size=8)\nfor batch in loader:\n    model(batch).backward()\n"
     )

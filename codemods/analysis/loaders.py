@@ -188,6 +188,9 @@ class LoaderFacts:
         if dataset is None:
             return False
         a = self.analysis
+        for origin in {dataset.value, *a.origins(dataset.value)}:
+            if type(origin) is cst.Call and _chain_calls(origin, names.TO_ITERABLE_METHODS):  # type: ignore[arg-type]
+                return True  # ``Dataset.from_dict(d).to_iterable_dataset()``, then ``.map(f)`` maybe
         for origin in self._stream_candidates(dataset.value):
             if a.is_call_to(origin, names.ITERABLE_DATASETS):
                 return True
@@ -671,3 +674,13 @@ def _chain_start(call: cst.Call) -> cst.Call:
     while type(current.func) is cst.Attribute and type(current.func.value) is cst.Call:  # type: ignore[attr-defined]
         current = current.func.value  # type: ignore[attr-defined]
     return current
+
+
+def _chain_calls(call: cst.Call, methods: frozenset[str]) -> bool:
+    """Whether a chain of method calls (``a.b(...).c(...)``) calls one of the methods."""
+    current: cst.BaseExpression = call
+    while type(current) is cst.Call and type(current.func) is cst.Attribute:  # type: ignore[attr-defined]
+        if current.func.attr.value in methods:  # type: ignore[attr-defined]
+            return True
+        current = current.func.value  # type: ignore[attr-defined]
+    return False
