@@ -7,7 +7,7 @@ from typing import Iterator
 import libcst as cst
 
 from . import names
-from .analysis import ScriptAnalysis, dotted_name, walk, wrapped_argument
+from .analysis import ScriptAnalysis, call_method_name, dotted_name, walk, wrapped_argument
 from .analysis.ranks import rank_facts
 from .analysis.trainable import skipped_in_some_steps
 from .base import (
@@ -174,6 +174,16 @@ else:
         for call in analysis.calls_to(names.DATA_PARALLEL):
             if self._non_distributed_branch(analysis, call):
                 continue
+            frozen = _frozen_before(analysis, call)
+            if frozen is not None:
+                yield Match(
+                    call,
+                    f"nn.DataParallel of `{frozen}`, whose parameters are all frozen before it (a teacher, a "
+                    "feature extractor): DistributedDataParallel refuses a model with nothing to train; do not "
+                    "wrap it (move it to runtime.device()) and read it without .module",
+                    fixable=False,
+                )
+                continue
             yield Match(
                 call,
                 "nn.DataParallel: use DistributedDataParallel with one process per device (launched by torchrun)",
@@ -187,7 +197,7 @@ else:
             call = match.node
             assert isinstance(call, cst.Call)
             model = wrapped_argument(call)
-            if model is None:
+            if model is None or not match.fixable:
                 continue
             kept = [a for a in call.args if a.keyword is not None and a.keyword.value == "dim"]
             skipped = skipped_in_some_steps(analysis, model)
@@ -385,3 +395,37 @@ def _conditional_wrap(analysis: ScriptAnalysis, call: cst.Call, model: cst.BaseE
     if code_of(other).strip() != code_of(model).strip():
         return None
     return parent, side
+
+
+def _frozen_before(analysis: ScriptAnalysis, call: cst.Call) -> str | None:
+    """The model a DataParallel wraps when all its parameters are frozen before the wrap, in the same
+    function: ``teacher.requires_grad_(False)`` or ``for p in teacher.parameters(): p.requires_grad = False``
+    (DDP raises "DistributedDataParallel is not needed when a module doesn't have any parameter that
+    requires a gradient", where DataParallel wrapped it without a word)."""
+    model = wrapped_argument(call)
+    name = dotted_name(model) if model is not None else None
+    if name is None:
+        return None
+    function = analysis.enclosing_function(call)
+
+    def before(node: cst.CSTNode) -> bool:
+        return analysis.enclosing_function(node) is function and analysis.comes_before(node, call)
+
+    for change in analysis.method_calls("requires_grad_"):
+        if before(change) and dotted_name(change.func.value) == name and change.args and _is_false(change.args[0].value):  # type: ignore[attr-defined]
+            return name
+    for assign in analysis.assignments:
+        if not (isinstance(assign, cst.Assign) and before(assign) and _is_false(assign.value)):
+            continue
+        loop = analysis.nearest_loop(assign)
+        source = loop.iter if isinstance(loop, cst.For) else None
+        if not (isinstance(source, cst.Call) and call_method_name(source) == "parameters" and dotted_name(source.func.value) == name):  # type: ignore[attr-defined]
+            continue
+        variable = dotted_name(loop.target)  # type: ignore[union-attr]
+        if any(dotted_name(t.target) == f"{variable}.requires_grad" for t in assign.targets):
+            return name
+    return None
+
+
+def _is_false(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.Name) and expr.value == "False"
