@@ -153,6 +153,9 @@ def _fed_by_a_loader(analysis: ScriptAnalysis, backward: cst.Call) -> bool:
         owner = analysis.shared.analysis_of(loop.loop) or analysis
         if loop.trains and owner.reaches(loop.loop, [backward]):
             return True
+    facts = loader_facts(analysis)
+    if any(type(loop) is cst.For and facts.iterates_a_loader_dict(loop.iter) for loop in analysis.ancestors(backward)):  # type: ignore[attr-defined]
+        return True  # ``for x, y in dataloaders[phase]:`` (DDP005 asks a human to shard the dict's loaders)
     around = analysis.nearest_loop(backward)
     loaders = set(analysis.program_loader_calls)
     return around is not None and any(

@@ -94,3 +94,38 @@ def test_batches_cut_by_hand_beside_a_training_loader_are_reviewed(tmp_path: Pat
     found = _lint("two.py")
     line = TWO_PHASES.splitlines().index("            nn.functional.mse_loss(model(X[idx]), Y[idx]).backward()") + 1
     assert found == [("two.py", line, "DDP040")], found
+
+
+PHASES = '''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+datasets = {"train": TensorDataset(torch.randn(64, 6), torch.randint(0, 2, (64,))), "val": TensorDataset(torch.randn(32, 6), torch.randint(0, 2, (32,)))}
+dataloaders = {x: DataLoader(datasets[x], batch_size=16, shuffle=(x == "train")) for x in ["train", "val"]}
+
+
+def train_model(model, criterion, optimizer, num_epochs=2):
+    for epoch in range(num_epochs):
+        for phase in ["train", "val"]:
+            model.train() if phase == "train" else model.eval()
+            for inputs, labels in dataloaders[phase]:
+                optimizer.zero_grad()
+                with torch.set_grad_enabled(phase == "train"):
+                    loss = criterion(model(inputs), labels)
+                    if phase == "train":
+                        loss.backward()
+                        optimizer.step()
+    return model
+
+
+model = nn.Linear(6, 2)
+train_model(model, nn.CrossEntropyLoss(), torch.optim.SGD(model.parameters(), lr=0.1))
+'''
+
+
+def test_batches_of_a_dict_of_loaders_come_from_a_loader() -> None:
+    """The transfer-learning tutorial's ``for inputs, labels in dataloaders[phase]:``: a trial got a DDP040
+    review saying the batches came from no DataLoader (beside DDP005's review of the dict's loaders)."""
+    Path("phases.py").write_text(PHASES)
+    assert _lint("phases.py") == []

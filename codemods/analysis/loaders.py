@@ -270,6 +270,11 @@ class LoaderFacts:
 
     # ------------------------------------------------------------------ queries
 
+    def iterates_a_loader_dict(self, iterated: cst.BaseExpression) -> bool:
+        """Whether a loop's iterable is ``loaders[phase]`` of a dict of loaders (the transfer-learning
+        tutorial's ``dataloaders[phase]``), whose key the analysis cannot read."""
+        return any(_subscript_of(iterated, name) for name in set(self.dict_loaders.values()))
+
     def kwargs_dict(self, loader: cst.Call) -> KwargsDict | None:
         """The dict a loader unpacks with ``**name`` (its only starred argument), with its keys when every
         write to it in the scope is a literal dict, ``name.update(<literal or such a dict>)`` or
