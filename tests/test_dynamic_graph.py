@@ -116,3 +116,73 @@ def test_the_migrated_model_trains_under_torchrun(tmp_path: Path, source: str) -
     migrate(tmp_path, source)
     run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, env={"OMP_NUM_THREADS": "1"}, timeout=120)
     assert (tmp_path / "final.pt").exists()
+
+
+OUTPUT_DROPPED = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class AE(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Linear(12, 6)
+        self.dec = nn.Linear(6, 12)
+        self.cls = nn.Linear(6, 2)
+
+    def forward(self, x):
+        z = torch.tanh(self.enc(x))
+        return self.dec(z), self.cls(z)
+
+
+def main():
+    torch.manual_seed(0)
+    model = AE()
+    loader = DataLoader(TensorDataset(torch.randn(64, 12), torch.randint(0, 2, (64,))), batch_size=16)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    for epoch in range(2):
+        for step, (xb, yb) in enumerate(loader):
+            recon, logits = model(xb)
+            loss = F.mse_loss(recon, xb)
+            USE
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    torch.save(model.state_dict(), "final.pt")
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+@pytest.mark.parametrize(
+    "use",
+    ["if step % 2 == 0:\n                loss = loss + F.cross_entropy(logits, yb)", "if step % 2 == 0:\n                print(logits.mean())"],
+    ids=["some-steps", "only-printed"],
+)
+def test_an_output_of_forward_the_step_uses_on_some_steps_looks_for_unused_parameters(tmp_path: Path, use: str) -> None:
+    """A trial's autoencoder added the classifier's loss on even steps only: the migrated program failed with
+    "Expected to have finished reduction in the prior iteration" (plain python and torchrun), and the
+    report said nothing. The classifier gets no gradient on the other steps."""
+    text, report = migrate(tmp_path, OUTPUT_DROPPED.replace("USE", use))
+    assert "find_unused_parameters=True" in text, text
+    assert "the training step uses `logits`, an output of its forward(), only on some steps" in report, report
+
+
+def test_an_output_used_on_every_step_needs_no_search(tmp_path: Path) -> None:
+    text, _ = migrate(tmp_path, OUTPUT_DROPPED.replace("USE", "loss = loss + 0.1 * F.cross_entropy(logits, yb)"))
+    assert "DistributedDataParallel(" in text and "find_unused_parameters" not in text
+
+
+@pytest.mark.e2e
+@pytest.mark.distributed
+def test_the_migrated_model_with_an_output_used_on_some_steps_trains_under_torchrun(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from launch import run_torchrun
+
+    migrate(tmp_path, OUTPUT_DROPPED.replace("USE", "if step % 2 == 0:\n                loss = loss + F.cross_entropy(logits, yb)"))
+    run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, env={"OMP_NUM_THREADS": "1"}, timeout=120)
+    assert (tmp_path / "final.pt").exists()

@@ -262,6 +262,9 @@ def skipped_in_some_steps(analysis: ScriptAnalysis, model: cst.BaseExpression) -
         # ``loss = ce(model(x, "cls"), y) + mse(model(x2, "reg"), y2)``: one step runs every head through
         # several forwards; with find_unused_parameters DDP marks a head ready twice and stops.
         return None
+    dropped = _output_used_on_some_steps(analysis, model)
+    if dropped is not None:
+        return dropped
     seen: set[cst.ClassDef] = set()
     for depth in range(3):
         found_classes: list[cst.ClassDef] = []
@@ -289,6 +292,53 @@ def skipped_in_some_steps(analysis: ScriptAnalysis, model: cst.BaseExpression) -
             found_classes.extend(owner.shared.constructed[n] for n in walk(cls) if type(n) is cst.Call and n in owner.shared.constructed)  # type: ignore[comparison-overlap]
         classes = found_classes
     return None
+
+
+def _output_used_on_some_steps(analysis: ScriptAnalysis, model: cst.BaseExpression) -> SkippedLayer | None:
+    """``recon, logits = model(x)`` in a training loop that reads ``logits`` only under an ``if`` that leaves
+    ``backward()`` out (``if step % 2 == 0: loss = loss + ce(logits, y)``), or never (``_``): the layers that
+    compute that output get no gradient on the other steps."""
+    name = dotted_name(model)
+    home = analysis.shared.analysis_of(model) or analysis
+    function = home.enclosing_function(model)
+    if name is None:
+        return None
+    for backward in home.backward_calls:
+        loop = home.nearest_loop(backward)
+        if loop is None or home.enclosing_function(loop) is not function:
+            continue
+        for node in walk(loop.body):
+            if not (
+                type(node) is cst.Assign
+                and type(node.value) is cst.Call  # type: ignore[attr-defined]
+                and dotted_name(node.value.func) == name  # type: ignore[attr-defined]
+                and len(node.targets) == 1  # type: ignore[attr-defined]
+                and type(node.targets[0].target) in (cst.Tuple, cst.List)  # type: ignore[attr-defined]
+                and home.comes_before(node, backward)
+            ):
+                continue
+            for element in node.targets[0].target.elements:  # type: ignore[attr-defined]
+                output = element.value.value if type(element.value) is cst.Name else None
+                if output is None:
+                    continue
+                reads = [
+                    n for n in walk(loop.body)
+                    if type(n) is cst.Name and n.value == output and n is not element.value and home.comes_before(node, n)  # type: ignore[attr-defined]
+                    and not isinstance(home.parent(n), cst.AssignTarget)
+                ]
+                if output == "_" or not reads or all(_read_apart_from(home, read, backward, loop) for read in reads):
+                    return SkippedLayer(home, node.value, f"the training step uses `{output}`, an output of its forward(), only on some steps")  # type: ignore[arg-type]
+    return None
+
+
+def _read_apart_from(analysis: ScriptAnalysis, read: cst.CSTNode, backward: cst.CSTNode, loop: cst.CSTNode) -> bool:
+    """Whether the read sits under an ``if`` inside the loop that does not hold the ``backward()`` call."""
+    for ancestor in analysis.ancestors(read):
+        if ancestor is loop:
+            return False
+        if type(ancestor) is cst.If and not analysis.is_inside(backward, ancestor):
+            return True
+    return False
 
 
 #: Activation checkpointing, reentrant unless ``use_reentrant=False`` is given.
