@@ -7,7 +7,7 @@ from typing import Iterator
 import libcst as cst
 
 from . import names
-from .analysis import ScriptAnalysis, dotted_name
+from .analysis import ScriptAnalysis, call_method_name, dotted_name, walk
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Severity, Valid
 from .edits import Edits, expression
 from .runtime_calls import runtime_name
@@ -30,6 +30,10 @@ class DataParallelCheckpointKeys(Rule):
     sees is the original's; loading is DDP008's, which accepts keys with and without the prefix). A wrap
     under a condition (``if torch.cuda.device_count() > 1:``, ``if args.distributed:``) wrote either format
     depending on how it ran; it is left to DDP008, which saves the plain keys.
+
+    A state dict that never reaches a file (an EMA updated key by key from ``msd = model.state_dict()``, or
+    ``ema.load_state_dict(model.state_dict())``) is left to DDP008 (``.module.state_dict()``): its keys must
+    match the copy it updates, which the migration makes of ``model.module``.
 
     Fix safety: none; the checkpoint keeps its format.
     """
@@ -97,6 +101,8 @@ torch.save(net.state_dict(), "either.pt")
             wrap = analysis.wrapped_at(receiver)
             if wrap is None or not analysis.is_call_to(wrap, names.MODEL_WRAPPERS) or _conditional(analysis, wrap):
                 continue
+            if _kept_in_memory(analysis, call):
+                continue  # (an EMA's update from the model's weights: its keys must match the EMA's own)
             wrapper = "DataParallel" if analysis.is_call_to(wrap, names.DATA_PARALLEL) else "DistributedDataParallel"
             yield Match(call, f"state_dict() of a {wrapper} model has module. keys: keep them through the migration")
 
@@ -128,4 +134,32 @@ def _conditional(analysis: ScriptAnalysis, wrap: cst.Call) -> bool:
     return False
 
 
-
+def _kept_in_memory(analysis: ScriptAnalysis, call: cst.Call) -> bool:
+    """Whether a ``state_dict()`` never reaches a file: handed straight to ``load_state_dict`` (``ema.
+    load_state_dict(model.state_dict())``), or held in a local name whose every read in its function is an
+    item or a method of it (``msd[k]``, ``msd.items()``) outside any save: no checkpoint keeps its keys, which
+    must then match the other model's (an EMA copied from ``model.module``)."""
+    parent = analysis.parent(call)
+    if isinstance(parent, cst.Arg):
+        holder = analysis.parent(parent)
+        return isinstance(holder, cst.Call) and call_method_name(holder) == "load_state_dict"
+    if not (isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name)):
+        return False
+    function = analysis.enclosing_function(call)
+    if function is None:
+        return False
+    name = parent.targets[0].target.value
+    reads = [n for n in walk(function.body) if type(n) is cst.Name and n.value == name and not isinstance(analysis.parent(n), cst.AssignTarget)]  # type: ignore[attr-defined]
+    for read in reads:
+        used = analysis.parent(read)
+        if isinstance(used, cst.Attribute) and used.value is read:
+            # ``for k, v in msd.items():`` (a copy into a dict that is saved is no such loop)
+            method_call = analysis.parent(used)
+            loop = analysis.parent(method_call) if isinstance(method_call, cst.Call) else None
+            if not (isinstance(loop, cst.For) and loop.iter is method_call):
+                return False
+        elif not (isinstance(used, cst.Subscript) and used.value is read):
+            return False
+        if any(isinstance(a, (cst.Dict, cst.DictComp)) or (isinstance(a, cst.Call) and analysis.is_call_to(a, names.TORCH_SAVE)) for a in analysis.ancestors(read)):
+            return False
+    return bool(reads)
