@@ -389,7 +389,8 @@ with torch.no_grad():
             elif _yields_batches(loader):
                 yield Match(loader, UNBATCHED_MESSAGE, fixable=False)
             elif given_loader_argument(loader, "sampler") or given_loader_argument(loader, "batch_sampler"):
-                yield Match(loader, "training DataLoader with its own sampler is not sharded across processes: shard it by hand", fixable=False)
+                own = "batch sampler" if given_loader_argument(loader, "batch_sampler") and not given_loader_argument(loader, "sampler") else "sampler"
+                yield Match(loader, f"training DataLoader with its own {own} is not sharded across processes: shard it by hand", fixable=False)
             elif kwargs is not None and kwargs.keys is not None and kwargs.keys & SAMPLING_KEYS:
                 if self._distributed_in(analysis, kwargs):
                     continue

@@ -338,3 +338,29 @@ def test_two_entries_sharing_a_training_loop_get_one_set_epoch(tmp_path: Path, m
     result = CliRunner().invoke(cli, ["."], catch_exceptions=False)
     assert Path("pkg/engine.py").read_text().count("loader.sampler.set_epoch(epoch)") == 1, result.output
     assert result.output.count("DDP006 line") == 1, result.output
+
+
+def test_a_batch_sampler_is_named_as_such_in_the_review(tmp_path: Path) -> None:
+    """A trial's bucketing ``batch_sampler=`` was reviewed as "its own sampler"."""
+    source = """
+import torch
+from torch.utils.data import BatchSampler, DataLoader, SequentialSampler, TensorDataset
+
+
+def main():
+    ds = TensorDataset(torch.randn(16, 2))
+    loader = DataLoader(ds, batch_sampler=BatchSampler(SequentialSampler(ds), 4, False))
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for (x,) in loader:
+            opt.zero_grad()
+            model(x).mean().backward()
+            opt.step()
+
+
+if __name__ == "__main__":
+    main()
+"""
+    _, report, _ = migrate_script(tmp_path, source)
+    assert "training DataLoader with its own batch sampler is not sharded" in report, report
