@@ -69,7 +69,8 @@ class StepSkippedOnError(Rule):
     """Let an error in a training step stop every rank: never skip the step on one process alone.
 
     What it finds, in a program that trains a ``DistributedDataParallel`` model: an exception handler in a
-    training loop, or in a step function a training loop calls, that swallows the error and goes on, where
+    training loop, or in a step function a training loop calls, that swallows the error and goes on (or a
+    ``with contextlib.suppress(...)`` block around the step), where
     the step it skips runs ``backward()``: the ``try`` holds the backward pass (``except RuntimeError:``
     around the step, the out-of-memory skip), or the handler leaves the iteration (``continue``, ``break``,
     ``return``) before the loop's backward pass (a bad sample skipped while preparing the batch). A handler
@@ -92,7 +93,7 @@ class StepSkippedOnError(Rule):
     name = "step-skipped-on-error"
     phase = Phase.OUTPUT
     severity = Severity.ERROR
-    triggers = ("except",)
+    triggers = ("except", "suppress")
     requires = ("backward",)
     needs_names = (names.DISTRIBUTED_DATA_PARALLEL,)
     manual_fix = "let the error stop every rank, or agree on the skip across ranks (runtime.reduce_sum of a flag)"
@@ -164,7 +165,8 @@ for step in range(steps):
         runs_backward = analysis.reaching_nodes(backward)
         reaching = analysis.functions_reaching_backward()
         for node in analysis.preorder:
-            if type(node) is not cst.Try:
+            suppressed = _suppressed(analysis, node) if type(node) is cst.With else None
+            if type(node) is not cst.Try and suppressed is None:
                 continue
             # Where the step runs: a training loop around the ``try``, or else a function of the program that
             # runs backward() (a ``train_step`` the loop calls).
@@ -184,6 +186,18 @@ for step in range(steps):
                     continue
                 scope = function.body
             trains = node.body in runs_backward  # type: ignore[attr-defined]
+            if suppressed is not None:
+                # ``with contextlib.suppress(RuntimeError):`` around the step: the error ends the block here alone
+                if trains and not all(kind in _NOT_PER_PROCESS for kind in suppressed):
+                    yield Match(
+                        node,
+                        f"contextlib.suppress({', '.join(suppressed)}) swallows the error and goes on, skipping a step "
+                        "that runs backward() on this process alone: the other ranks wait in DDP's gradient "
+                        "all-reduce and the job hangs; let the error stop every rank, or agree on the skip across "
+                        "ranks (runtime.reduce_sum of a flag) and skip together",
+                        fixable=False,
+                    )
+                continue
             for handler in node.handlers:  # type: ignore[attr-defined]
                 caught = _caught(handler)
                 if caught and all(kind in _NOT_PER_PROCESS for kind in caught):
@@ -204,6 +218,15 @@ for step in range(steps):
                     fixable=False,
                 )
                 break
+
+
+def _suppressed(analysis: ScriptAnalysis, node: cst.With) -> list[str] | None:
+    """The exceptions a ``with contextlib.suppress(...)`` statement swallows (``None``: no such statement)."""
+    for item in node.items:
+        call = item.item
+        if isinstance(call, cst.Call) and analysis.is_call_to(call, {"contextlib.suppress"}):
+            return [(dotted_name(a.value) or code_of(a.value)).split(".")[-1] for a in call.args]
+    return None
 
 
 def _backward_after(analysis: ScriptAnalysis, node: cst.Try, scope: cst.CSTNode, runs_backward: frozenset[cst.CSTNode]) -> bool:
