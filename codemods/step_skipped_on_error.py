@@ -185,7 +185,9 @@ for step in range(steps):
                 ):
                     continue
                 scope = function.body
-            trains = node.body in runs_backward  # type: ignore[attr-defined]
+            # (the ``else:`` of a ``try`` runs only when nothing was raised: a step there is skipped too)
+            orelse = getattr(node, "orelse", None)
+            trains = node.body in runs_backward or (orelse is not None and orelse in runs_backward)  # type: ignore[attr-defined]
             if suppressed is not None:
                 # ``with contextlib.suppress(RuntimeError):`` around the step: the error ends the block here alone
                 if trains and not all(kind in _NOT_PER_PROCESS for kind in suppressed):

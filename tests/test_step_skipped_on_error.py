@@ -153,3 +153,20 @@ def test_a_step_under_contextlib_suppress_is_left_to_a_human(tmp_path: Path) -> 
     (tmp_path / "interrupt").mkdir()
     _, report, _ = migrate_script(tmp_path / "interrupt", "import contextlib\n" + SCRIPT.format(step=SUPPRESSED.replace("RuntimeError", "KeyboardInterrupt")))
     assert "DDP049" not in report, report
+
+
+IN_ELSE = """\
+            try:
+                x, y = decode(batch)
+            except ValueError:
+                print("corrupt sample")
+            else:
+                nn.functional.cross_entropy(model(x), y).backward()"""
+
+
+def test_a_step_in_the_else_of_a_swallowing_try_is_left_to_a_human(tmp_path: Path) -> None:
+    """``except ValueError: print(...)`` then the step in ``else:``: the process that raised skips the step alone."""
+    from migrated import migrate_script
+
+    _, report, _ = migrate_script(tmp_path, SCRIPT.format(step=IN_ELSE))
+    assert "DDP049" in report and "swallows ValueError" in report, report
