@@ -858,7 +858,11 @@ def _alias_trained_past_ddp(analysis: ScriptAnalysis, attribute: cst.Attribute) 
         name = dotted_name(call.func)
         if (
             name in aliases
-            and attribute in analysis.flows_into(call.func, name)
+            and (
+                attribute in analysis.flows_into(call.func, name)
+                # ``self.raw_model = self.model.module`` in ``__init__``, ``self.raw_model(x)`` in ``fit()``
+                or (name.startswith("self.") and analysis.enclosing_class(call) is not None and analysis.enclosing_class(call) is analysis.enclosing_class(statement_))
+            )
             and _in_training_step(analysis, call)
             and not without_gradients(analysis, call)
             # (``if rank == 0:`` around it: a step of one rank's own, which no other rank waits on)
