@@ -30,7 +30,8 @@ class DataParallel(Rule):
     """Replace ``nn.DataParallel`` with ``DistributedDataParallel``, one process per device.
 
     What it finds: ``nn.DataParallel(model)`` under any import alias (``torch.nn.DataParallel``,
-    ``from torch.nn import DataParallel as DP``).
+    ``from torch.nn import DataParallel as DP``); its functional form ``nn.parallel.data_parallel(module,
+    input, device_ids)`` (DCGAN's ``forward``) is reported for review.
 
     Why it is a problem: DataParallel is one process driving several GPUs from threads: the GIL serialises
     it, GPU 0 gathers every output and scatters every gradient, and it cannot span machines. Under
@@ -58,8 +59,8 @@ class DataParallel(Rule):
     name = "data-parallel"
     fix_safety = FixSafety.UNSAFE
     phase = Phase.WRAPPING
-    triggers = ("DataParallel",)
-    needs_names = (names.DATA_PARALLEL,)  # it acts only on model wraps
+    triggers = ("DataParallel", "data_parallel")
+    needs_names = (names.DATA_PARALLEL | names.FUNCTIONAL_DATA_PARALLEL,)  # it acts only on model wraps
     examples = (
         Example(
             before="""\
@@ -171,6 +172,14 @@ else:
     )
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
+        for call in analysis.calls_to(names.FUNCTIONAL_DATA_PARALLEL):
+            yield Match(
+                call,
+                "nn.parallel.data_parallel(...) spreads one forward over several GPUs from one process: under torchrun "
+                "each process has a GPU of its own, and this call would make each process use several; call the "
+                "module itself (DistributedDataParallel wraps the model)",
+                fixable=False,
+            )
         for call in analysis.calls_to(names.DATA_PARALLEL):
             if self._non_distributed_branch(analysis, call):
                 continue

@@ -9,6 +9,8 @@ DATA_PARALLEL = frozenset(
         "torch.nn.parallel.data_parallel.DataParallel",
     }
 )
+#: The functional form: one forward spread over several GPUs by one process (DCGAN's ``forward``).
+FUNCTIONAL_DATA_PARALLEL = frozenset({"torch.nn.parallel.data_parallel", "torch.nn.parallel.data_parallel.data_parallel"})
 DISTRIBUTED_DATA_PARALLEL = frozenset(
     {
         "torch.nn.parallel.DistributedDataParallel",
