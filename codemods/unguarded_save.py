@@ -7,8 +7,9 @@ from typing import Iterator
 import libcst as cst
 
 from . import names
-from .analysis import ScriptAnalysis, keyword_argument
-from .analysis.ranks import Condition, RankFacts, rank_facts
+from .analysis import ScriptAnalysis, keyword_argument, walk
+from .analysis.script import leaves_function
+from .analysis.ranks import Condition, rank_facts
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression, statement
 from .runtime_calls import runtime_name
@@ -250,7 +251,15 @@ torch.save(sampler.state_dict(), f=f"sampler_{os.environ['RANK']}.pt")
                 continue
             loads = _loads(analysis) if loads is None else loads
             read_back, outer, _ = self._rejoin(analysis, call, condition, loads)
-            if read_back and outer is None:
+            helper = _preparation_call(analysis, call) if read_back and _after_an_early_return(analysis, call) else None
+            if helper is not None:
+                yield Match(
+                    call,
+                    f"torch.save in `{code_of(helper.func)}()`, which returns early on a test of the file system and "  # type: ignore[attr-defined]
+                    "whose files the program reads back: every rank would run it, and the ranks race (one sees the "
+                    f"folder another made and writes nothing); run `{code_of(helper)}` on rank 0 only, then wait on every rank",
+                )
+            elif read_back and _after_an_early_return(analysis, call):
                 yield Match(call, f"torch.save runs on every process that gets here, and `{code_of(condition.test)}` may differ between ranks: {UNSYNCHRONISED_READ}", fixable=False)
             else:
                 yield Match(
@@ -264,6 +273,7 @@ torch.save(sampler.state_dict(), f=f"sampler_{os.environ['RANK']}.pt")
         edits = Edits(analysis)
         loads = _loads(analysis)
         barriers: set[cst.CSTNode] = set()
+        prepared: set[cst.CSTNode] = set()
         for call, condition in self._cases(analysis):
             rt = runtime_name(analysis, edits)
             if condition is None:
@@ -271,7 +281,24 @@ torch.save(sampler.state_dict(), f=f"sampler_{os.environ['RANK']}.pt")
                 edits.changes.append(Change(self.code, analysis.line(call), "torch.save replaced by runtime.save (rank 0 writes, all ranks wait)"))
                 continue
             read_back, outer, where = self._rejoin(analysis, call, condition, loads)
-            if read_back and outer is None:
+            helper = _preparation_call(analysis, call) if read_back and _after_an_early_return(analysis, call) else None
+            if helper is not None:
+                # The whole preparation (its early return, its folder, its saves) on rank 0, the others waiting.
+                stmt = analysis.statement(helper)
+                if stmt not in prepared:
+                    prepared.add(stmt)
+                    guard = cst.If(test=expression(f"{rt}.is_main_process()"), body=cst.IndentedBlock(body=[stmt]))  # type: ignore[list-item]
+                    edits.replace(stmt, lambda updated, guard=guard: guard.with_changes(
+                        leading_lines=updated.leading_lines,
+                        body=cst.IndentedBlock(body=[updated.with_changes(leading_lines=[])]),
+                    ))
+                    edits.insert_after(stmt, statement(f"{rt}.barrier()"))
+                    edits.changes.append(Change(
+                        self.code, analysis.line(stmt),
+                        f"{code_of(helper)} (it saves files the program reads back) runs on rank 0 only; every rank waits after it",
+                    ))
+                continue
+            if read_back and _after_an_early_return(analysis, call):
                 continue  # (left for review: see matches)
             line = _expression_line(analysis, call)
             if line is None:
@@ -299,21 +326,15 @@ torch.save(sampler.state_dict(), f=f"sampler_{os.environ['RANK']}.pt")
     ) -> tuple[bool, cst.BaseStatement | None, str]:
         """For a save that only some ranks may reach (``condition``): whether the program reads a file back
         after it, and the statement after which every rank can wait for rank 0's file (``None``: no such
-        place), with how the report names that place."""
+        place), with how the report names that place. (After an early ``return``, the ranks meet again only
+        where the function is called: see :func:`_preparation_call`.)"""
         facts = rank_facts(analysis)
         read_back = any(not analysis.comes_before(load, call) or self._same_loop(analysis, load, call) for load in loads)
         outer = facts.rejoin_point(call)
         where = "after the condition"
-        if read_back and outer is None and condition.early_exit:
-            # An early ``return`` before the save (``if os.path.isdir(root): return`` in a data preparation
-            # helper): the ranks meet again where the function is called. Without one, nothing was done
-            # here before, and the load's own waiting (one-time writes) stays in charge.
-            outer, where = _call_site_on_every_rank(analysis, facts, call), "after the call of its function"
-            if outer is None or not facts.collective_safe_at(outer):
-                return True, None, where
-        elif outer is not None and not facts.collective_safe_at(outer):
+        if outer is not None and not facts.collective_safe_at(outer):
             outer = None
-        return read_back and outer is not None, outer, where
+        return read_back, outer, where
 
     @staticmethod
     def _unwrap_whole_models(analysis: ScriptAnalysis, edits: Edits, call: cst.Call, rt: str) -> bool:
@@ -350,14 +371,29 @@ def _loads(analysis: ScriptAnalysis) -> list[cst.Call]:
     return [load for module in analysis.shared.analyses for load in module.calls_to(names.CHECKPOINT_LOADS)]
 
 
-def _call_site_on_every_rank(analysis: ScriptAnalysis, facts: RankFacts, node: cst.CSTNode) -> cst.BaseStatement | None:
-    """The statement that calls the function holding the node, when the function has that one call in the
-    file and every rank runs it: there the ranks that left the function early meet the others again."""
+def _after_an_early_return(analysis: ScriptAnalysis, call: cst.Call) -> bool:
+    """Whether a test that may differ between ranks returns from the save's function before it (``if
+    os.path.isdir(root): return``), at any depth of the conditions around the save."""
+    return any(c.early_exit and c.splits_ranks and leaves_function(c.owner) for c in rank_facts(analysis).conditions(call))
+
+
+def _preparation_call(analysis: ScriptAnalysis, node: cst.CSTNode) -> cst.Call | None:
+    """The one call of the function holding the node (a data preparation helper), when every rank runs it as
+    a statement of its own whose value is not used (``prepare_shards()``), in this file, and the function
+    runs no collective (guarded for rank 0, it must not make the others wait for it)."""
     function = analysis.enclosing_function(node)
     if function is None or analysis.enclosing_class(function) is not None:
         return None
     callers = analysis.callers_in_program(function)
-    if len(callers) != 1 or not analysis.owns(callers[0]) or facts.guard(callers[0]) is not None:
+    if len(callers) != 1 or not analysis.owns(callers[0]):
         return None
-    found = analysis.statement(callers[0])
-    return found if isinstance(analysis.parent(found), (cst.IndentedBlock, cst.Module)) else None
+    call = callers[0]
+    facts = rank_facts(analysis)
+    stmt = analysis.statement(call)
+    if facts.guard(call) is not None or not facts.collective_safe_at(stmt) or not isinstance(analysis.parent(stmt), (cst.IndentedBlock, cst.Module)):
+        return None
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr) and stmt.body[0].value is call):
+        return None  # (``ds = load_all(prepare())``: the ranks would read before rank 0 is done)
+    if any(type(n) is cst.Call and analysis.is_call_to(n, names.COLLECTIVES) for n in walk(function)):  # type: ignore[arg-type]
+        return None
+    return call

@@ -55,18 +55,38 @@ if __name__ == "__main__":
 '''
 
 
-def test_the_ranks_wait_where_the_preparing_helper_is_called(tmp_path: Path) -> None:
+def test_the_preparing_helper_runs_on_rank_0_and_the_ranks_wait_after_it(tmp_path: Path) -> None:
+    """The whole helper on rank 0 (its early return too: a rank that saw the folder another rank had just made
+    returned and wrote nothing, a review found), every rank waiting after it."""
     migrated, report, code = migrate_script(tmp_path, SHARDS.replace("    CALLED_AGAIN\n", ""))
     assert code == 0, report
-    assert "prepare_shards()\n    runtime.barrier()\n" in migrated, migrated
-    assert "every rank waits after the call of its function" in report, report
+    assert "    if runtime.is_main_process():\n        prepare_shards()\n    runtime.barrier()\n" in migrated, migrated
+    assert "prepare_shards() (it saves files the program reads back) runs on rank 0 only" in report, report
+    assert "        torch.save((x," in migrated  # (the helper itself is unchanged)
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        ("    prepare_shards()\n", "    ds0 = prepare_shards() or 'shards'\n"),  # the value is used where it is called
+        ("        torch.save(", "        if not os.path.exists(os.path.join(root, f'shard-{s}.pt')):\n            torch.save("),
+    ],
+    ids=["value-used", "inner-condition"],
+)
+def test_other_shapes_of_the_preparation_are_left_to_a_human_or_run_on_rank_0(tmp_path: Path, shape: tuple[str, str]) -> None:
+    source = SHARDS.replace("    CALLED_AGAIN\n", "").replace(*shape)
+    migrated, report, _ = migrate_script(tmp_path, source)
+    if "or 'shards'" in source:
+        assert "review" in report and "the file is read back later" in report, report
+    else:
+        assert "    if runtime.is_main_process():\n        prepare_shards()\n    runtime.barrier()\n" in migrated, migrated
 
 
 def test_without_a_place_to_wait_the_read_back_is_left_to_a_human(tmp_path: Path) -> None:
     migrated, report, _ = migrate_script(tmp_path, SHARDS.replace("CALLED_AGAIN", 'prepare_shards("more")'))
     assert not re.search(r"^\s*runtime\.barrier\(\)$", migrated, flags=re.M), migrated
     assert "review" in report and "the file is read back later, so rank 0 alone should write it" in report, report
-    assert "if runtime.is_main_process():" not in migrated.split("def main")[0]  # (left as it was, for the human)
+    assert "if runtime.is_main_process():" not in migrated  # (left as it was, for the human)
 
 
 @pytest.mark.distributed
