@@ -159,7 +159,7 @@ total = nn.functional.l1_loss(a, b, reduction="sum")
             loss = receiver
             if isinstance(receiver, cst.Call) and call_method_name(receiver) == "scale" and receiver.args:
                 loss = receiver.args[0].value
-            if _scaled(loss):
+            if _scaled(loss) or _scaled_by_a_name(analysis, loss):
                 continue
             kind = self._sums(analysis, loss, backward, depth=0)
             if kind is not None:
@@ -200,6 +200,8 @@ total = nn.functional.l1_loss(a, b, reduction="sum")
                         continue
                     if not any(dotted_name(t.target) == node.value for t in assign.targets) or not analysis.comes_before(assign, at):
                         continue
+                    if _scaled(assign.value) or _scaled_by_a_name(analysis, assign.value):
+                        return None  # ``loss = per.sum() * ws`` with ``ws = dist.get_world_size()``: scaled already
                     inner = self._sums(analysis, assign.value, assign, depth + 1)
                     if inner == "divided" or (inner in ("sum", "summed") and divisors):
                         return "divided"
@@ -207,6 +209,8 @@ total = nn.functional.l1_loss(a, b, reduction="sum")
                         found = True
                     summed = summed or inner == "summed"
         if not found:
+            if summed and divisors and any(_of_this_batch(analysis, d) for d in divisors):
+                return None  # ``(loss * mask).sum() / mask.sum()``, Dice: a ratio of this batch's own sums
             return ("divided" if divisors else "summed") if summed else None
         return "divided" if divisors else "sum"
 
@@ -301,9 +305,73 @@ def _sums_the_batch(analysis: ScriptAnalysis, call: cst.Call) -> bool:
         if len(positional) != 1:
             return False
         summed: cst.BaseExpression = positional[0].value
-    elif isinstance(call.func, cst.Attribute) and call.func.attr.value == "sum" and not positional and not analysis.qualified_names(call.func):
+    elif (
+        isinstance(call.func, cst.Attribute)
+        and call.func.attr.value == "sum"
+        and not positional
+        and not any(q.startswith(_LIBRARY_FUNCTIONS) for q in analysis.qualified_names(call.func))
+    ):
         summed = call.func.value
     else:
         return False
+    if _holds_means(analysis, summed, call):
+        return False
     values = per_rank_values(analysis)
     return values is not None and values.mention(summed) is not None
+
+
+#: Module functions spelled like a method (``np.sum(x)`` is ``numpy.sum``; ``losses.sum()`` is a tensor's).
+_LIBRARY_FUNCTIONS = ("numpy.", "torch.", "math.", "builtins.", "jax.")
+#: Calls whose value is a stack of values, or a loss reduced to its mean (``F.cross_entropy(out, y)``).
+_STACKS = frozenset({"torch.stack", "torch.cat", "torch.tensor", "torch.hstack", "torch.vstack"})
+
+
+def _holds_means(analysis: ScriptAnalysis, summed: cst.BaseExpression, call: cst.Call) -> bool:
+    """Whether a summed value is a stack of losses or a loss already reduced to a mean (``torch.stack([ce, mse]).sum()``,
+    ``F.cross_entropy(out, y).sum()``, ``loss = ce(out, y)`` then ``loss = loss.sum()``): its sum adds means, it
+    does not sum over the batch."""
+    flows = analysis.flows_into(summed, summed.value) if isinstance(summed, cst.Name) else [summed]
+    values = [v for v in flows if not any(n is call for n in walk(v))]  # (not ``loss = loss.sum()`` itself)
+    if not values:
+        return False
+    for value in values:
+        if not isinstance(value, cst.Call):
+            return False
+        if analysis.is_call_to(value, _STACKS) or call_method_name(value) == "mean":
+            continue
+        is_loss = any(_is_reducing_loss(q) for q in analysis.qualified_names(value.func))
+        reduction = keyword_argument(value, "reduction")
+        if not (is_loss and (reduction is None or (isinstance(reduction.value, cst.SimpleString) and reduction.value.evaluated_value == "mean"))):
+            return False
+    return True
+
+
+def _is_reducing_loss(qualified: str) -> bool:
+    """A functional loss of torch that reduces to the mean unless told otherwise (``F.cross_entropy``,
+    ``F.mse_loss``; not ``F.relu``)."""
+    module, _, name = qualified.rpartition(".")
+    return module == "torch.nn.functional" and (name.endswith("_loss") or name in _REDUCING_LOSSES)
+
+
+#: The functional losses whose names do not end in ``_loss``.
+_REDUCING_LOSSES = frozenset({"cross_entropy", "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div"})
+
+
+def _of_this_batch(analysis: ScriptAnalysis, divisor: cst.BaseExpression) -> bool:
+    """Whether a divisor is computed from this process's batch (``mask.sum()``, ``p.sum() + t.sum()``)."""
+    values = per_rank_values(analysis)
+    return values is not None and any(
+        isinstance(n, cst.Call) and call_method_name(n) == "sum" and isinstance(n.func, cst.Attribute) and values.mention(n.func.value) is not None
+        or isinstance(n, cst.Call) and analysis.is_call_to(n, {"torch.sum"}) and bool(n.args) and values.mention(n.args[0].value) is not None
+        for n in walk(divisor)
+    )
+
+
+def _scaled_by_a_name(analysis: ScriptAnalysis, loss: cst.BaseExpression) -> bool:
+    """Whether the loss is multiplied by a name that holds the world size (``ws = dist.get_world_size()``)."""
+    for node in walk(loss):
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply):
+            for side in (node.left, node.right):
+                if isinstance(side, cst.Name) and any(_scaled(v) for v in analysis.flows_into(side, side.value) if isinstance(v, cst.BaseExpression)):
+                    return True
+    return False
