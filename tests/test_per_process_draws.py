@@ -333,3 +333,22 @@ def test_a_split_made_when_its_module_is_imported_runs_before_main_seeds(
     result = CliRunner().invoke(cli, ["lint", "--select", "DDP043", str(tmp_path)], catch_exceptions=False)
     found = sorted(line.split(": ")[0].rsplit("/", 1)[-1] for line in result.output.splitlines() if "DDP043" in line)
     assert found == (["data.py:8:22", "data.py:9:8"] if reviewed else []), result.output
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        ENTRY_SEEDING.format(before="", after_import="torch.manual_seed(0)\nnp.random.seed(0)", in_main="pass"),
+        ENTRY_SEEDING.format(before="", after_import="", in_main="torch.manual_seed(0); np.random.seed(0)").replace(
+            "from data import extra_set, train_set\n", ""
+        ).replace("    loader = DataLoader(", "    from data import extra_set, train_set\n    loader = DataLoader(", 1),
+    ],
+    ids=["seed-after-torch-utils-data-before-data", "lazy-import-after-the-seed"],
+)
+def test_a_seed_that_runs_before_the_module_is_imported_seeds_its_draws(tmp_path: Path, entry: str) -> None:
+    """A review found two false alarms: ``torch.utils.data`` counted as importing ``data.py``, and a lazy
+    ``from data import ...`` in ``main()`` after the seed was taken for an import before it."""
+    (tmp_path / "data.py").write_text(DATA_AT_IMPORT)
+    (tmp_path / "train.py").write_text(entry)
+    result = CliRunner().invoke(cli, ["lint", "--select", "DDP043", str(tmp_path)], catch_exceptions=False)
+    assert "DDP043" not in result.output, result.output

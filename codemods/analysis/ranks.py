@@ -936,27 +936,44 @@ def seeds_alike(analysis: ScriptAnalysis, state: str = "torch", before: cst.CSTN
 
 
 def _seeds_before_importing(module: ScriptAnalysis, seed: cst.Call, imported: ScriptAnalysis) -> bool:
-    """Whether a seed of another module runs before ``imported`` is first imported: the seed runs when its
-    own module is imported (at its top level, or in a function called there) and comes before every
-    statement of that module that imports ``imported`` (a module imported with nothing of the program
-    between them: ``True`` where the analysis cannot tell)."""
+    """Whether a seed of another module runs before ``imported`` is first imported by it: the seed runs when
+    its own module is imported (at its top level, or in a function called there) and comes before every
+    statement of that module that imports ``imported``; or the seed and every such import are in one
+    function, the seed first (``torch.manual_seed(0)`` then a lazy ``from data import train_set`` in
+    ``main()``). A module imported with nothing of the program between them: ``True``."""
+    imports = _imports_of(module, imported.module_name)
+    function = module.enclosing_function(seed)
+    if function is not None and imports and all(
+        module.enclosing_function(node) is function and module.comes_before(seed, node) for node in imports
+    ):
+        return True
     path = _call_path(module, seed)
     if path[-1][0] is not None:
-        return False  # in ``main()``, or a function called later: after every import
+        return False  # in a function called later than the module's imports run
     at = path[-1][1]
-    name = imported.module_name.rpartition(".")[2]
+    return all(module.comes_before(at, node) for node in imports)
+
+
+def _imports_of(module: ScriptAnalysis, name: str) -> list[cst.CSTNode]:
+    """The import statements of a module that import the module named ``name`` (``import data``, ``from data
+    import x``, ``from pkg import data``, relative ``from . import data`` / ``from .data import x``; not
+    ``torch.utils.data``)."""
+    found: list[cst.CSTNode] = []
     for node in module.preorder:
+        relative = False
         if type(node) is cst.ImportFrom:
-            spelled = {dotted_name(node.module) or ""} if node.module is not None else set()
-            if not isinstance(node.names, cst.ImportStar):
-                spelled.update(dotted_name(alias.name) or "" for alias in node.names)
+            base = dotted_name(node.module) if node.module is not None else ""  # type: ignore[attr-defined]
+            relative = bool(node.relative)  # type: ignore[attr-defined]
+            spelled = {base} if base else set()
+            if not isinstance(node.names, cst.ImportStar):  # type: ignore[attr-defined]
+                spelled.update(f"{base}.{dotted_name(alias.name)}" if base else dotted_name(alias.name) or "" for alias in node.names)  # type: ignore[attr-defined]
         elif type(node) is cst.Import:
             spelled = {dotted_name(alias.name) or "" for alias in node.names}  # type: ignore[attr-defined]
         else:
             continue
-        if any(part.rpartition(".")[2] == name for part in spelled) and not module.comes_before(at, node):
-            return False
-    return True
+        if any(part == name or (relative and name.endswith("." + part)) for part in spelled if part):
+            found.append(node)
+    return found
 
 
 def _same_on_every_rank(analysis: ScriptAnalysis, kind: Kind, call: cst.Call) -> bool:
