@@ -835,7 +835,12 @@ def _in_training_step(analysis: ScriptAnalysis, call: cst.CSTNode, depth: int = 
     if loop is None or (function is not None and not analysis.is_inside(loop, function)):
         if function is None or depth >= 3 or analysis.enclosing_class(function) is not None:
             return False  # (a method's callers are the model's forward and the like, not a training step)
-        return any(_in_training_step(analysis, caller, depth + 1) for caller in analysis.callers_of(function))
+        # (in any module of the program; a call under ``torch.no_grad()`` takes no gradient through it)
+        return any(
+            _in_training_step(home, caller, depth + 1) and not without_gradients(home, caller)
+            for caller in analysis.callers_in_program(function)
+            for home in [analysis.shared.analysis_of(caller) or analysis]
+        )
     return any(
         analysis.is_inside(b, loop)
         and analysis.enclosing_function(b) is function
