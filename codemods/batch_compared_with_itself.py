@@ -7,9 +7,9 @@ from typing import Iterator
 import libcst as cst
 
 from . import names
-from .analysis import ScriptAnalysis, call_method_name
+from .analysis import ScriptAnalysis, call_method_name, walk
 from .analysis.loaders import without_gradients
-from .analysis.per_rank import per_rank_values
+from .analysis.per_rank import PerRankValues, per_rank_values
 from .base import Example, Match, Phase, Rule, Severity, Valid
 from .edits import code_of
 
@@ -111,6 +111,8 @@ for x, y in loader:
         for node, left, right, how in _comparisons(analysis):
             if values.mention(left) is None or values.mention(right) is None or without_gradients(analysis, node):
                 continue
+            if _detached(left) or _detached(right) or _only_measured(analysis, node) or _per_sample(analysis, values, node):
+                continue
             yield Match(
                 node,
                 f"`{code_of(node)}` {how} the samples of this process's batch with each other: under DDP each rank "
@@ -129,6 +131,12 @@ def _comparisons(analysis: ScriptAnalysis) -> Iterator[tuple[cst.CSTNode, cst.Ba
             inner = _transposed(node.right)  # type: ignore[attr-defined]
             if inner is not None:
                 yield node, node.left, inner, "multiplies"  # type: ignore[attr-defined]
+    for call in analysis.calls:
+        if call_method_name(call) in ("mm", "matmul") and isinstance(call.func, cst.Attribute) and len(call.args) == 1:
+            if not analysis.qualified_names(call.func) & _PRODUCTS:  # ``a.mm(b.t())``: the tensor's method
+                inner = _transposed(call.args[0].value)
+                if inner is not None:
+                    yield call, call.func.value, inner, "multiplies"
     for call in analysis.calls_to(_PRODUCTS | _PAIRWISE):
         operands = [a.value for a in call.args if a.keyword is None]
         if len(operands) < 2:
@@ -139,3 +147,33 @@ def _comparisons(analysis: ScriptAnalysis) -> Iterator[tuple[cst.CSTNode, cst.Ba
         inner = _transposed(operands[1])
         if inner is not None:
             yield call, operands[0], inner, "multiplies"
+
+
+#: What turns a similarity matrix into a number to look at (an accuracy, a retrieval rank), not a loss.
+_MEASURES = frozenset({"item", "argmax", "argmin", "tolist", "topk"})
+
+
+def _detached(expr: cst.BaseExpression) -> bool:
+    """Whether an operand is cut from the graph (``a.detach()``): no gradient flows through the comparison."""
+    return any(isinstance(n, cst.Call) and call_method_name(n) == "detach" for n in walk(expr))
+
+
+def _only_measured(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
+    """Whether the comparison's value is turned into a measure in its own expression (``(a @ b.t()).argmax(1)``)."""
+    for ancestor in analysis.ancestors(node):
+        if isinstance(ancestor, cst.BaseStatement):
+            return False
+        if isinstance(ancestor, cst.Call) and call_method_name(ancestor) in _MEASURES:
+            return True
+    return False
+
+
+def _per_sample(analysis: ScriptAnalysis, values: PerRankValues, node: cst.CSTNode) -> bool:
+    """Whether the comparison runs in a loop over the samples of the batch (``for x, adj in zip(xb, ab):``), so
+    it compares the parts of one sample (a graph's nodes), not the samples with each other."""
+    for ancestor in analysis.ancestors(node):
+        if isinstance(ancestor, cst.FunctionDef):
+            return False
+        if isinstance(ancestor, cst.For) and values.mention(ancestor.iter) is not None:
+            return True
+    return False

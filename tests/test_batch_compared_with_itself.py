@@ -49,6 +49,9 @@ COMPARED = {
     return F.cross_entropy(sim, torch.cat([torch.arange(n, 2 * n), torch.arange(0, n)]))""",
     "clip": "logits = torch.mm(F.normalize(a, dim=1), F.normalize(b, dim=1).T) / t\n    return F.cross_entropy(logits, torch.arange(len(a)))",
     "hard-negatives": "d = torch.cdist(a, b)\n    return F.relu(d.diagonal() - d.min(dim=1).values + 1.0).mean()",
+    # a review found the tensor's own methods missed
+    "method-mm": "return F.cross_entropy(a.mm(b.t()) / t, torch.arange(len(a)))",
+    "method-matmul": "return F.cross_entropy(a.matmul(b.T) / t, torch.arange(len(a)))",
 }
 
 NOT_COMPARED = {
@@ -56,6 +59,10 @@ NOT_COMPARED = {
     "attention": "w = (a.unsqueeze(1) @ b.unsqueeze(1).transpose(-2, -1)).softmax(-1)\n    return (w * a.unsqueeze(1)).pow(2).mean()",
     "per-sample": "return (1 - F.cosine_similarity(a, b)).mean()",
     "no-grad": "with torch.no_grad():\n        print((a @ b.t()).diagonal().mean())\n    return F.mse_loss(a, b)",
+    # a review found these reviewed: metrics outside no_grad, and a comparison within each sample
+    "detached-metric": "print((a.detach() @ b.detach().t()).diagonal().mean())\n    return F.mse_loss(a, b)",
+    "argmax-metric": "print((torch.mm(a, b.t()).argmax(1) == torch.arange(len(a))).float().mean().item())\n    return F.mse_loss(a, b)",
+    "within-each-sample": "loss = 0\n    for za, zb in zip(a, b):\n        loss = loss + (za.view(2, 4) @ zb.view(2, 4).t()).pow(2).mean()\n    return loss / len(a)",
 }
 
 
