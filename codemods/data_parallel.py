@@ -130,6 +130,20 @@ model = DistributedDataParallel(net, device_ids=runtime.device_ids()).cuda()
         Example(
             before="""\
 import torch
+
+model = torch.nn.DataParallel(net).to(device) if args.multi_gpu else net.to(device)
+""",
+            after="""\
+import torch
+from ddp_migrate import runtime
+from torch.nn.parallel import DistributedDataParallel
+
+model = DistributedDataParallel(net, device_ids=runtime.device_ids()).to(device)
+""",
+        ),
+        Example(
+            before="""\
+import torch
 import torch.nn as nn
 
 if torch.cuda.device_count() > 1:
@@ -398,12 +412,27 @@ def _conditional_wrap(analysis: ScriptAnalysis, call: cst.Call, model: cst.BaseE
             node = grand
             continue
         break
-    if node is call or not isinstance(parent, cst.IfExp):
+    if node is call and isinstance(parent, cst.IfExp):
+        pass  # ``DP(net) if cond else net.to(device)``: the other side moves the model only
+    elif node is call or not isinstance(parent, cst.IfExp):
         return None
+    if any(isinstance(a, cst.Lambda) for a in analysis.ancestors(parent)):
+        return None  # (``wrap = lambda m: DP(m).cuda() if ... else m``: the wrap happens where it is called)
     side, other = ("body", parent.orelse) if parent.body is node else ("orelse", parent.body)
-    if code_of(other).strip() != code_of(model).strip():
+    if code_of(_moved(other)).strip() != code_of(_moved(model)).strip():
         return None
     return parent, side
+
+
+#: Methods that move or cast a model and hand it back (``net.to(device)``, ``net.cuda()``).
+_MOVES = frozenset({"to", "cuda", "cpu", "float", "half", "double", "bfloat16"})
+
+
+def _moved(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """The model under the moves chained on it (``net`` of ``net.cuda().float()``)."""
+    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in _MOVES:
+        expr = expr.func.value
+    return expr
 
 
 def _frozen_before(analysis: ScriptAnalysis, call: cst.Call) -> str | None:
