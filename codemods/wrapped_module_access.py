@@ -485,6 +485,17 @@ torch.save(model.module.state_dict(), "model.pt")
                 kind = "DDP" if analysis.is_call_to(wrap, names.DISTRIBUTED_DATA_PARALLEL) else "DataParallel"
                 yield _Case("access", subscript, subscript, sometimes, f"{code_of(subscript)} indexes the {kind} wrapper, which cannot be indexed: index the model (.module)")
         for call in analysis.calls:
+            if dotted_name(call.func) == "getattr" and len(call.args) >= 2 and code_of(call.args[1].value).strip("'\"") == "module":
+                alias = _alias_trained_past_ddp(analysis, call, call.args[0].value)
+                if alias is not None:
+                    name, step = alias
+                    yield _Case(
+                        "step", step, step.func, False,  # type: ignore[arg-type]
+                        f"{name} holds {code_of(call)}, and {code_of(step.func)}(...) in the training step runs the model "
+                        f"past DDP's forward: its gradients are never all-reduced and the ranks' weights drift apart; "
+                        f"call {code_of(call.args[0].value)}(...) instead",
+                    )
+                continue
             if analysis.is_call_to(call, HANDOFFS) or call_method_name(call) == "add_graph":
                 if call.args and not call.args[0].keyword and not call.args[0].star:
                     wrap, closure = _wrap_of(analysis, call.args[0].value)
@@ -849,31 +860,47 @@ def _in_training_step(analysis: ScriptAnalysis, call: cst.CSTNode, depth: int = 
     )
 
 
-def _alias_trained_past_ddp(analysis: ScriptAnalysis, attribute: cst.Attribute) -> tuple[str, cst.Call] | None:
-    """``net = model.module`` (a DataParallel program's alias of its model) on a DDP model, then ``net(x)``
-    in the training step: the alias's name and that call."""
-    statement_ = analysis.parent(attribute)
-    if not (isinstance(statement_, cst.Assign) and statement_.value is attribute and dotted_name(attribute.value) is not None):
+def _alias_trained_past_ddp(
+    analysis: ScriptAnalysis, reach: cst.BaseExpression, model: cst.BaseExpression | None = None
+) -> tuple[str, cst.Call] | None:
+    """``net = model.module`` (a DataParallel program's alias of its model; also ``model.module if
+    isinstance(model, nn.DataParallel) else model`` and ``getattr(model, "module", model)``) on a DDP model,
+    then ``net(x)`` or ``net.encoder(x)`` in the training step: the alias's name and that call. ``reach``:
+    the ``model.module`` attribute or the ``getattr`` call; ``model``: what it reaches into (the attribute's
+    value by default)."""
+    model = model if model is not None else reach.value  # type: ignore[attr-defined]
+    value: cst.CSTNode = reach
+    statement_ = analysis.parent(reach)
+    if isinstance(statement_, cst.IfExp):
+        value, statement_ = statement_, analysis.parent(statement_)
+    if not (isinstance(statement_, cst.Assign) and statement_.value is value and dotted_name(model) is not None):
         return None
-    wrap, _ = _wrap_of(analysis, attribute.value)
+    wrap, _ = _wrap_of(analysis, model)
     if wrap is None or not analysis.is_call_to(wrap, names.DISTRIBUTED_DATA_PARALLEL):
         return None
     aliases = {name for t in statement_.targets if (name := dotted_name(t.target)) is not None}
     for call in analysis.calls:
-        name = dotted_name(call.func)
+        called = dotted_name(call.func)
+        if called is None:
+            continue
+        name, _, layer = called.partition(".") if called.split(".")[0] in aliases else (called, "", "")
+        if called.startswith("self.") and called not in aliases:
+            name, layer = next(((a, called[len(a) + 1 :]) for a in aliases if called.startswith(a + ".")), (called, ""))
+        if name not in aliases or layer in STATE_METHODS | WRAPPER_ATTRIBUTES | PARAMETER_READS | {"eval", "train", "to", "cuda", "cpu", "zero_grad"}:
+            continue
         if (
-            name in aliases
-            and (
-                attribute in analysis.flows_into(call.func, name)
+            (
+                value in analysis.flows_into(call.func if not layer else call.func.value, name)  # type: ignore[attr-defined]
                 # ``self.raw_model = self.model.module`` in ``__init__``, ``self.raw_model(x)`` in ``fit()``
                 or (name.startswith("self.") and analysis.enclosing_class(call) is not None and analysis.enclosing_class(call) is analysis.enclosing_class(statement_))
             )
             and _in_training_step(analysis, call)
             and not without_gradients(analysis, call)
+            and not _runs_no_layer(analysis, call)
             # (``if rank == 0:`` around it: a step of one rank's own, which no other rank waits on)
             and not any(c.kind is Kind.RANK and c.in_body is not None for c in rank_facts(analysis).conditions(call))
         ):
-            return name, call  # type: ignore[return-value]
+            return code_of(call.func.value) if layer else name, call  # type: ignore[attr-defined, return-value]
     return None
 
 
