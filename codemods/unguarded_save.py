@@ -396,4 +396,9 @@ def _preparation_call(analysis: ScriptAnalysis, node: cst.CSTNode) -> cst.Call |
         return None  # (``ds = load_all(prepare())``: the ranks would read before rank 0 is done)
     if any(type(n) is cst.Call and analysis.is_call_to(n, names.COLLECTIVES) for n in walk(function)):  # type: ignore[arg-type]
         return None
+    # Every save of the helper after the early return: one before it would become runtime.save, whose
+    # barrier rank 0 alone would then wait in.
+    saves = [n for n in walk(function) if type(n) is cst.Call and analysis.is_call_to(n, CHECKPOINT_WRITERS)]  # type: ignore[arg-type]
+    if not all(_after_an_early_return(analysis, save) for save in saves):  # type: ignore[arg-type]
+        return None
     return call

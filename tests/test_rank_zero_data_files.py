@@ -97,3 +97,15 @@ def test_the_migrated_shards_are_read_whole_on_every_rank(tmp_path: Path) -> Non
     migrate_script(tmp_path, SHARDS.replace("    CALLED_AGAIN\n", ""))
     run = run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, timeout=120)
     assert "samples 64" in run.output, run.output
+
+
+def test_a_helper_that_also_saves_before_its_early_return_is_left_to_a_human(tmp_path: Path) -> None:
+    """A save before the early return becomes runtime.save (a barrier): run on rank 0 alone, the helper would
+    wait there for ranks that wait elsewhere. The helper stays on every rank, for review."""
+    source = SHARDS.replace("    CALLED_AGAIN\n", "").replace(
+        'def prepare_shards(root="shards", n_shards=4, per_shard=16):\n',
+        'def prepare_shards(root="shards", n_shards=4, per_shard=16):\n    torch.save({"n": n_shards}, "meta.pt")\n',
+    )
+    migrated, report, _ = migrate_script(tmp_path, source)
+    assert "if runtime.is_main_process():\n        prepare_shards()" not in migrated, migrated
+    assert "review" in report and "the file is read back later" in report, report
