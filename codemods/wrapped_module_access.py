@@ -415,6 +415,13 @@ torch.save(model.module.state_dict(), "model.pt")
                         f"{code_of(attribute)}(...) in the training step runs the model past DDP's forward: its gradients are "
                         f"never all-reduced and the ranks' weights drift apart; call {code_of(attribute.value)}(...) instead",
                     )
+                elif (handed := _handed_to_a_forward(analysis, attribute)) is not None:
+                    yield _Case(
+                        "step", handed, attribute, False,  # type: ignore[arg-type]
+                        f"{code_of(attribute)} handed to {code_of(handed.func)}(), which runs it in the training step: past "
+                        f"DDP's forward, its gradients are never all-reduced and the ranks' weights drift apart; hand it "
+                        f"{code_of(attribute.value)} instead",
+                    )
                 elif (alias := _alias_trained_past_ddp(analysis, attribute)) is not None:
                     name, call = alias
                     yield _Case(
@@ -901,6 +908,35 @@ def _alias_trained_past_ddp(
             and not any(c.kind is Kind.RANK and c.in_body is not None for c in rank_facts(analysis).conditions(call))
         ):
             return code_of(call.func.value) if layer else name, call  # type: ignore[attr-defined, return-value]
+    return None
+
+
+def _handed_to_a_forward(analysis: ScriptAnalysis, attribute: cst.Attribute) -> cst.Call | None:
+    """``compute_loss(model.module, x, y)`` in the training step, on a DDP model, where ``compute_loss`` (of
+    any module of the program) calls the parameter it gets (``model(x)``) or its layers (``model.encoder(x)``):
+    the call."""
+    argument = analysis.parent(attribute)
+    call = analysis.parent(argument) if isinstance(argument, cst.Arg) else None
+    if not (isinstance(call, cst.Call) and dotted_name(attribute.value) is not None):
+        return None
+    function = analysis.call_target(call)
+    home = analysis.shared.analysis_of(function) if function is not None else None
+    if function is None or home is None:
+        return None
+    wrap, _ = _wrap_of(analysis, attribute.value)
+    if wrap is None or not analysis.is_call_to(wrap, names.DISTRIBUTED_DATA_PARALLEL):
+        return None
+    params = {param for param, value in analysis.bound_arguments(call, function) if value is attribute}
+    runs = any(
+        type(node) is cst.Call
+        and (called := dotted_name(node.func)) is not None  # type: ignore[attr-defined]
+        and called.split(".")[0] in params
+        and called.partition(".")[2] not in STATE_METHODS | WRAPPER_ATTRIBUTES | PARAMETER_READS | {"eval", "train", "to", "cuda", "cpu"}
+        and not without_gradients(home, node)
+        for node in walk(function.body)
+    )
+    if runs and _in_training_step(analysis, call) and not without_gradients(analysis, call):
+        return call
     return None
 
 

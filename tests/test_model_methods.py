@@ -367,3 +367,14 @@ def test_other_spellings_of_an_alias_trained_on_are_left_to_a_human(tmp_path: Pa
     source = ALIAS.replace("    net = model.module\n", f"    {alias}\n").replace("loss = F.mse_loss(net(xb), xb)", f"loss = F.mse_loss({step}, xb)")
     _, report, _ = migrate_script(tmp_path, source)
     assert "in the training step runs the model past DDP's forward" in report, report
+
+
+def test_the_inner_model_handed_to_a_helper_that_runs_it_in_the_step_is_left_to_a_human(tmp_path: Path) -> None:
+    """``compute_loss(model.module, x, y)`` of a DataParallel script: after the migration the helper runs the
+    model past DDP's forward (the previous session's note and a review listed it as missed)."""
+    source = HELPER_BYPASS.replace("    model = Net()\n", "    model = nn.DataParallel(Net())\n").replace(
+        "loss = compute_loss(model, xb, yb)", "loss = compute_loss(model.module, xb, yb)"
+    ).replace("print(evaluate(model, x, y))", "print(evaluate(model.module, x, y))")
+    _, report, _ = migrate_script(tmp_path, source)
+    assert "model.module handed to compute_loss(), which runs it in the training step" in report, report
+    assert "evaluate()" not in report
