@@ -228,14 +228,13 @@ else:
                 kept.append(find_unused_parameters_argument())  # DataParallel never minded a skipped layer
             new_call = ddp_call(analysis, edits, model, kept)
             parent = analysis.parent(call)
-            chained = _conditional_wrap(analysis, call, model)
             if isinstance(parent, cst.IfExp) and code_of(model).strip() in (
                 code_of(parent.orelse).strip(),
                 code_of(parent.body).strip(),
             ):
                 # ``DP(model) if many_gpus else model``: every process wraps.
                 edits.replace(parent, new_call)
-            elif chained is not None:
+            elif (chained := _conditional_wrap(analysis, call, model)) is not None:
                 # ``DP(net).cuda() if torch.cuda.is_available() else net``: every process wraps (on a CPU
                 # machine the other side left the model unwrapped while the loader was sharded).
                 ifexp, side = chained
