@@ -9,6 +9,7 @@ import libcst as cst
 from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name, walk, wrapped_argument
 from .analysis.ranks import rank_facts
+from .analysis.script import SELF_RETURNING_METHODS
 from .analysis.trainable import skipped_in_some_steps
 from .base import (
     Change,
@@ -423,8 +424,9 @@ def _conditional_wrap(analysis: ScriptAnalysis, call: cst.Call, model: cst.BaseE
     return parent, side
 
 
-#: Methods that move or cast a model and hand it back (``net.to(device)``, ``net.cuda()``).
-_MOVES = frozenset({"to", "cuda", "cpu", "float", "half", "double", "bfloat16"})
+#: Methods that move or cast a model and hand it back (``net.to(device)``, ``net.cuda()``): the analysis's
+#: self-returning methods, less the mode switches.
+_MOVES = SELF_RETURNING_METHODS - {"train", "eval"}
 
 
 def _moved(expr: cst.BaseExpression) -> cst.BaseExpression:

@@ -423,13 +423,7 @@ torch.save(model.module.state_dict(), "model.pt")
                         f"{code_of(attribute.value)} instead",
                     )
                 elif (alias := _alias_trained_past_ddp(analysis, attribute)) is not None:
-                    name, call = alias
-                    yield _Case(
-                        "step", call, call.func, False,  # type: ignore[arg-type]
-                        f"{name} holds {code_of(attribute)}, and {code_of(call.func)}(...) in the training step runs the model "
-                        f"past DDP's forward: its gradients are never all-reduced and the ranks' weights drift apart; "
-                        f"call {code_of(attribute.value)}(...) instead",
-                    )
+                    yield _alias_case(*alias, attribute, attribute.value)
                 continue
             if attr == "forward":  # ``model.module.forward(x)``: past DDP; ``model.forward(x)``: the wrapper's own
                 parent = analysis.parent(attribute)
@@ -495,13 +489,7 @@ torch.save(model.module.state_dict(), "model.pt")
             if dotted_name(call.func) == "getattr" and len(call.args) >= 2 and code_of(call.args[1].value).strip("'\"") == "module":
                 alias = _alias_trained_past_ddp(analysis, call, call.args[0].value)
                 if alias is not None:
-                    name, step = alias
-                    yield _Case(
-                        "step", step, step.func, False,  # type: ignore[arg-type]
-                        f"{name} holds {code_of(call)}, and {code_of(step.func)}(...) in the training step runs the model "
-                        f"past DDP's forward: its gradients are never all-reduced and the ranks' weights drift apart; "
-                        f"call {code_of(call.args[0].value)}(...) instead",
-                    )
+                    yield _alias_case(*alias, call, call.args[0].value)
                 continue
             if analysis.is_call_to(call, HANDOFFS) or call_method_name(call) == "add_graph":
                 if call.args and not call.args[0].keyword and not call.args[0].star:
@@ -867,6 +855,21 @@ def _in_training_step(analysis: ScriptAnalysis, call: cst.CSTNode, depth: int = 
     )
 
 
+def _alias_case(name: str, step: cst.Call, reach: cst.BaseExpression, model: cst.BaseExpression) -> _Case:
+    """The review of a training forward through an alias (``name``, bound to ``reach``: ``model.module`` or
+    ``getattr(model, "module", model)``) of the wrapped ``model``."""
+    return _Case(
+        "step", step, step.func, False,  # type: ignore[arg-type]
+        f"{name} holds {code_of(reach)}, and {code_of(step.func)}(...) in the training step runs the model past "
+        f"DDP's forward: its gradients are never all-reduced and the ranks' weights drift apart; call "
+        f"{code_of(model)}(...) instead",
+    )
+
+
+#: What a call through a model may run that is no forward of its layers: state, parameters, mode and moves.
+_NOT_A_FORWARD = STATE_METHODS | WRAPPER_ATTRIBUTES | PARAMETER_READS | {"eval", "train", "to", "cuda", "cpu"}
+
+
 def _alias_trained_past_ddp(
     analysis: ScriptAnalysis, reach: cst.BaseExpression, model: cst.BaseExpression | None = None
 ) -> tuple[str, cst.Call] | None:
@@ -893,7 +896,7 @@ def _alias_trained_past_ddp(
         name, _, layer = called.partition(".") if called.split(".")[0] in aliases else (called, "", "")
         if called.startswith("self.") and called not in aliases:
             name, layer = next(((a, called[len(a) + 1 :]) for a in aliases if called.startswith(a + ".")), (called, ""))
-        if name not in aliases or layer in STATE_METHODS | WRAPPER_ATTRIBUTES | PARAMETER_READS | {"eval", "train", "to", "cuda", "cpu", "zero_grad"}:
+        if name not in aliases or layer in _NOT_A_FORWARD | {"zero_grad"}:
             continue
         if (
             (
@@ -931,7 +934,7 @@ def _handed_to_a_forward(analysis: ScriptAnalysis, attribute: cst.Attribute) -> 
         type(node) is cst.Call
         and (called := dotted_name(node.func)) is not None  # type: ignore[attr-defined]
         and called.split(".")[0] in params
-        and called.partition(".")[2] not in STATE_METHODS | WRAPPER_ATTRIBUTES | PARAMETER_READS | {"eval", "train", "to", "cuda", "cpu"}
+        and called.partition(".")[2] not in _NOT_A_FORWARD
         and not without_gradients(home, node)
         for node in walk(function.body)
     )

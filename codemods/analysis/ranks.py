@@ -956,14 +956,12 @@ def _seeds_before_importing(module: ScriptAnalysis, seed: cst.Call, imported: Sc
 
 def _imports_of(module: ScriptAnalysis, name: str) -> list[cst.CSTNode]:
     """The import statements of a module that import the module named ``name`` (``import data``, ``from data
-    import x``, ``from pkg import data``, relative ``from . import data`` / ``from .data import x``; not
-    ``torch.utils.data``)."""
+    import x``, ``from pkg import data``, relative ``from . import data`` / ``from .data import x``, resolved
+    by :meth:`ScriptAnalysis.imported_from`; not ``torch.utils.data``)."""
     found: list[cst.CSTNode] = []
     for node in module.preorder:
-        relative = False
         if type(node) is cst.ImportFrom:
-            base = dotted_name(node.module) if node.module is not None else ""  # type: ignore[attr-defined]
-            relative = bool(node.relative)  # type: ignore[attr-defined]
+            base = module.imported_from(node)  # type: ignore[arg-type]
             spelled = {base} if base else set()
             if not isinstance(node.names, cst.ImportStar):  # type: ignore[attr-defined]
                 spelled.update(f"{base}.{dotted_name(alias.name)}" if base else dotted_name(alias.name) or "" for alias in node.names)  # type: ignore[attr-defined]
@@ -971,7 +969,7 @@ def _imports_of(module: ScriptAnalysis, name: str) -> list[cst.CSTNode]:
             spelled = {dotted_name(alias.name) or "" for alias in node.names}  # type: ignore[attr-defined]
         else:
             continue
-        if any(part == name or (relative and name.endswith("." + part)) for part in spelled if part):
+        if name in spelled:
             found.append(node)
     return found
 

@@ -842,7 +842,6 @@ class ScriptAnalysis:
         known = self.shared.by_name
         if len(known) <= 1:
             return found
-        package = self.module_name if self.is_package else self.module_name.rpartition(".")[0]
         for node in self.index.preorder:
             if isinstance(node, cst.Import):
                 for alias in node.names:
@@ -853,12 +852,7 @@ class ScriptAnalysis:
                     elif full.split(".")[0] in known:
                         found[full.split(".")[0]] = (full.split(".")[0], None)
             elif isinstance(node, cst.ImportFrom) and not isinstance(node.names, cst.ImportStar):
-                base = dotted_name(node.module) if node.module is not None else ""
-                if node.relative:
-                    parts = package.split(".") if package else []
-                    up = len(node.relative) - 1
-                    parts = parts[: len(parts) - up] if up else parts
-                    base = ".".join([*parts, base] if base else parts)
+                base = self.imported_from(node)
                 for alias in node.names:
                     symbol = dotted_name(alias.name) or ""
                     local = alias.asname.name.value if alias.asname is not None and isinstance(alias.asname.name, cst.Name) else symbol
@@ -868,6 +862,18 @@ class ScriptAnalysis:
                     elif base in known:
                         found[local] = (base, symbol)
         return found
+
+    def imported_from(self, node: cst.ImportFrom) -> str:
+        """The full name of the module a ``from ... import`` reads, relative imports resolved against this
+        module's package (``from .data import x`` in ``pkg/train.py``: ``pkg.data``)."""
+        base = dotted_name(node.module) if node.module is not None else ""
+        if not node.relative:
+            return base or ""
+        package = self.module_name if self.is_package else self.module_name.rpartition(".")[0]
+        parts = package.split(".") if package else []
+        up = len(node.relative) - 1
+        parts = parts[: len(parts) - up] if up else parts
+        return ".".join([*parts, base] if base else parts)
 
     def imported_definition(self, name: str) -> cst.FunctionDef | cst.ClassDef | None:
         """The function or class of another module of the program that a name of this module imports."""
