@@ -288,3 +288,61 @@ def test_a_lint_without_fixes_sends_no_sources_back(tmp_path: Path) -> None:
     assert lean.findings == whole.findings and lean.findings
     assert (lean.original, lean.text) == (b"", "") and whole.original == script.read_bytes() and whole.text
     assert fixed.changed and fixed.original == script.read_bytes()
+
+
+IMPORTS_EVERYWHERE = '''\
+"""A docstring that says: import this, then from that import it."""
+import os, sys as system
+from . import sibling
+
+
+def helper():
+    text = "no import here, only a string"
+    def inner():
+        from .pkg.mod import (
+            first,
+            second,
+        )
+        return first
+    return inner
+
+
+class Trainer:
+    def fit(self):
+        for _ in range(2):
+            try:
+                import numpy
+            except ImportError:  # import in a comment
+                from json \\
+                    import loads
+            else:
+                pass
+            finally:
+                pass
+        with open("f") as f:
+            if f:
+                import torch.distributed as dist
+            elif system:
+                import pickle
+        match f:
+            case 1:
+                import csv
+
+
+if __name__ == "__main__":
+    from train import main
+'''
+
+
+def test_the_scan_finds_the_imports_the_whole_walk_finds() -> None:
+    """The scan enters only the statements whose lines hold the word ``import``: it finds the same
+    imports, nested ones included, in the same order as a walk of every statement."""
+    import ast
+
+    from ddp_migrate.codemods.analysis.project import import_lines, import_statements, nested_statements
+
+    tree = ast.parse(IMPORTS_EVERYWHERE)
+    everywhere = [s for s in nested_statements(tree.body) if isinstance(s, (ast.Import, ast.ImportFrom))]
+    found = list(import_statements(tree.body, import_lines(IMPORTS_EVERYWHERE)))
+    assert [ast.unparse(s) for s in found] == [ast.unparse(s) for s in everywhere]
+    assert len(found) == 9
