@@ -67,6 +67,20 @@ class DataParallel(Rule):
             before="""\
 import torch.nn as nn
 
+parallel = lambda m: nn.DataParallel(m).to(device) if many_gpus else m
+model = parallel(Net())
+""",
+            after="""\
+import torch.nn as nn
+
+parallel = lambda m: m.to(device) if many_gpus else m
+model = parallel(Net())
+""",
+        ),
+        Example(
+            before="""\
+import torch.nn as nn
+
 model = Net().to(device)
 model = nn.DataParallel(model)
 """,
@@ -167,6 +181,7 @@ model = DistributedDataParallel(model, device_ids=runtime.device_ids())
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 """,
         ),
+        # A wrap inside a lambda: the model it returns is wrapped where it is trained (DDP011), not here too.
         Valid(
             """\
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -227,6 +242,16 @@ else:
             skipped = skipped_in_some_steps(analysis, model)
             if skipped is not None:
                 kept.append(find_unused_parameters_argument())  # DataParallel never minded a skipped layer
+            if _in_a_lambda(analysis, call):
+                # ``parallel = lambda m: nn.DataParallel(m).cuda() if cuda else m``: the lambda returns the model
+                # (moved, as before), and the model is wrapped where it is trained (DDP011); a DDP here would be
+                # wrapped again there, on one side of the condition only.
+                edits.replace(call, model)
+                edits.changes.append(Change(
+                    self.code, analysis.line(call),
+                    "nn.DataParallel removed from the lambda: the model it returns is wrapped in DistributedDataParallel where it is trained",
+                ))
+                continue
             new_call = ddp_call(analysis, edits, model, kept)
             parent = analysis.parent(call)
             if isinstance(parent, cst.IfExp) and code_of(model).strip() in (
@@ -298,7 +323,8 @@ else:
             analysis.scope_of(wrap) is scope
             and not analysis.is_inside(wrap, top)
             and analysis.comes_before(top, wrap)
-            and dotted_name(wrapped_argument(wrap)) in targets - {None}
+            and (argument := wrapped_argument(wrap)) is not None
+            and dotted_name(_moved(argument)) in targets - {None}  # ``DDP(model.to(device))`` too
             for wrap in wraps
         )
 
@@ -427,6 +453,12 @@ def _conditional_wrap(analysis: ScriptAnalysis, call: cst.Call, model: cst.BaseE
 #: Methods that move or cast a model and hand it back (``net.to(device)``, ``net.cuda()``): the analysis's
 #: self-returning methods, less the mode switches.
 _MOVES = SELF_RETURNING_METHODS - {"train", "eval"}
+
+
+def _in_a_lambda(analysis: ScriptAnalysis, call: cst.Call) -> bool:
+    """Whether the call is inside a lambda (in the statement that holds it)."""
+    stmt = analysis.statement(call)
+    return any(isinstance(a, cst.Lambda) for a in analysis.ancestors(call) if analysis.is_inside(a, stmt))
 
 
 def _moved(expr: cst.BaseExpression) -> cst.BaseExpression:

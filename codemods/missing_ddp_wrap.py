@@ -441,6 +441,11 @@ loss.backward()
             assigns = _assignments_to(analysis, switch)
             if any(_follows_launch(analysis, a) for a in assigns):
                 continue
+            if _set_up_with_the_group(analysis, assigns) is not None:
+                # The program's own distributed mode (mmcv's ``--launcher``): turned on where the program also
+                # sets up its process group, so the switch alone cannot be forced on (left to a human).
+                yield guard, switch, []
+                continue
             if assigns:
                 yield guard, switch, list(assigns)
                 continue
@@ -475,6 +480,10 @@ loss.backward()
                 fixable=False,
             )
         for guard, switch, sites in self._switches(analysis):
+            setup = _set_up_with_the_group(analysis, _assignments_to(analysis, switch))
+            if setup is not None:
+                yield Match(guard, _own_distributed_mode(analysis, switch, setup), fixable=False)
+                continue
             yield Match(
                 guard,
                 f"DistributedDataParallel only under `{switch}`, which a torchrun launch leaves off: "
@@ -518,6 +527,10 @@ loss.backward()
                 message += f", with find_unused_parameters=True: {skipped.why}"
             edits.changes.append(Change(self.code, analysis.line(anchor) + 1, message))
         for guard, switch, sites in self._switches(analysis):
+            setup = _set_up_with_the_group(analysis, _assignments_to(analysis, switch))
+            if setup is not None:
+                edits.todo(guard, _own_distributed_mode(analysis, switch, setup))
+                continue
             if not sites:
                 edits.todo(guard, f"make `{switch}` true under torchrun (runtime.world_size() > 1)")
                 continue
@@ -584,6 +597,29 @@ def _follows_launch(analysis: ScriptAnalysis, assign: cst.Assign) -> bool:
         return True
     helpers = {analysis.call_target(n) for test in tests for n in walk(test) if isinstance(n, cst.Call)} - {None}
     return any(any(word in code_of(helper) for word in LAUNCH_AWARE) for helper in helpers)  # type: ignore[arg-type]
+
+
+def _set_up_with_the_group(analysis: ScriptAnalysis, assigns: list[cst.Assign]) -> cst.Call | None:
+    """The program's own process group setup (``init_process_group``) that runs in the same block as one of
+    the switch's assignments, under a condition (``else: distributed = True; dist.init_process_group(...)``):
+    the switch is the program's distributed mode, chosen by its own option."""
+    for setup in analysis.calls_to(names.INIT_PROCESS_GROUP):
+        block = analysis.parent(analysis.statement(setup))
+        if isinstance(block, cst.IndentedBlock) and any(analysis.parent(analysis.statement(a)) is block for a in assigns):
+            if any(isinstance(a, cst.If) for a in analysis.ancestors(setup)):
+                return setup
+    return None
+
+
+def _own_distributed_mode(analysis: ScriptAnalysis, switch: str, setup: cst.Call) -> str:
+    """The review of a switch the program turns on together with its own process group setup."""
+    test = next(a for a in analysis.ancestors(setup) if isinstance(a, cst.If))
+    return (
+        f"DistributedDataParallel only under `{switch}`, which the program turns on where it also sets up its process "
+        f"group (line {analysis.line(setup)}, under `if {code_of(test.test).strip()}:`): a plain torchrun launch leaves both "
+        "off and every process trains alone; launch torchrun with the program's own option that takes that branch (as "
+        "it was launched before), or make that test true under torchrun (runtime.world_size() > 1)"
+    )
 
 
 def _assignments_to(analysis: ScriptAnalysis, name: str) -> list[cst.Assign]:

@@ -340,27 +340,40 @@ with open("config.yaml") as f:
         helper's ``if is_best: shutil.copyfile(path, "model_best.pth")`` guarded to rank 0, read back by
         ``torch.load("model_best.pth")`` in ``main``) with no barrier before them in their function: the
         other ranks read a missing or half-written file. Paths are matched by their literal text."""
-        reads = [(call, path) for call in _file_reads(analysis) if (path := _literal_path(analysis, call)) is not None]
+        reads = [(call, _literal_path(analysis, call)) for call in _file_reads(analysis)]
         if not reads:
             return
         facts = rank_facts(analysis)
         written: dict[str, list[tuple[ScriptAnalysis, cst.Call]]] = {}
+        unnamed: list[tuple[ScriptAnalysis, cst.Call]] = []  # rank 0's writes of a path no literal spells
         for module in analysis.shared.analyses:
             module_facts = rank_facts(module)
             for call in module.calls:
                 if module_facts.guard(call) is None or (self._writer(module, call) is None and not module.is_call_to(call, names.TORCH_SAVE)):
                     continue
+                literal = False
                 for arg in call.args:
                     if (text := _literal(module, arg.value)) is not None:
                         written.setdefault(text, []).append((module, call))
+                        literal = True
+                if not literal and self._writer(module, call) in (None, "open", "file") and not module.is_call_to(call, _REMOVALS):
+                    unnamed.append((module, call))
         waits = [(module, c) for module in analysis.shared.analyses for c in module.calls_to(BARRIER | names.RUNTIME_SAVE)]
         for call, path in reads:
-            if path not in written or facts.guard(call) is not None:
+            if facts.guard(call) is not None:
                 continue
-            if self._waited_before(analysis, call, written[path], waits):
+            if path in written:
+                if not self._waited_before(analysis, call, written[path], waits):
+                    stmt = analysis.statement(call)
+                    yield _Case(call, "read", stmt if facts.collective_safe_at(stmt) else None)
                 continue
-            stmt = analysis.statement(call)
-            yield _Case(call, "read", stmt if facts.collective_safe_at(stmt) else None)
+            # A path the analysis cannot spell (``os.path.join(root, f"shard-{s}.pt")`` written under ``if rank ==
+            # 0:``, read back through ``glob``): the same kind of file written by rank 0 earlier in the run.
+            family = _family(analysis, call)
+            earlier = [(m, w) for m, w in unnamed if _family(m, w) == family and analysis.runs_before(w, call)]
+            if earlier and not self._waited_before(analysis, call, earlier, waits):
+                stmt = analysis.statement(call)
+                yield _Case(call, "read-after", stmt if facts.collective_safe_at(stmt) else None)
 
     @staticmethod
     def _waited_before(
@@ -376,6 +389,8 @@ with open("config.yaml") as f:
         function = analysis.enclosing_function(read)
         if any(module is analysis and module.enclosing_function(c) is function and module.comes_before(c, read) for module, c in waits):
             return True
+        if all(any(analysis.runs_before(write, c) and analysis.runs_before(c, read) for _, c in waits) for _, write in writes):
+            return True  # a barrier every rank passes between them, up the calls (after ``prepare()`` in ``main``)
         return all(
             any(
                 module is home and home.enclosing_function(c) is home.enclosing_function(write) and home.comes_before(write, c)
@@ -425,6 +440,10 @@ with open("config.yaml") as f:
             "tracker": "every rank starts a wandb run: disable it off rank 0 (mode=\"disabled\")",
             "download": "every rank downloads into the same folder at once: download on rank 0 first while the others wait",
             "read": "every rank reads a file that only rank 0 writes, with no barrier before: a missing or half-written file; wait for rank 0 first",
+            "read-after": (
+                "every rank reads a file after rank 0 alone wrote files of its kind (under a rank test, earlier in the "
+                "run), with no barrier between: a missing or half-written file; wait for rank 0 first"
+            ),
         }
         for case in self._cases(analysis):
             yield Match(case.call, messages[case.kind], fixable=case.block is not None)
@@ -463,7 +482,7 @@ with open("config.yaml") as f:
                         edits.insert_after(point, statement(f"{rt}.barrier()"))
                 if waits:
                     message += "; every rank waits for it before reading on"
-            elif kind == "read":
+            elif kind in ("read", "read-after"):
                 rt = runtime_name(analysis, edits)
                 edits.insert_before(case.block, statement(f"{rt}.barrier()"))  # type: ignore[arg-type]
                 message = "every rank waits for rank 0's write before reading the file"
@@ -652,6 +671,24 @@ def _literal(analysis: ScriptAnalysis, expr: cst.BaseExpression) -> str | None:
 def _literal_path(analysis: ScriptAnalysis, call: cst.Call) -> str | None:
     """The literal path a read reads (its first argument)."""
     return _literal(analysis, call.args[0].value) if call.args and call.args[0].keyword is None else None
+
+
+#: Calls that delete files: nothing is read back from them.
+_REMOVALS = frozenset({"os.remove", "os.unlink", "shutil.rmtree"})
+
+#: What kind of file a write or a read is about, by the library that does it (a path no literal spells is
+#: matched with the files of its kind only).
+_FAMILIES = (("torch.", "torch"), ("numpy.", "numpy"), ("PIL.", "image"), ("torchvision.utils.save_image", "image"))
+
+
+def _family(analysis: ScriptAnalysis, call: cst.Call) -> str:
+    """The kind of file a write or a read is about: ``torch``, ``numpy``, ``image``, or ``file`` (``open``
+    and what reads or writes through it)."""
+    for qualified in sorted(analysis.qualified_names(call.func)):
+        for prefix, family in _FAMILIES:
+            if qualified.startswith(prefix):
+                return family
+    return "file"
 
 
 def _file_reads(analysis: ScriptAnalysis) -> list[cst.Call]:

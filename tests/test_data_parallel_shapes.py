@@ -75,6 +75,56 @@ if args.local_rank in [-1, 0]:
     torch.save(model_to_save.state_dict(), "final.pt")
 '''
 
+# The same switch in a helper the model is handed to after a move (a trial's BERT-era script): the move made
+# DDP002 write the script's own wrap as ``DistributedDataParallel(model.to(runtime.device()))``, which DDP001 no
+# longer took for a wrap of the same model, so the DataParallel became a second DDP wrap (``module.`` keys under
+# torchrun, no process group as plain python).
+LAUNCH_SWITCH_IN_A_HELPER = '''
+import argparse
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
+
+
+def train(args, model):
+    data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    sampler = DistributedSampler(data, shuffle=False) if args.local_rank != -1 else None
+    loader = DataLoader(data, batch_size=8, sampler=sampler)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    if args.n_gpu > 1:
+        model = torch.nn.DataParallel(model)
+    if args.local_rank != -1:
+        model = torch.nn.parallel.DistributedDataParallel(model)
+    for epoch in range(2):
+        for x, y in loader:
+            optimizer.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+    return model
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--local_rank", type=int, default=-1)
+    args = parser.parse_args()
+    if args.local_rank != -1:
+        torch.distributed.init_process_group(backend="gloo")
+    args.n_gpu = torch.cuda.device_count()
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    model.to("cpu")
+    model = train(args, model)
+    if args.local_rank in [-1, 0]:
+        to_save = model.module if hasattr(model, "module") else model
+        torch.save(to_save.state_dict(), "final.pt")
+
+
+if __name__ == "__main__":
+    main()
+'''
+
 FACTORY = '''
 import torch
 import torch.nn as nn
@@ -114,8 +164,9 @@ def test_dataparallel_in_every_branch_becomes_one_wrap_after_the_condition(tmp_p
     assert "\nmodel = DistributedDataParallel(model, device_ids=runtime.device_ids())\n" in migrated, migrated
 
 
-def test_dataparallel_before_the_scripts_own_ddp_wrap_is_its_single_process_path(tmp_path: Path) -> None:
-    migrated, report, code = migrate_script(tmp_path, LAUNCH_SWITCH)
+@pytest.mark.parametrize("source", [LAUNCH_SWITCH, LAUNCH_SWITCH_IN_A_HELPER], ids=["module", "helper-after-a-move"])
+def test_dataparallel_before_the_scripts_own_ddp_wrap_is_its_single_process_path(tmp_path: Path, source: str) -> None:
+    migrated, report, code = migrate_script(tmp_path, source)
     assert code == 0, report
     assert "model = torch.nn.DataParallel(model)" in migrated and _wraps(migrated) == 1, migrated
     assert "nn.DataParallel kept in the script's non-distributed branch" in report
@@ -128,7 +179,11 @@ def test_a_model_a_factory_wraps_is_not_wrapped_again(tmp_path: Path) -> None:
 
 
 @pytest.mark.distributed
-@pytest.mark.parametrize("source", [BOTH_BRANCHES, LAUNCH_SWITCH, FACTORY], ids=["branches", "launch-switch", "factory"])
+@pytest.mark.parametrize(
+    "source",
+    [BOTH_BRANCHES, LAUNCH_SWITCH, LAUNCH_SWITCH_IN_A_HELPER, FACTORY],
+    ids=["branches", "launch-switch", "launch-switch-helper", "factory"],
+)
 def test_each_shape_trains_the_original_weights_under_torchrun_and_alone(tmp_path: Path, source: str) -> None:
     """The plain keys and the weights of the original (one process, batches of 16 or 8), under torchrun with
     2 processes and as plain ``python``."""
@@ -156,3 +211,38 @@ def test_branches_that_wrap_different_models_keep_their_models(tmp_path: Path) -
     assert code == 0, report
     assert "        model = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 1))\n" in migrated, migrated
     assert "        model = nn.Linear(4, 1)\n" in migrated and _wraps(migrated) == 1, migrated
+
+
+LAMBDA = '''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+cuda = torch.cuda.is_available()
+parallel = lambda m: nn.DataParallel(m).cuda() if cuda else m
+
+
+def main():
+    torch.manual_seed(0)
+    model = parallel(nn.Linear(4, 1))
+    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            optimizer.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_a_wrap_in_a_lambda_is_left_to_the_wrap_where_the_model_trains(tmp_path: Path) -> None:
+    """``lambda m: DP(m).cuda() if cuda else m``: the lambda became a DDP wrap and DDP011 wrapped its result
+    again (a DDP of a DDP on a machine with CUDA). Now the lambda returns the moved model, wrapped once."""
+    migrated, report, code = migrate_script(tmp_path, LAMBDA)
+    assert code == 0, report
+    assert "parallel = lambda m: m.to(runtime.device()) if cuda else m\n" in migrated, migrated
+    assert _wraps(migrated) == 1 and "    model = DistributedDataParallel(model, device_ids=runtime.device_ids())\n" in migrated, migrated

@@ -109,3 +109,50 @@ def test_a_helper_that_also_saves_before_its_early_return_is_left_to_a_human(tmp
     migrated, report, _ = migrate_script(tmp_path, source)
     assert "if runtime.is_main_process():\n        prepare_shards()" not in migrated, migrated
     assert "review" in report and "the file is read back later" in report, report
+
+
+# The program guards the preparation itself (``if LOCAL_RANK == 0:``), its paths spelled by no literal: the
+# migration kept the guard and added no barrier, so rank 1 globbed the folder before rank 0 had filled it (3
+# runs of 3 crashed, as a previous review found).
+GUARDED = SHARDS.replace("    CALLED_AGAIN\n", "").replace(
+    "    prepare_shards()\n", '    if int(os.environ.get("LOCAL_RANK", 0)) == 0:\n        prepare_shards()\n'
+)
+
+
+def test_files_rank_0_prepares_under_the_programs_own_guard_are_waited_for(tmp_path: Path) -> None:
+    migrated, report, code = migrate_script(tmp_path, GUARDED)
+    assert code == 0, report
+    assert "        prepare_shards()\n    runtime.barrier()\n    ds = ConcatDataset(" in migrated, migrated
+    assert "DDP012" in report and "every rank waits for rank 0's write before reading the file" in report, report
+
+
+@pytest.mark.parametrize(
+    "between",
+    ["    runtime.barrier()\n", "    torch.distributed.barrier()\n"],
+    ids=["runtime", "torch"],
+)
+def test_a_barrier_the_program_already_has_after_the_guard_is_enough(tmp_path: Path, between: str) -> None:
+    source = GUARDED.replace("        prepare_shards()\n", "        prepare_shards()\n" + between)
+    source = source.replace("import torch\n", "import torch\nimport torch.distributed\nfrom ddp_migrate import runtime\n", 1)
+    migrated, report, _ = migrate_script(tmp_path, source)
+    assert migrated.count("barrier()") == 1, migrated
+
+
+def test_a_read_of_another_kind_of_file_waits_for_nothing(tmp_path: Path) -> None:
+    """Rank 0 writes a log with ``open(..., "w")`` under its guard; every rank then loads tensors from a
+    path no literal spells: not the same kind of file, no barrier."""
+    source = GUARDED.replace(
+        "        prepare_shards()\n", '        with open(os.path.join("logs", "start.txt"), "w") as f:\n            f.write("start")\n'
+    )
+    migrated, report, _ = migrate_script(tmp_path, source)
+    assert not re.search(r"^\s*runtime\.barrier\(\)$", migrated, flags=re.M), migrated
+
+
+@pytest.mark.distributed
+def test_the_guarded_preparation_is_read_whole_on_every_rank(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from launch import run_torchrun
+
+    migrate_script(tmp_path, GUARDED)
+    run = run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, timeout=120)
+    assert "samples 64" in run.output, run.output

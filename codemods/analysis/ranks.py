@@ -95,6 +95,13 @@ RANK_CALLS = (
 )
 #: Calls whose value is the same on every rank whatever their arguments. This process's device counts as the
 #: same: data moved to it keeps its value, and a device is no evidence that a print "carries the rank".
+#: Collectives that leave their first argument alike on every rank: the total, rank ``src``'s value, or every
+#: rank's values (``reduce`` and ``gather`` leave it on one rank only).
+IN_PLACE_COMMON = frozenset(
+    q
+    for name in ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "all_gather_object", "broadcast_object_list")
+    for q in names.distributed(name)
+)
 UNIFORM_CALLS = (
     names.REDUCTIONS
     | names.distributed("get_world_size")
@@ -244,6 +251,13 @@ class RankFacts:
             name = dotted_name(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
             if name:
                 self._stores.setdefault(self.legacy.key(node, name), []).append(store)
+        #: For each name, the in-place collectives that make its value alike on every rank (``dist.all_reduce(t)``).
+        self._made_common: dict[Key, list[cst.Call]] = {}
+        for call in analysis.calls_to(IN_PLACE_COMMON):
+            first = call.args[0].value if call.args and call.args[0].keyword is None else None
+            name = dotted_name(first) if first is not None else None
+            if name:
+                self._made_common.setdefault(self.legacy.key(first, name), []).append(call)  # type: ignore[arg-type]
         self._memo: dict[cst.CSTNode, Kind] = {}
         #: Per block: for each of its statements, the early exits before it (:meth:`_early_exits`).
         self._exits_of: dict[cst.CSTNode, dict[cst.CSTNode, tuple[Condition, ...]]] = {}
@@ -553,6 +567,9 @@ class RankFacts:
             self._active.add(key)
             try:
                 returns = [r.value for r in returns_of(target) if r.value is not None]
+                owner = analysis.shared.analysis_of(target)
+                if owner is not None and owner is not analysis:  # a helper of another module, read by its facts
+                    return max((self._other_module_kind(owner, value) for value in returns), default=Kind.UNIFORM)
                 return self._join(returns, depth)
             finally:
                 self._active.discard(key)
@@ -590,6 +607,8 @@ class RankFacts:
         key = legacy.key(expr, name)
         sources = [s for s in legacy.sources(expr) if s is not expr]  # type: ignore[arg-type]
         stores = self._stores.get(key, [])
+        if key in self._made_common and self._made_common_before(expr, key, [*sources, *(value for _, value in stores)]):
+            return Kind.UNIFORM
         parts: list[Kind] = []
         for source in sources:
             if isinstance(source, LaunchIndex):
@@ -621,6 +640,26 @@ class RankFacts:
         if result is Kind.UNKNOWN and name.split(".")[-1] in RANK_NAMES and not sources and not stores:
             return Kind.RANK
         return result
+
+    def _made_common_before(self, expr: cst.CSTNode, key: Key, values: list[object]) -> bool:
+        """Whether the value read at ``expr`` is what an in-place collective of its function left alike on
+        every rank (``dist.all_reduce(stats)`` and then ``stats[0] / stats[1]``): the last of the collectives
+        and assignments of the name (``values``: the values assigned) before the read, in that function, is a
+        collective."""
+        analysis = self.analysis
+        function = analysis.enclosing_function(expr)
+        last: cst.CSTNode | None = None
+        for call in self._made_common[key]:
+            if analysis.enclosing_function(call) is function and analysis.comes_before(call, expr) and not analysis.is_inside(expr, call):
+                last = call if last is None or analysis.comes_before(last, call) else last
+        if last is None:
+            return False
+        for value in values:
+            if not isinstance(value, cst.CSTNode) or not analysis.owns(value):
+                return False  # a value the analysis cannot place (a launch's index, another module's)
+            if analysis.enclosing_function(value) is function and analysis.comes_before(last, value) and analysis.comes_before(value, expr):
+                return False  # assigned again after the collective
+        return True
 
     def _other_module_kind(self, owner: ScriptAnalysis, source: cst.CSTNode) -> Kind:
         """The kind of a value written in another module of the program, by that module's facts (a query of
@@ -671,7 +710,10 @@ class RankFacts:
             target = self.analysis.call_target(test)
             if target is not None and target not in seen:
                 seen.add(target)
-                sides = {self._zero_side(r.value, seen) for r in returns_of(target) if r.value is not None}
+                # A helper of another module (``dist_helpers.is_master(cfg)``) is read with that module's facts.
+                owner = self.analysis.shared.analysis_of(target)
+                facts = self if owner is None or owner is self.analysis else rank_facts(owner)
+                sides = {facts._zero_side(r.value, seen) for r in returns_of(target) if r.value is not None}
                 return sides.pop() if len(sides) == 1 else None
         if isinstance(test, (cst.Name, cst.Attribute)):
             sources = [s for s in self.legacy.sources(test) if s is not test and isinstance(s, cst.BaseExpression)]

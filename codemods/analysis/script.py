@@ -2115,6 +2115,45 @@ class ScriptAnalysis:
         """The calls, in any module of the program, that run the function (:meth:`callers_of`: this file's)."""
         return self._program_callers.get(function, [])
 
+    #: How many calls up :meth:`places_up_the_calls` follows a node.
+    MAX_CALL_DEPTH = 6
+
+    def places_up_the_calls(self, node: cst.CSTNode) -> list[tuple[ScriptAnalysis, cst.CSTNode]]:
+        """Where the node runs, seen from each function up the calls that lead to it, with the analysis of
+        the module each place is in: the node itself, then every call of its function (in any module of the
+        program), then every call of that call's function, and so on (:attr:`MAX_CALL_DEPTH` levels)."""
+        found: list[tuple[ScriptAnalysis, cst.CSTNode]] = []
+        seen: set[cst.CSTNode] = set()
+        level = [node]
+        for _ in range(self.MAX_CALL_DEPTH + 1):
+            above: list[cst.CSTNode] = []
+            for current in level:
+                if current in seen:
+                    continue
+                seen.add(current)
+                home = self.shared.analysis_of(current) or self
+                found.append((home, current))
+                function = home.enclosing_function(current)
+                if function is not None:
+                    above.extend(home.callers_in_program(function))
+            if not above:
+                break
+            level = above
+        return found
+
+    def runs_before(self, first: cst.CSTNode, second: cst.CSTNode) -> bool:
+        """Whether a run gets to ``first`` before ``second``, as far as the calls show: in one function (or
+        module body) a place of the first (itself, or a call leading to it) is a statement that ends before
+        a place of the second starts (``prepare_shards()`` then ``ds = load_all()`` in ``main``)."""
+        seconds = self.places_up_the_calls(second)
+        for home, place in self.places_up_the_calls(first):
+            stmt = home.statement(place)
+            function = home.enclosing_function(place)
+            for other_home, other in seconds:
+                if other_home is home and home.enclosing_function(other) is function and home.comes_before(stmt, other) and not home.is_inside(other, stmt):
+                    return True
+        return False
+
     @cached_property
     def _program_callers(self) -> dict[cst.FunctionDef, list[cst.Call]]:
         grouped: dict[cst.FunctionDef, list[cst.Call]] = {}

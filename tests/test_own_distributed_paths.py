@@ -1,0 +1,202 @@
+"""Programs that already have a distributed path of their own (a trial of legacy and half-DDP scripts).
+
+- A rank test in a helper of another module (``dist_helpers.is_master(cfg)``, ``cfg.distributed_rank`` set by
+  that module's ``distributed_init``) guards a save: it was read with the entry's facts, the save counted as
+  every rank's and became ``runtime.save``, whose barrier rank 0 alone then reached (a crash, a hang on NCCL).
+- A decision on a value all-reduced in place (``dist.all_reduce(stats)``, then ``stats[0] / stats[1]``) is the
+  same on every rank: DDP033 reported the barrier under it as an error (DDP041 already took it as common).
+- A switch the program turns on together with its own process group setup (mmcv's ``--launcher``): DDP011 forced
+  the switch on under torchrun, but not the setup, so a plain torchrun launch crashed on DDP without a group.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from click.testing import CliRunner
+from migrated import migrate_script
+
+from ddp_migrate.cli import cli
+
+DIST_HELPERS = '''
+import torch.distributed as dist
+
+
+def is_master(cfg):
+    return cfg.distributed_rank == 0
+
+
+def should_save(cfg):
+    return cfg.epochs > 1
+
+
+def distributed_init(cfg):
+    dist.init_process_group("gloo")
+    cfg.distributed_rank = dist.get_rank()
+'''
+
+TRAIN_WITH_HELPERS = '''
+import argparse
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
+
+import dist_helpers
+
+
+def main(cfg):
+    ds = TensorDataset(torch.randn(16, 4), torch.randn(16, 1))
+    loader = DataLoader(ds, batch_size=4, sampler=DistributedSampler(ds, shuffle=False))
+    model = nn.parallel.DistributedDataParallel(nn.Linear(4, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(cfg.epochs):
+        loader.sampler.set_epoch(epoch)
+        for x, y in loader:
+            loss = (model(x) - y).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    if dist_helpers.GUARD(cfg):
+        torch.save(model.module.state_dict(), "final.pt")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--distributed-rank", type=int, default=0)
+    parser.add_argument("--epochs", type=int, default=2)
+    cfg = parser.parse_args()
+    dist_helpers.distributed_init(cfg)
+    main(cfg)
+    dist.barrier()
+    dist.destroy_process_group()
+'''
+
+
+def _migrate_program(folder: Path, guard: str) -> tuple[str, str]:
+    (folder / "dist_helpers.py").write_text(DIST_HELPERS)
+    (folder / "train.py").write_text(TRAIN_WITH_HELPERS.replace("GUARD", guard))
+    result = CliRunner().invoke(cli, [str(folder / "train.py")], catch_exceptions=False)
+    return (folder / "train.py").read_text(), result.output
+
+
+def test_a_rank_test_in_a_helper_of_another_module_guards_the_save(tmp_path: Path) -> None:
+    migrated, report = _migrate_program(tmp_path, "is_master")
+    assert "runtime.save" not in migrated, report
+    assert '        torch.save(model.module.state_dict(), "final.pt")' in migrated, migrated
+
+
+def test_a_helper_of_another_module_that_tests_no_rank_guards_nothing(tmp_path: Path) -> None:
+    migrated, report = _migrate_program(tmp_path, "should_save")
+    assert 'runtime.save(model.module.state_dict(), "final.pt")' in migrated, report
+
+
+REDUCED_DECISION = '''
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
+
+
+def validate(model):
+    with torch.no_grad():
+        stats = torch.stack([model(torch.ones(4, 4)).sum(), torch.tensor(4.0)])
+    WHERE
+    return (stats[0] / stats[1]).item()
+
+
+def main():
+    dist.init_process_group("gloo")
+    ds = TensorDataset(torch.randn(16, 4))
+    loader = DataLoader(ds, batch_size=4, sampler=DistributedSampler(ds))
+    model = DDP(nn.Linear(4, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    best = float("inf")
+    for epoch in range(3):
+        loader.sampler.set_epoch(epoch)
+        for (x,) in loader:
+            loss = model(x).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        val = validate(model)
+        if val < best:
+            best = val
+            if dist.get_rank() == 0:
+                torch.save(model.module.state_dict(), "best.pt")
+            dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def _lint(folder: Path, source: str) -> str:
+    (folder / "train.py").write_text(source)
+    return CliRunner().invoke(cli, ["lint", str(folder / "train.py")], catch_exceptions=False).output
+
+
+def test_a_decision_on_a_value_all_reduced_in_place_is_common(tmp_path: Path) -> None:
+    output = _lint(tmp_path, REDUCED_DECISION.replace("WHERE", "dist.all_reduce(stats)"))
+    assert "DDP033" not in output, output
+
+
+def test_a_value_reassigned_after_its_reduction_is_per_rank_again(tmp_path: Path) -> None:
+    where = "dist.all_reduce(stats)\n    stats = stats + dist.get_rank()"
+    output = _lint(tmp_path, REDUCED_DECISION.replace("WHERE", where))
+    assert "DDP033 dist.barrier() is a collective but runs only on the ranks for which `val < best` is true" in output, output
+
+
+def test_a_value_reduced_only_on_one_rank_is_not_common(tmp_path: Path) -> None:
+    """``dist.reduce(stats, dst=0)`` leaves the total on rank 0 alone."""
+    output = _lint(tmp_path, REDUCED_DECISION.replace("WHERE", "dist.reduce(stats, dst=0)"))
+    assert "DDP033 dist.barrier() is a collective but runs only where `val < best` is true" in output, output
+
+
+OWN_LAUNCHER = '''
+import argparse
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--launcher", choices=["none", "pytorch"], default="none")
+args = parser.parse_args()
+if args.launcher == "none":
+    distributed = False
+else:
+    distributed = True
+    dist.init_process_group("gloo")
+
+torch.manual_seed(0)
+data = TensorDataset(torch.randn(16, 4), torch.randn(16, 1))
+loader = DataLoader(data, batch_size=4, sampler=DistributedSampler(data) if distributed else None)
+model = nn.Linear(4, 1)
+if distributed:
+    model = DistributedDataParallel(model)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x, y in loader:
+        loss = nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+'''
+
+
+def test_a_switch_turned_on_with_the_programs_own_group_setup_is_left_to_a_human(tmp_path: Path) -> None:
+    migrated, report, code = migrate_script(tmp_path, OWN_LAUNCHER)
+    assert code == 1, report
+    assert "    distributed = False\n" in migrated and "distributed = False or" not in migrated, migrated
+    assert "which the program turns on where it also sets up its process group" in report, report
+    assert 'under `if args.launcher == "none":`' in report, report
