@@ -312,6 +312,9 @@ with open("config.yaml") as f:
                 item = analysis.parent(call)
                 block = analysis.parent(item) if isinstance(item, cst.WithItem) else None
                 safe = isinstance(block, cst.With) and len(block.items) == 1 and not analysis.reaches(block, blocking)
+                if safe and _state_set_in(analysis, block):  # type: ignore[arg-type]
+                    yield _Case(call, "open-with-state", None)  # (rank 0 alone would go on updating it)
+                    continue
                 yield _Case(call, kind, block if safe else None)
             elif kind in ("file", "handle"):
                 if kind == "handle" and self._on_open_file(analysis, call, write_opens):
@@ -435,6 +438,10 @@ with open("config.yaml") as f:
             "folder": "every rank creates this folder: a race (FileExistsError); create it with exist_ok=True",
             "handler": "every rank opens this log file at start-up: open it lazily (delay=True)",
             "open": "every rank writes this file: write it on rank 0 only",
+            "open-with-state": (
+                "every rank writes this file: write it on rank 0 only, but the with block also sets values the "
+                "program reads later, which every rank needs: move them out of the block, then guard it"
+            ),
             "file": "every rank writes this file: write it on rank 0 only",
             "event-log": "every rank creates a SummaryWriter (N event files in one log folder): create it on rank 0 only",
             "tracker": "every rank starts a wandb run: disable it off rank 0 (mode=\"disabled\")",
@@ -462,6 +469,10 @@ with open("config.yaml") as f:
             if case.block is None:
                 what = {
                     "download": "download on rank 0 first while the others wait at a barrier on a path every rank takes",
+                    "open-with-state": (
+                        "write this file on rank 0 only; the block also sets values every rank needs "
+                        f"({', '.join(_state_set_in(analysis, analysis.statement(call)))}): move them out of it first"
+                    ),
                     "event-log": "create the SummaryWriter on rank 0 only, and use it only there",
                 }.get(kind, "write this file on rank 0 only" + (" (the block waits for other ranks)" if isinstance(analysis.parent(analysis.parent(call)), cst.With) else ""))
                 edits.todo(analysis.statement(call), what)
@@ -473,8 +484,11 @@ with open("config.yaml") as f:
                 message = "log file opened lazily (delay=True), so only the rank that logs opens it"
             elif kind in ("open", "file"):
                 rt = runtime_name(analysis, edits)
+                taken = _take_first(analysis, edits, case.call, case.block) if kind == "file" else []  # type: ignore[arg-type]
                 _guard_statement(edits, case.block, f"{rt}.is_main_process()")  # type: ignore[arg-type]
                 message = "file written on rank 0 only"
+                if taken:
+                    message += f" (every rank still takes {', '.join(taken)} first)"
                 waits = self._wait_after(analysis, case.block, guarded)  # type: ignore[arg-type]
                 for point in waits:
                     if point not in barriers:
@@ -589,6 +603,61 @@ with open("config.yaml") as f:
             for stmt in body[start : end + 1]:
                 edits.changes.append(Change(self.code, analysis.line(stmt), "downloaded on rank 0 first; the other ranks wait, then read it"))
 
+
+
+#: Methods (and ``next``) whose call changes the object it reads: a guard must not keep them from the other ranks.
+_TAKING_METHODS = frozenset({"pop", "popleft", "popitem"})
+
+
+def _takes(call: cst.Call) -> bool:
+    """Whether a call takes a value out of an object (``kept.pop(0)``, ``queue.popleft()``, ``next(it)``)."""
+    return call_method_name(call) in _TAKING_METHODS or (type(call.func) is cst.Name and call.func.value == "next")
+
+
+def _take_first(analysis: ScriptAnalysis, edits: Edits, call: cst.Call, stmt: cst.CSTNode) -> list[str]:
+    """Before a write that goes under a rank-0 guard, take out of their objects the arguments that take a
+    value (``os.remove(kept.pop(0))``: ``popped = kept.pop(0)`` on every rank, then the guarded
+    ``os.remove(popped)``), so every rank's list stays the same. The taking calls, as written."""
+    taken = []
+    for arg in call.args:
+        if any(type(n) is cst.Call and _takes(n) for n in walk(arg.value)):  # type: ignore[arg-type]
+            name = analysis.free_name("popped", "taken")
+            edits.insert_before(stmt, statement(f"{name} = {code_of(arg.value).strip()}"))  # type: ignore[arg-type]
+            edits.replace(arg.value, cst.Name(name))
+            taken.append(code_of(arg.value).strip())
+    return taken
+
+
+def _state_set_in(analysis: ScriptAnalysis, block: cst.CSTNode) -> list[str]:
+    """The names a ``with`` block assigns that the program reads outside it (``best``, ``bad`` of a log
+    block that also counts patience), and attributes or items it assigns (``self.best``, ``hist[k]``): state
+    every rank needs, which a rank-0 guard around the block would keep on rank 0."""
+    found: list[str] = []
+    bound: set[str] = set()
+    for node in walk(block):
+        targets: list[cst.CSTNode] = []
+        if isinstance(node, cst.Assign):
+            targets = [t.target for t in node.targets]
+        elif isinstance(node, (cst.AugAssign, cst.AnnAssign)):
+            targets = [node.target]
+        elif isinstance(node, cst.NamedExpr):
+            targets = [node.target]
+        for target in targets:
+            for part in walk(target):
+                if isinstance(part, (cst.Attribute, cst.Subscript)) and part is target:
+                    found.append(code_of(part).strip())
+                elif isinstance(part, cst.Name) and not isinstance(analysis.parent(part), (cst.Attribute, cst.Subscript)):
+                    bound.add(part.value)
+    scope = analysis.enclosing_function(block) or analysis.module
+    for name in sorted(bound):
+        reads = [
+            n for n in walk(scope)
+            if type(n) is cst.Name and n.value == name and not analysis.is_inside(n, block)  # type: ignore[attr-defined]
+            and not isinstance(analysis.parent(n), cst.AssignTarget)
+        ]
+        if reads:
+            found.append(name)
+    return found
 
 
 def _guard_statement(edits: Edits, stmt: cst.CSTNode, test: str) -> None:

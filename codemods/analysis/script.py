@@ -1327,6 +1327,9 @@ class ScriptAnalysis:
             changed |= self._resolve_function_value(call)
             if call in self._call_targets:
                 continue
+            changed |= self._resolve_instance_call(call)
+            if call in self._call_targets:
+                continue
             name: str | None
             named: frozenset[str] | None = None
             if type(call.func) is cst.Attribute:
@@ -1363,6 +1366,27 @@ class ScriptAnalysis:
                 if len(methods) > 1:  # ``for cb in self.callbacks: cb.on_epoch_end(self)``
                     self.shared.other_targets[call] = methods[1:]
         return changed
+
+    def _resolve_instance_call(self, call: cst.Call) -> bool:
+        """Resolve a call of an attribute that holds an instance of a class of the program to the class's
+        ``__call__`` (``self.saver(model, path)`` of ``self.saver = Saver()``, an early-stopping object kept by
+        a trainer)."""
+        if type(call.func) is not cst.Attribute:
+            return False
+        found: dict[cst.FunctionDef, tuple[str, str]] = {}
+        for origin in self.origins(call.func):
+            owner = self.shared.constructed.get(origin) if type(origin) is cst.Call else None
+            method = self.method_of(owner, "__call__") if owner is not None else None
+            if method is not None:
+                home = self.shared.analysis_of(owner) or self  # type: ignore[arg-type]
+                found[method] = (home.module_name, owner.name.value)  # type: ignore[union-attr]
+        if not found:
+            return False
+        methods = sorted(found, key=found.__getitem__)  # (the origins are a set)
+        self._call_targets[call] = methods[0]
+        if len(methods) > 1:
+            self.shared.other_targets[call] = methods[1:]
+        return True
 
     def _getattr_lookup(self, func: cst.BaseExpression) -> tuple[cst.BaseExpression, frozenset[str] | None] | None:
         """For ``getattr(obj, "name")`` or ``getattr(obj, name)`` called at once: the object, and the names of
