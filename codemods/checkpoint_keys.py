@@ -9,7 +9,7 @@ import libcst as cst
 from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name, walk
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Severity, Valid
-from .edits import Edits, expression
+from .edits import Edits, code_of, expression
 from .runtime_calls import runtime_name
 
 
@@ -30,6 +30,10 @@ class DataParallelCheckpointKeys(Rule):
     sees is the original's; loading is DDP008's, which accepts keys with and without the prefix). A wrap
     under a condition (``if torch.cuda.device_count() > 1:``, ``if args.distributed:``) wrote either format
     depending on how it ran; it is left to DDP008, which saves the plain keys.
+
+    A deep copy of such a model (``ema = copy.deepcopy(model)``) is wrapped alike: its ``state_dict()`` keeps the
+    prefix too, and its ``load_state_dict(sd)`` becomes ``load_state_dict({k.removeprefix("module."): v for k, v in
+    sd.items()})``, since the migration copies the model itself (DDP008) and the original's checkpoints have it.
 
     A state dict that never reaches a file (an EMA updated key by key from ``msd = model.state_dict()``, or
     ``ema.load_state_dict(model.state_dict())``) is left to DDP008 (``.module.state_dict()``): its keys must
@@ -78,6 +82,29 @@ ddp_model = DDP(model)
 torch.save(runtime.unwrap(ddp_model).state_dict(prefix="module."), "ckpt.pt")
 """,
         ),
+        # An EMA deep-copied from a DataParallel model is a DataParallel too: the migration copies the model
+        # itself (DDP008), so its checkpoint keeps the prefix and its load accepts it (a trial's resume crashed).
+        Example(
+            before="""\
+import copy
+import torch.nn as nn
+
+model = nn.DataParallel(Net())
+ema = copy.deepcopy(model)
+ema.load_state_dict(ckpt["ema"])
+torch.save({"ema": ema.state_dict()}, "ckpt.pt")
+""",
+            after="""\
+import copy
+import torch.nn as nn
+from ddp_migrate import runtime
+
+model = nn.DataParallel(Net())
+ema = copy.deepcopy(model)
+ema.load_state_dict({k.removeprefix("module."): v for k, v in ckpt["ema"].items()})
+torch.save({"ema": runtime.unwrap(ema).state_dict(prefix="module.")}, "ckpt.pt")
+""",
+        ),
         Valid(
             """\
 import torch.nn as nn
@@ -98,19 +125,34 @@ torch.save(net.state_dict(), "either.pt")
             receiver = call.func.value  # type: ignore[union-attr]
             if call.args or dotted_name(receiver) is None or analysis.holds_unwrapped(receiver):
                 continue  # (``raw = model.module if hasattr(model, "module") else model``: plain keys already)
-            wrap = analysis.wrapped_at(receiver)
+            wrap = analysis.wrapped_at(receiver) or _copy_of_a_wrap(analysis, receiver)
             if wrap is None or not analysis.is_call_to(wrap, names.MODEL_WRAPPERS) or _conditional(analysis, wrap):
                 continue
             if _kept_in_memory(analysis, call):
                 continue  # (an EMA's update from the model's weights: its keys must match the EMA's own)
             wrapper = "DataParallel" if analysis.is_call_to(wrap, names.DATA_PARALLEL) else "DistributedDataParallel"
             yield Match(call, f"state_dict() of a {wrapper} model has module. keys: keep them through the migration")
+        for call in analysis.method_calls("load_state_dict"):
+            receiver = call.func.value  # type: ignore[union-attr]
+            state = call.args[0].value if call.args and call.args[0].keyword is None and not call.args[0].star else None
+            if state is not None and not _strips_the_prefix(state) and _copy_of_a_wrap(analysis, receiver) is not None:
+                yield Match(
+                    call,
+                    "load_state_dict() of a copy of a wrapped model takes module. keys: the migration copies the model "
+                    "itself, so accept the keys with and without the prefix",
+                )
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         edits = Edits(analysis)
         for match in self.matches_in(analysis):
             call = match.node
             assert isinstance(call, cst.Call)
+            if call_method_name(call) == "load_state_dict":
+                state = call.args[0].value
+                stripped = expression(f'{{k.removeprefix("module."): v for k, v in {code_of(state).strip()}.items()}}')
+                edits.replace(state, lambda _updated, stripped=stripped: stripped)
+                edits.changes.append(Change(self.code, analysis.line(call), "load_state_dict of the model's copy accepts keys with and without module."))
+                continue
             rt = runtime_name(analysis, edits)
             new = expression(f'{rt}.unwrap(MODEL).state_dict(prefix="module.")')
             assert isinstance(new, cst.Call) and isinstance(new.func, cst.Attribute)
@@ -121,6 +163,29 @@ torch.save(net.state_dict(), "either.pt")
             edits.replace(call, lambda _updated, new=new: new)
             edits.changes.append(Change(self.code, analysis.line(call), "state_dict keeps the module. keys of the original's checkpoints"))
         return edits.apply(analysis.module) if edits else None
+
+
+def _copy_of_a_wrap(analysis: ScriptAnalysis, receiver: cst.BaseExpression) -> cst.Call | None:
+    """The unconditional wrap whose wrapped model the receiver holds a deep copy of (``ema = copy.deepcopy(model)``
+    of a DataParallel ``model``: the copy is a DataParallel too, with ``module.`` keys, which the migration
+    makes a copy of ``model.module``)."""
+    if dotted_name(receiver) is None:
+        return None
+    for origin in analysis.origins(receiver):
+        if type(origin) is cst.Call and analysis.is_call_to(origin, _DEEP_COPIES) and origin.args:  # type: ignore[attr-defined]
+            copied = origin.args[0].value  # type: ignore[attr-defined]
+            wrap = analysis.wrapped_at(copied) if dotted_name(copied) is not None else None
+            if wrap is not None and analysis.is_call_to(wrap, names.MODEL_WRAPPERS) and not _conditional(analysis, wrap):
+                return wrap
+    return None
+
+
+_DEEP_COPIES = frozenset({"copy.deepcopy"})
+
+
+def _strips_the_prefix(state: cst.BaseExpression) -> bool:
+    """``{k.removeprefix("module."): v for k, v in sd.items()}``: a state dict that takes both formats already."""
+    return isinstance(state, cst.DictComp) and "removeprefix" in code_of(state)
 
 
 def _conditional(analysis: ScriptAnalysis, wrap: cst.Call) -> bool:

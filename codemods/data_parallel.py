@@ -67,20 +67,6 @@ class DataParallel(Rule):
             before="""\
 import torch.nn as nn
 
-parallel = lambda m: nn.DataParallel(m).to(device) if many_gpus else m
-model = parallel(Net())
-""",
-            after="""\
-import torch.nn as nn
-
-parallel = lambda m: m.to(device) if many_gpus else m
-model = parallel(Net())
-""",
-        ),
-        Example(
-            before="""\
-import torch.nn as nn
-
 model = Net().to(device)
 model = nn.DataParallel(model)
 """,
@@ -182,6 +168,20 @@ optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 """,
         ),
         # A wrap inside a lambda: the model it returns is wrapped where it is trained (DDP011), not here too.
+        Example(
+            before="""\
+import torch.nn as nn
+
+parallel = lambda m: nn.DataParallel(m).to(device) if many_gpus else m
+model = parallel(Net())
+""",
+            after="""\
+import torch.nn as nn
+
+parallel = lambda m: m.to(device) if many_gpus else m
+model = parallel(Net())
+""",
+        ),
         Valid(
             """\
 from torch.nn.parallel import DistributedDataParallel as DDP

@@ -111,15 +111,27 @@ def _holds_random_state(analysis: ScriptAnalysis, load: cst.Call) -> bool:
     """Whether what a ``torch.load`` returns reaches ``torch.set_rng_state`` (or CUDA's): a random state is a
     CPU byte tensor, and mapped onto a GPU it is refused ("RNG state must be a torch.ByteTensor")."""
     for call in analysis.calls:
-        if callee_name(call) not in ("set_rng_state", "set_rng_state_all") or not call.args:
-            continue
-        given = call.args[0].value
-        if analysis.is_inside(load, given):
-            return True
-        root = given
-        while type(root) in (cst.Subscript, cst.Attribute):
-            root = root.value  # type: ignore[attr-defined]
-        name = dotted_name(root)
-        if name is not None and any(analysis.is_inside(load, value) for value in analysis.flows_into(root, name)):
+        if callee_name(call) in ("set_rng_state", "set_rng_state_all") and call.args and _comes_from(analysis, load, call.args[0].value, set()):
             return True
     return False
+
+
+def _comes_from(analysis: ScriptAnalysis, load: cst.Call, given: cst.BaseExpression, seen: set[cst.CSTNode]) -> bool:
+    """Whether a value is (a part of) what the load returns, through names, items and attributes, and the
+    arguments of a helper (``restore_rng(ckpt["rng"])`` calling ``torch.set_rng_state(state["torch"])``)."""
+    if given in seen or len(seen) > 20:
+        return False
+    seen.add(given)
+    if analysis.is_inside(load, given):
+        return True
+    root = given
+    while type(root) in (cst.Subscript, cst.Attribute):
+        root = root.value  # type: ignore[attr-defined]
+    name = dotted_name(root)
+    if name is None:
+        return False
+    return any(
+        analysis.owns(value) and _comes_from(analysis, load, value, seen)  # type: ignore[arg-type]
+        for value in analysis.flows_into(root, name)
+        if isinstance(value, cst.BaseExpression)
+    )

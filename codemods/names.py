@@ -213,6 +213,7 @@ WRITERS: dict[str, str] = {
             "os.symlink",
             "imageio.imwrite",
             "cv2.imwrite",
+            "torch.jit.save",
         )
     },
     **{name: "handle" for name in ("json.dump", "pickle.dump", "yaml.dump", "yaml.safe_dump", "csv.writer", "csv.DictWriter")},
@@ -246,6 +247,8 @@ WRITER_METHODS: dict[str, str] = {
 }
 #: Calls that create a PIL image: ``.save(path)`` on their result writes a file.
 PIL_IMAGES = frozenset({"PIL.Image.open", "PIL.Image.fromarray", "PIL.Image.new", "PIL.Image.frombytes"})
+#: Calls that make a TorchScript module: ``.save(path)`` on their result writes a file.
+TORCHSCRIPT_MODULES = frozenset({"torch.jit.trace", "torch.jit.script", "torch.jit.trace_module", "torch.jit.freeze"})
 #: Keyword arguments that make any call a download (``datasets.MNIST(..., download=True)``,
 #: ``models.resnet18(pretrained=True)``).
 DOWNLOAD_KEYWORDS = frozenset({"download", "pretrained"})

@@ -273,7 +273,7 @@ with open("config.yaml") as f:
                     return None
                 kind = names.WRITER_METHODS[method]
             elif method == "save" and receiver is not None and any(
-                isinstance(o, cst.Call) and analysis.is_call_to(o, names.PIL_IMAGES) for o in analysis.origins(receiver)
+                isinstance(o, cst.Call) and analysis.is_call_to(o, names.PIL_IMAGES | names.TORCHSCRIPT_MODULES) for o in analysis.origins(receiver)
             ):
                 kind = "file"
             elif any(
@@ -283,6 +283,8 @@ with open("config.yaml") as f:
                 kind = "download"
         if kind == "open" and not _write_mode(call):
             return None
+        if kind == "file" and _into_memory(analysis, call):
+            return None  # ``torch.jit.save(m, buffer)`` of ``buffer = io.BytesIO()``: no file
         return None if kind == "checkpoint" else kind
 
     def _cases(self, analysis: ScriptAnalysis) -> Iterator[_Case]:
@@ -740,6 +742,19 @@ def _literal(analysis: ScriptAnalysis, expr: cst.BaseExpression) -> str | None:
 def _literal_path(analysis: ScriptAnalysis, call: cst.Call) -> str | None:
     """The literal path a read reads (its first argument)."""
     return _literal(analysis, call.args[0].value) if call.args and call.args[0].keyword is None else None
+
+
+#: In-memory files: a write into one touches no disk.
+_MEMORY_FILES = frozenset({"io.BytesIO", "io.StringIO"})
+
+
+def _into_memory(analysis: ScriptAnalysis, call: cst.Call) -> bool:
+    """Whether one of the call's arguments is an in-memory file (``io.BytesIO()``), directly or by name."""
+    return any(
+        type(origin) is cst.Call and analysis.is_call_to(origin, _MEMORY_FILES)  # type: ignore[arg-type]
+        for arg in call.args
+        for origin in (arg.value, *analysis.origins(arg.value))
+    )
 
 
 #: Calls that delete files: nothing is read back from them.

@@ -7,7 +7,7 @@ from typing import Iterator
 import libcst as cst
 
 from . import names
-from .analysis import ScriptAnalysis, call_method_name, dotted_name, walk, wrapped_argument
+from .analysis import ScriptAnalysis, call_method_name, dotted_name, statements_of, walk, wrapped_argument
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression
 from .runtime_calls import runtime_name
@@ -95,6 +95,31 @@ def _program_moves(analysis: ScriptAnalysis) -> list[tuple[ScriptAnalysis, cst.C
         ]
 
     return analysis.derived("moves of the program", build)
+
+
+def _read_names(stmt: cst.CSTNode) -> set[str]:
+    """The plain names a statement uses (``model`` and ``device`` of ``model.to(device)``; not ``to``)."""
+    nodes = list(walk(stmt))
+    attributes = {id(n.attr) for n in nodes if type(n) is cst.Attribute}  # type: ignore[attr-defined]
+    return {n.value for n in nodes if type(n) is cst.Name and id(n) not in attributes}  # type: ignore[attr-defined]
+
+
+def _bound_names(stmt: cst.CSTNode) -> set[str]:
+    """The plain names a statement binds: assignment and loop targets, definitions, imports."""
+    found: set[str] = set()
+    for node in walk(stmt):
+        targets: list[cst.CSTNode] = []
+        if isinstance(node, cst.AssignTarget):
+            targets = [node.target]
+        elif isinstance(node, (cst.AugAssign, cst.AnnAssign, cst.For, cst.NamedExpr)):
+            targets = [node.target]
+        elif isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            found.add(node.name.value)
+        elif isinstance(node, cst.ImportAlias):
+            found.add((dotted_name(node.asname.name) if node.asname else dotted_name(node.name)) or "")  # type: ignore[arg-type]
+        for target in targets:
+            found.update(n.value for n in walk(target) if type(n) is cst.Name)  # type: ignore[attr-defined]
+    return found
 
 
 def _named(expr: cst.BaseExpression | None) -> bool:
@@ -185,6 +210,24 @@ if train_on_gpu:
     model.cuda()
 model = nn.DataParallel(model)
 optimizer = SGD(model.parameters(), lr=0.1)
+""",
+        ),
+        # The device is chosen between the wrap and the move: the wrap goes after the move (moved above its
+        # ``device = ...``, the move had failed with NameError, a trial found).
+        Example(
+            before="""\
+import torch.nn as nn
+
+model = nn.DataParallel(model)
+device = "cuda" if torch.cuda.is_available() else "cpu"
+model.to(device)
+""",
+            after="""\
+import torch.nn as nn
+
+device = "cuda" if torch.cuda.is_available() else "cpu"
+model.to(device)
+model = nn.DataParallel(model)
 """,
         ),
         # Moved later by code elsewhere: a Trainer's constructor moves what it is handed (a trial: on a GPU
@@ -287,6 +330,19 @@ model = DDP(model, device_ids=[local_rank])
                     assert move is not None
                     edits.replace(inner, _applied_to(move, inner))
                 else:
+                    siblings = list(statements_of(analysis.parent(stmt)))  # type: ignore[arg-type]
+                    between = siblings[siblings.index(stmt) + 1 : siblings.index(later)]
+                    if _read_names(later) & {name for s in between for name in _bound_names(s)}:
+                        # ``device = ...`` between the wrap and ``model.to(device)``: the wrap goes after the move
+                        # instead (when the statements between do not use the model), not the move above its device.
+                        if any(target.split(".")[0] in _read_names(s) for s in between):
+                            edits.todo(stmt, f"move {target} to its device before this wrap (the move below needs values set in between)")
+                            continue
+                        for moved_up in [*between, later]:
+                            edits.insert_before(stmt, moved_up)
+                            edits.remove(moved_up)
+                        edits.changes.append(Change(self.code, analysis.line(wrap), "model wrapped after it is moved to its device"))
+                        continue
                     if isinstance(later, cst.If):
                         body = [_moved_to_inner(s, target, inner) for s in later.body.body]  # type: ignore[union-attr]
                         moved: cst.BaseStatement = later.with_changes(body=later.body.with_changes(body=body), leading_lines=[])

@@ -194,3 +194,129 @@ def test_a_log_block_that_only_writes_is_guarded(tmp_path: Path) -> None:
     )
     migrated, report, _ = migrate_script(tmp_path, source)
     assert '    if runtime.is_main_process():\n        with open("log.txt", "a") as f:\n' in migrated, migrated
+
+
+EMA_OF_DATA_PARALLEL = '''
+import copy
+import os
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+x = torch.randn(32, 4)
+loader = DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8)
+model = nn.DataParallel(nn.Linear(4, 1))
+ema = copy.deepcopy(model)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+if os.path.exists("ckpt.pt"):
+    ckpt = torch.load("ckpt.pt")
+    model.load_state_dict(ckpt["model"])
+    ema.load_state_dict(ckpt["ema"])
+for epoch in range(2):
+    for xb, yb in loader:
+        opt.zero_grad()
+        nn.functional.mse_loss(model(xb), yb).backward()
+        opt.step()
+        with torch.no_grad():
+            for e, p in zip(ema.parameters(), model.parameters()):
+                e.mul_(0.9).add_(0.1 * p)
+torch.save({"model": model.state_dict(), "ema": ema.state_dict()}, "ckpt.pt")
+print("ema keys", sorted(torch.load("ckpt.pt")["ema"]))
+'''
+
+
+def test_an_ema_copied_from_a_data_parallel_model_keeps_its_checkpoint_keys(tmp_path: Path) -> None:
+    migrated, report, code = migrate_script(tmp_path, EMA_OF_DATA_PARALLEL)
+    assert code == 0, report
+    assert "ema = copy.deepcopy(model.module)" in migrated, migrated
+    assert '"ema": runtime.unwrap(ema).state_dict(prefix="module.")' in migrated, migrated
+    assert 'ema.load_state_dict({k.removeprefix("module."): v for k, v in ckpt["ema"].items()})' in migrated, migrated
+
+
+@pytest.mark.distributed
+def test_the_migrated_ema_resumes_from_the_originals_checkpoint(tmp_path: Path) -> None:
+    """The original writes ``ckpt.pt`` (``module.`` keys for both models); the migrated program resumes from it
+    under torchrun and writes the same keys (the copy's load had failed: missing keys "weight", "bias")."""
+    pytest.importorskip("torch")
+    from launch import run_python, run_torchrun
+
+    (tmp_path / "original.py").write_text(EMA_OF_DATA_PARALLEL)
+    run_python(tmp_path / "original.py", cwd=tmp_path, timeout=120)
+    migrate_script(tmp_path, EMA_OF_DATA_PARALLEL)
+    run = run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, timeout=120)
+    assert "ema keys ['module.bias', 'module.weight']" in run.output, run.output
+
+
+EXPORTS = '''
+import io
+
+import torch
+import torch.nn as nn
+
+model = nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.randn(8, 4)
+loss = model(x).sum()
+loss.backward()
+opt.step()
+traced = torch.jit.trace(model, x[:2])
+traced.save("traced.pt")
+torch.jit.save(traced, "traced_again.pt")
+torch.jit.script(model).save("scripted.pt")
+buffer = io.BytesIO()
+torch.jit.save(traced, buffer)
+'''
+
+
+def test_torchscript_saves_are_written_on_rank_0(tmp_path: Path) -> None:
+    """``traced.save(path)``, ``torch.jit.save(m, path)`` and ``torch.jit.script(m).save(path)``: every rank
+    wrote the same file at once."""
+    migrated, report, _ = migrate_script(tmp_path, EXPORTS)
+    for line in ('traced.save("traced.pt")', 'torch.jit.save(traced, "traced_again.pt")', 'torch.jit.script(model.module).save("scripted.pt")'):
+        assert f"if runtime.is_main_process():\n    {line}\n" in migrated, (line, migrated)
+    assert "\ntorch.jit.save(traced, buffer)\n" in migrated, migrated  # (into memory: no file)
+
+
+RNG_THROUGH_A_HELPER = '''
+import os
+
+import torch
+import torch.nn as nn
+
+
+def restore_rng(state):
+    torch.set_rng_state(state["torch"])
+
+
+model = nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+if os.path.exists("last.pt"):
+    ckpt = torch.load("last.pt")
+    model.load_state_dict(ckpt["model"])
+    restore_rng(ckpt["rng"])
+model(torch.randn(4, 8)).sum().backward()
+opt.step()
+torch.save({"model": model.state_dict(), "rng": {"torch": torch.get_rng_state()}}, "last.pt")
+'''
+
+
+def test_a_random_state_restored_through_a_helper_is_loaded_on_the_cpu(tmp_path: Path) -> None:
+    """``restore_rng(ckpt["rng"])`` hands the loaded state to ``torch.set_rng_state`` in a helper: mapped onto
+    the GPU, the resume failed there with "RNG state must be a torch.ByteTensor" (a trial on an H100)."""
+    migrated, report, _ = migrate_script(tmp_path, RNG_THROUGH_A_HELPER)
+    assert 'ckpt = torch.load("last.pt", map_location="cpu")' in migrated, migrated
+
+
+def test_a_device_chosen_between_the_wrap_and_the_move_comes_first(tmp_path: Path) -> None:
+    """``if n_gpu > 1: model = DP(model)``, then ``device = ...`` and ``model.to(device)``: the move was put above
+    the wrap, before ``device`` existed (NameError as plain python); now the wrap follows the move."""
+    source = (
+        "import torch\nimport torch.nn as nn\n\nmodel = nn.Linear(4, 1)\nif torch.cuda.device_count() > 1:\n"
+        "    model = nn.DataParallel(model)\ndevice = 'cuda' if torch.cuda.is_available() else 'cpu'\nmodel.to(device)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nmodel(torch.ones(2, 4)).sum().backward()\nopt.step()\n"
+    )
+    migrated, report, code = migrate_script(tmp_path, source)
+    assert code == 0, report
+    assert "device = 'cuda' if torch.cuda.is_available() else 'cpu'\nmodel.to(device)\nmodel = DistributedDataParallel(" in migrated, migrated

@@ -200,3 +200,34 @@ def test_a_switch_turned_on_with_the_programs_own_group_setup_is_left_to_a_human
     assert "    distributed = False\n" in migrated and "distributed = False or" not in migrated, migrated
     assert "which the program turns on where it also sets up its process group" in report, report
     assert 'under `if args.launcher == "none":`' in report, report
+
+
+SPAWN_THROUGH_A_PARAMETER = '''
+import os
+
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def demo(rank, world_size):
+    os.environ["MASTER_ADDR"] = "localhost"
+    os.environ["MASTER_PORT"] = "12355"
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    dist.destroy_process_group()
+
+
+def run_demo(demo_fn, world_size):
+    mp.spawn(demo_fn, args=(world_size,), nprocs=world_size, join=True)
+
+
+if __name__ == "__main__":
+    run_demo(demo, 2)
+'''
+
+
+def test_a_spawned_function_handed_through_a_parameter_is_named_in_the_review(tmp_path: Path) -> None:
+    """The tutorial's ``run_demo(demo_fn, world_size)``: the review said the function "is not a function of this
+    file", which it is; it comes in through a parameter the migration does not follow."""
+    _, report, code = migrate_script(tmp_path, SPAWN_THROUGH_A_PARAMETER)
+    assert code == 1, report
+    assert "the spawned function comes in through the parameter `demo_fn` of `run_demo()`" in report, report

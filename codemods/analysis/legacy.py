@@ -293,6 +293,12 @@ class LegacyFacts:
         problem = None
         if target is None:
             problem = "the spawned function is not a function of this file"
+            enclosing = self.analysis.enclosing_function(call)
+            if isinstance(function, cst.Name) and enclosing is not None and self.analysis.is_parameter(enclosing, function.value):
+                problem = (
+                    f"the spawned function comes in through the parameter `{function.value}` of "
+                    f"`{enclosing.name.value}()`, which the migration does not follow"
+                )
         elif not _is_expression_statement(statement, call):
             problem = "the value of the spawn call is used"
         elif join is not None and not (isinstance(join.value, cst.Name) and join.value.value == "True"):
