@@ -354,7 +354,9 @@ with open("config.yaml") as f:
         for module in analysis.shared.analyses:
             module_facts = rank_facts(module)
             for call in module.calls:
-                if module_facts.guard(call) is None or (self._writer(module, call) is None and not module.is_call_to(call, names.TORCH_SAVE)):
+                if self._writer(module, call) is None and not module.is_call_to(call, names.TORCH_SAVE):
+                    continue
+                if module_facts.guard(call) is None:
                     continue
                 literal = False
                 for arg in call.args:
@@ -374,6 +376,8 @@ with open("config.yaml") as f:
                 continue
             # A path the analysis cannot spell (``os.path.join(root, f"shard-{s}.pt")`` written under ``if rank ==
             # 0:``, read back through ``glob``): the same kind of file written by rank 0 earlier in the run.
+            if not unnamed:
+                continue
             family = _family(analysis, call)
             earlier = [(m, w) for m, w in unnamed if _family(m, w) == family and analysis.runs_before(w, call)]
             if earlier and not self._waited_before(analysis, call, earlier, waits):

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import ast
 import re
-from bisect import bisect_left
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -125,43 +124,13 @@ def scan(path: Path, text: str) -> SourceFacts:
             facts.works_at_module_level = True
         elif may_train and isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None and _trains_or_wraps(stmt.value):
             facts.works_at_module_level = True  # ``model = nn.DataParallel(model)`` at module level
-    for node in import_statements(tree.body, import_lines(text)):
+    for node in nested_statements(tree.body):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 facts.imports.append((alias.name, 0, ()))
-        else:
+        elif isinstance(node, ast.ImportFrom):
             facts.imports.append((node.module or "", node.level, tuple(a.name for a in node.names)))
     return facts
-
-
-_IMPORT_WORD = re.compile(r"\bimport\b")
-
-
-def import_lines(text: str) -> list[int]:
-    """The lines (1-based, ascending) on which the word ``import`` occurs: every import statement has its
-    keyword on one of them (strings and comments may add lines, which only costs a look)."""
-    lines: list[int] = []
-    line, position = 1, 0
-    for match in _IMPORT_WORD.finditer(text):
-        line += text.count("\n", position, match.start())
-        position = match.start()
-        if not lines or lines[-1] != line:
-            lines.append(line)
-    return lines
-
-
-def import_statements(body: list[ast.stmt], lines: list[int]) -> Iterator[ast.Import | ast.ImportFrom]:
-    """The import statements of a body, nested ones included, in the order of :func:`nested_statements`;
-    a compound statement is entered only when one of ``lines`` (:func:`import_lines`) falls inside it, so
-    a module's functions without imports are never walked."""
-    for stmt in body:
-        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
-            yield stmt
-            continue
-        end = stmt.end_lineno or stmt.lineno
-        at = bisect_left(lines, stmt.lineno)
-        if at < len(lines) and lines[at] <= end:
-            yield from import_statements(child_statements(stmt), lines)
 
 
 #: A statement at column 0 that does work when the module runs: a loop, a ``with`` or a bare call.

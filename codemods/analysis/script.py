@@ -599,6 +599,7 @@ class ScriptAnalysis:
         #: Binding keys found so far, by (node, name): :meth:`_key` (cleared when the program's solve starts).
         self._keys: dict[tuple[cst.CSTNode, str], BindingKey] = {}
         self._calls_to_found: dict[frozenset[str], tuple[cst.Call, ...]] = {}
+        self._places_found: dict[cst.CSTNode, tuple[tuple[ScriptAnalysis, cst.CSTNode], ...]] = {}
         if standalone:
             self.shared.solve()
 
@@ -1321,15 +1322,18 @@ class ScriptAnalysis:
         variable holding a function of the program (``step(x, y)`` of ``step = make_train_step(model)``,
         ``self.process_fn(batch)``, ``functools.partial(train_step, model)``)."""
         changed = False
+        # Instances whose calls run ``__call__``: only where the program builds one of a class that has it.
+        callable_instances = any(self.method_of(owner, "__call__") is not None for owner in set(self.shared.constructed.values()))
         for call in self.calls:
             if call in self._call_targets:
                 continue
             changed |= self._resolve_function_value(call)
             if call in self._call_targets:
                 continue
-            changed |= self._resolve_instance_call(call)
-            if call in self._call_targets:
-                continue
+            if callable_instances:
+                changed |= self._resolve_instance_call(call)
+                if call in self._call_targets:
+                    continue
             name: str | None
             named: frozenset[str] | None = None
             if type(call.func) is cst.Attribute:
@@ -2146,6 +2150,9 @@ class ScriptAnalysis:
         """Where the node runs, seen from each function up the calls that lead to it, with the analysis of
         the module each place is in: the node itself, then every call of its function (in any module of the
         program), then every call of that call's function, and so on (:attr:`MAX_CALL_DEPTH` levels)."""
+        cached = self._places_found.get(node)
+        if cached is not None:
+            return list(cached)
         found: list[tuple[ScriptAnalysis, cst.CSTNode]] = []
         seen: set[cst.CSTNode] = set()
         level = [node]
@@ -2163,6 +2170,7 @@ class ScriptAnalysis:
             if not above:
                 break
             level = above
+        self._places_found[node] = tuple(found)
         return found
 
     def runs_before(self, first: cst.CSTNode, second: cst.CSTNode) -> bool:
