@@ -385,6 +385,18 @@ out = model(x)
 torch.save(model.module.state_dict(), "model.pt")
 """
         ),
+        # The other side of the wrap's own test: the model is not wrapped there (a trial's timm-style save).
+        Valid(
+            """\
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+if distributed:
+    model = DDP(model)
+state = model.module.state_dict() if distributed else model.state_dict()
+torch.save(state, "last.pt")
+"""
+        ),
     )
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
@@ -442,7 +454,7 @@ torch.save(model.module.state_dict(), "model.pt")
                 yield _Case("step", parent, attribute, False, f"{attr}() through .module in the training step bypasses DDP's forward (no gradient all-reduce): route it through the model's forward()")
                 continue
             wrap, closure = _wrap_of(analysis, attribute.value)
-            if wrap is None:
+            if wrap is None or _on_the_unwrapped_side(analysis, wrap, attribute):
                 continue
             sometimes = (
                 closure
@@ -853,6 +865,29 @@ def _in_training_step(analysis: ScriptAnalysis, call: cst.CSTNode, depth: int = 
         and (analysis.comes_before(call, b) or analysis.is_inside(call, b))  # (``loss_fn(model.module(x), y).backward()``)
         for b in analysis.backward_calls
     )
+
+
+def _test_text(test: cst.BaseExpression) -> str:
+    return " ".join(code_of(test).split())
+
+
+def _on_the_unwrapped_side(analysis: ScriptAnalysis, wrap: cst.Call, node: cst.CSTNode) -> bool:
+    """Whether the node runs only where the wrap did not: the wrap sits in the body of ``if T:`` and the node
+    on the other side of the same test (``model.module.state_dict() if T else model.state_dict()``, the
+    ``else:`` of ``if T:``, the body of ``if not T:``)."""
+    guard = next((a for a in analysis.ancestors(wrap) if isinstance(a, cst.If) and analysis.is_inside(wrap, a.body)), None)
+    if guard is None:
+        return False
+    test = _test_text(guard.test)
+    for ancestor in analysis.ancestors(node):
+        if isinstance(ancestor, (cst.If, cst.IfExp)):
+            inside_body = analysis.is_inside(node, ancestor.body)
+            own = _test_text(ancestor.test)
+            if own == test and ancestor.orelse is not None and analysis.is_inside(node, ancestor.orelse):
+                return True
+            if own in (f"not {test}", f"not ({test})") and inside_body:
+                return True
+    return False
 
 
 def _alias_case(name: str, step: cst.Call, reach: cst.BaseExpression, model: cst.BaseExpression) -> _Case:

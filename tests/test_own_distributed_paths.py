@@ -231,3 +231,50 @@ def test_a_spawned_function_handed_through_a_parameter_is_named_in_the_review(tm
     _, report, code = migrate_script(tmp_path, SPAWN_THROUGH_A_PARAMETER)
     assert code == 1, report
     assert "the spawned function comes in through the parameter `demo_fn` of `run_demo()`" in report, report
+
+
+SAVE_OFF_RANK_0 = '''
+import os
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
+
+distributed = SWITCH
+if distributed:
+    dist.init_process_group("gloo")
+ds = TensorDataset(torch.randn(16, 4))
+loader = DataLoader(ds, batch_size=4, sampler=DistributedSampler(ds) if distributed else None)
+model = nn.Linear(4, 1)
+if distributed:
+    model = DDP(model)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for (x,) in loader:
+    loss = model(x).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+if not distributed or dist.get_rank() == 0:
+    state = model.module.state_dict() if distributed else model.state_dict()
+    torch.save(state, "last.pt")
+if distributed:
+    dist.destroy_process_group()
+'''
+
+
+def test_a_save_on_rank_0_of_a_job_of_several_processes_is_guarded(tmp_path: Path) -> None:
+    """``distributed = WORLD_SIZE > 1``: ``not distributed or rank == 0`` lets rank 0 alone in (one process when
+    it is false). DDP007 took the test as one that may differ between ranks, and DDP008 took the other side of
+    ``model.module.state_dict() if distributed else model.state_dict()`` for the wrapper (timm's shape)."""
+    output = _lint(tmp_path, SAVE_OFF_RANK_0.replace("SWITCH", 'int(os.environ.get("WORLD_SIZE", 1)) > 1'))
+    assert "DDP007" not in output and "DDP008" not in output, output
+
+
+def test_a_switch_a_torchrun_launch_may_leave_off_still_lets_every_rank_in(tmp_path: Path) -> None:
+    """``distributed = "--ddp" in sys.argv``: off under a plain torchrun launch, where every process saves."""
+    source = SAVE_OFF_RANK_0.replace("SWITCH", '"--ddp" in sys.argv').replace("import os\n", "import os\nimport sys\n")
+    output = _lint(tmp_path, source)
+    assert "DDP007 torch.save runs on every process that gets here" in output, output

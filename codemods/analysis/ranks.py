@@ -779,9 +779,27 @@ class RankFacts:
             return lambda values: not side  # a rank-0 test is false on the other ranks
         if isinstance(test, cst.Call) and self.analysis.is_call_to(test, _GROUP_IS_UP):
             return lambda values: True  # a rank other than 0 runs in a job whose group is up
+        if self._several_processes(test, 0):
+            return lambda values: True  # ... and in a job of more than one process
         key = " ".join(cst.Module([]).code_for_node(test).split())
         index = atoms.setdefault(key, len(atoms))
         return lambda values: values[index]
+
+    def _several_processes(self, test: cst.BaseExpression, depth: int) -> bool:
+        """Whether a test is true exactly in a job of more than one process: ``world_size > 1`` (``!= 1``,
+        ``>= 2``) of a value that is the number of processes, or a name assigned only such tests
+        (``distributed = int(os.environ.get("WORLD_SIZE", 1)) > 1``)."""
+        if depth > 4:
+            return False
+        if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+            operator, bound = test.comparisons[0].operator, int_value(test.comparisons[0].comparator)
+            if (isinstance(operator, (cst.GreaterThan, cst.NotEqual)) and bound == 1) or (isinstance(operator, cst.GreaterThanEqual) and bound == 2):
+                return is_world_size(self.analysis, test.left)
+            return False
+        if isinstance(test, (cst.Name, cst.Attribute)):
+            sources = [s for s in self.legacy.sources(test) if s is not test and isinstance(s, cst.BaseExpression)]
+            return bool(sources) and all(self._several_processes(source, depth + 1) for source in sources)
+        return False
 
     def _and_zero_side(self, test: cst.BaseExpression) -> bool | None:
         if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
