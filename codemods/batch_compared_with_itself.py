@@ -40,8 +40,9 @@ class BatchComparedWithItself(Rule):
 
     What it finds, in a program that trains a ``DistributedDataParallel`` model on sharded data: a matrix
     product of two values computed from this process's batch, the second with its samples turned into
-    columns (``z @ z.t()``, ``torch.mm(a, b.T)``, ``torch.matmul(q, k.transpose(0, 1))``), or the distances
-    between every pair of their rows (``torch.cdist(a, b)``), where gradients are taken (not under
+    columns (``z @ z.t()``, ``torch.mm(a, b.T)``, ``torch.matmul(q, k.transpose(0, 1))``,
+    ``torch.einsum("id,jd->ij", a, b)``), or the distances between every pair of their rows
+    (``torch.cdist(a, b)``), where gradients are taken (not under
     ``torch.no_grad()``): the similarity matrix of a contrastive loss (SimCLR's NT-Xent, CLIP, InfoNCE with
     in-batch negatives) or of in-batch hard-negative mining.
 
@@ -60,7 +61,7 @@ class BatchComparedWithItself(Rule):
     name = "batch-compared-with-itself"
     phase = Phase.OUTPUT
     severity = Severity.WARNING
-    triggers = ("@", "mm(", "matmul(", "cdist(")
+    triggers = ("@", "mm(", "matmul(", "cdist(", "einsum(")
     requires = ("backward",)
     needs_names = (names.DISTRIBUTED_DATA_PARALLEL,)
     manual_fix = "all_gather the embeddings of every rank (torch.distributed.nn.functional.all_gather) before comparing"
@@ -81,6 +82,21 @@ for v1, v2 in loader:
     loss.backward()
 """,
         ),
+        Example(
+            before="""\
+import torch
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler
+
+model = DistributedDataParallel(net)
+loader = DataLoader(pairs, batch_size=32, sampler=DistributedSampler(pairs))
+for images, texts in loader:
+    logits = torch.einsum("id,jd->ij", model(images), model(texts))
+    loss = F.cross_entropy(logits, torch.arange(len(images)))
+    loss.backward()
+""",
+        ),
         Valid(
             """\
 import torch
@@ -94,7 +110,8 @@ for x, y in loader:
     h = model(x)
     scores = h @ classifier.weight.t()
     attention = h @ h.transpose(-2, -1)
-    loss = F.cross_entropy(scores, y) + attention.mean()
+    within = torch.einsum("bqd,bkd->bqk", h, h)
+    loss = F.cross_entropy(scores, y) + attention.mean() + within.mean()
     loss.backward()
     with torch.no_grad():
         retrieval = h @ h.t()
@@ -137,6 +154,10 @@ def _comparisons(analysis: ScriptAnalysis) -> Iterator[tuple[cst.CSTNode, cst.Ba
                 inner = _transposed(call.args[0].value)
                 if inner is not None:
                     yield call, call.func.value, inner, "multiplies"
+    for call in analysis.calls_to(_EINSUM):
+        operands = [a.value for a in call.args if a.keyword is None]
+        if len(operands) == 3 and isinstance(operands[0], cst.SimpleString) and _compares_rows(operands[0].evaluated_value):
+            yield call, operands[1], operands[2], "multiplies"
     for call in analysis.calls_to(_PRODUCTS | _PAIRWISE):
         operands = [a.value for a in call.args if a.keyword is None]
         if len(operands) < 2:
@@ -147,6 +168,22 @@ def _comparisons(analysis: ScriptAnalysis) -> Iterator[tuple[cst.CSTNode, cst.Ba
         inner = _transposed(operands[1])
         if inner is not None:
             yield call, operands[0], inner, "multiplies"
+
+
+_EINSUM = frozenset({"torch.einsum"})
+
+
+def _compares_rows(equation: object) -> bool:
+    """Whether an einsum equation of two operands keeps the first index of each apart in its output
+    (``"id,jd->ij"``, ``"nc,mc->nm"``): every row of the first meets every row of the second."""
+    if not isinstance(equation, str) or "..." in equation:
+        return False
+    inputs, arrow, output = equation.replace(" ", "").partition("->")
+    operands = inputs.split(",")
+    if not arrow or len(operands) != 2 or not all(operands):
+        return False
+    first, second = operands[0][0], operands[1][0]
+    return first != second and first not in operands[1] and second not in operands[0] and first in output and second in output
 
 
 #: What turns a similarity matrix into a number to look at (an accuracy, a retrieval rank), not a loss.

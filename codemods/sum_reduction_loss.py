@@ -8,6 +8,7 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name, keyword_argument, walk
+from .analysis.legacy import int_value
 from .analysis.per_rank import per_rank_values
 from .analysis.script import returns_of
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
@@ -299,25 +300,36 @@ def _sums_the_batch(analysis: ScriptAnalysis, call: cst.Call) -> bool:
     """``t.sum()`` or ``torch.sum(t)`` over every dimension, of a value computed from this process's batch
     (:mod:`per_rank <ddp_migrate.codemods.analysis.per_rank>`: not an L2 penalty over the parameters)."""
     positional = [a for a in call.args if a.keyword is None and not a.star]
-    if any(a.keyword is not None and a.keyword.value in _DIMENSIONS for a in call.args):
-        return False
+    dims = [a.value for a in call.args if a.keyword is not None and a.keyword.value in _DIMENSIONS]
     if analysis.is_call_to(call, {"torch.sum"}):
-        if len(positional) != 1:
+        if not 1 <= len(positional) <= 2:
             return False
         summed: cst.BaseExpression = positional[0].value
+        dims += [a.value for a in positional[1:]]
     elif (
         isinstance(call.func, cst.Attribute)
         and call.func.attr.value == "sum"
-        and not positional
+        and len(positional) <= 1
         and not any(q.startswith(_LIBRARY_FUNCTIONS) for q in analysis.qualified_names(call.func))
     ):
         summed = call.func.value
+        dims += [a.value for a in positional]
     else:
+        return False
+    if dims and not (len(dims) == 1 and _over_the_batch(dims[0])):
         return False
     if _holds_means(analysis, summed, call):
         return False
     values = per_rank_values(analysis)
     return values is not None and values.mention(summed) is not None
+
+
+def _over_the_batch(dims: cst.BaseExpression) -> bool:
+    """Whether a tuple of dimensions sums over the batch whether it comes first or second (``(0, 1)``: the batch
+    and the positions of a batch-first or a sequence-first tensor)."""
+    if not isinstance(dims, (cst.Tuple, cst.List)):
+        return False
+    return {0, 1} <= {int_value(e.value) for e in dims.elements}
 
 
 #: Module functions spelled like a method (``np.sum(x)`` is ``numpy.sum``; ``losses.sum()`` is a tensor's).

@@ -80,8 +80,13 @@ def test_the_scaled_helper_loss_trains_as_the_original(tmp_path: Path) -> None:
         "F.binary_cross_entropy(recon, x, reduction='none').sum()",
         "-0.5 * torch.sum(1 + recon - x.pow(2) - recon.exp())",
         "F.binary_cross_entropy(recon, x, reduction='none').sum(1).sum()",
+        "((recon - x) ** 2).sum(dim=(0, 1))",
+        "torch.sum((recon - x) ** 2, (0, 1))",
     ],
-    ids=["triplet-torch-sum", "squared-error-sum", "per-sample-losses-summed", "kld-term", "sum-of-sums"],
+    ids=[
+        "triplet-torch-sum", "squared-error-sum", "per-sample-losses-summed", "kld-term", "sum-of-sums",
+        "sum-over-a-dim-tuple", "torch-sum-over-a-dim-tuple",
+    ],
 )
 def test_a_loss_summed_with_sum_over_the_batch_is_left_to_a_human(tmp_path: Path, reduced: str) -> None:
     """A trial's triplet loss returned ``torch.sum(F.relu(d_pos - d_neg + margin))``: nothing was reported,
