@@ -125,7 +125,11 @@ torch.save(net.state_dict(), "either.pt")
             receiver = call.func.value  # type: ignore[union-attr]
             if call.args or dotted_name(receiver) is None or analysis.holds_unwrapped(receiver):
                 continue  # (``raw = model.module if hasattr(model, "module") else model``: plain keys already)
-            wrap = analysis.wrapped_at(receiver) or _copy_of_a_wrap(analysis, receiver)
+            wrap = analysis.wrapped_at(receiver)
+            if wrap is None and _saved_here(analysis, call):
+                # A copy's keys are kept only in what is saved (an EMA updated key by key from the model's own
+                # state dict must keep the keys the migrated copy has).
+                wrap = _copy_of_a_wrap(analysis, receiver)
             if wrap is None or not analysis.is_call_to(wrap, names.MODEL_WRAPPERS) or _conditional(analysis, wrap):
                 continue
             if _kept_in_memory(analysis, call):
@@ -134,7 +138,8 @@ torch.save(net.state_dict(), "either.pt")
             yield Match(call, f"state_dict() of a {wrapper} model has module. keys: keep them through the migration")
         for call in analysis.method_calls("load_state_dict"):
             receiver = call.func.value  # type: ignore[union-attr]
-            state = call.args[0].value if call.args and call.args[0].keyword is None and not call.args[0].star else None
+            given = [a for a in call.args if not a.star and (a.keyword is None or a.keyword.value == "state_dict")]
+            state = given[0].value if given and (given[0].keyword is not None or given[0] is call.args[0]) else None
             if state is not None and not _strips_the_prefix(state) and _copy_of_a_wrap(analysis, receiver) is not None:
                 yield Match(
                     call,
@@ -148,7 +153,7 @@ torch.save(net.state_dict(), "either.pt")
             call = match.node
             assert isinstance(call, cst.Call)
             if call_method_name(call) == "load_state_dict":
-                state = call.args[0].value
+                state = next(a.value for a in call.args if not a.star and (a.keyword is None or a.keyword.value == "state_dict"))
                 stripped = expression(f'{{k.removeprefix("module."): v for k, v in {code_of(state).strip()}.items()}}')
                 edits.replace(state, lambda _updated, stripped=stripped: stripped)
                 edits.changes.append(Change(self.code, analysis.line(call), "load_state_dict of the model's copy accepts keys with and without module."))
@@ -174,13 +179,20 @@ def _copy_of_a_wrap(analysis: ScriptAnalysis, receiver: cst.BaseExpression) -> c
     for origin in analysis.origins(receiver):
         if type(origin) is cst.Call and analysis.is_call_to(origin, _DEEP_COPIES) and origin.args:  # type: ignore[attr-defined]
             copied = origin.args[0].value  # type: ignore[attr-defined]
-            wrap = analysis.wrapped_at(copied) if dotted_name(copied) is not None else None
+            if dotted_name(copied) is None or analysis.holds_unwrapped(copied):
+                continue  # (``raw = model.module if isinstance(model, nn.DataParallel) else model``: the model itself)
+            wrap = analysis.wrapped_at(copied)
             if wrap is not None and analysis.is_call_to(wrap, names.MODEL_WRAPPERS) and not _conditional(analysis, wrap):
                 return wrap
     return None
 
 
 _DEEP_COPIES = frozenset({"copy.deepcopy"})
+
+
+def _saved_here(analysis: ScriptAnalysis, call: cst.Call) -> bool:
+    """Whether the call is inside the arguments of a checkpoint save (``torch.save({"ema": ema.state_dict()}, p)``)."""
+    return any(isinstance(a, cst.Call) and analysis.is_call_to(a, names.TORCH_SAVE | names.RUNTIME_SAVE) for a in analysis.ancestors(call))
 
 
 def _strips_the_prefix(state: cst.BaseExpression) -> bool:

@@ -167,7 +167,7 @@ model = DistributedDataParallel(model, device_ids=runtime.device_ids())
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 """,
         ),
-        # A wrap inside a lambda: the model it returns is wrapped where it is trained (DDP011), not here too.
+        # A wrap inside a lambda: the models it wraps are the program's to wrap where they train (reviewed).
         Example(
             before="""\
 import torch.nn as nn
@@ -175,12 +175,7 @@ import torch.nn as nn
 parallel = lambda m: nn.DataParallel(m).to(device) if many_gpus else m
 model = parallel(Net())
 """,
-            after="""\
-import torch.nn as nn
-
-parallel = lambda m: m.to(device) if many_gpus else m
-model = parallel(Net())
-""",
+            after=None,
         ),
         Valid(
             """\
@@ -213,6 +208,16 @@ else:
         for call in analysis.calls_to(names.DATA_PARALLEL):
             if self._non_distributed_branch(analysis, call):
                 continue
+            if _in_a_lambda(analysis, call):
+                yield Match(
+                    call,
+                    "nn.DataParallel inside a lambda: the migration cannot follow the models it wraps (a DDP wrap here "
+                    "would be wrapped again where the model trains, and a model only evaluated needs none); wrap each "
+                    "trained model in DistributedDataParallel where it is built, and keep the module. keys of its "
+                    "checkpoints (runtime.unwrap(model).state_dict(prefix=\"module.\"))",
+                    fixable=False,
+                )
+                continue
             frozen = _frozen_before(analysis, call)
             if frozen is not None:
                 yield Match(
@@ -242,16 +247,6 @@ else:
             skipped = skipped_in_some_steps(analysis, model)
             if skipped is not None:
                 kept.append(find_unused_parameters_argument())  # DataParallel never minded a skipped layer
-            if _in_a_lambda(analysis, call):
-                # ``parallel = lambda m: nn.DataParallel(m).cuda() if cuda else m``: the lambda returns the model
-                # (moved, as before), and the model is wrapped where it is trained (DDP011); a DDP here would be
-                # wrapped again there, on one side of the condition only.
-                edits.replace(call, model)
-                edits.changes.append(Change(
-                    self.code, analysis.line(call),
-                    "nn.DataParallel removed from the lambda: the model it returns is wrapped in DistributedDataParallel where it is trained",
-                ))
-                continue
             new_call = ddp_call(analysis, edits, model, kept)
             parent = analysis.parent(call)
             if isinstance(parent, cst.IfExp) and code_of(model).strip() in (

@@ -512,6 +512,10 @@ with torch.no_grad():
                 arg = arg.with_changes(value=expression(f"{rt}.per_process_batch_size({code_of(arg.value)})"))
             args.append(arg)
         call = loader.with_changes(args=_closed(args, loader, unset_samplers))
+        if options.batch_size is BatchSizePolicy.GLOBAL and _batches_of_one(loader):
+            # The default batch of one sample, written out to be kept: it cannot be split (a clear error under
+            # torchrun, and DDP047's review), where batches of 1 per process would silently double it.
+            call = with_keyword(call, "batch_size", expression(f"{runtime_name(analysis, edits)}.per_process_batch_size(1)"))
         return call if shuffle is not None else with_keyword(call, "sampler", sampler)
 
     def _rewrite_kwargs(
@@ -611,17 +615,23 @@ with torch.no_grad():
                     )
                 )
             elif loader in facts.training_loaders and analysis.has_distributed_sampler(loader):
-                if (
-                    loader_argument(loader, "batch_size") is None
-                    and loader_argument(loader, "batch_sampler") is None
-                    and not any(a.star for a in loader.args)
-                ):
-                    notes.append(Note(self.code, line, "no batch_size given: each process takes batches of 1"))
+                if _batches_of_one(loader):
+                    if options.batch_size is BatchSizePolicy.PER_PROCESS:  # (under the global policy: a TODO)
+                        notes.append(Note(self.code, line, "no batch_size given: each process takes batches of 1"))
                 elif options.batch_size is BatchSizePolicy.PER_PROCESS:
                     notes.append(
                         Note(self.code, line, "batch_size kept per process: the effective batch is batch_size × the number of processes")
                     )
         return notes
+
+
+def _batches_of_one(loader: cst.Call) -> bool:
+    """Whether a loader takes the default batch of one sample (no ``batch_size``, no batch sampler, no ``**``)."""
+    return (
+        loader_argument(loader, "batch_size") is None
+        and loader_argument(loader, "batch_sampler") is None
+        and not any(a.star for a in loader.args)
+    )
 
 
 def _unset_samplers(loader: cst.Call) -> list[cst.Arg]:

@@ -110,6 +110,16 @@ for x, y in loader:
         split = _split_loaders(analysis)
         if not split:
             return
+        for loader, size in split.items():
+            if size == "1" and analysis.owns(loader):
+                yield Match(
+                    loader,
+                    "the original trained on batches of 1 sample, which cannot be split across processes "
+                    "(runtime.per_process_batch_size(1) fails under torchrun with several processes): choose a global "
+                    "batch that is a multiple of the number of processes (and adjust the learning rate), or keep "
+                    "training on one process",
+                    fixable=False,
+                )
         for loop in analysis.loader_loops:
             sizes = [split[call] for call in loop.loader_calls if call in split]
             if not loop.trains or not sizes:
@@ -143,6 +153,15 @@ for x, y in loader:
                     f"when training stops: with N processes the budget is reached after N times as many steps; {_COUNT_GLOBALLY}",
                     fixable=False,
                 )
+            for accumulation, use in _steps_from_the_batch(loop, batches):
+                yield Match(
+                    accumulation,
+                    f"`{code_of(accumulation).strip()}` derives a number of steps from this process's batch, and "
+                    f"`{code_of(use).strip()}` counts steps with it: with N processes each batch is N times smaller, "
+                    "so the number is N times larger (N times fewer optimizer steps); derive it from the global batch "
+                    "(the batch's size * runtime.world_size())",
+                    fixable=False,
+                )
             for counter, setting in _rates(analysis, loop, batches):
                 yield Match(
                     counter,
@@ -150,7 +169,23 @@ for x, y in loader:
                     f"sets the learning rate from it: with N processes the schedule (a warm-up) runs N times slower; {_COUNT_GLOBALLY}",
                     fixable=False,
                 )
+        for call, size in _sized_with_the_global_batch(analysis, split):
+            yield Match(
+                call,
+                f"`{code_of(call).strip()}` is sized with {size}, the global batch size: each process's batches now "
+                f"have runtime.per_process_batch_size({size}) samples (a hidden state or a buffer per sample no longer "
+                "fits them); size it with the per-process batch",
+                fixable=False,
+            )
         for node in analysis.attributes:
+            if node.attr.value == "sampler" and _length_taken(analysis, node) and any(origin in split for origin in analysis.origins(node.value)):
+                yield Match(
+                    node,
+                    f"len({code_of(node)}) is now this process's share of the data set (the migration gave "
+                    f"{code_of(node.value)} a DistributedSampler): the original's sampler went over the whole set, "
+                    f"len({code_of(node.value)}.dataset)",
+                )
+                continue
             if node.attr.value == "batch_size" and any(origin in split for origin in analysis.origins(node.value)):
                 yield Match(
                     node,
@@ -167,6 +202,10 @@ for x, y in loader:
                 continue
             side = match.node
             assert isinstance(side, cst.BaseExpression)
+            if type(side) is cst.Attribute and side.attr.value == "sampler":
+                edits.replace(side.attr, cst.Name("dataset"))
+                edits.changes.append(Change(self.code, analysis.line(side), "length of the whole data set read from the loader's dataset"))
+                continue
             rt = runtime_name(analysis, edits)
             edits.replace(side, expression(f"{rt}.per_process_batch_size({code_of(side)})"))
             edits.changes.append(Change(self.code, analysis.line(side), "a batch compared with the per-process batch size"))
@@ -212,6 +251,39 @@ def _batch_size_read(expr: cst.BaseExpression, batches: set[str], tokens: bool =
     return False
 
 
+def _length_taken(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
+    """Whether the node is the argument of ``len(...)``."""
+    arg = analysis.parent(node)
+    call = analysis.parent(arg) if type(arg) is cst.Arg else None
+    return type(call) is cst.Call and dotted_name(call.func) == "len" and len(call.args) == 1  # type: ignore[attr-defined]
+
+
+#: Calls that make a tensor of a given shape (``torch.zeros(1, batch_size, hidden)``).
+_SHAPED = frozenset({f"torch.{n}" for n in ("zeros", "ones", "empty", "full", "randn", "rand", "randint", "arange")})
+
+
+def _sized_with_the_global_batch(analysis: ScriptAnalysis, split: dict[cst.CSTNode, str]) -> Iterator[tuple[cst.Call, str]]:
+    """Tensors made with a split loader's global batch size in their shape (``torch.zeros(1, batch_size, 4)``),
+    and calls of ``init_hidden(batch_size)``-like methods, in the functions that iterate that loader."""
+    for loop in analysis.loader_loops:
+        sizes = {split[call] for call in loop.loader_calls if call in split}
+        sizes = {size for size in sizes if size.isidentifier()}
+        if not loop.trains or not sizes:
+            continue
+        scope = analysis.enclosing_function(loop.loop) or analysis.module
+        for call in (n for n in walk(scope) if type(n) is cst.Call):
+            shaped = analysis.is_call_to(call, _SHAPED) or "hidden" in (call_method_name(call) or dotted_name(call.func) or "")  # type: ignore[arg-type]
+            if not shaped:
+                continue
+            for arg in call.args:  # type: ignore[attr-defined]
+                parts = arg.value.elements if type(arg.value) in (cst.Tuple, cst.List) else [arg]
+                named = {code_of(part.value) for part in parts}
+                if arg.keyword is None and named & sizes:
+                    yield call, sorted(named & sizes)[0]  # type: ignore[misc]
+                    break
+        return
+
+
 def _is_zero(expr: cst.BaseExpression) -> bool:
     return type(expr) is cst.Integer and expr.value == "0"  # type: ignore[attr-defined]
 
@@ -232,11 +304,102 @@ def _compared_with_global_batch(node: cst.Comparison, batches: set[str], sizes: 
             yield side
 
 
-def _sample_counters(loop: LoaderLoop, batches: set[str]) -> dict[str, cst.AugAssign]:
-    """The names the loop adds its batches' sizes to (``seen += x.size(0)``), with the first such statement."""
-    counters: dict[str, cst.AugAssign] = {}
+def _size_names(loop: LoaderLoop, batches: set[str]) -> set[str]:
+    """The names the loop assigns a batch's size to: ``bs = x.size(0)``, and the first name of ``B, T = x.shape``
+    (or ``x.size()``)."""
+    return _shape_names(loop, batches)[0]
+
+
+def _shape_names(loop: LoaderLoop, batches: set[str]) -> tuple[set[str], set[str]]:
+    """The names the loop assigns a batch's size to (see :func:`_size_names`), and those it assigns the other
+    dimensions of a batch's shape to (``T`` of ``B, T = x.shape``)."""
+    found: set[str] = set()
+    dims: set[str] = set()
     for node in _own_nodes(loop.loop.body):
-        if type(node) is cst.AugAssign and isinstance(node.operator, cst.AddAssign) and _batch_size_read(node.value, batches, tokens=True):  # type: ignore[attr-defined]
+        if type(node) is not cst.Assign or len(node.targets) != 1:  # type: ignore[attr-defined]
+            continue
+        target, value = node.targets[0].target, node.value  # type: ignore[attr-defined]
+        if type(target) is cst.Name and _batch_size_read(value, batches):
+            found.add(target.value)  # type: ignore[attr-defined]
+        elif type(target) in (cst.Tuple, cst.List) and target.elements and type(target.elements[0].value) is cst.Name:  # type: ignore[attr-defined]
+            whole = (type(value) is cst.Attribute and value.attr.value == "shape") or (  # type: ignore[attr-defined]
+                type(value) is cst.Call and call_method_name(value) == "size" and not value.args  # type: ignore[arg-type, attr-defined]
+            )
+            if whole and _reads_batch(value.value if type(value) is cst.Attribute else value.func.value, batches):  # type: ignore[attr-defined]
+                found.add(target.elements[0].value.value)  # type: ignore[attr-defined]
+                dims.update(e.value.value for e in target.elements[1:] if type(e.value) is cst.Name)  # type: ignore[attr-defined]
+    return found, dims
+
+
+def _bound_in(body: cst.CSTNode) -> set[str]:
+    """The plain names a loop's body assigns (its per-step values, such as a loss)."""
+    found: set[str] = set()
+    for node in walk(body):
+        targets = [t.target for t in node.targets] if type(node) is cst.Assign else [node.target] if type(node) in (cst.AugAssign, cst.AnnAssign) else []  # type: ignore[attr-defined]
+        for target in targets:
+            found.update(n.value for n in walk(target) if type(n) is cst.Name)  # type: ignore[attr-defined]
+    return found
+
+
+def _counts_samples(expr: cst.BaseExpression, batches: set[str], sizes: set[str], others: set[str] = frozenset()) -> bool:  # type: ignore[assignment]
+    """Whether an expression is a count of this batch's samples or tokens: a batch size (a read of one, or a
+    name holding one), alone or multiplied by other sizes of the batch or by names and numbers
+    (``B * T``, ``x.size(0) * x.size(1)``); a product with a computed value (``loss.item() * x.size(0)``) is not."""
+    if _batch_size_read(expr, batches, tokens=True) or (type(expr) is cst.Name and expr.value in sizes):  # type: ignore[attr-defined]
+        return True
+    if type(expr) is not cst.BinaryOperation or not isinstance(expr.operator, cst.Multiply):  # type: ignore[attr-defined]
+        return False
+    factors = [expr.left, expr.right]  # type: ignore[attr-defined]
+    if not any(_counts_samples(f, batches, sizes, others) for f in factors):
+        return False
+    return all(_counts_samples(f, batches, sizes, others) or _a_size(f, batches, others) for f in factors)
+
+
+def _a_size(expr: cst.BaseExpression, batches: set[str], others: set[str]) -> bool:
+    """A number, a name the loop does not compute (a sequence length set before it) or holding another
+    dimension of a batch (``T`` of ``B, T = x.shape``), or such a dimension read (``x.size(1)``, ``x.shape[1]``)."""
+    if type(expr) is cst.Integer:
+        return True
+    if type(expr) is cst.Name:
+        return expr.value not in others  # type: ignore[attr-defined]
+    if type(expr) is cst.Call and call_method_name(expr) == "size":  # type: ignore[arg-type]
+        return _reads_batch(expr.func.value, batches)  # type: ignore[attr-defined]
+    if type(expr) is cst.Subscript and type(expr.value) is cst.Attribute and expr.value.attr.value == "shape":  # type: ignore[attr-defined]
+        return _reads_batch(expr.value.value, batches)  # type: ignore[attr-defined]
+    return False
+
+
+def _steps_from_the_batch(loop: LoaderLoop, batches: set[str]) -> Iterator[tuple[cst.Assign, cst.CSTNode]]:
+    """``accum = target // len(xb)`` in the loop (a number divided by a batch's size), with the first use of
+    ``accum`` that counts steps: ``i % accum``, ``range(accum)``."""
+    sizes = _size_names(loop, batches)
+    nodes = _own_nodes(loop.loop.body)
+    for node in nodes:
+        if type(node) is not cst.Assign or len(node.targets) != 1 or type(node.targets[0].target) is not cst.Name:  # type: ignore[attr-defined]
+            continue
+        value = node.value  # type: ignore[attr-defined]
+        if not (type(value) is cst.BinaryOperation and isinstance(value.operator, (cst.FloorDivide, cst.Divide))):  # type: ignore[attr-defined]
+            continue
+        if not _counts_samples(value.right, batches, sizes, _bound_in(loop.loop.body)):  # type: ignore[attr-defined]
+            continue
+        name = node.targets[0].target.value  # type: ignore[attr-defined]
+        for use in nodes:
+            if type(use) is cst.BinaryOperation and isinstance(use.operator, cst.Modulo) and code_of(use.right).strip() == name:  # type: ignore[attr-defined]
+                yield node, use  # type: ignore[misc]
+                break
+            if type(use) is cst.Call and dotted_name(use.func) == "range" and any(code_of(a.value).strip() == name for a in use.args):  # type: ignore[attr-defined]
+                yield node, use  # type: ignore[misc]
+                break
+
+
+def _sample_counters(loop: LoaderLoop, batches: set[str]) -> dict[str, cst.AugAssign]:
+    """The names the loop adds its batches' sizes to (``seen += x.size(0)``, ``tokens += B * T`` after ``B, T =
+    x.shape``), with the first such statement."""
+    counters: dict[str, cst.AugAssign] = {}
+    sizes, dims = _shape_names(loop, batches)
+    computed = _bound_in(loop.loop.body) - dims  # (``loss_value * B`` is a sum of losses)
+    for node in _own_nodes(loop.loop.body):
+        if type(node) is cst.AugAssign and isinstance(node.operator, cst.AddAssign) and _counts_samples(node.value, batches, sizes, computed):  # type: ignore[attr-defined]
             name = dotted_name(node.target)  # type: ignore[attr-defined]
             if name is not None:
                 counters.setdefault(name, node)  # type: ignore[arg-type]

@@ -85,13 +85,26 @@ for x, y in loader:
     )
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
-        if not analysis.program_wrap_calls or not analysis.backward_calls:
+        if not analysis.program_wrap_calls or not analysis.program_backward_calls:
             return
         draws = [call for call in analysis.calls_to(VALUE_DRAWS) if keyword_argument(call, "generator") is None]
         if not draws:
             return
         values = per_rank_values(analysis)
         if values is None or draws_per_rank(analysis):
+            return
+        for getitem, call in _random_items(analysis, draws):  # (in any module: a dataset module of its own)
+            if seeds_alike(analysis, "torch"):
+                yield Match(
+                    call,
+                    f"`{getitem.name.value}()` ignores the index it is given and draws its sample with `{code_of(call)}` "
+                    "from torch's random state, which every rank seeds alike: the DistributedSampler shares out indices "
+                    "the dataset does not read, so every rank draws the same samples and the global batch holds N copies "
+                    "of each; seed each rank differently after the wrap (torch.manual_seed(seed + runtime.rank())), or "
+                    "draw from a generator seeded per rank",
+                    fixable=False,
+                )
+        if not analysis.backward_calls:
             return
         for call in draws:
             if (
@@ -109,6 +122,23 @@ for x, y in loader:
                     "runtime.rank())), or draw from a generator seeded per rank",
                     fixable=False,
                 )
+
+
+def _random_items(analysis: ScriptAnalysis, draws: list[cst.Call]) -> Iterator[tuple[cst.FunctionDef, cst.Call]]:
+    """The ``__getitem__(self, idx)`` methods that never read their index and draw from torch's random state
+    (a nanoGPT-style dataset of random windows), with their first draw."""
+    for function in analysis.functions:
+        if function.name.value != "__getitem__" or analysis.enclosing_class(function) is None:
+            continue
+        params = function.params.params
+        if len(params) != 2:
+            continue
+        index = params[1].name.value
+        if any(type(n) is cst.Name and n.value == index for n in walk(function.body)):  # type: ignore[attr-defined]
+            continue
+        draw = next((call for call in draws if analysis.is_inside(call, function)), None)
+        if draw is not None:
+            yield function, draw
 
 
 def _sized_by_the_batch(analysis: ScriptAnalysis, values: PerRankValues, call: cst.Call) -> bool:

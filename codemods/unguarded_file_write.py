@@ -10,6 +10,7 @@ import libcst as cst
 from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name, keyword_argument, leaves_function, statements_of, walk
 from .analysis.ranks import rank_facts
+from .analysis.script import into_memory
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression, statement, with_keyword
 from .runtime_calls import runtime_name
@@ -283,7 +284,7 @@ with open("config.yaml") as f:
                 kind = "download"
         if kind == "open" and not _write_mode(call):
             return None
-        if kind == "file" and _into_memory(analysis, call):
+        if kind == "file" and into_memory(analysis, call):
             return None  # ``torch.jit.save(m, buffer)`` of ``buffer = io.BytesIO()``: no file
         return None if kind == "checkpoint" else kind
 
@@ -474,6 +475,8 @@ with open("config.yaml") as f:
             call, kind = case.call, case.kind
             if case.block is None:
                 what = {
+                    "read": "wait for rank 0's write of this file before reading it (runtime.barrier() on a path every rank takes)",
+                    "read-after": "wait for rank 0's writes before reading this file (runtime.barrier() on a path every rank takes)",
                     "download": "download on rank 0 first while the others wait at a barrier on a path every rank takes",
                     "open-with-state": (
                         "write this file on rank 0 only; the block also sets values every rank needs "
@@ -624,14 +627,20 @@ def _take_first(analysis: ScriptAnalysis, edits: Edits, call: cst.Call, stmt: cs
     """Before a write that goes under a rank-0 guard, take out of their objects the arguments that take a
     value (``os.remove(kept.pop(0))``: ``popped = kept.pop(0)`` on every rank, then the guarded
     ``os.remove(popped)``), so every rank's list stays the same. The taking calls, as written."""
-    taken = []
+    taken: list[str] = []
+    chosen: list[str] = []
     for arg in call.args:
         if any(type(n) is cst.Call and _takes(n) for n in walk(arg.value)):  # type: ignore[arg-type]
-            name = analysis.free_name("popped", "taken")
+            name = analysis.free_name(*(c for c in ("popped", "taken", "popped_2", "taken_2", "popped_3") if c not in chosen))
+            chosen.append(name)
             edits.insert_before(stmt, statement(f"{name} = {code_of(arg.value).strip()}"))  # type: ignore[arg-type]
             edits.replace(arg.value, cst.Name(name))
             taken.append(code_of(arg.value).strip())
     return taken
+
+
+#: Methods that change the container they are called on.
+_CHANGING_METHODS = frozenset({"append", "extend", "insert", "update", "add", "pop", "popleft", "appendleft", "remove", "clear", "setdefault"})
 
 
 def _state_set_in(analysis: ScriptAnalysis, block: cst.CSTNode) -> list[str]:
@@ -654,6 +663,9 @@ def _state_set_in(analysis: ScriptAnalysis, block: cst.CSTNode) -> list[str]:
                     found.append(code_of(part).strip())
                 elif isinstance(part, cst.Name) and not isinstance(analysis.parent(part), (cst.Attribute, cst.Subscript)):
                     bound.add(part.value)
+    for node in walk(block):
+        if type(node) is cst.Call and call_method_name(node) in _CHANGING_METHODS and type(node.func.value) is cst.Name:  # type: ignore[arg-type, attr-defined]
+            bound.add(node.func.value.value)  # ``history.append(total)``: the list changes like an assignment  # type: ignore[attr-defined]
     scope = analysis.enclosing_function(block) or analysis.module
     for name in sorted(bound):
         reads = [
@@ -746,19 +758,6 @@ def _literal(analysis: ScriptAnalysis, expr: cst.BaseExpression) -> str | None:
 def _literal_path(analysis: ScriptAnalysis, call: cst.Call) -> str | None:
     """The literal path a read reads (its first argument)."""
     return _literal(analysis, call.args[0].value) if call.args and call.args[0].keyword is None else None
-
-
-#: In-memory files: a write into one touches no disk.
-_MEMORY_FILES = frozenset({"io.BytesIO", "io.StringIO"})
-
-
-def _into_memory(analysis: ScriptAnalysis, call: cst.Call) -> bool:
-    """Whether one of the call's arguments is an in-memory file (``io.BytesIO()``), directly or by name."""
-    return any(
-        type(origin) is cst.Call and analysis.is_call_to(origin, _MEMORY_FILES)  # type: ignore[arg-type]
-        for arg in call.args
-        for origin in (arg.value, *analysis.origins(arg.value))
-    )
 
 
 #: Calls that delete files: nothing is read back from them.

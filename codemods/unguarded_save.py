@@ -8,7 +8,7 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, keyword_argument, walk
-from .analysis.script import leaves_function
+from .analysis.script import into_memory, leaves_function
 from .analysis.ranks import Condition, rank_facts
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression, statement
@@ -235,8 +235,8 @@ torch.save(sampler.state_dict(), f=f"sampler_{os.environ['RANK']}.pt")
             return
         facts = rank_facts(analysis)
         for call in analysis.calls_to(CHECKPOINT_WRITERS):
-            if facts.guard(call) is not None:
-                continue
+            if facts.guard(call) is not None or into_memory(analysis, call):
+                continue  # (``torch.save(state, io.BytesIO())``: no file, every rank keeps its own copy)
             target = keyword_argument(call, "f")
             target = target if target is not None else (call.args[1] if len(call.args) > 1 and call.args[1].keyword is None else None)
             if target is not None and facts.is_rank_dependent(target.value):

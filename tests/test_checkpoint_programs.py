@@ -320,3 +320,28 @@ def test_a_device_chosen_between_the_wrap_and_the_move_comes_first(tmp_path: Pat
     migrated, report, code = migrate_script(tmp_path, source)
     assert code == 0, report
     assert "device = 'cuda' if torch.cuda.is_available() else 'cpu'\nmodel.to(device)\nmodel = DistributedDataParallel(" in migrated, migrated
+
+
+def test_two_values_taken_for_one_write_get_two_names(tmp_path: Path) -> None:
+    source = KEEP_LAST.replace("import os\n", "import os\nimport shutil\n").replace(
+        "kept = []\n", "kept = []\narchive = ['a0', 'a1', 'a2', 'a3', 'a4']\n"
+    ).replace("        os.remove(kept.pop(0))\n", "        shutil.move(kept.pop(0), archive.pop(0))\n")
+    migrated, report, _ = migrate_script(tmp_path, source)
+    assert "popped = kept.pop(0)\n        taken = archive.pop(0)\n" in migrated, migrated
+    assert "shutil.move(popped, taken)" in migrated, migrated
+
+
+def test_a_log_block_that_appends_to_a_list_read_later_is_left_to_a_human(tmp_path: Path) -> None:
+    source = PATIENCE_IN_THE_LOG.replace(
+        "        if vloss < best - 1e-2:\n            best, bad = vloss, 0\n        else:\n            bad += 1\n",
+        "        history.append(vloss)\n",
+    ).replace("best, bad = float(\"inf\"), 0\n", "history = []\n").replace("    if bad >= 2:\n", "    if len(history) > 3 and history[-1] > history[-3]:\n")
+    migrated, report, code = migrate_script(tmp_path, source)
+    assert "the block also sets values every rank needs (history)" in migrated, migrated
+
+
+def test_a_save_into_memory_is_no_checkpoint(tmp_path: Path) -> None:
+    """``torch.save(state, io.BytesIO())``: became runtime.save, and rank 1's buffer stayed empty (EOFError)."""
+    source = EXPORTS + "state = io.BytesIO()\ntorch.save(model.state_dict(), state)\n"
+    migrated, report, _ = migrate_script(tmp_path, source)
+    assert "\ntorch.save(model.module.state_dict(), state)\n" in migrated, migrated

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 from migrated import migrate_script
 
@@ -278,3 +279,19 @@ def test_a_switch_a_torchrun_launch_may_leave_off_still_lets_every_rank_in(tmp_p
     source = SAVE_OFF_RANK_0.replace("SWITCH", '"--ddp" in sys.argv').replace("import os\n", "import os\nimport sys\n")
     output = _lint(tmp_path, source)
     assert "DDP007 torch.save runs on every process that gets here" in output, output
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        "if stats.numel() > 5:\n        dist.all_reduce(stats)",
+        "dist.all_reduce(stats, group=dist.new_group([0]))",
+        "dist.all_reduce(stats)\n    stats.add_(torch.ones(2))",
+    ],
+    ids=["on-some-paths", "sub-group", "changed-in-place-after"],
+)
+def test_a_reduction_that_may_not_hold_at_the_read_is_not_common(tmp_path: Path, where: str) -> None:
+    """A review found these taken as common: a reduction under a condition (its save became runtime.save, a
+    hang), one over a sub-group, one changed in place afterwards."""
+    output = _lint(tmp_path, REDUCED_DECISION.replace("WHERE", where))
+    assert "DDP033 dist.barrier() is a collective but runs only" in output, output

@@ -254,6 +254,8 @@ class RankFacts:
         #: For each name, the in-place collectives that make its value alike on every rank (``dist.all_reduce(t)``).
         self._made_common: dict[Key, list[cst.Call]] = {}
         for call in analysis.calls_to(IN_PLACE_COMMON):
+            if any(a.keyword is not None and a.keyword.value in ("group", "async_op") for a in call.args):
+                continue  # a sub-group's total, or one not waited for here: not the whole job's value
             first = call.args[0].value if call.args and call.args[0].keyword is None else None
             name = dotted_name(first) if first is not None else None
             if name:
@@ -650,10 +652,27 @@ class RankFacts:
         function = analysis.enclosing_function(expr)
         last: cst.CSTNode | None = None
         for call in self._made_common[key]:
-            if analysis.enclosing_function(call) is function and analysis.comes_before(call, expr) and not analysis.is_inside(expr, call):
+            # On every path to the read: its statement sits in a block that holds the read (not under an ``if``
+            # or in a loop the read is outside of).
+            block = analysis.parent(analysis.statement(call))
+            if (
+                analysis.enclosing_function(call) is function
+                and analysis.comes_before(call, expr)
+                and not analysis.is_inside(expr, call)
+                and block is not None
+                and analysis.is_inside(expr, block)
+            ):
                 last = call if last is None or analysis.comes_before(last, call) else last
         if last is None:
             return False
+        name = dotted_name(expr)
+        for node in walk(function if function is not None else analysis.module):
+            # Changed in place after the collective: ``acc.add_(local)``, ``acc[0] = local[0]``.
+            if analysis.comes_before(last, node) and analysis.comes_before(node, expr):
+                if type(node) is cst.Call and type(node.func) is cst.Attribute and node.func.attr.value.endswith("_") and dotted_name(node.func.value) == name:  # type: ignore[attr-defined]
+                    return False
+                if type(node) is cst.AssignTarget and type(node.target) is cst.Subscript and dotted_name(node.target.value) == name:  # type: ignore[attr-defined]
+                    return False
         for value in values:
             if not isinstance(value, cst.CSTNode) or not analysis.owns(value):
                 return False  # a value the analysis cannot place (a launch's index, another module's)

@@ -2646,6 +2646,20 @@ def _root_of(expr: cst.BaseExpression) -> cst.BaseExpression:
     return expr
 
 
+#: In-memory files: a write into one touches no disk.
+MEMORY_FILES = frozenset({"io.BytesIO", "io.StringIO"})
+
+
+def into_memory(analysis: ScriptAnalysis, call: cst.Call) -> bool:
+    """Whether one of the call's arguments is an in-memory file (``io.BytesIO()``), directly or by name: a
+    ``torch.save(state, buffer)`` writes no file."""
+    return any(
+        type(origin) is cst.Call and analysis.is_call_to(origin, MEMORY_FILES)  # type: ignore[arg-type]
+        for arg in call.args
+        for origin in (arg.value, *analysis.origins(arg.value))
+    )
+
+
 def returns_of(function: cst.FunctionDef) -> list[cst.Return]:
     """The function's own ``return`` statements (not those of functions or classes nested in it)."""
     found: list[cst.Return] = []

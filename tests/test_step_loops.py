@@ -1,0 +1,233 @@
+"""Step-based training loops (a trial of 29 programs): six migrations that changed what the program computes.
+
+- ``len(loader.sampler)`` sized a schedule: with the DistributedSampler the migration adds it is this process's
+  share, and the learning rate reached 0 halfway (or OneCycleLR stepped past its end). It now reads
+  ``len(loader.dataset)``, which is what the original's sampler went over.
+- A dataset whose ``__getitem__`` ignores its index and draws a random window gave every rank the same windows.
+- A loader without ``batch_size`` (batches of 1) trained on 2 samples a step under 2 processes.
+- A token budget counted with ``B, T = x.shape``, an accumulation count derived from ``len(xb)``, and a hidden
+  state sized with the global ``batch_size`` (a crash) were not reported.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from migrated import migrate_script
+
+SAMPLER_LENGTH = r'''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+X = torch.linspace(-1, 1, 128).unsqueeze(1).repeat(1, 4)
+Y = X.sum(1, keepdim=True).sin()
+ds = TensorDataset(X, Y)
+batch_size, epochs = 16, 3
+loader = DataLoader(ds, batch_size=batch_size, shuffle=False)
+total_steps = len(loader.sampler) // batch_size * epochs
+model = nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, 1 - s / total_steps))
+for epoch in range(epochs):
+    for xb, yb in loader:
+        loss = nn.functional.mse_loss(model(xb), yb)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+print(f"RESULT total={total_steps} w={model.weight.sum().item():.6f}")
+'''
+
+RANDOM_WINDOWS = r'''
+import os
+import sys
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, Dataset
+
+data = torch.arange(1000).float()
+
+
+class RandomWindows(Dataset):
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, idx):  # nanoGPT-style: a random window, idx unused
+        i = torch.randint(len(data) - 8, (1,)).item()
+        return data[i:i + 8]
+
+
+torch.manual_seed(0)
+loader = DataLoader(RandomWindows(), batch_size=16)
+model = nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=1e-7)
+for epoch in range(2):
+    for x in loader:
+        if epoch == 0:
+            sys.stderr.write(f"rank {os.environ.get('RANK', '-')} starts {x[:, 0].int().tolist()}\n")
+        loss = model(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+'''
+
+DEFAULT_BATCH = r'''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+X = torch.linspace(-1, 1, 32).unsqueeze(1).repeat(1, 4)
+Y = X.sum(1, keepdim=True).sin()
+loader = DataLoader(TensorDataset(X, Y))  # batch_size defaults to 1: per-sample SGD
+model = nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+steps = 0
+for epoch in range(2):
+    for xb, yb in loader:
+        loss = nn.functional.mse_loss(model(xb), yb)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        steps += 1
+print(f"RESULT steps={steps} w={model.weight.sum().item():.6f}")
+'''
+
+TOKENS_FROM_THE_SHAPE = r'''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+X = torch.linspace(-1, 1, 64 * 8).view(64, 8)
+loader = DataLoader(TensorDataset(X, X.sin()), batch_size=16)
+model = nn.Linear(8, 8)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+max_tokens, warmup_tokens = 2048, 512
+tokens_seen, steps = 0, 0
+for epoch in range(100):
+    for x, y in loader:
+        B, T = x.shape
+        tokens_seen += B * T
+        for g in opt.param_groups:
+            g["lr"] = 0.1 * min(1.0, tokens_seen / warmup_tokens)
+        loss = nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        steps += 1
+    if tokens_seen >= max_tokens:
+        break
+print(f"RESULT steps={steps} tokens={tokens_seen} w={model.weight.sum().item():.6f}")
+'''
+
+ACCUMULATION_FROM_THE_BATCH = r'''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+X = torch.linspace(-1, 1, 128).unsqueeze(1).repeat(1, 4)
+Y = X.sum(1, keepdim=True).sin()
+loader = DataLoader(TensorDataset(X, Y), batch_size=16)
+model = nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+target_batch = 32  # samples per optimizer step
+opt_steps = 0
+for epoch in range(3):
+    for i, (xb, yb) in enumerate(loader):
+        accum = target_batch // len(xb)
+        loss = nn.functional.mse_loss(model(xb), yb) / accum
+        loss.backward()
+        if (i + 1) % accum == 0:
+            opt.step()
+            opt.zero_grad()
+            opt_steps += 1
+print(f"RESULT accum={accum} steps={opt_steps} w={model.weight.sum().item():.6f}")
+'''
+
+HIDDEN_STATE = r'''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+batch_size = 16
+torch.manual_seed(0)
+X = torch.linspace(-1, 1, 64 * 8 * 4).view(64, 8, 4)
+loader = DataLoader(TensorDataset(X, X.sin()), batch_size=batch_size, drop_last=True)
+rnn = nn.GRU(4, 4, batch_first=True)
+opt = torch.optim.SGD(rnn.parameters(), lr=0.1)
+for epoch in range(2):
+    hidden = torch.zeros(1, batch_size, 4)
+    for x, y in loader:
+        out, hidden = rnn(x, hidden.detach())
+        loss = nn.functional.mse_loss(out, y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+print(f"RESULT w={sum(p.sum().item() for p in rnn.parameters()):.6f}")
+'''
+
+
+def test_a_schedule_sized_by_the_samplers_length_reads_the_whole_data_set(tmp_path: Path) -> None:
+    migrated, report, code = migrate_script(tmp_path, SAMPLER_LENGTH)
+    assert code == 0, report
+    assert "total_steps = len(loader.dataset) // batch_size * epochs" in migrated, migrated
+
+
+@pytest.mark.distributed
+def test_the_schedule_ends_where_the_originals_did(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from launch import run_python, run_torchrun
+
+    (tmp_path / "original.py").write_text(SAMPLER_LENGTH)
+    expected = run_python(tmp_path / "original.py", cwd=tmp_path, timeout=120).output
+    migrate_script(tmp_path, SAMPLER_LENGTH)
+    run = run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, timeout=120)
+    result = next(line for line in expected.splitlines() if line.startswith("RESULT"))
+    assert "RESULT total=24 " in result and result in run.output, (expected, run.output)
+
+
+def test_a_dataset_that_draws_random_windows_is_reviewed(tmp_path: Path) -> None:
+    _, report, code = migrate_script(tmp_path, RANDOM_WINDOWS)
+    assert code == 1, report
+    assert "DDP051 `__getitem__()` ignores the index it is given and draws its sample" in report, report
+
+
+def test_a_dataset_that_reads_its_index_is_not_reviewed(tmp_path: Path) -> None:
+    source = RANDOM_WINDOWS.replace("i = torch.randint(len(data) - 8, (1,)).item()", "i = (idx * 7 + torch.randint(3, (1,)).item()) % 900")
+    _, report, _ = migrate_script(tmp_path, source)
+    assert "DDP051" not in report, report
+
+
+def test_a_loader_with_batches_of_one_keeps_them_and_is_reviewed(tmp_path: Path) -> None:
+    migrated, report, code = migrate_script(tmp_path, DEFAULT_BATCH)
+    assert code == 1, report
+    assert "batch_size=runtime.per_process_batch_size(1)" in migrated, migrated
+    assert "the original trained on batches of 1 sample, which cannot be split across processes" in report, report
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("TOKENS_FROM_THE_SHAPE", "`tokens_seen += B * T` counts this process's samples only, and `tokens_seen >= max_tokens` decides"),
+        ("ACCUMULATION_FROM_THE_BATCH", "`accum = target_batch // len(xb)` derives a number of steps from this process's batch"),
+        ("HIDDEN_STATE", "`torch.zeros(1, batch_size, 4)` is sized with batch_size, the global batch size"),
+    ],
+    ids=["tokens-from-the-shape", "accumulation-from-the-batch", "hidden-state"],
+)
+def test_reads_of_the_global_batch_are_reviewed(tmp_path: Path, source: str, expected: str) -> None:
+    _, report, code = migrate_script(tmp_path, globals()[source])
+    assert code == 1 and expected in report, report
+
+
+def test_a_weighted_sum_of_losses_is_no_sample_count(tmp_path: Path) -> None:
+    """``total += loss.item() * B`` after ``B, T = x.shape``: a sum of losses, not of samples."""
+    source = TOKENS_FROM_THE_SHAPE.replace("tokens_seen += B * T", "tokens_seen += loss_value * B")
+    source = source.replace("for g in opt.param_groups:", "loss_value = 0.0\n        for g in opt.param_groups:")
+    _, report, _ = migrate_script(tmp_path, source)
+    assert "counts this process's samples only" not in report, report
