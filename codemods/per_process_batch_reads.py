@@ -8,7 +8,7 @@ import libcst as cst
 
 from . import names
 from .analysis import LoaderLoop, ScriptAnalysis, call_method_name, dotted_name, loader_argument, walk
-from .analysis.script import is_parameter_group, subscript_key
+from .analysis.script import assignment_targets, is_parameter_group, subscript_key
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression
 from .runtime_calls import runtime_name
@@ -335,8 +335,7 @@ def _bound_in(body: cst.CSTNode) -> set[str]:
     """The plain names a loop's body assigns (its per-step values, such as a loss)."""
     found: set[str] = set()
     for node in walk(body):
-        targets = [t.target for t in node.targets] if type(node) is cst.Assign else [node.target] if type(node) in (cst.AugAssign, cst.AnnAssign) else []  # type: ignore[attr-defined]
-        for target in targets:
+        for target in assignment_targets(node):
             found.update(n.value for n in walk(target) if type(n) is cst.Name)  # type: ignore[attr-defined]
     return found
 

@@ -10,7 +10,7 @@ import libcst as cst
 from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name, keyword_argument, leaves_function, statements_of, walk
 from .analysis.ranks import rank_facts
-from .analysis.script import into_memory
+from .analysis.script import assignment_targets, into_memory
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression, statement, with_keyword
 from .runtime_calls import runtime_name
@@ -650,14 +650,7 @@ def _state_set_in(analysis: ScriptAnalysis, block: cst.CSTNode) -> list[str]:
     found: list[str] = []
     bound: set[str] = set()
     for node in walk(block):
-        targets: list[cst.CSTNode] = []
-        if isinstance(node, cst.Assign):
-            targets = [t.target for t in node.targets]
-        elif isinstance(node, (cst.AugAssign, cst.AnnAssign)):
-            targets = [node.target]
-        elif isinstance(node, cst.NamedExpr):
-            targets = [node.target]
-        for target in targets:
+        for target in assignment_targets(node):
             for part in walk(target):
                 if isinstance(part, (cst.Attribute, cst.Subscript)) and part is target:
                     found.append(code_of(part).strip())

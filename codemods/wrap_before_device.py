@@ -8,6 +8,7 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name, statements_of, walk, wrapped_argument
+from .analysis.script import assignment_targets
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression
 from .runtime_calls import runtime_name
@@ -108,12 +109,8 @@ def _bound_names(stmt: cst.CSTNode) -> set[str]:
     """The plain names a statement binds: assignment and loop targets, definitions, imports."""
     found: set[str] = set()
     for node in walk(stmt):
-        targets: list[cst.CSTNode] = []
-        if isinstance(node, cst.AssignTarget):
-            targets = [node.target]
-        elif isinstance(node, (cst.AugAssign, cst.AnnAssign, cst.For, cst.NamedExpr)):
-            targets = [node.target]
-        elif isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+        targets: list[cst.CSTNode] = [*assignment_targets(node), *([node.target] if isinstance(node, cst.For) else [])]
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
             found.add(node.name.value)
         elif isinstance(node, cst.ImportAlias):
             found.add((dotted_name(node.asname.name) if node.asname else dotted_name(node.name)) or "")  # type: ignore[arg-type]

@@ -2646,6 +2646,16 @@ def _root_of(expr: cst.BaseExpression) -> cst.BaseExpression:
     return expr
 
 
+def assignment_targets(node: cst.CSTNode) -> list[cst.BaseExpression]:
+    """What a node assigns, when it is an assignment: every target of a plain one, the target of an augmented
+    or annotated one, or of ``:=``; nothing for any other node."""
+    if isinstance(node, cst.Assign):
+        return [t.target for t in node.targets]
+    if isinstance(node, (cst.AugAssign, cst.AnnAssign, cst.NamedExpr)):
+        return [node.target]
+    return []
+
+
 #: In-memory files: a write into one touches no disk.
 MEMORY_FILES = frozenset({"io.BytesIO", "io.StringIO"})
 
