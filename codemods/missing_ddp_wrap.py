@@ -600,14 +600,23 @@ def _follows_launch(analysis: ScriptAnalysis, assign: cst.Assign) -> bool:
 
 
 def _set_up_with_the_group(analysis: ScriptAnalysis, assigns: list[cst.Assign]) -> cst.Call | None:
-    """The program's own process group setup (``init_process_group``) that runs in the same block as one of
-    the switch's assignments, under a condition (``else: distributed = True; dist.init_process_group(...)``):
-    the switch is the program's distributed mode, chosen by its own option."""
-    for setup in analysis.calls_to(names.INIT_PROCESS_GROUP):
-        block = analysis.parent(analysis.statement(setup))
-        if isinstance(block, cst.IndentedBlock) and any(analysis.parent(analysis.statement(a)) is block for a in assigns):
-            if any(isinstance(a, cst.If) for a in analysis.ancestors(setup)):
-                return setup
+    """The program's own process group setup (``init_process_group``, or a call of a helper that makes it:
+    mmcv's ``init_dist(launcher)``) that runs in the same block as one of the switch's assignments, under a
+    condition (``else: distributed = True; dist.init_process_group(...)``): the switch is the program's
+    distributed mode, chosen by its own option."""
+    for assign in assigns:
+        block = analysis.parent(analysis.statement(assign))
+        if not isinstance(block, cst.IndentedBlock) or not any(isinstance(a, cst.If) for a in analysis.ancestors(block)):
+            continue
+        for stmt in block.body:
+            for call in (n for n in walk(stmt) if type(n) is cst.Call):
+                if analysis.is_call_to(call, names.INIT_PROCESS_GROUP):  # type: ignore[arg-type]
+                    return call  # type: ignore[return-value]
+                # ``init_dist(args.launcher)`` of a helper module (mmcv), which sets up the group in its own calls
+                target = analysis.call_target(call)  # type: ignore[arg-type]
+                home = analysis.shared.analysis_of(target) if target is not None else None
+                if target is not None and home is not None and home.reaches(target, home.calls_to(names.INIT_PROCESS_GROUP)):
+                    return call  # type: ignore[return-value]
     return None
 
 

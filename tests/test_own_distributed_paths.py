@@ -295,3 +295,19 @@ def test_a_reduction_that_may_not_hold_at_the_read_is_not_common(tmp_path: Path,
     hang), one over a sub-group, one changed in place afterwards."""
     output = _lint(tmp_path, REDUCED_DECISION.replace("WHERE", where))
     assert "DDP033 dist.barrier() is a collective but runs only" in output, output
+
+
+def test_a_switch_turned_on_with_a_helpers_group_setup_is_left_to_a_human(tmp_path: Path) -> None:
+    """mmcv's real shape: ``else: distributed = True; init_dist(args.launcher)``, the group set up two calls
+    down in a helper module (a review found the switch forced on without the group: a crash)."""
+    (tmp_path / "dist_utils.py").write_text(
+        "import torch.distributed as dist\n\n\ndef _init_pytorch():\n    dist.init_process_group('gloo')\n\n\n"
+        "def init_dist(launcher):\n    if launcher == 'pytorch':\n        _init_pytorch()\n"
+    )
+    source = OWN_LAUNCHER.replace('    dist.init_process_group("gloo")\n', "    dist_utils.init_dist(args.launcher)\n").replace(
+        "import argparse\n", "import argparse\n\nimport dist_utils\n", 1
+    )
+    migrated, report, code = migrate_script(tmp_path, source)
+    assert code == 1, report
+    assert "which the program turns on where it also sets up its process group" in report, report
+    assert "distributed = False or" not in migrated, migrated
