@@ -311,3 +311,16 @@ def test_a_switch_turned_on_with_a_helpers_group_setup_is_left_to_a_human(tmp_pa
     assert code == 1, report
     assert "which the program turns on where it also sets up its process group" in report, report
     assert "distributed = False or" not in migrated, migrated
+
+
+def test_a_rank_stored_into_a_dicts_item_guards_the_save(tmp_path: Path) -> None:
+    """``_STATE["rank"] = dist.get_rank()`` in ``setup()``, ``is_main()`` reading ``_STATE["rank"] == 0``: the item
+    was read as the dict literal's 0, so the save under ``is_main()`` became runtime.save (a hang, a review found)."""
+    helpers = DIST_HELPERS.replace(
+        "def is_master(cfg):\n    return cfg.distributed_rank == 0\n",
+        '_STATE = {"rank": 0}\n\n\ndef is_master(cfg):\n    return _STATE["rank"] == 0\n',
+    ).replace("    cfg.distributed_rank = dist.get_rank()\n", '    _STATE["rank"] = dist.get_rank()\n')
+    (tmp_path / "dist_helpers.py").write_text(helpers)
+    (tmp_path / "train.py").write_text(TRAIN_WITH_HELPERS.replace("GUARD", "is_master"))
+    CliRunner().invoke(cli, [str(tmp_path / "train.py")], catch_exceptions=False)
+    assert "runtime.save" not in (tmp_path / "train.py").read_text()

@@ -251,6 +251,14 @@ class RankFacts:
             name = dotted_name(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
             if name:
                 self._stores.setdefault(self.legacy.key(node, name), []).append(store)
+        #: For each container name, the values stored into its items (``_STATE["rank"] = dist.get_rank()``).
+        self._item_stores: dict[str, list[cst.BaseExpression]] = {}
+        for node in analysis.index.preorder:
+            if type(node) is cst.Assign:
+                for target in node.targets:  # type: ignore[attr-defined]
+                    container = dotted_name(target.target.value) if type(target.target) is cst.Subscript else None  # type: ignore[attr-defined]
+                    if container:
+                        self._item_stores.setdefault(container, []).append(node.value)  # type: ignore[attr-defined]
         #: For each name, the in-place collectives that make its value alike on every rank (``dist.all_reduce(t)``).
         self._made_common: dict[Key, list[cst.Call]] = {}
         for call in analysis.calls_to(IN_PLACE_COMMON):
@@ -521,7 +529,9 @@ class RankFacts:
             variable = self.legacy.env_read(expr)
             if variable is not None:
                 return Kind.RANK if variable in RANK_VARIABLES else Kind.UNIFORM
-            return self._join([expr.value, *(e.slice for e in expr.slice)], depth)
+            # An item read also reads what the program stores into the container's items anywhere.
+            stored = self._item_stores.get(dotted_name(expr.value) or "", [])
+            return self._join([expr.value, *(e.slice for e in expr.slice), *stored], depth)
         if isinstance(expr, cst.Comparison):
             if all(_is_minus_one_or_none(c.comparator) for c in expr.comparisons) and self._holds_rank_number(expr.left):
                 # ``local_rank != -1``, ``args.gpu is not None``: "is this run distributed", which all ranks agree on.
