@@ -9,7 +9,7 @@ import libcst as cst
 from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name, walk
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Severity, Valid
-from .edits import Edits, code_of, expression
+from .edits import Edits, accepting_both_key_formats, accepts_both_key_formats, expression, state_dict_argument
 from .runtime_calls import runtime_name
 
 
@@ -138,9 +138,8 @@ torch.save(net.state_dict(), "either.pt")
             yield Match(call, f"state_dict() of a {wrapper} model has module. keys: keep them through the migration")
         for call in analysis.method_calls("load_state_dict"):
             receiver = call.func.value  # type: ignore[union-attr]
-            given = [a for a in call.args if not a.star and (a.keyword is None or a.keyword.value == "state_dict")]
-            state = given[0].value if given and (given[0].keyword is not None or given[0] is call.args[0]) else None
-            if state is not None and not _strips_the_prefix(state) and _copy_of_a_wrap(analysis, receiver) is not None:
+            given = state_dict_argument(call)
+            if given is not None and not accepts_both_key_formats(given.value) and _copy_of_a_wrap(analysis, receiver) is not None:
                 yield Match(
                     call,
                     "load_state_dict() of a copy of a wrapped model takes module. keys: the migration copies the model "
@@ -153,8 +152,8 @@ torch.save(net.state_dict(), "either.pt")
             call = match.node
             assert isinstance(call, cst.Call)
             if call_method_name(call) == "load_state_dict":
-                state = next(a.value for a in call.args if not a.star and (a.keyword is None or a.keyword.value == "state_dict"))
-                stripped = expression(f'{{k.removeprefix("module."): v for k, v in {code_of(state).strip()}.items()}}')
+                state = state_dict_argument(call).value  # type: ignore[union-attr]
+                stripped = accepting_both_key_formats(state)
                 edits.replace(state, lambda _updated, stripped=stripped: stripped)
                 edits.changes.append(Change(self.code, analysis.line(call), "load_state_dict of the model's copy accepts keys with and without module."))
                 continue
@@ -194,10 +193,6 @@ def _saved_here(analysis: ScriptAnalysis, call: cst.Call) -> bool:
     """Whether the call is inside the arguments of a checkpoint save (``torch.save({"ema": ema.state_dict()}, p)``)."""
     return any(isinstance(a, cst.Call) and analysis.is_call_to(a, names.TORCH_SAVE | names.RUNTIME_SAVE) for a in analysis.ancestors(call))
 
-
-def _strips_the_prefix(state: cst.BaseExpression) -> bool:
-    """``{k.removeprefix("module."): v for k, v in sd.items()}``: a state dict that takes both formats already."""
-    return isinstance(state, cst.DictComp) and "removeprefix" in code_of(state)
 
 
 def _conditional(analysis: ScriptAnalysis, wrap: cst.Call) -> bool:

@@ -436,3 +436,23 @@ def call_with(function: cst.BaseExpression, first: cst.BaseExpression, rest: Ite
     # A comma of its own for each argument: one node at two places of a tree makes the engine clone the module.
     args = [a.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) for a in args[:-1]] + args[-1:]
     return cst.Call(func=function, args=args)
+
+
+def accepting_both_key_formats(state: cst.BaseExpression) -> cst.BaseExpression:
+    """``{k.removeprefix("module."): v for k, v in <state>.items()}``: a state dict with or without the ``module.``
+    prefix of a wrapper's keys, loaded into the model itself (see :func:`accepts_both_key_formats`)."""
+    return expression(f'{{k.removeprefix("module."): v for k, v in {code_of(state).strip()}.items()}}')
+
+
+def accepts_both_key_formats(state: cst.BaseExpression) -> bool:
+    """Whether a state dict already is :func:`accepting_both_key_formats`'s (a fix that ran before)."""
+    return isinstance(state, cst.DictComp) and "removeprefix" in code_of(state)
+
+
+def state_dict_argument(call: cst.Call) -> cst.Arg | None:
+    """The state dict a ``load_state_dict(...)`` call is given: its ``state_dict=`` keyword, else its first
+    positional argument (``None`` for ``*args`` or no argument)."""
+    given = next((a for a in call.args if a.keyword is not None and a.keyword.value == "state_dict"), None)
+    if given is None and call.args and call.args[0].keyword is None and not call.args[0].star:
+        given = call.args[0]
+    return given

@@ -416,10 +416,11 @@ loss.backward()
                         return True
         return False
 
-    def _switches(self, analysis: ScriptAnalysis) -> Iterator[tuple[cst.If, str, list[cst.CSTNode]]]:
+    def _switches(self, analysis: ScriptAnalysis) -> Iterator[tuple[cst.If, str, list[cst.CSTNode], cst.Call | None]]:
         """Distributed switches a torchrun launch leaves off: the ``if`` that guards a DDP wrap, the
         switch's name, and where its value is set (assignments, or the ``parse_args()`` statement to add
-        one after); an empty list when neither can be found."""
+        one after; an empty list when neither can be found), and the program's own process group setup where
+        the switch is turned on with it (:func:`_set_up_with_the_group`: left to a human)."""
         if not analysis.is_training_script:
             return
         seen: set[str] = set()
@@ -441,13 +442,14 @@ loss.backward()
             assigns = _assignments_to(analysis, switch)
             if any(_follows_launch(analysis, a) for a in assigns):
                 continue
-            if _set_up_with_the_group(analysis, assigns) is not None:
+            setup = _set_up_with_the_group(analysis, assigns)
+            if setup is not None:
                 # The program's own distributed mode (mmcv's ``--launcher``): turned on where the program also
                 # sets up its process group, so the switch alone cannot be forced on (left to a human).
-                yield guard, switch, []
+                yield guard, switch, [], setup
                 continue
             if assigns:
-                yield guard, switch, list(assigns)
+                yield guard, switch, list(assigns), None
                 continue
             # Set by a helper the switch's object is handed to (``init_distributed_mode(args)``): left to a
             # human unless the helper sets it from the launch (another module's code is not rewritten here).
@@ -455,7 +457,7 @@ loss.backward()
             helpers = analysis.assignments_in_callees(scope, switch)
             if helpers:
                 if not any(_follows_launch(home, a) for home, a in helpers):
-                    yield guard, switch, []
+                    yield guard, switch, [], None
                 continue
             root = switch.split(".")[0]
             parsed = [
@@ -463,7 +465,7 @@ loss.backward()
                 for a in _assignments_to(analysis, root)
                 if isinstance(a.value, cst.Call) and call_method_name(a.value) in ("parse_args", "parse_known_args")
             ]
-            yield guard, switch, [analysis.statement(parsed[0])] if root != switch and len(parsed) == 1 else []
+            yield guard, switch, [analysis.statement(parsed[0])] if root != switch and len(parsed) == 1 else [], None
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
         for model, anchor, kept in self._cases(analysis):
@@ -479,8 +481,7 @@ loss.backward()
                 f"where it is built (or hold it in a name: {code_of(receiver)} = DistributedDataParallel(...))",
                 fixable=False,
             )
-        for guard, switch, sites in self._switches(analysis):
-            setup = _set_up_with_the_group(analysis, _assignments_to(analysis, switch))
+        for guard, switch, sites, setup in self._switches(analysis):
             if setup is not None:
                 yield Match(guard, _own_distributed_mode(analysis, switch, setup), fixable=False)
                 continue
@@ -526,8 +527,7 @@ loss.backward()
             if skipped is not None:
                 message += f", with find_unused_parameters=True: {skipped.why}"
             edits.changes.append(Change(self.code, analysis.line(anchor) + 1, message))
-        for guard, switch, sites in self._switches(analysis):
-            setup = _set_up_with_the_group(analysis, _assignments_to(analysis, switch))
+        for guard, switch, sites, setup in self._switches(analysis):
             if setup is not None:
                 edits.todo(guard, _own_distributed_mode(analysis, switch, setup))
                 continue

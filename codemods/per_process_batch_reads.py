@@ -304,15 +304,9 @@ def _compared_with_global_batch(node: cst.Comparison, batches: set[str], sizes: 
             yield side
 
 
-def _size_names(loop: LoaderLoop, batches: set[str]) -> set[str]:
-    """The names the loop assigns a batch's size to: ``bs = x.size(0)``, and the first name of ``B, T = x.shape``
-    (or ``x.size()``)."""
-    return _shape_names(loop, batches)[0]
-
-
 def _shape_names(loop: LoaderLoop, batches: set[str]) -> tuple[set[str], set[str]]:
-    """The names the loop assigns a batch's size to (see :func:`_size_names`), and those it assigns the other
-    dimensions of a batch's shape to (``T`` of ``B, T = x.shape``)."""
+    """The names the loop assigns a batch's size to (``bs = x.size(0)``, the first name of ``B, T = x.shape`` or
+    ``x.size()``), and those it assigns the other dimensions of a batch's shape to (``T``)."""
     found: set[str] = set()
     dims: set[str] = set()
     for node in _own_nodes(loop.loop.body):
@@ -340,7 +334,7 @@ def _bound_in(body: cst.CSTNode) -> set[str]:
     return found
 
 
-def _counts_samples(expr: cst.BaseExpression, batches: set[str], sizes: set[str], others: set[str] = frozenset()) -> bool:  # type: ignore[assignment]
+def _counts_samples(expr: cst.BaseExpression, batches: set[str], sizes: set[str], others: set[str]) -> bool:
     """Whether an expression is a count of this batch's samples or tokens: a batch size (a read of one, or a
     name holding one), alone or multiplied by other sizes of the batch or by names and numbers
     (``B * T``, ``x.size(0) * x.size(1)``); a product with a computed value (``loss.item() * x.size(0)``) is not."""
@@ -371,7 +365,8 @@ def _a_size(expr: cst.BaseExpression, batches: set[str], others: set[str]) -> bo
 def _steps_from_the_batch(loop: LoaderLoop, batches: set[str]) -> Iterator[tuple[cst.Assign, cst.CSTNode]]:
     """``accum = target // len(xb)`` in the loop (a number divided by a batch's size), with the first use of
     ``accum`` that counts steps: ``i % accum``, ``range(accum)``."""
-    sizes = _size_names(loop, batches)
+    sizes = _shape_names(loop, batches)[0]
+    computed = _bound_in(loop.loop.body)
     nodes = _own_nodes(loop.loop.body)
     for node in nodes:
         if type(node) is not cst.Assign or len(node.targets) != 1 or type(node.targets[0].target) is not cst.Name:  # type: ignore[attr-defined]
@@ -379,7 +374,7 @@ def _steps_from_the_batch(loop: LoaderLoop, batches: set[str]) -> Iterator[tuple
         value = node.value  # type: ignore[attr-defined]
         if not (type(value) is cst.BinaryOperation and isinstance(value.operator, (cst.FloorDivide, cst.Divide))):  # type: ignore[attr-defined]
             continue
-        if not _counts_samples(value.right, batches, sizes, _bound_in(loop.loop.body)):  # type: ignore[attr-defined]
+        if not _counts_samples(value.right, batches, sizes, computed):  # type: ignore[attr-defined]
             continue
         name = node.targets[0].target.value  # type: ignore[attr-defined]
         for use in nodes:

@@ -355,16 +355,15 @@ with open("config.yaml") as f:
         for module in analysis.shared.analyses:
             module_facts = rank_facts(module)
             for call in module.calls:
-                if self._writer(module, call) is None and not module.is_call_to(call, names.TORCH_SAVE):
-                    continue
-                if module_facts.guard(call) is None:
+                writer = self._writer(module, call)
+                if (writer is None and not module.is_call_to(call, names.TORCH_SAVE)) or module_facts.guard(call) is None:
                     continue
                 literal = False
                 for arg in call.args:
                     if (text := _literal(module, arg.value)) is not None:
                         written.setdefault(text, []).append((module, call))
                         literal = True
-                if not literal and self._writer(module, call) in (None, "open", "file") and not module.is_call_to(call, _REMOVALS):
+                if not literal and writer in (None, "open", "file") and not module.is_call_to(call, _REMOVALS):
                     unnamed.append((module, call))
         waits = [(module, c) for module in analysis.shared.analyses for c in module.calls_to(BARRIER | names.RUNTIME_SAVE)]
         for call, path in reads:
@@ -656,19 +655,18 @@ def _state_set_in(analysis: ScriptAnalysis, block: cst.CSTNode) -> list[str]:
                     found.append(code_of(part).strip())
                 elif isinstance(part, cst.Name) and not isinstance(analysis.parent(part), (cst.Attribute, cst.Subscript)):
                     bound.add(part.value)
-    for node in walk(block):
         if type(node) is cst.Call and call_method_name(node) in _CHANGING_METHODS and type(node.func.value) is cst.Name:  # type: ignore[arg-type, attr-defined]
             bound.add(node.func.value.value)  # ``history.append(total)``: the list changes like an assignment  # type: ignore[attr-defined]
+    if not bound:
+        return found
     scope = analysis.enclosing_function(block) or analysis.module
-    for name in sorted(bound):
-        reads = [
-            n for n in walk(scope)
-            if type(n) is cst.Name and n.value == name and not analysis.is_inside(n, block)  # type: ignore[attr-defined]
-            and not isinstance(analysis.parent(n), cst.AssignTarget)
-        ]
-        if reads:
-            found.append(name)
-    return found
+    read_outside = {
+        n.value  # type: ignore[attr-defined]
+        for n in walk(scope)
+        if type(n) is cst.Name and n.value in bound and not isinstance(analysis.parent(n), cst.AssignTarget)  # type: ignore[attr-defined]
+        and not analysis.is_inside(n, block)
+    }
+    return found + sorted(read_outside)
 
 
 def _guard_statement(edits: Edits, stmt: cst.CSTNode, test: str) -> None:

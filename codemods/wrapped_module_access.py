@@ -13,7 +13,7 @@ from .analysis.loaders import without_gradients
 from .analysis.script import callee_name
 from .analysis.ranks import Kind, rank_facts
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
-from .edits import Edits, code_of, expression
+from .edits import Edits, accepting_both_key_formats, code_of, expression, state_dict_argument
 from .runtime_calls import DDP_CLASS, DDP_MODULE, imported_name, nullcontext_name, runtime_name
 
 #: DDP's own attributes, which stay on the wrapper (should move to the analysis's WRAPPER_ATTRIBUTES).
@@ -630,13 +630,10 @@ torch.save(state, "last.pt")
                 call = case.node
                 assert isinstance(call, cst.Call)
                 edits.replace(attribute, lambda updated, inner=inner: updated.with_changes(value=inner))
-                given = next((a for a in call.args if a.keyword is not None and a.keyword.value == "state_dict"), None)
-                if given is None and call.args and call.args[0].keyword is None and not call.args[0].star:
-                    given = call.args[0]
+                given = state_dict_argument(call)
                 if given is not None:
-                    state = given.value
-                    stripped = expression(f'{{k.removeprefix("module."): v for k, v in {code_of(state)}.items()}}')
-                    edits.replace(state, lambda _updated, stripped=stripped: stripped)
+                    stripped = accepting_both_key_formats(given.value)
+                    edits.replace(given.value, lambda _updated, stripped=stripped: stripped)
                 edits.changes.append(Change(self.code, line, f"load_state_dict reached through {how}, accepting keys with and without module."))
             else:
                 edits.replace(attribute, lambda updated, inner=inner: updated.with_changes(value=inner))

@@ -93,8 +93,6 @@ RANK_CALLS = (
     | names.distributed("get_group_rank")
     | {"torch.distributed.get_node_local_rank"}
 )
-#: Calls whose value is the same on every rank whatever their arguments. This process's device counts as the
-#: same: data moved to it keeps its value, and a device is no evidence that a print "carries the rank".
 #: Collectives that leave their first argument alike on every rank: the total, rank ``src``'s value, or every
 #: rank's values (``reduce`` and ``gather`` leave it on one rank only).
 IN_PLACE_COMMON = frozenset(
@@ -102,6 +100,8 @@ IN_PLACE_COMMON = frozenset(
     for name in ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "all_gather_object", "broadcast_object_list")
     for q in names.distributed(name)
 )
+#: Calls whose value is the same on every rank whatever their arguments. This process's device counts as the
+#: same: data moved to it keeps its value, and a device is no evidence that a print "carries the rank".
 UNIFORM_CALLS = (
     names.REDUCTIONS
     | names.distributed("get_world_size")
@@ -253,12 +253,12 @@ class RankFacts:
                 self._stores.setdefault(self.legacy.key(node, name), []).append(store)
         #: For each container name, the values stored into its items (``_STATE["rank"] = dist.get_rank()``).
         self._item_stores: dict[str, list[cst.BaseExpression]] = {}
-        for node in analysis.index.preorder:
-            if type(node) is cst.Assign:
-                for target in node.targets:  # type: ignore[attr-defined]
+        for assign in analysis.assignments:
+            if type(assign) is cst.Assign:
+                for target in assign.targets:  # type: ignore[union-attr]
                     container = dotted_name(target.target.value) if type(target.target) is cst.Subscript else None  # type: ignore[attr-defined]
                     if container:
-                        self._item_stores.setdefault(container, []).append(node.value)  # type: ignore[attr-defined]
+                        self._item_stores.setdefault(container, []).append(assign.value)  # type: ignore[arg-type]
         #: For each name, the in-place collectives that make its value alike on every rank (``dist.all_reduce(t)``).
         self._made_common: dict[Key, list[cst.Call]] = {}
         for call in analysis.calls_to(IN_PLACE_COMMON):
