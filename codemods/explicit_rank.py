@@ -215,7 +215,7 @@ def init_distributed():
         for call in facts.environment_inits:
             message = "init_process_group needs torchrun's environment: run as plain python it fails (runtime.setup() falls back to one process)"
             yield Match(call, message + blocked, self._fixable(analysis, call) and not blocked)
-        for value in facts.world_size_sources:
+        for value in facts.own_world_size_sources:
             message = "world size taken from this machine's GPU count or a constant: under torchrun it is every process on every node"
             yield Match(value, message + blocked, not blocked)
 
@@ -260,7 +260,7 @@ def init_distributed():
                 Change(self.code, analysis.line(call), f"init_process_group {what} replaced by runtime.setup() (torchrun's environment, or one process as plain python)")
             )
         remove_statements(analysis, edits, removed)
-        sizes = [v for v in facts.world_size_sources if not any(analysis.is_inside(v, r) for r in removed)]
+        sizes = [v for v in facts.own_world_size_sources if not any(analysis.is_inside(v, r) for r in removed)]
         if sizes:
             rt = runtime_name(analysis, edits)
             replace_values(analysis, edits, sizes, f"{rt}.world_size()")

@@ -10,13 +10,17 @@ from . import names
 from .analysis import ScriptAnalysis, is_docstring_line, is_import_line, statements_of
 from .analysis.legacy import legacy_facts
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
-from .edits import Edits, statement
+from .edits import Edits, expression, statement
 from .runtime_calls import runtime_name
 
 
 NEVER_DESTROYED = (
     "the program sets up a process group but never destroys it "
     "(torch warns of leaked resources; with gloo a process may abort at exit)"
+)
+BARE_TEARDOWN = (
+    "the group runtime.setup() made is destroyed by destroy_process_group() alone: with gloo a process may "
+    "still abort at exit; runtime.cleanup() destroys it and waits for gloo's threads"
 )
 
 
@@ -46,16 +50,26 @@ class MissingProcessGroup(Rule):
     block (nothing is added where the block ends by returning a computed value, which may still need the
     group). ``cleanup()`` does nothing when no group exists, so a run that did not set one up is unchanged.
 
+    Also, in any module of a program whose group the runtime's ``setup()`` makes: a bare
+    ``destroy_process_group()`` (no group given) becomes ``runtime.cleanup()``. Destroying the group
+    alone leaves gloo's worker threads running at exit, and torch 2.13 then aborts about one process in
+    fifteen after all its work (SIGABRT, a failed job); ``cleanup()`` destroys the group and waits for
+    them. A migration meets this shape whenever it turns a program's own ``init_process_group`` into
+    ``runtime.setup()`` (DDP022): the program's own tear-down stays.
+
     Fix safety: a plain ``python train.py`` runs as before, in a world of one process; the call only
-    adds the process group, the device selection and the clean-up.
+    adds the process group, the device selection and the clean-up. ``cleanup()`` in place of a bare
+    ``destroy_process_group()`` destroys the same group (and does nothing where none exists, where the
+    bare call raised).
     """
 
     code = "DDP003"
     name = "missing-process-group"
     fix_safety = FixSafety.SAFE
     phase = Phase.PROCESS_GROUP
-    triggers = (".backward(",)
-    needs_names = (names.TRAINING_SCRIPT_NAMES,)
+    # A training script, or a program of the runtime that destroys its group by hand.
+    triggers = (".backward(", "destroy_process_group")
+    needs_names = (names.TRAINING_SCRIPT_NAMES | names.RUNTIME_SETUP,)
     examples = (
         Example(
             before='''\
@@ -134,6 +148,23 @@ if __name__ == "__main__":
     main()
 """,
         ),
+        Example(
+            before="""\
+import torch.distributed as dist
+from ddp_migrate import runtime
+
+runtime.setup()
+loss.backward()
+dist.destroy_process_group()
+""",
+            after="""\
+from ddp_migrate import runtime
+
+runtime.setup()
+loss.backward()
+runtime.cleanup()
+""",
+        ),
         Valid(
             """\
 import torch.distributed as dist
@@ -143,9 +174,21 @@ loss.backward()
 dist.destroy_process_group()
 """
         ),
+        Valid(
+            """\
+import torch.distributed as dist
+from ddp_migrate import runtime
+
+runtime.setup()
+loss.backward()
+dist.destroy_process_group(group)
+"""
+        ),
     )
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
+        for call in self._bare_teardowns(analysis):
+            yield Match(call, BARE_TEARDOWN)
         if not (analysis.is_entry and analysis.is_training_script):
             return
         if not analysis.is_distributed:
@@ -158,11 +201,21 @@ dist.destroy_process_group()
                 yield Match(node, NEVER_DESTROYED)
 
     @staticmethod
+    def _bare_teardowns(analysis: ScriptAnalysis) -> list[cst.Call]:
+        """This module's ``destroy_process_group()`` calls that name no group, where the runtime's
+        ``setup()`` makes the program's group."""
+        calls = [call for call in analysis.calls_to(names.DESTROY_PROCESS_GROUP) if not call.args]
+        return calls if calls and analysis.group_set_up_by_runtime else []
+
+    @staticmethod
     def _never_destroyed(analysis: ScriptAnalysis) -> bool:
         """The program sets up its own group (no launcher of its own left to convert) and never destroys it."""
         return not analysis.tears_down_group and not legacy_facts(analysis).launches
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
+        teardowns = self._bare_teardowns(analysis)
+        if teardowns:
+            return self._cleanup_instead(analysis, teardowns)
         if not self.matches_in(analysis):
             return None
         site = analysis.setup_site
@@ -192,6 +245,18 @@ dist.destroy_process_group()
             line = analysis.line(anchor) + 1 if anchor is not None else 1
         self._cleanup_at_end(edits, self._work_block(analysis, site)[0], cleanup)
         edits.changes.append(Change(self.code, line, f"process group set up at the start of {where} and cleaned up at its end"))
+        return edits.apply(analysis.module)
+
+    def _cleanup_instead(self, analysis: ScriptAnalysis, teardowns: Sequence[cst.Call]) -> FixResult | None:
+        """``runtime.cleanup()`` for each bare ``destroy_process_group()``."""
+        edits = Edits(analysis)
+        rt = runtime_name(analysis, edits)
+        for call in teardowns:
+            edits.replace(call, expression(f"{rt}.cleanup()"))
+            edits.changes.append(
+                Change(self.code, analysis.line(call), "destroy_process_group() replaced by runtime.cleanup() (it also waits for gloo's threads: no abort at exit)")
+            )
+        edits.drop_unused_imports()  # ``import torch.distributed as dist`` may have served the call alone
         return edits.apply(analysis.module)
 
     def _add_cleanup(

@@ -369,6 +369,6 @@ if __name__ == "__main__":
             remove_statements(analysis, edits, assignments)
             return
         counts = facts.process_count_sources(launch)
-        world = set(facts.world_size_sources)
+        world = set(facts.program_world_size_sources)
         replace_values(analysis, edits, [c for c in counts if c in world], f"{rt}.world_size()")
         replace_values(analysis, edits, [c for c in counts if c not in world], f"{rt}.local_world_size()")

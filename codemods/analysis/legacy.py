@@ -697,6 +697,21 @@ class LegacyFacts:
                     found.append(source)
         return found
 
+    @cached_property
+    def own_world_size_sources(self) -> list[cst.BaseExpression]:
+        """The process counts written in this module that reach the world size of an ``init_process_group``
+        in any module of the program (``mp.spawn(main, args=(2,))`` in the entry, the group made by a helper
+        module's ``setup(rank, world_size)``): a fix rewrites and reports its own module only."""
+        return [source for source in self.program_world_size_sources if self.analysis.owns(source)]
+
+    @cached_property
+    def program_world_size_sources(self) -> list[cst.BaseExpression]:
+        """The :attr:`world_size_sources` of every module of the program, in module order."""
+        found = dict.fromkeys(
+            source for analysis in self.analysis.shared.analyses for source in legacy_facts(analysis).world_size_sources
+        )
+        return list(found)
+
     def process_count_sources(self, launch: Launch) -> list[cst.BaseExpression]:
         """Literal or GPU-count values that the launch's process count is a copy of."""
         if launch.nprocs is None or not isinstance(launch.nprocs, (cst.Name, cst.Attribute)):

@@ -2373,6 +2373,12 @@ class ScriptAnalysis:
         return any(analysis.process_group_setups for analysis in self._runs_with)
 
     @cached_property
+    def group_set_up_by_runtime(self) -> bool:
+        """Whether the runtime's ``setup()`` makes the program's process group (in this module or in
+        another that runs with it)."""
+        return any(analysis.calls_to(names.RUNTIME_SETUP) for analysis in self._runs_with)
+
+    @cached_property
     def tears_down_group(self) -> bool:
         """Whether any module of the program destroys the process group (``destroy_process_group()`` or
         the runtime's ``cleanup()``)."""
