@@ -31,8 +31,9 @@ class MissingSetEpoch(Rule):
     stage, and every stage would repeat the first one's orders. A name that may hold an object of the
     program wrapping the loader (``train_dl = DeviceDataLoader(train_dl, device)``) gets
     ``runtime.set_epoch(train_dl, epoch)``, which finds the sampler of the loader inside. A loop that draws batches with ``next(it)`` and starts a new pass with
-    ``it = iter(loader)`` on ``StopIteration`` gets ``loader.sampler.set_epoch(loader.sampler.epoch + 1)``
-    right before each restart. When no epoch loop can be found it leaves a TODO comment and a review item
+    ``it = iter(loader)`` on ``StopIteration``, or that starts one with each step
+    (``x, y = next(iter(loader))``: under the sampler every step would draw the same first batch) gets
+    ``loader.sampler.set_epoch(loader.sampler.epoch + 1)`` right before each restart. When no epoch loop can be found it leaves a TODO comment and a review item
     instead of guessing.
 
     Fix safety: each epoch is shuffled differently, as the single-process loader's shuffle did; without

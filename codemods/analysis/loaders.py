@@ -294,8 +294,10 @@ class LoaderFacts:
         return loader in self.iterator_training
 
     def iterator_restarts(self, loader: cst.Call) -> list[tuple[cst.BaseStatement, cst.BaseExpression]]:
-        """Where an iterator-driven loop starts a new pass over the loader: ``it = iter(loader)`` inside an
-        ``except StopIteration:`` handler, with how the loader is spelled there."""
+        """Where an iterator-driven loop starts a new pass over the loader, with how the loader is spelled
+        there: ``it = iter(loader)`` inside an ``except StopIteration:`` handler, or an ``iter(loader)`` that
+        runs again and again in a loop (``x, y = next(iter(loader))`` each step, ``it = iter(loader)`` at
+        the top of each epoch), which starts a pass each time."""
         found = []
         for analysis in self.analysis.shared.analyses:
             for call in analysis.calls:
@@ -305,7 +307,7 @@ class LoaderFacts:
                 if dotted_name(spelled) is None or loader not in analysis.origins(spelled):
                     continue
                 handler = next((n for n in analysis.ancestors(call) if isinstance(n, cst.ExceptHandler)), None)
-                if handler is None or not _catches_stop_iteration(handler):
+                if not (handler is not None and _catches_stop_iteration(handler)) and not _runs_in_a_loop(analysis, call):
                     continue
                 found.append((analysis.statement(call), spelled))
         return found
