@@ -265,12 +265,16 @@ _SHAPED = frozenset({f"torch.{n}" for n in ("zeros", "ones", "empty", "full", "r
 def _sized_with_the_global_batch(analysis: ScriptAnalysis, split: dict[cst.CSTNode, str]) -> Iterator[tuple[cst.Call, str]]:
     """Tensors made with a split loader's global batch size in their shape (``torch.zeros(1, batch_size, 4)``),
     and calls of ``init_hidden(batch_size)``-like methods, in the functions that iterate that loader."""
+    scanned: set[tuple[cst.CSTNode, frozenset[str]]] = set()  # (two loops of one function: its calls once)
     for loop in analysis.loader_loops:
         sizes = {split[call] for call in loop.loader_calls if call in split}
         sizes = {size for size in sizes if size.isidentifier()}
         if not loop.trains or not sizes:
             continue
         scope = analysis.enclosing_function(loop.loop) or analysis.module
+        if (scope, frozenset(sizes)) in scanned:
+            continue
+        scanned.add((scope, frozenset(sizes)))
         for call in (n for n in walk(scope) if type(n) is cst.Call):
             shaped = analysis.is_call_to(call, _SHAPED) or "hidden" in (call_method_name(call) or dotted_name(call.func) or "")  # type: ignore[arg-type]
             if not shaped:
@@ -281,7 +285,6 @@ def _sized_with_the_global_batch(analysis: ScriptAnalysis, split: dict[cst.CSTNo
                 if arg.keyword is None and named & sizes:
                     yield call, sorted(named & sizes)[0]  # type: ignore[misc]
                     break
-        return
 
 
 def _is_zero(expr: cst.BaseExpression) -> bool:

@@ -175,6 +175,24 @@ for epoch in range(2):
 print(f"RESULT w={sum(p.sum().item() for p in rnn.parameters()):.6f}")
 '''
 
+#: The hidden state sized in the second of two training functions (only the first one's was looked at).
+HIDDEN_STATE_AFTER_A_WARM_UP = HIDDEN_STATE.replace(
+    "for epoch in range(2):\n",
+    """
+
+def warm_up():
+    for x, y in loader:
+        opt.zero_grad()
+        nn.functional.mse_loss(rnn(x)[0], y).backward()
+        opt.step()
+
+
+warm_up()
+for epoch in range(2):
+""",
+    1,
+)
+
 
 def test_a_schedule_sized_by_the_samplers_length_reads_the_whole_data_set(tmp_path: Path) -> None:
     migrated, report, code = migrate_script(tmp_path, SAMPLER_LENGTH)
@@ -220,8 +238,9 @@ def test_a_loader_with_batches_of_one_keeps_them_and_is_reviewed(tmp_path: Path)
         ("TOKENS_FROM_THE_SHAPE", "`tokens_seen += B * T` counts this process's samples only, and `tokens_seen >= max_tokens` decides"),
         ("ACCUMULATION_FROM_THE_BATCH", "`accum = target_batch // len(xb)` derives a number of steps from this process's batch"),
         ("HIDDEN_STATE", "`torch.zeros(1, batch_size, 4)` is sized with batch_size, the global batch size"),
+        ("HIDDEN_STATE_AFTER_A_WARM_UP", "`torch.zeros(1, batch_size, 4)` is sized with batch_size, the global batch size"),
     ],
-    ids=["tokens-from-the-shape", "accumulation-from-the-batch", "hidden-state"],
+    ids=["tokens-from-the-shape", "accumulation-from-the-batch", "hidden-state", "hidden-state-after-a-warm-up"],
 )
 def test_reads_of_the_global_batch_are_reviewed(tmp_path: Path, source: str, expected: str) -> None:
     _, report, code = migrate_script(tmp_path, globals()[source])
