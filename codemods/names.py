@@ -25,6 +25,8 @@ MODEL_WRAPPERS = DATA_PARALLEL | DISTRIBUTED_DATA_PARALLEL
 TRAINING_SCRIPT_NAMES = frozenset({"backward"})
 TRAINING_CODE_NAMES = TRAINING_SCRIPT_NAMES | MODEL_WRAPPERS
 
+#: ``itertools.cycle(loader)``: one pass over the loader, then its batches again in the same order.
+ITERTOOLS_CYCLE = frozenset({"itertools.cycle"})
 DATA_LOADER = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
 #: ``Subset(dataset, indices)``: a data set cut by hand.
 SUBSET = frozenset({"torch.utils.data.Subset", "torch.utils.data.dataset.Subset"})

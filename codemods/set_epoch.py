@@ -33,8 +33,9 @@ class MissingSetEpoch(Rule):
     ``runtime.set_epoch(train_dl, epoch)``, which finds the sampler of the loader inside. A loop that draws batches with ``next(it)`` and starts a new pass with
     ``it = iter(loader)`` on ``StopIteration``, or that starts one with each step
     (``x, y = next(iter(loader))``: under the sampler every step would draw the same first batch) gets
-    ``loader.sampler.set_epoch(loader.sampler.epoch + 1)`` right before each restart. When no epoch loop can be found it leaves a TODO comment and a review item
-    instead of guessing.
+    ``loader.sampler.set_epoch(loader.sampler.epoch + 1)`` right before each restart. When no epoch loop
+    can be found it leaves a TODO comment and a review item instead of guessing; none where every pass is
+    ``itertools.cycle(loader)``, which replays its first pass (its order never changes, in the original either).
 
     Fix safety: each epoch is shuffled differently, as the single-process loader's shuffle did; without
     the call every epoch repeated the first one's order.
@@ -210,7 +211,7 @@ for epoch in range(10):
                 continue
             loops = analysis.epoch_loops(loader)
             if not loops:
-                if analysis.owns(loader) and not set_epoch_calls and not facts.iterator_restarts(loader):
+                if analysis.owns(loader) and not set_epoch_calls and not facts.iterator_restarts(loader) and not facts.cycled(loader):
                     yield loader, None, None
                 continue
             for epoch in loops:

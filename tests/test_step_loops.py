@@ -335,3 +335,27 @@ def test_each_step_draws_other_samples_under_torchrun(tmp_path: Path) -> None:
     launch = run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, timeout=120)
     distinct = int(re.search(r"distinct samples (\d+)", launch.output).group(1))  # type: ignore[union-attr]
     assert distinct > 8, launch.output  # the same batch of 4 every step: 4
+
+
+CYCLED = FRESH_PASS_EACH_STEP.replace("import torch\n", "import itertools\n\nimport torch\n", 1).replace(
+    "    for step in range(16):\n        DRAW\n", "    batches = itertools.cycle(loader)\n    for step in range(16):\n        x, idx = next(batches)\n"
+)
+OWN_CYCLE = CYCLED.replace("import itertools\n\n", "").replace("itertools.cycle(loader)", "cycle(loader)").replace(
+    "\n\nif __name__", "\n\ndef cycle(batches):\n    while True:\n        for batch in batches:\n            yield batch\n\n\nif __name__"
+)
+
+
+def test_batches_drawn_through_itertools_cycle_come_from_the_loader(tmp_path: Path) -> None:
+    """``next(itertools.cycle(loader))`` each step: the loader was not known to train (the review said the batches
+    came from no DataLoader, and every rank trained on the whole set). cycle replays its first pass, so no
+    ``set_epoch`` is due either."""
+    migrated, report, code = migrate_script(tmp_path, CYCLED)
+    assert code == 0 and "sampler=DistributedSampler(data, shuffle=True)" in migrated, report + migrated
+    assert "TODO" not in migrated and "DDP040" not in report, report
+
+
+def test_a_cycle_of_the_programs_own_starts_new_passes_and_is_reviewed(tmp_path: Path) -> None:
+    """A generator that loops over the loader again and again starts a new pass each time: set_epoch matters."""
+    migrated, report, code = migrate_script(tmp_path, OWN_CYCLE)
+    assert "sampler=DistributedSampler(data, shuffle=True)" in migrated, report + migrated
+    assert code == 1 and "DDP006" in report, report

@@ -23,6 +23,7 @@ import libcst as cst
 from .. import names
 from .ranks import Kind, rank_facts
 from .script import (
+    ITERATION_WRAPPERS,
     ScriptAnalysis,
     callee_name,
     dotted_name,
@@ -312,6 +313,22 @@ class LoaderFacts:
                 found.append((analysis.statement(call), spelled))
         return found
 
+    def cycled(self, loader: cst.Call) -> bool:
+        """Whether every pass over the loader is made by ``itertools.cycle(loader)`` (a ``for`` loop over it, or
+        ``next`` on it): cycle goes over the loader once and then replays the batches it kept, so the order
+        never changes, in the original as under the sampler: ``set_epoch`` would have nothing to act on."""
+        cycles = False
+        for analysis in self.analysis.shared.analyses:
+            for call in analysis.calls_to(names.ITERTOOLS_CYCLE):
+                cycles = cycles or bool(call.args and loader in analysis.origins(call.args[0].value))
+            for call in analysis.calls:
+                if type(call.func) is cst.Name and call.func.value == "iter" and call.args:  # type: ignore[attr-defined]
+                    if loader in analysis.origins(call.args[0].value):
+                        return False
+        if not cycles:
+            return False
+        return all(_iterates_a_cycle(loop.loop.iter) for loop in self.analysis.program_loader_loops if loader in loop.loader_calls)
+
     def spelling_in(self, loop: cst.For | cst.While, loader: cst.Call, preferred: cst.BaseExpression) -> cst.BaseExpression | None:
         """How to name the loader at the top of an epoch loop: ``preferred`` when it holds the loader and is
         bound before the loop, else a name or attribute used inside the loop that is; ``None`` if none."""
@@ -335,6 +352,15 @@ def loader_facts(analysis: ScriptAnalysis) -> LoaderFacts:
 
 
 # ---------------------------------------------------------------------------- helpers
+
+
+def _iterates_a_cycle(iterated: cst.BaseExpression) -> bool:
+    """Whether a loop's iterable is ``cycle(...)``, under ``enumerate``/``tqdm`` and the like."""
+    while type(iterated) is cst.Call and iterated.args and callee_name(iterated) in ITERATION_WRAPPERS:  # type: ignore[attr-defined]
+        if callee_name(iterated) == "cycle":  # type: ignore[arg-type]
+            return True
+        iterated = iterated.args[0].value  # type: ignore[attr-defined]
+    return False
 
 
 def _runs_in_a_loop(analysis: ScriptAnalysis, call: cst.Call) -> bool:

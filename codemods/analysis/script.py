@@ -37,7 +37,7 @@ Scope = Union[cst.Module, cst.FunctionDef, cst.ClassDef]
 BindingKey = tuple[Scope, str]
 
 #: Calls that hand back (a view of) their first argument: ``enumerate(loader)``, ``tqdm(loader)``.
-ITERATION_WRAPPERS = frozenset({"enumerate", "iter", "tqdm", "trange", "zip", "reversed"})
+ITERATION_WRAPPERS = frozenset({"enumerate", "iter", "tqdm", "trange", "zip", "reversed", "cycle"})
 #: Methods that return the module they are called on, so ``model = model.to(device)`` keeps its identity.
 SELF_RETURNING_METHODS = frozenset({"to", "cuda", "cpu", "float", "half", "double", "bfloat16", "train", "eval"})
 #: Functions that hand back the model inside a wrapper (``runtime.unwrap``, YOLO's ``de_parallel``).
