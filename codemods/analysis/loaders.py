@@ -420,6 +420,8 @@ def _draws_for_training(analysis: ScriptAnalysis, node: cst.CSTNode, depth: int)
     """Whether a batch drawn at ``node`` feeds training: the loop around it reaches ``backward()``, or, in a
     function outside any loop of its own (``def next_batch(self): return next(self.it)``), the loop around
     one of its calls in the program does (at most three calls up)."""
+    if _used_without_gradients_only(analysis, node):
+        return False  # ``with torch.no_grad(): xv, yv = next(iter(val_loader))`` in the epoch loop: evaluation
     scope = next((n for n in analysis.ancestors(node) if isinstance(n, (cst.For, cst.While, cst.FunctionDef))), None)
     if not isinstance(scope, cst.FunctionDef):
         return analysis.reaches_backward(scope.body if scope is not None else analysis.module)
@@ -434,6 +436,33 @@ def _draws_for_training(analysis: ScriptAnalysis, node: cst.CSTNode, depth: int)
         if _result_kept(home := analysis.shared.analysis_of(caller) or analysis, caller)
         and not without_gradients(home, caller)
     )
+
+
+def _used_without_gradients_only(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
+    """Whether a batch is drawn (``xv, yv = next(...)``) inside a ``with torch.no_grad():`` block and, outside
+    that block, its names occur only in statements that neither store a value nor reach ``backward()`` (a
+    ``print(len(xv))``): nothing made of it can train."""
+    block = next(
+        (
+            a
+            for a in analysis.ancestors(node)
+            if isinstance(a, cst.With) and any(isinstance(i.item, cst.Call) and callee_name(i.item) in NO_GRAD for i in a.items)
+        ),
+        None,
+    )
+    assign = analysis.parent(node)
+    if block is None or not isinstance(assign, cst.Assign) or assign.value is not node:
+        return False
+    drawn = {target.value for t in assign.targets for target in walk(t.target) if isinstance(target, cst.Name)}
+    scope = analysis.enclosing_function(block) or analysis.module
+    for name in walk(scope):
+        if isinstance(name, cst.Name) and name.value in drawn and not analysis.is_inside(name, block):
+            stmt = analysis.statement(name)
+            if not isinstance(stmt, cst.SimpleStatementLine) or not all(isinstance(s, cst.Expr) for s in stmt.body):
+                return False
+            if analysis.reaches_backward(stmt):
+                return False
+    return bool(drawn)
 
 
 def _result_kept(analysis: ScriptAnalysis, call: cst.Call) -> bool:
