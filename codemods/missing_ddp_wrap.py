@@ -67,7 +67,9 @@ class MissingDdpWrap(Rule):
     alone.
 
     What the fix does: ``model = DistributedDataParallel(model, device_ids=runtime.device_ids())`` right
-    after the last statement that builds, moves or loads the model in the block where it is created. A
+    after the last statement that builds, moves or loads the model in the block where it is created, or
+    that reads the names of its parameters (parameter groups by name: wrapped, every name would start with
+    ``module.``, directly or in a helper the model is handed to). A
     distributed switch becomes ``<its value> or runtime.world_size() > 1`` where it is computed (or,
     for a command-line flag, right after ``parse_args()``), so a torchrun launch takes the distributed
     path while a plain ``python`` run keeps the script's own choice.
@@ -193,7 +195,8 @@ for x, y in loader:
 """,
         ),
         # The parameters reach the optimizer through variables (a weight-decay split): the model still
-        # trains, and used to be left unwrapped while its data was sharded (a trial's silent wrong).
+        # trains, and used to be left unwrapped while its data was sharded (a trial's silent wrong). The
+        # wrap follows the split by name (wrapped, every name would start with "module.").
         Example(
             before="""\
 import torch
@@ -214,10 +217,10 @@ from ddp_migrate import runtime
 from torch.nn.parallel import DistributedDataParallel
 
 model = Net().to(device)
-model = DistributedDataParallel(model, device_ids=runtime.device_ids())
 decay, no_decay = [], []
 for name, param in model.named_parameters():
     (no_decay if name.endswith("bias") else decay).append(param)
+model = DistributedDataParallel(model, device_ids=runtime.device_ids())
 groups = [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}]
 optimizer = torch.optim.AdamW(groups, lr=1e-3)
 for x, y in loader:
@@ -365,6 +368,9 @@ loss.backward()
                 continue
             if handed:
                 break  # ``trainer = Trainer(model, ...)`` keeps the model from here on: wrap it before
+            if _reads_parameter_names(analysis, stmt, model):
+                anchor = stmt  # ``n.startswith("backbone.")`` over named_parameters(): wrapped, every name gains "module."
+                continue
             if isinstance(stmt, (cst.For, cst.While)):
                 break
             if _sets_up(analysis, stmt, model) or _reassigns(stmt, model):
@@ -705,6 +711,28 @@ def _stores_on_self(function: cst.FunctionDef) -> bool:
             return True
         if isinstance(node, cst.Call) and call_method_name(node) in STRUCTURE_METHODS and dotted_name(node.func.value) == "self":  # type: ignore[union-attr]
             return True
+    return False
+
+
+#: Methods that name a model's parts: under DDP every name starts with ``module.``.
+NAMING_METHODS = frozenset({"named_parameters", "named_modules", "named_children", "named_buffers"})
+
+
+def _reads_parameter_names(analysis: ScriptAnalysis, stmt: cst.BaseStatement, model: str) -> bool:
+    """Whether the statement reads the names of the model's parts (``model.named_parameters()``, directly or in
+    a function of the program it hands the model to: ``param_groups(model, cfg)``), as parameter groups by name
+    do: the wrap must come after it, or the names no longer match (``"0.weight"`` is ``"module.0.weight"``)."""
+    for node in walk(stmt):
+        if type(node) is not cst.Call:
+            continue
+        if call_method_name(node) in NAMING_METHODS:  # type: ignore[arg-type]
+            receiver = dotted_name(node.func.value)  # type: ignore[attr-defined]
+            if receiver == model or (receiver or "").startswith(model + "."):
+                return True
+        elif any(dotted_name(arg.value) == model for arg in node.args):  # type: ignore[attr-defined]
+            for function in analysis.targets_of(node):  # type: ignore[arg-type]
+                if any(type(n) is cst.Call and call_method_name(n) in NAMING_METHODS for n in walk(function)):  # type: ignore[arg-type]
+                    return True
     return False
 
 
