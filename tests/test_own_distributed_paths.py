@@ -324,3 +324,64 @@ def test_a_rank_stored_into_a_dicts_item_guards_the_save(tmp_path: Path) -> None
     (tmp_path / "train.py").write_text(TRAIN_WITH_HELPERS.replace("GUARD", "is_master"))
     CliRunner().invoke(cli, [str(tmp_path / "train.py")], catch_exceptions=False)
     assert "runtime.save" not in (tmp_path / "train.py").read_text()
+
+
+UNCALLED_HELPER = '''
+import os
+
+import torch.distributed as dist
+
+
+def init_distributed_mode(args):
+    if "RANK" not in os.environ:
+        args.distributed = False
+        return
+    args.distributed = True
+    dist.init_process_group(backend="gloo")
+'''
+
+TRAIN_WITHOUT_THE_HELPER = '''
+import argparse
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
+
+import dist_utils
+
+
+def main(args):
+    ds = TensorDataset(torch.randn(32, 3), torch.randn(32, 1))
+    sampler = DistributedSampler(ds, shuffle=False) if args.distributed else None
+    loader = DataLoader(ds, batch_size=4, sampler=sampler)
+    model = nn.Linear(3, 1)
+    if args.distributed:
+        model = nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            opt.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--distributed", action="store_true")
+    args = parser.parse_args()
+    CALL
+    main(args)
+'''
+
+
+@pytest.mark.parametrize(("call", "set_up"), [("pass", True), ("dist_utils.init_distributed_mode(args)", False)], ids=["never called", "called"])
+def test_a_group_setup_no_one_calls_does_not_set_the_group_up(tmp_path: Path, call: str, set_up: bool) -> None:
+    """A helper module's ``init_distributed_mode`` that the entry imports but never calls made the program
+    count as one that sets up its group: no ``runtime.setup()`` was added, the switch was turned on, and a
+    torchrun launch crashed (default process group not initialized), with no review item (a trial)."""
+    (tmp_path / "dist_utils.py").write_text(UNCALLED_HELPER)
+    (tmp_path / "train.py").write_text(TRAIN_WITHOUT_THE_HELPER.replace("CALL", call))
+    result = CliRunner().invoke(cli, [str(tmp_path / "train.py")], catch_exceptions=False)
+    migrated = (tmp_path / "train.py").read_text()
+    assert ("runtime.setup()" in migrated) == set_up, result.output + migrated

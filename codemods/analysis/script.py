@@ -2370,7 +2370,25 @@ class ScriptAnalysis:
         """Whether the program already sets up a process group, in this module or any other (a helper
         such as ``utils.init_distributed_mode(args)``). Another entry script of the program (a sibling
         ``eval.py`` that shares the modules) never runs with this one: its set-up does not count."""
-        return any(analysis.process_group_setups for analysis in self._runs_with)
+        return any(self.may_run(call) for analysis in self._runs_with for call in analysis.process_group_setups)
+
+    def may_run(self, node: cst.CSTNode) -> bool:
+        """Whether the node may run at all: not inside a module-level function of the program that nothing
+        calls or names (an ``init_distributed_mode(args)`` a helper module defines and the entry never
+        calls). A method or a nested function always may (its calls are not all resolved)."""
+        home = self.shared.analysis_of(node) or self
+        function = home.enclosing_function(node)
+        if function is None or self.callers_in_program(function) or home.parent(function) is not home.module:
+            return True
+        name = function.name.value
+        for analysis in self.shared.analyses:
+            if name not in analysis.used_names:
+                continue
+            for found in tree.walk(analysis.module):
+                if type(found) is cst.Name and found.value == name and found is not function.name:  # type: ignore[attr-defined]
+                    if not any(type(a) in (cst.Import, cst.ImportFrom) for a in analysis.ancestors(found)):
+                        return True
+        return False
 
     @cached_property
     def group_set_up_by_runtime(self) -> bool:
