@@ -67,3 +67,14 @@ def test_a_validation_batch_drawn_without_gradients_is_not_sharded(tmp_path: Pat
 def test_a_batch_drawn_without_gradients_and_trained_on_is_still_sharded(tmp_path: Path) -> None:
     migrated, report, _ = migrate_script(tmp_path, AUGMENTED_UNDER_NO_GRAD)
     assert "sampler=DistributedSampler(" in migrated, report + migrated
+
+
+def test_a_batch_drawn_without_gradients_and_kept_for_later_is_still_sharded(tmp_path: Path) -> None:
+    """``buffer.append((x, y))`` keeps the batch: what is kept may train later (a replay buffer)."""
+    source = AUGMENTED_UNDER_NO_GRAD.replace(
+        "        x = x + 0.1 * torch.randn_like(x)\n    loss = F.mse_loss(model(x), y)\n",
+        "    buffer.append((x, y))\n    bx, by = buffer[-1]\n    loss = F.mse_loss(model(bx), by)\n",
+    ).replace("batches = iter(loader)\n", "batches = iter(loader)\nbuffer = []\n")
+    assert "buffer.append((x, y))" in source
+    migrated, report, _ = migrate_script(tmp_path, source)
+    assert "sampler=DistributedSampler(" in migrated, report + migrated

@@ -440,8 +440,8 @@ def _draws_for_training(analysis: ScriptAnalysis, node: cst.CSTNode, depth: int)
 
 def _used_without_gradients_only(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
     """Whether a batch is drawn (``xv, yv = next(...)``) inside a ``with torch.no_grad():`` block and, outside
-    that block, its names occur only in statements that neither store a value nor reach ``backward()`` (a
-    ``print(len(xv))``): nothing made of it can train."""
+    that block, its names occur only where they are shown (``print(len(xv))``, a logger's call): nothing made
+    of it can train (``buffer.append(xv)`` could, later)."""
     block = next(
         (
             a
@@ -458,11 +458,19 @@ def _used_without_gradients_only(analysis: ScriptAnalysis, node: cst.CSTNode) ->
     for name in walk(scope):
         if isinstance(name, cst.Name) and name.value in drawn and not analysis.is_inside(name, block):
             stmt = analysis.statement(name)
-            if not isinstance(stmt, cst.SimpleStatementLine) or not all(isinstance(s, cst.Expr) for s in stmt.body):
-                return False
-            if analysis.reaches_backward(stmt):
+            if not isinstance(stmt, cst.SimpleStatementLine) or not all(_shows_only(s) for s in stmt.body):
                 return False
     return bool(drawn)
+
+
+#: Calls that show a value and keep nothing of it: ``print`` (and the runtime's ``print0`` a migration makes
+#: of it), a logger's methods.
+SHOWING_CALLS = frozenset({"print", "print0", *names.LOGGER_METHODS})
+
+
+def _shows_only(small: cst.BaseSmallStatement) -> bool:
+    """Whether a statement is a bare ``print(...)`` or logger call."""
+    return isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) and callee_name(small.value) in SHOWING_CALLS
 
 
 def _result_kept(analysis: ScriptAnalysis, call: cst.Call) -> bool:

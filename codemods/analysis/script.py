@@ -2375,10 +2375,11 @@ class ScriptAnalysis:
     def may_run(self, node: cst.CSTNode) -> bool:
         """Whether the node may run at all: not inside a module-level function of the program that nothing
         calls or names (an ``init_distributed_mode(args)`` a helper module defines and the entry never
-        calls). A method or a nested function always may (its calls are not all resolved)."""
+        calls). A method, a nested or a decorated function always may (its calls are not all resolved, and
+        a decorator may register it to be called by name)."""
         home = self.shared.analysis_of(node) or self
         function = home.enclosing_function(node)
-        if function is None or self.callers_in_program(function) or home.parent(function) is not home.module:
+        if function is None or function.decorators or self.callers_in_program(function) or home.parent(function) is not home.module:
             return True
         name = function.name.value
         for analysis in self.shared.analyses:
