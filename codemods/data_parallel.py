@@ -469,7 +469,7 @@ def _frozen_before(analysis: ScriptAnalysis, call: cst.Call) -> str | None:
     (DDP raises "DistributedDataParallel is not needed when a module doesn't have any parameter that
     requires a gradient", where DataParallel wrapped it without a word)."""
     model = wrapped_argument(call)
-    name = dotted_name(model) if model is not None else None
+    name = dotted_name(_moved(model)) if model is not None else None  # (``DataParallel(teacher.to(device))``)
     if name is None:
         return None
     function = analysis.enclosing_function(call)

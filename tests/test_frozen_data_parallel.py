@@ -108,3 +108,14 @@ def test_the_functional_data_parallel_in_a_forward_is_left_to_a_human(tmp_path: 
     migrated, report, _ = migrate_script(tmp_path, FUNCTIONAL)
     assert "nn.parallel.data_parallel(...) spreads one forward over several GPUs" in report, report
     assert "net = DistributedDataParallel(" in migrated, migrated
+
+
+def test_a_frozen_model_moved_inside_the_wrap_is_left_to_a_human(tmp_path: Path) -> None:
+    """``nn.DataParallel(teacher.to(device))``: the move inside the wrap hid the frozen model (a trial: the
+    migrated program failed at the start, with nothing to review)."""
+    source = DISTILL.replace("FREEZE", "teacher.requires_grad_(False)").replace(
+        "teacher = nn.DataParallel(teacher).eval()", 'teacher = nn.DataParallel(teacher.to("cpu")).eval()'
+    )
+    migrated, report, _ = migrate_script(tmp_path, source)
+    assert "nn.DataParallel of `teacher`, whose parameters are all frozen before it" in report, report
+    assert 'teacher = nn.DataParallel(teacher.to("cpu")).eval()' in migrated, migrated
