@@ -17,13 +17,13 @@ Built only on the public queries of :class:`~.script.ScriptAnalysis` and compute
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Iterator
 
 import libcst as cst
 
 from .. import names
 from .ranks import Kind, rank_facts
 from .script import (
-    ITERATION_WRAPPERS,
     ScriptAnalysis,
     callee_name,
     dotted_name,
@@ -34,6 +34,7 @@ from .script import (
     statements_of,
     unwrap_iterable,
     walk,
+    wrapper_inside,
 )
 
 #: ``DataLoader`` keywords that bring their own sampling: sharding must not replace them.
@@ -300,34 +301,38 @@ class LoaderFacts:
         runs again and again in a loop (``x, y = next(iter(loader))`` each step, ``it = iter(loader)`` at
         the top of each epoch), which starts a pass each time."""
         found = []
+        for analysis, call in self._passes_started(loader):
+            spelled = call.args[0].value
+            if dotted_name(spelled) is None:
+                continue
+            handler = next((n for n in analysis.ancestors(call) if isinstance(n, cst.ExceptHandler)), None)
+            if not (handler is not None and _catches_stop_iteration(handler)) and not _runs_in_a_loop(analysis, call):
+                continue
+            found.append((analysis.statement(call), spelled))
+        return found
+
+    def _passes_started(self, loader: cst.Call) -> Iterator[tuple[ScriptAnalysis, cst.Call]]:
+        """The ``iter(...)`` calls of the program over the loader, each with its module's analysis."""
         for analysis in self.analysis.shared.analyses:
             for call in analysis.calls:
-                if not (isinstance(call.func, cst.Name) and call.func.value == "iter" and call.args):
-                    continue
-                spelled = call.args[0].value
-                if dotted_name(spelled) is None or loader not in analysis.origins(spelled):
-                    continue
-                handler = next((n for n in analysis.ancestors(call) if isinstance(n, cst.ExceptHandler)), None)
-                if not (handler is not None and _catches_stop_iteration(handler)) and not _runs_in_a_loop(analysis, call):
-                    continue
-                found.append((analysis.statement(call), spelled))
-        return found
+                if type(call.func) is cst.Name and call.func.value == "iter" and call.args:  # type: ignore[attr-defined]
+                    if loader in analysis.origins(call.args[0].value):
+                        yield analysis, call
 
     def cycled(self, loader: cst.Call) -> bool:
         """Whether every pass over the loader is made by ``itertools.cycle(loader)`` (a ``for`` loop over it, or
         ``next`` on it): cycle goes over the loader once and then replays the batches it kept, so the order
         never changes, in the original as under the sampler: ``set_epoch`` would have nothing to act on."""
-        cycles = False
-        for analysis in self.analysis.shared.analyses:
-            for call in analysis.calls_to(names.ITERTOOLS_CYCLE):
-                cycles = cycles or bool(call.args and loader in analysis.origins(call.args[0].value))
-            for call in analysis.calls:
-                if type(call.func) is cst.Name and call.func.value == "iter" and call.args:  # type: ignore[attr-defined]
-                    if loader in analysis.origins(call.args[0].value):
-                        return False
-        if not cycles:
+        cycled = any(
+            call.args and loader in analysis.origins(call.args[0].value)
+            for analysis in self.analysis.shared.analyses
+            for call in analysis.calls_to(names.ITERTOOLS_CYCLE)
+        )
+        if not cycled or any(self._passes_started(loader)):
             return False
-        return all(_iterates_a_cycle(loop.loop.iter) for loop in self.analysis.program_loader_loops if loader in loop.loader_calls)
+        return all(
+            wrapper_inside(loop.loop.iter, "cycle") is not None for loop in self.analysis.program_loader_loops if loader in loop.loader_calls
+        )
 
     def spelling_in(self, loop: cst.For | cst.While, loader: cst.Call, preferred: cst.BaseExpression) -> cst.BaseExpression | None:
         """How to name the loader at the top of an epoch loop: ``preferred`` when it holds the loader and is
@@ -352,15 +357,6 @@ def loader_facts(analysis: ScriptAnalysis) -> LoaderFacts:
 
 
 # ---------------------------------------------------------------------------- helpers
-
-
-def _iterates_a_cycle(iterated: cst.BaseExpression) -> bool:
-    """Whether a loop's iterable is ``cycle(...)``, under ``enumerate``/``tqdm`` and the like."""
-    while type(iterated) is cst.Call and iterated.args and callee_name(iterated) in ITERATION_WRAPPERS:  # type: ignore[attr-defined]
-        if callee_name(iterated) == "cycle":  # type: ignore[arg-type]
-            return True
-        iterated = iterated.args[0].value  # type: ignore[attr-defined]
-    return False
 
 
 def _runs_in_a_loop(analysis: ScriptAnalysis, call: cst.Call) -> bool:
@@ -442,14 +438,7 @@ def _used_without_gradients_only(analysis: ScriptAnalysis, node: cst.CSTNode) ->
     """Whether a batch is drawn (``xv, yv = next(...)``) inside a ``with torch.no_grad():`` block and, outside
     that block, its names occur only where they are shown (``print(len(xv))``, a logger's call): nothing made
     of it can train (``buffer.append(xv)`` could, later)."""
-    block = next(
-        (
-            a
-            for a in analysis.ancestors(node)
-            if isinstance(a, cst.With) and any(isinstance(i.item, cst.Call) and callee_name(i.item) in NO_GRAD for i in a.items)
-        ),
-        None,
-    )
+    block = next((a for a in analysis.ancestors(node) if isinstance(a, cst.With) and _turns_gradients_off(a)), None)
     assign = analysis.parent(node)
     if block is None or not isinstance(assign, cst.Assign) or assign.value is not node:
         return False
@@ -484,7 +473,7 @@ def without_gradients(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
     decorator of its function): nothing computed there trains."""
     for ancestor in [node, *analysis.ancestors(node)]:
         if isinstance(ancestor, cst.With):
-            if any(isinstance(item.item, cst.Call) and callee_name(item.item) in NO_GRAD for item in ancestor.items):
+            if _turns_gradients_off(ancestor):
                 return True
         elif isinstance(ancestor, cst.FunctionDef):
             for decorator in ancestor.decorators:
@@ -493,6 +482,11 @@ def without_gradients(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
                 if name in NO_GRAD:
                     return True
     return False
+
+
+def _turns_gradients_off(block: cst.With) -> bool:
+    """Whether a ``with`` enters ``torch.no_grad()`` or ``inference_mode()``."""
+    return any(isinstance(item.item, cst.Call) and callee_name(item.item) in NO_GRAD for item in block.items)
 
 
 #: The comprehensions, whose ``for`` parts may iterate a loader.

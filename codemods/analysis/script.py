@@ -196,13 +196,20 @@ def callee_name(call: cst.Call) -> str:
     return func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else ""
 
 
-def _zip_inside(expr: cst.BaseExpression) -> cst.Call | None:
-    """The ``zip(...)`` a loop iterates under ``enumerate``/``tqdm`` and the like, if any."""
+def wrapper_inside(expr: cst.BaseExpression, name: str) -> cst.Call | None:
+    """The ``name(...)`` call (one of :data:`ITERATION_WRAPPERS`: ``zip``, ``cycle``) among the wrappers a loop's
+    iterable is made of (``enumerate(zip(a, b))``), if any."""
     while isinstance(expr, cst.Call) and expr.args and callee_name(expr) in ITERATION_WRAPPERS:
-        if callee_name(expr) == "zip":
-            return expr if len(expr.args) > 1 and not any(arg.star for arg in expr.args) else None
+        if callee_name(expr) == name:
+            return expr
         expr = expr.args[0].value
     return None
+
+
+def _zip_inside(expr: cst.BaseExpression) -> cst.Call | None:
+    """The ``zip(...)`` of several iterables a loop iterates under ``enumerate``/``tqdm`` and the like, if any."""
+    zipped = wrapper_inside(expr, "zip")
+    return zipped if zipped is not None and len(zipped.args) > 1 and not any(arg.star for arg in zipped.args) else None
 
 
 def unwrap_iterable(expr: cst.BaseExpression) -> cst.BaseExpression:
