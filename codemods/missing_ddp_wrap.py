@@ -64,7 +64,9 @@ class MissingDdpWrap(Rule):
     ImageNet-style ``args.distributed = args.world_size > 1 or args.multiprocessing_distributed`` with
     ``if args.distributed: ... DistributedDataParallel ...``. Launched by torchrun with the default options,
     every process then takes the non-distributed path (no process group, no sampler, no DDP) and trains
-    alone.
+    alone. Likewise a ``DistributedSampler`` chosen by such a switch (``DistributedSampler(ds) if
+    args.distributed else None``) in a program whose model is wrapped whatever the switch says: every
+    process would train on the whole data set.
 
     What the fix does: ``model = DistributedDataParallel(model, device_ids=runtime.device_ids())`` right
     after the last statement that builds, moves or loads the model in the block where it is created, or
@@ -422,23 +424,17 @@ loss.backward()
                         return True
         return False
 
-    def _switches(self, analysis: ScriptAnalysis) -> Iterator[tuple[cst.If, str, list[cst.CSTNode], cst.Call | None]]:
-        """Distributed switches a torchrun launch leaves off: the ``if`` that guards a DDP wrap, the
+    def _switches(self, analysis: ScriptAnalysis) -> Iterator[tuple[cst.If | cst.IfExp, str, list[cst.CSTNode], cst.Call | None]]:
+        """Distributed switches a torchrun launch leaves off: the ``if`` that guards a DDP wrap (or a
+        ``DistributedSampler``, :meth:`_switched_calls`), the
         switch's name, and where its value is set (assignments, or the ``parse_args()`` statement to add
         one after; an empty list when neither can be found), and the program's own process group setup where
         the switch is turned on with it (:func:`_set_up_with_the_group`: left to a human)."""
         if not analysis.is_training_script:
             return
         seen: set[str] = set()
-        for wrap in analysis.calls_to(names.DISTRIBUTED_DATA_PARALLEL):
-            guard = next(
-                (
-                    n
-                    for n in analysis.ancestors(wrap)
-                    if isinstance(n, cst.If) and analysis.is_inside(wrap, n.body) and _is_switch(n.test)
-                ),
-                None,
-            )
+        for switched in self._switched_calls(analysis):
+            guard = _switch_guard(analysis, switched)
             switch = dotted_name(guard.test) if guard is not None else None
             if guard is None or switch is None or switch in seen:
                 continue
@@ -473,6 +469,24 @@ loss.backward()
             ]
             yield guard, switch, [analysis.statement(parsed[0])] if root != switch and len(parsed) == 1 else [], None
 
+    def _switched_calls(self, analysis: ScriptAnalysis) -> list[cst.Call]:
+        """The calls a distributed switch may keep off: the DDP wraps, and the ``DistributedSampler`` of a
+        program whose model is wrapped whatever the switch says (``DistributedSampler(ds) if args.distributed
+        else None`` beside an unconditional ``DataParallel``, which the migration makes DDP, or a model this
+        rule wraps): left off, every process trains on the whole data set."""
+        wraps = analysis.calls_to(names.DISTRIBUTED_DATA_PARALLEL)
+        every_wrap = [*wraps, *analysis.calls_to(names.DATA_PARALLEL)]
+        unswitched = any(_switch_guard(analysis, wrap) is None for wrap in every_wrap)
+        if not unswitched and not any(anchor is not None for _, anchor, _ in self._cases(analysis)):
+            return wraps
+        samplers = [
+            sampler
+            for loader in analysis.loader_calls
+            for sampler in analysis.sampler_origins(loader)
+            if isinstance(sampler, cst.Call) and analysis.is_call_to(sampler, names.DISTRIBUTED_SAMPLER)
+        ]
+        return [*wraps, *samplers]
+
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
         for model, anchor, kept in self._cases(analysis):
             node = anchor or analysis.optimizer_calls[0]
@@ -491,12 +505,7 @@ loss.backward()
             if setup is not None:
                 yield Match(guard, _own_distributed_mode(analysis, switch, setup), fixable=False)
                 continue
-            yield Match(
-                guard,
-                f"DistributedDataParallel only under `{switch}`, which a torchrun launch leaves off: "
-                "every process would train alone",
-                fixable=bool(sites),
-            )
+            yield Match(guard, _switched_off(analysis, guard, switch), fixable=bool(sites))
         if analysis.is_training_script:
             wrapped = self._wrapped_names(analysis)
             trained = set(analysis.trained_models)
@@ -581,6 +590,29 @@ def _wrapped_only_with_cuda(analysis: ScriptAnalysis) -> Iterator[tuple[cst.Call
                         yield wrap, test
                         break
             child = ancestor
+
+
+def _switch_guard(analysis: ScriptAnalysis, call: cst.Call) -> cst.If | cst.IfExp | None:
+    """The innermost ``if`` (statement or expression) whose switch test (:func:`_is_switch`) must be true
+    for the call to run."""
+    return next(
+        (
+            n
+            for n in analysis.ancestors(call)
+            if isinstance(n, (cst.If, cst.IfExp)) and analysis.is_inside(call, n.body) and _is_switch(n.test)
+        ),
+        None,
+    )
+
+
+def _switched_off(analysis: ScriptAnalysis, guard: cst.If | cst.IfExp, switch: str) -> str:
+    """What a switch a torchrun launch leaves off keeps from running, and what follows."""
+    if any(isinstance(n, cst.Call) and analysis.is_call_to(n, names.DISTRIBUTED_DATA_PARALLEL) for n in walk(guard.body)):
+        return f"DistributedDataParallel only under `{switch}`, which a torchrun launch leaves off: every process would train alone"
+    return (
+        f"DistributedSampler only under `{switch}`, which a torchrun launch leaves off while the model is wrapped "
+        "anyway: every process would train on the whole data set"
+    )
 
 
 def _is_switch(test: cst.BaseExpression) -> bool:

@@ -10,16 +10,31 @@ from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name, keyword_argument, walk
 from .analysis.loaders import without_gradients
 from .analysis.per_rank import PerRankValues, per_rank_values
-from .analysis.ranks import draws_per_rank, seeds_alike
+from .analysis.ranks import draws_per_rank, generator_seeded_alike, seeds_alike
 from .base import Example, Match, Phase, Rule, Severity, Valid
 from .edits import code_of
 
-#: Draws of values from torch's process-wide random state (without a ``generator=``): noise, time steps.
+#: Draws of values from torch's random state (process-wide, or a ``generator=``): noise, time steps, masks.
 VALUE_DRAWS = frozenset(
-    {"torch.randn", "torch.rand", "torch.randint", "torch.normal", "torch.randn_like", "torch.rand_like", "torch.randint_like"}
+    {
+        "torch.randn", "torch.rand", "torch.randint", "torch.normal", "torch.randn_like", "torch.rand_like",
+        "torch.randint_like", "torch.bernoulli", "torch.multinomial", "torch.poisson",
+    }
 )
-#: The draws that take their shape from a tensor (``torch.randn_like(x)``).
-_LIKE = frozenset({"torch.randn_like", "torch.rand_like", "torch.randint_like"})
+#: Tensor factories whose shape the draws filling them keep: from their sizes (``torch.empty(x.size(0), nz)``)
+#: or from their first argument (``torch.empty_like(x)``).
+_SIZED_FACTORIES = frozenset({"torch.empty", "torch.zeros", "torch.ones", "torch.full"})
+_LIKE_FACTORIES = frozenset({"torch.empty_like", "torch.zeros_like", "torch.ones_like", "torch.full_like"})
+_FACTORIES = _SIZED_FACTORIES | _LIKE_FACTORIES
+#: The draws (and factories) that may take their shape from their first argument, a tensor
+#: (``torch.randn_like(x)``, ``torch.bernoulli(probs)``, ``torch.normal(mean, std)``).
+_SHAPED_LIKE_FIRST = _LIKE_FACTORIES | {
+    "torch.randn_like", "torch.rand_like", "torch.randint_like", "torch.bernoulli", "torch.multinomial", "torch.poisson", "torch.normal"
+}
+#: Tensor methods that fill their tensor with draws (``torch.empty_like(x).normal_()``).
+FILLING_DRAWS = frozenset({"normal_", "uniform_", "bernoulli_", "exponential_", "geometric_", "cauchy_", "log_normal_", "random_"})
+#: The methods of a ``torch.distributions`` object that draw (``Categorical(logits=out).sample()``).
+DISTRIBUTION_DRAWS = frozenset({"sample", "rsample", "sample_n"})
 
 
 class SameDrawsOnEveryRank(Rule):
@@ -28,8 +43,11 @@ class SameDrawsOnEveryRank(Rule):
     What it finds, in a program that trains a ``DistributedDataParallel`` model on sharded data and seeds
     torch's random state with the same value on every rank (``torch.manual_seed(0)``): a draw from that state
     in the training loop whose size follows this process's batch (``torch.randn(real.size(0), nz)``,
-    ``torch.randn_like(x)``, ``torch.randint(0, T, (x.shape[0],))``): a GAN's noise vectors, a diffusion
-    model's noise and time steps, per-sample masks.
+    ``torch.randn_like(x)``, ``torch.randint(0, T, (x.shape[0],))``, ``torch.bernoulli(probs)``,
+    ``torch.empty(x.size(0), nz).normal_()``, ``Categorical(logits=out).sample()``): a GAN's noise vectors,
+    a diffusion model's noise and time steps, per-sample masks. Also such a draw from a ``generator=`` that
+    every rank seeds alike (``g = torch.Generator(); g.manual_seed(0)``; unseeded, a new generator starts
+    from the same fixed seed everywhere).
 
     Why it is a problem: the ranks' random states start alike and draw alike, so every rank draws the same
     numbers for its share of the batch: the global batch holds N copies of the same noise, where the original
@@ -46,8 +64,9 @@ class SameDrawsOnEveryRank(Rule):
     name = "same-draws-on-every-rank"
     phase = Phase.OUTPUT
     severity = Severity.WARNING
-    triggers = ("rand",)
-    requires = ("manual_seed", "seed")
+    triggers = ("rand", "bernoulli", "multinomial", "poisson", "normal", "uniform_", "exponential_", "geometric_", "cauchy_", "sample")
+    #: A seed, or a generator (a new one starts from the same fixed seed in every process).
+    requires = ("manual_seed", "seed", "Generator")
     needs_names = (names.DISTRIBUTED_DATA_PARALLEL,)
     manual_fix = "seed each rank differently after the wrap (torch.manual_seed(seed + runtime.rank())), or draw from a generator seeded per rank"
     examples = (
@@ -65,6 +84,38 @@ for (real,) in loader:
     loss = netD(fake).mean() - netD(real).mean()
     loss.backward()
 """,
+        ),
+        Example(
+            before="""\
+import torch
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler
+
+noise_source = torch.Generator()
+noise_source.manual_seed(1234)
+netD = DistributedDataParallel(discriminator)
+loader = DataLoader(images, batch_size=64, sampler=DistributedSampler(images))
+for (real,) in loader:
+    fake = netG(torch.randn(real.size(0), 100, generator=noise_source))
+    loss = netD(fake).mean() - netD(real).mean()
+    loss.backward()
+""",
+        ),
+        Valid(
+            """\
+import torch
+from ddp_migrate import runtime
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler
+
+noise_source = torch.Generator().manual_seed(1234 + runtime.rank())
+netD = DistributedDataParallel(discriminator)
+loader = DataLoader(images, batch_size=64, sampler=DistributedSampler(images))
+for (real,) in loader:
+    fake = netG(torch.randn(real.size(0), 100, generator=noise_source))
+    loss = netD(fake).mean() - netD(real).mean()
+    loss.backward()
+"""
         ),
         Valid(
             """\
@@ -87,13 +138,14 @@ for x, y in loader:
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
         if not analysis.program_wrap_calls or not analysis.program_backward_calls:
             return
-        draws = [call for call in analysis.calls_to(VALUE_DRAWS) if keyword_argument(call, "generator") is None]
+        draws = _draws(analysis)
         if not draws:
             return
         values = per_rank_values(analysis)
         if values is None or draws_per_rank(analysis):
             return
-        for getitem, call in _random_items(analysis, draws):  # (in any module: a dataset module of its own)
+        process_wide = [call for call in draws if keyword_argument(call, "generator") is None]
+        for getitem, call in _random_items(analysis, process_wide):  # (in any module: a dataset module of its own)
             if seeds_alike(analysis, "torch"):
                 yield Match(
                     call,
@@ -112,16 +164,40 @@ for x, y in loader:
                 and analysis.reaches_backward(analysis.nearest_loop(call))  # type: ignore[arg-type]
                 and not without_gradients(analysis, call)
                 and _sized_by_the_batch(analysis, values, call)
-                and seeds_alike(analysis, "torch", before=call)
             ):
+                generator = keyword_argument(call, "generator")
+                if generator is None and seeds_alike(analysis, "torch", before=call):
+                    state = "torch's random state"
+                elif generator is not None and generator_seeded_alike(analysis, generator.value):
+                    state = f"the generator `{code_of(generator.value)}`"
+                else:
+                    continue
                 yield Match(
                     call,
-                    f"`{code_of(call)}` draws noise for each sample of this process's batch from torch's random state, "
+                    f"`{code_of(call)}` draws noise for each sample of this process's batch from {state}, "
                     "which every rank seeds alike: every rank draws the same numbers, so the global batch holds N "
                     "copies of the same noise; seed each rank differently after the wrap (torch.manual_seed(seed + "
                     "runtime.rank())), or draw from a generator seeded per rank",
                     fixable=False,
                 )
+
+
+def _draws(analysis: ScriptAnalysis) -> list[cst.Call]:
+    """The calls that draw values from torch's random state: torch's sampling functions, the methods that fill
+    a tensor with draws, and the sampling methods of a ``torch.distributions`` object."""
+    found = list(analysis.calls_to(VALUE_DRAWS))
+    for call in analysis.calls:
+        method = call_method_name(call)
+        if method in FILLING_DRAWS:
+            found.append(call)
+        elif method in DISTRIBUTION_DRAWS:
+            receiver = call.func.value  # type: ignore[attr-defined]
+            if any(
+                type(origin) is cst.Call and any(q.startswith("torch.distributions.") for q in analysis.qualified_names(origin.func))  # type: ignore[attr-defined]
+                for origin in analysis.origins(receiver)
+            ):
+                found.append(call)
+    return found
 
 
 def _random_items(analysis: ScriptAnalysis, draws: list[cst.Call]) -> Iterator[tuple[cst.FunctionDef, cst.Call]]:
@@ -145,9 +221,19 @@ def _sized_by_the_batch(analysis: ScriptAnalysis, values: PerRankValues, call: c
     """Whether the draw's shape follows a value of this process's batch: ``torch.randn_like(x)``, or a size
     argument reading ``x.size(0)``, ``x.shape[0]`` or ``len(x)`` of one (directly or through a name assigned
     from it: ``b_size = real.size(0)``)."""
+    method = call_method_name(call)
+    if method in FILLING_DRAWS:  # the tensor filled: ``torch.empty(x.size(0), nz).normal_()``
+        receiver = call.func.value  # type: ignore[attr-defined]
+        return any(
+            type(origin) is cst.Call and analysis.is_call_to(origin, _FACTORIES) and _sized_by_the_batch(analysis, values, origin)  # type: ignore[arg-type]
+            for origin in analysis.origins(receiver)
+        )
+    if method in DISTRIBUTION_DRAWS and not analysis.is_call_to(call, VALUE_DRAWS):  # parameters of this process's batch
+        origins = [o for o in analysis.origins(call.func.value) if type(o) is cst.Call]  # type: ignore[attr-defined]
+        return any(values.mention(arg.value) is not None for origin in origins for arg in origin.args)  # type: ignore[attr-defined]
     arguments = [a.value for a in call.args if a.keyword is None or a.keyword.value == "size"]
-    if analysis.is_call_to(call, _LIKE):
-        return bool(arguments) and values.mention(arguments[0]) is not None
+    if arguments and analysis.is_call_to(call, _SHAPED_LIKE_FIRST) and values.mention(arguments[0]) is not None:
+        return True
     for argument in arguments:
         reads = [argument]
         for node in walk(argument):

@@ -294,7 +294,8 @@ def _may_hold_a_wrapper(analysis: ScriptAnalysis, spelling: cst.BaseExpression) 
 def _sampler_may_be_another(analysis: ScriptAnalysis, loader: cst.Call) -> bool:
     """Whether the loader's sampler may also be one without ``set_epoch`` (``RandomSampler(ds) if
     args.local_rank == -1 else DistributedSampler(ds)``, the legacy Hugging Face scripts' choice), or none at
-    all (``DistributedSampler(ds) if distributed else None``: the loader then makes its own)."""
+    all (``DistributedSampler(ds) if distributed else None``, or ``sampler = None`` in the other branch of an
+    ``if``: the loader then makes its own)."""
     home = analysis.shared.analysis_of(loader) or analysis
     if any(
         type(origin) is cst.Call and not home.is_call_to(origin, names.DISTRIBUTED_SAMPLER)  # type: ignore[arg-type]
@@ -307,4 +308,5 @@ def _sampler_may_be_another(analysis: ScriptAnalysis, loader: cst.Call) -> bool:
     values = [given.value]
     if (name := dotted_name(given.value)) is not None:
         values += home.flows_into(given.value, name)
-    return any(is_none(branch) for value in values if type(value) is cst.IfExp for branch in (value.body, value.orelse))  # type: ignore[attr-defined]
+    branches = [branch for value in values for branch in ((value.body, value.orelse) if type(value) is cst.IfExp else (value,))]  # type: ignore[attr-defined]
+    return any(is_none(branch) for branch in branches)

@@ -1024,6 +1024,38 @@ def seeds_alike(analysis: ScriptAnalysis, state: str = "torch", before: cst.CSTN
     return uniform
 
 
+#: A generator object of torch: each new one starts from the same fixed seed, in every process.
+GENERATOR = frozenset({"torch.Generator", "torch._C.Generator"})
+
+
+def generator_seeded_alike(analysis: ScriptAnalysis, generator: cst.BaseExpression) -> bool:
+    """Whether a ``generator=`` argument is a ``torch.Generator`` every rank seeds alike: made in this program
+    (``g = torch.Generator()``, ``torch.Generator().manual_seed(0)``), never seeded from the system
+    (``g.seed()``) and seeded, if at all, only with values the same on every rank (a new generator's own
+    seed is a constant). A generator of unknown origin, or one seeded from the rank, is taken as each rank's own."""
+    origins = analysis.origins(generator)
+    made = [o for o in origins if type(o) is cst.Call and analysis.is_call_to(o, GENERATOR)]  # type: ignore[arg-type]
+    seeded = [o for o in origins if type(o) is cst.Call and call_method_name(o) == "manual_seed"]  # type: ignore[arg-type]
+    for call in seeded:  # ``torch.Generator().manual_seed(0)``: the generator is the receiver
+        receiver = call.func.value  # type: ignore[attr-defined]
+        made += [o for o in analysis.origins(receiver) if type(o) is cst.Call and analysis.is_call_to(o, GENERATOR)]  # type: ignore[arg-type]
+    if not made or len(made) + len(seeded) < len(origins):
+        return False
+    seeds = list(seeded)
+    for call in analysis.calls:
+        method = call_method_name(call)
+        if method in ("manual_seed", "seed") and call not in seeds and set(made) & analysis.origins(call.func.value):  # type: ignore[attr-defined]
+            seeds.append(call)
+    facts = rank_facts(analysis)
+    for call in seeds:
+        if call_method_name(call) == "seed" or not call.args:
+            return False
+        kind = facts.kind(call.args[0].value)
+        if kind is Kind.RANK or not _same_on_every_rank(analysis, kind, call):
+            return False
+    return True
+
+
 def _seeds_before_importing(module: ScriptAnalysis, seed: cst.Call, imported: ScriptAnalysis) -> bool:
     """Whether a seed of another module runs before ``imported`` is first imported by it: the seed runs when
     its own module is imported (at its top level, or in a function called there) and comes before every
@@ -1153,4 +1185,4 @@ def rank_facts(analysis: ScriptAnalysis) -> RankFacts:
     return analysis.derived("ranks", RankFacts)
 
 
-__all__ = ["SEEDS", "Condition", "Kind", "RankFacts", "draws_per_rank", "rank_facts", "seeds_alike"]
+__all__ = ["GENERATOR", "SEEDS", "Condition", "Kind", "RankFacts", "draws_per_rank", "generator_seeded_alike", "rank_facts", "seeds_alike"]
