@@ -9,6 +9,7 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name
+from .analysis.ranks import Kind, rank_facts
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression, remove_statements
 from .runtime_calls import runtime_name
@@ -43,6 +44,14 @@ def _user_choice(analysis: ScriptAnalysis, call: cst.Call) -> cst.IfExp | None:
 
 def _is_literal_index(node: cst.BaseExpression) -> bool:
     return isinstance(node, cst.Integer) or (isinstance(node, cst.SimpleString) and bool(re.match(r"^cuda:\d+$", str(node.evaluated_value))))
+
+
+def _cuda_device(call: cst.Call) -> cst.BaseExpression | None:
+    """The device a ``.cuda(...)`` call names: its first positional argument or ``device=`` (``None``: none)."""
+    for arg in call.args:
+        if arg.keyword is None or arg.keyword.value == "device":
+            return arg.value
+    return None
 
 
 def _device_names(analysis: ScriptAnalysis) -> set[str]:
@@ -192,6 +201,43 @@ device_type = "cuda" if "cuda" in device else "cpu"
 loss.backward()
 """,
         ),
+        # A ``--gpu`` option (default 0) names one GPU for every process (a trial's crash: DDP's device_ids
+        # and the model's device differed on every rank but the first).
+        Example(
+            before="""\
+import argparse
+import torch
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--gpu", type=int, default=0)
+args = parser.parse_args()
+model = Net().cuda(args.gpu)
+x = x.cuda(args.gpu, non_blocking=True)
+loss.backward()
+""",
+            after="""\
+import argparse
+import torch
+from ddp_migrate import runtime
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--gpu", type=int, default=0)
+args = parser.parse_args()
+model = Net().to(runtime.device())
+x = x.to(runtime.device(), non_blocking=True)
+loss.backward()
+""",
+        ),
+        Valid(
+            """\
+import os
+import torch
+
+local_rank = int(os.environ["LOCAL_RANK"])
+model = Net().cuda(local_rank)
+loss.backward()
+"""
+        ),
         Valid(
             """\
 import torch
@@ -229,8 +275,14 @@ with torch.autocast(device_type="cuda", enabled=False):
             elif analysis.is_call_to(call, names.CUDA_SET_DEVICE):
                 if strict or (call.args and _is_literal_index(call.args[0].value)):
                     yield Match(call, "torch.cuda.set_device with a fixed device: runtime.setup() sets this process's device")
-            elif call_method_name(call) == "cuda" and len(call.args) <= 1:
-                if (strict and not call.args) or (call.args and _is_literal_index(call.args[0].value)):
+            elif call_method_name(call) == "cuda" and all(a.star == "" for a in call.args):
+                chosen = _cuda_device(call)
+                if chosen is None:
+                    hit = strict
+                else:
+                    # ``.cuda(args.gpu)`` of a ``--gpu`` option (default 0): one GPU for every process.
+                    hit = _is_literal_index(chosen) or (strict and rank_facts(analysis).kind(chosen) is not Kind.RANK)
+                if hit:
                     yield Match(call, ".cuda() sends every process to the same GPU and fails on CPU: use .to(runtime.device())")
             elif call_method_name(call) == "to" and call.args and call.args[0].keyword is None:
                 first = call.args[0].value
@@ -258,7 +310,9 @@ with torch.autocast(device_type="cuda", enabled=False):
                 message = "torch.cuda.set_device removed (runtime.setup() sets the device)"
             elif isinstance(node, cst.Call) and call_method_name(node) == "cuda":
                 to = node.func.with_changes(attr=cst.Name("to"))  # type: ignore[union-attr]
-                edits.replace(node, node.with_changes(func=to, args=[cst.Arg(device)]))
+                chosen = _cuda_device(node)
+                kept = [a for a in node.args if a.keyword is not None and a.value is not chosen]  # ``non_blocking=True``
+                edits.replace(node, node.with_changes(func=to, args=[cst.Arg(device, comma=cst.MaybeSentinel.DEFAULT), *kept]))
                 message = ".cuda() replaced by .to(runtime.device())"
             elif isinstance(node, cst.Call) and (choice := _user_choice(analysis, node)) is not None:
                 # Keep the user's choice: the CUDA side becomes this process's device, the other side stays.

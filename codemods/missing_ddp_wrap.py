@@ -56,7 +56,9 @@ class MissingDdpWrap(Rule):
     Why it is a problem: without DDP nothing averages the gradients across processes, so each process
     trains its own copy on its own shard and the copies drift apart.
 
-    It also finds a model trained by hand, with no optimizer (``for p in model.parameters(): p.data.add_(p.grad,
+    It also finds a trainable tensor of no module handed to an optimizer beside a model (``SGD(list(model.parameters())
+    + [log_temperature])`` with ``log_temperature = nn.Parameter(...)``): DDP averages the gradients of the module it
+    wraps only, so each process steps that tensor with its own gradient; left to a human. It also finds a model trained by hand, with no optimizer (``for p in model.parameters(): p.data.add_(p.grad,
     alpha=-lr)``), and leaves its wrap to a human; a DDP wrap that runs only where CUDA is available in a program whose model goes to
     ``runtime.device()`` (the ImageNet example's ``if not torch.cuda.is_available(): ... elif
     args.distributed:``: a CPU launch trains unwrapped), and a DDP wrap that only runs under a distributed
@@ -501,6 +503,18 @@ loss.backward()
                 f"where it is built (or hold it in a name: {code_of(receiver)} = DistributedDataParallel(...))",
                 fixable=False,
             )
+        if analysis.is_training_script and (analysis.program_wrap_calls or analysis.trained_models):
+            for optimizer, tensor in analysis.free_parameters:
+                name = _bound_name(analysis, tensor)
+                yield Match(
+                    optimizer,
+                    f"the optimizer trains {name}, a parameter of no module that DistributedDataParallel wraps: its "
+                    "gradient is never averaged across processes, so each process steps it with its own shard's "
+                    "gradient and the copies drift apart; register it in the wrapped model (as an attribute of the "
+                    "module, before the wrap) or average its gradient across processes (dist.all_reduce of its .grad, "
+                    "divided by the world size) before each step",
+                    fixable=False,
+                )
         for guard, switch, sites, setup in self._switches(analysis):
             if setup is not None:
                 yield Match(guard, _own_distributed_mode(analysis, switch, setup), fixable=False)
@@ -590,6 +604,16 @@ def _wrapped_only_with_cuda(analysis: ScriptAnalysis) -> Iterator[tuple[cst.Call
                         yield wrap, test
                         break
             child = ancestor
+
+
+def _bound_name(analysis: ScriptAnalysis, call: cst.Call) -> str:
+    """The name a call's value is assigned to (``log_temperature = nn.Parameter(...)``), else its code."""
+    statement = analysis.statement(call)
+    if isinstance(statement, cst.SimpleStatementLine) and isinstance(statement.body[0], cst.Assign):
+        name = dotted_name(statement.body[0].targets[0].target)
+        if name is not None:
+            return f"`{name}`"
+    return f"`{code_of(call)}`"
 
 
 def _switch_guard(analysis: ScriptAnalysis, call: cst.Call) -> cst.If | cst.IfExp | None:

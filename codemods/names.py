@@ -19,6 +19,8 @@ DISTRIBUTED_DATA_PARALLEL = frozenset(
     }
 )
 MODEL_WRAPPERS = DATA_PARALLEL | DISTRIBUTED_DATA_PARALLEL
+#: A trainable tensor (``nn.Parameter(torch.zeros(1))``): a module's own when assigned to its attribute.
+PARAMETER = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter"})
 #: What a file's code must spell for the analysis to call it a training script (``is_training_script``: a
 #: ``.backward()`` call, whatever its receiver) or training code (``is_training_code``: that, or a model
 #: wrap): the gate of the rules that act only there (``Rule.needs_names``).

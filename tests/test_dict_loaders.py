@@ -206,3 +206,66 @@ def test_a_distributed_sampler_given_through_a_kwargs_dict_gets_set_epoch(tmp_pa
     assert "train.py:7:1: DDP006 epoch loop never calls set_epoch" in result.output, result.output
     result = CliRunner().invoke(cli, ["lint", "--fix", "train.py"])
     assert "    loader.sampler.set_epoch(epoch)\n    for x, y in loader:" in Path("train.py").read_text(), result.output
+
+
+RUNNER = '''
+import torch
+import torch.nn as nn
+
+
+class Runner:
+    def __init__(self, model, loaders, optimizer):
+        self.model = model
+        self.loaders = loaders
+        self.optimizer = optimizer
+
+    def run(self, epochs):
+        for epoch in range(epochs):
+            for mode in ("train", "val"):
+                self.run_epoch(mode)
+
+    def run_epoch(self, mode):
+        loader = self.loaders[mode]
+        for x, y in loader:
+            loss = nn.functional.mse_loss(self.model(x), y)
+            if mode == "train":
+                self.optimizer.zero_grad()
+                loss.backward()
+                self.optimizer.step()
+'''
+
+RUNNER_ENTRY = '''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from runner import Runner
+
+
+def main():
+    train_ds = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    val_ds = TensorDataset(torch.randn(16, 4), torch.randn(16, 1))
+    loaders = {"train": DataLoader(train_ds, batch_size=8, shuffle=True), "val": DataLoader(val_ds, batch_size=8)}
+    model = nn.Linear(4, 1)
+    Runner(model, loaders, torch.optim.SGD(model.parameters(), lr=0.1)).run(2)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_a_dict_of_loaders_a_runner_in_another_module_iterates_by_phase_is_reviewed(tmp_path: Path) -> None:
+    """A trial's silent wrong: the dict went to a runner class in another module (``self.loaders =
+    loaders``, ``loader = self.loaders[mode]``); both loaders were called evaluation loaders and left whole,
+    and nothing needed a human. Whether the phase trains is a key the analysis cannot read: a review."""
+    from click.testing import CliRunner
+
+    from ddp_migrate.cli import cli
+
+    (tmp_path / "runner.py").write_text(RUNNER)
+    (tmp_path / "train.py").write_text(RUNNER_ENTRY)
+    report = CliRunner().invoke(cli, [str(tmp_path / "train.py")], catch_exceptions=False).output
+    assert "evaluation DataLoader left unsharded" not in report, report
+    assert report.count("DDP005 training DataLoader built in a dict and iterated by phase") == 2, report
+    assert "2 item(s) need a human" in report, report

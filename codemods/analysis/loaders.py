@@ -239,6 +239,29 @@ class LoaderFacts:
                 for loop in analysis.for_loops:
                     if _subscript_of(loop.iter, name) and analysis.reaches_backward(loop.body):
                         self.dict_training.add(loader)
+        self._find_dicts_handed_on()
+
+    def _find_dicts_handed_on(self) -> None:
+        """Dicts of loaders iterated by phase where the dict is handed on: to a trainer's constructor that
+        keeps it (``Runner(model, loaders)``, ``self.loaders = loaders``), to a function, through a name
+        (``loader = self.loaders[mode]``), in any module of the program. A loop that trains over a value of
+        such a dict at a key the analysis cannot read trains on every loader of the dict, as far as it knows."""
+        if not self.dict_loaders:
+            return
+        shared = self.analysis.shared
+        by_dict: dict[cst.CSTNode, set[cst.Call]] = {}
+        for loader in self.dict_loaders:
+            home = shared.analysis_of(loader) or self.analysis
+            container = _dict_container(home, loader)
+            literal = home.parent(container) if type(container) is cst.DictElement else container
+            if literal is not None:
+                by_dict.setdefault(literal, set()).add(loader)
+        for analysis in shared.analyses:
+            for loop in analysis.for_loops:
+                if not analysis.reaches_backward(loop.body):
+                    continue
+                for literal in _dicts_indexed(analysis, loop.iter):
+                    self.dict_training |= by_dict.get(literal, set())
 
     # ------------------------------------------------------------------ comprehensions that train
 
@@ -499,6 +522,43 @@ def _catches_stop_iteration(handler: cst.ExceptHandler) -> bool:
     caught = handler.type
     names_caught = [e.value for e in caught.elements] if isinstance(caught, cst.Tuple) else [caught]
     return any(dotted_name(n) in ("StopIteration", "builtins.StopIteration") for n in names_caught if n is not None)
+
+
+#: How many assignments and calls :func:`_dicts_indexed` follows a value back through.
+_DICT_FLOW_DEPTH = 4
+
+
+def _dicts_indexed(analysis: ScriptAnalysis, iterated: cst.BaseExpression) -> set[cst.CSTNode]:
+    """The dict literals and comprehensions whose value at a key the analysis cannot read a loop's iterable
+    may be: ``self.loaders[mode]`` (through ``enumerate``/``tqdm``/``iter``, and through names: ``loader =
+    self.loaders[mode]``) where ``self.loaders`` holds, through assignments and call arguments, a dict made
+    in any module of the program."""
+    found: set[cst.CSTNode] = set()
+    pending: list[tuple[ScriptAnalysis, cst.CSTNode, int, bool]] = [(analysis, iterated, _DICT_FLOW_DEPTH, False)]
+    seen: set[tuple[cst.CSTNode, bool]] = set()
+    shared = analysis.shared
+    while pending:
+        home, node, left, indexed = pending.pop()
+        while type(node) is cst.Call and node.args:  # type: ignore[attr-defined]
+            node = node.args[0].value  # type: ignore[attr-defined]
+        if (node, indexed) in seen:
+            continue
+        seen.add((node, indexed))
+        kind = type(node)
+        if kind in (cst.Dict, cst.DictComp):
+            if indexed:
+                found.add(node)
+            continue
+        if kind is cst.Subscript:
+            if not indexed and item_name(node) is None:  # type: ignore[arg-type]
+                pending.append((home, node.value, left, True))  # type: ignore[attr-defined]
+            continue
+        name = dotted_name(node) if kind in (cst.Name, cst.Attribute) else None
+        if name is None or left == 0:
+            continue
+        for value in home.attribute_flows(node, name):
+            pending.append((shared.analysis_of(value) or home, value, left - 1, indexed))
+    return found
 
 
 def _subscript_of(expr: cst.BaseExpression, name: str) -> bool:

@@ -2045,6 +2045,38 @@ class ScriptAnalysis:
                         found.append(name)
         return found
 
+    @cached_property
+    def free_parameters(self) -> list[tuple[cst.Call, cst.Call]]:
+        """Trainable tensors of no module that reach an optimizer of this module, with the optimizer: an
+        ``nn.Parameter(...)`` or a tensor made with ``requires_grad=True`` (:meth:`makes_trainable_tensor`),
+        held in a name or a list (``opt = SGD(list(model.parameters()) +
+        [log_temperature])``), not assigned to an attribute (``self.scale = nn.Parameter(...)`` registers it in
+        the module: a module's parameters reach the optimizer through ``parameters()``). DDP averages the
+        gradients of the module it wraps only: such a tensor is stepped with each process's own gradient."""
+        found: list[tuple[cst.Call, cst.Call]] = []
+        for optimizer in self.optimizer_calls:
+            for call in self.feeding_calls([arg.value for arg in optimizer.args]):
+                home = self.shared.analysis_of(call) or self
+                if not home.makes_trainable_tensor(call):
+                    continue
+                statement = home.statement(call)
+                targets = [t.target for t in statement.body[0].targets] if isinstance(statement, cst.SimpleStatementLine) and isinstance(statement.body[0], cst.Assign) else []  # type: ignore[attr-defined]
+                if any(type(t) is cst.Attribute for t in targets):
+                    continue
+                if (optimizer, call) not in found:
+                    found.append((optimizer, call))
+        return found
+
+    def makes_trainable_tensor(self, call: cst.Call) -> bool:
+        """``nn.Parameter(...)`` or ``torch.zeros(..., requires_grad=True)`` outside a class (a module's
+        methods register what they make: ``self.register_parameter("w", w)``)."""
+        if self.enclosing_class(call) is not None:
+            return False
+        if self.is_call_to(call, names.PARAMETER):
+            return True
+        flag = keyword_argument(call, "requires_grad")
+        return flag is not None and type(flag.value) is cst.Name and flag.value.value == "True"  # type: ignore[attr-defined]
+
     def _receivers_of(self, call: cst.Call, home: cst.FunctionDef | None) -> list[str]:
         """The model a ``parameters()`` call is made on, as the optimizer's side names it: in a helper the
         optimizer's function calls, the helper's parameter (``def trainable(module): return [p for p in
@@ -2144,6 +2176,22 @@ class ScriptAnalysis:
                 argument = owner.argument_for(call, scope, name)
                 if argument is not None:
                     flows.append(argument)
+        return flows
+
+    def attribute_flows(self, node: cst.CSTNode, name: str) -> list[cst.CSTNode]:
+        """:meth:`flows_into` for ``self.x`` read in a method: what every method of the class, of the classes
+        it derives from and of those derived from it assigns to ``self.x`` (``self.loaders = loaders`` in
+        ``__init__``, read in ``run_epoch``); for any other name, :meth:`flows_into`."""
+        key = self._key(node, name)
+        owner = key[0]
+        if type(owner) is not cst.ClassDef:
+            return self.flows_into(node, name)
+        flows: list[cst.CSTNode] = []
+        for cls in self.shared.hierarchy_line(owner):  # type: ignore[arg-type]
+            home = self.shared.analysis_of(cls) or self
+            for statement in cls.body.body:
+                if type(statement) is cst.FunctionDef:
+                    flows.extend(home._value_flows.get((statement, name), ()))
         return flows
 
     def callers_in_program(self, function: cst.FunctionDef) -> list[cst.Call]:
