@@ -346,10 +346,7 @@ loss.backward()
         """The statement after which the model is ready to be wrapped, and a statement before it that hands
         the model to an object and freezes part of it there (``FineTuner(model, model.backbone)``): the wrap
         must follow the freeze, yet the object keeps the unwrapped model (no place is right for it)."""
-        creations = [
-            analysis.statement(a)
-            for a in _assignments_to(analysis, model)
-        ]
+        creations = [analysis.statement(target) for target in _model_targets(analysis, model)]
         if not creations:
             return None, None
         first = creations[0]
@@ -547,8 +544,8 @@ loss.backward()
         for model, anchor, _ in self._cases(analysis):
             if anchor is None:
                 continue
-            creations = _assignments_to(analysis, model)
-            skipped = skipped_in_some_steps(analysis, creations[0].targets[0].target) if creations else None
+            creations = _model_targets(analysis, model)
+            skipped = skipped_in_some_steps(analysis, creations[0]) if creations else None
             call = ddp_call(analysis, edits, expression(model), [find_unused_parameters_argument()] if skipped else None)
             wrap = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(expression(model))], call)])
             edits.insert_after(anchor, wrap)
@@ -698,6 +695,19 @@ def _assignments_to(analysis: ScriptAnalysis, name: str) -> list[cst.Assign]:
     for stmt_node in analysis.assignments:
         if isinstance(stmt_node, cst.Assign) and any(dotted_name(t.target) == name for t in stmt_node.targets):
             found.append(stmt_node)
+    return found
+
+
+def _model_targets(analysis: ScriptAnalysis, name: str) -> list[cst.BaseExpression]:
+    """Where a model's name is assigned: the target itself, or its element of a tuple target (``netG, netD =
+    Generator(), Discriminator()``), in source order."""
+    found: list[cst.BaseExpression] = []
+    for stmt_node in analysis.assignments:
+        if not isinstance(stmt_node, cst.Assign):
+            continue
+        for target in stmt_node.targets:
+            elements = [e.value for e in target.target.elements] if isinstance(target.target, (cst.Tuple, cst.List)) else [target.target]
+            found.extend(element for element in elements if dotted_name(element) == name)
     return found
 
 

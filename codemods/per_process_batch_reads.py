@@ -8,6 +8,7 @@ import libcst as cst
 
 from . import names
 from .analysis import LoaderLoop, ScriptAnalysis, call_method_name, dotted_name, loader_argument, walk
+from .analysis.per_rank import divides_a_shard_sum
 from .analysis.script import assignment_targets, is_parameter_group, subscript_key
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression
@@ -179,6 +180,8 @@ for x, y in loader:
             )
         for node in analysis.attributes:
             if node.attr.value == "sampler" and _length_taken(analysis, node) and any(origin in split for origin in analysis.origins(node.value)):
+                if divides_a_shard_sum(analysis, analysis.parent(analysis.parent(node))):  # type: ignore[arg-type]
+                    continue  # ``correct / len(loader.sampler)``: the mean over this process's share (DDP044's fix)
                 yield Match(
                     node,
                     f"len({code_of(node)}) is now this process's share of the data set (the migration gave "

@@ -17,7 +17,8 @@ class ShardSumOverWholeSet(Rule):
 
     What it finds: a value summed over the batches of a loader a ``DistributedSampler`` shards (the epoch's
     loss, a count of correct predictions), divided by ``len(loader.dataset)``, or by ``len(ds)`` of the data
-    set a sharded loader of the same function draws from.
+    set a sharded loader of the same function draws from, written at the division or kept in a name
+    (``n_train = len(ds)``).
 
     Why it is a problem: the original summed over the whole data set and divided by its size. Once the
     data is sharded, each process sums over its own share, about 1/N of the set, and the quotient comes out
@@ -88,6 +89,33 @@ for x, y in loader:
 print(correct / len(loader.sampler))
 """,
         ),
+        # The length kept in a name (a trial: the shard's sum over the whole set's size, saved to a history file).
+        Example(
+            before="""\
+from torch.utils.data import DataLoader, DistributedSampler
+
+n_train = len(train_set)
+loader = DataLoader(train_set, batch_size=32, sampler=DistributedSampler(train_set))
+total = 0.0
+for x, y in loader:
+    loss = criterion(model(x), y)
+    loss.backward()
+    total += loss.item() * len(x)
+history.append(total / n_train)
+""",
+            after="""\
+from torch.utils.data import DataLoader, DistributedSampler
+
+n_train = len(train_set)
+loader = DataLoader(train_set, batch_size=32, sampler=DistributedSampler(train_set))
+total = 0.0
+for x, y in loader:
+    loss = criterion(model(x), y)
+    loss.backward()
+    total += loss.item() * len(x)
+history.append(total / len(loader.sampler))
+""",
+        ),
         Valid(
             """\
 from torch.utils.data import DataLoader, DistributedSampler
@@ -109,16 +137,30 @@ print(correct / len(val_loader.dataset))
         for node in analysis.preorder:
             if type(node) is not cst.BinaryOperation or not isinstance(node.operator, (cst.Divide, cst.FloorDivide)):  # type: ignore[attr-defined]
                 continue
-            dataset = _dataset_length_of(node.right)  # type: ignore[attr-defined]
+            held = _length_held(analysis, node.right)  # type: ignore[attr-defined]
+            length = held if held is not None else node.right  # type: ignore[attr-defined]
+            dataset = _dataset_length_of(length)
+            if dataset is not None and held is not None:
+                # ``n = len(loader.dataset)`` read at the division: the name is replaced there, not its value.
+                if _sharded(analysis, dataset.value) and (shown := values.mention(node.left)) is not None:  # type: ignore[attr-defined]
+                    loader = code_of(dataset.value)
+                    yield Match(
+                        node.right,  # type: ignore[attr-defined]
+                        f"{shown} is summed over this rank's shard of {loader} but divided by the whole data set's size "
+                        f"({code_of(node.right)}): the value comes out N times too small; divide by the shard's size "  # type: ignore[attr-defined]
+                        f"(len({loader}.sampler))",
+                    )
+                continue
             if dataset is None:
                 # ``correct / len(ds)`` where ``ds`` is the data set the sharded loader draws from.
-                loader = _sharded_loader_of_dataset(analysis, node.right)  # type: ignore[attr-defined]
+                loader = _sharded_loader_of_dataset(analysis, length)
                 shown = values.mention(node.left) if loader is not None else None  # type: ignore[attr-defined]
                 if loader is not None and shown is not None:
+                    spelled = f" ({code_of(node.right)})" if held is not None else ""  # type: ignore[attr-defined]
                     yield Match(
                         node.right,  # type: ignore[attr-defined]
                         f"{shown} is summed over this rank's shard of {loader} but divided by the whole data set's "
-                        f"size: the value comes out N times too small; divide by the shard's size (len({loader}.sampler))",
+                        f"size{spelled}: the value comes out N times too small; divide by the shard's size (len({loader}.sampler))",
                     )
                 continue
             if not _sharded(analysis, dataset.value):
@@ -136,6 +178,13 @@ print(correct / len(val_loader.dataset))
         edits = Edits(analysis)
         for match in self.matches_in(analysis):
             dataset = match.node
+            held = _length_held(analysis, dataset) if isinstance(dataset, cst.Name) else None
+            if held is not None:  # ``total / n_train`` of ``n_train = len(ds)``: the name at the division
+                whole = _dataset_length_of(held)
+                loader = code_of(whole.value) if whole is not None else _sharded_loader_of_dataset(analysis, held)
+                edits.replace(dataset, expression(f"len({loader}.sampler)"))
+                edits.changes.append(Change(self.code, analysis.line(dataset), f"the shard's sum divided by the shard's size (len({loader}.sampler))"))
+                continue
             if isinstance(dataset, cst.Call):  # ``len(ds)``: the shard's size through the loader
                 loader = _sharded_loader_of_dataset(analysis, dataset)
                 edits.replace(dataset, expression(f"len({loader}.sampler)"))
@@ -145,6 +194,16 @@ print(correct / len(val_loader.dataset))
             edits.replace(dataset.attr, cst.Name("sampler"))
             edits.changes.append(Change(self.code, analysis.line(dataset), "the shard's sum divided by the shard's size (len(loader.sampler))"))
         return edits.apply(analysis.module) if edits else None
+
+
+def _length_held(analysis: ScriptAnalysis, expr: cst.BaseExpression) -> cst.Call | None:
+    """The ``len(...)`` a name holds where it is its only value (``n_train = len(ds)``), else ``None``."""
+    if type(expr) is not cst.Name:
+        return None
+    values = analysis.flows_into(expr, expr.value)  # type: ignore[attr-defined]
+    if len(values) != 1 or type(values[0]) is not cst.Call or dotted_name(values[0].func) != "len":  # type: ignore[attr-defined]
+        return None
+    return values[0]  # type: ignore[return-value]
 
 
 def _dataset_length_of(expr: cst.BaseExpression) -> cst.Attribute | None:

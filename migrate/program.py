@@ -17,7 +17,7 @@ from ddp_migrate.codemods.analysis.project import (
     SourceFacts,
     is_test_file,
     may_start_program,
-    module_name,
+    module_names,
     resolve_imports,
     scan,
     search_roots,
@@ -49,6 +49,8 @@ class Unit:
     #: process group when it runs.
     entries: frozenset[Path] = field(default_factory=frozenset)
     names: tuple[tuple[Path, str], ...] = ()
+    #: The other names a file of the unit can be imported by (:func:`module_names`), where it has some.
+    aliases: tuple[tuple[Path, tuple[str, ...]], ...] = ()
     packages: frozenset[Path] = field(default_factory=frozenset)
     why_not: str = ""
 
@@ -282,8 +284,10 @@ def plan(files: Sequence[Path], follow_imports: bool = True, scan_many: ScanMany
         ordered = [*group_entries, *(m for m in members if m not in group_entries)]
         roots = search_roots(group_entries[0])
         spell = _speller(given, given.get(group_entries[0], group_entries[0]))
-        names = tuple((spell(m), module_name(m, roots)[0]) for m in ordered)
-        packages = frozenset(spell(m) for m in ordered if module_name(m, roots)[1])
+        named = {m: module_names(m, roots) for m in ordered}
+        names = tuple((spell(m), named[m][0][0]) for m in ordered)
+        aliases = tuple((spell(m), tuple(named[m][0][1:])) for m in ordered if len(named[m][0]) > 1)
+        packages = frozenset(spell(m) for m in ordered if named[m][1])
         paths = tuple(spell(m) for m in ordered)
         writable = frozenset(p for p in paths if follow_imports or p.resolve() in given)
         units.append(
@@ -293,6 +297,7 @@ def plan(files: Sequence[Path], follow_imports: bool = True, scan_many: ScanMany
                 entry=paths[0],
                 entries=frozenset(spell(e) for e in group_entries),
                 names=names,
+                aliases=aliases,
                 packages=packages,
             )
         )
@@ -342,6 +347,7 @@ def process_unit(
         result = process(str(path), data, rules, options, fix and path in unit.migrate, fixable=fixable)  # type: ignore[arg-type]
         return [result]
     names = dict(unit.names)
+    aliases = dict(unit.aliases)
     files: list[ProgramFile] = []
     failures: list[FileResult] = []
     for path in unit.paths:
@@ -350,6 +356,6 @@ def process_unit(
             failures.append(failed)
             continue
         is_entry = path == unit.entry or path in unit.entries
-        info = ModuleInfo(names.get(path, path.stem), is_entry=is_entry, is_package=path in unit.packages)
+        info = ModuleInfo(names.get(path, path.stem), is_entry=is_entry, is_package=path in unit.packages, aliases=aliases.get(path, ()))
         files.append(ProgramFile(str(path), data, info, tuple(rules_for(path)), migrate=path in unit.migrate))  # type: ignore[arg-type]
     return [*process_program(files, options, fix, fixable), *failures]

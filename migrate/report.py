@@ -69,9 +69,10 @@ _RELATIVE_IMPORT = re.compile(r"^[ \t]*from[ \t]+\.", re.MULTILINE)
 
 def _launch_target(result: FileResult) -> str:
     """What torchrun runs: the script's path, or ``-m package.module`` (from the folder above its package)
-    where the script imports relatively (``from .engine import ...``), which only runs as a module."""
-    if not _RELATIVE_IMPORT.search(result.new_text or result.text or ""):
-        return result.path
+    where the script imports relatively (``from .engine import ...``) or imports the package it sits in by
+    its name (``from mypkg.models import Net`` in ``mypkg/train.py``): run by its path, the folder above the
+    package is not on ``sys.path`` and the import fails."""
+    text = result.new_text or result.text or ""
     path = Path(result.path)
     parts = [path.stem]
     folder = path.parent
@@ -79,6 +80,9 @@ def _launch_target(result: FileResult) -> str:
         parts.insert(0, folder.name)
         folder = folder.parent
     if len(parts) == 1:
+        return result.path
+    own_package = re.compile(rf"^[ \t]*(?:from|import)[ \t]+{re.escape(parts[0])}\b", re.MULTILINE)
+    if not _RELATIVE_IMPORT.search(text) and not own_package.search(text):
         return result.path
     return f"-m {'.'.join(parts)} (from {folder})" if str(folder) not in ("", ".") else f"-m {'.'.join(parts)}"
 

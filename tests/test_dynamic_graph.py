@@ -186,3 +186,65 @@ def test_the_migrated_model_with_an_output_used_on_some_steps_trains_under_torch
     migrate(tmp_path, OUTPUT_DROPPED.replace("USE", "if step % 2 == 0:\n                loss = loss + F.cross_entropy(logits, yb)"))
     run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, env={"OMP_NUM_THREADS": "1"}, timeout=120)
     assert (tmp_path / "final.pt").exists()
+
+
+HEAD_BY_TASK = '''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class MultiTask(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(4, 8)
+        self.heads = nn.ModuleDict({"a": nn.Linear(8, 1), "b": nn.Linear(8, 1)})
+
+    def forward(self, x, task):
+        h = torch.relu(self.body(x))
+        for i in range(2):
+            h = h + self.mixers[i](h)
+        return self.heads[task](h)
+
+
+def main():
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    loader = DataLoader(data, batch_size=8)
+    model = MultiTask()
+    model.mixers = nn.ModuleList(nn.Linear(8, 8) for _ in range(2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for step, (x, y) in enumerate(loader):
+            loss = nn.functional.mse_loss(model(x, "a" if step % 2 == 0 else "b"), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    torch.save(model.state_dict(), "final.pt")
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_a_head_picked_by_an_input_looks_for_unused_parameters(tmp_path: Path) -> None:
+    """``self.heads[task](h)``: one head per step, the other without a gradient (a trial's crash at step 2).
+    An index a loop over the layers counts (``self.mixers[i]``) runs them all: alone it needs no search."""
+    text, output = migrate(tmp_path, HEAD_BY_TASK)
+    assert "find_unused_parameters=True" in text, text
+    assert "its forward() picks an entry of `self.heads` by an input" in output, output
+    every_one = HEAD_BY_TASK.replace("return self.heads[task](h)", "return self.heads['a'](h) + self.heads['b'](h)")
+    text, _ = migrate(tmp_path, every_one)
+    assert "DistributedDataParallel(" in text and "find_unused_parameters" not in text, text
+
+
+@pytest.mark.e2e
+@pytest.mark.distributed
+def test_the_migrated_model_with_a_head_picked_by_task_trains_under_torchrun(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from launch import run_torchrun
+
+    migrate(tmp_path, HEAD_BY_TASK)
+    run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, env={"OMP_NUM_THREADS": "1"}, timeout=120)
+    assert (tmp_path / "final.pt").exists()

@@ -358,3 +358,33 @@ def test_values_from_another_module_are_judged_by_that_module(tmp_path: Path, mo
     Path("train.py").write_text(Path("train.py").read_text().replace("CFG['gather_metrics']", "args.rank == 0"))
     result = CliRunner().invoke(cli, ["lint", "--select", "DDP033", "."])
     assert "util.py:" in result.output and "DDP033 dist.all_gather()" in result.output, result.output
+
+
+DIST_INFO = '''
+import torch.distributed as dist
+
+
+def get_dist_info():
+    if dist.is_available() and dist.is_initialized():
+        rank = dist.get_rank()
+        world_size = dist.get_world_size()
+    else:
+        rank = 0
+        world_size = 1
+    return rank, world_size
+
+
+rank, world_size = get_dist_info()
+if world_size == 1: pass
+if rank == 0: pass
+first, *rest = get_dist_info()
+if first == 0: pass
+'''
+
+
+@pytest.mark.parametrize(("test", "kind"), [("world_size == 1", Kind.UNIFORM), ("rank == 0", Kind.RANK), ("first == 0", Kind.UNKNOWN)])
+def test_names_unpacked_from_a_helpers_tuple_take_the_kind_of_their_element(test: str, kind: Kind) -> None:
+    """mmcv's ``rank, world_size = get_dist_info()`` (a trial: DDP033 called ``if world_size == 1:`` a test
+    that may differ between ranks). A starred target is not read (unknown)."""
+    facts = rank_facts(ScriptAnalysis(cst.parse_module(DIST_INFO)))
+    assert facts.kind(_test(facts, test)) is kind

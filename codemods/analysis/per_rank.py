@@ -319,6 +319,16 @@ def partial_random_pass(analysis: ScriptAnalysis, loop: LoaderLoop) -> bool:
     return not seeds_alike(analysis, "torch", before=loop.loop)
 
 
+def divides_a_shard_sum(analysis: ScriptAnalysis, divisor: cst.CSTNode) -> bool:
+    """Whether an expression is what a value summed over this process's shard is divided by (``correct /
+    len(loader.sampler)``: the shard's mean, which a count of this process's samples is right for)."""
+    parent = analysis.parent(divisor)
+    if type(parent) is not cst.BinaryOperation or parent.right is not divisor or type(parent.operator) not in (cst.Divide, cst.FloorDivide):  # type: ignore[attr-defined]
+        return False
+    values = per_rank_values(analysis)
+    return values is not None and values.mention(parent.left) is not None  # type: ignore[attr-defined]
+
+
 def per_rank_values(analysis: ScriptAnalysis) -> PerRankValues | None:
     """The per-rank values of the program an analysed module belongs to (``None`` where no data is sharded:
     every rank sees the same), solved once per program and kept with its shared flow (each module asks)."""

@@ -27,6 +27,8 @@ class ModuleInfo:
     name: str
     is_entry: bool
     is_package: bool = False
+    #: Other names the program may import it by (``mylib.data`` of ``src/mylib/data.py``, beside ``src.mylib.data``).
+    aliases: tuple[str, ...] = ()
 
 
 class Program:
@@ -61,6 +63,7 @@ class Program:
                 index=self._index(key, module),
                 is_package=info.is_package,
                 options=self.options,
+                aliases=info.aliases,
             )
         shared.solve()
         self._analyses = analyses

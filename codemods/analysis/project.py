@@ -74,19 +74,29 @@ def is_test_file(path: Path, resolved: bool = False) -> bool:
 def module_name(path: Path, roots: tuple[Path, ...]) -> tuple[str, bool]:
     """The dotted name under which the file is imported from the first root that contains it, and
     whether it is a package (``__init__.py``)."""
+    names, is_package = module_names(path, roots)
+    return names[0], is_package
+
+
+def module_names(path: Path, roots: tuple[Path, ...]) -> tuple[list[str], bool]:
+    """Every dotted name under which the file can be imported, one per root that contains it, in the order
+    of the roots (``src.mylib.data`` from the project root, ``mylib.data`` from ``<root>/src``: a program may
+    spell either), and whether it is a package (``__init__.py``)."""
     resolved = path.resolve()
+    names: list[str] = []
+    is_package = resolved.name == "__init__.py"
     for root in roots:
         try:
             relative = resolved.relative_to(root)
         except ValueError:
             continue
         parts = list(relative.with_suffix("").parts)
-        is_package = parts[-1] == "__init__"
         if is_package:
             parts = parts[:-1]
-        if parts and all(part.isidentifier() for part in parts):
-            return ".".join(parts), is_package
-    return resolved.stem, False
+        name = ".".join(parts)
+        if parts and all(part.isidentifier() for part in parts) and name not in names:
+            names.append(name)
+    return (names or [resolved.stem]), is_package and bool(names)
 
 
 @dataclass

@@ -643,6 +643,8 @@ class RankFacts:
             else:
                 parts.append(self._kind(expr.value, depth))  # ``args.epochs``: what the namespace holds
         if not parts:
+            parts = self._unpacked_kinds(key, name, depth)
+        if not parts:
             if name.split(".")[-1] in RANK_NAMES:
                 return Kind.RANK
             if isinstance(expr, cst.Name) and root in legacy.imported_names:
@@ -652,6 +654,39 @@ class RankFacts:
         if result is Kind.UNKNOWN and name.split(".")[-1] in RANK_NAMES and not sources and not stores:
             return Kind.RANK
         return result
+
+    def _unpacked_kinds(self, key: Key, name: str, depth: int) -> list[Kind]:
+        """The kinds of a name unpacked from what a helper of the program returns (``rank, world_size =
+        get_dist_info()`` of ``def get_dist_info(): ... return rank, world_size``): the element at the name's
+        place in every tuple the helper returns. Empty where some assignment of the name is not such an
+        unpacking, or a return not such a tuple."""
+        analysis = self.analysis
+        kinds: list[Kind] = []
+        for statement in self.legacy.assignments_to(key):
+            value = statement.value if type(statement) is cst.Assign else None  # type: ignore[attr-defined]
+            target = analysis.call_target(value) if type(value) is cst.Call else None  # type: ignore[arg-type]
+            if target is None or target.name.value == "__init__" or ("returns", target) in self._active:
+                return []
+            place = next((p for t in statement.targets if (p := _place_in_tuple(t.target, name)) is not None), None)  # type: ignore[attr-defined]
+            returns = [r.value for r in returns_of(target) if r.value is not None]
+            if place is None or not returns:
+                return []
+            index, count = place
+            elements: list[cst.BaseExpression] = []
+            for returned in returns:
+                if type(returned) is not cst.Tuple or len(returned.elements) != count or any(type(e) is cst.StarredElement for e in returned.elements):  # type: ignore[attr-defined]
+                    return []
+                elements.append(returned.elements[index].value)  # type: ignore[attr-defined]
+            owner = analysis.shared.analysis_of(target)
+            self._active.add(("returns", target))
+            try:
+                if owner is not None and owner is not analysis:
+                    kinds.extend(self._other_module_kind(owner, element) for element in elements)
+                else:
+                    kinds.append(self._join(elements, depth))
+            finally:
+                self._active.discard(("returns", target))
+        return kinds
 
     def _made_common_before(self, expr: cst.CSTNode, key: Key, values: list[object]) -> bool:
         """Whether the value read at ``expr`` is what an in-place collective of its function left alike on
@@ -958,6 +993,19 @@ def _has_or(test: cst.BaseExpression) -> bool:
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
         return _has_or(test.expression)
     return False
+
+
+def _place_in_tuple(target: cst.BaseExpression, name: str) -> tuple[int, int] | None:
+    """Where a name stands in a tuple target of plain names (``rank, world_size``): its index and the count."""
+    if type(target) not in (cst.Tuple, cst.List):
+        return None
+    elements = target.elements  # type: ignore[attr-defined]
+    if any(type(element) is cst.StarredElement for element in elements):
+        return None
+    for index, element in enumerate(elements):
+        if dotted_name(element.value) == name:
+            return index, len(elements)
+    return None
 
 
 def _is_minus_one_or_none(expr: cst.BaseExpression) -> bool:

@@ -366,6 +366,8 @@ class SharedFlow:
         """Register a module of the program."""
         self.analyses.append(analysis)
         self.by_name[analysis.module_name] = analysis
+        for alias in analysis.aliases:
+            self.by_name.setdefault(alias, analysis)
         self.by_module[analysis.module] = analysis
         self.parents.update(analysis.index.parents)
 
@@ -576,12 +578,15 @@ class ScriptAnalysis:
         index: ModuleIndex | None = None,
         is_package: bool = False,
         options: Options | None = None,
+        aliases: tuple[str, ...] = (),
     ) -> None:
         #: The run's settings (the engine passes them; the runtime module fixes import from, for one).
         self.options = options if options is not None else _default_options()
         self.index = index if index is not None else ModuleIndex(module)
         self.module = module
         self.module_name = module_name
+        #: Other dotted names the program may import the module by (:class:`ModuleInfo`).
+        self.aliases = aliases
         self.is_entry = is_entry
         self.is_package = is_package
         index_nodes = self.index.nodes

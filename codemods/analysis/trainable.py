@@ -145,7 +145,7 @@ def frozen_models(analysis: ScriptAnalysis, statement: cst.BaseStatement) -> set
         if function is None or owner is None:
             continue
         for change in requires_grad_changes(owner):
-            if not owner.is_inside(change.node, function):
+            if not owner.is_inside(change.node, function) or _changes_a_copy(owner, function, change.receiver):
                 continue
             roots = _model_roots(owner, change.receiver)
             if roots is None or any(not owner.is_parameter(function, root) for root in roots):
@@ -157,6 +157,34 @@ def frozen_models(analysis: ScriptAnalysis, statement: cst.BaseStatement) -> set
                     return None
                 found |= _with_owners(analysis, part, {name.split(".")[0]})
     return found
+
+
+#: Calls that make a new model from one (its parameters are new tensors: freezing them leaves the original).
+COPIES = frozenset({"copy.deepcopy"})
+
+
+def _changes_a_copy(analysis: ScriptAnalysis, function: cst.FunctionDef, receiver: cst.BaseExpression) -> bool:
+    """Whether a ``requires_grad`` write in a function of the program reaches only models the function copies
+    itself: ``self.ema = deepcopy(model)`` then ``for p in self.ema.parameters(): p.requires_grad_(False)``
+    (timm's and YOLOv5's EMA), or a local ``ema = copy.deepcopy(model)``. The caller's model keeps its
+    gradients."""
+    name = dotted_name(receiver)
+    if name is None:
+        return False
+    sources = _parameter_sources(analysis, receiver, name) or [name]
+    for source in sources:
+        if source is None:
+            return False
+        parts = source.split(".")
+        held = ".".join(parts[:2]) if parts[0] == "self" and len(parts) > 1 else parts[0]
+        values = [
+            node.value  # type: ignore[attr-defined]
+            for node in walk(function.body)
+            if type(node) is cst.Assign and any(dotted_name(t.target) == held for t in node.targets)  # type: ignore[attr-defined]
+        ]
+        if not values or not all(type(v) is cst.Call and analysis.is_call_to(v, COPIES) for v in values):  # type: ignore[arg-type]
+            return False
+    return True
 
 
 def _with_owners(analysis: ScriptAnalysis, at: cst.CSTNode, roots: set[str]) -> set[str]:
@@ -282,6 +310,10 @@ def skipped_in_some_steps(analysis: ScriptAnalysis, model: cst.BaseExpression) -
                 found = _conditional_layer_call(owner, cls, forward)
                 if found is not None:
                     return SkippedLayer(owner, found, f"its forward() calls `{dotted_name(found.func) or 'a layer'}` only on some steps")
+                picked = _layer_picked_by_input(owner, cls, forward)
+                if picked is not None:
+                    container = dotted_name(picked.func.value)  # type: ignore[attr-defined]
+                    return SkippedLayer(owner, picked, f"its forward() picks an entry of `{container}` by an input: the others get no gradient on that step")
                 gradless = _gradless_layer(owner, cls, forward)
                 if gradless is not None:
                     return SkippedLayer(owner, gradless, f"its forward() runs `{dotted_name(gradless.func)}` only without gradients (no_grad or detach)")
@@ -393,6 +425,28 @@ def _conditional_layer_call(analysis: ScriptAnalysis, cls: cst.ClassDef, forward
             continue
         # The conditions around the call within forward(), and the early exits before it.
         if any(not _settings_only(condition.test) for condition in rank_facts(analysis).conditions(node)):
+            return node  # type: ignore[return-value]
+    return None
+
+
+def _layer_picked_by_input(analysis: ScriptAnalysis, cls: cst.ClassDef, forward: cst.FunctionDef) -> cst.Call | None:
+    """A call in ``forward`` of one entry of a container of layers the class stores, at a key read from an
+    argument of ``forward`` (``self.heads[task](h)``, ``self.experts[batch["domain"]](x)``): one entry runs per
+    step and the others' parameters get no gradient. (An index a loop over the container counts runs them all.)"""
+    arguments = {p.name.value for p in (*forward.params.posonly_params, *forward.params.params[1:], *forward.params.kwonly_params)}
+    if not arguments:
+        return None
+    for node in walk(forward.body):
+        if type(node) is not cst.Call or type(node.func) is not cst.Subscript:  # type: ignore[attr-defined]
+            continue
+        picked = node.func  # type: ignore[attr-defined]
+        container = dotted_name(picked.value)
+        if container is None or not container.startswith("self.") or container.count(".") != 1 or len(picked.slice) != 1:
+            continue
+        index = picked.slice[0].slice
+        if type(index) is not cst.Index or not _may_have_parameters(analysis, cls, container[5:]):
+            continue
+        if any(type(n) is cst.Name and n.value in arguments for n in walk(index.value)):  # type: ignore[attr-defined]
             return node  # type: ignore[return-value]
     return None
 

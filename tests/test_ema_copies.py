@@ -1,0 +1,84 @@
+"""An EMA object that copies the model and freezes its copy (timm's ``ModelEma``, YOLOv5's ``ModelEMA``).
+
+A trial's silent wrong with a wrong message: the freeze inside the EMA class (``self.ema = deepcopy(model)``,
+then ``p.requires_grad_(False)`` over ``self.ema.parameters()``) was read as a freeze of the model handed in.
+The model was left unwrapped ("this hands model to an object and changes which of its parameters require
+gradients"), the data was sharded, and the replicas drifted apart (weight sums -3.12 and -2.60). A freeze of a
+copy the object makes leaves the caller's model as it was: the model is wrapped before it is handed over.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from migrated import migrate_script
+
+PROGRAM = '''
+import os
+from copy import deepcopy
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class ModelEma:
+    def __init__(self, model, decay=0.9):
+        self.ema = COPY
+        for p in self.ema.parameters():
+            p.requires_grad_(False)
+        self.decay = decay
+
+    @torch.no_grad()
+    def update(self, model):
+        for e, m in zip(self.ema.parameters(), model.parameters()):
+            e.mul_(self.decay).add_(m.detach(), alpha=1 - self.decay)
+
+
+def main():
+    torch.manual_seed(0)
+    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
+    model = nn.Linear(4, 1)
+    model_ema = ModelEma(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for xb, yb in loader:
+            loss = nn.functional.mse_loss(model(xb), yb)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            model_ema.update(model)
+    weights = sum(p.sum().item() for p in model.parameters())
+    ema = sum(p.sum().item() for p in model_ema.ema.parameters())
+    os.write(1, f"weights {weights:.6f} ema {ema:.6f}\\n".encode())
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_a_frozen_copy_is_no_freeze_of_the_model(tmp_path: Path) -> None:
+    migrated, report, code = migrate_script(tmp_path, PROGRAM.replace("COPY", "deepcopy(model)"))
+    assert code == 0 and "0 item(s) need a human" in report, report
+    assert "    model = DistributedDataParallel(model, device_ids=runtime.device_ids())\n    model_ema = ModelEma(model)\n" in migrated, migrated
+    assert "self.ema = deepcopy(model.module)" in migrated, migrated
+
+
+def test_a_freeze_of_the_model_itself_in_the_object_stays_a_review(tmp_path: Path) -> None:
+    """``self.ema = model`` keeps the model itself: its freeze is the model's, and no place is right for the wrap."""
+    migrated, report, code = migrate_script(tmp_path, PROGRAM.replace("COPY", "model"))
+    assert "changes which of its parameters require gradients" in report, report
+
+
+@pytest.mark.distributed
+def test_the_replicas_and_their_averages_stay_alike_under_torchrun(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from launch import run_torchrun
+
+    migrate_script(tmp_path, PROGRAM.replace("COPY", "deepcopy(model)"))
+    launch = run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, timeout=120)
+    found = re.findall(r"weights (-?\d+\.\d+) ema (-?\d+\.\d+)", launch.output)
+    assert len(found) == 2 and found[0] == found[1], launch.output

@@ -1,0 +1,77 @@
+"""A sum over the training loader divided by the data set's size: DDP044 and DDP047 must agree.
+
+A trial's most common idiom, ``correct / len(loader.dataset)`` after a training epoch, made every migration of it
+fail (exit 2, "fixes did not settle after 8 passes"): DDP044 divides the shard's sum by the shard's size,
+``len(loader.sampler)``, and DDP047, which reads ``len(loader.sampler)`` of a sharded loader as the original's
+whole set, put ``len(loader.dataset)`` back. A length that divides a sum over this process's shard is the shard's
+size on purpose: DDP047 leaves it. The length kept in a name (``n_train = len(ds)``, a trial's silent wrong: the
+shard's sum over the whole set's size, saved to a history file) is the shard's size at the division too.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from migrated import migrate_script
+
+PROGRAM = '''
+import os
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+x = torch.randn(64, 4)
+y = (x[:, 0] > 0).long()
+ds = TensorDataset(x, y)
+n_train = len(ds)
+loader = DataLoader(ds, batch_size=8, shuffle=True)
+model = nn.Linear(4, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    correct = 0
+    seen = 0
+    for xb, yb in loader:
+        out = model(xb)
+        loss = nn.functional.cross_entropy(out, yb)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        correct += (out.argmax(1) == yb).sum().item()
+        seen += len(xb)
+    os.write(1, f"correct {correct} seen {seen} acc {correct / DIVISOR:.6f}\\n".encode())
+'''
+
+
+@pytest.mark.parametrize("divisor", ["len(loader.dataset)", "len(ds)", "n_train"])
+def test_the_shard_sum_is_divided_by_the_shard_size_and_the_migration_settles(tmp_path: Path, divisor: str) -> None:
+    migrated, report, code = migrate_script(tmp_path, PROGRAM.replace("DIVISOR", divisor))
+    assert code == 0 and "did not settle" not in report, report
+    assert "{correct / len(loader.sampler):.6f}" in migrated, migrated
+    assert "DDP044" in report and "DDP047" not in report, report
+
+
+def test_a_schedule_sized_by_the_sampler_still_reads_the_whole_set(tmp_path: Path) -> None:
+    """DDP047's own case is kept: ``len(loader.sampler)`` sizing a schedule is not a shard's mean."""
+    source = PROGRAM.replace("DIVISOR", "len(loader.dataset)").replace(
+        "for epoch in range(2):", "total_steps = len(loader.sampler) // 8 * 2\nfor epoch in range(2):"
+    )
+    migrated, report, code = migrate_script(tmp_path, source)
+    assert code == 0, report
+    assert "total_steps = len(loader.dataset) // 8 * 2" in migrated, migrated
+
+
+@pytest.mark.distributed
+def test_each_rank_prints_the_mean_over_its_own_share(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from launch import run_torchrun
+
+    migrate_script(tmp_path, PROGRAM.replace("DIVISOR", "len(loader.dataset)"))
+    launch = run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, timeout=120)
+    found = re.findall(r"correct (\d+) seen (\d+) acc (\d\.\d+)", launch.output)
+    assert len(found) == 4, launch.output  # two epochs on two ranks
+    for correct, seen, acc in found:
+        assert seen == "32" and abs(int(correct) / 32 - float(acc)) < 1e-6, launch.output
