@@ -44,6 +44,10 @@ class PerRankValues:
         self.sized: set[tuple[Owner, str]] = set()
         self._passes: dict[cst.For, bool] | None = None
         self._uses_of: dict[cst.CSTNode, list[_Use]] = {}
+        self._whole_calls: dict[cst.Call, bool] = {}
+        self._deciding: set[cst.Call] = set()
+        self._solved = False
+        self._program_loaders: set[cst.CSTNode] | None = None
 
     def key(self, node: cst.CSTNode, name: str) -> tuple[Owner, str]:
         if name.startswith("self."):
@@ -84,11 +88,63 @@ class PerRankValues:
                 if use.key in self.sized:
                     return use.shown
             elif use.function is not None:
-                if use.function in functions:
+                if use.function in functions and not self._whole_pass_call(use.call, use.function):  # type: ignore[arg-type]
                     return use.shown
             elif self._holds(use.key, use.at_module):  # type: ignore[arg-type]
                 return use.shown
         return None
+
+    def _whole_pass_call(self, call: cst.Call, function: cst.FunctionDef) -> bool:
+        """Whether this call of a function whose result may be per-rank goes over whole data sets only: every
+        loop of the function over a loader iterates one of its parameters (``def run_epoch(model, loader,
+        optimizer=None)``, shared by training and evaluation), this call passes loaders that no
+        ``DistributedSampler`` shards there (``run_epoch(model, val_loader)``), no other argument is per-rank,
+        and the function reads no per-rank value of its module or object. Every rank then computes the same."""
+        found = self._whole_calls.get(call)
+        if found is not None:
+            return found
+        if call in self._deciding:
+            return False  # (a recursive function: not whole while it is being decided)
+        self._deciding.add(call)
+        try:
+            found = self._decide_whole_pass(call, function)
+        finally:
+            self._deciding.discard(call)
+        if self._solved:  # (while the per-rank values still grow, the answer may still change)
+            self._whole_calls[call] = found
+        return found
+
+    def _decide_whole_pass(self, call: cst.Call, function: cst.FunctionDef) -> bool:
+        shared = self.analysis.shared
+        home = shared.analysis_of(function) or self.analysis
+        caller = shared.analysis_of(call) or self.analysis
+        loops = [loop for loop in home.loader_loops if home.is_inside(loop.loop, function)]
+        if not loops:
+            return False
+        loader_arguments: set[cst.CSTNode] = set()
+        for loop in loops:
+            root = (dotted_name(loop.loader_expr) or "").split(".")[0]
+            if not root or not home.is_parameter(function, root) or home.enclosing_function(loop.loop) is not function:
+                return False
+            argument = caller.argument_for(call, function, root)
+            if argument is None:
+                return False
+            loaders = {o for o in caller.origins(argument) if o in self._loader_calls()}
+            if not loaders or any((shared.analysis_of(o) or caller).has_distributed_sampler(o) for o in loaders):  # type: ignore[arg-type]
+                return False
+            loader_arguments.add(argument)
+        if any(arg.value not in loader_arguments and self.mention(arg.value) is not None for arg in call.args):
+            return False
+        # What the function reads from outside it (a global, ``self.x``): per-rank there, per-rank here.
+        for use in self._uses(function.body):
+            if use.key is not None and use.key[0] is not function and not use.sized and self._holds(use.key, use.at_module):  # type: ignore[arg-type]
+                return False
+        return True
+
+    def _loader_calls(self) -> set[cst.CSTNode]:
+        if self._program_loaders is None:
+            self._program_loaders = set(self.analysis.program_loader_calls)
+        return self._program_loaders
 
     def _uses(self, expr: cst.CSTNode) -> list[_Use]:
         """The calls of this file's functions and the names an expression uses outside reductions and shape
@@ -114,7 +170,7 @@ class PerRankValues:
                 return
             target = analysis.call_target(expr)  # type: ignore[arg-type]
             if target is not None:
-                found.append(_Use(dotted_name(expr.func) or "a per-rank value", function=target))  # type: ignore[attr-defined]
+                found.append(_Use(dotted_name(expr.func) or "a per-rank value", function=target, call=expr))  # type: ignore[attr-defined, arg-type]
         elif kind is cst.Attribute and expr.attr.value in SHAPE_QUERIES:  # type: ignore[attr-defined]
             return
         if kind is cst.Name or kind is cst.Attribute:
@@ -192,6 +248,7 @@ class PerRankValues:
                 changed |= step()
             if not changed:
                 break
+        self._solved = True
 
     def _step_of(self, node: cst.CSTNode) -> Callable[[], bool] | None:
         """What one round of the fixed point does at the node (``None``: nothing), with what it reads of
@@ -263,7 +320,7 @@ class _Use:
     """One thing an expression uses that may hold a per-rank value: a name (with its keys) or a call of one
     of this file's functions."""
 
-    __slots__ = ("shown", "function", "key", "at_module", "sized")
+    __slots__ = ("shown", "function", "call", "key", "at_module", "sized")
 
     def __init__(
         self,
@@ -272,10 +329,12 @@ class _Use:
         key: tuple[Owner, str] | None = None,
         at_module: tuple[Owner, str] | None = None,
         sized: bool = False,
+        call: cst.Call | None = None,
     ) -> None:
         self.shown = shown
         self.sized = sized
         self.function = function
+        self.call = call
         self.key = key
         self.at_module = at_module
 

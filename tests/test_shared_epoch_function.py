@@ -1,0 +1,79 @@
+"""One epoch function for training and evaluation (``def run_epoch(model, loader, optimizer=None)``).
+
+A trial's early stopping on ``val_loss = run_epoch(model, val_loader)``: the function's result counted as
+per-rank wherever it was called, since the training call goes over a sharded loader. DDP041 asked to reduce
+``val_loss`` before ``if val_loss >= best: break`` and DDP033 flagged the barrier after it, though every rank
+evaluates the whole validation set (the evaluation loader stays unsharded) and decides alike. A call that
+hands the function only unsharded loaders, and nothing else per-rank, computes the same on every rank.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from migrated import migrate_script
+
+PROGRAM = '''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+VAL_IMPORT
+
+def run_epoch(model, loader, optimizer=None):
+    total, n = 0.0, 0
+    for xb, yb in loader:
+        loss = nn.functional.mse_loss(model(xb), yb)
+        if optimizer is not None:
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        total += loss.item() * len(xb)
+        n += len(xb)
+    return total / n
+
+
+def main():
+    train = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
+    val_set = TensorDataset(torch.randn(16, 4), torch.randn(16, 1))
+    val = VAL_LOADER
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    best = float("inf")
+    for epoch in range(5):
+        run_epoch(model, train, opt)
+        val_loss = run_epoch(model, val)
+        if val_loss >= best:
+            break
+        best = val_loss
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_a_decision_on_a_whole_evaluation_needs_no_reduction(tmp_path: Path) -> None:
+    source = PROGRAM.replace("VAL_IMPORT", "").replace("VAL_LOADER", "DataLoader(val_set, batch_size=8)")
+    _, report, code = migrate_script(tmp_path, source)
+    assert code == 0 and "0 item(s) need a human" in report, report
+
+
+def test_a_decision_on_a_sharded_evaluation_is_still_reviewed(tmp_path: Path) -> None:
+    source = PROGRAM.replace("VAL_IMPORT", "from torch.utils.data.distributed import DistributedSampler\n").replace(
+        "VAL_LOADER", "DataLoader(val_set, batch_size=8, sampler=DistributedSampler(val_set, shuffle=False))"
+    )
+    _, report, _ = migrate_script(tmp_path, source)
+    assert "DDP041 `val_loss >= best` decides on val_loss, computed on this rank's shard" in report, report
+
+
+@pytest.mark.parametrize("call", ["run_epoch(model, train)", "run_epoch(model, val) + train_loss"])
+def test_a_call_over_the_training_shard_or_with_a_per_rank_argument_stays_per_rank(tmp_path: Path, call: str) -> None:
+    source = (
+        PROGRAM.replace("VAL_IMPORT", "")
+        .replace("VAL_LOADER", "DataLoader(val_set, batch_size=8)")
+        .replace("        run_epoch(model, train, opt)\n", "        train_loss = run_epoch(model, train, opt)\n")
+        .replace("val_loss = run_epoch(model, val)", f"val_loss = {call}")
+    )
+    _, report, _ = migrate_script(tmp_path, source)
+    assert "DDP041 `val_loss >= best` decides on val_loss" in report, report
