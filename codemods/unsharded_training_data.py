@@ -135,6 +135,20 @@ loss.backward()
                 steps = [call for call in steps if not _fed_by_a_loader(analysis, call)]
         step = next(iter(steps), None)
         if step is not None and not draws_per_rank(analysis):
+            unfollowed = _loaders_not_followed(analysis)
+            if unfollowed:
+                home, loader = unfollowed[0]
+                where = f"line {home.line(loader)}" + ("" if home is analysis else f" of module {home.module_name}")
+                yield Match(
+                    step,
+                    "training batches here come from no DataLoader the analysis can follow, while the program builds "
+                    f"one it never sees iterated ({where}, handed to something it "
+                    "cannot see through, such as a wrapper class with __next__): if the batches come from it, shard it "
+                    "by hand (DistributedSampler, and set_epoch at each new pass); otherwise every process trains on "
+                    "the same data unless each rank draws its own (seed with runtime.rank())",
+                    fixable=False,
+                )
+                return
             yield Match(
                 step,
                 "training batches here come from no DataLoader, which the migration cannot shard: every process "
@@ -143,6 +157,20 @@ loss.backward()
                 "ranks (runtime.reduce_mean) before the loop decides on it (an exit test, a learning rate)",
                 fixable=False,
             )
+
+
+def _loaders_not_followed(analysis: ScriptAnalysis) -> list[tuple[ScriptAnalysis, cst.Call]]:
+    """The program's loaders that no loop, ``next()``, comprehension or dict the analysis follows ever draws
+    from, without a ``DistributedSampler`` (``IterLoader(DataLoader(...))`` drawn by the wrapper's ``__next__``)."""
+    facts = loader_facts(analysis)
+    drawn = {call for loop in analysis.program_loader_loops for call in loop.loader_calls}
+    drawn |= facts.iterator_training | facts.comprehension_training | set(facts.dict_loaders)
+    found = []
+    for call in analysis.program_loader_calls:
+        home = analysis.shared.analysis_of(call) or analysis
+        if call not in drawn and not home.has_distributed_sampler(call):
+            found.append((home, call))
+    return found
 
 
 def _fed_by_a_loader(analysis: ScriptAnalysis, backward: cst.Call) -> bool:

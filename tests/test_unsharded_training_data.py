@@ -129,3 +129,51 @@ def test_batches_of_a_dict_of_loaders_come_from_a_loader() -> None:
     review saying the batches came from no DataLoader (beside DDP005's review of the dict's loaders)."""
     Path("phases.py").write_text(PHASES)
     assert _lint("phases.py") == []
+
+
+ITER_LOADER = '''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class IterLoader:
+    def __init__(self, dataloader):
+        self._dataloader = dataloader
+        self.iter_loader = iter(dataloader)
+
+    def __next__(self):
+        try:
+            return next(self.iter_loader)
+        except StopIteration:
+            self.iter_loader = iter(self._dataloader)
+            return next(self.iter_loader)
+
+
+def main():
+    data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    loader = IterLoader(DataLoader(data, batch_size=8, shuffle=True))
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for it in range(40):
+        x, y = next(loader)
+        loss = nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_a_loader_drawn_through_a_wrapper_the_analysis_cannot_follow_is_named(tmp_path: Path) -> None:
+    """mmcv's ``IterLoader`` (batches drawn by its ``__next__``): the review said the batches came from no
+    DataLoader; it now names the loader the program builds and asks to shard it by hand."""
+    script = tmp_path / "train.py"
+    script.write_text(ITER_LOADER)
+    report = CliRunner().invoke(cli, [str(script)], catch_exceptions=False).output
+    assert "DDP040 training batches here come from no DataLoader the analysis can follow, while the program builds one" in report, report
+    line = next(n for n, text in enumerate(script.read_text().splitlines(), 1) if "loader = IterLoader(" in text)
+    assert f"(line {line}, handed to something it cannot see through" in report, report  # a line of the migrated file
