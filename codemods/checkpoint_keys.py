@@ -176,7 +176,7 @@ def _copy_of_a_wrap(analysis: ScriptAnalysis, receiver: cst.BaseExpression) -> c
     if dotted_name(receiver) is None:
         return None
     for origin in analysis.origins(receiver):
-        if type(origin) is cst.Call and analysis.is_call_to(origin, _DEEP_COPIES) and origin.args:  # type: ignore[attr-defined]
+        if type(origin) is cst.Call and analysis.is_call_to(origin, names.DEEP_COPY) and origin.args:  # type: ignore[attr-defined]
             copied = origin.args[0].value  # type: ignore[attr-defined]
             if dotted_name(copied) is None or analysis.holds_unwrapped(copied):
                 continue  # (``raw = model.module if isinstance(model, nn.DataParallel) else model``: the model itself)
@@ -186,7 +186,6 @@ def _copy_of_a_wrap(analysis: ScriptAnalysis, receiver: cst.BaseExpression) -> c
     return None
 
 
-_DEEP_COPIES = frozenset({"copy.deepcopy"})
 
 
 def _saved_here(analysis: ScriptAnalysis, call: cst.Call) -> bool:

@@ -423,20 +423,22 @@ loss.backward()
                         return True
         return False
 
-    def _switches(self, analysis: ScriptAnalysis) -> Iterator[tuple[cst.If | cst.IfExp, str, list[cst.CSTNode], cst.Call | None]]:
+    def _switches(
+        self, analysis: ScriptAnalysis
+    ) -> Iterator[tuple[cst.If | cst.IfExp, str, list[cst.CSTNode], cst.Call | None, cst.Call]]:
         """Distributed switches a torchrun launch leaves off: the ``if`` that guards a DDP wrap (or a
         ``DistributedSampler``, :meth:`_switched_calls`), the
         switch's name, and where its value is set (assignments, or the ``parse_args()`` statement to add
         one after; an empty list when neither can be found), and the program's own process group setup where
-        the switch is turned on with it (:func:`_set_up_with_the_group`: left to a human)."""
+        the switch is turned on with it (:func:`_set_up_with_the_group`: left to a human), and the call it keeps off."""
         if not analysis.is_training_script:
             return
         seen: set[str] = set()
         for switched in self._switched_calls(analysis):
-            guard = _switch_guard(analysis, switched)
-            switch = dotted_name(guard.test) if guard is not None else None
-            if guard is None or switch is None or switch in seen:
+            guarded = _switch_guard(analysis, switched)
+            if guarded is None or guarded[1] in seen:
                 continue
+            guard, switch = guarded
             if rank_facts(analysis).mentions_rank(guard.test):
                 continue
             seen.add(switch)
@@ -447,10 +449,10 @@ loss.backward()
             if setup is not None:
                 # The program's own distributed mode (mmcv's ``--launcher``): turned on where the program also
                 # sets up its process group, so the switch alone cannot be forced on (left to a human).
-                yield guard, switch, [], setup
+                yield guard, switch, [], setup, switched
                 continue
             if assigns:
-                yield guard, switch, list(assigns), None
+                yield guard, switch, list(assigns), None, switched
                 continue
             # Set by a helper the switch's object is handed to (``init_distributed_mode(args)``): left to a
             # human unless the helper sets it from the launch (another module's code is not rewritten here).
@@ -458,7 +460,7 @@ loss.backward()
             helpers = analysis.assignments_in_callees(scope, switch)
             if helpers:
                 if not any(_follows_launch(home, a) for home, a in helpers):
-                    yield guard, switch, [], None
+                    yield guard, switch, [], None, switched
                 continue
             root = switch.split(".")[0]
             parsed = [
@@ -466,7 +468,7 @@ loss.backward()
                 for a in _assignments_to(analysis, root)
                 if isinstance(a.value, cst.Call) and call_method_name(a.value) in ("parse_args", "parse_known_args")
             ]
-            yield guard, switch, [analysis.statement(parsed[0])] if root != switch and len(parsed) == 1 else [], None
+            yield guard, switch, [analysis.statement(parsed[0])] if root != switch and len(parsed) == 1 else [], None, switched
 
     def _switched_calls(self, analysis: ScriptAnalysis) -> list[cst.Call]:
         """The calls a distributed switch may keep off: the DDP wraps, and the ``DistributedSampler`` of a
@@ -512,11 +514,11 @@ loss.backward()
                     "divided by the world size) before each step",
                     fixable=False,
                 )
-        for guard, switch, sites, setup in self._switches(analysis):
+        for guard, switch, sites, setup, switched in self._switches(analysis):
             if setup is not None:
                 yield Match(guard, _own_distributed_mode(analysis, switch, setup), fixable=False)
                 continue
-            yield Match(guard, _switched_off(analysis, guard, switch), fixable=bool(sites))
+            yield Match(guard, _switched_off(analysis, switched, switch), fixable=bool(sites))
         if analysis.is_training_script:
             wrapped = self._wrapped_names(analysis)
             trained = set(analysis.trained_models)
@@ -553,7 +555,7 @@ loss.backward()
             if skipped is not None:
                 message += f", with find_unused_parameters=True: {skipped.why}"
             edits.changes.append(Change(self.code, analysis.line(anchor) + 1, message))
-        for guard, switch, sites, setup in self._switches(analysis):
+        for guard, switch, sites, setup, _ in self._switches(analysis):
             if setup is not None:
                 edits.todo(guard, _own_distributed_mode(analysis, switch, setup))
                 continue
@@ -605,30 +607,46 @@ def _wrapped_only_with_cuda(analysis: ScriptAnalysis) -> Iterator[tuple[cst.Call
 
 def _bound_name(analysis: ScriptAnalysis, call: cst.Call) -> str:
     """The name a call's value is assigned to (``log_temperature = nn.Parameter(...)``), else its code."""
-    statement = analysis.statement(call)
-    if isinstance(statement, cst.SimpleStatementLine) and isinstance(statement.body[0], cst.Assign):
-        name = dotted_name(statement.body[0].targets[0].target)
+    home = analysis.shared.analysis_of(call) or analysis
+    assign = home.parent(call)
+    if isinstance(assign, cst.Assign):
+        name = dotted_name(assign.targets[0].target)
         if name is not None:
             return f"`{name}`"
     return f"`{code_of(call)}`"
 
 
-def _switch_guard(analysis: ScriptAnalysis, call: cst.Call) -> cst.If | cst.IfExp | None:
-    """The innermost ``if`` (statement or expression) whose switch test (:func:`_is_switch`) must be true
-    for the call to run."""
-    return next(
-        (
-            n
-            for n in analysis.ancestors(call)
-            if isinstance(n, (cst.If, cst.IfExp)) and analysis.is_inside(call, n.body) and _is_switch(n.test)
-        ),
-        None,
-    )
+def _switch_guard(analysis: ScriptAnalysis, call: cst.Call) -> tuple[cst.If | cst.IfExp, str] | None:
+    """The innermost ``if`` (statement or expression) whose test needs a switch (:func:`_is_switch`) on for the
+    call to run, with the switch's name: ``if args.distributed:``, the ``else`` of ``if not args.distributed:``
+    (``None if not args.distributed else DistributedSampler(ds)``), ``if args.distributed and cuda:``."""
+    for node in analysis.ancestors(call):
+        if not isinstance(node, (cst.If, cst.IfExp)):
+            continue
+        if analysis.is_inside(call, node.body):
+            switch = _switch_needed(node.test, True)
+        elif node.orelse is not None and analysis.is_inside(call, node.orelse):
+            switch = _switch_needed(node.test, False)
+        else:
+            continue
+        if switch is not None:
+            return node, switch
+    return None
 
 
-def _switched_off(analysis: ScriptAnalysis, guard: cst.If | cst.IfExp, switch: str) -> str:
+def _switch_needed(test: cst.BaseExpression, value: bool) -> str | None:
+    """A switch that must be on for the test to have this value (``args.distributed`` for ``not
+    args.distributed`` being false, or for ``args.distributed and x`` being true)."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return _switch_needed(test.expression, not value)
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And if value else cst.Or):
+        return _switch_needed(test.left, value) or _switch_needed(test.right, value)
+    return dotted_name(test) if value and _is_switch(test) else None
+
+
+def _switched_off(analysis: ScriptAnalysis, call: cst.Call, switch: str) -> str:
     """What a switch a torchrun launch leaves off keeps from running, and what follows."""
-    if any(isinstance(n, cst.Call) and analysis.is_call_to(n, names.DISTRIBUTED_DATA_PARALLEL) for n in walk(guard.body)):
+    if analysis.is_call_to(call, names.DISTRIBUTED_DATA_PARALLEL):
         return f"DistributedDataParallel only under `{switch}`, which a torchrun launch leaves off: every process would train alone"
     return (
         f"DistributedSampler only under `{switch}`, which a torchrun launch leaves off while the model is wrapped "

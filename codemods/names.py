@@ -19,6 +19,10 @@ DISTRIBUTED_DATA_PARALLEL = frozenset(
     }
 )
 MODEL_WRAPPERS = DATA_PARALLEL | DISTRIBUTED_DATA_PARALLEL
+#: A copy of a model with parameters of its own (``copy.deepcopy(model)``), and the averaging wrappers that
+#: make one (``AveragedModel(model)``).
+DEEP_COPY = frozenset({"copy.deepcopy"})
+MODEL_COPIES = DEEP_COPY | {"torch.optim.swa_utils.AveragedModel"}
 #: A trainable tensor (``nn.Parameter(torch.zeros(1))``): a module's own when assigned to its attribute.
 PARAMETER = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter"})
 #: What a file's code must spell for the analysis to call it a training script (``is_training_script``: a

@@ -230,8 +230,10 @@ def _sized_by_the_batch(analysis: ScriptAnalysis, values: PerRankValues, call: c
         )
     if method in DISTRIBUTION_DRAWS and not analysis.is_call_to(call, VALUE_DRAWS):  # parameters of this process's batch
         origins = [o for o in analysis.origins(call.func.value) if type(o) is cst.Call]  # type: ignore[attr-defined]
-        return any(values.mention(arg.value) is not None for origin in origins for arg in origin.args)  # type: ignore[attr-defined]
-    arguments = [a.value for a in call.args if a.keyword is None or a.keyword.value == "size"]
+        if any(values.mention(arg.value) is not None for origin in origins for arg in origin.args):  # type: ignore[attr-defined]
+            return True
+        # or a sample shape of its size (``Normal(0, 1).sample((x.size(0), nz))``), read below
+    arguments = [a.value for a in call.args if a.keyword is None or a.keyword.value in ("size", "sample_shape")]
     if arguments and analysis.is_call_to(call, _SHAPED_LIKE_FIRST) and values.mention(arguments[0]) is not None:
         return True
     for argument in arguments:

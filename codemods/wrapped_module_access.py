@@ -35,7 +35,7 @@ DDP_ATTRIBUTES = frozenset(
 STATE_METHODS = frozenset({"state_dict", "load_state_dict", "named_modules", "get_submodule", "get_parameter", "extra_repr"})
 #: Calls that take a model as their first argument and must get the model itself, not its DDP wrapper:
 #: copies (an EMA by ``copy.deepcopy`` or ``AveragedModel``), traces, exports.
-COPIES = frozenset({"copy.deepcopy", "torch.optim.swa_utils.AveragedModel"})
+COPIES = names.MODEL_COPIES
 HANDOFFS = COPIES | frozenset({"torch.jit.trace", "torch.jit.script", "torch.jit.trace_module", "torch.onnx.export", "torch.export.export"})
 RANK_FORWARD = (
     "the DDP wrapper's forward runs here on some ranks only: it broadcasts the model's buffers (BatchNorm "

@@ -60,11 +60,20 @@ if __name__ == "__main__":
 '''
 
 
-def test_a_frozen_copy_is_no_freeze_of_the_model(tmp_path: Path) -> None:
-    migrated, report, code = migrate_script(tmp_path, PROGRAM.replace("COPY", "deepcopy(model)"))
+@pytest.mark.parametrize(
+    ("copy", "copied"),
+    [
+        ("deepcopy(model)", "deepcopy(model.module)"),
+        ("deepcopy(model).eval()", "deepcopy(model.module).eval()"),  # YOLOv5's ModelEMA
+        ("torch.optim.swa_utils.AveragedModel(model)", "torch.optim.swa_utils.AveragedModel(model.module)"),
+    ],
+    ids=["deepcopy", "deepcopy-eval", "averaged-model"],
+)
+def test_a_frozen_copy_is_no_freeze_of_the_model(tmp_path: Path, copy: str, copied: str) -> None:
+    migrated, report, code = migrate_script(tmp_path, PROGRAM.replace("COPY", copy))
     assert code == 0 and "0 item(s) need a human" in report, report
     assert "    model = DistributedDataParallel(model, device_ids=runtime.device_ids())\n    model_ema = ModelEma(model)\n" in migrated, migrated
-    assert "self.ema = deepcopy(model.module)" in migrated, migrated
+    assert f"self.ema = {copied}" in migrated, migrated
 
 
 def test_a_freeze_of_the_model_itself_in_the_object_stays_a_review(tmp_path: Path) -> None:

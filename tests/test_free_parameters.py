@@ -89,3 +89,17 @@ def test_a_parameter_the_model_owns_needs_no_review(tmp_path: Path, made: str, p
     """Assigned to a module's attribute, or registered in a module's method, a parameter is the module's own."""
     migrated, report = _migrate(tmp_path, made, params)
     assert "0 item(s) need a human" in report and "parameter of no module" not in report, report
+
+
+AVERAGED_BY_HAND = PROGRAM.replace("import torch\n", "import torch\nimport torch.distributed as dist\n", 1).replace(
+    "            loss.backward()\n",
+    "            loss.backward()\n            dist.all_reduce(scale.grad)\n            scale.grad /= dist.get_world_size()\n",
+)
+
+
+def test_a_parameter_whose_gradient_is_averaged_by_hand_needs_no_review(tmp_path: Path) -> None:
+    """What the review asks for, done already (``dist.all_reduce(scale.grad)``): nothing to review."""
+    path = tmp_path / "train.py"
+    path.write_text(AVERAGED_BY_HAND.replace("MADE", "scale = nn.Parameter(torch.ones(1))").replace("PARAMS", "list(model.parameters()) + [scale]"))
+    report = CliRunner().invoke(cli, ["lint", "--select", "DDP011", str(path)], catch_exceptions=False).output
+    assert "parameter of no module" not in report, report

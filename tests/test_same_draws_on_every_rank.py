@@ -54,6 +54,7 @@ PER_SAMPLE = {
     "masks": "fake = netG(real[:, :4] * torch.bernoulli(torch.full_like(real[:, :4], 0.5)))",
     "filled": "fake = netG(torch.empty(real.size(0), 4).normal_())",
     "distribution": "fake = netG(torch.distributions.Normal(real[:, :4], 1.0).rsample())",
+    "distribution-sample-shape": "fake = netG(torch.distributions.Normal(0.0, 1.0).sample((real.size(0), 4)))",
 }
 
 

@@ -150,3 +150,19 @@ def test_the_migrated_program_shards_its_data_under_torchrun(tmp_path: Path) -> 
     found = re.findall(r"samples (\d+) weight (-?\d+\.\d{6})", launch.output)
     assert [samples for samples, _ in found] == ["64", "64"], launch.output  # half of 64 samples, two epochs
     assert found[0][1] == found[1][1], launch.output  # one model: the gradients were averaged
+
+
+@pytest.mark.parametrize(
+    "chosen",
+    [
+        "sampler = None if not args.distributed else DistributedSampler(data)",
+        "if not args.distributed:\n        sampler = None\n    else:\n        sampler = DistributedSampler(data)",
+        "sampler = DistributedSampler(data) if args.distributed and len(data) > 1 else None",
+    ],
+    ids=["negated-expression", "negated-statement", "and-test"],
+)
+def test_a_switch_spelled_otherwise_is_turned_on_too(tmp_path: Path, chosen: str) -> None:
+    source = FLAGGED.replace("WRAP", DATA_PARALLEL).replace("sampler = DistributedSampler(data) if args.distributed else None", chosen)
+    report = _migrate(tmp_path / "train.py", source)
+    migrated = (tmp_path / "train.py").read_text()
+    assert "    args.distributed = args.distributed or runtime.world_size() > 1\n" in migrated, report + migrated

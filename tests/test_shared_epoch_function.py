@@ -77,3 +77,26 @@ def test_a_call_over_the_training_shard_or_with_a_per_rank_argument_stays_per_ra
     )
     _, report, _ = migrate_script(tmp_path, source)
     assert "DDP041 `val_loss >= best` decides on val_loss" in report, report
+
+
+def test_a_shuffled_evaluation_cut_after_some_batches_stays_per_rank(tmp_path: Path) -> None:
+    """Each rank evaluates other samples when the unsharded loader shuffles and the loop leaves early."""
+    source = (
+        PROGRAM.replace("VAL_IMPORT", "")
+        .replace("VAL_LOADER", "DataLoader(val_set, batch_size=2, shuffle=True)")
+        .replace("    for xb, yb in loader:\n", "    for i, (xb, yb) in enumerate(loader):\n        if i >= 2:\n            break\n")
+    )
+    _, report, _ = migrate_script(tmp_path, source)
+    assert "DDP041 `val_loss >= best` decides on val_loss" in report, report
+
+
+def test_a_per_rank_value_the_function_reads_from_outside_stays_per_rank(tmp_path: Path) -> None:
+    """``history`` filled from the training loss on each rank, read through a helper in the evaluation's result."""
+    source = (
+        PROGRAM.replace("VAL_IMPORT", "\nhistory = []\n\n\ndef smoothed():\n    return sum(history[-3:]) / max(len(history), 1)\n")
+        .replace("VAL_LOADER", "DataLoader(val_set, batch_size=8)")
+        .replace("            optimizer.step()\n", "            optimizer.step()\n            history.append(loss.item())\n")
+        .replace("    return total / n\n", "    return total / n - 0.1 * smoothed()\n")
+    )
+    _, report, _ = migrate_script(tmp_path, source)
+    assert "DDP041 `val_loss >= best` decides on val_loss" in report, report

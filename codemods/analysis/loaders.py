@@ -539,8 +539,7 @@ def _dicts_indexed(analysis: ScriptAnalysis, iterated: cst.BaseExpression) -> se
     shared = analysis.shared
     while pending:
         home, node, left, indexed = pending.pop()
-        while type(node) is cst.Call and node.args:  # type: ignore[attr-defined]
-            node = node.args[0].value  # type: ignore[attr-defined]
+        node = unwrap_iterable(node)  # type: ignore[arg-type]
         if (node, indexed) in seen:
             continue
         seen.add((node, indexed))

@@ -98,8 +98,10 @@ class PerRankValues:
         """Whether this call of a function whose result may be per-rank goes over whole data sets only: every
         loop of the function over a loader iterates one of its parameters (``def run_epoch(model, loader,
         optimizer=None)``, shared by training and evaluation), this call passes loaders that no
-        ``DistributedSampler`` shards there (``run_epoch(model, val_loader)``), no other argument is per-rank,
-        and the function reads no per-rank value of its module or object. Every rank then computes the same."""
+        ``DistributedSampler`` shards there (``run_epoch(model, val_loader)``) and that the function goes over
+        whole (not shuffled and left after some batches: :func:`partial_random_pass`), no other argument is
+        per-rank, and the function reads no per-rank value of its module or object, nor calls a helper whose
+        result is. Every rank then computes the same."""
         found = self._whole_calls.get(call)
         if found is not None:
             return found
@@ -119,8 +121,8 @@ class PerRankValues:
         home = shared.analysis_of(function) or self.analysis
         caller = shared.analysis_of(call) or self.analysis
         loops = [loop for loop in home.loader_loops if home.is_inside(loop.loop, function)]
-        if not loops:
-            return False
+        if not loops or any(partial_random_pass(home, loop) for loop in loops):
+            return False  # (a shuffled loader left after some batches: each rank sees other samples)
         loader_arguments: set[cst.CSTNode] = set()
         for loop in loops:
             root = (dotted_name(loop.loader_expr) or "").split(".")[0]
@@ -135,10 +137,15 @@ class PerRankValues:
             loader_arguments.add(argument)
         if any(arg.value not in loader_arguments and self.mention(arg.value) is not None for arg in call.args):
             return False
-        # What the function reads from outside it (a global, ``self.x``): per-rank there, per-rank here.
+        # What the function reads from outside it (a global, ``self.x``, a per-rank helper's result): per-rank
+        # there, per-rank here.
         for use in self._uses(function.body):
-            if use.key is not None and use.key[0] is not function and not use.sized and self._holds(use.key, use.at_module):  # type: ignore[arg-type]
-                return False
+            if use.function is not None:
+                if use.function in self.functions and not self._whole_pass_call(use.call, use.function):  # type: ignore[arg-type]
+                    return False
+            elif use.key is not None and not use.sized and home._key(function.body, use.key[1])[0] is not function:
+                if self._holds(use.key, use.at_module):  # type: ignore[arg-type]
+                    return False  # (not a name the function binds: its locals are per-rank over the training shard)
         return True
 
     def _loader_calls(self) -> set[cst.CSTNode]:

@@ -1082,12 +1082,20 @@ def generator_seeded_alike(analysis: ScriptAnalysis, generator: cst.BaseExpressi
     (``g.seed()``) and seeded, if at all, only with values the same on every rank (a new generator's own
     seed is a constant). A generator of unknown origin, or one seeded from the rank, is taken as each rank's own."""
     origins = analysis.origins(generator)
-    made = [o for o in origins if type(o) is cst.Call and analysis.is_call_to(o, GENERATOR)]  # type: ignore[arg-type]
-    seeded = [o for o in origins if type(o) is cst.Call and call_method_name(o) == "manual_seed"]  # type: ignore[arg-type]
-    for call in seeded:  # ``torch.Generator().manual_seed(0)``: the generator is the receiver
-        receiver = call.func.value  # type: ignore[attr-defined]
-        made += [o for o in analysis.origins(receiver) if type(o) is cst.Call and analysis.is_call_to(o, GENERATOR)]  # type: ignore[arg-type]
-    if not made or len(made) + len(seeded) < len(origins):
+    made: list[cst.CSTNode] = []
+    seeded: list[cst.Call] = []
+    for origin in origins:
+        if type(origin) is cst.Call and analysis.is_call_to(origin, GENERATOR):  # type: ignore[arg-type]
+            made.append(origin)
+            continue
+        # ``torch.Generator().manual_seed(0)``: the generator is the receiver
+        receivers = analysis.origins(origin.func.value) if type(origin) is cst.Call and call_method_name(origin) == "manual_seed" else set()  # type: ignore[arg-type, attr-defined]
+        generators = [o for o in receivers if type(o) is cst.Call and analysis.is_call_to(o, GENERATOR)]  # type: ignore[arg-type]
+        if not generators:
+            return False  # a generator of unknown origin: taken as each rank's own
+        made.extend(generators)
+        seeded.append(origin)  # type: ignore[arg-type]
+    if not made:
         return False
     seeds = list(seeded)
     for call in analysis.calls:

@@ -2064,13 +2064,24 @@ class ScriptAnalysis:
                 home = self.shared.analysis_of(call) or self
                 if not home.makes_trainable_tensor(call):
                     continue
-                statement = home.statement(call)
-                targets = [t.target for t in statement.body[0].targets] if isinstance(statement, cst.SimpleStatementLine) and isinstance(statement.body[0], cst.Assign) else []  # type: ignore[attr-defined]
+                assign = home.parent(call)
+                targets = [t.target for t in assign.targets] if type(assign) is cst.Assign else []  # type: ignore[attr-defined]
                 if any(type(t) is cst.Attribute for t in targets):
                     continue
+                if any(home._gradient_averaged(dotted_name(t)) for t in targets if type(t) is cst.Name):
+                    continue  # ``dist.all_reduce(log_temperature.grad)``: averaged by hand
                 if (optimizer, call) not in found:
                     found.append((optimizer, call))
         return found
+
+    def _gradient_averaged(self, name: str | None) -> bool:
+        """Whether a collective of the program reduces the gradient of the tensor a name holds
+        (``dist.all_reduce(scale.grad)``)."""
+        return name is not None and any(
+            call.args and dotted_name(call.args[0].value) == f"{name}.grad"
+            for analysis in self.shared.analyses
+            for call in analysis.calls_to(names.TORCH_COLLECTIVES | names.REDUCTIONS)
+        )
 
     def makes_trainable_tensor(self, call: cst.Call) -> bool:
         """``nn.Parameter(...)`` or ``torch.zeros(..., requires_grad=True)`` outside a class (a module's

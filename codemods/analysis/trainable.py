@@ -10,10 +10,11 @@ from typing import NamedTuple
 
 import libcst as cst
 
+from .. import names
 from . import tree
 from .loaders import without_gradients
 from .ranks import rank_facts
-from .script import ScriptAnalysis, call_method_name, callee_name, dotted_name, is_true, keyword_argument, walk
+from .script import SELF_RETURNING_METHODS, ScriptAnalysis, call_method_name, callee_name, dotted_name, is_true, keyword_argument, walk
 
 #: Methods whose results are a model's parameters or its submodules (whose ``requires_grad`` is theirs).
 PARAMETER_SOURCES = frozenset({"parameters", "named_parameters", "modules", "named_modules", "children", "named_children"})
@@ -159,15 +160,11 @@ def frozen_models(analysis: ScriptAnalysis, statement: cst.BaseStatement) -> set
     return found
 
 
-#: Calls that make a new model from one (its parameters are new tensors: freezing them leaves the original).
-COPIES = frozenset({"copy.deepcopy"})
-
-
 def _changes_a_copy(analysis: ScriptAnalysis, function: cst.FunctionDef, receiver: cst.BaseExpression) -> bool:
     """Whether a ``requires_grad`` write in a function of the program reaches only models the function copies
     itself: ``self.ema = deepcopy(model)`` then ``for p in self.ema.parameters(): p.requires_grad_(False)``
-    (timm's and YOLOv5's EMA), or a local ``ema = copy.deepcopy(model)``. The caller's model keeps its
-    gradients."""
+    (timm's and YOLOv5's EMA: ``deepcopy(de_parallel(model)).eval()``), or a local ``ema = copy.deepcopy(model)``,
+    an ``AveragedModel(model)``. The caller's model keeps its gradients."""
     name = dotted_name(receiver)
     if name is None:
         return False
@@ -177,14 +174,17 @@ def _changes_a_copy(analysis: ScriptAnalysis, function: cst.FunctionDef, receive
             return False
         parts = source.split(".")
         held = ".".join(parts[:2]) if parts[0] == "self" and len(parts) > 1 else parts[0]
-        values = [
-            node.value  # type: ignore[attr-defined]
-            for node in walk(function.body)
-            if type(node) is cst.Assign and any(dotted_name(t.target) == held for t in node.targets)  # type: ignore[attr-defined]
-        ]
-        if not values or not all(type(v) is cst.Call and analysis.is_call_to(v, COPIES) for v in values):  # type: ignore[arg-type]
+        values = analysis.attribute_flows(receiver, held)
+        if not values or not all(_is_model_copy(analysis, value) for value in values):
             return False
     return True
+
+
+def _is_model_copy(analysis: ScriptAnalysis, value: cst.CSTNode) -> bool:
+    """A new model made from one (:data:`names.MODEL_COPIES`), also moved or put in a mode (``.eval()``)."""
+    while type(value) is cst.Call and call_method_name(value) in SELF_RETURNING_METHODS:  # type: ignore[arg-type]
+        value = value.func.value  # type: ignore[attr-defined]
+    return type(value) is cst.Call and analysis.is_call_to(value, names.MODEL_COPIES)  # type: ignore[arg-type]
 
 
 def _with_owners(analysis: ScriptAnalysis, at: cst.CSTNode, roots: set[str]) -> set[str]:
@@ -433,7 +433,8 @@ def _layer_picked_by_input(analysis: ScriptAnalysis, cls: cst.ClassDef, forward:
     """A call in ``forward`` of one entry of a container of layers the class stores, at a key read from an
     argument of ``forward`` (``self.heads[task](h)``, ``self.experts[batch["domain"]](x)``): one entry runs per
     step and the others' parameters get no gradient. (An index a loop over the container counts runs them all.)"""
-    arguments = {p.name.value for p in (*forward.params.posonly_params, *forward.params.params[1:], *forward.params.kwonly_params)}
+    positional = [*forward.params.posonly_params, *forward.params.params][1:]  # (``self`` first, maybe before a ``/``)
+    arguments = {p.name.value for p in (*positional, *forward.params.kwonly_params)}
     if not arguments:
         return None
     for node in walk(forward.body):
