@@ -11,6 +11,7 @@ from .analysis import (
     ScriptAnalysis,
     call_method_name,
     dotted_name,
+    is_none,
     leaves_early,
     statements_of,
     walk,
@@ -718,10 +719,11 @@ def _assignments_to(analysis: ScriptAnalysis, name: str) -> list[cst.Assign]:
 
 def _model_targets(analysis: ScriptAnalysis, name: str) -> list[cst.BaseExpression]:
     """Where a model's name is assigned: the target itself, or its element of a tuple target (``netG, netD =
-    Generator(), Discriminator()``), in source order."""
+    Generator(), Discriminator()``), in source order; not a placeholder (``model = None`` at the top of a
+    module whose function builds the model under ``global model``)."""
     found: list[cst.BaseExpression] = []
     for stmt_node in analysis.assignments:
-        if not isinstance(stmt_node, cst.Assign):
+        if not isinstance(stmt_node, cst.Assign) or is_none(stmt_node.value):
             continue
         for target in stmt_node.targets:
             elements = [e.value for e in target.target.elements] if isinstance(target.target, (cst.Tuple, cst.List)) else [target.target]
@@ -732,8 +734,8 @@ def _model_targets(analysis: ScriptAnalysis, name: str) -> list[cst.BaseExpressi
 def _reassigns(stmt: cst.BaseStatement, model: str) -> bool:
     """Whether a compound statement may bind the model's name anew (``if resume: model =
     torch.load(path)``): a wrap before it would be replaced by an unwrapped model."""
-    if isinstance(stmt, cst.SimpleStatementLine):
-        return False
+    if isinstance(stmt, (cst.SimpleStatementLine, cst.FunctionDef, cst.ClassDef)):
+        return False  # (a definition binds nothing of the model when it runs)
     return any(
         isinstance(node, cst.Assign) and any(dotted_name(t.target) == model for t in node.targets)
         for node in walk(stmt)

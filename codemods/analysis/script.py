@@ -2099,6 +2099,8 @@ class ScriptAnalysis:
         module.parameters() ...]``) stands for what its callers pass (``trainable(student)``)."""
         receiver = dotted_name(call.func.value)  # type: ignore[attr-defined]
         if receiver is None:
+            receiver = self._model_indexed(call.func.value)  # type: ignore[attr-defined]
+        if receiver is None:
             return []
         root, dot, rest = receiver.partition(".")
         function = self.enclosing_function(call)
@@ -2107,6 +2109,17 @@ class ScriptAnalysis:
         owner = self.shared.analysis_of(call) or self
         passed = [dotted_name(value) for value in owner.flows_into(call.func.value if not dot else _root_of(call.func.value), root)]  # type: ignore[attr-defined]
         return [f"{name}{dot}{rest}" for name in passed if name is not None]
+
+    def _model_indexed(self, expr: cst.BaseExpression) -> str | None:
+        """``model`` of ``model[0]`` where the container is itself run as a model (``model(x)``: an
+        ``nn.Sequential``), so a parameter group per layer (``{"params": model[0].parameters()}``) trains it;
+        not a list of models (``models[0]``, never called itself)."""
+        if type(expr) is not cst.Subscript:
+            return None
+        name = dotted_name(expr.value)  # type: ignore[attr-defined]
+        if name is None or not any(dotted_name(call.func) == name for analysis in self.shared.analyses for call in analysis.calls):
+            return None
+        return name
 
     def _parameter_calls(self, optimizer: cst.Call, depth: int = 4) -> list[cst.Call]:
         """The ``parameters()`` / ``named_parameters()`` calls whose values reach the optimizer's arguments
@@ -2375,7 +2388,23 @@ class ScriptAnalysis:
         if isinstance(value, cst.Attribute) and value.attr.value == "module":
             return True
         if isinstance(value, cst.Call):
-            return callee_name(value) in UNWRAP_FUNCTIONS
+            if callee_name(value) not in UNWRAP_FUNCTIONS:
+                return False
+            # A helper of the program is read, not taken by its name: ``get_model(device)`` may build the model
+            # (a factory that wraps it), ``get_model(model)`` hand back ``model.module``.
+            target = self.call_target(value)
+            if target is None:
+                return True
+            reading = self.shared.__dict__.setdefault("_unwrappers_read", set())
+            if target in reading:
+                return True  # (a helper that calls itself: ``return unwrap(m.module) if ... else m``)
+            reading.add(target)
+            try:
+                returned = [r.value for r in returns_of(target) if r.value is not None]
+                home = self.shared.analysis_of(target) or self
+                return bool(returned) and all(home.is_unwrapped(r) or _returns_its_parameter(target, r) for r in returned)
+            finally:
+                reading.discard(target)
         if isinstance(value, cst.IfExp):
             body = value.body
             if isinstance(body, cst.Attribute) and body.attr.value == "module" and dotted_name(body.value) is not None:
@@ -2627,6 +2656,12 @@ def given_loader_argument(call: cst.Call, parameter: str) -> cst.Arg | None:
     is the ``DataLoader``'s own default: no sampler was given)."""
     found = loader_argument(call, parameter)
     return None if found is None or is_none(found.value) else found
+
+
+def _returns_its_parameter(function: cst.FunctionDef, value: cst.BaseExpression) -> bool:
+    """``return model`` of ``def unwrap(model): if hasattr(model, "module"): return model.module; return model``."""
+    params = {p.name.value for p in (*function.params.posonly_params, *function.params.params)}
+    return type(value) is cst.Name and value.value in params  # type: ignore[attr-defined]
 
 
 def is_none(value: cst.BaseExpression) -> bool:
