@@ -248,3 +248,63 @@ def test_the_migrated_model_with_a_head_picked_by_task_trains_under_torchrun(tmp
     migrate(tmp_path, HEAD_BY_TASK)
     run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, env={"OMP_NUM_THREADS": "1"}, timeout=120)
     assert (tmp_path / "final.pt").exists()
+
+
+
+NANOGPT = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class GPT(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Linear(4, 8)
+        self.lm_head = nn.Linear(8, 3)
+
+    def forward(self, x, targets=None):
+        logits = self.lm_head(torch.relu(self.emb(x)))
+        if targets is None:
+            loss = None
+        else:
+            loss = F.cross_entropy(logits, targets)
+        return logits, loss
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randint(0, 3, (32,))), batch_size=8, shuffle=True)
+    model = GPT()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    for epoch in range(2):
+        for x, y in loader:
+            _, loss = model(x, y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+LSTM = NANOGPT.replace("    model = GPT()\n", "    model = nn.LSTM(4, 3, batch_first=True)\n").replace(
+    "            _, loss = model(x, y)\n", "            out, _ = model(x.unsqueeze(1))\n            loss = F.mse_loss(out[:, 0, 0], y.float())\n"
+)
+AUX_HEAD = NANOGPT.replace("        self.lm_head = nn.Linear(8, 3)\n", "        self.lm_head = nn.Linear(8, 3)\n        self.aux = nn.Linear(8, 2)\n").replace(
+    "        return logits, loss\n", "        return self.aux(torch.relu(self.emb(x))), loss\n"
+)
+
+
+@pytest.mark.parametrize("source", [NANOGPT, LSTM], ids=["loss-from-logits", "recurrent-state"])
+def test_a_discarded_output_computed_by_the_same_layers_needs_no_search(tmp_path: Path, source: str) -> None:
+    """A trial: ``_, loss = model(x, y)`` (nanoGPT: the loss is computed from the logits) and ``out, _ = lstm(x)``
+    got ``find_unused_parameters=True``, which costs every step and makes torch warn that nothing was unused."""
+    text, _ = migrate(tmp_path, source)
+    assert "DistributedDataParallel(" in text and "find_unused_parameters" not in text, text
+
+
+def test_a_discarded_output_of_a_head_of_its_own_looks_for_unused_parameters(tmp_path: Path) -> None:
+    text, output = migrate(tmp_path, AUX_HEAD)
+    assert "find_unused_parameters=True" in text, text

@@ -14,7 +14,7 @@ from .. import names
 from . import tree
 from .loaders import without_gradients
 from .ranks import rank_facts
-from .script import SELF_RETURNING_METHODS, ScriptAnalysis, call_method_name, callee_name, dotted_name, is_true, keyword_argument, walk
+from .script import SELF_RETURNING_METHODS, ScriptAnalysis, call_method_name, callee_name, dotted_name, is_none, is_true, keyword_argument, walk
 
 #: Methods whose results are a model's parameters or its submodules (whose ``requires_grad`` is theirs).
 PARAMETER_SOURCES = frozenset({"parameters", "named_parameters", "modules", "named_modules", "children", "named_children"})
@@ -349,7 +349,8 @@ def _output_used_on_some_steps(analysis: ScriptAnalysis, model: cst.BaseExpressi
                 and home.comes_before(node, backward)
             ):
                 continue
-            for element in node.targets[0].target.elements:  # type: ignore[attr-defined]
+            elements = node.targets[0].target.elements  # type: ignore[attr-defined]
+            for index, element in enumerate(elements):
                 output = element.value.value if type(element.value) is cst.Name else None
                 if output is None:
                     continue
@@ -358,9 +359,60 @@ def _output_used_on_some_steps(analysis: ScriptAnalysis, model: cst.BaseExpressi
                     if type(n) is cst.Name and n.value == output and n is not element.value and home.comes_before(node, n)  # type: ignore[attr-defined]
                     and not isinstance(home.parent(n), cst.AssignTarget)
                 ]
-                if output == "_" or not reads or all(_read_apart_from(home, read, backward, loop) for read in reads):
+                never = output == "_" or not reads
+                if never and _outputs_share_layers(home, node.value, index, len(elements)):  # type: ignore[arg-type]
+                    continue  # ``logits, loss = model(x, y)``: the loss is computed from the logits
+                if never or all(_read_apart_from(home, read, backward, loop) for read in reads):
                     return SkippedLayer(home, node.value, f"the training step uses `{output}`, an output of its forward(), only on some steps")  # type: ignore[arg-type]
     return None
+
+
+#: Recurrent layers of torch: every output (``output, (h_n, c_n)``) comes from all their parameters.
+RECURRENT_LAYERS = frozenset({f"torch.nn.{n}" for n in ("LSTM", "GRU", "RNN")})
+
+
+def _outputs_share_layers(analysis: ScriptAnalysis, call: cst.Call, discarded: int, count: int) -> bool:
+    """Whether an output of a forward that the step never reads leaves no parameter without a gradient: the
+    model is a recurrent layer of torch (``out, _ = lstm(x)``), or every class of the program it may be returns
+    tuples whose other outputs are computed from that one (nanoGPT's ``return logits, loss`` with ``loss =
+    F.cross_entropy(logits, ...)``). Anything else may compute it with layers of its own."""
+    receiver = call.func
+    origins = [o for o in analysis.origins(receiver) if type(o) is cst.Call]  # type: ignore[arg-type]
+    if not origins:
+        return False
+    if all(analysis.is_call_to(o, RECURRENT_LAYERS) for o in origins):  # type: ignore[arg-type]
+        return True
+    constructed = analysis.shared.constructed
+    if not all(o in constructed for o in origins):
+        return False
+    for cls in {constructed[o] for o in origins}:  # type: ignore[index]
+        owner = analysis.shared.analysis_of(cls) or analysis
+        forward = next((s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "forward"), None)  # type: ignore[union-attr]
+        if forward is None:
+            return False
+        returned = [r.value for r in walk(forward.body) if type(r) is cst.Return and r.value is not None and owner.enclosing_function(r) is forward]  # type: ignore[attr-defined]
+        if not returned:
+            return False
+        for value in returned:
+            if type(value) is not cst.Tuple or len(value.elements) != count:  # type: ignore[attr-defined]
+                return False
+            kept = value.elements[discarded].value  # type: ignore[attr-defined]
+            name = kept.value if type(kept) is cst.Name else None  # type: ignore[attr-defined]
+            others = [e.value for i, e in enumerate(value.elements) if i != discarded]  # type: ignore[attr-defined]
+            if name is None or not all(_computed_from(owner, other, name) for other in others):
+                return False
+    return True
+
+
+def _computed_from(analysis: ScriptAnalysis, expr: cst.BaseExpression, name: str, depth: int = 4) -> bool:
+    """Whether a value of a function reads the name, directly or through the names it is assigned from."""
+    if any(type(n) is cst.Name and n.value == name for n in walk(expr)):  # type: ignore[attr-defined]
+        return True
+    if depth == 0:
+        return False
+    reads = [n for n in walk(expr) if type(n) is cst.Name]
+    values = [v for n in reads for v in analysis.flows_into(n, n.value) if v is not expr]  # type: ignore[attr-defined]
+    return bool(values) and all(_computed_from(analysis, v, name, depth - 1) for v in values if not is_none(v)) and any(not is_none(v) for v in values)
 
 
 def _read_apart_from(analysis: ScriptAnalysis, read: cst.CSTNode, backward: cst.CSTNode, loop: cst.CSTNode) -> bool:
