@@ -139,61 +139,41 @@ print(correct / len(val_loader.dataset))
                 continue
             held = _length_held(analysis, node.right)  # type: ignore[attr-defined]
             length = held if held is not None else node.right  # type: ignore[attr-defined]
+            loader = _sharded_loader_of_length(analysis, length)
+            if loader is None or (shown := values.mention(node.left)) is None:  # type: ignore[attr-defined]
+                continue
+            # ``len(loader.dataset)`` written at the division has its attribute replaced; ``len(ds)``, or a name
+            # holding either (``n_train = len(ds)``), is replaced whole there (the name keeps its value).
             dataset = _dataset_length_of(length)
-            if dataset is not None and held is not None:
-                # ``n = len(loader.dataset)`` read at the division: the name is replaced there, not its value.
-                if _sharded(analysis, dataset.value) and (shown := values.mention(node.left)) is not None:  # type: ignore[attr-defined]
-                    loader = code_of(dataset.value)
-                    yield Match(
-                        node.right,  # type: ignore[attr-defined]
-                        f"{shown} is summed over this rank's shard of {loader} but divided by the whole data set's size "
-                        f"({code_of(node.right)}): the value comes out N times too small; divide by the shard's size "  # type: ignore[attr-defined]
-                        f"(len({loader}.sampler))",
-                    )
-                continue
-            if dataset is None:
-                # ``correct / len(ds)`` where ``ds`` is the data set the sharded loader draws from.
-                loader = _sharded_loader_of_dataset(analysis, length)
-                shown = values.mention(node.left) if loader is not None else None  # type: ignore[attr-defined]
-                if loader is not None and shown is not None:
-                    spelled = f" ({code_of(node.right)})" if held is not None else ""  # type: ignore[attr-defined]
-                    yield Match(
-                        node.right,  # type: ignore[attr-defined]
-                        f"{shown} is summed over this rank's shard of {loader} but divided by the whole data set's "
-                        f"size{spelled}: the value comes out N times too small; divide by the shard's size (len({loader}.sampler))",
-                    )
-                continue
-            if not _sharded(analysis, dataset.value):
-                continue
-            shown = values.mention(node.left)  # type: ignore[attr-defined]
-            if shown is not None:
-                yield Match(
-                    dataset,
-                    f"{shown} is summed over this rank's shard of {code_of(dataset.value)} but divided by the whole "
-                    "data set's size: the value comes out N times too small; divide by the shard's size "
-                    f"(len({code_of(dataset.value)}.sampler))",
-                )
+            spelled = f" ({code_of(node.right)})" if held is not None else ""  # type: ignore[attr-defined]
+            yield Match(
+                dataset if dataset is not None and held is None else node.right,  # type: ignore[attr-defined]
+                f"{shown} is summed over this rank's shard of {loader} but divided by the whole data set's "
+                f"size{spelled}: the value comes out N times too small; divide by the shard's size (len({loader}.sampler))",
+            )
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         edits = Edits(analysis)
         for match in self.matches_in(analysis):
-            dataset = match.node
-            held = _length_held(analysis, dataset) if isinstance(dataset, cst.Name) else None
-            if held is not None:  # ``total / n_train`` of ``n_train = len(ds)``: the name at the division
-                whole = _dataset_length_of(held)
-                loader = code_of(whole.value) if whole is not None else _sharded_loader_of_dataset(analysis, held)
-                edits.replace(dataset, expression(f"len({loader}.sampler)"))
-                edits.changes.append(Change(self.code, analysis.line(dataset), f"the shard's sum divided by the shard's size (len({loader}.sampler))"))
+            node = match.node
+            if isinstance(node, cst.Attribute):  # ``loader.dataset`` of ``len(loader.dataset)``
+                edits.replace(node.attr, cst.Name("sampler"))
+                edits.changes.append(Change(self.code, analysis.line(node), "the shard's sum divided by the shard's size (len(loader.sampler))"))
                 continue
-            if isinstance(dataset, cst.Call):  # ``len(ds)``: the shard's size through the loader
-                loader = _sharded_loader_of_dataset(analysis, dataset)
-                edits.replace(dataset, expression(f"len({loader}.sampler)"))
-                edits.changes.append(Change(self.code, analysis.line(dataset), f"the shard's sum divided by the shard's size (len({loader}.sampler))"))
-                continue
-            assert isinstance(dataset, cst.Attribute)
-            edits.replace(dataset.attr, cst.Name("sampler"))
-            edits.changes.append(Change(self.code, analysis.line(dataset), "the shard's sum divided by the shard's size (len(loader.sampler))"))
+            held = _length_held(analysis, node) if isinstance(node, cst.Name) else None
+            loader = _sharded_loader_of_length(analysis, held if held is not None else node)  # type: ignore[arg-type]
+            edits.replace(node, expression(f"len({loader}.sampler)"))
+            edits.changes.append(Change(self.code, analysis.line(node), f"the shard's sum divided by the shard's size (len({loader}.sampler))"))
         return edits.apply(analysis.module) if edits else None
+
+
+def _sharded_loader_of_length(analysis: ScriptAnalysis, length: cst.BaseExpression) -> str | None:
+    """The sharded loader whose whole data set a length measures, as the code names it: ``loader`` of
+    ``len(loader.dataset)``, or of ``len(ds)`` where ``loader`` draws from ``ds`` (``None``: no such loader)."""
+    dataset = _dataset_length_of(length)
+    if dataset is None:
+        return _sharded_loader_of_dataset(analysis, length)
+    return code_of(dataset.value) if _sharded(analysis, dataset.value) else None
 
 
 def _length_held(analysis: ScriptAnalysis, expr: cst.BaseExpression) -> cst.Call | None:

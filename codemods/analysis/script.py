@@ -2385,6 +2385,10 @@ class ScriptAnalysis:
     def is_unwrapped(self, value: cst.BaseExpression) -> bool:
         """Whether an expression is the model inside a wrapper: ``model.module``, ``runtime.unwrap(model)``
         (or another unwrapping helper), ``model.module if isinstance(model, DataParallel) else model``."""
+        return self._unwrapped(value, frozenset())
+
+    def _unwrapped(self, value: cst.BaseExpression, reading: frozenset[cst.FunctionDef]) -> bool:
+        """:meth:`is_unwrapped`, with the helpers of the program whose returns are being read (``reading``)."""
         if isinstance(value, cst.Attribute) and value.attr.value == "module":
             return True
         if isinstance(value, cst.Call):
@@ -2393,24 +2397,17 @@ class ScriptAnalysis:
             # A helper of the program is read, not taken by its name: ``get_model(device)`` may build the model
             # (a factory that wraps it), ``get_model(model)`` hand back ``model.module``.
             target = self.call_target(value)
-            if target is None:
-                return True
-            reading = self.shared.__dict__.setdefault("_unwrappers_read", set())
-            if target in reading:
-                return True  # (a helper that calls itself: ``return unwrap(m.module) if ... else m``)
-            reading.add(target)
-            try:
-                returned = [r.value for r in returns_of(target) if r.value is not None]
-                home = self.shared.analysis_of(target) or self
-                return bool(returned) and all(home.is_unwrapped(r) or _returns_its_parameter(target, r) for r in returned)
-            finally:
-                reading.discard(target)
+            if target is None or target in reading:
+                return True  # (a library's helper; one that calls itself: ``return unwrap(m.module) if ... else m``)
+            returned = [r.value for r in returns_of(target) if r.value is not None]
+            home = self.shared.analysis_of(target) or self
+            return bool(returned) and all(home._unwrapped(r, reading | {target}) or _returns_its_parameter(target, r) for r in returned)
         if isinstance(value, cst.IfExp):
             body = value.body
             if isinstance(body, cst.Attribute) and body.attr.value == "module" and dotted_name(body.value) is not None:
                 if dotted_name(body.value) == dotted_name(value.orelse):
                     return True  # ``model.module if distributed else model``
-            return self.is_unwrapped(value.body) and any(
+            return self._unwrapped(value.body, reading) and any(
                 isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value in ("isinstance", "hasattr")
                 for n in walk(value.test)
             )
