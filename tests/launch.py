@@ -2,7 +2,8 @@
 
 - :func:`run_python`: ``python script.py args...`` (a world of one for ``ddp_migrate.runtime``);
 - :func:`run_torchrun`: ``python -m torch.distributed.run --standalone --nproc_per_node=N
-  script.py args...``;
+  script.py args...``; these two fork the program from a waiting launch server unless told otherwise
+  (``launch_forked``: torch imported once per session, not three times per launch);
 - :func:`run_two_nodes`: two torchrun agents on this machine, ``--nnodes=2 --nproc_per_node=1``,
   meeting through a c10d rendezvous on ``127.0.0.1:<free port>``, so global and local ranks differ;
 - :func:`run_command`: any command line, with the same guarantees.
@@ -36,6 +37,7 @@ __all__ = [
     "LaunchResult",
     "LaunchTimeout",
     "TEARDOWN_ABORT",
+    "TEARDOWN_FATAL_ERROR",
     "TEARDOWN_RETRIES",
     "free_port",
     "launch_environment",
@@ -43,6 +45,7 @@ __all__ = [
     "run_python",
     "run_torchrun",
     "run_two_nodes",
+    "teardown_aborted",
     "torchrun_command",
     "write_script",
 ]
@@ -59,6 +62,11 @@ TAIL_CHARS = 6000
 #: torch, see ``runtime.cleanup``): about 1 launch in 30 of a script that ends with a bare
 #: ``destroy_process_group()``, more on a loaded machine.
 TEARDOWN_ABORT = "terminate called without an active exception"
+#: The same race seen from Python: a gloo worker releasing a Python object once the interpreter is finalizing
+#: ("Fatal Python error: PyThreadState_Get: ... the GIL is released", CI 2026-11-27, the control test).
+TEARDOWN_FATAL_ERROR = "Python runtime state: finalizing"
+#: A file to append one line per launch to (how it ran, its seconds, its command); unset: no log.
+LAUNCH_LOG_VARIABLE = "DDP_MIGRATE_TEST_LAUNCH_LOG"
 #: Launches retried once because a process died of :data:`TEARDOWN_ABORT` (reported by conftest).
 TEARDOWN_RETRIES: list[str] = []
 #: How many times a launch that died only of :data:`TEARDOWN_ABORT` runs again. Twice: one CI run of a
@@ -83,6 +91,7 @@ DISTRIBUTED_VARIABLES = (
     "TORCHELASTIC_RUN_ID",
     "TORCHELASTIC_USE_AGENT_STORE",
     "TORCHELASTIC_ERROR_FILE",
+    "TORCHELASTIC_SIGNALS_TO_HANDLE",
     "TORCH_NCCL_ASYNC_ERROR_HANDLING",
 )
 
@@ -101,6 +110,8 @@ class LaunchResult:
     stderr: str
     duration: float
     timed_out: bool = False
+    #: Run by a child of a launch server (``launch_forked``) rather than by new processes.
+    forked: bool = False
 
     @property
     def output(self) -> str:
@@ -110,7 +121,8 @@ class LaunchResult:
     def tail(self, chars: int = TAIL_CHARS) -> str:
         """The end of stdout and of stderr, for error messages."""
         return (
-            f"--- stdout (tail) ---\n{self.stdout[-chars:]}\n"
+            ("(forked by a launch server; DDP_MIGRATE_TEST_FRESH_LAUNCHES=1 starts new processes)\n" if self.forked else "")
+            + f"--- stdout (tail) ---\n{self.stdout[-chars:]}\n"
             f"--- stderr (tail) ---\n{self.stderr[-chars:]}"
         )
 
@@ -351,22 +363,39 @@ def _launch_checked(
     """Run ``launch()``, again (up to :data:`MAX_TEARDOWN_RETRIES` times) when ``check`` and it failed only
     of :data:`TEARDOWN_ABORT` (each retry recorded as ``label`` in :data:`TEARDOWN_RETRIES`), then raise as
     :func:`_check` says."""
-    results = launch()
+    results = _logged(launch(), label)
     for _ in range(MAX_TEARDOWN_RETRIES):
         if not (check and retry_teardown_abort and _teardown_abort(results)):
             break
         TEARDOWN_RETRIES.append(label)
-        results = launch()
+        results = _logged(launch(), label)
     _check(results, timeout, check)
+    return results
+
+
+def _logged(results: list[LaunchResult], label: str) -> list[LaunchResult]:
+    """``results``, after a line for each in the file :data:`LAUNCH_LOG_VARIABLE` names (when it does): how
+    it ran, its seconds and ``label``, to see where a suite's launch time goes."""
+    log = os.environ.get(LAUNCH_LOG_VARIABLE, "").strip()
+    if log:
+        with open(log, "a", encoding="utf-8") as stream:
+            for result in results:
+                stream.write(f"{'forked' if result.forked else 'new'}\t{result.duration:.2f}\t{label}\n")
     return results
 
 
 def _teardown_abort(results: list[LaunchResult]) -> bool:
     """Whether a launch failed, not by timeout, with a process aborting in gloo's teardown."""
     return any(
-        result.returncode != 0 and not result.timed_out and TEARDOWN_ABORT in result.stderr
+        result.returncode != 0 and not result.timed_out and teardown_aborted(result.stderr)
         for result in results
     )
+
+
+def teardown_aborted(output: str) -> bool:
+    """Whether ``output`` shows a process dying of gloo's teardown race (:data:`TEARDOWN_ABORT` or
+    :data:`TEARDOWN_FATAL_ERROR`)."""
+    return TEARDOWN_ABORT in output or TEARDOWN_FATAL_ERROR in output
 
 
 def run_python(
@@ -377,12 +406,35 @@ def run_python(
     timeout: float = DEFAULT_TIMEOUT,
     check: bool = True,
     retry_teardown_abort: bool = True,
+    fresh: bool = False,
 ) -> LaunchResult:
-    """``python script args...`` with this interpreter: a script run without torchrun."""
+    """``python script args...`` with this interpreter: a script run without torchrun.
+
+    It runs in a child forked by a waiting launch server (``launch_forked``: torch is imported once, not per
+    launch) unless ``fresh``, ``DDP_MIGRATE_TEST_FRESH_LAUNCHES=1`` or ``env`` drops a folder of the caller's
+    ``PYTHONPATH`` (then :func:`run_command`).
+    """
     argv = [sys.executable, str(script), *map(str, args)]
-    return run_command(
-        argv, cwd=cwd, env=env, timeout=timeout, check=check, retry_teardown_abort=retry_teardown_abort
-    )
+    return _run_script(argv, script, args, None, cwd, env, timeout, check, retry_teardown_abort, fresh)
+
+
+def _run_script(
+    argv: list[str], script: PathArg, args: Sequence[object], nproc: int | None, cwd: PathArg | None, env: EnvArg,
+    timeout: float, check: bool, retry_teardown_abort: bool, fresh: bool,
+) -> LaunchResult:
+    """Run ``argv`` (the launch of ``script args`` by python, or by torchrun with ``nproc`` workers) forked
+    from a launch server when it can be, else as new processes."""
+    from launch_forked import fork_plan, run_forked  # it builds on this module
+
+    plan = None if fresh else fork_plan(env)
+    if plan is None:
+        return run_command(argv, cwd=cwd, env=env, timeout=timeout, check=check, retry_teardown_abort=retry_teardown_abort)
+
+    def launch() -> list[LaunchResult]:
+        forked = run_forked(argv, script, tuple(args), nproc=nproc, cwd=cwd, env=env, plan=plan, timeout=timeout)
+        return [forked] if forked is not None else _wait([_start(argv, cwd, env)], timeout)
+
+    return _launch_checked(launch, " ".join(argv), timeout, check, retry_teardown_abort)[0]
 
 
 def torchrun_command(*launcher_args: str) -> list[str]:
@@ -399,17 +451,18 @@ def run_torchrun(
     timeout: float = DEFAULT_TIMEOUT,
     check: bool = True,
     retry_teardown_abort: bool = True,
+    fresh: bool = False,
 ) -> LaunchResult:
     """``torchrun --standalone --nproc_per_node=N script args...`` on this machine.
 
-    The workers' output is the agent's output (torchrun does not redirect it by default).
+    The workers' output is the agent's output (torchrun does not redirect it by default). Forked from the
+    workers of a waiting torchrun launch server unless ``fresh`` or the environment asks for new processes
+    (see :func:`run_python`).
     """
     argv = torchrun_command(
         "--standalone", f"--nproc_per_node={nproc_per_node}", str(script), *map(str, args)
     )
-    return run_command(
-        argv, cwd=cwd, env=env, timeout=timeout, check=check, retry_teardown_abort=retry_teardown_abort
-    )
+    return _run_script(argv, script, args, nproc_per_node, cwd, env, timeout, check, retry_teardown_abort, fresh)
 
 
 def run_two_nodes(

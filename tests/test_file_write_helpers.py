@@ -7,13 +7,12 @@ helper is what the rule fixes, in the helper's own module.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 from click.testing import CliRunner
 
 from ddp_migrate.cli import cli
+from launch import run_python
 
 TRAIN = """\
 import torch
@@ -65,12 +64,7 @@ def test_a_helper_called_mkdir_keeps_its_signature(tmp_path: Path) -> None:
     assert "    os.makedirs(path, exist_ok=True)\n" in utils
     assert "DDP012" in result.output and "0 item(s) need a human" in result.output
 
-    launcher = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
-    env = {k: v for k, v in os.environ.items() if k not in launcher}
-    env["CUDA_VISIBLE_DEVICES"] = ""
-    run = subprocess.run(
-        [sys.executable, "train.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240, check=False
-    )
+    run = run_python("train.py", cwd=tmp_path, env={"CUDA_VISIBLE_DEVICES": ""}, timeout=240, check=False)
     assert run.returncode == 0, run.stderr
     assert (tmp_path / "out" / "m.pt").is_file()
     assert (tmp_path / "out" / "logs").is_dir()

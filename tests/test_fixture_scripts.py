@@ -13,9 +13,7 @@ import ast
 import math
 import os
 import re
-import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +25,8 @@ except ModuleNotFoundError:  # Python < 3.11
     tomllib = pytest.importorskip("tomli")
 
 torch = pytest.importorskip("torch")
+
+from launch import run_python  # noqa: E402
 
 SCRIPTS_DIR = Path(__file__).resolve().parent.parent / "fixtures" / "scripts"
 MANIFEST_PATH = SCRIPTS_DIR / "manifest.toml"
@@ -103,16 +103,11 @@ def _skip_without_tqdm(name: str) -> None:
 def _run_script(name: str, workdir: Path) -> Run:
     entry = MANIFEST[name]
     workdir.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ)
-    env["OMP_NUM_THREADS"] = "1"
-    env["PYTHONHASHSEED"] = "0"
-    env.pop("PYTHONPATH", None)
-    cmd = [sys.executable, str(SCRIPTS_DIR / entry["script"]), *entry["args"]]
-    start = time.perf_counter()
-    proc = subprocess.run(
-        cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S
+    env = {"OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0", "PYTHONPATH": None}
+    result = run_python(
+        SCRIPTS_DIR / entry["script"], *entry["args"], cwd=workdir, env=env, timeout=RUN_TIMEOUT_S, check=False
     )
-    return Run(workdir, proc.returncode, proc.stdout, proc.stderr, time.perf_counter() - start)
+    return Run(workdir, result.returncode, result.stdout, result.stderr, result.duration)
 
 
 @pytest.fixture(scope="session")

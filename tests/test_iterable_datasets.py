@@ -4,15 +4,13 @@ the dataset class comes from another module of the program through a base class 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from ddp_migrate.cli import cli
+from launch import run_python
 
 STREAMS = '''
 import torch
@@ -62,9 +60,7 @@ def test_a_stream_from_another_module_is_left_to_a_human_and_the_program_still_r
     assert "review train.py:" in result.output and "DDP005 training DataLoader over an IterableDataset" in result.output
     assert "# TODO(ddp-migrate): this IterableDataset streams the same samples to every process" in migrated
     assert "DistributedSampler" not in Path("streams.py").read_text()
-    run = subprocess.run(
-        [sys.executable, "train.py"], capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"}
-    )
+    run = run_python("train.py", timeout=120, check=False)
     assert run.returncode == 0, run.stderr[-2000:]  # as plain python (a world of one): no sampler to refuse
 
 

@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from ddp_migrate.cli import cli
+from launch import run_python
 from ddp_migrate.codemods import ALL_RULES
 from ddp_migrate.codemods.base import Options
 from ddp_migrate.program import plan, process_unit
@@ -117,8 +118,6 @@ def test_every_entry_of_programs_sharing_a_module_sets_up_its_own_group(tmp_path
     # A trial: eval.py and train.py share common.py (which trains); only eval.py, the first entry, got the
     # set-up, and train.py failed with "Default process group has not been initialized" while the report
     # said nothing needed a human.
-    import subprocess
-    import sys
 
     monkeypatch.chdir(tmp_path)
     Path("common.py").write_text(
@@ -141,7 +140,7 @@ def test_every_entry_of_programs_sharing_a_module_sets_up_its_own_group(tmp_path
         assert "runtime.setup()" in Path(entry).read_text(), (entry, result.output)
         assert f"launch it with: torchrun --standalone --nproc_per_node=<processes> {entry}" in result.output
     assert "runtime.setup()" not in Path("common.py").read_text()
-    run = subprocess.run([sys.executable, "train.py"], capture_output=True, text=True, timeout=120)
+    run = run_python("train.py", timeout=120, check=False)
     assert run.returncode == 0 and "done" in run.stdout, run.stderr
 
 

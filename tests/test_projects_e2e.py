@@ -34,7 +34,15 @@ except ModuleNotFoundError:  # Python < 3.11
 
 torch = pytest.importorskip("torch")
 
-from launch import LaunchError, LaunchResult, run_command, run_two_nodes, torchrun_command  # noqa: E402
+from launch import (  # noqa: E402
+    LaunchError,
+    LaunchResult,
+    run_command,
+    run_python,
+    run_torchrun,
+    run_two_nodes,
+    torchrun_command,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -83,6 +91,17 @@ def _command(entry: dict[str, Any]) -> list[str]:
     return command.split() if command.startswith("-m ") else [command]
 
 
+def _run(argv: list[str], nproc: int | None, cwd: Path, env: dict[str, str]) -> LaunchResult:
+    """``python argv`` (``nproc`` None) or ``torchrun --standalone --nproc_per_node=nproc argv``, unchecked: a
+    script through ``launch``'s forking launches, ``-m module`` as new processes."""
+    if argv[0] == "-m":
+        launcher = [sys.executable] if nproc is None else torchrun_command("--standalone", f"--nproc_per_node={nproc}")
+        return run_command([*launcher, *argv], cwd=cwd, env=env, timeout=TIMEOUT, check=False)
+    if nproc is None:
+        return run_python(argv[0], *argv[1:], cwd=cwd, env=env, timeout=TIMEOUT, check=False)
+    return run_torchrun(argv[0], *argv[1:], nproc_per_node=nproc, cwd=cwd, env=env, timeout=TIMEOUT, check=False)
+
+
 def _launch(cwd: Path, start: Callable[[dict[str, str]], list[LaunchResult]], record: bool) -> Run:
     env = {"PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
     run = Run(cwd)
@@ -114,9 +133,7 @@ def _run_project(name: str, base: Path) -> ProjectRuns:
     entry = MANIFEST[name]
     argv = _command(entry)
     original = _copy(name, base / "original")
-    original_run = _launch(
-        original, lambda env: [run_command([sys.executable, *argv], cwd=original, env=env, timeout=TIMEOUT, check=False)], record=False
-    )
+    original_run = _launch(original, lambda env: [_run(argv, None, original, env)], record=False)
     migrated = _copy(name, base / "migrated")
     migrate = subprocess.run(
         [sys.executable, "-m", "ddp_migrate", entry["entry"]], cwd=migrated, capture_output=True, text=True, timeout=TIMEOUT
@@ -131,18 +148,8 @@ def _run_project(name: str, base: Path) -> ProjectRuns:
         return folder
 
     torchrun_dir, plain_dir = workdir("torchrun"), workdir("plain")
-    torchrun = _launch(
-        torchrun_dir,
-        lambda env: [
-            run_command(
-                torchrun_command("--standalone", "--nproc_per_node=2", *argv), cwd=torchrun_dir, env=env, timeout=TIMEOUT, check=False
-            )
-        ],
-        record=True,
-    )
-    plain = _launch(
-        plain_dir, lambda env: [run_command([sys.executable, *argv], cwd=plain_dir, env=env, timeout=TIMEOUT, check=False)], record=True
-    )
+    torchrun = _launch(torchrun_dir, lambda env: [_run(argv, 2, torchrun_dir, env)], record=True)
+    plain = _launch(plain_dir, lambda env: [_run(argv, None, plain_dir, env)], record=True)
     two_node = None
     if entry["two_node"] and not argv[0] == "-m":
         nodes_dir = workdir("two_nodes")

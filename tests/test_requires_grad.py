@@ -82,12 +82,12 @@ def test_an_unfreeze_after_the_wrap_is_left_to_a_human_naming_the_call(tmp_path:
 @pytest.mark.distributed
 def test_the_migrated_frozen_backbone_trains_under_torchrun(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    from launch import run_torchrun
+    from launch import run_python, run_torchrun
 
     text, output, _ = migrate_script(tmp_path, FROZEN)
     run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, env={"OMP_NUM_THREADS": "1"}, timeout=120)
     assert (tmp_path / "final.pt").exists(), output
-    done = subprocess.run([sys.executable, str(tmp_path / "train.py")], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    done = run_python(tmp_path / "train.py", cwd=tmp_path, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
 
 

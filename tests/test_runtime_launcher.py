@@ -47,7 +47,8 @@ def test_launch_environment_is_clean(monkeypatch: pytest.MonkeyPatch) -> None:
     assert launch_environment()["OMP_NUM_THREADS"] == "1"
 
 
-def test_run_python_returns_output_and_honours_cwd_and_env(tmp_path: Path) -> None:
+@pytest.mark.parametrize("fresh", [False, True], ids=["forked", "new process"])
+def test_run_python_returns_output_and_honours_cwd_and_env(tmp_path: Path, fresh: bool) -> None:
     script = write_script(
         tmp_path,
         "echo.py",
@@ -55,21 +56,24 @@ def test_run_python_returns_output_and_honours_cwd_and_env(tmp_path: Path) -> No
         "print('args', sys.argv[1:], 'cwd', os.getcwd(), 'extra', os.environ['EXTRA'])\n"
         "print('to stderr', file=sys.stderr)\n",
     )
-    result = run_python(script, "a", 2, cwd=tmp_path, env={"EXTRA": "x"})
+    result = run_python(script, "a", 2, cwd=tmp_path, env={"EXTRA": "x"}, fresh=fresh)
+    assert result.forked is not fresh
     assert result.returncode == 0 and not result.timed_out
     assert f"args ['a', '2'] cwd {tmp_path} extra x" in result.stdout
     assert result.stderr == "to stderr\n"
 
 
-def test_a_failing_launch_reports_its_output(tmp_path: Path) -> None:
+@pytest.mark.parametrize("fresh", [False, True], ids=["forked", "new process"])
+def test_a_failing_launch_reports_its_output(tmp_path: Path, fresh: bool) -> None:
     script = write_script(tmp_path, "fail.py", "print('last words')\nraise SystemExit(3)\n")
     with pytest.raises(LaunchError, match="last words") as raised:
-        run_python(script)
+        run_python(script, fresh=fresh)
     assert raised.value.results[0].returncode == 3
-    assert run_python(script, check=False).returncode == 3
+    assert run_python(script, check=False, fresh=fresh).returncode == 3
 
 
-def test_a_timeout_kills_every_process_the_launch_started(tmp_path: Path) -> None:
+@pytest.mark.parametrize("fresh", [False, True], ids=["forked", "new process"])
+def test_a_timeout_kills_every_process_the_launch_started(tmp_path: Path, fresh: bool) -> None:
     # One child in the same process group, one in a session of its own (as torchrun's workers).
     pid_file = tmp_path / "children.pid"
     script = write_script(
@@ -86,7 +90,7 @@ def test_a_timeout_kills_every_process_the_launch_started(tmp_path: Path) -> Non
     )
     started = time.monotonic()
     with pytest.raises(LaunchTimeout, match="hanging"):
-        run_python(script, timeout=3)
+        run_python(script, timeout=3, fresh=fresh)
     assert time.monotonic() - started < 20
     children = [int(pid) for pid in pid_file.read_text().split()]
     deadline = time.monotonic() + 5

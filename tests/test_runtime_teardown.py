@@ -12,7 +12,9 @@ without clean-up, 2 of 30 with a bare ``destroy_process_group()``, 0 of 90 with 
 first two tests make it deterministic: a Python callback keeps a gloo worker busy while the script
 ends. With a bare ``destroy_process_group()`` the process aborts every time (the control: it fails
 on the first torch version that no longer needs the work-around); with ``cleanup()`` it never does.
-The third runs the common migrated-script shape a few times: it must always pass.
+The third runs the common migrated-script shape a few times: it must always pass. Every launch here starts
+new processes (``fresh=True``), not a child of a launch server: the interpreter's start and end are the
+subject.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from launch import TEARDOWN_ABORT, LaunchResult, run_torchrun, write_script
+from launch import LaunchResult, run_torchrun, teardown_aborted, write_script
 
 #: A gloo worker thread busy with Python after its collective's caller has been released.
 LATE_WORKER = r'''
@@ -136,9 +138,9 @@ def test_cleanup_waits_until_gloo_workers_are_idle(tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
     result = run_torchrun(
-        script, out, "cleanup", nproc_per_node=2, cwd=tmp_path, timeout=120, retry_teardown_abort=False
+        script, out, "cleanup", nproc_per_node=2, cwd=tmp_path, timeout=120, retry_teardown_abort=False, fresh=True
     )
-    assert TEARDOWN_ABORT not in result.output, result.tail()
+    assert not teardown_aborted(result.output), result.tail()
     ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
     assert all(rank["initialized_after_cleanup"] is False for rank in ranks), result.tail()
     # Rank 0 attached its callback before the all_reduce could complete: it ran on a gloo worker.
@@ -156,10 +158,10 @@ def test_without_the_wait_the_same_script_aborts_at_exit(tmp_path: Path) -> None
     out = tmp_path / "out"
     out.mkdir()
     result = run_torchrun(
-        script, out, "destroy", nproc_per_node=2, cwd=tmp_path, timeout=120, check=False
+        script, out, "destroy", nproc_per_node=2, cwd=tmp_path, timeout=120, check=False, fresh=True
     )
     assert (out / "rank0.done").exists(), result.tail()  # rank 0 did all its work first
-    assert result.returncode != 0 and TEARDOWN_ABORT in result.output, (
+    assert result.returncode != 0 and teardown_aborted(result.output), (
         f"torch {torch.__version__} no longer aborts without the wait:\n{result.tail()}"
     )
 
@@ -171,7 +173,7 @@ def test_training_script_ending_with_cleanup_exits_cleanly(tmp_path: Path) -> No
     for launch in range(TRAINING_LAUNCHES):
         checkpoint = tmp_path / f"checkpoint{launch}.pt"
         result = run_torchrun(
-            script, checkpoint, nproc_per_node=2, cwd=tmp_path, timeout=120, check=False
+            script, checkpoint, nproc_per_node=2, cwd=tmp_path, timeout=120, check=False, fresh=True
         )
         if result.returncode != 0:
             failures.append(result)

@@ -29,13 +29,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from launch import (  # noqa: E402
-    LaunchError,
-    LaunchResult,
-    run_command,
-    run_two_nodes,
-    torchrun_command,
-)
+from launch import LaunchError, LaunchResult, run_python, run_torchrun, run_two_nodes  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
@@ -105,8 +99,8 @@ class ShapeRuns:
     two_nodes: Run
 
 
-def _launch(cwd: Path, argv: list[str], record: bool, two_nodes: bool = False) -> Run:
-    """Run ``argv`` in ``cwd``; with ``two_nodes``, ``argv`` is ``[script, *args]`` for :func:`run_two_nodes`."""
+def _launch(cwd: Path, script: str, how: str, record: bool) -> Run:
+    """Run ``script`` in ``cwd`` with ``python``, ``torchrun`` (two processes) or as ``two_nodes``."""
     env = {"PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
     run = Run(cwd)
     record_dir = cwd.parent / f"{cwd.name}-records"
@@ -116,10 +110,12 @@ def _launch(cwd: Path, argv: list[str], record: bool, two_nodes: bool = False) -
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SUPPORT_DIR), existing) if p)
         env["DDP_MIGRATE_E2E_RECORD_DIR"] = str(record_dir)
     try:
-        if two_nodes:  # checked: launch.py runs it again after a gloo teardown abort
-            run.results = run_two_nodes(*argv, cwd=cwd, env=env, timeout=TIMEOUT)
+        if how == "two_nodes":  # checked: launch.py runs it again after a gloo teardown abort
+            run.results = run_two_nodes(script, cwd=cwd, env=env, timeout=TIMEOUT)
+        elif how == "torchrun":
+            run.results = [run_torchrun(script, nproc_per_node=2, cwd=cwd, env=env, timeout=TIMEOUT, check=False)]
         else:
-            run.results = [run_command(argv, cwd=cwd, env=env, timeout=TIMEOUT, check=False)]
+            run.results = [run_python(script, cwd=cwd, env=env, timeout=TIMEOUT, check=False)]
     except LaunchError as error:
         run.error = str(error)
         return run
@@ -143,7 +139,7 @@ def _run_shape(name: str, base: Path) -> ShapeRuns:
         return target
 
     original = folder("original", SHAPES_DIR / script)
-    original_run = _launch(original, [sys.executable, script], record=False)
+    original_run = _launch(original, script, "python", record=False)
     migrated = folder("migrated", SHAPES_DIR / script)
     migrate = subprocess.run(
         [sys.executable, "-m", "ddp_migrate", script], cwd=migrated, capture_output=True, text=True, timeout=TIMEOUT
@@ -154,9 +150,9 @@ def _run_shape(name: str, base: Path) -> ShapeRuns:
     torchrun_dir = folder("torchrun", migrated / script)
     plain_dir = folder("plain", migrated / script)
     two_nodes_dir = folder("two_nodes", migrated / script)
-    torchrun = _launch(torchrun_dir, torchrun_command("--standalone", "--nproc_per_node=2", script), record=True)
-    plain = _launch(plain_dir, [sys.executable, script], record=True)
-    two_nodes = _launch(two_nodes_dir, [script], record=True, two_nodes=True)
+    torchrun = _launch(torchrun_dir, script, "torchrun", record=True)
+    plain = _launch(plain_dir, script, "python", record=True)
+    two_nodes = _launch(two_nodes_dir, script, "two_nodes", record=True)
     return ShapeRuns(
         original_run,
         (migrated / script).read_text(encoding="utf-8"),

@@ -7,12 +7,11 @@ with AttributeError on every rank. Both with exit 0.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from launch import run_python
 from migrated import migrate_script, train_original_and_migrated
 
 BEST = '''
@@ -200,5 +199,5 @@ def test_a_model_bound_again_from_a_whole_model_load_is_reached_through_unwrap(t
     # both while it is wrapped and after the reload.
     migrated, report, _ = migrate_script(tmp_path, RELOADED)
     assert "model.module" not in migrated and "runtime.unwrap(model).describe()" in migrated, migrated
-    run = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    run = run_python("train.py", cwd=tmp_path, timeout=120, check=False)
     assert run.returncode == 0 and run.stdout.count("model (1, 4)") == 3, run.stderr
