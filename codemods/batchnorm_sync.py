@@ -27,8 +27,9 @@ class BatchNormWithoutSync(Rule):
     """Convert BatchNorm layers to SyncBatchNorm before wrapping the model in DDP.
 
     What it finds: a ``DistributedDataParallel(model)`` wrap of a model that has BatchNorm layers
-    (``nn.BatchNorm1d`` / ``2d`` / ``3d`` under any import alias, in a model class defined in the file,
-    in a class that class builds, or in an ``nn.Sequential(...)`` built in place) when the model is not
+    (``nn.BatchNorm1d`` / ``2d`` / ``3d`` under any import alias, in a model class of the program, in a
+    class or helper function that class calls, such as ``conv_bn()`` returning ``nn.Sequential(conv,
+    BatchNorm2d, ReLU)``, or in an ``nn.Sequential(...)`` built in place) when the model is not
     passed through ``SyncBatchNorm.convert_sync_batchnorm`` (or ``runtime.convert_sync_batchnorm``).
 
     Why it is a problem: each process normalises its activations with the mean and variance of its own
@@ -117,6 +118,46 @@ ddp_model = DistributedDataParallel(
 )
 """,
         ),
+        Example(
+            before="""\
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def conv_bn(channels_in, channels_out):
+    return nn.Sequential(nn.Conv2d(channels_in, channels_out, 3), nn.BatchNorm2d(channels_out), nn.ReLU())
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.features = conv_bn(3, 16)
+
+
+model = Net().to(device)
+model = DDP(model, device_ids=[local_rank])
+""",
+            after="""\
+import torch.nn as nn
+from ddp_migrate import runtime
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def conv_bn(channels_in, channels_out):
+    return nn.Sequential(nn.Conv2d(channels_in, channels_out, 3), nn.BatchNorm2d(channels_out), nn.ReLU())
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.features = conv_bn(3, 16)
+
+
+model = Net().to(device)
+model = runtime.convert_sync_batchnorm(model)
+model = DDP(model, device_ids=[local_rank])
+""",
+        ),
         Valid(
             """\
 import torch.nn as nn
@@ -136,32 +177,34 @@ plain = DDP(nn.Linear(4, 4))
         ),
     )
 
-    def _batchnorm_classes(self, analysis: ScriptAnalysis) -> set[cst.ClassDef]:
-        """Classes of the program (any module) that hold BatchNorm layers, directly or through other
-        classes of the program they build (``self.block = Block()``, ``Block`` in another module)."""
-        found: set[cst.ClassDef] = set()
+    def _batchnorm_builders(self, analysis: ScriptAnalysis) -> set[cst.ClassDef | cst.FunctionDef]:
+        """Classes and functions of the program (any module) that build BatchNorm layers, directly or through
+        others of the program they call (``self.block = Block()``, ``self.features = conv_bn(3, 16)``, one
+        in another module)."""
+        found: set[cst.ClassDef | cst.FunctionDef] = set()
         for module in analysis.shared.analyses:
             for call in module.calls_to(names.BATCH_NORM):
-                owner = module.enclosing_class(call)
-                if owner is not None:
-                    found.add(owner)
-        classes = [cls for module in analysis.shared.analyses for cls in module.classes]
+                found.update(owner for owner in (module.enclosing_class(call), module.enclosing_function(call)) if owner)
+        candidates = [node for module in analysis.shared.analyses for node in (*module.classes, *module.functions)]
         changed = True
         while changed:
             changed = False
-            for cls in classes:
-                if cls not in found and any(self._built_class(analysis, n) in found for n in walk(cls) if type(n) is cst.Call):
-                    found.add(cls)
+            for candidate in candidates:
+                if candidate not in found and any(self._built_by(analysis, n) in found for n in walk(candidate) if type(n) is cst.Call):
+                    found.add(candidate)
                     changed = True
         return found
 
     @staticmethod
-    def _built_class(analysis: ScriptAnalysis, call: cst.Call) -> cst.ClassDef | None:
-        """The class of the program a call constructs (``Net()``, ``models.Net()``, an imported ``Net``)."""
-        return analysis.shared.constructed.get(call)
+    def _built_by(analysis: ScriptAnalysis, call: cst.Call) -> cst.ClassDef | cst.FunctionDef | None:
+        """The class of the program a call constructs (``Net()``, ``models.Net()``, an imported ``Net``), or the
+        function of the program it calls."""
+        return analysis.shared.constructed.get(call) or analysis.shared.call_targets.get(call)
 
-    def _batchnorm_source(self, analysis: ScriptAnalysis, origin: cst.CSTNode, classes: set[cst.ClassDef]) -> str | None:
-        """What makes a model origin hold BatchNorm layers (a class name, or the layer), if anything."""
+    def _batchnorm_source(
+        self, analysis: ScriptAnalysis, origin: cst.CSTNode, builders: set[cst.ClassDef | cst.FunctionDef]
+    ) -> str | None:
+        """What makes a model origin hold BatchNorm layers (a class or function name, or the layer), if anything."""
         if not isinstance(origin, cst.Call):
             return None
         for node in walk(origin):
@@ -169,14 +212,14 @@ plain = DDP(nn.Linear(4, 4))
                 continue
             if analysis.is_call_to(node, names.BATCH_NORM):
                 return dotted_name(node.func) or "BatchNorm"
-            built = self._built_class(analysis, node)
-            if built is not None and built in classes:
+            built = self._built_by(analysis, node)
+            if built is not None and built in builders:
                 return built.name.value
         return None
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
-        classes = self._batchnorm_classes(analysis)
-        if not classes and not analysis.calls_to(names.BATCH_NORM):
+        builders = self._batchnorm_builders(analysis)
+        if not builders and not analysis.calls_to(names.BATCH_NORM):
             return  # nothing in the program builds a BatchNorm layer
         for wrap in analysis.calls_to(names.DISTRIBUTED_DATA_PARALLEL):
             arg = wrapped_module(wrap)
@@ -185,7 +228,7 @@ plain = DDP(nn.Linear(4, 4))
             origins = analysis.origins(arg.value)
             if any(isinstance(o, cst.Call) and analysis.is_call_to(o, names.CONVERT_SYNC_BATCHNORM) for o in origins):
                 continue
-            sources = [s for s in (self._batchnorm_source(analysis, o, classes) for o in origins if o is not wrap) if s]
+            sources = [s for s in (self._batchnorm_source(analysis, o, builders) for o in origins if o is not wrap) if s]
             if sources:
                 yield Match(
                     wrap,

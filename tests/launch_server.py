@@ -1,12 +1,12 @@
 """The far end of ``launch``'s forking launches: a process that imports torch once and forks a child per program.
 
-Started by ``launch`` as ``python launch_server.py SOCKET`` (a world of one) or under ``torchrun --standalone
+Started by ``launch`` as ``python launch_server.py NAME`` (a world of one) or under ``torchrun --standalone
 --nproc_per_node=N`` (one server per worker, each with the environment torchrun gave it). Every server connects
-to the Unix socket ``SOCKET`` and obeys JSON lines:
+to the Unix socket ``NAME`` of Linux's abstract namespace and obeys JSON lines:
 
 - ``{"run": {...}}``: fork a child that becomes the program: its own session, the job's working folder,
   environment, ``sys.argv``, ``sys.path`` and ``sitecustomize`` of a ``PYTHONPATH`` folder, its stdout and stderr appended to the job's files, fresh seeds for
-  ``random`` and numpy (a new interpreter would draw its own), then ``runpy`` runs the script as ``__main__``
+  ``random`` and numpy (a new interpreter would draw its own), then the script runs as a new ``__main__``
   and the child exits as the interpreter ends a program (a traceback and 1 for an exception). A torchrun
   worker's child keeps the worker's ranks and launcher variables but meets its peers on the job's own
   ``MASTER_PORT``, rank 0 hosting the store (the agent's store serves one group only). The server answers ``{"exit": returncode}`` (``-signal`` for a signal, as ``subprocess`` does);
@@ -15,33 +15,39 @@ to the Unix socket ``SOCKET`` and obeys JSON lines:
 The client kills a child itself (its process tree, as ``launch`` kills a launch): the server only reports the
 exit and kills what the child left behind in its process group.
 
-Only the standard library and torch are imported here: a program's own module named like one of ours would
-otherwise be shadowed by ``sys.modules`` in its child. The server never runs a torch operation or starts a
+Only the standard library and torch are imported here. The greeting names every top-level module the server
+holds: a program with a module of its own by one of those names (shadowed by ``sys.modules`` in a child) is
+launched as new processes by the client. The server never runs a torch operation or starts a
 thread, so a fork is as clean as a new interpreter that imported torch.
 """
 
 from __future__ import annotations
 
+import builtins
 import importlib
 import json
 import os
 import random
-import runpy
 import select
 import signal
 import socket
 import sys
 import traceback
-
+import types
 
 
 class Connection:
-    """JSON lines over the server's socket, with a buffer of its own so ``select`` sees every pending line."""
+    """JSON lines over a connected socket (both ends use it), with a buffer of its own: a line already read
+    into it is :attr:`pending`, which ``select`` on the socket would not show."""
 
-    def __init__(self, path: str) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.connect(path)
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
         self.buffer = b""
+
+    @property
+    def pending(self) -> bool:
+        """Whether a whole message waits in the buffer."""
+        return b"\n" in self.buffer
 
     def send(self, message: dict) -> None:
         """Write one message."""
@@ -75,6 +81,7 @@ def _become_program(job: dict, started_with: dict[str, str]) -> int:
         os.environ.pop("TORCHELASTIC_USE_AGENT_STORE", None)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
+    os.close(null)
     for fd, path in ((1, job["stdout"]), (2, job["stderr"])):
         target = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         os.dup2(target, fd)
@@ -84,19 +91,33 @@ def _become_program(job: dict, started_with: dict[str, str]) -> int:
     random.seed()
     if "numpy" in sys.modules:
         sys.modules["numpy"].random.seed()
-    sys.path[0:1] = [os.path.dirname(os.path.abspath(job["script"])), *job["pythonpath"]]
+    script = os.path.abspath(job["script"])
+    sys.path[0:1] = [os.path.dirname(os.path.realpath(script)), *job["pythonpath"]]
     sys.argv = [job["script"], *job["args"]]
     try:
         for name in job["site_modules"]:  # as site imports them when an interpreter starts
             sys.modules.pop(name, None)
             importlib.import_module(name)
-        runpy.run_path(job["script"], run_name="__main__")
+        _run_as_main(script)
         return 0
     except SystemExit as exit_:
         return _exit_status(exit_.code)
     except BaseException:
         sys.excepthook(*sys.exc_info())
         return 1
+
+
+def _run_as_main(script: str) -> None:
+    """Run ``script`` as ``python script`` runs it: in a new ``__main__`` module that stays in ``sys.modules``
+    until the interpreter ends (its globals, a DDP model or a process group, are freed at shutdown, not when
+    the script returns), with the absolute ``__file__`` Python gives a script."""
+    main = types.ModuleType("__main__")
+    main.__file__ = script
+    main.__builtins__ = builtins  # type: ignore[attr-defined]
+    sys.modules["__main__"] = main
+    with open(script, "rb") as source:
+        code = compile(source.read(), script, "exec")
+    exec(code, main.__dict__)
 
 
 def _exit_status(code: object) -> int:
@@ -149,7 +170,7 @@ def _supervise(pid: int, connection: Connection) -> int | None:
             return None
 
 
-def main(socket_path: str) -> None:
+def main(socket_name: str) -> None:
     """Connect, then run the jobs the client sends until it closes the socket."""
     import torch  # noqa: F401  (the import every launch would otherwise pay)
     import torch.distributed  # noqa: F401
@@ -165,8 +186,11 @@ def main(socket_path: str) -> None:
         pass
 
     started_with = dict(os.environ)
-    connection = Connection(socket_path)
-    connection.send({"rank": int(os.environ.get("RANK", "0")), "pid": os.getpid()})
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect("\0" + socket_name)
+    connection = Connection(sock)
+    imported = sorted({name.split(".")[0] for name in sys.modules})
+    connection.send({"rank": int(os.environ.get("RANK", "0")), "pid": os.getpid(), "modules": imported})
     while True:
         message = connection.receive(None)
         if message is None:

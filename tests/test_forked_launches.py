@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from launch import LaunchError, run_python, run_torchrun, write_script
-from launch_forked import ForkPlan, fork_plan
+from launch_forked import fork_plan
 
 pytestmark = pytest.mark.distributed
 
@@ -42,12 +42,13 @@ def test_a_forked_python_launch_is_set_up_as_a_new_interpreter(tmp_path: Path) -
         write_script(tmp_path / folder, "helper.py", f"VALUE = {value}\n")
         write_script(tmp_path / folder, "report.py", REPORT)
     first = run_python(tmp_path / "one" / "report.py", "x", cwd=tmp_path)
-    second = run_python(tmp_path / "two" / "report.py", cwd=tmp_path / "two")
+    second = run_python("report.py", cwd=tmp_path / "two")
     assert first.forked and second.forked
     [one], [two] = _reports(first.output), _reports(second.output)
     assert one["name"] == "__main__" and one["argv"] == [str(tmp_path / "one" / "report.py"), "x"]
     assert one["path0"] == str(tmp_path / "one") and one["cwd"] == str(tmp_path)
     assert (one["helper"], two["helper"]) == (1, 2) and two["cwd"] == str(tmp_path / "two")
+    assert two["argv"] == ["report.py"] and two["file"] == str(tmp_path / "two" / "report.py")  # absolute, as Python gives
     assert one["draw"] != two["draw"]  # a new interpreter seeds random afresh
     assert one["rank"] is None and one["world"] is None
 
@@ -104,4 +105,23 @@ def test_the_start_up_environment_is_the_one_a_new_interpreter_would_see(tmp_pat
     hashes = [re.search(r"hash (-?\d+) customized (\w+)", launch.output).groups() for launch in (*forked, fresh)]  # type: ignore[union-attr]
     assert [customized for _, customized in hashes] == ["a", "b", "c"], hashes
     assert len({value for value, _ in hashes}) == 1, hashes  # the seed the server started with
-    assert fork_plan({"PYTHONHASHSEED": "0"}) == ForkPlan((("PYTHONHASHSEED", "0"),), (), ())
+    plan = fork_plan({"PYTHONHASHSEED": "0"})
+    assert plan is not None and dict(plan.startup)["PYTHONHASHSEED"] == "0" and (plan.pythonpath, plan.site_modules) == ((), ())
+    assert "PYTHONHASHSEED" not in dict(fork_plan(None).startup)  # type: ignore[union-attr]
+
+
+def test_a_program_with_a_module_named_like_one_the_server_holds_runs_as_a_new_process(tmp_path: Path) -> None:
+    write_script(tmp_path, "helper.py", "VALUE = 7\n")
+    write_script(tmp_path, "queue.py", "MINE = True\n")  # the server imported the standard library's queue
+    script = write_script(tmp_path, "report.py", REPORT + "import queue\nos.write(1, f'mine {queue.MINE}\\n'.encode())\n")
+    launch = run_python(script, cwd=tmp_path)
+    assert not launch.forked and "mine True" in launch.output, launch.output
+
+
+def test_a_program_that_ends_at_once_is_seen_to_end(tmp_path: Path) -> None:
+    """Its exit can reach the client in the same read as its start: the launch still ends at once."""
+    script = write_script(tmp_path, "quick.py", "import sys\nsys.exit(int(sys.argv[1]))\n")
+    for code in (0, 2, 0, 2, 0):
+        launch = run_torchrun(script, code, nproc_per_node=2, cwd=tmp_path, timeout=30, check=False)
+        assert launch.forked and not launch.timed_out and launch.duration < 10, launch
+        assert launch.returncode == (1 if code else 0)
