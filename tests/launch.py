@@ -415,11 +415,14 @@ def run_python(
     ``PYTHONPATH`` (then :func:`run_command`).
     """
     argv = [sys.executable, str(script), *map(str, args)]
-    return _run_script(argv, script, args, None, cwd, env, timeout, check, retry_teardown_abort, fresh)
+    return _run_script(
+        argv, script, args, nproc=None, cwd=cwd, env=env, timeout=timeout, check=check,
+        retry_teardown_abort=retry_teardown_abort, fresh=fresh,
+    )
 
 
 def _run_script(
-    argv: list[str], script: PathArg, args: Sequence[object], nproc: int | None, cwd: PathArg | None, env: EnvArg,
+    argv: list[str], script: PathArg, args: Sequence[object], *, nproc: int | None, cwd: PathArg | None, env: EnvArg,
     timeout: float, check: bool, retry_teardown_abort: bool, fresh: bool,
 ) -> LaunchResult:
     """Run ``argv`` (the launch of ``script args`` by python, or by torchrun with ``nproc`` workers) forked
@@ -462,7 +465,10 @@ def run_torchrun(
     argv = torchrun_command(
         "--standalone", f"--nproc_per_node={nproc_per_node}", str(script), *map(str, args)
     )
-    return _run_script(argv, script, args, nproc_per_node, cwd, env, timeout, check, retry_teardown_abort, fresh)
+    return _run_script(
+        argv, script, args, nproc=nproc_per_node, cwd=cwd, env=env, timeout=timeout, check=check,
+        retry_teardown_abort=retry_teardown_abort, fresh=fresh,
+    )
 
 
 def run_two_nodes(

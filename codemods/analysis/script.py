@@ -1297,7 +1297,7 @@ class ScriptAnalysis:
                     # ``self.training_step(batch)`` in a base class runs what a subclass overrides it with.
                     overrides = [
                         m for sub in (self.shared.subclasses_of(enclosing) if enclosing else ())
-                        if (m := _method(sub, method)) is not None and m is not target
+                        if (m := own_method(sub, method)) is not None and m is not target
                     ]
                     if overrides and target is None:
                         target = overrides.pop(0)
@@ -1491,7 +1491,7 @@ class ScriptAnalysis:
     def method_of(self, owner: cst.ClassDef, name: str, depth: int = 0) -> cst.FunctionDef | None:
         """The method a class of the program has under a name: its own, or one it inherits from a class of
         the program."""
-        own = _method(owner, name)
+        own = own_method(owner, name)
         if own is not None or depth > 8:
             return own
         home = self.shared.analysis_of(owner) or self
@@ -2755,7 +2755,8 @@ def _iterated_parameter(function: cst.FunctionDef) -> str | None:
     return None
 
 
-def _method(owner: cst.ClassDef | None, name: str) -> cst.FunctionDef | None:
+def own_method(owner: cst.ClassDef | None, name: str) -> cst.FunctionDef | None:
+    """The method a class defines itself under a name (not one it inherits: :meth:`ScriptAnalysis.method_of`)."""
     if owner is None or not isinstance(owner.body, cst.IndentedBlock):
         return None
     return next((s for s in owner.body.body if isinstance(s, cst.FunctionDef) and s.name.value == name), None)

@@ -14,7 +14,19 @@ from .. import names
 from . import tree
 from .loaders import without_gradients
 from .ranks import rank_facts
-from .script import SELF_RETURNING_METHODS, ScriptAnalysis, call_method_name, callee_name, dotted_name, is_none, is_true, keyword_argument, walk
+from .script import (
+    SELF_RETURNING_METHODS,
+    ScriptAnalysis,
+    call_method_name,
+    callee_name,
+    dotted_name,
+    is_none,
+    is_true,
+    keyword_argument,
+    own_method,
+    returns_of,
+    walk,
+)
 
 #: Methods whose results are a model's parameters or its submodules (whose ``requires_grad`` is theirs).
 PARAMETER_SOURCES = frozenset({"parameters", "named_parameters", "modules", "named_modules", "children", "named_children"})
@@ -303,7 +315,7 @@ def skipped_in_some_steps(analysis: ScriptAnalysis, model: cst.BaseExpression) -
             owner = analysis.shared.analysis_of(cls)
             if owner is None:
                 continue
-            forward = next((s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "forward"), None)  # type: ignore[union-attr]
+            forward = own_method(cls, "forward")
             if forward is not None and _checkpoints_reentrantly(owner, forward):
                 return None  # reentrant activation checkpointing cannot run with find_unused_parameters=True
             if forward is not None:
@@ -387,10 +399,10 @@ def _outputs_share_layers(analysis: ScriptAnalysis, call: cst.Call, discarded: i
         return False
     for cls in {constructed[o] for o in origins}:  # type: ignore[index]
         owner = analysis.shared.analysis_of(cls) or analysis
-        forward = next((s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "forward"), None)  # type: ignore[union-attr]
+        forward = own_method(cls, "forward")
         if forward is None:
             return False
-        returned = [r.value for r in walk(forward.body) if type(r) is cst.Return and r.value is not None and owner.enclosing_function(r) is forward]  # type: ignore[attr-defined]
+        returned = [r.value for r in returns_of(forward) if r.value is not None]
         if not returned:
             return False
         for value in returned:
