@@ -108,6 +108,8 @@ RUNTIME_SAVE = frozenset({runtime("save")})
 #: What a checkpoint the program saved comes back through: torch's loads and the runtime's.
 CHECKPOINT_LOADS = TORCH_LOAD | {runtime("load")}
 RUNTIME_PRINT = frozenset({runtime("print0")})
+#: The runtime's calls that tell a loader's sampler its epoch (the loader is their first argument).
+RUNTIME_EPOCH_CALLS = frozenset({runtime("set_epoch"), runtime("next_epoch")})
 RUNTIME_SILENCE_LOGGING = frozenset({runtime("silence_non_main_logging")})
 RUNTIME_MAIN_CHECK = frozenset({runtime("is_main_process")})
 RUNTIME_RANK = frozenset({runtime("rank"), *GET_RANK})

@@ -33,7 +33,11 @@ class MissingSetEpoch(Rule):
     ``runtime.set_epoch(train_dl, epoch)``, which finds the sampler of the loader inside. A loop that draws batches with ``next(it)`` and starts a new pass with
     ``it = iter(loader)`` on ``StopIteration``, or that starts one with each step
     (``x, y = next(iter(loader))``: under the sampler every step would draw the same first batch) gets
-    ``loader.sampler.set_epoch(loader.sampler.epoch + 1)`` right before each restart. When no epoch loop
+    ``loader.sampler.set_epoch(loader.sampler.epoch + 1)`` right before each restart. An endless generator of
+    the program that goes over the loader again and again (``while True: for batch in loader: yield batch``,
+    or ``yield from loader``) gets ``runtime.next_epoch(loader)`` before each pass (the generator may be
+    handed other loaders too: the runtime finds the sampler of each). Each loader needs its own calls: a
+    ``set_epoch`` on another loader's sampler does not count. When no epoch loop
     can be found it leaves a TODO comment and a review item instead of guessing; none where every pass is
     ``itertools.cycle(loader)``, which replays its first pass (its order never changes, in the original either).
 
@@ -185,6 +189,42 @@ for step in range(100):
     loss_fn(model(x), y).backward()
 """,
         ),
+        Example(
+            before="""\
+from torch.utils.data import DataLoader, DistributedSampler
+
+loader = DataLoader(ds, batch_size=8, sampler=DistributedSampler(ds))
+
+
+def forever(batches):
+    while True:
+        yield from batches
+
+
+stream = forever(loader)
+for step in range(100):
+    x, y = next(stream)
+    loss_fn(model(x), y).backward()
+""",
+            after="""\
+from ddp_migrate import runtime
+from torch.utils.data import DataLoader, DistributedSampler
+
+loader = DataLoader(ds, batch_size=8, sampler=DistributedSampler(ds))
+
+
+def forever(batches):
+    while True:
+        runtime.next_epoch(batches)
+        yield from batches
+
+
+stream = forever(loader)
+for step in range(100):
+    x, y = next(stream)
+    loss_fn(model(x), y).backward()
+""",
+        ),
         Valid(
             """\
 from torch.utils.data import DataLoader, DistributedSampler
@@ -205,38 +245,53 @@ for epoch in range(10):
         and this module's loaders with no epoch loop anywhere; with how the loader can be named at the top of
         the epoch loop (a name bound before the loop, never a progress wrapper made inside it)."""
         facts = loader_facts(analysis)
-        set_epoch_calls = analysis.program_method_calls("set_epoch")
         for loader in analysis.program_loader_calls:
             if loader not in facts.training_loaders or not analysis.has_distributed_sampler(loader):
                 continue
             loops = analysis.epoch_loops(loader)
             if not loops:
-                if analysis.owns(loader) and not set_epoch_calls and not facts.iterator_restarts(loader) and not facts.cycled(loader):
+                if (
+                    analysis.owns(loader)
+                    and not facts.epoch_calls(loader)
+                    and not facts.iterator_restarts(loader)
+                    and not facts.generator_passes(loader)
+                    and not facts.cycled(loader)
+                ):
                     yield loader, None, None
                 continue
             for epoch in loops:
                 # set_epoch may sit in a function the epoch loop calls (the DDP tutorial's ``_run_epoch``).
-                if analysis.owns(epoch.loop) and not analysis.reaches(epoch.loop, set_epoch_calls):
+                if analysis.owns(epoch.loop) and not analysis.reaches(epoch.loop, facts.epoch_calls(loader)):
                     yield loader, epoch, facts.spelling_in(epoch.loop, loader, epoch.loader_expr)
 
-    def _restarts(self, analysis: ScriptAnalysis) -> Iterator[tuple[cst.BaseStatement, cst.BaseExpression]]:
-        """Iterator-driven training loaders (``it = iter(loader)`` again on ``StopIteration``) with a
-        DistributedSampler and no ``set_epoch`` anywhere: the restarts of this module, where a new epoch begins."""
+    def _restarts(self, analysis: ScriptAnalysis) -> Iterator[tuple[cst.BaseStatement, cst.BaseExpression, bool]]:
+        """Iterator-driven training loaders (``it = iter(loader)`` again on ``StopIteration``, or an endless
+        generator's ``while True: for batch in loader: yield batch``) with a DistributedSampler whose epoch no
+        ``set_epoch`` call tells: the places of this module where a new pass begins, with how the loader is
+        spelled there and whether the place is a generator's pass (the loader a parameter: any loader)."""
         facts = loader_facts(analysis)
-        if analysis.program_method_calls("set_epoch"):
-            return
         for loader in analysis.program_loader_calls:
             if loader not in facts.iterator_training or not analysis.has_distributed_sampler(loader):
                 continue
-            if analysis.epoch_loops(loader):
-                continue
-            for stmt, spelled in facts.iterator_restarts(loader):
-                if analysis.owns(stmt):
-                    yield stmt, spelled
+            epochs = [epoch.loop for epoch in analysis.epoch_loops(loader)]
+            told = facts.epoch_calls(loader)
+            places = [(stmt, spelled, False) for stmt, spelled in facts.iterator_restarts(loader)]
+            places += [(stmt, param, True) for home, stmt, param in facts.generator_passes(loader) if home is analysis]
+            for stmt, spelled, in_generator in places:
+                if not analysis.owns(stmt) or any(analysis.is_inside(stmt, loop) for loop in epochs):
+                    continue  # (an epoch loop of the loader's is told its epoch where it starts)
+                # set_epoch is due between one pass and the next: in the loop that starts them again and again
+                # (a pass started outside any loop of its function: anywhere in the program)
+                again = analysis.nearest_loop(stmt)
+                if not (analysis.reaches(again, told) if again is not None else told):
+                    yield stmt, spelled, in_generator
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
-        for stmt, _ in self._restarts(analysis):
-            yield Match(stmt, "a new pass over the loader starts here without set_epoch: every pass repeats the same order")
+        seen: set[cst.CSTNode] = set()  # (two loaders handed to one generator: one finding)
+        for stmt, _, _ in self._restarts(analysis):
+            if stmt not in seen:
+                seen.add(stmt)
+                yield Match(stmt, "a new pass over the loader starts here without set_epoch: every pass repeats the same order")
         loops: set[cst.CSTNode] = set()
         for loader, epoch, spelling in self._cases(analysis):
             if epoch is None:
@@ -248,9 +303,17 @@ for epoch in range(10):
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         edits = Edits(analysis)
-        for stmt, spelled in self._restarts(analysis):
-            sampler = f"{code_of(spelled)}.sampler"
-            edits.insert_before(stmt, statement(f"{sampler}.set_epoch({sampler}.epoch + 1)"))
+        restarted: set[cst.CSTNode] = set()
+        for stmt, spelled, in_generator in self._restarts(analysis):
+            if stmt in restarted:
+                continue
+            restarted.add(stmt)
+            if in_generator:  # the generator may be handed other loaders too: the runtime finds the sampler
+                call = statement(f"{runtime_name(analysis, edits)}.next_epoch({code_of(spelled)})")
+            else:
+                sampler = f"{code_of(spelled)}.sampler"
+                call = statement(f"{sampler}.set_epoch({sampler}.epoch + 1)")
+            edits.insert_before(stmt, call)
             edits.changes.append(Change(self.code, analysis.line(stmt), "sampler.set_epoch called where each new pass over the loader starts"))
         written: set[tuple[cst.CSTNode, str]] = set()  # (several loaders reach one loop: a call each is one too many)
         for loader, epoch, spelling in self._cases(analysis):

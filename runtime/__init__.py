@@ -22,7 +22,7 @@ Nothing here adds work to a training step. Only torch and the standard library a
 
 from __future__ import annotations
 
-from .batch import per_process_batch_size, set_epoch
+from .batch import next_epoch, per_process_batch_size, set_epoch
 from .checkpoint import load, save
 from .environment import (
     device,
@@ -54,6 +54,7 @@ __all__ = [
     "load",
     "local_rank",
     "local_world_size",
+    "next_epoch",
     "per_process_batch_size",
     "print0",
     "rank",

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import operator
 import warnings
-from typing import Any
+import weakref
+from typing import Any, Callable
 
 from .environment import world_size
 from .errors import BatchSizeError
 
-__all__ = ["per_process_batch_size", "set_epoch"]
+__all__ = ["next_epoch", "per_process_batch_size", "set_epoch"]
 
 
 def per_process_batch_size(global_batch_size: int | None) -> int | None:
@@ -67,13 +68,49 @@ def set_epoch(loader: Any, epoch: int) -> None:
     every loader found among its attributes, a few levels down. A sampler without ``set_epoch`` (a
     ``RandomSampler`` on a run without torchrun) needs none. Where no loader is found (a wrapper that builds
     its loader only when iterated), a warning says so once: every epoch then repeats the same order."""
-    if not _set_epoch(loader, epoch, _WRAPPER_DEPTH, set()) and type(loader) not in _WARNED:
+    _tell(loader, lambda sampler: sampler.set_epoch(epoch))
+
+
+def next_epoch(loader: Any) -> None:
+    """Tell the sampler of a data loader that a new pass over it starts, where the program has no epoch
+    number (an endless generator, ``while True: for batch in loader: yield batch``): epoch 0 at the first
+    call for a sampler (or the epoch it was last given), one more at each call after. The loader is found as
+    :func:`set_epoch` finds it, and a warning says so once where none is."""
+    _tell(loader, _advance)
+
+
+#: The samplers :func:`next_epoch` has already started a pass of (their next call moves them on).
+_STARTED: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+
+def _advance(sampler: Any) -> None:
+    current = getattr(sampler, "epoch", None)
+    try:
+        first = sampler not in _STARTED
+        _STARTED.add(sampler)
+    except TypeError:  # a sampler that cannot be referred to weakly: each call moves it on
+        first = False
+    says_its_epoch = type(current) is int
+    if not says_its_epoch:  # the passes are counted here instead
+        current, first = _PASSES.get(id(sampler), -1), False
+    epoch = current if first else current + 1
+    if not says_its_epoch:
+        _PASSES[id(sampler)] = epoch
+    sampler.set_epoch(epoch)
+
+
+#: The passes :func:`next_epoch` counted for samplers without an ``epoch`` attribute, by ``id``.
+_PASSES: dict[int, int] = {}
+
+
+def _tell(loader: Any, tell: Callable[[Any], None]) -> None:
+    if not _tell_samplers(loader, tell, _WRAPPER_DEPTH, set()) and type(loader) not in _WARNED:
         _WARNED.add(type(loader))
         warnings.warn(
             f"set_epoch: no sampler with set_epoch() found in this {type(loader).__name__}; "
             "every epoch repeats the same order",
             RuntimeWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
 
 
@@ -81,17 +118,17 @@ def set_epoch(loader: Any, epoch: int) -> None:
 _WARNED: set[type] = set()
 
 
-def _set_epoch(value: Any, epoch: int, depth: int, seen: set[int]) -> bool:
+def _tell_samplers(value: Any, tell: Callable[[Any], None], depth: int, seen: set[int]) -> bool:
     if id(value) in seen:
         return False
     seen.add(id(value))
     batches = getattr(value, "batch_sampler", None)
     samplers = [getattr(value, "sampler", None), batches, getattr(batches, "sampler", None)]
-    told = False
+    told: list[Any] = []
     for sampler in samplers:
-        if sampler is not None and callable(getattr(sampler, "set_epoch", None)):
-            sampler.set_epoch(epoch)  # the sampler, or a batch sampler that shuffles its own buckets
-            told = True
+        if sampler is not None and callable(getattr(sampler, "set_epoch", None)) and not any(sampler is t for t in told):
+            tell(sampler)  # the sampler, or a batch sampler that shuffles its own buckets (each once)
+            told.append(sampler)
     if told or samplers[0] is not None:
         return True  # (a loader whose samplers take no epoch needs none)
     if depth <= 0 or not hasattr(value, "__dict__") or isinstance(value, type):
@@ -99,5 +136,5 @@ def _set_epoch(value: Any, epoch: int, depth: int, seen: set[int]) -> bool:
     found = False
     for attribute in list(vars(value).values()):
         if hasattr(attribute, "__dict__") and not callable(attribute):
-            found |= _set_epoch(attribute, epoch, depth - 1, seen)
+            found |= _tell_samplers(attribute, tell, depth - 1, seen)
     return found

@@ -48,6 +48,7 @@ CONTRACT = {
     "convert_sync_batchnorm",
     "per_process_batch_size",
     "set_epoch",
+    "next_epoch",
 }
 ENVIRONMENT = (
     "RANK",
@@ -352,6 +353,52 @@ def test_set_epoch_reaches_the_sampler_of_a_loader_or_of_the_loader_a_wrapper_ho
     with pytest.warns(RuntimeWarning, match="no sampler with set_epoch.* in this list"):
         runtime.set_epoch([loader], 9)  # not a loader nor an object holding one (a list is not looked into)
     assert sampler.epoch == 5
+
+
+def test_next_epoch_counts_the_passes_of_each_sampler_once() -> None:
+    """An endless generator's passes: epoch 0 first (or the epoch the sampler was last given), then one more
+    each call; a loader's ``batch_sampler.sampler`` is its ``sampler`` (told once, not twice)."""
+    import warnings
+
+    from torch.utils.data import DataLoader, Sampler, TensorDataset
+    from torch.utils.data.distributed import DistributedSampler
+
+    data = TensorDataset(torch.arange(8))
+    sampler = DistributedSampler(data, num_replicas=2, rank=0)
+    loader = DataLoader(data, batch_size=2, sampler=sampler)
+    assert loader.batch_sampler.sampler is sampler  # type: ignore[union-attr]
+    epochs = []
+    for _ in range(3):
+        runtime.next_epoch(loader)
+        epochs.append(sampler.epoch)
+    assert epochs == [0, 1, 2]
+    given = DistributedSampler(data, num_replicas=2, rank=1)
+    given.set_epoch(5)
+    runtime.next_epoch(DataLoader(data, batch_size=2, sampler=given))
+    assert given.epoch == 5
+    runtime.next_epoch(DataLoader(data, batch_size=2, sampler=given))
+    assert given.epoch == 6
+
+    class Told(Sampler[int]):  # a sampler with set_epoch but no epoch attribute
+        def __init__(self) -> None:
+            self.told: list[int] = []
+
+        def __iter__(self):  # type: ignore[no-untyped-def]
+            return iter(range(8))
+
+        def __len__(self) -> int:
+            return 8
+
+        def set_epoch(self, epoch: int) -> None:
+            self.told.append(epoch)
+
+    told = Told()
+    for _ in range(3):
+        runtime.next_epoch(DataLoader(data, batch_size=2, sampler=told))
+    assert told.told == [0, 1, 2]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a RandomSampler takes no epoch: nothing to say
+        runtime.next_epoch(DataLoader(data, batch_size=2, shuffle=True))
 
 
 # --- models --------------------------------------------------------------------------------------

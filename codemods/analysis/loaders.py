@@ -31,6 +31,7 @@ from .script import (
     item_name,
     literal_dict_items,
     loader_argument,
+    passed_over,
     statements_of,
     unwrap_iterable,
     walk,
@@ -82,6 +83,7 @@ class LoaderFacts:
 
     def __post_init__(self) -> None:
         self._hand_sharded: dict[cst.Call, bool] = {}
+        self._epoch_calls: dict[cst.Call, list[cst.Call]] = {}
         a = self.analysis
         self._loader_set = set(a.program_loader_calls)
         self._find_dict_loaders()
@@ -341,6 +343,63 @@ class LoaderFacts:
                 if type(call.func) is cst.Name and call.func.value == "iter" and call.args:  # type: ignore[attr-defined]
                     if loader in analysis.origins(call.args[0].value):
                         yield analysis, call
+
+    def generator_passes(self, loader: cst.Call) -> list[tuple[ScriptAnalysis, cst.BaseStatement, cst.Name]]:
+        """Where a generator of the program that the loader is handed to starts a new pass over it again and
+        again (``def forever(loader): while True: for batch in loader: yield batch``, or ``yield from
+        loader``): the statement that makes each pass, inside a loop of the generator, with its module's
+        analysis and the parameter that names the loader there."""
+        found: list[tuple[ScriptAnalysis, cst.BaseStatement, cst.Name]] = []
+        for analysis in self.analysis.shared.analyses:
+            for function in analysis.functions:
+                param = analysis.generator_parameter(function)
+                if param is None or not self._handed_to(function, param, loader):
+                    continue
+                for node in walk(function.body):
+                    over = passed_over(node)
+                    if type(over) is not cst.Name or over.value != param:  # type: ignore[attr-defined]
+                        continue
+                    loop = analysis.nearest_loop(analysis.statement(node) if type(node) is cst.Yield else node)
+                    if loop is not None and analysis.is_inside(loop, function):
+                        found.append((analysis, analysis.statement(node), over))  # type: ignore[arg-type]
+        return found
+
+    def _handed_to(self, function: cst.FunctionDef, param: str, loader: cst.Call) -> bool:
+        """Whether a call of the program passes the loader to the function's parameter."""
+        for call in self.analysis.callers_in_program(function):
+            owner = self.analysis.shared.analysis_of(call) or self.analysis
+            argument = owner.argument_for(call, function, param)
+            if argument is not None and loader in owner.origins(argument):
+                return True
+        return False
+
+    def epoch_calls(self, loader: cst.Call) -> list[cst.Call]:
+        """The ``set_epoch`` calls of the program that may tell this loader's sampler its epoch: a call on the
+        sampler (``sampler.set_epoch(e)`` of the sampler the loader was given, ``loader.sampler.set_epoch(e)``),
+        the runtime's ``set_epoch(loader, e)`` / ``next_epoch(loader)``, or a call on something the analysis
+        cannot trace (a sampler handed in from outside may be this one). Another loader's do not count."""
+        found = self._epoch_calls.get(loader)
+        if found is not None:
+            return found
+        home = self.analysis.shared.analysis_of(loader) or self.analysis
+        samplers = home.sampler_origins(loader)
+        found = self._epoch_calls[loader] = []
+        for analysis in self.analysis.shared.analyses:
+            for call in analysis.calls_to(names.RUNTIME_EPOCH_CALLS):
+                held = analysis.origins(call.args[0].value) if call.args else set()
+                if not held or loader in held:
+                    found.append(call)
+            for call in analysis.method_calls("set_epoch"):
+                if analysis.is_call_to(call, names.RUNTIME_EPOCH_CALLS):
+                    continue
+                receiver = call.func.value  # type: ignore[attr-defined]
+                if type(receiver) is cst.Attribute and receiver.attr.value in SAMPLING_KEYS:  # type: ignore[attr-defined]
+                    held = analysis.origins(receiver.value)  # type: ignore[attr-defined]
+                else:
+                    held = analysis.origins(receiver)
+                if not held or loader in held or not held.isdisjoint(samplers):
+                    found.append(call)
+        return found
 
     def cycled(self, loader: cst.Call) -> bool:
         """Whether every pass over the loader is made by ``itertools.cycle(loader)`` (a ``for`` loop over it, or

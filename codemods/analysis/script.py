@@ -970,7 +970,7 @@ class ScriptAnalysis:
             target = self._call_targets.get(expr)
             if target is not None and target in self._returned and expr not in self.shared.constructed:
                 return self.returned_origins(target)
-            if target is not None and (param := self._generator_parameter(target)) is not None:
+            if target is not None and (param := self.generator_parameter(target)) is not None:
                 # ``cycle(loader)`` of ``def cycle(it): while True: for b in it: yield b``: its batches.
                 argument = self.argument_for(expr, target, param)  # type: ignore[arg-type]
                 return {expr} | (self.origins(argument) if argument is not None else set())
@@ -1019,8 +1019,10 @@ class ScriptAnalysis:
             found |= self._bindings.get((cls, name), set())
         return found
 
-    def _generator_parameter(self, function: cst.FunctionDef) -> str | None:
-        """:func:`_generator_parameter`, read once per function of the program (in its module's analysis)."""
+    def generator_parameter(self, function: cst.FunctionDef) -> str | None:
+        """The parameter a generator function of the program goes over (:func:`_iterated_parameter`: ``loader``
+        of ``def cycle(loader): while True: yield from loader``), ``None`` for any other function; read once
+        per function (in its module's analysis)."""
         home = self.shared.analysis_of(function) or self
         found = home.derived("generator parameters", lambda _: {})
         if function not in found:
@@ -1755,7 +1757,7 @@ class ScriptAnalysis:
             # A generator's call holds what it iterates; the loop still spells the loader as its argument
             # (``log_every(loader, 10)``: ``loader``).
             target = self._call_targets.get(expr) if type(expr) is cst.Call else None  # type: ignore[arg-type]
-            through = not found or (target is not None and self._generator_parameter(target) is not None)
+            through = not found or (target is not None and self.generator_parameter(target) is not None)
             inner = self._iterated_argument(expr, loader_set) if through and isinstance(expr, cst.Call) else None
             if inner is None:
                 break
@@ -2745,13 +2747,23 @@ def _generator_functions(analysis: ScriptAnalysis) -> frozenset[cst.FunctionDef]
 
 def _iterated_parameter(function: cst.FunctionDef) -> str | None:
     """The parameter a (generator) function iterates (``def cycle(loader): while True: for batch in loader:
-    yield batch``), or ``None``."""
+    yield batch``, or ``yield from loader``), or ``None``."""
     params = {p.name.value for p in (*function.params.posonly_params, *function.params.params)}
     for node in tree.walk(function.body):
-        if type(node) is cst.For:
-            iterated = unwrap_iterable(node.iter)  # type: ignore[attr-defined]
-            if type(iterated) is cst.Name and iterated.value in params:  # type: ignore[attr-defined]
-                return iterated.value  # type: ignore[attr-defined]
+        iterated = passed_over(node)
+        if iterated is not None and type(iterated) is cst.Name and iterated.value in params:  # type: ignore[attr-defined]
+            return iterated.value  # type: ignore[attr-defined]
+    return None
+
+
+def passed_over(node: cst.CSTNode) -> cst.BaseExpression | None:
+    """What a node goes over once, from its first item to its last: the iterable of a ``for`` loop (through
+    a progress or ``enumerate`` wrapper), the operand of ``yield from``; ``None`` for any other node."""
+    kind = type(node)
+    if kind is cst.For:
+        return unwrap_iterable(node.iter)  # type: ignore[attr-defined]
+    if kind is cst.Yield and type(node.value) is cst.From:  # type: ignore[attr-defined]
+        return node.value.item  # type: ignore[attr-defined]
     return None
 
 
