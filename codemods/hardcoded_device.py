@@ -9,6 +9,7 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name
+from .analysis.script import item_name, literal_dict_items
 from .analysis.ranks import Kind, rank_facts
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression, remove_statements
@@ -65,8 +66,31 @@ def _device_names(analysis: ScriptAnalysis) -> set[str]:
             call_method_name(call) == "to" or analysis.is_call_to(call, names.TORCH_DEVICE | names.CUDA_SET_DEVICE)
         ):
             handed.append(call.args[0].value)
-        found.update(name for value in handed if (name := dotted_name(value)) is not None)
+        pending = list(handed)
+        while pending:  # ``device = DEVICE``: the name copied from is handed on too
+            value = pending.pop()
+            name = _name_of(value)
+            if name is None or name in found:
+                continue
+            found.add(name)
+            pending.extend(_copied_from(analysis, value, name))
     return found
+
+
+def _name_of(value: cst.CSTNode) -> str | None:
+    """``device``, ``args.device`` or ``cfg['device']``: how the analysis names what the value reads."""
+    return dotted_name(value) or item_name(value)
+
+
+def _copied_from(analysis: ScriptAnalysis, node: cst.BaseExpression, name: str) -> list[cst.BaseExpression]:
+    """The names and attributes whose values the name used at ``node`` may be a copy of (``device = DEVICE``,
+    a parameter given ``args.device`` by its callers), a global of the module's top level included."""
+    values = analysis.flows_into(node, name)
+    function = analysis.enclosing_function(node)
+    if not values and function is not None and "." not in name and not analysis.binds_locally(function, name):
+        values = analysis.assigned_values(None, name)
+    branches = [side for value in values for side in ((value.body, value.orelse) if type(value) is cst.IfExp else (value,))]  # type: ignore[attr-defined]
+    return [value for value in branches if _name_of(value) is not None]  # type: ignore[misc]
 
 
 def _string_devices(analysis: ScriptAnalysis, strict: bool) -> Iterator[cst.SimpleString]:
@@ -83,15 +107,19 @@ def _string_devices(analysis: ScriptAnalysis, strict: bool) -> Iterator[cst.Simp
             target = assign.targets[0].target
         else:
             target = assign.target
-        if assign.value is None or dotted_name(target) not in used:
+        name = dotted_name(target)
+        if assign.value is None or name is None:
             continue
-        value = assign.value
-        sides = [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]
-        for side in sides:
-            if not (isinstance(side, cst.SimpleString) and CUDA_LITERAL.match(str(side.evaluated_value))):
-                continue
-            if _is_literal_index(side) or (strict and side is value):
-                yield side
+        # the value itself, or the item of a dict written out whose key is read as a device (``cfg["device"]``)
+        values = [assign.value] if name in used else []
+        values += [item for key, item in literal_dict_items(assign.value) or () if f"{name}[{key!r}]" in used]
+        for value in values:
+            sides = [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]
+            for side in sides:
+                if not (isinstance(side, cst.SimpleString) and CUDA_LITERAL.match(str(side.evaluated_value))):
+                    continue
+                if _is_literal_index(side) or (strict and side is value):
+                    yield side
 
 
 class HardcodedDevice(Rule):
@@ -100,7 +128,8 @@ class HardcodedDevice(Rule):
     What it finds: ``torch.device("cuda")``, ``torch.device("cuda:0")``, ``torch.device("cuda" if ... else
     "cpu")``, ``.cuda()``, ``.to("cuda")``, ``device="cuda"`` / ``map_location="cuda:0"`` arguments and
     ``torch.cuda.set_device(0)``; also a device kept in a variable as a string (``device = "cuda:0" if
-    torch.cuda.is_available() else "cpu"``) that the program hands to ``.to(...)`` or ``device=``. In a
+    torch.cuda.is_available() else "cpu"``) that the program hands to ``.to(...)`` or ``device=``, also through
+    copies (``device = DEVICE`` of a module-level ``DEVICE``) and a dict written out (``CFG["device"]``). In a
     script that already sets up a process group only literal indices (``cuda:0``, ``.cuda(0)``,
     ``set_device(0)``) are reported: there ``.cuda()`` follows the current device.
 
@@ -161,6 +190,32 @@ from ddp_migrate import runtime
 if use_cuda:
     x, y = x.to(runtime.device()), y.to(runtime.device())
 loss.backward()
+""",
+        ),
+        # A device string of the top level that a function copies (a trial: every rank on GPU 0, nothing said).
+        Example(
+            before="""\
+import torch
+
+DEVICE = "cuda:0" if torch.cuda.is_available() else "cpu"
+
+
+def train():
+    device = DEVICE
+    model = Net().to(device)
+    loss.backward()
+""",
+            after="""\
+import torch
+from ddp_migrate import runtime
+
+DEVICE = str(runtime.device()) if torch.cuda.is_available() else "cpu"
+
+
+def train():
+    device = DEVICE
+    model = Net().to(device)
+    loss.backward()
 """,
         ),
         # The user's choice is kept (issue 14: --no-cuda used to stop working).

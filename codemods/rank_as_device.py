@@ -17,6 +17,7 @@ from .runtime_calls import runtime_name
 #: ``runtime.device()``: this process's GPU, or the CPU.
 RUNTIME_DEVICE = frozenset({names.runtime("device")})
 DEVICE = "device"  # the expression becomes runtime.device()
+DEVICE_STRING = "device string"  # a string naming the device becomes str(runtime.device()), still a string
 CUDA_CALL = "cuda"  # x.cuda(rank) becomes x.to(runtime.device())
 SET_DEVICE = "set_device"  # torch.cuda.set_device(rank): runtime.setup() does it
 DEVICE_IDS = "device_ids"  # device_ids=[rank] becomes runtime.device_ids()
@@ -57,12 +58,36 @@ def _under_a_gpu_test(analysis: ScriptAnalysis, call: cst.Call, device: cst.Base
     )
 
 
-def _cuda_fstring(node: cst.CSTNode) -> bool:
-    """``f"cuda:{...}"``."""
-    if type(node) is not cst.FormattedString or not node.parts:  # type: ignore[attr-defined]
+def _cuda_string(node: cst.CSTNode) -> bool:
+    """A string built from a GPU number: ``f"cuda:{...}"``, ``"cuda:%d" % ...``, ``"cuda:{}".format(...)``."""
+    kind = type(node)
+    if kind is cst.FormattedString:
+        first = node.parts[0] if node.parts else None  # type: ignore[attr-defined]
+        return isinstance(first, cst.FormattedStringText) and first.value.startswith("cuda:")
+    if kind is cst.BinaryOperation and type(node.operator) is cst.Modulo:  # type: ignore[attr-defined]
+        return _starts_with_cuda(node.left)  # type: ignore[attr-defined]
+    if kind is cst.Call and type(node.func) is cst.Attribute and node.func.attr.value == "format":  # type: ignore[attr-defined]
+        return _starts_with_cuda(node.func.value)  # type: ignore[attr-defined]
+    return False
+
+
+def _takes_a_device(analysis: ScriptAnalysis, argument: cst.Arg) -> bool:
+    """Whether a device object does as well as its name for the argument: ``device=`` or ``map_location=``,
+    or the first argument of ``.to()``, ``.cuda()``, ``torch.device()``, ``set_device()`` or a CUDA query."""
+    if argument.keyword is not None and argument.keyword.value in ("device", "map_location"):
+        return True
+    call = analysis.parent(argument)
+    if type(call) is not cst.Call or argument.keyword is not None or call.args[0] is not argument:  # type: ignore[attr-defined]
         return False
-    first = node.parts[0]
-    return isinstance(first, cst.FormattedStringText) and first.value.startswith("cuda:")
+    return (
+        call_method_name(call) in ("to", "cuda")  # type: ignore[arg-type]
+        or analysis.is_call_to(call, names.TORCH_DEVICE | names.CUDA_SET_DEVICE)  # type: ignore[arg-type]
+        or _is_cuda_query(analysis, call)  # type: ignore[arg-type]
+    )
+
+
+def _starts_with_cuda(node: cst.CSTNode) -> bool:
+    return type(node) is cst.SimpleString and str(node.evaluated_value).startswith("cuda:")  # type: ignore[attr-defined]
 
 
 class RankAsDevice(Rule):
@@ -70,7 +95,8 @@ class RankAsDevice(Rule):
 
     What it finds: the global rank (a spawn function's rank parameter, ``dist.get_rank()``, ``RANK`` from
     the environment, or a variable copied from them) used as a device: ``.to(rank)``, ``.cuda(rank)``,
-    ``torch.device(f"cuda:{rank}")``, ``torch.cuda.set_device(rank)``, ``DistributedDataParallel(model,
+    ``torch.device(f"cuda:{rank}")``, a device string (``f"cuda:{rank}"``, ``"cuda:%d" % rank``,
+    ``"cuda:{}".format(rank)``), ``torch.cuda.set_device(rank)``, ``DistributedDataParallel(model,
     device_ids=[rank], output_device=rank)``; and ``device_ids=[local_rank]`` where the model goes to
     ``runtime.device()`` (the CPU on a machine without CUDA, where DDP refuses ``device_ids``: a migrated
     ``--local_rank`` script failed under a CPU torchrun).
@@ -80,7 +106,9 @@ class RankAsDevice(Rule):
     or ranks of different nodes share GPUs. The GPU index of a process is its local rank.
 
     What the fix does: the device expression becomes ``runtime.device()`` (``cuda:<LOCAL_RANK>``, or the
-    CPU without CUDA, so a ``... if torch.cuda.is_available() else "cpu"`` around it goes too);
+    CPU without CUDA, so a ``... if torch.cuda.is_available() else "cpu"`` around it goes too), and a
+    device string outside a call that takes a device becomes ``str(runtime.device())``, still a string
+    (``name.split(":")``, a ``map_location`` dict's value: ``torch.load`` wants strings there);
     ``.cuda(rank)`` becomes ``.to(runtime.device())``; ``device_ids=[rank]`` becomes
     ``device_ids=runtime.device_ids()`` and ``output_device`` goes; ``set_device(rank)`` is removed where
     ``runtime.setup()`` sets the device, and uses ``runtime.local_rank()`` otherwise. Where the variable
@@ -253,8 +281,12 @@ loss.backward()
                     if output is not None and facts.holds_local_rank(output.value):
                         yield _Case(output.value, OUTPUT_DEVICE, "output_device=local rank: DDP uses device_ids[0]")
         for node in analysis.preorder:
-            if _cuda_fstring(node) and _mentions_rank(facts, node) and not any(analysis.is_inside(node, d) for d in devices):
-                yield _Case(node, DEVICE, 'f"cuda:{rank}" from the global rank: the GPU of a process is its local rank')
+            if _cuda_string(node) and _mentions_rank(facts, node) and not any(analysis.is_inside(node, d) for d in devices):
+                # Where a device call takes it, the device object does as well; elsewhere it stays a string
+                # (``name.split(":")``, a ``map_location`` dict's value: torch.load wants strings there).
+                holder = analysis.parent(node)
+                kind = DEVICE if type(holder) is cst.Arg and _takes_a_device(analysis, holder) else DEVICE_STRING  # type: ignore[arg-type]
+                yield _Case(node, kind, f'{code_of(node)} from the global rank: the GPU of a process is its local rank')
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
         blocked = legacy_facts(analysis).blocked()
@@ -274,6 +306,9 @@ loss.backward()
             if case.kind == DEVICE:
                 edits.replace(facts.device_choice(node), expression(f"{rt}.device()"))  # type: ignore[arg-type]
                 message = "device of the global rank replaced by runtime.device() (the local rank's GPU)"
+            elif case.kind == DEVICE_STRING:
+                edits.replace(facts.device_choice(node), expression(f"str({rt}.device())"))  # type: ignore[arg-type]
+                message = "device of the global rank replaced by str(runtime.device()) (the local rank's GPU)"
             elif case.kind == CUDA_CALL:
                 assert isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
                 edits.replace(node, node.with_changes(func=node.func.with_changes(attr=cst.Name("to")), args=[cst.Arg(expression(f"{rt}.device()"))]))

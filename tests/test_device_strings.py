@@ -1,0 +1,106 @@
+"""Devices written as strings (a trial of unseen programs).
+
+- A CUDA device kept as a string at the module's top level and copied into the function that trains
+  (``DEVICE = "cuda:0" if ... else "cpu"``; ``device = DEVICE``), or kept in a config dict (``CFG["device"]``),
+  was neither rewritten nor reported: on a GPU node every rank would have put its model on GPU 0.
+- ``f"cuda:{rank}"`` (and ``"cuda:%d" % rank``, ``"cuda:{}".format(rank)``) outside a device call became a
+  ``torch.device``, which code that reads it as a string cannot use (``name.split(":")``, a ``map_location``
+  dict's value); the ``%`` and ``.format`` forms were left on the global rank.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from launch import run_torchrun
+from migrated import migrate_script
+
+TRAIN = '''
+import torch
+import torch.nn as nn
+
+CHOICE
+
+
+def main():
+    device = USE
+    model = nn.Linear(4, 1).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(3):
+        opt.zero_grad()
+        model(torch.randn(8, 4).to(device)).sum().backward()
+        opt.step()
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+MODULE_LEVEL = {
+    "copied": ('DEVICE = "cuda:0" if torch.cuda.is_available() else "cpu"', "DEVICE",
+               'DEVICE = str(runtime.device()) if torch.cuda.is_available() else "cpu"'),
+    "chosen where copied": ('DEVICE = "cuda:0"', 'DEVICE if torch.cuda.is_available() else "cpu"',
+                            "DEVICE = str(runtime.device())"),
+    "config dict": ('CFG = {"device": "cuda:0" if torch.cuda.is_available() else "cpu"}', 'CFG["device"]',
+                    'CFG = {"device": str(runtime.device()) if torch.cuda.is_available() else "cpu"}'),
+}
+
+
+@pytest.mark.parametrize("shape", list(MODULE_LEVEL))
+def test_a_device_string_of_the_top_level_copied_into_the_training_is_this_processs(tmp_path: Path, shape: str) -> None:
+    choice, use, expected = MODULE_LEVEL[shape]
+    migrated, report, _ = migrate_script(tmp_path, TRAIN.replace("CHOICE", choice).replace("USE", use))
+    assert expected + "\n" in migrated, report + migrated
+    assert "DDP004" in report, report
+
+
+SPAWNED = '''
+import os
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def demo(rank, world_size):
+    os.environ["MASTER_ADDR"] = "localhost"
+    os.environ["MASTER_PORT"] = "12355"
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    ddp_model = DDP(nn.Linear(4, 2))
+    if rank == 0:
+        torch.save(ddp_model.state_dict(), "ck.pt")
+    dist.barrier()
+    map_location = {"cuda:0": f"cuda:{rank}"} if torch.cuda.is_available() else "cpu"
+    ddp_model.load_state_dict(torch.load("ck.pt", map_location=map_location))
+    name = f"cuda:{rank}"
+    other = "cuda:%d" % rank
+    third = "cuda:{}".format(rank)
+    x = torch.zeros(2).to(f"cuda:{rank}") if torch.cuda.is_available() else None
+    print("kind", name.split(":")[0], other.split(":")[0], third.split(":")[0], flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    mp.spawn(demo, args=(2,), nprocs=2, join=True)
+'''
+
+
+def test_a_device_string_of_the_rank_stays_a_string(tmp_path: Path) -> None:
+    migrated, report, _ = migrate_script(tmp_path, SPAWNED)
+    assert '{"cuda:0": str(runtime.device())} if torch.cuda.is_available() else "cpu"' in migrated, report + migrated
+    for name in ("name", "other", "third"):
+        assert f"    {name} = str(runtime.device())\n" in migrated, migrated
+    # a device call takes the device itself
+    assert "x = torch.zeros(2).to(runtime.device()) if torch.cuda.is_available() else None" in migrated, migrated
+
+
+@pytest.mark.distributed
+def test_a_device_string_of_the_rank_is_read_as_a_string_under_torchrun(tmp_path: Path) -> None:
+    """The string's readers run (they failed: 'torch.device' object has no attribute 'split')."""
+    pytest.importorskip("torch")
+    migrate_script(tmp_path, SPAWNED)
+    launch = run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, timeout=120)
+    assert launch.output.count("kind ") == 2, launch.output
