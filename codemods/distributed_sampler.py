@@ -12,7 +12,7 @@ from . import names
 from .analysis import LOADER_PARAMETERS, ScriptAnalysis, given_loader_argument, is_none, loader_argument
 from .analysis.loaders import SAMPLING_KEYS, KwargsDict, loader_facts
 from .analysis.per_rank import partial_random_pass
-from .analysis.ranks import steps_scaled_by_world_size
+from .analysis.ranks import seeds_alike, steps_scaled_by_world_size, torch_seed_before, torch_seeds
 from .base import BatchSizePolicy, Change, Example, FixResult, FixSafety, Match, Note, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression, statement, with_keyword
 from .runtime_calls import imported_name, runtime_name
@@ -76,7 +76,11 @@ class MissingDistributedSampler(Rule):
     the original batch); with ``--batch-size per-process`` it is kept and the report says the effective
     batch grows with the world size. Positional arguments after ``dataset`` become keywords. Arguments
     given through a dict (``DataLoader(ds, **train_kwargs)``, with every write to the dict visible) are
-    overridden in the call, not in the dict, which other loaders may share.
+    overridden in the call, not in the dict, which other loaders may share. A shuffling loader of a program
+    that seeds torch first (``torch.manual_seed(args.seed)``, ``set_seed(cfg.seed)``, in the function that
+    builds the loader, the same on every rank) gets ``seed=<that seed>``: the sampler shuffles from its own
+    seed, and without it every seed of a sweep would see the same orders (a note says so where the seed is out
+    of the loader's reach).
 
     What it leaves to a human (a TODO comment and a review item): a training loader that already has its
     own sampler (``WeightedRandomSampler``, ``SubsetRandomSampler``: never dropped), a loader over an
@@ -467,7 +471,9 @@ with torch.no_grad():
                 edits.replace(loader, self._rewrite_kwargs(analysis, edits, loader, dataset_expr, kwargs, options))
             else:
                 edits.replace(loader, self._rewrite(analysis, edits, loader, dataset_expr, options))
-            edits.changes.append(Change(self.code, analysis.line(loader), "DistributedSampler added to the training DataLoader" + kept))
+            edits.changes.append(
+                Change(self.code, analysis.line(loader), "DistributedSampler added to the training DataLoader" + kept + _unseeded(analysis, loader, kwargs))
+            )
         return edits.apply(analysis.module) if edits else None
 
     @staticmethod
@@ -488,7 +494,8 @@ with torch.no_grad():
         original_dataset = loader_argument(loader, "dataset")
         shuffle = loader_argument(loader, "shuffle")
         shuffle_code = code_of(shuffle.value) if shuffle is not None else "False"
-        sampler = expression(f"{sampler_class}({code_of(dataset)}, {self._replicas(analysis, edits)}shuffle={shuffle_code})")
+        seed = _seed_argument(analysis, loader, shuffle_code)
+        sampler = expression(f"{sampler_class}({code_of(dataset)}, {self._replicas(analysis, edits)}shuffle={shuffle_code}{seed})")
         args: list[cst.Arg] = []
         keyword_from = None
         unset_samplers = _unset_samplers(loader)
@@ -540,7 +547,7 @@ with torch.no_grad():
         elif "shuffle" in keys:
             overrides.append('"shuffle": False')
             shuffle = f'{kwargs.name}.get("shuffle", False)'
-        sampler = f"{sampler_class}({code_of(dataset)}, {self._replicas(analysis, edits)}shuffle={shuffle})"
+        sampler = f"{sampler_class}({code_of(dataset)}, {self._replicas(analysis, edits)}shuffle={shuffle}{_seed_argument(analysis, loader, shuffle)})"
         args: list[cst.Arg] = []
         original_dataset = loader_argument(loader, "dataset")
         sampler_arg = cst.Arg(expression(sampler), keyword=cst.Name("sampler"), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
@@ -652,3 +659,30 @@ def _closed(args: list[cst.Arg], loader: cst.Call, dropped: list[cst.Arg]) -> li
         last = loader.args[-1]
         args[-1] = args[-1].with_changes(comma=last.comma, whitespace_after_arg=last.whitespace_after_arg)
     return args
+
+
+def _unseeded(analysis: ScriptAnalysis, loader: cst.Call, kwargs: KwargsDict | None) -> str:
+    """What the report adds to the change where the sampler shuffles from its own seed although the program
+    seeds torch alike on every rank, but not where :func:`torch_seed_before` could spell that seed."""
+    shuffle = loader_argument(loader, "shuffle")
+    shuffles = shuffle is not None and code_of(shuffle.value) != "False" or (kwargs is not None and "shuffle" in (kwargs.keys or ()))
+    if not shuffles or torch_seed_before(analysis, loader) is not None or not seeds_alike(analysis):
+        return ""
+    if all(type(seed) is cst.Integer and seed.evaluated_value == 0 for seed in torch_seeds(analysis)):  # type: ignore[attr-defined]
+        return ""  # (the sampler's own seed)
+    return (
+        "; it shuffles from its own seed (0 unless given seed=), not from the program's torch seed: pass that "
+        "seed as seed= (the same on every rank), or every seed of a sweep sees the same orders"
+    )
+
+
+def _seed_argument(analysis: ScriptAnalysis, loader: cst.Call, shuffle: str) -> str:
+    """``, seed=<the program's torch seed>`` for a sampler that may shuffle, where the program seeds torch
+    before the loader in reach of it (:func:`torch_seed_before`): the single-process loader drew its order
+    from that seed, a DistributedSampler draws it from its own (0 unless given one). Empty otherwise."""
+    if shuffle == "False":
+        return ""
+    seed = torch_seed_before(analysis, loader)
+    if seed is None or (type(seed) is cst.Integer and seed.evaluated_value == 0):  # (0: the sampler's own default)
+        return ""
+    return f", seed={code_of(seed)}"

@@ -29,6 +29,7 @@ from ddp_migrate.codemods.edits import TODO_PREFIX
 from .layout import Wrapped, line_length_for, wrap_new_lines
 from .noqa import noqa_comments, suppress
 from .source import SourceError, decode
+from .todos import TodoAuthors, statement_start, unreported_todos
 from .vocabulary import Vocabulary
 
 T = TypeVar("T")
@@ -207,6 +208,7 @@ def fix_to_fixed_point(
     is_entry: bool = True,
     fixable: frozenset[type[Rule]] | None = None,
     vocabulary: Vocabulary | None = None,
+    authors: TodoAuthors | None = None,
 ) -> tuple[cst.Module, list[Change], ScriptAnalysis, Vocabulary]:
     """Run every fix in phase order, pass after pass, until a whole pass changes nothing.
 
@@ -217,6 +219,7 @@ def fix_to_fixed_point(
     that changed nothing is not run again on the same analysis (its fix reads nothing else).
     ``fixable``: the rule classes whose fixes may run (``None``: all; ``lint --fix`` leaves out unsafe fixes).
     ``vocabulary``: the gate's view of the module's source (:func:`vocabulary_of`), when the caller has it.
+    ``authors``: where to note which rule wrote each TODO comment.
     """
     changes: list[Change] = []
     ordered = sorted((r for r in rules if r.can_fix() and (fixable is None or type(r) in fixable)), key=lambda r: (r.phase, r.code))
@@ -245,6 +248,8 @@ def fix_to_fixed_point(
             if blocked_by_noqa(rule, current, new_text):
                 continue
             words = verify(new_text, path, rule)
+            if authors is not None:
+                authors.record(rule, text, new_text)
             changes.extend(origins.changes(result.changes))
             origins = origins.advance(text, new_text)
             module, text, analysis = rewritten.module, new_text, rewritten
@@ -420,15 +425,18 @@ def process(
             return result
         module = parse_checked(source.text)
         rules = [_instance(cls, options) for cls in rule_classes]
+        authors = TodoAuthors()
         if fix:
             module, result.changes, analysis, vocabulary = fix_to_fixed_point(
-                module, rules, options, path, is_entry, fixable, vocabulary
+                module, rules, options, path, is_entry, fixable, vocabulary, authors
             )
             result.new_text = analysis.code
         else:
             analysis = analyse(module, is_entry, options, source.text)
         text = result.new_text if fix else source.text  # the module's code, without generating it again
         result.findings = suppress(find_all(analysis, rules, vocabulary, text), text)
+        if fix:
+            result.findings = sorted(result.findings + unreported_todos(text, result.findings, authors), key=Finding.sort_key)
         result.notes = collect_notes(analysis, rules, options) if fix else []
         if fix and options.review_todos:
             add_review_todos(result)
@@ -507,9 +515,10 @@ def process_program(
         rules_of = {path: [cls for cls in by_path[path].rules] for path in modules}
         instances = {cls: _instance(cls, options) for path in modules for cls in rules_of[path]}
         vocabularies = {path: compiled[path].reprinted(program.code(path)) for path in program.keys()}
+        authors = TodoAuthors()
         if fix:
             writable = {p for p in modules if by_path[p].migrate}
-            changes = _fix_program(program, instances, rules_of, writable, options, fixable, vocabularies)
+            changes = _fix_program(program, instances, rules_of, writable, options, fixable, vocabularies, authors)
             for path, found in changes.items():
                 results[path].changes = found
         codes = program_codes(program)  # each module's code, generated once (the indexes keep it)
@@ -520,6 +529,9 @@ def process_program(
             result = results[path]
             result.new_text = codes[path]
             result.findings = suppress(find_all(analysis, rules, vocabulary, result.new_text), result.new_text)
+            if fix:
+                found = result.findings + unreported_todos(result.new_text, result.findings, authors)
+                result.findings = sorted(found, key=Finding.sort_key)
             result.notes = collect_notes(analysis, rules, options) if fix and by_path[path].migrate else []
             if fix and options.review_todos and by_path[path].migrate:
                 add_review_todos(result)
@@ -550,7 +562,7 @@ def add_review_todos(result: FileResult) -> None:
     for finding in result.findings:
         if finding.severity is Severity.INFO:
             continue  # advice (an unreduced metric on display), not a change the program needs
-        start = _statement_start(tree, finding.line, finding.column)
+        start = statement_start(tree, finding.line, finding.column)
         if start is None:
             continue
         above = start - 2  # the comment lines right above the statement (0-based)
@@ -572,26 +584,6 @@ def add_review_todos(result: FileResult) -> None:
         out.append(line)
         mapping.append((len(out), len(out)))
     _relocate(result, Wrapped("".join(out), mapping))
-
-
-def _statement_start(tree: ast.Module, line: int, column: int) -> int | None:
-    """The first line (decorators included) of the innermost statement at a position."""
-    found: ast.stmt | None = None
-    body: list[ast.stmt] = tree.body
-    while True:
-        inner = next(
-            (
-                s
-                for s in body
-                if (s.lineno, s.col_offset) <= (line, column) <= (s.end_lineno or s.lineno, s.end_col_offset or 0)
-            ),
-            None,
-        )
-        if inner is None:
-            break
-        found = inner
-        body = child_statements(inner)
-    return None if found is None else first_line(found)
 
 
 def lay_out(result: FileResult) -> None:
@@ -624,9 +616,11 @@ def _fix_program(
     options: Options,
     fixable: frozenset[type[Rule]] | None,
     vocabularies: dict[str, Vocabulary],
+    authors: TodoAuthors,
 ) -> dict[str, list[Change]]:
     """Run every fix over the program's writable modules to a fixed point; the changes per module.
-    ``vocabularies``: the gate's view of each module, kept up to date here as fixes land."""
+    ``vocabularies``: the gate's view of each module, kept up to date here as fixes land; ``authors``: where
+    to note which rule wrote each TODO comment."""
     changes: dict[str, list[Change]] = {key: [] for key in program.keys()}
     origins = {key: LineOrigins(program.code(key)) for key in program.keys()}
     ordered = sorted(
@@ -653,6 +647,7 @@ def _fix_program(
                 if blocked_by_noqa(rule, analysis, new_text):
                     continue
                 vocabularies[key] = verify(new_text, key, rule)
+                authors.record(rule, analysis.code, new_text)
                 changes[key].extend(origins[key].changes(result.changes))
                 origins[key] = origins[key].advance(analysis.code, new_text)
                 program.replace(key, index.module, index)

@@ -1072,6 +1072,50 @@ def seeds_alike(analysis: ScriptAnalysis, state: str = "torch", before: cst.CSTN
     return uniform
 
 
+def torch_seeds(analysis: ScriptAnalysis) -> list[cst.BaseExpression]:
+    """The values the program seeds torch with: the first argument of each seeding call of any of its modules
+    (``torch.manual_seed(args.seed)``, a seeding helper: ``set_seed(cfg.seed)``); not a helper's own
+    parameter (``def set_seed(seed): torch.manual_seed(seed)``: its callers say the value)."""
+    found = []
+    for module in analysis.shared.analyses:
+        for call in module.calls:
+            if not call.args or "torch" not in _states_seeded(module, call):
+                continue
+            value, function = call.args[0].value, module.enclosing_function(call)
+            if not (type(value) is cst.Name and function is not None and module.is_parameter(function, value.value)):  # type: ignore[attr-defined]
+                found.append(value)
+    return found
+
+
+def torch_seed_before(analysis: ScriptAnalysis, node: cst.CSTNode) -> cst.BaseExpression | None:
+    """The value the program seeds torch with before ``node`` runs, as it can be spelled at ``node``: the
+    argument of a seeding call (``torch.manual_seed(args.seed)``, a seeding helper: ``set_seed(cfg.seed)``,
+    ``seed_everything(42)``) in the same function as the node (or both at the module's top level), earlier,
+    in a block the node is in (it runs whenever the node does), the same on every rank, and a literal or a
+    name, attribute or item no call computes (it reads the same at the node). The last such call; ``None``
+    where there is none, or a seed of the program flows from the rank."""
+    scope = analysis.enclosing_function(node)
+    found: cst.BaseExpression | None = None
+    facts = rank_facts(analysis)
+    for call in analysis.calls:
+        if not call.args or analysis.enclosing_function(call) is not scope or not analysis.comes_before(call, node):
+            continue
+        first = call.args[0]
+        if first.keyword is not None and first.keyword.value != "seed":
+            continue
+        if "torch" not in _states_seeded(analysis, call) or not analysis.is_inside(node, analysis.parent(analysis.statement(call))):
+            continue
+        kind = facts.kind(first.value)
+        if kind is Kind.RANK or not _same_on_every_rank(analysis, kind, call):
+            return None
+        value = first.value
+        readable = type(value) is cst.Integer or (
+            (dotted_name(value) or item_name(value)) is not None and not any(type(n) is cst.Call for n in walk(value))
+        )
+        found = value if readable else None
+    return found
+
+
 #: A generator object of torch: each new one starts from the same fixed seed, in every process.
 GENERATOR = frozenset({"torch.Generator", "torch._C.Generator"})
 
@@ -1241,4 +1285,4 @@ def rank_facts(analysis: ScriptAnalysis) -> RankFacts:
     return analysis.derived("ranks", RankFacts)
 
 
-__all__ = ["GENERATOR", "SEEDS", "Condition", "Kind", "RankFacts", "draws_per_rank", "generator_seeded_alike", "rank_facts", "seeds_alike"]
+__all__ = ["GENERATOR", "SEEDS", "Condition", "Kind", "RankFacts", "draws_per_rank", "generator_seeded_alike", "rank_facts", "seeds_alike", "torch_seed_before", "torch_seeds"]
