@@ -335,6 +335,10 @@ def init_distributed():
         # ``args.world_size`` of ``def init_distributed_mode(args)``: the object outlives the function, and its
         # callers may read the attribute (``lr = blr * args.world_size``).
         outlives = "." in name and function is not None and (analysis.is_parameter(function, root) or not analysis.binds_locally(function, root))
+        # A store is dead only where it assigns the variable alone (``args.rank, args.gpu = 0, 0`` also sets
+        # ``args.gpu``) and the setup runs whenever it does: the setup's block holds the store (not ``if
+        # args.distributed: init_process_group(...)`` after an unconditional store, which plain python reads).
+        block = analysis.parent(analysis.statement(call))
         stores = [
             statement_line(analysis, a)
             for a in facts.assignments_to(key)
@@ -342,7 +346,10 @@ def init_distributed():
             and analysis.comes_before(a, call)
             and isinstance(a, cst.Assign)
             and len(a.targets) == 1
+            and dotted_name(a.targets[0].target) == name
             and is_pure(a.value)
+            and block is not None
+            and analysis.is_inside(a, block)
         ]
         dead = removal_set(analysis, stores) if stores else set()
         reads = [r for r in facts.reads(key) if not analysis.is_inside(r, call) and not any(analysis.is_inside(r, d) for d in dead)]

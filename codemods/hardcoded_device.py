@@ -317,9 +317,10 @@ with torch.autocast(device_type="cuda", enabled=False):
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
         if not analysis.is_training_code:
             return
-        # Only a script that set up its process group by hand keeps plain ``.cuda()``; the runtime's own
-        # setup (added by DDP003 in the same run) does not count.
-        strict = not analysis.calls_to(names.INIT_PROCESS_GROUP)
+        # Only a program that sets up its process group by hand (in any of its modules: ``init_distributed_mode``
+        # of a helper module) keeps plain ``.cuda()``; the runtime's own setup (added by DDP003 in the same run)
+        # does not count.
+        strict = not any(module.calls_to(names.INIT_PROCESS_GROUP) for module in analysis.shared.analyses)
         for call in analysis.calls:
             if analysis.is_call_to(call, names.TORCH_DEVICE):
                 literal = any(_is_literal_index(a.value) for a in call.args) or (
