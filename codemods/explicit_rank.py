@@ -28,7 +28,9 @@ class ExplicitRankAndWorldSize(Rule):
     (``world_size = torch.cuda.device_count()``); and, in a ``torch.distributed.launch`` script (it takes
     ``--local_rank``), an ``init_process_group`` that reads everything from the launcher's environment
     (``env://``) on a path every run takes, so that ``python train.py`` fails for want of ``RANK`` (a call
-    the script guards by the environment is its own fallback and is left alone).
+    the script guards by the environment is its own fallback and is left alone). A rank or world size read
+    from ``RANK``/``WORLD_SIZE``, with a literal ``0``/``1`` only where those are absent (``else: args.rank,
+    args.world_size = 0, 1``: reference scripts' ``init_distributed_mode``), is torchrun's and is left alone.
 
     Why it is a problem: the rank and world size of a job belong to whoever starts its processes. Under
     torchrun the script's own numbers disagree with the processes that actually exist (two nodes of four
@@ -39,7 +41,8 @@ class ExplicitRankAndWorldSize(Rule):
     without it), keeps a backend or timeout the script chose (the usual ``"nccl" if cuda else "gloo"`` is
     what ``setup()`` does anyway, so it goes) and drops ``init_method``. Variables that held the rank or
     world size and are read later are set from the runtime right after (``args.rank = runtime.rank()``),
-    and their earlier, now dead, computations go. A world size taken from the GPU count or a constant
+    and their earlier, now dead, computations go (only where the setup runs whenever they do, and only
+    statements that set nothing else). A world size taken from the GPU count or a constant
     becomes ``runtime.world_size()``. While the script still starts its own processes in a way DDP020
     cannot rewrite, those processes have no torchrun environment, so this (like DDP021 to DDP025) only
     reports.

@@ -91,3 +91,43 @@ def test_the_replicas_and_their_averages_stay_alike_under_torchrun(tmp_path: Pat
     launch = run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, timeout=120)
     found = re.findall(r"weights (-?\d+\.\d+) ema (-?\d+\.\d+)", launch.output)
     assert len(found) == 2 and found[0] == found[1], launch.output
+
+
+FROZEN_COPY_AFTER_THE_WRAP = """
+import copy
+
+import torch
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+net = nn.Linear(2, 2)
+COPY
+model = DDP(WRAPPED)
+ema = copy.deepcopy(model.module).eval()
+for p in ema.parameters():
+    p.requires_grad_(False)
+frozen = copy.deepcopy(model.module)
+frozen.requires_grad_(False)
+FREEZE
+model(torch.randn(2, 2)).sum().backward()
+"""
+
+
+def _requires_grad_lines(source: str) -> list[int]:
+    from ddp_migrate.codemods.base import Options
+    from ddp_migrate.engine import process
+    from ddp_migrate.registry import all_rules
+
+    result = process("train.py", source.encode(), all_rules(), Options(), fix=False)
+    return [f.line for f in result.findings if f.code == "DDP042"]
+
+
+def test_a_copy_frozen_after_the_wrap_is_no_change_of_the_wrapped_model() -> None:
+    """A trial's EMA (``ema = copy.deepcopy(unwrap(model)).eval()`` after the wrap, then its parameters frozen)
+    was a review item: a copy's parameters are its own. A copy that the wrap takes is the wrapped model."""
+    alone = FROZEN_COPY_AFTER_THE_WRAP.replace("COPY", "").replace("WRAPPED", "net").replace("FREEZE", "")
+    assert _requires_grad_lines(alone) == []
+    wrapped = FROZEN_COPY_AFTER_THE_WRAP.replace("COPY", "m = copy.deepcopy(net)").replace("WRAPPED", "m")
+    wrapped = wrapped.replace("FREEZE", "for q in m.parameters():\n    q.requires_grad = False")
+    lines = wrapped.splitlines()
+    assert _requires_grad_lines(wrapped) == [lines.index("    q.requires_grad = False") + 1]

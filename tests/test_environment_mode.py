@@ -10,6 +10,8 @@ to ``args.rank, args.world_size, args.gpu = 0, 1, 0`` otherwise, then sets the g
   TODO): it is on exactly in a job of several processes.
 - DDP004 reported ``torch.device("cuda", args.gpu)`` as hard-coded: the program sets its group up itself, in
   another module, and ``args.gpu`` is the local rank.
+- DDP022 reported the rank and world size given to ``init_process_group`` as the script's own, and the ``1`` of
+  the fallback as a constant world size: they are the environment's, or one process where it is absent.
 """
 
 from __future__ import annotations
@@ -102,7 +104,7 @@ def test_lint_takes_the_switch_and_the_device_for_what_they_are(tmp_path: Path) 
     (tmp_path / "dist_utils.py").write_text(DIST_UTILS)
     (tmp_path / "train.py").write_text(TRAIN)
     found = CliRunner().invoke(cli, ["lint", str(tmp_path)], catch_exceptions=False).output
-    assert "DDP011" not in found and "DDP004" not in found, found
+    assert "DDP011" not in found and "DDP004" not in found and "DDP022" not in found, found
 
 
 @pytest.mark.distributed

@@ -680,8 +680,28 @@ class LegacyFacts:
         return False
 
     def _from_environment(self, expr: cst.BaseExpression) -> bool:
+        """Whether the value is the launch environment's ``RANK`` / ``WORLD_SIZE`` wherever it is set, but for
+        the literal fallback of a run without the launch (:meth:`_launch_fallback`)."""
         sources = self.sources(expr)
-        return bool(sources) and all(not isinstance(s, LaunchIndex) and self.env_read(s) in ("RANK", "WORLD_SIZE") for s in sources)
+        read = [s for s in sources if not isinstance(s, LaunchIndex) and self.env_read(s) in ("RANK", "WORLD_SIZE")]
+        return bool(read) and all(s in read or self._launch_fallback(s) for s in sources)
+
+    def _launch_fallback(self, source: object) -> bool:
+        """Whether a source is a literal rank 0 or world size 1 set only where the launch's environment is
+        absent: in the ``else`` of ``if "RANK" in os.environ ...:`` (or under ``if "RANK" not in os.environ:``),
+        as reference scripts' ``init_distributed_mode`` falls back to one process."""
+        if not isinstance(source, cst.Integer) or int_value(source) not in (0, 1):
+            return False
+        analysis = self.analysis
+        child: cst.CSTNode = source
+        for ancestor in analysis.ancestors(source):
+            if isinstance(ancestor, cst.FunctionDef):
+                return False
+            if isinstance(ancestor, cst.If) and child is not ancestor.test and self._reads_environment(ancestor.test):
+                absent = any(isinstance(n, (cst.NotIn, cst.Not)) for n in walk(ancestor.test))
+                return (child is ancestor.body) == absent
+            child = ancestor
+        return False
 
     @cached_property
     def world_size_sources(self) -> list[cst.BaseExpression]:

@@ -83,8 +83,12 @@ def holds_model_state(analysis: ScriptAnalysis, expr: cst.BaseExpression, depth:
     if depth <= 0:
         return False
     for value in analysis.flows_into(expr, name):
+        if _a_copy(analysis, value):
+            continue  # ``ema = copy.deepcopy(model.module)``: a module of its own, whose parameters no wrap holds
         for part in walk(value):
             if type(part) is cst.Call and call_method_name(part) in PARAMETER_SOURCES:  # type: ignore[arg-type]
+                if _a_copy(analysis, part.func.value):  # type: ignore[attr-defined]
+                    continue  # ``ema.parameters()``
                 return True
             parent = analysis.parent(part)
             if type(part) in (cst.Name, cst.Attribute) and type(parent) is not cst.Attribute:
@@ -93,6 +97,37 @@ def holds_model_state(analysis: ScriptAnalysis, expr: cst.BaseExpression, depth:
                 if part is not expr and holds_model_state(analysis, part, depth - 1):  # type: ignore[arg-type]
                     return True
     return False
+
+
+def _a_copy(analysis: ScriptAnalysis, expr: cst.BaseNode) -> bool:
+    """Whether an expression holds a copy of a model (:func:`_is_model_copy`: ``copy.deepcopy(model.module)
+    .eval()``, or a name every value of which is one) that no wrap of the program takes: its parameters are
+    its own."""
+    if type(expr) is cst.Call:
+        return _is_model_copy(analysis, expr) and _copied_call(expr) not in _wrapped_origins(analysis)  # type: ignore[arg-type]
+    origins = analysis.origins(expr) if isinstance(expr, (cst.Name, cst.Attribute)) else set()
+    return bool(origins) and all(type(o) is cst.Call and _a_copy(analysis, o) for o in origins)
+
+
+def _copied_call(value: cst.Call) -> cst.CSTNode:
+    """The copying call of ``copy.deepcopy(model).eval().to(device)``."""
+    while type(value) is cst.Call and call_method_name(value) in SELF_RETURNING_METHODS:
+        value = value.func.value  # type: ignore[attr-defined, assignment]
+    return value
+
+
+def _wrapped_origins(analysis: ScriptAnalysis) -> frozenset[cst.CSTNode]:
+    """The calls the models the program's wraps take may come from (``DDP(copy.deepcopy(net))``)."""
+
+    def find(_: ScriptAnalysis) -> frozenset[cst.CSTNode]:
+        found: set[cst.CSTNode] = set()
+        for wrap in analysis.program_wrap_calls:
+            home = analysis.shared.analysis_of(wrap) or analysis
+            if wrap.args:
+                found |= {wrap.args[0].value, *home.origins(wrap.args[0].value)}
+        return frozenset(found)
+
+    return analysis.derived("wrapped origins", find)
 
 
 def _through_unwrap(expr: cst.BaseExpression) -> str | None:
