@@ -77,10 +77,10 @@ class MissingDistributedSampler(Rule):
     batch grows with the world size. Positional arguments after ``dataset`` become keywords. Arguments
     given through a dict (``DataLoader(ds, **train_kwargs)``, with every write to the dict visible) are
     overridden in the call, not in the dict, which other loaders may share. A shuffling loader of a program
-    that seeds torch first (``torch.manual_seed(args.seed)``, ``set_seed(cfg.seed)``, in the function that
-    builds the loader, the same on every rank) gets ``seed=<that seed>``: the sampler shuffles from its own
-    seed, and without it every seed of a sweep would see the same orders (a note says so where the seed is out
-    of the loader's reach).
+    that seeds torch first (``torch.manual_seed(args.seed)`` in the function that builds the loader, the same
+    on every rank, nothing set between) gets ``seed=<that seed>``: the sampler shuffles from its own seed, and
+    without it every seed of a sweep would see the same orders (the report's change says so where the seed is
+    out of the loader's reach, or set through a helper: ``set_seed(cfg)``).
 
     What it leaves to a human (a TODO comment and a review item): a training loader that already has its
     own sampler (``WeightedRandomSampler``, ``SubsetRandomSampler``: never dropped), a loader over an

@@ -9,7 +9,7 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name
-from .analysis.script import item_name, literal_dict_items
+from .analysis.script import binding_name, literal_dict_items
 from .analysis.ranks import Kind, rank_facts
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression, remove_statements
@@ -69,28 +69,12 @@ def _device_names(analysis: ScriptAnalysis) -> set[str]:
         pending = list(handed)
         while pending:  # ``device = DEVICE``: the name copied from is handed on too
             value = pending.pop()
-            name = _name_of(value)
+            name = binding_name(value)
             if name is None or name in found:
                 continue
             found.add(name)
-            pending.extend(_copied_from(analysis, value, name))
+            pending.extend(analysis.copied_from(value, name))
     return found
-
-
-def _name_of(value: cst.CSTNode) -> str | None:
-    """``device``, ``args.device`` or ``cfg['device']``: how the analysis names what the value reads."""
-    return dotted_name(value) or item_name(value)
-
-
-def _copied_from(analysis: ScriptAnalysis, node: cst.BaseExpression, name: str) -> list[cst.BaseExpression]:
-    """The names and attributes whose values the name used at ``node`` may be a copy of (``device = DEVICE``,
-    a parameter given ``args.device`` by its callers), a global of the module's top level included."""
-    values = analysis.flows_into(node, name)
-    function = analysis.enclosing_function(node)
-    if not values and function is not None and "." not in name and not analysis.binds_locally(function, name):
-        values = analysis.assigned_values(None, name)
-    branches = [side for value in values for side in ((value.body, value.orelse) if type(value) is cst.IfExp else (value,))]  # type: ignore[attr-defined]
-    return [value for value in branches if _name_of(value) is not None]  # type: ignore[misc]
 
 
 def _string_devices(analysis: ScriptAnalysis, strict: bool) -> Iterator[cst.SimpleString]:
@@ -379,7 +363,7 @@ with torch.autocast(device_type="cuda", enabled=False):
                 new = f"{rt}.device() if {test} else {kept}" if cuda_in_body else f"{kept} if {test} else {rt}.device()"
                 edits.replace(node, expression(new))
                 message = "CUDA side of the device choice replaced by runtime.device(); the user's choice is kept"
-            elif isinstance(node, cst.SimpleString) and isinstance(analysis.parent(node), (cst.Assign, cst.AnnAssign, cst.IfExp)):
+            elif isinstance(node, cst.SimpleString) and isinstance(analysis.parent(node), (cst.Assign, cst.AnnAssign, cst.IfExp, cst.DictElement)):
                 # A device kept in a variable stays a string: code reads it as one (``"cuda" in device``).
                 edits.replace(node, expression(f"str({rt}.device())"))
                 message = f"hard-coded CUDA device {code_of(node)} replaced by str(runtime.device())"

@@ -17,8 +17,7 @@ from .analysis import (
     walk,
     wrapped_argument,
 )
-from .analysis.legacy import int_value, legacy_facts
-from .analysis.ranks import is_world_size, rank_facts
+from .analysis.ranks import counts_the_processes, rank_facts
 from .analysis.trainable import frozen_models, skipped_in_some_steps
 from .base import (
     Change,
@@ -670,7 +669,7 @@ def _follows_launch(analysis: ScriptAnalysis, assign: cst.Assign) -> bool:
     tests = [a.test for a in branches]
     if any(any(word in code_of(node) for word in LAUNCH_AWARE) for node in (assign.value, *tests)):
         return True
-    if _counts_the_processes(analysis, assign.value):  # ``args.distributed = args.world_size > 1``
+    if counts_the_processes(analysis, assign.value):  # ``args.distributed = args.world_size > 1``
         return True
     # Set where the group is set up (``if is_distributed_env(): init_process_group(...); args.distributed =
     # True``), or under a test that calls a helper of the program reading the launch.
@@ -678,30 +677,6 @@ def _follows_launch(analysis: ScriptAnalysis, assign: cst.Assign) -> bool:
         return True
     helpers = {analysis.call_target(n) for test in tests for n in walk(test) if isinstance(n, cst.Call)} - {None}
     return any(any(word in code_of(helper) for word in LAUNCH_AWARE) for helper in helpers)  # type: ignore[arg-type]
-
-
-def _counts_the_processes(analysis: ScriptAnalysis, value: cst.BaseExpression | None) -> bool:
-    """Whether a value is ``world_size > 1`` (``!= 1``, ``>= 2``) of a world size that is the launch's number of
-    processes wherever it is set (``int(os.environ["WORLD_SIZE"])``), or 1 (the fallback of a run without
-    torchrun): true exactly in a job of several processes. Not of a ``--world-size`` option, which a torchrun
-    launch leaves at its default."""
-    if not (isinstance(value, cst.Comparison) and len(value.comparisons) == 1):
-        return False
-    operator, bound = value.comparisons[0].operator, int_value(value.comparisons[0].comparator)
-    if not ((isinstance(operator, (cst.GreaterThan, cst.NotEqual)) and bound == 1) or (isinstance(operator, cst.GreaterThanEqual) and bound == 2)):
-        return False
-    function = analysis.enclosing_function(value)
-    sources = [
-        s
-        for s in legacy_facts(analysis).sources(value.left)
-        if s is not value.left
-        and isinstance(s, cst.BaseExpression)
-        # (one set later in the same function is not the value read here: ``args.world_size = runtime.world_size()``
-        # after the group's setup, below a ``--world-size`` option's test)
-        and not (analysis.enclosing_function(s) is function and analysis.comes_before(value, s))
-    ]
-    counted = [s for s in sources if int_value(s) != 1]
-    return bool(counted) and all(is_world_size(analysis, s) for s in counted)
 
 
 def _set_up_with_the_group(analysis: ScriptAnalysis, assigns: list[cst.Assign]) -> cst.Call | None:

@@ -59,16 +59,27 @@ def _under_a_gpu_test(analysis: ScriptAnalysis, call: cst.Call, device: cst.Base
 
 
 def _cuda_string(node: cst.CSTNode) -> bool:
-    """A string built from a GPU number: ``f"cuda:{...}"``, ``"cuda:%d" % ...``, ``"cuda:{}".format(...)``."""
+    """A string that is a GPU's name and nothing else, built from its number: ``f"cuda:{...}"``, ``"cuda:%d" %
+    ...``, ``"cuda:{}".format(...)`` (not ``f"cuda:{rank} is starting"``: the rest of the text would be lost)."""
     kind = type(node)
     if kind is cst.FormattedString:
-        first = node.parts[0] if node.parts else None  # type: ignore[attr-defined]
-        return isinstance(first, cst.FormattedStringText) and first.value.startswith("cuda:")
+        parts = node.parts  # type: ignore[attr-defined]
+        return (
+            len(parts) == 2
+            and isinstance(parts[0], cst.FormattedStringText)
+            and parts[0].value == "cuda:"
+            and isinstance(parts[1], cst.FormattedStringExpression)
+        )
     if kind is cst.BinaryOperation and type(node.operator) is cst.Modulo:  # type: ignore[attr-defined]
-        return _starts_with_cuda(node.left)  # type: ignore[attr-defined]
+        return _is_template(node.left, ("cuda:%d", "cuda:%s", "cuda:%i"))  # type: ignore[attr-defined]
     if kind is cst.Call and type(node.func) is cst.Attribute and node.func.attr.value == "format":  # type: ignore[attr-defined]
-        return _starts_with_cuda(node.func.value)  # type: ignore[attr-defined]
+        return _is_template(node.func.value, ("cuda:{}", "cuda:{0}"))  # type: ignore[attr-defined]
     return False
+
+
+def _is_template(node: cst.CSTNode, templates: tuple[str, ...]) -> bool:
+    """Whether a node is a string literal that reads exactly one of the templates."""
+    return type(node) is cst.SimpleString and node.evaluated_value in templates  # type: ignore[attr-defined]
 
 
 def _takes_a_device(analysis: ScriptAnalysis, argument: cst.Arg) -> bool:
@@ -84,10 +95,6 @@ def _takes_a_device(analysis: ScriptAnalysis, argument: cst.Arg) -> bool:
         or analysis.is_call_to(call, names.TORCH_DEVICE | names.CUDA_SET_DEVICE)  # type: ignore[arg-type]
         or _is_cuda_query(analysis, call)  # type: ignore[arg-type]
     )
-
-
-def _starts_with_cuda(node: cst.CSTNode) -> bool:
-    return type(node) is cst.SimpleString and str(node.evaluated_value).startswith("cuda:")  # type: ignore[attr-defined]
 
 
 class RankAsDevice(Rule):

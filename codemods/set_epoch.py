@@ -280,6 +280,8 @@ for epoch in range(10):
             for stmt, spelled, in_generator in places:
                 if not analysis.owns(stmt) or any(analysis.is_inside(stmt, loop) for loop in epochs):
                     continue  # (an epoch loop of the loader's is told its epoch where it starts)
+                if in_generator and any(not analysis.is_inside(call, analysis.enclosing_function(stmt)) for call in told):  # type: ignore[arg-type]
+                    continue  # (the loop that draws from the generator tells the sampler: ``if step % n == 0: set_epoch``)
                 # set_epoch is due between one pass and the next: in the loop that starts them again and again
                 # (a pass started outside any loop of its function: anywhere in the program)
                 again = analysis.nearest_loop(stmt)

@@ -75,8 +75,9 @@ def next_epoch(loader: Any) -> None:
     """Tell the sampler of a data loader that a new pass over it starts, where the program has no epoch
     number (an endless generator, ``while True: for batch in loader: yield batch``): epoch 0 at the first
     call for a sampler (or the epoch it was last given), one more at each call after. The loader is found as
-    :func:`set_epoch` finds it, and a warning says so once where none is."""
-    _tell(loader, _advance)
+    :func:`set_epoch` finds it, and a warning says so once where none is (not for a plain iterable, a list or
+    a tensor: a generator may go over those as well)."""
+    _tell(loader, _advance, plain_ok=True)
 
 
 #: The samplers :func:`next_epoch` has already started a pass of (their next call moves them on).
@@ -84,6 +85,7 @@ _STARTED: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
 
 def _advance(sampler: Any) -> None:
+    """Move a sampler to its next epoch (:func:`next_epoch`)."""
     current = getattr(sampler, "epoch", None)
     try:
         first = sampler not in _STARTED
@@ -103,7 +105,11 @@ def _advance(sampler: Any) -> None:
 _PASSES: dict[int, int] = {}
 
 
-def _tell(loader: Any, tell: Callable[[Any], None]) -> None:
+def _tell(loader: Any, tell: Callable[[Any], None], plain_ok: bool = False) -> None:
+    """``tell`` each sampler of the loader; a warning, once per type, where there is none (``plain_ok``: not for
+    an object without attributes of its own, which holds no loader)."""
+    if plain_ok and not hasattr(loader, "__dict__"):
+        return
     if not _tell_samplers(loader, tell, _WRAPPER_DEPTH, set()) and type(loader) not in _WARNED:
         _WARNED.add(type(loader))
         warnings.warn(

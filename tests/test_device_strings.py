@@ -55,6 +55,23 @@ def test_a_device_string_of_the_top_level_copied_into_the_training_is_this_proce
     assert "DDP004" in report, report
 
 
+def test_a_device_kept_in_a_dict_stays_a_string(tmp_path: Path) -> None:
+    """A review: the dict's item became ``runtime.device()``, and ``"cuda" in CFG["device"]`` failed on it."""
+    source = TRAIN.replace("CHOICE", 'CFG = {"device": "cuda:0"}').replace("USE", 'CFG["device"]')
+    source = source.replace("    model = nn.Linear", '    use_amp = "cuda" in device\n    model = nn.Linear')
+    migrated, report, _ = migrate_script(tmp_path, source)
+    assert 'CFG = {"device": str(runtime.device())}\n' in migrated, report + migrated
+
+
+def test_a_string_that_says_more_than_the_device_is_kept(tmp_path: Path) -> None:
+    """A review: ``"cuda:{}-log.txt".format(rank)`` became ``str(runtime.device())``, losing the rest of it."""
+    source = SPAWNED.replace('    name = f"cuda:{rank}"\n', '    name = f"cuda:{rank}"\n    logname = "cuda:{}-log.txt".format(rank)\n'
+                             '    banner = "cuda:%d, rank %d" % (rank, rank)\n    said = f"cuda:{rank} is starting"\n')
+    migrated, report, _ = migrate_script(tmp_path, source)
+    for kept in ('logname = "cuda:{}-log.txt".format(rank)', 'banner = "cuda:%d, rank %d" % (rank, rank)', 'said = f"cuda:{rank} is starting"'):
+        assert kept in migrated, report + migrated
+
+
 SPAWNED = '''
 import os
 

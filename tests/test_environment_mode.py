@@ -117,3 +117,24 @@ def test_the_migrated_program_runs_alone_and_under_torchrun(tmp_path: Path) -> N
     assert "done rank 0 of 1 distributed False" in one.output, one.output
     two = run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, timeout=120)
     assert "done rank 1 of 2 distributed True" in two.output, two.output
+
+
+OTHER_SWITCH = """
+import os
+
+import torch.distributed as dist
+
+if not os.environ.get("MULTI_NODE"):
+    rank, world_size = 0, 1
+else:
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+dist.init_process_group("gloo", rank=rank, world_size=world_size)
+"""
+
+
+def test_a_fallback_under_a_test_of_another_variable_is_the_scripts_own(tmp_path: Path) -> None:
+    """A review: any test of the environment with a ``not`` in it counted as "the launch is absent"; under
+    torchrun without ``MULTI_NODE`` every process trained alone as rank 0 of 1, and nothing was reported."""
+    (tmp_path / "train.py").write_text(OTHER_SWITCH)
+    found = CliRunner().invoke(cli, ["lint", str(tmp_path / "train.py")], catch_exceptions=False).output
+    assert "DDP022" in found, found

@@ -430,6 +430,14 @@ def test_a_generators_passes_draw_new_orders_under_torchrun(tmp_path: Path) -> N
     assert distinct and min(distinct) > 24, launch.output  # (printed by rank 0: the migration makes print rank 0's)
 
 
+def test_a_generator_whose_consumer_tells_the_epoch_is_left_alone() -> None:
+    """A review: the loop that draws from the generator calls set_epoch itself; DDP006 reported the generator."""
+    told = TWO_PHASES.replace("DataLoader(fine, batch_size=8, shuffle=True)", "DataLoader(fine, batch_size=8, sampler=DistributedSampler(fine))")
+    told = told.replace("from torch.utils.data import DataLoader,", "from torch.utils.data import DataLoader, DistributedSampler,")
+    told = told.replace("    x, y = next(batches)\n", "    if step % len(fine_loader) == 0:\n        fine_loader.sampler.set_epoch(step // len(fine_loader))\n    x, y = next(batches)\n")
+    assert _set_epoch_lines(told) == []
+
+
 ALREADY_DISTRIBUTED = """
 import torch
 import torch.nn as nn

@@ -697,11 +697,29 @@ class LegacyFacts:
         for ancestor in analysis.ancestors(source):
             if isinstance(ancestor, cst.FunctionDef):
                 return False
-            if isinstance(ancestor, cst.If) and child is not ancestor.test and self._reads_environment(ancestor.test):
-                absent = any(isinstance(n, (cst.NotIn, cst.Not)) for n in walk(ancestor.test))
-                return (child is ancestor.body) == absent
+            if isinstance(ancestor, cst.If) and child is not ancestor.test:
+                present = self._launch_present(ancestor.test)
+                if present is not None:
+                    return (child is ancestor.body) != present
             child = ancestor
         return False
+
+    def _launch_present(self, test: cst.BaseExpression) -> bool | None:
+        """``True`` for a test that the launch's environment is there (``"RANK" in os.environ``, several joined
+        by ``and``), ``False`` for one that it is absent (``"RANK" not in os.environ``, joined by ``or``);
+        ``None`` for any other test."""
+        if isinstance(test, cst.BooleanOperation):
+            left, right = self._launch_present(test.left), self._launch_present(test.right)
+            wanted = isinstance(test.operator, cst.And)  # (``and`` of presences, ``or`` of absences)
+            return left if left is not None and left == right == wanted else None
+        if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1):
+            return None
+        operator, environ = test.comparisons[0].operator, test.comparisons[0].comparator
+        if not (string_value(test.left) in LAUNCH_VARIABLES and isinstance(environ, (cst.Name, cst.Attribute))):
+            return None
+        if not self.analysis.qualified_names(environ) & OS_ENVIRON or not isinstance(operator, (cst.In, cst.NotIn)):
+            return None
+        return isinstance(operator, cst.In)
 
     @cached_property
     def world_size_sources(self) -> list[cst.BaseExpression]:

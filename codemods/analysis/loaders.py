@@ -25,6 +25,7 @@ from .. import names
 from .ranks import Kind, rank_facts
 from .script import (
     ScriptAnalysis,
+    binding_name,
     callee_name,
     dotted_name,
     is_true,
@@ -422,7 +423,7 @@ class LoaderFacts:
         analysis = self.analysis.shared.analysis_of(loop) or self.analysis
         candidates = [preferred] + [n for n in walk(loop.body) if isinstance(n, (cst.Name, cst.Attribute, cst.Subscript))]
         for expr in candidates:
-            name = dotted_name(expr) or item_name(expr)
+            name = binding_name(expr)
             if name is None or loader not in analysis.origins(expr):  # type: ignore[arg-type]
                 continue
             if expr is not preferred and not analysis.is_inside(expr, loop):
@@ -635,7 +636,7 @@ def _assigned_inside(analysis: ScriptAnalysis, loop: cst.CSTNode, name: str) -> 
         targets = [t.target for t in assign.targets] if isinstance(assign, cst.Assign) else [assign.target]
         for target in targets:
             for element in _target_elements(target):
-                bound = dotted_name(element) or item_name(element)
+                bound = binding_name(element)
                 if bound is not None and (bound == name or name.startswith((bound + ".", bound + "["))):
                     return True
     for node in walk(loop):

@@ -35,10 +35,10 @@ from .legacy import ENV_GETTERS, Key, LaunchIndex, LegacyFacts, int_value, legac
 from .script import (
     SELF_RETURNING_METHODS,
     ScriptAnalysis,
+    binding_name,
     call_method_name,
     callee_name,
     dotted_name,
-    item_name,
     leaves_early,
     leaves_function,
     loader_argument,
@@ -900,6 +900,30 @@ def is_world_size(analysis: ScriptAnalysis, expr: cst.BaseExpression, depth: int
     return False
 
 
+def counts_the_processes(analysis: ScriptAnalysis, value: cst.BaseExpression | None) -> bool:
+    """Whether a value is ``world_size > 1`` (``!= 1``, ``>= 2``) of a world size that is the launch's number of
+    processes wherever it is set (``int(os.environ["WORLD_SIZE"])``), or 1 (the fallback of a run without
+    torchrun): true exactly in a job of several processes. Not of a ``--world-size`` option, which a torchrun
+    launch leaves at its default."""
+    if not (isinstance(value, cst.Comparison) and len(value.comparisons) == 1):
+        return False
+    operator, bound = value.comparisons[0].operator, int_value(value.comparisons[0].comparator)
+    if not ((isinstance(operator, (cst.GreaterThan, cst.NotEqual)) and bound == 1) or (isinstance(operator, cst.GreaterThanEqual) and bound == 2)):
+        return False
+    function = analysis.enclosing_function(value)
+    sources = [
+        s
+        for s in legacy_facts(analysis).sources(value.left)
+        if s is not value.left
+        and isinstance(s, cst.BaseExpression)
+        # (one set later in the same function is not the value read here: ``args.world_size = runtime.world_size()``
+        # after the group's setup, below a ``--world-size`` option's test)
+        and not (analysis.enclosing_function(s) is function and analysis.comes_before(value, s))
+    ]
+    counted = [s for s in sources if int_value(s) != 1]
+    return bool(counted) and all(is_world_size(analysis, s) for s in counted)
+
+
 def steps_scaled_by_world_size(analysis: ScriptAnalysis) -> list[tuple[ScriptAnalysis, cst.CSTNode, str]]:
     """Where the program itself divides its steps by the number of processes so that all of them together
     keep the original global batch (nanoGPT's ``gradient_accumulation_steps //= ddp_world_size``): a name
@@ -1089,31 +1113,44 @@ def torch_seeds(analysis: ScriptAnalysis) -> list[cst.BaseExpression]:
 
 def torch_seed_before(analysis: ScriptAnalysis, node: cst.CSTNode) -> cst.BaseExpression | None:
     """The value the program seeds torch with before ``node`` runs, as it can be spelled at ``node``: the
-    argument of a seeding call (``torch.manual_seed(args.seed)``, a seeding helper: ``set_seed(cfg.seed)``,
-    ``seed_everything(42)``) in the same function as the node (or both at the module's top level), earlier,
-    in a block the node is in (it runs whenever the node does), the same on every rank, and a literal or a
-    name, attribute or item no call computes (it reads the same at the node). The last such call; ``None``
-    where there is none, or a seed of the program flows from the rank."""
+    argument of ``torch.manual_seed`` (an integer wherever the original runs: ``None`` fails there) in the
+    same function as the node (or both at the module's top level), earlier, in a block the node is in (it
+    runs whenever the node does), the same on every rank, and a literal or a name, attribute or item no call
+    computes and nothing sets between the call and the node (it reads the same at the node). The last such
+    call; ``None`` where there is none, or a seed of the program flows from the rank. (A seeding helper of
+    the program or a library is not read: which of its arguments is the seed, and whether it lets ``None``
+    through, is its own.)"""
     scope = analysis.enclosing_function(node)
     found: cst.BaseExpression | None = None
     facts = rank_facts(analysis)
-    for call in analysis.calls:
+    for call in analysis.calls_to(SEEDS["torch"]):
         if not call.args or analysis.enclosing_function(call) is not scope or not analysis.comes_before(call, node):
             continue
-        first = call.args[0]
-        if first.keyword is not None and first.keyword.value != "seed":
+        if not analysis.is_inside(node, analysis.parent(analysis.statement(call))):
             continue
-        if "torch" not in _states_seeded(analysis, call) or not analysis.is_inside(node, analysis.parent(analysis.statement(call))):
-            continue
-        kind = facts.kind(first.value)
+        value = call.args[0].value
+        kind = facts.kind(value)
         if kind is Kind.RANK or not _same_on_every_rank(analysis, kind, call):
             return None
-        value = first.value
+        name = binding_name(value)
         readable = type(value) is cst.Integer or (
-            (dotted_name(value) or item_name(value)) is not None and not any(type(n) is cst.Call for n in walk(value))
+            name is not None and not any(type(n) is cst.Call for n in walk(value)) and not _set_between(analysis, name, call, node)
         )
         found = value if readable else None
     return found
+
+
+def _set_between(analysis: ScriptAnalysis, name: str, first: cst.CSTNode, second: cst.CSTNode) -> bool:
+    """Whether the function around ``first`` (or the module's top level) stores into the name (or the
+    object it is part of: ``cfg`` of ``cfg["seed"]``) between the two nodes."""
+    root = name.split(".", 1)[0].split("[", 1)[0]
+    for assign in analysis.assignments_in(analysis.enclosing_function(first)):
+        targets = [assign.target] if not isinstance(assign, cst.Assign) else [t.target for t in assign.targets]  # type: ignore[attr-defined]
+        stored = {binding_name(t) for t in targets} - {None}
+        if any(s == name or s.split(".", 1)[0].split("[", 1)[0] == root for s in stored):  # type: ignore[union-attr]
+            if analysis.comes_before(first, assign) and analysis.comes_before(assign, second):
+                return True
+    return False
 
 
 #: A generator object of torch: each new one starts from the same fixed seed, in every process.
@@ -1218,7 +1255,7 @@ def _drawn_per_process(analysis: ScriptAnalysis, expr: cst.BaseExpression) -> bo
     """Whether a value (an attribute of the settings) may be assigned from a call that draws on each
     process (:data:`PER_PROCESS_SOURCES`), where the seeding call reads it (``args.seed =
     random.randint(...)`` before ``torch.manual_seed(args.seed)``)."""
-    name = dotted_name(expr) or item_name(expr)
+    name = binding_name(expr)
     if name is None:
         return False
     return any(
@@ -1285,4 +1322,4 @@ def rank_facts(analysis: ScriptAnalysis) -> RankFacts:
     return analysis.derived("ranks", RankFacts)
 
 
-__all__ = ["GENERATOR", "SEEDS", "Condition", "Kind", "RankFacts", "draws_per_rank", "generator_seeded_alike", "rank_facts", "seeds_alike", "torch_seed_before", "torch_seeds"]
+__all__ = ["GENERATOR", "counts_the_processes", "SEEDS", "Condition", "Kind", "RankFacts", "draws_per_rank", "generator_seeded_alike", "rank_facts", "seeds_alike", "torch_seed_before", "torch_seeds"]

@@ -146,6 +146,12 @@ def item_name(node: cst.CSTNode | None) -> str | None:
     return f"{base}[{key!r}]" if base else None
 
 
+def binding_name(node: cst.CSTNode | None) -> str | None:
+    """The name under which the analysis binds what an expression reads: a dotted name (``args.device``) or
+    an item of one by a string literal (``cfg['device']``, :func:`item_name`); ``None`` for anything else."""
+    return dotted_name(node) or item_name(node)  # type: ignore[arg-type]
+
+
 def literal_dict_items(expr: cst.BaseExpression) -> list[tuple[str, cst.BaseExpression]] | None:
     """The (key, value) pairs of a dict written out with string keys (``{"train": a}``, ``dict(train=a)``);
     ``None`` for any other expression, or a dict with another kind of key or an unpacked one."""
@@ -1886,7 +1892,7 @@ class ScriptAnalysis:
         self, call: cst.Call, function: cst.FunctionDef, expr: cst.BaseExpression
     ) -> cst.BaseExpression | None:
         """How an expression used inside ``function`` is written at one of its call sites."""
-        name = dotted_name(expr) or item_name(expr)
+        name = binding_name(expr)
         if name is None:
             return None
         root = _name_root(name)
@@ -2224,6 +2230,17 @@ class ScriptAnalysis:
                 if type(statement) is cst.FunctionDef:
                     flows.extend(home._value_flows.get((statement, name), ()))
         return flows
+
+    def copied_from(self, node: cst.BaseExpression, name: str) -> list[cst.BaseExpression]:
+        """The names, attributes and items whose values the name used at ``node`` may be a copy of (``device =
+        DEVICE``, either side of ``device = DEVICE if cuda else "cpu"``, a parameter given ``args.device`` by its
+        callers), a global of the module's top level included."""
+        values = self.flows_into(node, name)
+        function = self.enclosing_function(node)
+        if not values and function is not None and "." not in name and not self.binds_locally(function, name):
+            values = self.assigned_values(None, name)
+        sides = [side for value in values for side in ((value.body, value.orelse) if type(value) is cst.IfExp else (value,))]  # type: ignore[attr-defined]
+        return [side for side in sides if binding_name(side) is not None]  # type: ignore[misc]
 
     def callers_in_program(self, function: cst.FunctionDef) -> list[cst.Call]:
         """The calls, in any module of the program, that run the function (:meth:`callers_of`: this file's)."""
