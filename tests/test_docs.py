@@ -77,3 +77,20 @@ def test_readme_github_workflow_parses_and_its_commands_run(tmp_path: Path) -> N
     assert codes == [0, 1], "the SARIF step passes (--exit-zero), the annotation step fails on findings"
     log = json.loads((tmp_path / sarif_file).read_text())
     assert log["runs"][0]["results"][0]["ruleId"] == "DDP001"
+
+
+def test_the_readmes_example_diff_is_what_the_tool_writes() -> None:
+    """The quick start's diff of ``fixtures/scripts/dp_wrap_first.py`` (it had gone stale: other imports, no
+    wrapping of the lines the migration writes)."""
+    from click.testing import CliRunner
+
+    from ddp_migrate.cli import cli
+
+    text = README.read_text(encoding="utf-8")
+    after = text.index("`fixtures/scripts/dp_wrap_first.py` it is:")
+    start = text.index("```diff\n", after) + len("```diff\n")
+    shown = text[start : text.index("```", start)]
+    fixture = README.parent / "fixtures" / "scripts" / "dp_wrap_first.py"
+    output = CliRunner().invoke(cli, ["--diff", str(fixture)], catch_exceptions=False).output
+    diff = output[output.index("@@") : output.index(f"{fixture}: would be migrated")]
+    assert shown == diff
