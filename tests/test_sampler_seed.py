@@ -55,6 +55,7 @@ CASES = {
     # a helper's arguments are its own (which is the seed, whether it lets None through)
     "a seeding helper": ("set_seed(args.seed)", "", "shuffle=True)"),
     "set again before the loader": ("torch.manual_seed(args.seed)\n    args.seed = None", "", "shuffle=True)"),
+    "moved on before the loader": ("torch.manual_seed(args.seed)\n    args.seed += 1", "", "shuffle=True)"),
     "a literal": ("torch.manual_seed(42)", "", "shuffle=True, seed=42)"),
     "0, the sampler's own": ("torch.manual_seed(0)", "", "shuffle=True)"),
     "seeded after the loader": ("pass", "torch.manual_seed(args.seed)", "shuffle=True)"),

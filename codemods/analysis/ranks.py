@@ -1144,8 +1144,10 @@ def _set_between(analysis: ScriptAnalysis, name: str, first: cst.CSTNode, second
     """Whether the function around ``first`` (or the module's top level) stores into the name (or the
     object it is part of: ``cfg`` of ``cfg["seed"]``) between the two nodes."""
     root = name.split(".", 1)[0].split("[", 1)[0]
-    for assign in analysis.assignments_in(analysis.enclosing_function(first)):
-        targets = [assign.target] if not isinstance(assign, cst.Assign) else [t.target for t in assign.targets]  # type: ignore[attr-defined]
+    function = analysis.enclosing_function(first)
+    augmented = [n for n in walk(function.body if function is not None else analysis.module) if type(n) is cst.AugAssign]
+    for assign in [*analysis.assignments_in(function), *augmented]:
+        targets = [t.target for t in assign.targets] if isinstance(assign, cst.Assign) else [assign.target]  # type: ignore[attr-defined]
         stored = {binding_name(t) for t in targets} - {None}
         if any(s == name or s.split(".", 1)[0].split("[", 1)[0] == root for s in stored):  # type: ignore[union-attr]
             if analysis.comes_before(first, assign) and analysis.comes_before(assign, second):
