@@ -16,7 +16,6 @@ from .edits import Edits, code_of, expression, remove_statements
 from .runtime_calls import runtime_name
 
 CUDA_LITERAL = re.compile(r"^cuda(:\d+)?$")
-DEVICE_KEYWORDS = frozenset({"device", "map_location"})
 
 
 def _mentions_cuda(node: cst.CSTNode) -> bool:
@@ -61,7 +60,7 @@ def _device_names(analysis: ScriptAnalysis) -> set[str]:
     ``map_location=`` argument."""
     found: set[str] = set()
     for call in analysis.calls:
-        handed: list[cst.BaseExpression] = [a.value for a in call.args if a.keyword is not None and a.keyword.value in DEVICE_KEYWORDS]
+        handed: list[cst.BaseExpression] = [a.value for a in call.args if a.keyword is not None and a.keyword.value in names.DEVICE_KEYWORDS]
         if call.args and call.args[0].keyword is None and (
             call_method_name(call) == "to" or analysis.is_call_to(call, names.TORCH_DEVICE | names.CUDA_SET_DEVICE)
         ):
@@ -329,7 +328,7 @@ with torch.autocast(device_type="cuda", enabled=False):
                 if isinstance(first, cst.SimpleString) and _mentions_cuda(first) and (strict or _is_literal_index(first)):
                     yield Match(first, "hard-coded CUDA device: use this process's device (runtime.device())")
             for arg in call.args:
-                if arg.keyword is not None and arg.keyword.value in DEVICE_KEYWORDS and isinstance(arg.value, cst.SimpleString):
+                if arg.keyword is not None and arg.keyword.value in names.DEVICE_KEYWORDS and isinstance(arg.value, cst.SimpleString):
                     if _mentions_cuda(arg.value) and (strict or _is_literal_index(arg.value)):
                         yield Match(arg.value, "hard-coded CUDA device: use this process's device (runtime.device())")
         for string in _string_devices(analysis, strict):

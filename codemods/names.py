@@ -102,6 +102,8 @@ def runtime(name: str) -> str:
     return f"{RUNTIME_MODULE}.{name}"
 
 
+#: Keyword arguments that take a device (``x.new_zeros(3, device=...)``, ``torch.load(map_location=...)``).
+DEVICE_KEYWORDS = frozenset({"device", "map_location"})
 RUNTIME_SETUP = frozenset({runtime("setup")})
 RUNTIME_CLEANUP = frozenset({runtime("cleanup")})
 RUNTIME_SAVE = frozenset({runtime("save")})

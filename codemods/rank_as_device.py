@@ -85,7 +85,7 @@ def _is_template(node: cst.CSTNode, templates: tuple[str, ...]) -> bool:
 def _takes_a_device(analysis: ScriptAnalysis, argument: cst.Arg) -> bool:
     """Whether a device object does as well as its name for the argument: ``device=`` or ``map_location=``,
     or the first argument of ``.to()``, ``.cuda()``, ``torch.device()``, ``set_device()`` or a CUDA query."""
-    if argument.keyword is not None and argument.keyword.value in ("device", "map_location"):
+    if argument.keyword is not None and argument.keyword.value in names.DEVICE_KEYWORDS:
         return True
     call = analysis.parent(argument)
     if type(call) is not cst.Call or argument.keyword is not None or call.args[0] is not argument:  # type: ignore[attr-defined]

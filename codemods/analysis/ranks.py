@@ -42,6 +42,7 @@ from .script import (
     leaves_early,
     leaves_function,
     loader_argument,
+    name_root,
     returns_of,
     walk,
 )
@@ -855,11 +856,9 @@ class RankFacts:
         (``distributed = int(os.environ.get("WORLD_SIZE", 1)) > 1``)."""
         if depth > 4:
             return False
-        if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
-            operator, bound = test.comparisons[0].operator, int_value(test.comparisons[0].comparator)
-            if (isinstance(operator, (cst.GreaterThan, cst.NotEqual)) and bound == 1) or (isinstance(operator, cst.GreaterThanEqual) and bound == 2):
-                return is_world_size(self.analysis, test.left)
-            return False
+        if isinstance(test, cst.Comparison):
+            counted = more_than_one(test)
+            return counted is not None and is_world_size(self.analysis, counted)
         if isinstance(test, (cst.Name, cst.Attribute)):
             sources = [s for s in self.legacy.sources(test) if s is not test and isinstance(s, cst.BaseExpression)]
             return bool(sources) and all(self._several_processes(source, depth + 1) for source in sources)
@@ -900,21 +899,30 @@ def is_world_size(analysis: ScriptAnalysis, expr: cst.BaseExpression, depth: int
     return False
 
 
+def more_than_one(test: cst.Comparison) -> cst.BaseExpression | None:
+    """``n`` of ``n > 1``, ``n != 1`` or ``n >= 2``: the value the test says is more than one; ``None`` for any
+    other comparison."""
+    if len(test.comparisons) != 1:
+        return None
+    operator, bound = test.comparisons[0].operator, int_value(test.comparisons[0].comparator)
+    if (isinstance(operator, (cst.GreaterThan, cst.NotEqual)) and bound == 1) or (isinstance(operator, cst.GreaterThanEqual) and bound == 2):
+        return test.left
+    return None
+
+
 def counts_the_processes(analysis: ScriptAnalysis, value: cst.BaseExpression | None) -> bool:
     """Whether a value is ``world_size > 1`` (``!= 1``, ``>= 2``) of a world size that is the launch's number of
     processes wherever it is set (``int(os.environ["WORLD_SIZE"])``), or 1 (the fallback of a run without
     torchrun): true exactly in a job of several processes. Not of a ``--world-size`` option, which a torchrun
     launch leaves at its default."""
-    if not (isinstance(value, cst.Comparison) and len(value.comparisons) == 1):
-        return False
-    operator, bound = value.comparisons[0].operator, int_value(value.comparisons[0].comparator)
-    if not ((isinstance(operator, (cst.GreaterThan, cst.NotEqual)) and bound == 1) or (isinstance(operator, cst.GreaterThanEqual) and bound == 2)):
+    size = more_than_one(value) if isinstance(value, cst.Comparison) else None
+    if size is None:
         return False
     function = analysis.enclosing_function(value)
     sources = [
         s
-        for s in legacy_facts(analysis).sources(value.left)
-        if s is not value.left
+        for s in legacy_facts(analysis).sources(size)
+        if s is not size
         and isinstance(s, cst.BaseExpression)
         # (one set later in the same function is not the value read here: ``args.world_size = runtime.world_size()``
         # after the group's setup, below a ``--world-size`` option's test)
@@ -1077,7 +1085,7 @@ def seeds_alike(analysis: ScriptAnalysis, state: str = "torch", before: cst.CSTN
     # ``data.py``) runs before the entry's ``main()`` seeds anything.
     at_import = before is not None and not analysis.is_entry and _call_path(analysis, before)[-1][0] is None
     for module in analysis.shared.analyses:
-        seeds = [call for call in module.calls if call.args and state in _states_seeded(module, call)]
+        seeds = _seed_calls(module, state)
         if not seeds:
             continue
         facts = rank_facts(module)
@@ -1096,15 +1104,18 @@ def seeds_alike(analysis: ScriptAnalysis, state: str = "torch", before: cst.CSTN
     return uniform
 
 
+def _seed_calls(analysis: ScriptAnalysis, state: str) -> list[cst.Call]:
+    """The module's calls with arguments that seed a process-wide random state (:func:`_states_seeded`)."""
+    return [call for call in analysis.calls if call.args and state in _states_seeded(analysis, call)]
+
+
 def torch_seeds(analysis: ScriptAnalysis) -> list[cst.BaseExpression]:
     """The values the program seeds torch with: the first argument of each seeding call of any of its modules
     (``torch.manual_seed(args.seed)``, a seeding helper: ``set_seed(cfg.seed)``); not a helper's own
     parameter (``def set_seed(seed): torch.manual_seed(seed)``: its callers say the value)."""
     found = []
     for module in analysis.shared.analyses:
-        for call in module.calls:
-            if not call.args or "torch" not in _states_seeded(module, call):
-                continue
+        for call in _seed_calls(module, "torch"):
             value, function = call.args[0].value, module.enclosing_function(call)
             if not (type(value) is cst.Name and function is not None and module.is_parameter(function, value.value)):  # type: ignore[attr-defined]
                 found.append(value)
@@ -1143,13 +1154,13 @@ def torch_seed_before(analysis: ScriptAnalysis, node: cst.CSTNode) -> cst.BaseEx
 def _set_between(analysis: ScriptAnalysis, name: str, first: cst.CSTNode, second: cst.CSTNode) -> bool:
     """Whether the function around ``first`` (or the module's top level) stores into the name (or the
     object it is part of: ``cfg`` of ``cfg["seed"]``) between the two nodes."""
-    root = name.split(".", 1)[0].split("[", 1)[0]
+    root = name_root(name)
     function = analysis.enclosing_function(first)
     augmented = [n for n in walk(function.body if function is not None else analysis.module) if type(n) is cst.AugAssign]
     for assign in [*analysis.assignments_in(function), *augmented]:
         targets = [t.target for t in assign.targets] if isinstance(assign, cst.Assign) else [assign.target]  # type: ignore[attr-defined]
         stored = {binding_name(t) for t in targets} - {None}
-        if any(s == name or s.split(".", 1)[0].split("[", 1)[0] == root for s in stored):  # type: ignore[union-attr]
+        if any(s == name or name_root(s) == root for s in stored):  # type: ignore[arg-type]
             if analysis.comes_before(first, assign) and analysis.comes_before(assign, second):
                 return True
     return False
@@ -1324,4 +1335,4 @@ def rank_facts(analysis: ScriptAnalysis) -> RankFacts:
     return analysis.derived("ranks", RankFacts)
 
 
-__all__ = ["GENERATOR", "counts_the_processes", "SEEDS", "Condition", "Kind", "RankFacts", "draws_per_rank", "generator_seeded_alike", "rank_facts", "seeds_alike", "torch_seed_before", "torch_seeds"]
+__all__ = ["GENERATOR", "counts_the_processes", "SEEDS", "Condition", "Kind", "RankFacts", "draws_per_rank", "generator_seeded_alike", "more_than_one", "rank_facts", "seeds_alike", "torch_seed_before", "torch_seeds"]

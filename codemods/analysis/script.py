@@ -185,7 +185,7 @@ REORDERING_METHODS = frozenset({"insert", "pop", "remove", "reverse", "sort", "c
 COPYING_BUILTINS = frozenset({"list", "tuple", "set", "sorted", "dict"})
 
 
-def _name_root(name: str) -> str:
+def name_root(name: str) -> str:
     """``loaders`` of ``loaders.train``, ``loaders['train']``."""
     return name.split(".", 1)[0].split("[", 1)[0]
 
@@ -963,7 +963,7 @@ class ScriptAnalysis:
         """Whether the function binds the name (the root of a dotted one) itself: assigns it, loops over it,
         defines it or takes it as a parameter (not a ``global`` or ``nonlocal`` of it)."""
         home = self if function in self._local_names else self.shared.analysis_of(function) or self
-        return _name_root(name) in home._local_names.get(function, set())
+        return name_root(name) in home._local_names.get(function, set())
 
     def returned_origins(self, function: cst.FunctionDef) -> set[cst.CSTNode]:
         """The calls the values a function of the program returns may come from (any module)."""
@@ -1175,7 +1175,7 @@ class ScriptAnalysis:
     def _bind_items(self, scope_node: cst.CSTNode, name: str, items: dict[str, set[cst.CSTNode]]) -> bool:
         """Bind what a dict holds at each key to ``name['key']``, the dict being bound to ``name``; a list
         that the program reorders (``insert``, ``pop``, ``sort``, ``del x[i]``) keeps no positions."""
-        if _name_root(name) in self._reordered_lists:
+        if name_root(name) in self._reordered_lists:
             items = {key: value for key, value in items.items() if not key.startswith(POSITION) or key == ELEMENTS}
         self._note_item_keys(scope_node, name, items)
         changed = False
@@ -1186,7 +1186,7 @@ class ScriptAnalysis:
     def _note_item_keys(self, scope_node: cst.CSTNode, name: str, keys: Iterable[str]) -> None:
         """Record that the dict (or list) bound to ``name`` holds items under these keys."""
         self.shared.item_keys.setdefault(self._key(scope_node, name), set()).update(keys)
-        self.shared.item_roots.add(_name_root(name))
+        self.shared.item_roots.add(name_root(name))
 
     @cached_property
     def _assigned_roots(self) -> frozenset[str]:
@@ -1206,10 +1206,10 @@ class ScriptAnalysis:
             if call_method_name(call) in REORDERING_METHODS:
                 name = dotted_name(call.func.value)  # type: ignore[attr-defined]
                 if name:
-                    found.add(_name_root(name))
+                    found.add(name_root(name))
         for node in self.index.preorder:
             if type(node) is cst.Del:
-                found.update(_name_root(n) for n in (dotted_name(t.value) for t in walk(node) if type(t) is cst.Subscript) if n)  # type: ignore[attr-defined]
+                found.update(name_root(n) for n in (dotted_name(t.value) for t in walk(node) if type(t) is cst.Subscript) if n)  # type: ignore[attr-defined]
         return frozenset(found)
 
     def _items_of(self, value: cst.BaseExpression) -> dict[str, set[cst.CSTNode]] | None:
@@ -1241,7 +1241,7 @@ class ScriptAnalysis:
             returned = self.shared.returned_items.get(target) if target is not None else None
             return dict(returned) if returned else None
         name = dotted_name(value)
-        if name is None or _name_root(name) not in self.shared.item_roots:
+        if name is None or name_root(name) not in self.shared.item_roots:
             return None
         keys = self.shared.item_keys.get(self._key(value, name))
         if not keys:
@@ -1456,7 +1456,7 @@ class ScriptAnalysis:
                 return False
         elif kind is cst.Subscript:  # ``steps["train"](batch)``: a table of steps
             name = item_name(func)
-            if name is None or _name_root(name) not in self.shared.item_roots:
+            if name is None or name_root(name) not in self.shared.item_roots:
                 return False
         elif kind is not cst.Attribute or func.attr.value not in self.shared.stored_on_self:  # type: ignore[attr-defined]
             return False
@@ -1895,7 +1895,7 @@ class ScriptAnalysis:
         name = binding_name(expr)
         if name is None:
             return None
-        root = _name_root(name)
+        root = name_root(name)
         if root == "self":
             return expr if self.enclosing_class(call) is self.enclosing_class(function) else None
         if self.is_parameter(function, root):

@@ -110,7 +110,7 @@ def _a_copy(analysis: ScriptAnalysis, expr: cst.BaseNode) -> bool:
 
 
 def _copied_call(value: cst.Call) -> cst.CSTNode:
-    """The copying call of ``copy.deepcopy(model).eval().to(device)``."""
+    """The call under the self-returning methods of ``copy.deepcopy(model).eval().to(device)``: the copying one."""
     while type(value) is cst.Call and call_method_name(value) in SELF_RETURNING_METHODS:
         value = value.func.value  # type: ignore[attr-defined, assignment]
     return value
@@ -229,8 +229,7 @@ def _changes_a_copy(analysis: ScriptAnalysis, function: cst.FunctionDef, receive
 
 def _is_model_copy(analysis: ScriptAnalysis, value: cst.CSTNode) -> bool:
     """A new model made from one (:data:`names.MODEL_COPIES`), also moved or put in a mode (``.eval()``)."""
-    while type(value) is cst.Call and call_method_name(value) in SELF_RETURNING_METHODS:  # type: ignore[arg-type]
-        value = value.func.value  # type: ignore[attr-defined]
+    value = _copied_call(value) if type(value) is cst.Call else value  # type: ignore[arg-type]
     return type(value) is cst.Call and analysis.is_call_to(value, names.MODEL_COPIES)  # type: ignore[arg-type]
 
 
