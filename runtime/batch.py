@@ -68,7 +68,11 @@ def set_epoch(loader: Any, epoch: int) -> None:
     every loader found among its attributes, a few levels down. A sampler without ``set_epoch`` (a
     ``RandomSampler`` on a run without torchrun) needs none. Where no loader is found (a wrapper that builds
     its loader only when iterated), a warning says so once: every epoch then repeats the same order."""
-    _tell(loader, lambda sampler: sampler.set_epoch(epoch))
+    def tell(samplers: list[Any]) -> None:
+        for sampler in samplers:
+            sampler.set_epoch(epoch)
+
+    _tell(loader, tell)
 
 
 def next_epoch(loader: Any) -> None:
@@ -76,7 +80,9 @@ def next_epoch(loader: Any) -> None:
     number (an endless generator, ``while True: for batch in loader: yield batch``): epoch 0 at the first
     call for a sampler (or the epoch it was last given), one more at each call after. The loader is found as
     :func:`set_epoch` finds it, and a warning says so once where none is (not for a plain iterable, a list or
-    a tensor: a generator may go over those as well)."""
+    a tensor: a generator may go over those as well). The samplers of one loader (its ``sampler`` and a
+    ``batch_sampler`` that takes an epoch and may pass it on to that sampler) start the same epoch, the one
+    counted for the first of them."""
     _tell(loader, _advance, plain_ok=True)
 
 
@@ -84,8 +90,18 @@ def next_epoch(loader: Any) -> None:
 _STARTED: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
 
-def _advance(sampler: Any) -> None:
-    """Move a sampler to its next epoch (:func:`next_epoch`)."""
+def _advance(samplers: list[Any]) -> None:
+    """Move the samplers of one loader to the next epoch of the first of them (:func:`next_epoch`)."""
+    epoch = _next_epoch_of(samplers[0])
+    for sampler in samplers:
+        if sampler is not samplers[0]:
+            _next_epoch_of(sampler)  # (counted as started, so a later call on its own moves it on)
+        sampler.set_epoch(epoch)
+
+
+def _next_epoch_of(sampler: Any) -> int:
+    """The epoch a sampler's next pass starts: 0 (or the epoch it was last given) at the first call for it,
+    one more at each call after."""
     current = getattr(sampler, "epoch", None)
     try:
         first = sampler not in _STARTED
@@ -98,16 +114,16 @@ def _advance(sampler: Any) -> None:
     epoch = current if first else current + 1
     if not says_its_epoch:
         _PASSES[id(sampler)] = epoch
-    sampler.set_epoch(epoch)
+    return epoch
 
 
 #: The passes :func:`next_epoch` counted for samplers without an ``epoch`` attribute, by ``id``.
 _PASSES: dict[int, int] = {}
 
 
-def _tell(loader: Any, tell: Callable[[Any], None], plain_ok: bool = False) -> None:
-    """``tell`` each sampler of the loader; a warning, once per type, where there is none (``plain_ok``: not for
-    an object without attributes of its own, which holds no loader)."""
+def _tell(loader: Any, tell: Callable[[list[Any]], None], plain_ok: bool = False) -> None:
+    """``tell`` the samplers of each loader found (a list per loader); a warning, once per type, where there is
+    none (``plain_ok``: not for an object without attributes of its own, which holds no loader)."""
     if plain_ok and not hasattr(loader, "__dict__"):
         return
     if not _tell_samplers(loader, tell, _WRAPPER_DEPTH, set()) and type(loader) not in _WARNED:
@@ -124,7 +140,7 @@ def _tell(loader: Any, tell: Callable[[Any], None], plain_ok: bool = False) -> N
 _WARNED: set[type] = set()
 
 
-def _tell_samplers(value: Any, tell: Callable[[Any], None], depth: int, seen: set[int]) -> bool:
+def _tell_samplers(value: Any, tell: Callable[[list[Any]], None], depth: int, seen: set[int]) -> bool:
     if id(value) in seen:
         return False
     seen.add(id(value))
@@ -133,8 +149,9 @@ def _tell_samplers(value: Any, tell: Callable[[Any], None], depth: int, seen: se
     told: list[Any] = []
     for sampler in samplers:
         if sampler is not None and callable(getattr(sampler, "set_epoch", None)) and not any(sampler is t for t in told):
-            tell(sampler)  # the sampler, or a batch sampler that shuffles its own buckets (each once)
-            told.append(sampler)
+            told.append(sampler)  # the sampler, or a batch sampler that shuffles its own buckets (each once)
+    if told:
+        tell(told)
     if told or samplers[0] is not None:
         return True  # (a loader whose samplers take no epoch needs none)
     if depth <= 0 or not hasattr(value, "__dict__") or isinstance(value, type):

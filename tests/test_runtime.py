@@ -405,6 +405,31 @@ def test_next_epoch_counts_the_passes_of_each_sampler_once() -> None:
         runtime.next_epoch([torch.zeros(2)] * 3)  # a generator may go over a plain list too
 
 
+def test_next_epoch_gives_a_batch_sampler_and_the_sampler_it_forwards_to_one_epoch() -> None:
+    """A bucketing batch sampler whose ``set_epoch`` passes the epoch on to its inner sampler: both start
+    epochs 0, 1, 2 (the inner sampler is not moved on a second time by its own count)."""
+    from torch.utils.data import BatchSampler, DataLoader, TensorDataset
+    from torch.utils.data.distributed import DistributedSampler
+
+    class Buckets(BatchSampler):
+        def __init__(self, sampler: DistributedSampler) -> None:
+            super().__init__(sampler, 2, False)
+            self.epoch = 0
+
+        def set_epoch(self, epoch: int) -> None:
+            self.epoch = epoch
+            self.sampler.set_epoch(epoch)  # type: ignore[attr-defined]
+
+    data = TensorDataset(torch.arange(8))
+    inner = DistributedSampler(data, num_replicas=2, rank=0)
+    loader = DataLoader(data, batch_sampler=Buckets(inner))
+    seen = []
+    for _ in range(3):
+        runtime.next_epoch(loader)
+        seen.append((loader.batch_sampler.epoch, inner.epoch))  # type: ignore[union-attr]
+    assert seen == [(0, 0), (1, 1), (2, 2)]
+
+
 # --- models --------------------------------------------------------------------------------------
 
 
