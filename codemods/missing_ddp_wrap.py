@@ -410,6 +410,8 @@ loss.backward()
         """Whether the model object is wrapped under another name: the DDP tutorial builds ``model`` in one
         function and wraps ``self.model = DDP(model.to(gpu_id))`` in its ``Trainer``; or the name holds a
         wrap made elsewhere (``model = build_model()`` of a factory that returns ``DataParallel(net)``)."""
+        if any(_distributes_itself(analysis, origin) for site in analysis.model_training_sites.get(model, ()) for origin in analysis.name_origins(site, model)):
+            return True  # (``FSDP(model)``, ``deepspeed.initialize(...)``: distributed by the library)
         wraps = set(analysis.program_wrap_calls)
         wrapped: set[cst.CSTNode] = set()
         for wrap in analysis.wrap_calls:
@@ -491,7 +493,7 @@ loss.backward()
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
         for model, anchor, kept in self._cases(analysis):
-            node = anchor or analysis.optimizer_calls[0]
+            node = anchor or analysis.model_training_sites[model][0]
             yield Match(node, f"{model} is trained but never wrapped in DistributedDataParallel", fixable=anchor is not None)
             if kept is not None:
                 yield Match(kept, _kept_unwrapped(model), fixable=False)
@@ -533,6 +535,17 @@ loss.backward()
                         "forward, and update the parameters of the wrapped model's .module",
                         fixable=False,
                     )
+        backward = _trained_model_unfound(analysis)
+        if backward is not None:
+            yield Match(
+                backward,
+                f"`{code_of(backward)}` trains a model, but no optimizer the migration can read takes that model's "
+                "parameters (one a library's factory builds, or given tensors of the model by name), so nothing is "
+                "wrapped in DistributedDataParallel: every process would train its own copy on its own shard; wrap the "
+                "trained model (model = DistributedDataParallel(model, device_ids=runtime.device_ids())) before the "
+                "training loop",
+                fixable=False,
+            )
         for wrap, test in _wrapped_only_with_cuda(analysis):
             yield Match(
                 wrap,
@@ -575,6 +588,52 @@ loss.backward()
                     edits.insert_after(site, statement(f"{switch} = {switch} or {rt}.world_size() > 1"))
                 edits.changes.append(Change(self.code, analysis.line(site), f"{switch} is also true under torchrun"))
         return edits.apply(analysis.module) if edits else None
+
+
+#: Libraries that distribute a model themselves (FSDP, DeepSpeed, Accelerate, Lightning, Horovod, ...): a
+#: program that uses one wraps its model its own way.
+SELF_DISTRIBUTING = (
+    "torch.distributed.fsdp", "torch.distributed._composable", "torch.distributed.tensor", "torch.distributed.rpc",
+    "torch.distributed.autograd", "torch.distributed.optim", "torch.distributed.pipelining", "deepspeed",
+    "accelerate", "lightning", "pytorch_lightning", "horovod", "fairscale", "colossalai",
+)
+
+
+def _trained_model_unfound(analysis: ScriptAnalysis) -> cst.Call | None:
+    """The program's first ``loss.backward()`` (in this module) where the program trains a model the analysis
+    cannot name: the program builds something it steps, but nothing is wrapped, no optimizer of the program takes a model's
+    parameters in a way it reads, no model is trained by hand, and no library that distributes models itself is
+    used. ``None`` elsewhere."""
+    if not analysis.is_training_script or analysis.program_wrap_calls:
+        return None
+    shared = analysis.shared
+    if not any(type(value) is cst.Call for value in analysis.shared.stepped_values()):
+        return None  # nothing stepped, or only what the program is handed (a library's ``fit(model, optimizer)``)
+    if any(a.trained_models or a.hand_trained_models for a in shared.analyses):
+        return None
+    first: cst.Call | None = None
+    for module in shared.analyses:
+        for call in module.backward_calls:
+            if not any(arg.keyword is None for arg in call.args):  # (``accelerator.backward(loss)``: not a loss's own)
+                first = call
+                break
+        if first is not None:
+            break
+    if first is None or not analysis.owns(first):
+        return None
+    for module in shared.analyses:
+        for call in module.calls:
+            if _distributes_itself(module, call):
+                return None
+    return first
+
+
+def _distributes_itself(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
+    """Whether a node is a call of a library that distributes a model itself (:data:`SELF_DISTRIBUTING`)."""
+    if type(node) is not cst.Call:
+        return False
+    home = analysis.shared.analysis_of(node) or analysis
+    return any(q.split(".")[0] in SELF_DISTRIBUTING or q.startswith(SELF_DISTRIBUTING) for q in home.qualified_names(node.func))  # type: ignore[attr-defined]
 
 
 def _wrapped_only_with_cuda(analysis: ScriptAnalysis) -> Iterator[tuple[cst.Call, cst.BaseExpression]]:

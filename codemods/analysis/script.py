@@ -367,6 +367,8 @@ class SharedFlow:
         #: For each class of the program, the classes of the program derived from it (directly or not).
         self._subclasses: dict[cst.ClassDef, list[cst.ClassDef]] | None = None
         self._ancestors: dict[cst.ClassDef, list[cst.ClassDef]] | None = None
+        self._stepped: frozenset[cst.CSTNode] | None = None
+        self._called: frozenset[str] | None = None
 
     def add(self, analysis: ScriptAnalysis) -> None:
         """Register a module of the program."""
@@ -401,6 +403,27 @@ class SharedFlow:
                 changed |= analysis._propagate()
             if not changed:
                 break
+
+    def called_names(self) -> frozenset[str]:
+        """The dotted names the program calls (``model`` of ``model(x)``, ``self.net``)."""
+        if self._called is None:
+            self._called = frozenset(
+                name for analysis in self.analyses for call in analysis.calls if (name := dotted_name(call.func)) is not None
+            )
+        return self._called
+
+    def stepped_values(self) -> frozenset[cst.CSTNode]:
+        """What the program steps: the origins of every ``x.step()`` receiver and of the arguments of those
+        calls (``scaler.step(optimizer)``): the optimizers, whatever builds them, and schedulers."""
+        if self._stepped is None:
+            found: set[cst.CSTNode] = set()
+            for analysis in self.analyses:
+                for call in analysis.method_calls("step"):
+                    found |= analysis.origins(call.func.value)  # type: ignore[attr-defined]
+                    for arg in call.args:
+                        found |= analysis.origins(arg.value)
+            self._stepped = frozenset(found)
+        return self._stepped
 
     def subclasses_of(self, owner: cst.ClassDef) -> list[cst.ClassDef]:
         """The classes of the program derived from the class, directly or through others of the program."""
@@ -1983,13 +2006,83 @@ class ScriptAnalysis:
         return any(q.startswith(SCHEDULER_PREFIX) and q.count(".") == 3 for q in self.qualified_names(call.func))
 
     @cached_property
-    def optimizer_calls(self) -> list[cst.Call]:
-        """Constructor calls of ``torch.optim`` optimizers."""
+    def torch_optimizer_calls(self) -> list[cst.Call]:
+        """Constructor calls of ``torch.optim`` optimizers (``torch.optim.SGD(...)``)."""
         return [
             c
             for c in self.calls
             if any(q.startswith("torch.optim.") and q.count(".") == 2 for q in self.qualified_names(c.func))
         ]
+
+    @cached_property
+    def optimizer_calls(self) -> list[cst.Call]:
+        """The optimizers the module builds: ``torch.optim`` constructors, and the calls that take a model's
+        parameters and are used as an optimizer (:meth:`_builds_optimizer`): a class of the program derived
+        from a ``torch.optim`` one (``class LARS(Optimizer)``), one of another library (``Lion(...)``), one
+        looked up by name (``OPTIMIZERS[cfg["type"]](...)``, ``getattr(torch.optim, name)(...)``); source order."""
+        known = set(self.torch_optimizer_calls)
+        return [call for call in self.calls if call in known or self._builds_optimizer(call)]
+
+    def _builds_optimizer(self, call: cst.Call) -> bool:
+        """Whether a call that is not a ``torch.optim`` constructor builds an optimizer: its value is stepped
+        (``opt.step()``, ``scaler.step(opt)``), its class derives from a ``torch.optim`` class, or the name it
+        is stored in says it holds one (``optimizer = ...``); and model parameters reach its arguments, not
+        through another optimizer (a learning-rate scheduler, an optimizer wrapper: they take the optimizer)."""
+        if not call.args or self.is_scheduler_construction(call):
+            return False
+        shared = self.shared
+        built = shared.constructed.get(call)
+        if built is None and call in shared.call_targets:
+            return False  # a function of the program: what it returns is built, and read, in it
+        optimizer_class = built is not None and self._derives_from_torch_optimizer(built)
+        if not optimizer_class and call not in shared.stepped_values() and not _stored_as_optimizer(self.parent(call)):
+            return False
+        if not self._parameter_calls(call) and not self._models_in_arguments(call):
+            return False
+        return not any(self._may_hold_an_optimizer(arg.value, call) for arg in call.args)
+
+    def _models_in_arguments(self, call: cst.Call) -> list[str]:
+        """The models an optimizer's call is given whole or by their tensors, where no ``parameters()`` call
+        says so: ``create_optimizer(model, "adamw")`` of a library, ``SGD([{"params": model.weight}, ...])``; a
+        model is a name the program calls (``model(x)``) that holds a built object, not a function."""
+        found: list[str] = []
+        for arg in call.args:
+            for node in tree.walk(arg.value):
+                kind = type(node)
+                if kind is cst.Attribute:
+                    name = dotted_name(node.value)  # type: ignore[attr-defined]
+                elif kind is cst.Name:
+                    name = node.value  # type: ignore[attr-defined]
+                else:
+                    continue
+                if name is None or name in found or name not in self.shared.called_names():
+                    continue
+                target = node.value if kind is cst.Attribute else node  # type: ignore[attr-defined]
+                if any(type(origin) is cst.Call for origin in self.origins(target)):  # type: ignore[arg-type]
+                    found.append(name)
+        return found
+
+    def _may_hold_an_optimizer(self, expr: cst.BaseExpression, user: cst.Call) -> bool:
+        """Whether an argument of ``user`` may hold an optimizer: a ``torch.optim`` one, one of a class derived
+        from those, or another value the program steps."""
+        stepped = self.shared.stepped_values()
+        for origin in self.origins(expr):
+            if origin is user or type(origin) is not cst.Call:
+                continue
+            home = self.shared.analysis_of(origin) or self
+            built = self.shared.constructed.get(origin)  # type: ignore[call-overload]
+            if origin in stepped or origin in home.torch_optimizer_calls or (built is not None and home._derives_from_torch_optimizer(built)):
+                return True
+        return False
+
+    def _derives_from_torch_optimizer(self, cls: cst.ClassDef) -> bool:
+        """Whether a class of the program derives, through the program's classes, from a ``torch.optim`` class."""
+        for ancestor in self.shared.ancestors_of(cls):
+            home = self.shared.analysis_of(ancestor) or self
+            for base in ancestor.bases:
+                if any(q.startswith("torch.optim.") for q in home.qualified_names(base.value)):
+                    return True
+        return False
 
     def holds_optimizer(self, expr: cst.BaseExpression) -> bool:
         """Whether an expression holds a ``torch.optim`` optimizer: one of its origins is an optimizer's
@@ -2047,16 +2140,70 @@ class ScriptAnalysis:
         """Dotted names whose ``parameters()`` are handed to an optimizer (``model``, ``self.net``): in the
         optimizer's call, or through the values that flow into its arguments (``params =
         list(model.parameters())``, a weight-decay split that appends from ``model.named_parameters()``, a
-        function parameter the callers fill with ``model.parameters()``; see :meth:`flows_into`)."""
-        found: list[str] = []
-        for optimizer in self.optimizer_calls:
-            for call in self._parameter_calls(optimizer):
-                for receiver in self._receivers_of(call, self.enclosing_function(optimizer)):
-                    parts = receiver.split(".")
-                    name = ".".join(parts[:2] if parts[0] == "self" else parts[:1])
-                    if name not in found:
-                        found.append(name)
+        function parameter the callers fill with ``model.parameters()``; see :meth:`flows_into`). A model a
+        function of the program builds its optimizer for (``build_optimizer(model, cfg)``,
+        ``model.configure_optimizers(lr)``) is named where that function is called, with the caller's name."""
+        return list(self.model_training_sites)
+
+    @cached_property
+    def model_training_sites(self) -> dict[str, list[cst.Call]]:
+        """Each model of :attr:`trained_models`, with the calls of this module that make it trained: the
+        optimizer's construction, or the call of the program's function that builds the optimizer for it."""
+        found: dict[str, list[cst.Call]] = {}
+        for optimizer, function, name in self._optimized_receivers:
+            if not self._handed_in(function, name):
+                found.setdefault(name, []).append(optimizer)
+        for analysis in self.shared.analyses:
+            for _, function, name in analysis._optimized_receivers:
+                if function is None or not analysis._handed_in(function, name):
+                    continue
+                root, dot, rest = name.partition(".")
+                for caller in analysis.callers_in_program(function):
+                    if not self.owns(caller):
+                        continue
+                    if root == "self":
+                        passed = caller.func.value if type(caller.func) is cst.Attribute else None  # type: ignore[attr-defined]
+                    else:
+                        passed = self.argument_for(caller, function, root)
+                    passed_name = dotted_name(passed) if passed is not None else None
+                    if passed_name is None:
+                        continue
+                    parts = f"{passed_name}{dot}{rest}".split(".")
+                    sites = found.setdefault(".".join(parts[:2] if parts[0] == "self" else parts[:1]), [])
+                    if caller not in sites:
+                        sites.append(caller)
         return found
+
+    @cached_property
+    def _optimized_receivers(self) -> list[tuple[cst.Call, cst.FunctionDef | None, str]]:
+        """The models this module's optimizers train, as the optimizer's side names them (``self.net``,
+        ``model``; ``self`` for the object whose method builds it), with the optimizer and the function that
+        builds it."""
+        found: list[tuple[cst.Call, cst.FunctionDef | None, str]] = []
+        for optimizer in self.optimizer_calls:
+            function = self.enclosing_function(optimizer)
+            receivers = [r for call in self._parameter_calls(optimizer) for r in self._receivers_of(call, function)]
+            if not receivers:
+                receivers = self._models_in_arguments(optimizer)
+            for receiver in receivers:
+                parts = receiver.split(".")
+                name = ".".join(parts[:2] if parts[0] == "self" else parts[:1])
+                if (optimizer, function, name) not in found:
+                    found.append((optimizer, function, name))
+        return found
+
+    def _handed_in(self, function: cst.FunctionDef | None, name: str) -> bool:
+        """Whether a model an optimizer of ``function`` trains is handed to it by its callers: a parameter of
+        the function, or the object a method of the model's own class is called on (``self``), where the
+        program calls the function."""
+        if function is None:
+            return False
+        if name == "self":
+            if self.enclosing_class(function) is None:
+                return False
+        elif "." in name or not self.is_parameter(function, name):
+            return False
+        return bool(self.callers_in_program(function))
 
     @cached_property
     def free_parameters(self) -> list[tuple[cst.Call, cst.Call]]:
@@ -2906,6 +3053,18 @@ def statements_of(block: cst.BaseSuite | cst.Module) -> Sequence[cst.BaseStateme
 PROCESS_EXITS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
 #: The module of torch's learning-rate schedulers.
 SCHEDULER_PREFIX = "torch.optim.lr_scheduler."
+
+
+def _stored_as_optimizer(statement: cst.CSTNode | None) -> bool:
+    """Whether an assignment stores its value in a name that says it holds an optimizer (``optimizer = ...``,
+    ``self.optim = ...``)."""
+    if type(statement) is not cst.Assign:
+        return False
+    for target in statement.targets:  # type: ignore[attr-defined]
+        name = dotted_name(target.target)
+        if name is not None and "optim" in name.split(".")[-1].lower():
+            return True
+    return False
 
 
 def sets_learning_rate(code: cst.CSTNode | None) -> bool:
