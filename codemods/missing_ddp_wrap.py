@@ -52,7 +52,15 @@ class MissingDdpWrap(Rule):
     """Wrap the trained model in ``DistributedDataParallel``.
 
     What it finds: in a training script, a model whose ``parameters()`` go to an optimizer but which is
-    never wrapped in DistributedDataParallel (or DataParallel, which DDP001 converts).
+    never wrapped in DistributedDataParallel (or DataParallel, which DDP001 converts). An optimizer is a
+    ``torch.optim`` constructor, or any call given a model's parameters (or the model itself, or its tensors)
+    whose value the program steps: a class of the program derived from ``torch.optim.Optimizer``, a library's
+    (``Lion(...)``, ``create_optimizer_v2(model, ...)``), one looked up by name (``OPTIMIZERS[name](...)``,
+    ``getattr(torch.optim, name)(...)``). A model a function of the program builds the optimizer for
+    (``build_optimizer(model, cfg)``, ``model.configure_optimizers()``) is wrapped where that function is called.
+    Where the program builds what it steps but no model can be named, its first ``loss.backward()`` is
+    reported: nothing would be wrapped (not in a program that FSDP, DeepSpeed, Accelerate or Lightning
+    distributes).
 
     Why it is a problem: without DDP nothing averages the gradients across processes, so each process
     trains its own copy on its own shard and the copies drift apart.
