@@ -206,8 +206,8 @@ else:
                 fixable=False,
             )
         for call in analysis.calls_to(names.DATA_PARALLEL):
-            if self._non_distributed_branch(analysis, call):
-                continue
+            if self._non_distributed_branch(analysis, call) or analysis.program_only_infers:
+                continue  # (a prediction script: DataParallel serves it, see notes)
             if _in_a_lambda(analysis, call):
                 yield Match(
                     call,
@@ -283,7 +283,17 @@ else:
                 "torchrun launches take the DistributedDataParallel branch",
             )
             for call in analysis.calls_to(names.DATA_PARALLEL)
-            if self._non_distributed_branch(analysis, call)
+            if self._non_distributed_branch(analysis, call) and not analysis.program_only_infers
+        ] + [
+            Note(
+                self.code,
+                analysis.line(call),
+                "nn.DataParallel kept: the program only infers (no backward(), no optimizer; eval() or no_grad()), "
+                "so it needs no process per GPU; run it with python, not torchrun (DistributedDataParallel would "
+                "need a process group and a gradient to average)",
+            )
+            for call in analysis.calls_to(names.DATA_PARALLEL)
+            if analysis.program_only_infers
         ]
 
     @staticmethod

@@ -577,7 +577,9 @@ with torch.no_grad():
         return loader.with_changes(args=args)
 
     def notes(self, analysis: ScriptAnalysis, options: Options) -> list[Note]:
-        notes = []
+        notes: list[Note] = []
+        if analysis.program_only_infers:
+            return notes  # (a prediction script: its loaders are not shared out between processes)
         facts = loader_facts(analysis)
         for loader in analysis.loader_calls:
             line = analysis.line(loader)

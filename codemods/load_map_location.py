@@ -17,7 +17,8 @@ from .runtime_calls import runtime_name
 class LoadWithoutMapLocation(Rule):
     """Load checkpoints onto this process's device.
 
-    What it finds: ``torch.load(path)`` without ``map_location``.
+    What it finds: ``torch.load(path)`` without ``map_location``; not in a data set's methods (``__getitem__``
+    loading a sample file runs in the ``DataLoader``'s worker processes, where a GPU cannot be used).
 
     Why it is a problem: tensors are restored onto the device they were saved from, usually ``cuda:0``, so
     every process loads onto GPU 0 (memory spikes, or failure on a machine with fewer GPUs or none).
@@ -90,6 +91,8 @@ checkpoint = torch.load(path, map_location="cpu")
             positional = [a for a in call.args if a.keyword is None]
             keywords = {a.keyword.value for a in call.args if a.keyword is not None}
             if "map_location" not in keywords and len(positional) < 2 and not any(a.star for a in call.args):
+                if analysis.runs_in_a_data_set(call):
+                    continue  # (a data set's files: loaded where the data is, maybe in a worker, never on a GPU of ours)
                 yield Match(call, "torch.load without map_location loads onto the device the tensors were saved from")
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:

@@ -731,6 +731,28 @@ class ScriptAnalysis:
         """The nearest class definition around the node."""
         return next((a for a in self.ancestors(node) if isinstance(a, cst.ClassDef)), None)
 
+    def runs_in_a_data_set(self, node: cst.CSTNode, depth: int = 3) -> bool:
+        """Whether the node runs in a method of a data set class (one that defines ``__getitem__`` or
+        ``__iter__``, or derives from such a class of the program), or in a function only such methods call
+        (``depth`` calls up): code a ``DataLoader``'s worker processes may run, where CUDA cannot be used."""
+        function = self.enclosing_function(node)
+        if function is None:
+            return False
+        cls = self.enclosing_class(function)
+        if cls is not None and self._is_data_set_class(cls):
+            return True
+        callers = self.callers_in_program(function) if depth > 0 else []
+        return bool(callers) and all((self.shared.analysis_of(c) or self).runs_in_a_data_set(c, depth - 1) for c in callers)
+
+    def _is_data_set_class(self, cls: cst.ClassDef) -> bool:
+        """Whether a class of the program is a data set: it, or a class of the program it derives from, defines
+        ``__getitem__`` or ``__iter__``."""
+        for ancestor in self.shared.ancestors_of(cls):
+            for statement in ancestor.body.body:
+                if type(statement) is cst.FunctionDef and statement.name.value in ("__getitem__", "__iter__"):
+                    return True
+        return False
+
     def scope_of(self, node: cst.CSTNode) -> Scope:
         """The function around the node, or its module."""
         return self.enclosing_function(node) or self.module_of(node)
@@ -1932,8 +1954,27 @@ class ScriptAnalysis:
 
     @cached_property
     def wrap_calls(self) -> list[cst.Call]:
-        """``DataParallel(...)`` and ``DistributedDataParallel(...)`` calls."""
+        """``DataParallel(...)`` and ``DistributedDataParallel(...)`` calls; in a program that only infers
+        (:attr:`program_only_infers`), the DDP ones only: a DataParallel there is no wrap to migrate."""
+        if self.program_only_infers:
+            return self.calls_to(names.DISTRIBUTED_DATA_PARALLEL)
         return self.calls_to(names.MODEL_WRAPPERS)
+
+    @cached_property
+    def program_only_infers(self) -> bool:
+        """Whether the program runs its models for inference only: no ``backward()``, no optimizer, and a model
+        put in evaluation mode or run without gradients (``model.eval()``, ``torch.no_grad()``,
+        ``torch.inference_mode()``): a prediction or export script."""
+        if self.program_backward_calls:
+            return False
+        infers = False
+        for module in self.shared.analyses:
+            if module.torch_optimizer_calls:
+                return False
+            infers = infers or bool(module.method_calls("eval")) or any(
+                call for call in module.calls if callee_name(call) in ("no_grad", "inference_mode")
+            )
+        return infers
 
     @cached_property
     def program_wrap_calls(self) -> list[cst.Call]:

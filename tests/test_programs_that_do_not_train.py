@@ -1,0 +1,141 @@
+"""Code that trains nothing, or runs where no GPU may be used, is left as it is.
+
+Two trials' crashes, each with "0 item(s) need a human":
+
+- a prediction script with ``model = nn.DataParallel(model)`` (no ``backward()`` anywhere) got a
+  ``DistributedDataParallel`` wrap but no process group, so it failed under ``python`` and torchrun alike
+  ("Default process group has not been initialized"); migrating a project folder did this to every
+  predict/export script beside the training one. A program that never trains keeps its DataParallel (a note
+  says so) and is not rewritten.
+- ``torch.load(path)`` in a data set's ``__getitem__`` became ``torch.load(path, map_location=runtime.device())``:
+  on a GPU, a ``DataLoader`` worker process cannot initialise CUDA, and ``pin_memory`` refuses CUDA tensors. A
+  data set's loads are left alone.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from ddp_migrate.cli import cli
+from launch import run_python
+from migrated import migrate_script
+
+PREDICT = '''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = nn.DataParallel(nn.Linear(6, 2))
+    model.to(device)
+    model.eval()
+    loader = DataLoader(TensorDataset(torch.randn(20, 6)), batch_size=8)
+    preds = []
+    with torch.no_grad():
+        for (x,) in loader:
+            preds.append(model(x.to(device)).argmax(1).cpu())
+    torch.save(torch.cat(preds), "preds.pt")
+    torch.save(model.state_dict(), "dp_weights.pt")
+    print("predictions", torch.cat(preds).numel(), flush=True)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+TRAIN = '''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = nn.DataParallel(nn.Linear(6, 2)).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(32, 6), torch.randint(0, 2, (32,))), batch_size=8, shuffle=True)
+    for x, y in loader:
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x.to(device)), y.to(device)).backward()
+        opt.step()
+    torch.save(model.state_dict(), "dp_weights.pt")
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_a_prediction_script_keeps_its_data_parallel_and_runs(tmp_path: Path) -> None:
+    migrated, report, code = migrate_script(tmp_path, PREDICT, "predict.py")
+    assert migrated == PREDICT, migrated
+    assert "note DDP001" in report and "the program only infers" in report and code == 0, report
+    assert "predictions 20" in run_python(tmp_path / "predict.py", cwd=tmp_path, timeout=120).output
+    lint = CliRunner().invoke(cli, ["lint", str(tmp_path / "predict.py")], catch_exceptions=False)
+    assert lint.exit_code == 0, lint.output  # (no DDP001/DDP002/DDP008/DDP016 for a DataParallel that serves inference)
+
+
+def test_a_project_migrates_its_training_script_and_leaves_its_prediction_script(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(TRAIN)
+    (tmp_path / "predict.py").write_text(PREDICT)
+    result = CliRunner().invoke(cli, [str(tmp_path)], catch_exceptions=False)
+    assert (tmp_path / "predict.py").read_text() == PREDICT, result.output
+    assert "DistributedDataParallel(" in (tmp_path / "train.py").read_text(), result.output
+
+
+DATA_SET_FILES = '''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, Dataset
+
+
+def read_sample(path):
+    return torch.load(path)
+
+
+class PtFiles(Dataset):
+    def __init__(self, paths):
+        self.paths = paths
+        self.stats = torch.load(paths[0])
+
+    def __len__(self):
+        return len(self.paths)
+
+    def __getitem__(self, i):
+        item = read_sample(self.paths[i]) if i % 2 else torch.load(self.paths[i])
+        return item["x"], item["y"]
+
+
+def main():
+    for i in range(4):
+        torch.save({"x": torch.randn(3), "y": torch.tensor(i % 2)}, f"s{i}.pt")
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = nn.Linear(3, 2).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(PtFiles([f"s{i}.pt" for i in range(4)]), batch_size=2, num_workers=1, pin_memory=True)
+    for x, y in loader:
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x.to(device)), y.to(device)).backward()
+        opt.step()
+    torch.save(model.state_dict(), "w.pt")
+    model.load_state_dict(torch.load("w.pt"))
+    print("trained on", len(loader.dataset), flush=True)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_a_data_set_s_loads_keep_no_device_map(tmp_path: Path) -> None:
+    """The data set's three loads (``__init__``, ``__getitem__``, the helper only it calls) are unchanged; the
+    checkpoint load of the training function maps onto this process's device."""
+    migrated, report, code = migrate_script(tmp_path, DATA_SET_FILES)
+    assert migrated.count("map_location=") == 1, migrated
+    assert 'torch.load("w.pt", map_location=runtime.device())' in migrated, migrated
+    assert "    return torch.load(path)\n" in migrated and "torch.load(self.paths[i])" in migrated, migrated
+    assert "trained on 4" in run_python(tmp_path / "train.py", cwd=tmp_path, timeout=120).output
