@@ -704,67 +704,158 @@ def _dict_writes(
     return items
 
 
-def _gating_parameters(analysis: ScriptAnalysis, function: cst.FunctionDef, loop: cst.CSTNode) -> set[str]:
-    """Parameters defaulting to ``None`` that decide whether the loop trains: a ``backward()`` under the loop
-    sits under an ``if`` whose test reads the parameter, or a local name computed from it."""
-    optional = {
-        p.name.value
-        for p in (*function.params.params, *function.params.kwonly_params)
-        if isinstance(p.default, cst.Name) and p.default.value == "None"
-    }
-    if not optional:
-        return set()
+#: A parameter's value the analysis cannot tell at a call site.
+_UNKNOWN = object()
+#: A value that is neither ``None`` nor false: an object a call site passes (``optimizer=opt``).
+_SOME_OBJECT = object()
+
+
+def _gating_tests(analysis: ScriptAnalysis, function: cst.FunctionDef, loop: cst.CSTNode) -> list[list[cst.BaseExpression]] | None:
+    """For each ``backward()`` under the loop, the tests of the ``if`` statements around it (inside the loop)
+    that read the function's parameters, directly or through a local name computed from them (``training =
+    mode == "train"``); ``None`` where some ``backward()`` runs whatever the call site passes (the loop always
+    trains)."""
+    parameters = {p.name.value for p in (*function.params.params, *function.params.kwonly_params)}
     derived: dict[str, set[str]] = {}
     for assign in analysis.assignments_in(function):
         if not isinstance(assign, cst.Assign):
             continue
-        read = {n.value for n in walk(assign.value) if isinstance(n, cst.Name)} & optional
+        read = {n.value for n in walk(assign.value) if isinstance(n, cst.Name)} & parameters
         for target in assign.targets:
             if isinstance(target.target, cst.Name) and read:
                 derived.setdefault(target.target.value, set()).update(read)
-    gating: set[str] = set()
     backward = [c for c in analysis.backward_calls if analysis.is_inside(c, loop)]
     if not backward:
-        return set()
+        return None
+    found: list[list[cst.BaseExpression]] = []
     for call in backward:
-        tests = [n.test for n in analysis.ancestors(call) if isinstance(n, cst.If) and analysis.is_inside(n, loop)]
-        found: set[str] = set()
-        for test in tests:
-            for n in walk(test):
-                if isinstance(n, cst.Name):
-                    if n.value in optional:
-                        found.add(n.value)
-                    found |= derived.get(n.value, set())
-        if not found:
-            return set()  # one backward() runs whatever the call site passes: the loop always trains
-        gating |= found
-    return gating
+        tests = [
+            n.test
+            for n in analysis.ancestors(call)
+            if isinstance(n, cst.If) and analysis.is_inside(n, loop)
+            and any(isinstance(m, cst.Name) and (m.value in parameters or m.value in derived) for m in walk(n.test))
+        ]
+        if not tests:
+            return None  # one backward() runs whatever the call site passes
+        found.append(tests)
+    return found
+
+
+def _value_at(caller: ScriptAnalysis, call: cst.Call, function: cst.FunctionDef, name: str) -> object:
+    """What a parameter holds when ``call`` runs the function: a literal (``True``, ``None``, ``"val"``, a
+    number) passed or defaulted, :data:`_SOME_OBJECT` for another expression passed where the default is
+    ``None`` (an optimizer handed in), :data:`_UNKNOWN` otherwise."""
+    passed = caller.argument_for(call, function, name)
+    param = next((p for p in (*function.params.params, *function.params.kwonly_params) if p.name.value == name), None)
+    if passed is None:
+        if param is None or param.default is None:
+            return _UNKNOWN
+        passed = param.default
+        value = _literal(passed)
+        return value
+    value = _literal(passed)
+    if value is _UNKNOWN and param is not None and isinstance(param.default, cst.Name) and param.default.value == "None":
+        return _SOME_OBJECT
+    return value
+
+
+def _literal(expr: cst.BaseExpression) -> object:
+    """The value of a literal expression (``True``, ``None``, ``"train"``, ``3``), or :data:`_UNKNOWN`."""
+    if isinstance(expr, cst.Name) and expr.value in ("True", "False", "None"):
+        return {"True": True, "False": False, "None": None}[expr.value]
+    if isinstance(expr, cst.SimpleString):
+        return expr.evaluated_value
+    if isinstance(expr, cst.Integer):
+        return int(expr.value)
+    return _UNKNOWN
+
+
+def _truth(test: cst.BaseExpression, bindings: dict[str, object]) -> object:
+    """A test's value once the parameters hold ``bindings``: ``True``, ``False`` or :data:`_UNKNOWN` (names,
+    ``not``, ``and``/``or``, comparisons with ``==``, ``!=``, ``is``, ``is not``, ``in``, ``not in``)."""
+    value = _evaluate(test, bindings)
+    if value is _UNKNOWN:
+        return _UNKNOWN
+    if value is _SOME_OBJECT:
+        return True
+    return bool(value)
+
+
+def _evaluate(expr: cst.BaseExpression, bindings: dict[str, object]) -> object:
+    if isinstance(expr, cst.Name) and expr.value in bindings:
+        return bindings[expr.value]
+    literal = _literal(expr)
+    if literal is not _UNKNOWN:
+        return literal
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
+        inner = _truth(expr.expression, bindings)
+        return inner if inner is _UNKNOWN else not inner
+    if isinstance(expr, cst.BooleanOperation):
+        left, right = _truth(expr.left, bindings), _truth(expr.right, bindings)
+        if isinstance(expr.operator, cst.And):
+            return False if False in (left, right) else (_UNKNOWN if _UNKNOWN in (left, right) else True)
+        return True if True in (left, right) else (_UNKNOWN if _UNKNOWN in (left, right) else False)
+    if isinstance(expr, (cst.Tuple, cst.List, cst.Set)):
+        items = [_evaluate(e.value, bindings) for e in expr.elements]  # type: ignore[union-attr]
+        return _UNKNOWN if any(i is _UNKNOWN or i is _SOME_OBJECT for i in items) else tuple(items)
+    if isinstance(expr, cst.Comparison) and len(expr.comparisons) == 1:
+        left = _evaluate(expr.left, bindings)
+        target = expr.comparisons[0]
+        right = _evaluate(target.comparator, bindings)
+        operator = type(target.operator)
+        if left is _SOME_OBJECT and right is None and operator in (cst.Is, cst.IsNot, cst.Equal, cst.NotEqual):
+            return operator in (cst.IsNot, cst.NotEqual)
+        if left is _UNKNOWN or right is _UNKNOWN or left is _SOME_OBJECT or right is _SOME_OBJECT:
+            return _UNKNOWN
+        if operator in (cst.Equal, cst.Is):
+            return left == right
+        if operator in (cst.NotEqual, cst.IsNot):
+            return left != right
+        if operator in (cst.In, cst.NotIn) and isinstance(right, (tuple, str)):
+            inside = left in right if not isinstance(right, str) or isinstance(left, str) else False
+            return inside if operator is cst.In else not inside
+    return _UNKNOWN
 
 
 def _split_by_call_site(
     analysis: ScriptAnalysis, loop: cst.For, loader_expr: cst.BaseExpression, loader_set: set[cst.Call]
 ) -> tuple[set[cst.Call], set[cst.Call]] | None:
-    """For a loop that trains only when an optional parameter is given, the loaders passed at training call
-    sites and those passed at evaluating ones; ``None`` when the loop always trains."""
+    """For a loop that trains only under tests of its function's parameters (``if optimizer is not None:``, ``if
+    train:``, ``if mode == "train":``), the loaders passed at call sites where those tests hold and those passed
+    where they do not, read from what each call site passes (literals, or an object for a parameter that
+    defaults to ``None``); a call site whose values cannot be told is in neither. ``None`` when the loop always
+    trains."""
     function = analysis.enclosing_function(loop)
     if function is None or not isinstance(loader_expr, cst.Name) or not analysis.is_parameter(function, loader_expr.value):
         return None
-    gating = _gating_parameters(analysis, function, loop)
-    if not gating:
+    tests = _gating_tests(analysis, function, loop)
+    if tests is None:
         return None
+    derived: dict[str, cst.BaseExpression] = {}
+    for assign in analysis.assignments_in(function):
+        if isinstance(assign, cst.Assign) and len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name):
+            name = assign.targets[0].target.value
+            derived[name] = assign.value if name not in derived else cst.Name("__several__")
     trains: set[cst.Call] = set()
     evaluates: set[cst.Call] = set()
-    for call in analysis.callers_of(function):
+    for call in analysis.callers_in_program(function):
         caller = analysis.shared.analysis_of(call) or analysis
         argument = caller.argument_for(call, function, loader_expr.value)
         if argument is None:
             continue
         loaders = {o for o in caller.origins(argument) if o in loader_set}
-        passed = {p: caller.argument_for(call, function, p) for p in gating}
-        if any(isinstance(v, cst.Name) and v.value == "None" or v is None for v in passed.values()):
-            evaluates |= loaders  # type: ignore[arg-type]
-        else:
+        bindings = {
+            p.name.value: _value_at(caller, call, function, p.name.value)
+            for p in (*function.params.params, *function.params.kwonly_params)
+        }
+        for name, value in derived.items():
+            if name not in bindings:
+                bindings[name] = _evaluate(value, bindings)
+        verdicts = [[_truth(test, bindings) for test in around] for around in tests]
+        if any(all(v is True for v in around) for around in verdicts):
             trains |= loaders  # type: ignore[arg-type]
+        elif all(any(v is False for v in around) for around in verdicts):
+            evaluates |= loaders  # type: ignore[arg-type]
     return trains, evaluates
 
 
