@@ -106,9 +106,30 @@ def test_a_layer_used_outside_forward_is_no_unused_layer(tmp_path: Path) -> None
 
 
 
+#: A block skipped on odd calls by a counter ``forward()`` bumps, and one the training loop switches off for
+#: the first epoch through a flag of the model (a trial's crashes: ``self.X`` was read as a setting).
+COUNTER = SCRIPT.replace(
+    "        self.layerdrop = layerdrop\n", "        self.layerdrop = layerdrop\n        self.calls = 0\n"
+).replace(
+    "        h = self.inp(x)\n", "        h = self.inp(x)\n        self.calls += 1\n"
+).replace("if self.training and torch.rand(()) < self.layerdrop:", "if self.calls % 2 == 0:")
+FLAG = SCRIPT.replace(
+    "        self.layerdrop = layerdrop\n", "        self.layerdrop = layerdrop\n        self.skip_first = False\n"
+).replace("if self.training and torch.rand(()) < self.layerdrop:", "if self.skip_first:").replace(
+    "    for epoch in range(2):\n", "    for epoch in range(2):\n        model.skip_first = epoch == 0\n"
+)
+
+
+@pytest.mark.parametrize("source", [COUNTER, FLAG], ids=["counter", "flag"])
+def test_a_layer_under_a_test_of_an_attribute_set_between_steps_looks_for_unused_parameters(tmp_path: Path, source: str) -> None:
+    text, output = migrate(tmp_path, source)
+    assert "find_unused_parameters=True" in text, output
+    assert "its forward() calls `block` only on some steps" in output, output
+
+
 @pytest.mark.e2e
 @pytest.mark.distributed
-@pytest.mark.parametrize("source", [SCRIPT, LEFTOVER], ids=["layerdrop", "leftover-layer"])
+@pytest.mark.parametrize("source", [SCRIPT, LEFTOVER, COUNTER, FLAG], ids=["layerdrop", "leftover-layer", "counter", "flag"])
 def test_the_migrated_model_trains_under_torchrun(tmp_path: Path, source: str) -> None:
     pytest.importorskip("torch")
     from launch import run_torchrun

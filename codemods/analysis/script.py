@@ -369,6 +369,7 @@ class SharedFlow:
         self._ancestors: dict[cst.ClassDef, list[cst.ClassDef]] | None = None
         self._stepped: frozenset[cst.CSTNode] | None = None
         self._called: frozenset[str] | None = None
+        self._set_later: frozenset[str] | None = None
 
     def add(self, analysis: ScriptAnalysis) -> None:
         """Register a module of the program."""
@@ -403,6 +404,31 @@ class SharedFlow:
                 changed |= analysis._propagate()
             if not changed:
                 break
+
+    def attributes_set_after_construction(self) -> frozenset[str]:
+        """The attribute names the program assigns (``=``, ``+=``) outside every ``__init__``: ``self.calls +=
+        1`` in a ``forward()``, ``model.use_aux = epoch >= 1`` in a training loop. An attribute of a model that
+        is only set where the model is built is one of its settings, the same on every step."""
+        if self._set_later is None:
+            found: set[str] = set()
+            for analysis in self.analyses:
+                for node in tree.walk(analysis.module):
+                    kind = type(node)
+                    if kind is cst.AugAssign:
+                        targets = [node.target]  # type: ignore[attr-defined]
+                    elif kind is cst.Assign:
+                        targets = [t.target for t in node.targets]  # type: ignore[attr-defined]
+                    elif kind is cst.AnnAssign:
+                        targets = [node.target]  # type: ignore[attr-defined]
+                    else:
+                        continue
+                    attributes = [n.attr.value for t in targets for n in tree.walk(t) if type(n) is cst.Attribute]  # type: ignore[attr-defined]
+                    if attributes:
+                        function = analysis.enclosing_function(node)
+                        if function is None or function.name.value != "__init__":
+                            found.update(attributes)
+            self._set_later = frozenset(found)
+        return self._set_later
 
     def called_names(self) -> frozenset[str]:
         """The dotted names the program calls (``model`` of ``model(x)``, ``self.net``)."""

@@ -522,7 +522,8 @@ def _conditional_layer_call(analysis: ScriptAnalysis, cls: cst.ClassDef, forward
         elif callee not in layers:
             continue
         # The conditions around the call within forward(), and the early exits before it.
-        if any(not _settings_only(condition.test) for condition in rank_facts(analysis).conditions(node)):
+        changing = analysis.shared.attributes_set_after_construction()
+        if any(not _settings_only(condition.test, changing) for condition in rank_facts(analysis).conditions(node)):
             return node  # type: ignore[return-value]
     return None
 
@@ -676,13 +677,16 @@ def _may_have_parameters(analysis: ScriptAnalysis, cls: cst.ClassDef, attribute:
     return False
 
 
-def _settings_only(test: cst.CSTNode) -> bool:
-    """Whether a test reads only the model's own attributes and constants (the same on every step)."""
+def _settings_only(test: cst.CSTNode, changing: frozenset[str]) -> bool:
+    """Whether a test reads only the model's own settings and constants (the same on every step): ``self.X``
+    that the program sets nowhere but in an ``__init__`` (``changing``: a counter ``forward()`` bumps, a flag
+    the training loop sets are not settings), and ``self.training``."""
     kind = type(test)
     if kind is cst.Call:
         return False
     if kind is cst.Attribute:
-        return (dotted_name(test) or "").startswith("self.")
+        name = dotted_name(test) or ""
+        return name.startswith("self.") and (name == "self.training" or not set(name.split(".")[1:]) & changing)
     if kind is cst.Name:
         return test.value in ("self", "None", "True", "False")  # type: ignore[attr-defined]
-    return all(_settings_only(child) for child in tree.children(test))
+    return all(_settings_only(child, changing) for child in tree.children(test))
