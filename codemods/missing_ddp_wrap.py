@@ -609,14 +609,17 @@ SELF_DISTRIBUTING = (
 
 def _trained_model_unfound(analysis: ScriptAnalysis) -> cst.Call | None:
     """The program's first ``loss.backward()`` (in this module) where the program trains a model the analysis
-    cannot name: the program builds something it steps, but nothing is wrapped, no optimizer of the program takes a model's
-    parameters in a way it reads, no model is trained by hand, and no library that distributes models itself is
-    used. ``None`` elsewhere."""
+    cannot name: the program steps something it builds that is no ``torch.optim`` optimizer or scheduler, but
+    nothing is wrapped, no optimizer of the program takes a model's parameters in a way it reads, no model is
+    trained by hand, and no library that distributes models itself is used. ``None`` elsewhere."""
     if not analysis.is_training_script or analysis.program_wrap_calls:
         return None
     shared = analysis.shared
-    if not any(type(value) is cst.Call for value in analysis.shared.stepped_values()):
-        return None  # nothing stepped, or only what the program is handed (a library's ``fit(model, optimizer)``)
+    homes = [(value, shared.analysis_of(value) or analysis) for value in shared.stepped_values() if type(value) is cst.Call and value.args]  # type: ignore[attr-defined]
+    if not any(value not in home.torch_optimizer_calls and not home.is_scheduler_construction(value) for value, home in homes):  # type: ignore[arg-type]
+        # Nothing stepped but what the program is handed (a library's ``fit(model, optimizer)``) or torch
+        # optimizers of tensors that belong to no model (an image optimised by style transfer).
+        return None
     if any(a.trained_models or a.hand_trained_models for a in shared.analyses):
         return None
     first: cst.Call | None = None

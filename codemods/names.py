@@ -33,6 +33,8 @@ TRAINING_CODE_NAMES = TRAINING_SCRIPT_NAMES | MODEL_WRAPPERS
 
 #: ``itertools.cycle(loader)``: one pass over the loader, then its batches again in the same order.
 ITERTOOLS_CYCLE = frozenset({"itertools.cycle"})
+#: Gradients computed without ``.backward()`` (meta-learning, hand-written updates).
+AUTOGRAD_GRADIENTS = frozenset({"torch.autograd.grad", "torch.autograd.backward"})
 DATA_LOADER = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
 #: ``Subset(dataset, indices)``: a data set cut by hand.
 SUBSET = frozenset({"torch.utils.data.Subset", "torch.utils.data.dataset.Subset"})

@@ -195,3 +195,118 @@ def test_a_model_a_library_distributes_is_not_wrapped_again(tmp_path: Path) -> N
     )
     result = CliRunner().invoke(cli, ["lint", "--select", "DDP011", "-"], input=accelerate, catch_exceptions=False)
     assert "DDP011" not in result.output, result.output
+
+
+#: Shapes a review of the first version found read as optimizers (each wrapped a frozen model: DDP refused it).
+EMA_TEACHER = HEAD + '''import copy
+
+
+class EMATeacher:
+    def __init__(self, teacher, student, decay=0.99):
+        self.teacher, self.student, self.decay = teacher, student, decay
+
+    @torch.no_grad()
+    def step(self):
+        for t, s in zip(self.teacher.parameters(), self.student.parameters()):
+            t.mul_(self.decay).add_(s, alpha=1 - self.decay)
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
+    student = nn.Linear(4, 1)
+    teacher = copy.deepcopy(student).requires_grad_(False)
+    optimized_teacher = torch.compile(teacher)
+    optimizer = torch.optim.SGD(student.parameters(), lr=0.1)
+    ema = EMATeacher(teacher, student)
+    for epoch in range(2):
+        for x, y in loader:
+            with torch.no_grad():
+                target = teacher(x) if epoch else optimized_teacher(x)
+            loss = F.mse_loss(student(x), y) + F.mse_loss(student(x), target)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            ema.step()
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_an_ema_teacher_stepped_or_compiled_is_no_trained_model(tmp_path: Path) -> None:
+    """A class of the program with a ``step()`` that is no Optimizer, and a name like ``optimized_teacher``."""
+    migrated, report, code = migrate_script(tmp_path, EMA_TEACHER)
+    assert "    student = DistributedDataParallel(student, device_ids=runtime.device_ids())\n" in migrated, report
+    assert migrated.count("DistributedDataParallel(") == 1, migrated
+    assert code == 0, report
+
+
+MINGPT = HEAD + '''
+
+class GPT(nn.Linear):
+    def configure_optimizers(self, lr):
+        return torch.optim.AdamW(self.parameters(), lr=lr)
+
+
+class Trainer:
+    def __init__(self, model, loader):
+        self.model, self.loader = model, loader
+
+    def train(self, epochs):
+        model = self.model
+        raw_model = model.module if hasattr(model, "module") else model
+        optimizer = raw_model.configure_optimizers(1e-2)
+        for epoch in range(epochs):
+            for x, y in self.loader:
+                loss = F.mse_loss(model(x), y)
+                model.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
+    Trainer(GPT(4, 1), loader).train(2)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_the_model_behind_an_unwrapping_alias_is_the_one_wrapped(tmp_path: Path) -> None:
+    """minGPT's ``raw_model = model.module if hasattr(model, "module") else model`` builds the optimizer; the
+    forward runs through ``model``, so ``model`` is wrapped (wrapping ``raw_model`` left the forward unwrapped)."""
+    migrated, report, code = migrate_script(tmp_path, MINGPT)
+    assert "        model = DistributedDataParallel(model, device_ids=runtime.device_ids())\n        raw_model = " in migrated, migrated
+    assert "raw_model = DistributedDataParallel" not in migrated and code == 0, report
+
+
+STYLE_TRANSFER = HEAD + '''
+
+def main():
+    features = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()).eval()
+    for p in features.parameters():
+        p.requires_grad_(False)
+    content = torch.rand(1, 3, 16, 16)
+    image = content.clone().requires_grad_(True)
+    optimizer = torch.optim.Adam([image], lr=0.01)
+    target = features(content)
+    for step in range(10):
+        optimizer.zero_grad()
+        loss = F.mse_loss(features(image), target)
+        loss.backward()
+        optimizer.step()
+    torch.save(image.detach(), "out.pt")
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_an_optimised_input_is_no_unnamed_model(tmp_path: Path) -> None:
+    """Style transfer steps an image, not a model: no review that a model goes unwrapped."""
+    result = CliRunner().invoke(cli, ["lint", "--select", "DDP011", "-"], input=STYLE_TRANSFER, catch_exceptions=False)
+    assert "DDP011" not in result.output, result.output

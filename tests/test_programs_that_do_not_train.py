@@ -139,3 +139,13 @@ def test_a_data_set_s_loads_keep_no_device_map(tmp_path: Path) -> None:
     assert 'torch.load("w.pt", map_location=runtime.device())' in migrated, migrated
     assert "    return torch.load(path)\n" in migrated and "torch.load(self.paths[i])" in migrated, migrated
     assert "trained on 4" in run_python(tmp_path / "train.py", cwd=tmp_path, timeout=120).output
+
+
+def test_an_evaluation_script_that_builds_an_optimizer_to_restore_it_only_infers(tmp_path: Path) -> None:
+    """An optimizer built and given a checkpoint's state, never stepped nor handed on: still a prediction script."""
+    source = PREDICT.replace(
+        "    model.eval()\n",
+        "    optimizer = torch.optim.Adam(model.parameters())\n    optimizer.load_state_dict(optimizer.state_dict())\n    model.eval()\n",
+    )
+    migrated, report, code = migrate_script(tmp_path, source, "predict.py")
+    assert migrated == source and "the program only infers" in report and code == 0, report

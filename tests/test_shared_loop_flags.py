@@ -96,3 +96,34 @@ def test_every_rank_reports_the_whole_validation_set_under_torchrun(tmp_path: Pa
     output = run_torchrun(tmp_path / "train.py", cwd=tmp_path, timeout=120).output
     lines = sorted(line for line in output.splitlines() if line.startswith("epoch 1 val"))
     assert len(lines) == 2 and lines[0] == lines[1] and lines[0].endswith("over 32"), output
+
+
+#: Shapes where the loop trains for every caller, or where a call site's value cannot be read (a review's
+#: regressions of the first version: each left the training loader unsharded or sent it to a human).
+AMP_BRANCHES = PROGRAM.replace("{signature}", "use_amp=False").replace("{derive}", "").replace(
+    "        if {test}:\n            opt.zero_grad()\n            loss.backward()\n            opt.step()\n",
+    "        opt.zero_grad()\n        if use_amp:\n            loss.mul(2.0).backward()\n        else:\n            loss.backward()\n"
+    "        opt.step()\n",
+).replace("{training}", "").replace("{evaluating}", "").replace("opt, )", "opt)")
+NOT_A_FLAG = PROGRAM.replace("{signature}", "args").replace("{derive}", "").replace("{test}", "torch.isfinite(loss) and args.clip >= 0")
+NOT_A_FLAG = NOT_A_FLAG.replace("{training}", "ARGS").replace("{evaluating}", "ARGS").replace(
+    "\n\ndef main():", "\n\nclass ARGS:\n    clip = 1.0\n\n\ndef main():"
+)
+
+
+@pytest.mark.parametrize("source", [AMP_BRANCHES, NOT_A_FLAG], ids=["backward-in-both-branches", "tests-of-no-flag"])
+def test_a_loop_that_trains_whatever_the_flags_say_shards_its_loaders(tmp_path: Path, source: str) -> None:
+    migrated, report, _ = migrate_script(tmp_path, source)
+    assert "DistributedSampler(" in migrated.split("train_loader = DataLoader(")[1].split("val_loader")[0], migrated
+    assert "cannot tell whether it trains" not in report, report
+
+
+def test_a_flag_given_through_keyword_unpacking_is_not_read_as_its_default(tmp_path: Path) -> None:
+    """``run_epoch(..., **kw)`` with ``kw = {"train": True}``: the default ``False`` would have left the training
+    loader whole without a word; it is left to a human."""
+    source = program("train=False", "", "train", "**kw", "train=False").replace(
+        "    for epoch in range(2):\n", '    kw = {"train": True}\n    for epoch in range(2):\n', 1
+    )
+    migrated, report, _ = migrate_script(tmp_path, source)
+    assert "DDP005 DataLoader iterated by a loop that trains only for some callers: cannot tell" in report, report
+    assert report.count("treated as an evaluation loader") <= 1, report

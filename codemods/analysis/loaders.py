@@ -710,35 +710,54 @@ _UNKNOWN = object()
 _SOME_OBJECT = object()
 
 
-def _gating_tests(analysis: ScriptAnalysis, function: cst.FunctionDef, loop: cst.CSTNode) -> list[list[cst.BaseExpression]] | None:
+def _gating_tests(analysis: ScriptAnalysis, function: cst.FunctionDef, loop: cst.CSTNode) -> list[list[tuple[cst.BaseExpression, bool]]] | None:
     """For each ``backward()`` under the loop, the tests of the ``if`` statements around it (inside the loop)
-    that read the function's parameters, directly or through a local name computed from them (``training =
-    mode == "train"``); ``None`` where some ``backward()`` runs whatever the call site passes (the loop always
-    trains)."""
-    parameters = {p.name.value for p in (*function.params.params, *function.params.kwonly_params)}
-    derived: dict[str, set[str]] = {}
+    that read a flag of the function, with whether the ``backward()`` runs when the test fails (it sits in the
+    ``else``). A flag is a parameter with a literal default (``train=True``, ``optimizer=None``) or one some
+    call site passes a literal (``run_epoch(..., False)``), or a local name computed from those (``training =
+    mode == "train"``). ``None`` where some ``backward()`` runs whatever the flags say (the loop always trains)."""
+    flags = _flag_parameters(analysis, function)
+    if not flags:
+        return None
+    derived: set[str] = set()
     for assign in analysis.assignments_in(function):
         if not isinstance(assign, cst.Assign):
             continue
-        read = {n.value for n in walk(assign.value) if isinstance(n, cst.Name)} & parameters
-        for target in assign.targets:
-            if isinstance(target.target, cst.Name) and read:
-                derived.setdefault(target.target.value, set()).update(read)
+        if {n.value for n in walk(assign.value) if isinstance(n, cst.Name)} & flags:
+            derived.update(t.target.value for t in assign.targets if isinstance(t.target, cst.Name))
+    gates = flags | (derived - {p.name.value for p in _parameters(function)})
     backward = [c for c in analysis.backward_calls if analysis.is_inside(c, loop)]
     if not backward:
         return None
-    found: list[list[cst.BaseExpression]] = []
+    found: list[list[tuple[cst.BaseExpression, bool]]] = []
     for call in backward:
-        tests = [
-            n.test
-            for n in analysis.ancestors(call)
-            if isinstance(n, cst.If) and analysis.is_inside(n, loop)
-            and any(isinstance(m, cst.Name) and (m.value in parameters or m.value in derived) for m in walk(n.test))
-        ]
+        tests: list[tuple[cst.BaseExpression, bool]] = []
+        for node in analysis.ancestors(call):
+            if node is loop:
+                break
+            if isinstance(node, cst.If) and any(isinstance(m, cst.Name) and m.value in gates for m in walk(node.test)):
+                if node.orelse is not None and all(any(analysis.is_inside(b, branch) for b in backward) for branch in (node.body, node.orelse)):
+                    continue  # (``if use_amp: scaler.scale(loss).backward() else: loss.backward()``: trains either way)
+                tests.append((node.test, node.orelse is not None and analysis.is_inside(call, node.orelse) and not analysis.is_inside(call, node.body)))
         if not tests:
             return None  # one backward() runs whatever the call site passes
         found.append(tests)
     return found
+
+
+def _parameters(function: cst.FunctionDef) -> list[cst.Param]:
+    return [*function.params.posonly_params, *function.params.params, *function.params.kwonly_params]
+
+
+def _flag_parameters(analysis: ScriptAnalysis, function: cst.FunctionDef) -> set[str]:
+    """The parameters of a function that act as flags: a literal default, or a literal at some call site."""
+    flags = {p.name.value for p in _parameters(function) if p.default is not None and _literal(p.default) is not _UNKNOWN}
+    for call in analysis.callers_in_program(function):
+        caller = analysis.shared.analysis_of(call) or analysis
+        for name, value in caller.bound_arguments(call, function):
+            if _literal(value) is not _UNKNOWN:
+                flags.add(name)
+    return flags
 
 
 def _value_at(caller: ScriptAnalysis, call: cst.Call, function: cst.FunctionDef, name: str) -> object:
@@ -746,10 +765,10 @@ def _value_at(caller: ScriptAnalysis, call: cst.Call, function: cst.FunctionDef,
     number) passed or defaulted, :data:`_SOME_OBJECT` for another expression passed where the default is
     ``None`` (an optimizer handed in), :data:`_UNKNOWN` otherwise."""
     passed = caller.argument_for(call, function, name)
-    param = next((p for p in (*function.params.params, *function.params.kwonly_params) if p.name.value == name), None)
+    param = next((p for p in _parameters(function) if p.name.value == name), None)
     if passed is None:
-        if param is None or param.default is None:
-            return _UNKNOWN
+        if param is None or param.default is None or any(arg.star for arg in call.args):
+            return _UNKNOWN  # (``**kwargs`` at the call site may set it)
         passed = param.default
         value = _literal(passed)
         return value
@@ -768,6 +787,11 @@ def _literal(expr: cst.BaseExpression) -> object:
     if isinstance(expr, cst.Integer):
         return int(expr.value)
     return _UNKNOWN
+
+
+def _flip(value: object) -> object:
+    """``not value`` for a known truth value; :data:`_UNKNOWN` stays unknown."""
+    return value if value is _UNKNOWN else not value
 
 
 def _truth(test: cst.BaseExpression, bindings: dict[str, object]) -> object:
@@ -844,14 +868,11 @@ def _split_by_call_site(
         if argument is None:
             continue
         loaders = {o for o in caller.origins(argument) if o in loader_set}
-        bindings = {
-            p.name.value: _value_at(caller, call, function, p.name.value)
-            for p in (*function.params.params, *function.params.kwonly_params)
-        }
+        bindings = {p.name.value: _value_at(caller, call, function, p.name.value) for p in _parameters(function)}
         for name, value in derived.items():
             if name not in bindings:
                 bindings[name] = _evaluate(value, bindings)
-        verdicts = [[_truth(test, bindings) for test in around] for around in tests]
+        verdicts = [[_flip(_truth(test, bindings)) if in_else else _truth(test, bindings) for test, in_else in around] for around in tests]
         if any(all(v is True for v in around) for around in verdicts):
             trains |= loaders  # type: ignore[arg-type]
         elif all(any(v is False for v in around) for around in verdicts):

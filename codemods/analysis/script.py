@@ -10,6 +10,7 @@ point is, and which statements sit under a rank guard.
 from __future__ import annotations
 
 import builtins
+import re
 from dataclasses import dataclass
 from functools import cached_property
 from typing import (
@@ -1988,19 +1989,32 @@ class ScriptAnalysis:
 
     @cached_property
     def program_only_infers(self) -> bool:
-        """Whether the program runs its models for inference only: no ``backward()``, no optimizer, and a model
-        put in evaluation mode or run without gradients (``model.eval()``, ``torch.no_grad()``,
-        ``torch.inference_mode()``): a prediction or export script."""
-        if self.program_backward_calls:
+        """Whether the program runs its models for inference only: no ``backward()``, no ``torch.autograd.grad``,
+        no optimizer stepped or handed to another function, and a model put in evaluation mode or run without
+        gradients (``model.eval()``, ``torch.no_grad()``, ``torch.inference_mode()``): a prediction or export
+        script (one may build an optimizer to load a checkpoint's state)."""
+        if self.program_backward_calls or self.program_optimizer_step_calls:
             return False
         infers = False
         for module in self.shared.analyses:
-            if module.torch_optimizer_calls:
+            if module.calls_to(names.AUTOGRAD_GRADIENTS) or module._optimizer_handed_on():
                 return False
             infers = infers or bool(module.method_calls("eval")) or any(
                 call for call in module.calls if callee_name(call) in ("no_grad", "inference_mode")
             )
         return infers
+
+    def _optimizer_handed_on(self) -> bool:
+        """Whether an optimizer the module builds is given to a call (``train(model, optimizer, loader)`` of a
+        library, which may step it), not only used through its own methods (``optimizer.load_state_dict(...)``)."""
+        held = {
+            name
+            for call in self.optimizer_calls
+            if type(statement := self.parent(call)) is cst.Assign
+            for target in statement.targets  # type: ignore[attr-defined]
+            if (name := dotted_name(target.target)) is not None
+        }
+        return bool(held) and any(dotted_name(arg.value) in held for call in self.calls for arg in call.args)
 
     @cached_property
     def program_wrap_calls(self) -> list[cst.Call]:
@@ -2102,6 +2116,8 @@ class ScriptAnalysis:
         if built is None and call in shared.call_targets:
             return False  # a function of the program: what it returns is built, and read, in it
         optimizer_class = built is not None and self._derives_from_torch_optimizer(built)
+        if built is not None and not optimizer_class:
+            return False  # a class of the program that is no Optimizer (an EMA teacher's ``step()``)
         if not optimizer_class and call not in shared.stepped_values() and not _stored_as_optimizer(self.parent(call)):
             return False
         if not self._parameter_calls(call) and not self._models_in_arguments(call):
@@ -2232,7 +2248,7 @@ class ScriptAnalysis:
                         passed = caller.func.value if type(caller.func) is cst.Attribute else None  # type: ignore[attr-defined]
                     else:
                         passed = self.argument_for(caller, function, root)
-                    passed_name = dotted_name(passed) if passed is not None else None
+                    passed_name = self._model_behind(caller, passed) if passed is not None else None
                     if passed_name is None:
                         continue
                     parts = f"{passed_name}{dot}{rest}".split(".")
@@ -2240,6 +2256,31 @@ class ScriptAnalysis:
                     if caller not in sites:
                         sites.append(caller)
         return found
+
+    def _model_behind(self, at: cst.CSTNode, passed: cst.BaseExpression) -> str | None:
+        """The name of the model a value handed to an optimizer's builder is: the name itself where the program
+        runs it (``model(x)``), else the one model name its value is computed from (``raw_model = model.module
+        if hasattr(model, "module") else model``: the wrap belongs to ``model``, which runs the forward), else
+        the name itself."""
+        name = dotted_name(passed)
+        if name is None:
+            return None
+        called = self.shared.called_names()
+        if name in called or "." in name:
+            return name
+        behind: set[str] = set()
+        for value in self.flows_into(at, name):
+            for node in tree.walk(value):
+                if type(node) not in (cst.Name, cst.Attribute):
+                    continue
+                parent = self.parent(node)
+                if type(parent) is cst.Attribute or (type(parent) is cst.Call and parent.func is node):  # type: ignore[attr-defined]
+                    continue  # (whole dotted names only, not a callee's: ``hasattr``, ``torch.nn.parallel...``)
+                parts = (dotted_name(node) or "").split(".")  # type: ignore[arg-type]
+                root = ".".join(parts[:2] if parts[0] == "self" else parts[:1])
+                if root in called:
+                    behind.add(root)
+        return behind.pop() if len(behind) == 1 else name
 
     @cached_property
     def _optimized_receivers(self) -> list[tuple[cst.Call, cst.FunctionDef | None, str]]:
@@ -3122,6 +3163,11 @@ PROCESS_EXITS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
 SCHEDULER_PREFIX = "torch.optim.lr_scheduler."
 
 
+#: A name that says it holds an optimizer: ``optimizer``, ``optim``, ``opt``, ``g_optimizer``, ``optimizer_d``
+#: (not ``optimized_model``).
+_OPTIMIZER_NAME = re.compile(r"(^|_)(optimi[sz]ers?|optims?|opts?)(_|$)")
+
+
 def _stored_as_optimizer(statement: cst.CSTNode | None) -> bool:
     """Whether an assignment stores its value in a name that says it holds an optimizer (``optimizer = ...``,
     ``self.optim = ...``)."""
@@ -3129,7 +3175,7 @@ def _stored_as_optimizer(statement: cst.CSTNode | None) -> bool:
         return False
     for target in statement.targets:  # type: ignore[attr-defined]
         name = dotted_name(target.target)
-        if name is not None and "optim" in name.split(".")[-1].lower():
+        if name is not None and _OPTIMIZER_NAME.search(name.split(".")[-1].lower()):
             return True
     return False
 
