@@ -57,7 +57,14 @@ def _cuda_device(call: cst.Call) -> cst.BaseExpression | None:
 def _device_names(analysis: ScriptAnalysis) -> set[str]:
     """The names and attributes (``device``, ``args.device``, ``self.device``) the module hands on as a
     device: to ``.to(...)``, ``torch.device(...)``, ``torch.cuda.set_device(...)``, a ``device=`` or
-    ``map_location=`` argument."""
+    ``map_location=`` argument (found once per module)."""
+    cached = analysis.__dict__.get("_device_names")
+    if cached is None:
+        cached = analysis.__dict__["_device_names"] = _find_device_names(analysis)
+    return cached
+
+
+def _find_device_names(analysis: ScriptAnalysis) -> set[str]:
     found: set[str] = set()
     for call in analysis.calls:
         handed: list[cst.BaseExpression] = [a.value for a in call.args if a.keyword is not None and a.keyword.value in names.DEVICE_KEYWORDS]
@@ -68,6 +75,9 @@ def _device_names(analysis: ScriptAnalysis) -> set[str]:
         pending = list(handed)
         while pending:  # ``device = DEVICE``: the name copied from is handed on too
             value = pending.pop()
+            if isinstance(value, cst.IfExp):  # ``torch.device(args.device if torch.cuda.is_available() else "cpu")``
+                pending.extend((value.body, value.orelse))
+                continue
             name = binding_name(value)
             if name is None or name in found:
                 continue
@@ -103,6 +113,34 @@ def _string_devices(analysis: ScriptAnalysis, strict: bool) -> Iterator[cst.Simp
                     continue
                 if _is_literal_index(side) or (strict and side is value):
                     yield side
+    yield from _option_defaults(analysis, used)
+
+
+def _option_defaults(analysis: ScriptAnalysis, used: set[str]) -> Iterator[cst.SimpleString]:
+    """The default of a command-line option read as a device (``parser.add_argument("--device",
+    default="cuda:1")`` with ``args.device`` handed to ``torch.device``): a literal index only (a bare
+    ``"cuda"`` follows this process's device once ``runtime.setup()`` has set it)."""
+    options = analysis.method_calls("add_argument")
+    if not options:
+        return
+    # (the option may be read in another module: ``TrainConfig(device=args.device)`` handed to a trainer)
+    every = used.union(*(_device_names(module) for module in analysis.shared.analyses if module is not analysis))
+    read = {name.rsplit(".", 1)[-1] for name in every if "." in name}
+    for call in options:
+        default = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "default"), None)
+        if not (isinstance(default, cst.SimpleString) and _is_literal_index(default)):
+            continue
+        dest = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "dest"), None)
+        options = [a.value for a in call.args if a.keyword is None and isinstance(a.value, cst.SimpleString)]
+        if isinstance(dest, cst.SimpleString):
+            name = str(dest.evaluated_value)
+        else:
+            longs = [str(o.evaluated_value) for o in options if str(o.evaluated_value).startswith("--")]
+            plain = [str(o.evaluated_value) for o in options if not str(o.evaluated_value).startswith("-")]
+            spelled = longs[0][2:] if longs else (plain[0] if plain else "")
+            name = spelled.replace("-", "_")
+        if name in read:
+            yield default
 
 
 class HardcodedDevice(Rule):
@@ -110,7 +148,8 @@ class HardcodedDevice(Rule):
 
     What it finds: ``torch.device("cuda")``, ``torch.device("cuda:0")``, ``torch.device("cuda" if ... else
     "cpu")``, ``.cuda()``, ``.to("cuda")``, ``device="cuda"`` / ``map_location="cuda:0"`` arguments and
-    ``torch.cuda.set_device(0)``; also a device kept in a variable as a string (``device = "cuda:0" if
+    ``torch.cuda.set_device(0)``; also the default of a command-line option read as a device
+    (``add_argument("--device", default="cuda:1")``), and a device kept in a variable as a string (``device = "cuda:0" if
     torch.cuda.is_available() else "cpu"``) that the program hands to ``.to(...)`` or ``device=``, also through
     copies (``device = DEVICE`` of a module-level ``DEVICE``) and a dict written out (``CFG["device"]``). In a
     script that already sets up a process group only literal indices (``cuda:0``, ``.cuda(0)``,
@@ -362,7 +401,10 @@ with torch.autocast(device_type="cuda", enabled=False):
                 new = f"{rt}.device() if {test} else {kept}" if cuda_in_body else f"{kept} if {test} else {rt}.device()"
                 edits.replace(node, expression(new))
                 message = "CUDA side of the device choice replaced by runtime.device(); the user's choice is kept"
-            elif isinstance(node, cst.SimpleString) and isinstance(analysis.parent(node), (cst.Assign, cst.AnnAssign, cst.IfExp, cst.DictElement)):
+            elif isinstance(node, cst.SimpleString) and (
+                isinstance(parent := analysis.parent(node), (cst.Assign, cst.AnnAssign, cst.IfExp, cst.DictElement))
+                or (isinstance(parent, cst.Arg) and parent.keyword is not None and parent.keyword.value == "default")
+            ):
                 # A device kept in a variable stays a string: code reads it as one (``"cuda" in device``).
                 edits.replace(node, expression(f"str({rt}.device())"))
                 message = f"hard-coded CUDA device {code_of(node)} replaced by str(runtime.device())"

@@ -121,3 +121,76 @@ def test_a_device_string_of_the_rank_is_read_as_a_string_under_torchrun(tmp_path
     migrate_script(tmp_path, SPAWNED)
     launch = run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, timeout=120)
     assert launch.output.count("kind ") == 2, launch.output
+
+
+OPTION = '''
+import argparse
+
+import torch
+import torch.nn as nn
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--lr", type=float, default=0.1)
+    parser.add_argument(OPTION)
+    args = parser.parse_args()
+    device = USE
+    model = nn.Linear(4, 1).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr)
+    for x in torch.randn(8, 2, 4):
+        opt.zero_grad()
+        model(x.to(device)).sum().backward()
+        opt.step()
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+@pytest.mark.parametrize(
+    "option, use",
+    [
+        ('"--device", default="cuda:1"', 'torch.device(args.device if torch.cuda.is_available() else "cpu")'),
+        ('"--gpu-device", type=str, default="cuda:0"', "torch.device(args.gpu_device)"),
+        ('"-d", dest="dev", default="cuda:1"', "args.dev"),
+    ],
+    ids=["choice", "dashes", "dest"],
+)
+def test_a_device_option_s_indexed_default_is_this_process_s(tmp_path: Path, option: str, use: str) -> None:
+    """``--device`` defaulting to ``cuda:1``: every rank took GPU 1 while DDP's ``device_ids`` said its own (a
+    trial: nothing reported). The default becomes this process's device, still a string."""
+    migrated, report, _ = migrate_script(tmp_path, OPTION.replace("OPTION", option).replace("USE", use))
+    assert "default=str(runtime.device())" in migrated, report
+    assert "DDP004" in report and '"cuda:' not in migrated, migrated
+
+
+def test_a_device_option_defaulting_to_cuda_follows_the_process_s_device(tmp_path: Path) -> None:
+    """A bare ``"cuda"`` is the current device, which ``runtime.setup()`` sets per process: left alone."""
+    source = OPTION.replace("OPTION", '"--device", default="cuda"').replace("USE", "torch.device(args.device)")
+    migrated, _, _ = migrate_script(tmp_path, source)
+    assert 'parser.add_argument("--device", default="cuda")' in migrated, migrated
+
+
+def test_a_device_option_read_in_another_module_is_found(tmp_path: Path) -> None:
+    """``--device`` parsed in ``main.py``, handed through a config object to the trainer that builds the device."""
+    (tmp_path / "trainer.py").write_text(
+        "import torch\nimport torch.nn as nn\n\n\nclass Trainer:\n    def __init__(self, cfg):\n"
+        '        self.device = torch.device(cfg.device if torch.cuda.is_available() else "cpu")\n'
+        "        self.model = nn.Linear(4, 1).to(self.device)\n"
+        "        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)\n\n"
+        "    def fit(self):\n        for x in torch.randn(8, 2, 4):\n            self.opt.zero_grad()\n"
+        "            self.model(x.to(self.device)).sum().backward()\n            self.opt.step()\n"
+    )
+    (tmp_path / "main.py").write_text(
+        "import argparse\n\nfrom trainer import Trainer\n\n\ndef main():\n    parser = argparse.ArgumentParser()\n"
+        '    parser.add_argument("--device", default="cuda:1")\n    Trainer(parser.parse_args()).fit()\n\n\n'
+        'if __name__ == "__main__":\n    main()\n'
+    )
+    from click.testing import CliRunner
+
+    from ddp_migrate.cli import cli
+
+    result = CliRunner().invoke(cli, [str(tmp_path)], catch_exceptions=False)
+    assert 'parser.add_argument("--device", default=str(runtime.device()))' in (tmp_path / "main.py").read_text(), result.output
