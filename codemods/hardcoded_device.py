@@ -9,7 +9,7 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name
-from .analysis.script import binding_name, literal_dict_items
+from .analysis.script import binding_name, literal_dict_items, subscript_key
 from .analysis.ranks import Kind, rank_facts
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression, remove_statements
@@ -116,6 +116,33 @@ def _string_devices(analysis: ScriptAnalysis, strict: bool) -> Iterator[cst.Simp
     yield from _option_defaults(analysis, used)
 
 
+def _visible_devices_set(analysis: ScriptAnalysis) -> Iterator[cst.CSTNode]:
+    """Statements that set ``CUDA_VISIBLE_DEVICES`` (``os.environ["CUDA_VISIBLE_DEVICES"] = args.gpu``,
+    ``os.environ.setdefault(...)``, ``os.putenv(...)``), not under a test of the launch or the world size."""
+    for node in _visible_devices_statements(analysis):
+        tests = [code_of(a.test) for a in analysis.ancestors(node) if isinstance(a, (cst.If, cst.IfExp))]
+        if not any(word in test for test in tests for word in _LAUNCH_WORDS):
+            yield node
+
+
+#: Words of a test that tells a torchrun launch from a plain run.
+_LAUNCH_WORDS = ("world_size", "WORLD_SIZE", "LOCAL_RANK", "launched_by_torchrun", "distributed", "is_initialized")
+
+
+def _visible_devices_statements(analysis: ScriptAnalysis) -> Iterator[cst.CSTNode]:
+    for assign in analysis.assignments:
+        if isinstance(assign, cst.Assign) and any(
+            isinstance(t.target, cst.Subscript) and dotted_name(t.target.value) in ("os.environ", "environ")
+            and subscript_key(t.target) == "CUDA_VISIBLE_DEVICES" for t in assign.targets
+        ):
+            yield assign
+    for call in analysis.calls:
+        if call_method_name(call) in ("setdefault", "putenv", "update") or dotted_name(call.func) == "os.putenv":
+            first = call.args[0].value if call.args else None
+            if isinstance(first, cst.SimpleString) and first.evaluated_value == "CUDA_VISIBLE_DEVICES":
+                yield call
+
+
 def _option_defaults(analysis: ScriptAnalysis, used: set[str]) -> Iterator[cst.SimpleString]:
     """The default of a command-line option read as a device (``parser.add_argument("--device",
     default="cuda:1")`` with ``args.device`` handed to ``torch.device``): a literal index only (a bare
@@ -149,7 +176,9 @@ class HardcodedDevice(Rule):
     What it finds: ``torch.device("cuda")``, ``torch.device("cuda:0")``, ``torch.device("cuda" if ... else
     "cpu")``, ``.cuda()``, ``.to("cuda")``, ``device="cuda"`` / ``map_location="cuda:0"`` arguments and
     ``torch.cuda.set_device(0)``; also the default of a command-line option read as a device
-    (``add_argument("--device", default="cuda:1")``), and a device kept in a variable as a string (``device = "cuda:0" if
+    (``add_argument("--device", default="cuda:1")``), ``CUDA_VISIBLE_DEVICES`` set by the program (left to a
+    human: under torchrun every process must see all the GPUs of its node), and a device kept in a variable as
+    a string (``device = "cuda:0" if
     torch.cuda.is_available() else "cpu"``) that the program hands to ``.to(...)`` or ``device=``, also through
     copies (``device = DEVICE`` of a module-level ``DEVICE``) and a dict written out (``CFG["device"]``). In a
     script that already sets up a process group only literal indices (``cuda:0``, ``.cuda(0)``,
@@ -173,7 +202,7 @@ class HardcodedDevice(Rule):
     name = "hardcoded-device"
     fix_safety = FixSafety.SAFE
     phase = Phase.DEVICES
-    triggers = ("cuda",)
+    triggers = ("cuda", "CUDA_VISIBLE_DEVICES")
     requires = (".backward(", "DataParallel")
     needs_names = (names.TRAINING_CODE_NAMES,)
     examples = (
@@ -370,6 +399,15 @@ with torch.autocast(device_type="cuda", enabled=False):
                 if arg.keyword is not None and arg.keyword.value in names.DEVICE_KEYWORDS and isinstance(arg.value, cst.SimpleString):
                     if _mentions_cuda(arg.value) and (strict or _is_literal_index(arg.value)):
                         yield Match(arg.value, "hard-coded CUDA device: use this process's device (runtime.device())")
+        for statement in _visible_devices_set(analysis):
+            yield Match(
+                statement,
+                "CUDA_VISIBLE_DEVICES set by the program: under torchrun every process of a node must see all its GPUs "
+                "(each takes GPU LOCAL_RANK, runtime.device()); with fewer visible, a process asks for a GPU it cannot "
+                "see and fails; choose the GPUs in the shell before torchrun (CUDA_VISIBLE_DEVICES=0,1 torchrun ...) "
+                "and remove this line, or keep it for plain runs only (if runtime.world_size() == 1:)",
+                fixable=False,
+            )
         for string in _string_devices(analysis, strict):
             yield Match(string, f"hard-coded CUDA device {code_of(string)}, used as a device: every process would use it; use this process's device (str(runtime.device()))")
 
@@ -377,6 +415,8 @@ with torch.autocast(device_type="cuda", enabled=False):
         edits = Edits(analysis)
         removed: list[cst.CSTNode] = []
         for match in self.matches_in(analysis):
+            if not match.fixable:
+                continue
             rt = runtime_name(analysis, edits)
             device = expression(f"{rt}.device()")
             node = match.node

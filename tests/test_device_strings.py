@@ -194,3 +194,46 @@ def test_a_device_option_read_in_another_module_is_found(tmp_path: Path) -> None
 
     result = CliRunner().invoke(cli, [str(tmp_path)], catch_exceptions=False)
     assert 'parser.add_argument("--device", default=str(runtime.device()))' in (tmp_path / "main.py").read_text(), result.output
+
+
+VISIBLE = '''
+import argparse
+import os
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--gpu", default="0")
+args = parser.parse_args()
+SET_VISIBLE
+
+
+def main():
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = nn.Linear(4, 1).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), batch_size=4, shuffle=True):
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x.to(device)), y.to(device)).backward()
+        opt.step()
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+@pytest.mark.parametrize(
+    "line", ['os.environ["CUDA_VISIBLE_DEVICES"] = args.gpu', 'os.environ.setdefault("CUDA_VISIBLE_DEVICES", "0,1")'], ids=["assign", "setdefault"]
+)
+def test_visible_devices_set_by_the_program_are_left_to_a_human(tmp_path: Path, line: str) -> None:
+    """Under torchrun every process must see every GPU of its node: ``CUDA_VISIBLE_DEVICES=0`` set in code made
+    the second process ask for a GPU it could not see (a trial: nothing reported)."""
+    _, report, _ = migrate_script(tmp_path, VISIBLE.replace("SET_VISIBLE", line))
+    assert "review" in report and "DDP004 CUDA_VISIBLE_DEVICES set by the program" in report, report
+    guarded = VISIBLE.replace("SET_VISIBLE", f"if int(os.environ.get(\"WORLD_SIZE\", 1)) == 1:\n    {line}")
+    (tmp_path / "guarded").mkdir()
+    _, report, _ = migrate_script(tmp_path / "guarded", guarded)
+    assert "CUDA_VISIBLE_DEVICES" not in report, report
