@@ -30,3 +30,19 @@ def train_original_and_migrated(folder: Path, source: str, nproc: int = 2, timeo
     run_python(original / "train.py", cwd=original, timeout=timeout)
     launch = run_torchrun(migrated / "train.py", nproc_per_node=nproc, cwd=migrated, timeout=timeout)
     return original, migrated, launch
+
+
+#: A ``say`` that writes each line in one ``write``, so the lines of the ranks of a torchrun launch do not
+#: interleave (``print`` writes its parts one by one to an unbuffered stream).
+_SAY = (
+    "import os\n\n\ndef say(*parts, flush=False):\n"
+    '    os.write(1, (" ".join(map(str, parts)) + "\\n").encode())\n'
+)
+
+
+def printed_on_every_rank(migrated: str) -> str:
+    """A migrated script whose ``runtime.print0(...)`` lines print on every rank, one whole line each: a test
+    compares what the ranks computed."""
+    every_rank = migrated.replace("runtime.print0(", "say(")
+    assert every_rank != migrated, "the migrated script prints nothing through runtime.print0"
+    return _SAY + every_rank

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from ddp_migrate.cli import cli
 from launch import run_torchrun
-from migrated import migrate_script
+from migrated import migrate_script, printed_on_every_rank
 
 HEAD = '''
 import torch
@@ -76,11 +76,7 @@ def test_a_program_class_optimizer_trains_one_model_on_every_rank(tmp_path: Path
     """Under torchrun the two ranks end with the same weights (each trained alone, they differed)."""
     _, before, optimizer = SPELLINGS[2]
     migrated, report, _ = migrate_script(tmp_path, program(before, optimizer))
-    say = "import os\n\n\ndef say(*parts, flush=False):  # (one write: the ranks' lines do not interleave)\n"
-    say += '    os.write(1, (" ".join(map(str, parts)) + "\\n").encode())\n'
-    every_rank = say + migrated.replace("runtime.print0(", "say(")  # (each rank's own weights)
-    assert every_rank != migrated, migrated
-    (tmp_path / "train.py").write_text(every_rank)
+    (tmp_path / "train.py").write_text(printed_on_every_rank(migrated))  # (each rank's own weights)
     output = run_torchrun(tmp_path / "train.py", cwd=tmp_path, timeout=120).output
     weights = [line for line in output.splitlines() if line.startswith("weights")]
     assert len(weights) == 2 and weights[0] == weights[1], output

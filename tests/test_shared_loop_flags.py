@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from launch import run_torchrun
-from migrated import migrate_script
+from migrated import migrate_script, printed_on_every_rank
 
 PROGRAM = '''
 import torch
@@ -90,9 +90,7 @@ def test_a_flag_the_call_site_computes_is_left_to_a_human(tmp_path: Path) -> Non
 
 def test_every_rank_reports_the_whole_validation_set_under_torchrun(tmp_path: Path) -> None:
     migrated, report, _ = migrate_script(tmp_path, program(*SHAPES[0][1:]))
-    say = "import os\n\n\ndef say(*parts, flush=False):  # (one write: the ranks' lines do not interleave)\n"
-    say += '    os.write(1, (" ".join(map(str, parts)) + "\\n").encode())\n'
-    (tmp_path / "train.py").write_text(say + migrated.replace("runtime.print0(", "say("))
+    (tmp_path / "train.py").write_text(printed_on_every_rank(migrated))
     output = run_torchrun(tmp_path / "train.py", cwd=tmp_path, timeout=120).output
     lines = sorted(line for line in output.splitlines() if line.startswith("epoch 1 val"))
     assert len(lines) == 2 and lines[0] == lines[1] and lines[0].endswith("over 32"), output
