@@ -51,8 +51,10 @@ class WrappedModuleAccess(Rule):
     """Reach the model's own state and attributes through ``.module`` once it is wrapped.
 
     What it finds: ``state_dict()``, ``load_state_dict()`` and the model's own attributes and methods
-    (``model.fc``, ``model.predict(...)``) used on a name that holds the DDP-wrapped model, also from a
-    nested function (``def resume(): model.load_state_dict(...)``); the wrapper handed to code that needs
+    (``model.fc``, ``model.predict(...)``, or by name: ``getattr(model, "config")``, ``hasattr(model,
+    "config")``) used on a name that holds the DDP-wrapped model, also from a nested function (``def resume():
+    model.load_state_dict(...)``); the ``state_dict()`` of a wrapped model held in a container
+    (``state["model"]``, ``models[0]``); the wrapper handed to code that needs
     the model itself (``copy.deepcopy``, ``AveragedModel``, ``torch.jit.trace``/``script``, ``torch.onnx.export``,
     ``SummaryWriter.add_graph``); settings assigned on the wrapper (``model.hyp = {...}``); ``no_sync()``
     on a model that is not wrapped on every path; ``isinstance(model, nn.DataParallel)`` checks, which are
@@ -445,6 +447,9 @@ torch.save(state, "last.pt")
             if attr in WRAPPER_ATTRIBUTES and attr != "no_sync" or attr in DDP_ATTRIBUTES:
                 continue
             if dotted_name(attribute.value) is None:
+                if attr == "state_dict" and type(attribute.value) is cst.Subscript and analysis.wrapped_at(attribute.value) is not None:
+                    # ``state["model"].state_dict()``, ``models[0]``: a container holds the wrapper (unwrapped whatever it holds)
+                    yield _Case("access", attribute, attribute, True, "state_dict() of a model held in a container that holds its DDP wrapper: every key gains module.; use runtime.unwrap(...).state_dict()")
                 continue
             parent = analysis.parent(attribute)
             assigned = isinstance(parent, cst.AssignTarget)
@@ -498,6 +503,14 @@ torch.save(state, "last.pt")
                 kind = "DDP" if analysis.is_call_to(wrap, names.DISTRIBUTED_DATA_PARALLEL) else "DataParallel"
                 yield _Case("access", subscript, subscript, sometimes, f"{code_of(subscript)} indexes the {kind} wrapper, which cannot be indexed: index the model (.module)")
         for call in analysis.calls:
+            reflected = _reflected_attribute(analysis, call)
+            if reflected is not None:
+                yield _Case(
+                    "reflect", call.args[0].value, call.args[0].value, True,
+                    f"{code_of(call.func)}(..., {reflected!r}) asks the DDP wrapper, which has no {reflected}: ask the model "
+                    "itself (runtime.unwrap(...))",
+                )
+                continue
             if dotted_name(call.func) == "getattr" and len(call.args) >= 2 and code_of(call.args[1].value).strip("'\"") == "module":
                 alias = _alias_trained_past_ddp(analysis, call, call.args[0].value)
                 if alias is not None:
@@ -592,6 +605,13 @@ torch.save(state, "last.pt")
                 edits.replace(attribute, lambda _updated, inner=inner: inner)
                 edits.changes.append(Change(self.code, line, "a model loaded whole or copied from the model itself is reached through runtime.unwrap(...) (it is no wrapper)"))
                 continue
+            if case.kind == "reflect":
+                model = case.node
+                assert isinstance(model, cst.BaseExpression)
+                inner = self._inner(analysis, edits, model, True)
+                edits.replace(model, lambda _updated, inner=inner: inner)
+                edits.changes.append(Change(self.code, line, "getattr/hasattr asks the model itself (runtime.unwrap(...)), not its wrapper"))
+                continue
             if case.kind in ("handoff", "rank_forward"):
                 model = case.node
                 assert isinstance(model, cst.BaseExpression)
@@ -651,6 +671,24 @@ torch.save(state, "last.pt")
         unwrapped = expression(f"{rt}.unwrap(MODEL)")
         assert isinstance(unwrapped, cst.Call)
         return unwrapped.with_changes(args=[cst.Arg(model)])
+
+
+def _reflected_attribute(analysis: ScriptAnalysis, call: cst.Call) -> str | None:
+    """The attribute ``getattr(model, "config")`` / ``hasattr(model, "config")`` / ``setattr`` asks a wrapped
+    model for, where only the model has it (not ``module``, nor what the wrapper has too: ``parameters``,
+    ``training``, DDP's own settings); ``None`` elsewhere."""
+    if dotted_name(call.func) not in ("getattr", "hasattr", "setattr") or len(call.args) < 2 or call.args[0].keyword or call.args[0].star:
+        return None
+    name = call.args[1].value
+    if not isinstance(name, cst.SimpleString):
+        return None
+    attribute = str(name.evaluated_value)
+    if attribute == "module" or attribute in WRAPPER_ATTRIBUTES or attribute in DDP_ATTRIBUTES:
+        return None
+    model = call.args[0].value
+    if dotted_name(model) is None or analysis.wrapped_at(model) is None:
+        return None
+    return attribute
 
 
 LOADED_MODULE = (
