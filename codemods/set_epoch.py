@@ -297,6 +297,8 @@ for epoch in range(10):
         loops: set[cst.CSTNode] = set()
         for loader, epoch, spelling in self._cases(analysis):
             if epoch is None:
+                if _never_shuffles(analysis, loader):
+                    continue  # (``DistributedSampler(ds, shuffle=False)``: the same order every epoch, whatever it is told)
                 yield Match(loader, "DistributedSampler without set_epoch, and no epoch loop found: call set_epoch(epoch) each epoch", fixable=False)
             elif epoch.loop not in loops:  # (one finding per loop, whatever the number of loaders reaching it)
                 loops.add(epoch.loop)
@@ -320,6 +322,8 @@ for epoch in range(10):
         written: set[tuple[cst.CSTNode, str]] = set()  # (several loaders reach one loop: a call each is one too many)
         for loader, epoch, spelling in self._cases(analysis):
             if epoch is None or epoch.epoch_var is None or spelling is None:
+                if epoch is None and _never_shuffles(analysis, loader):
+                    continue
                 anchor = analysis.statement(loader if epoch is None else epoch.loop)
                 if (anchor, "todo") not in written:
                     written.add((anchor, "todo"))
@@ -375,3 +379,16 @@ def _sampler_may_be_another(analysis: ScriptAnalysis, loader: cst.Call) -> bool:
         values += home.flows_into(given.value, name)
     branches = [branch for value in values for branch in ((value.body, value.orelse) if type(value) is cst.IfExp else (value,))]  # type: ignore[attr-defined]
     return any(is_none(branch) for branch in branches)
+
+
+def _never_shuffles(analysis: ScriptAnalysis, loader: cst.CSTNode) -> bool:
+    """Whether every ``DistributedSampler`` the loader draws from is built with ``shuffle=False``: its order
+    does not depend on the epoch."""
+    samplers = [
+        s for s in analysis.sampler_origins(loader)  # type: ignore[arg-type]
+        if isinstance(s, cst.Call) and analysis.is_call_to(s, names.DISTRIBUTED_SAMPLER)
+    ]
+    return bool(samplers) and all(
+        any(a.keyword is not None and a.keyword.value == "shuffle" and isinstance(a.value, cst.Name) and a.value.value == "False" for a in s.args)
+        for s in samplers
+    )

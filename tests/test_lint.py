@@ -501,11 +501,12 @@ def test_statistics_of_a_clean_run_and_in_formats_that_cannot_hold_them(tmp_path
 
 
 def test_fix_applies_the_safe_fixes_then_reports_what_is_left(tmp_path: Path) -> None:
-    path = write(tmp_path / "train.py", LOADER_SCRIPT)
-    reference = write(tmp_path / "ref" / "train.py", LOADER_SCRIPT)
+    shuffled = LOADER_SCRIPT.replace("batch_size=8)", "batch_size=8, shuffle=True)")  # (set_epoch left to a human)
+    path = write(tmp_path / "train.py", shuffled)
+    reference = write(tmp_path / "ref" / "train.py", shuffled)
     result = invoke("lint", "--fix", "--unsafe-fixes", "train.py")
     assert invoke("ref/train.py").exit_code in (0, 1)
-    assert path.read_text() == reference.read_text() != LOADER_SCRIPT, "--fix writes what a migration writes"
+    assert path.read_text() == reference.read_text() != shuffled, "--fix writes what a migration writes"
     assert [r[3] for r in found(result)] == ["DDP006"]
     assert result.exit_code == 1
     assert "Found 1 problem(s) in 1 file(s) (1 file(s) checked, 5 fixed)." in result.stderr
