@@ -548,7 +548,7 @@ loss.backward()
             yield Match(
                 backward,
                 f"`{code_of(backward)}` trains a model, but no optimizer the migration can read takes that model's "
-                "parameters (one a library's factory builds, or given tensors of the model by name), so nothing is "
+                "parameters (one built where the migration cannot read it, from parameters it cannot trace), so nothing is "
                 "wrapped in DistributedDataParallel: every process would train its own copy on its own shard; wrap the "
                 "trained model (model = DistributedDataParallel(model, device_ids=runtime.device_ids())) before the "
                 "training loop",
@@ -644,7 +644,7 @@ def _distributes_itself(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
     if type(node) is not cst.Call:
         return False
     home = analysis.shared.analysis_of(node) or analysis
-    return any(q.split(".")[0] in SELF_DISTRIBUTING or q.startswith(SELF_DISTRIBUTING) for q in home.qualified_names(node.func))  # type: ignore[attr-defined]
+    return any(q == p or q.startswith(p + ".") for q in home.qualified_names(node.func) for p in SELF_DISTRIBUTING)  # type: ignore[attr-defined]
 
 
 def _wrapped_only_with_cuda(analysis: ScriptAnalysis) -> Iterator[tuple[cst.Call, cst.BaseExpression]]:

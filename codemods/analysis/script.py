@@ -2109,7 +2109,7 @@ class ScriptAnalysis:
         (``opt.step()``, ``scaler.step(opt)``), its class derives from a ``torch.optim`` class, or the name it
         is stored in says it holds one (``optimizer = ...``); and model parameters reach its arguments, not
         through another optimizer (a learning-rate scheduler, an optimizer wrapper: they take the optimizer)."""
-        if not call.args or self.is_scheduler_construction(call):
+        if not call.args:
             return False
         shared = self.shared
         built = shared.constructed.get(call)
@@ -2119,6 +2119,8 @@ class ScriptAnalysis:
         if built is not None and not optimizer_class:
             return False  # a class of the program that is no Optimizer (an EMA teacher's ``step()``)
         if not optimizer_class and call not in shared.stepped_values() and not _stored_as_optimizer(self.parent(call)):
+            return False
+        if self.is_scheduler_construction(call):
             return False
         if not self._parameter_calls(call) and not self._models_in_arguments(call):
             return False
