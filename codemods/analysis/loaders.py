@@ -25,6 +25,7 @@ from .. import names
 from .ranks import Kind, rank_facts
 from .script import (
     ScriptAnalysis,
+    all_parameters,
     binding_name,
     callee_name,
     dotted_name,
@@ -725,7 +726,7 @@ def _gating_tests(analysis: ScriptAnalysis, function: cst.FunctionDef, loop: cst
             continue
         if {n.value for n in walk(assign.value) if isinstance(n, cst.Name)} & flags:
             derived.update(t.target.value for t in assign.targets if isinstance(t.target, cst.Name))
-    gates = flags | (derived - {p.name.value for p in _parameters(function)})
+    gates = flags | (derived - {p.name.value for p in all_parameters(function)})
     backward = [c for c in analysis.backward_calls if analysis.is_inside(c, loop)]
     if not backward:
         return None
@@ -745,13 +746,9 @@ def _gating_tests(analysis: ScriptAnalysis, function: cst.FunctionDef, loop: cst
     return found
 
 
-def _parameters(function: cst.FunctionDef) -> list[cst.Param]:
-    return [*function.params.posonly_params, *function.params.params, *function.params.kwonly_params]
-
-
 def _flag_parameters(analysis: ScriptAnalysis, function: cst.FunctionDef) -> set[str]:
     """The parameters of a function that act as flags: a literal default, or a literal at some call site."""
-    flags = {p.name.value for p in _parameters(function) if p.default is not None and _literal(p.default) is not _UNKNOWN}
+    flags = {p.name.value for p in all_parameters(function) if p.default is not None and _literal(p.default) is not _UNKNOWN}
     for call in analysis.callers_in_program(function):
         caller = analysis.shared.analysis_of(call) or analysis
         for name, value in caller.bound_arguments(call, function):
@@ -765,13 +762,11 @@ def _value_at(caller: ScriptAnalysis, call: cst.Call, function: cst.FunctionDef,
     number) passed or defaulted, :data:`_SOME_OBJECT` for another expression passed where the default is
     ``None`` (an optimizer handed in), :data:`_UNKNOWN` otherwise."""
     passed = caller.argument_for(call, function, name)
-    param = next((p for p in _parameters(function) if p.name.value == name), None)
+    param = next((p for p in all_parameters(function) if p.name.value == name), None)
     if passed is None:
         if param is None or param.default is None or any(arg.star for arg in call.args):
             return _UNKNOWN  # (``**kwargs`` at the call site may set it)
-        passed = param.default
-        value = _literal(passed)
-        return value
+        return _literal(param.default)
     value = _literal(passed)
     if value is _UNKNOWN and param is not None and isinstance(param.default, cst.Name) and param.default.value == "None":
         return _SOME_OBJECT
@@ -812,8 +807,7 @@ def _evaluate(expr: cst.BaseExpression, bindings: dict[str, object]) -> object:
     if literal is not _UNKNOWN:
         return literal
     if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
-        inner = _truth(expr.expression, bindings)
-        return inner if inner is _UNKNOWN else not inner
+        return _flip(_truth(expr.expression, bindings))
     if isinstance(expr, cst.BooleanOperation):
         left, right = _truth(expr.left, bindings), _truth(expr.right, bindings)
         if isinstance(expr.operator, cst.And):
@@ -868,7 +862,7 @@ def _split_by_call_site(
         if argument is None:
             continue
         loaders = {o for o in caller.origins(argument) if o in loader_set}
-        bindings = {p.name.value: _value_at(caller, call, function, p.name.value) for p in _parameters(function)}
+        bindings = {p.name.value: _value_at(caller, call, function, p.name.value) for p in all_parameters(function)}
         for name, value in derived.items():
             if name not in bindings:
                 bindings[name] = _evaluate(value, bindings)

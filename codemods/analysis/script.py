@@ -991,7 +991,7 @@ class ScriptAnalysis:
     @cached_property
     def _local_names(self) -> dict[cst.FunctionDef, set[str]]:
         """Names each function assigns or takes as parameters."""
-        local: dict[cst.FunctionDef, set[str]] = {f: {p.name.value for p in _all_params(f)} for f in self.functions}
+        local: dict[cst.FunctionDef, set[str]] = {f: {p.name.value for p in all_parameters(f)} for f in self.functions}
         for assign in self.assignments:
             function = self.enclosing_function(assign)
             if function is not None:
@@ -1683,7 +1683,7 @@ class ScriptAnalysis:
 
     def is_parameter(self, function: cst.FunctionDef, name: str) -> bool:
         """Whether the name is one of the function's parameters."""
-        return any(p.name.value == name for p in _all_params(function))
+        return any(p.name.value == name for p in all_parameters(function))
 
     # ------------------------------------------------------------------ loaders and loops
 
@@ -2451,7 +2451,7 @@ class ScriptAnalysis:
                         return True
                     comp = comp.inner_for_in
             elif kind is cst.Lambda:
-                if any(p.name.value == name for p in _all_params(ancestor)):  # type: ignore[arg-type]
+                if any(p.name.value == name for p in all_parameters(ancestor)):  # type: ignore[arg-type]
                     return True
             elif isinstance(ancestor, (cst.BaseStatement, cst.BaseSmallStatement)):
                 return False
@@ -2999,7 +2999,8 @@ def _takes_positionals(function: cst.FunctionDef, count: int) -> bool:
     return required <= count and (count <= positional or isinstance(params.star_arg, cst.Param))
 
 
-def _all_params(function: cst.FunctionDef) -> list[cst.Param]:
+def all_parameters(function: cst.FunctionDef) -> list[cst.Param]:
+    """Every parameter of a function: positional-only, positional, ``*args``, keyword-only, ``**kwargs``."""
     p = function.params
     extra = [x for x in (p.star_arg, p.star_kwarg) if isinstance(x, cst.Param)]
     return [*p.posonly_params, *p.params, *p.kwonly_params, *extra]
