@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 from migrated import migrate_script
+from click.testing import CliRunner
+from ddp_migrate.cli import cli
 
 SCRIPT = '''
 import torch
@@ -329,3 +331,122 @@ def test_a_discarded_output_computed_by_the_same_layers_needs_no_search(tmp_path
 def test_a_discarded_output_of_a_head_of_its_own_looks_for_unused_parameters(tmp_path: Path) -> None:
     text, output = migrate(tmp_path, AUX_HEAD)
     assert "find_unused_parameters=True" in text, text
+
+
+#: A head the model builds whatever its setting, and calls only when the setting holds: with the setting off,
+#: its parameters never get a gradient and DDP fails at the second step (a trial's crash; the report was silent).
+SETTING = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Net(nn.Module):
+    def __init__(self, use_aux=DEFAULT):
+        super().__init__()
+        self.body = nn.Linear(4, 8)
+        self.head = nn.Linear(8, 1)
+        BUILD
+        self.use_aux = VALUE
+
+    def forward(self, x):
+        h = torch.relu(self.body(x))
+        out = self.head(h)
+        if TEST:
+            out = out + 0.3 * self.aux(h)
+        return out
+
+
+def main():
+    torch.manual_seed(0)
+    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
+    model = CONSTRUCT
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            loss = F.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    torch.save(model.state_dict(), "final.pt")
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def setting(value: str = "use_aux", default: str = "True", construct: str = "Net()", test: str = "self.use_aux", build: str = "self.aux = nn.Linear(8, 1)") -> str:
+    return (
+        SETTING.replace("VALUE", value).replace("DEFAULT", default).replace("CONSTRUCT", construct).replace("TEST", test).replace("BUILD", build)
+    )
+
+
+#: A cfg read from a file: the analysis cannot tell the setting.
+UNKNOWN_SETTING = setting(construct="Net(use_aux=bool(len(sys.argv) > 5))").replace("import torch\n", "import sys\nimport torch\n", 1)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        setting(value="False"),
+        setting(construct="Net(use_aux=False)"),
+        setting(default="False"),
+        setting(value="0.0", test="self.use_aux > 0"),
+        UNKNOWN_SETTING,
+    ],
+    ids=["literal-false", "constructed-false", "default-false", "weight-zero", "unknown"],
+)
+def test_a_layer_a_setting_may_keep_from_running_looks_for_unused_parameters(tmp_path: Path, source: str) -> None:
+    text, output = migrate(tmp_path, source)
+    assert "find_unused_parameters=True" in text, output
+    assert "its forward() calls `self.aux` only when" in output and "and builds it whether or not" in output, output
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        setting(value="True"),
+        setting(construct="Net(use_aux=True)"),
+        setting(),
+        setting(value="0.4", test="self.use_aux > 0"),
+        setting(value="0.4", test="self.training and self.use_aux > 0"),
+        # The layer is built only where the setting asks for it: no layer without a gradient.
+        setting(construct="Net(use_aux=bool(len(sys.argv) > 5))", build="if use_aux:\n            self.aux = nn.Linear(8, 1)").replace("import torch\n", "import sys\nimport torch\n", 1),
+        # A test of the layer itself (ResNet's ``if self.downsample is not None``).
+        setting(build="self.aux = nn.Linear(8, 1) if use_aux else None", test="self.aux is not None"),
+    ],
+    ids=["literal-true", "constructed-true", "default-true", "weight", "training-and-weight", "built-under-the-setting", "test-of-the-layer"],
+)
+def test_a_setting_under_which_the_layer_runs_or_is_built_needs_no_search(tmp_path: Path, source: str) -> None:
+    text, _ = migrate(tmp_path, source)
+    assert "DistributedDataParallel(" in text and "find_unused_parameters" not in text, text
+
+
+@pytest.mark.e2e
+@pytest.mark.distributed
+def test_the_migrated_model_with_a_head_its_setting_turns_off_trains_under_torchrun(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from launch import run_torchrun
+
+    migrate(tmp_path, setting(value="False"))
+    run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, env={"OMP_NUM_THREADS": "1"}, timeout=120)
+    assert (tmp_path / "final.pt").exists()
+
+
+def test_a_setting_passed_positionally_to_a_class_of_another_module_is_read(tmp_path: Path) -> None:
+    """``Net(True)`` in the entry, ``Net.__init__(self, use_aux)`` in models.py: the argument binds to
+    ``use_aux``, not to ``self`` (the method's class is found in its own module)."""
+    source = setting(construct="Net(True)", default="None")
+    model_class = source[source.index("class Net") : source.index("def main")]
+    (tmp_path / "models.py").write_text("import torch\nimport torch.nn as nn\n\n\n" + model_class)
+    entry = source.replace(model_class, "").replace("from torch.utils.data", "from models import Net\nfrom torch.utils.data")
+    (tmp_path / "train.py").write_text(entry)
+    result = CliRunner().invoke(cli, ["migrate", str(tmp_path / "train.py")])
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "train.py").read_text()
+    assert "DistributedDataParallel(" in text and "find_unused_parameters" not in text, text
+    (tmp_path / "train.py").write_text(entry.replace("Net(True)", "Net(False)"))
+    result = CliRunner().invoke(cli, ["migrate", str(tmp_path / "train.py")])
+    assert "find_unused_parameters=True" in (tmp_path / "train.py").read_text(), result.output

@@ -23,6 +23,7 @@ import libcst as cst
 
 from .. import names
 from .ranks import Kind, rank_facts
+from .values import UNKNOWN, evaluate, flip, literal_value, truth, value_at
 from .script import (
     ScriptAnalysis,
     all_parameters,
@@ -705,12 +706,6 @@ def _dict_writes(
     return items
 
 
-#: A parameter's value the analysis cannot tell at a call site.
-_UNKNOWN = object()
-#: A value that is neither ``None`` nor false: an object a call site passes (``optimizer=opt``).
-_SOME_OBJECT = object()
-
-
 def _gating_tests(analysis: ScriptAnalysis, function: cst.FunctionDef, loop: cst.CSTNode) -> list[list[tuple[cst.BaseExpression, bool]]] | None:
     """For each ``backward()`` under the loop, the tests of the ``if`` statements around it (inside the loop)
     that read a flag of the function, with whether the ``backward()`` runs when the test fails (it sits in the
@@ -748,91 +743,13 @@ def _gating_tests(analysis: ScriptAnalysis, function: cst.FunctionDef, loop: cst
 
 def _flag_parameters(analysis: ScriptAnalysis, function: cst.FunctionDef) -> set[str]:
     """The parameters of a function that act as flags: a literal default, or a literal at some call site."""
-    flags = {p.name.value for p in all_parameters(function) if p.default is not None and _literal(p.default) is not _UNKNOWN}
+    flags = {p.name.value for p in all_parameters(function) if p.default is not None and literal_value(p.default) is not UNKNOWN}
     for call in analysis.callers_in_program(function):
         caller = analysis.shared.analysis_of(call) or analysis
         for name, value in caller.bound_arguments(call, function):
-            if _literal(value) is not _UNKNOWN:
+            if literal_value(value) is not UNKNOWN:
                 flags.add(name)
     return flags
-
-
-def _value_at(caller: ScriptAnalysis, call: cst.Call, function: cst.FunctionDef, name: str) -> object:
-    """What a parameter holds when ``call`` runs the function: a literal (``True``, ``None``, ``"val"``, a
-    number) passed or defaulted, :data:`_SOME_OBJECT` for another expression passed where the default is
-    ``None`` (an optimizer handed in), :data:`_UNKNOWN` otherwise."""
-    passed = caller.argument_for(call, function, name)
-    param = next((p for p in all_parameters(function) if p.name.value == name), None)
-    if passed is None:
-        if param is None or param.default is None or any(arg.star for arg in call.args):
-            return _UNKNOWN  # (``**kwargs`` at the call site may set it)
-        return _literal(param.default)
-    value = _literal(passed)
-    if value is _UNKNOWN and param is not None and isinstance(param.default, cst.Name) and param.default.value == "None":
-        return _SOME_OBJECT
-    return value
-
-
-def _literal(expr: cst.BaseExpression) -> object:
-    """The value of a literal expression (``True``, ``None``, ``"train"``, ``3``), or :data:`_UNKNOWN`."""
-    if isinstance(expr, cst.Name) and expr.value in ("True", "False", "None"):
-        return {"True": True, "False": False, "None": None}[expr.value]
-    if isinstance(expr, cst.SimpleString):
-        return expr.evaluated_value
-    if isinstance(expr, cst.Integer):
-        return int(expr.value)
-    return _UNKNOWN
-
-
-def _flip(value: object) -> object:
-    """``not value`` for a known truth value; :data:`_UNKNOWN` stays unknown."""
-    return value if value is _UNKNOWN else not value
-
-
-def _truth(test: cst.BaseExpression, bindings: dict[str, object]) -> object:
-    """A test's value once the parameters hold ``bindings``: ``True``, ``False`` or :data:`_UNKNOWN` (names,
-    ``not``, ``and``/``or``, comparisons with ``==``, ``!=``, ``is``, ``is not``, ``in``, ``not in``)."""
-    value = _evaluate(test, bindings)
-    if value is _UNKNOWN:
-        return _UNKNOWN
-    if value is _SOME_OBJECT:
-        return True
-    return bool(value)
-
-
-def _evaluate(expr: cst.BaseExpression, bindings: dict[str, object]) -> object:
-    if isinstance(expr, cst.Name) and expr.value in bindings:
-        return bindings[expr.value]
-    literal = _literal(expr)
-    if literal is not _UNKNOWN:
-        return literal
-    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
-        return _flip(_truth(expr.expression, bindings))
-    if isinstance(expr, cst.BooleanOperation):
-        left, right = _truth(expr.left, bindings), _truth(expr.right, bindings)
-        if isinstance(expr.operator, cst.And):
-            return False if False in (left, right) else (_UNKNOWN if _UNKNOWN in (left, right) else True)
-        return True if True in (left, right) else (_UNKNOWN if _UNKNOWN in (left, right) else False)
-    if isinstance(expr, (cst.Tuple, cst.List, cst.Set)):
-        items = [_evaluate(e.value, bindings) for e in expr.elements]  # type: ignore[union-attr]
-        return _UNKNOWN if any(i is _UNKNOWN or i is _SOME_OBJECT for i in items) else tuple(items)
-    if isinstance(expr, cst.Comparison) and len(expr.comparisons) == 1:
-        left = _evaluate(expr.left, bindings)
-        target = expr.comparisons[0]
-        right = _evaluate(target.comparator, bindings)
-        operator = type(target.operator)
-        if left is _SOME_OBJECT and right is None and operator in (cst.Is, cst.IsNot, cst.Equal, cst.NotEqual):
-            return operator in (cst.IsNot, cst.NotEqual)
-        if left is _UNKNOWN or right is _UNKNOWN or left is _SOME_OBJECT or right is _SOME_OBJECT:
-            return _UNKNOWN
-        if operator in (cst.Equal, cst.Is):
-            return left == right
-        if operator in (cst.NotEqual, cst.IsNot):
-            return left != right
-        if operator in (cst.In, cst.NotIn) and isinstance(right, (tuple, str)):
-            inside = left in right if not isinstance(right, str) or isinstance(left, str) else False
-            return inside if operator is cst.In else not inside
-    return _UNKNOWN
 
 
 def _split_by_call_site(
@@ -862,11 +779,11 @@ def _split_by_call_site(
         if argument is None:
             continue
         loaders = {o for o in caller.origins(argument) if o in loader_set}
-        bindings = {p.name.value: _value_at(caller, call, function, p.name.value) for p in all_parameters(function)}
+        bindings = {p.name.value: value_at(caller, call, function, p.name.value) for p in all_parameters(function)}
         for name, value in derived.items():
             if name not in bindings:
-                bindings[name] = _evaluate(value, bindings)
-        verdicts = [[_flip(_truth(test, bindings)) if in_else else _truth(test, bindings) for test, in_else in around] for around in tests]
+                bindings[name] = evaluate(value, bindings)
+        verdicts = [[flip(truth(test, bindings)) if in_else else truth(test, bindings) for test, in_else in around] for around in tests]
         if any(all(v is True for v in around) for around in verdicts):
             trains |= loaders  # type: ignore[arg-type]
         elif all(any(v is False for v in around) for around in verdicts):

@@ -13,10 +13,11 @@ import libcst as cst
 from .. import names
 from . import tree
 from .loaders import without_gradients
-from .ranks import rank_facts
+from .ranks import Condition, rank_facts
 from .script import (
     SELF_RETURNING_METHODS,
     ScriptAnalysis,
+    all_parameters,
     call_method_name,
     callee_name,
     dotted_name,
@@ -27,6 +28,7 @@ from .script import (
     returns_of,
     walk,
 )
+from .values import SOME_OBJECT, UNKNOWN, literal_value, truth, value_at
 
 #: Methods whose results are a model's parameters or its submodules (whose ``requires_grad`` is theirs).
 PARAMETER_SOURCES = frozenset({"parameters", "named_parameters", "modules", "named_modules", "children", "named_children"})
@@ -355,7 +357,7 @@ def skipped_in_some_steps(analysis: ScriptAnalysis, model: cst.BaseExpression) -
             if forward is not None:
                 found = _conditional_layer_call(owner, cls, forward)
                 if found is not None:
-                    return SkippedLayer(owner, found, f"its forward() calls `{dotted_name(found.func) or 'a layer'}` only on some steps")
+                    return SkippedLayer(owner, *found)
                 picked = _layer_picked_by_input(owner, cls, forward)
                 if picked is not None:
                     container = dotted_name(picked.func.value)  # type: ignore[attr-defined]
@@ -504,11 +506,17 @@ def _forwards_per_step(analysis: ScriptAnalysis, model: cst.BaseExpression) -> i
     return most
 
 
-def _conditional_layer_call(analysis: ScriptAnalysis, cls: cst.ClassDef, forward: cst.FunctionDef) -> cst.Call | None:
+def _conditional_layer_call(analysis: ScriptAnalysis, cls: cst.ClassDef, forward: cst.FunctionDef) -> tuple[cst.Call, str] | None:
     """The first call in ``forward`` of a layer that has parameters (``self.head(x)``, ``block(x)`` in a
-    loop over ``self.blocks``) and runs only under a test that can change from step to step."""
-    layers = {dotted_name(loop.target) for loop in walk(forward) if type(loop) is cst.For and (dotted_name(loop.iter) or "").startswith("self.")}  # type: ignore[attr-defined]
+    loop over ``self.blocks``) and runs only under a test that can change from step to step, or under a
+    setting that may keep it from running at all (:func:`_setting_may_skip`), with why."""
+    layers = {
+        dotted_name(loop.target): dotted_name(loop.iter)  # type: ignore[attr-defined]
+        for loop in walk(forward)
+        if type(loop) is cst.For and (dotted_name(loop.iter) or "").startswith("self.")  # type: ignore[attr-defined]
+    }
     methods = {statement.name.value for statement in cls.body.body if isinstance(statement, cst.FunctionDef)}  # type: ignore[union-attr]
+    changing = analysis.shared.attributes_set_after_construction()
     for node in walk(forward.body):
         if type(node) is not cst.Call:
             continue
@@ -519,13 +527,93 @@ def _conditional_layer_call(analysis: ScriptAnalysis, cls: cst.ClassDef, forward
             attribute = callee.split(".")[1]
             if attribute in methods or not _may_have_parameters(analysis, cls, attribute):
                 continue
-        elif callee not in layers:
+            holder = callee
+        elif callee in layers:
+            holder = layers[callee] or callee
+        else:
             continue
         # The conditions around the call within forward(), and the early exits before it.
-        changing = analysis.shared.attributes_set_after_construction()
-        if any(not _settings_only(condition.test, changing) for condition in rank_facts(analysis).conditions(node)):
-            return node  # type: ignore[return-value]
+        conditions = list(rank_facts(analysis).conditions(node))
+        if any(not _settings_only(condition.test, changing) for condition in conditions):
+            return node, f"its forward() calls `{callee}` only on some steps"  # type: ignore[return-value]
+        skipping = next((c for c in conditions if _setting_may_skip(analysis, cls, c, holder)), None)
+        if skipping is not None:
+            test = " ".join(cst.Module([]).code_for_node(skipping.test).split())
+            held = "holds" if skipping.in_body else "does not hold"
+            return node, f"its forward() calls `{callee}` only when `{test}` {held}, and builds it whether or not"  # type: ignore[return-value]
     return None
+
+
+def _setting_may_skip(analysis: ScriptAnalysis, cls: cst.ClassDef, condition: Condition, holder: str) -> bool:
+    """Whether a test of the model's settings around a layer's call (the same on every step) may keep the
+    layer from running on every step of a run, its parameters built all the same: ``if self.use_aux:`` with
+    ``self.use_aux = False`` (or a constructor's argument the analysis cannot read) and ``self.aux`` built
+    whatever it is. DDP refuses parameters that never get a gradient. A test of the layer itself (``if
+    self.downsample is not None``), a layer the class builds only under some test of its own (``if use_aux:
+    self.aux = ...``), and a setting whose value makes the layer run are no skip; ``self.training`` is true
+    on a training step."""
+    if condition.in_body is None:
+        return False
+    read = {name for n in tree.walk(condition.test) if (name := dotted_name(n)) and name.startswith("self.")}  # type: ignore[arg-type]
+    if holder in read or any(name.startswith(holder + ".") for name in read):
+        return False  # the layer's own presence decides
+    bindings: dict[str, object] = {"self.training": True}
+    for name in read - {"self.training", "self"}:
+        if name.count(".") == 1:
+            bindings[name] = _setting_value(analysis, cls, name[5:])
+    verdict = truth(condition.test, bindings)  # type: ignore[arg-type]
+    if verdict is not UNKNOWN:
+        return verdict is not condition.in_body
+    return _built_whatever_the_settings(cls, holder[5:])
+
+
+def _setting_value(analysis: ScriptAnalysis, cls: cst.ClassDef, attribute: str) -> object:
+    """The value the class's one assignment gives ``self.<attribute>`` in ``__init__``: a literal, or the
+    literal every construction of the class passes for the ``__init__`` parameter it copies (or that
+    parameter's default); :data:`UNKNOWN` otherwise."""
+    init = own_method(cls, "__init__")
+    values = [
+        node.value  # type: ignore[attr-defined]
+        for node in walk(cls)
+        if type(node) in (cst.Assign, cst.AnnAssign, cst.AugAssign)
+        and any(dotted_name(t) == f"self.{attribute}" for t in _assigned_targets(node))  # type: ignore[arg-type]
+    ]
+    if init is None or len(values) != 1 or values[0] is None or analysis.enclosing_function(values[0]) is not init:
+        return UNKNOWN
+    value = values[0]
+    if not isinstance(value, cst.Name) or value.value not in {p.name.value for p in all_parameters(init)}:
+        return literal_value(value)
+    found: set[object] = set()
+    for call, built in analysis.shared.constructed.items():
+        if built is cls:
+            found.add(value_at(analysis.shared.analysis_of(call) or analysis, call, init, value.value))
+    if len(found) != 1:
+        return UNKNOWN
+    only = found.pop()
+    return UNKNOWN if only is SOME_OBJECT else only
+
+
+def _assigned_targets(node: cst.CSTNode) -> list[cst.BaseExpression]:
+    if type(node) is cst.Assign:
+        return [t.target for t in node.targets]  # type: ignore[attr-defined]
+    return [node.target]  # type: ignore[attr-defined]
+
+
+def _built_whatever_the_settings(cls: cst.ClassDef, attribute: str) -> bool:
+    """Whether ``__init__`` builds ``self.<attribute>`` in its own body, under no test (one assignment)."""
+    init = own_method(cls, "__init__")
+    if init is None or not isinstance(init.body, cst.IndentedBlock):
+        return False
+    assigned = [
+        node
+        for node in walk(cls)
+        if type(node) is cst.Assign and any(dotted_name(t.target) == f"self.{attribute}" for t in node.targets)  # type: ignore[attr-defined]
+    ]
+    if len(assigned) != 1 or type(assigned[0].value) is not cst.Call:  # type: ignore[attr-defined]
+        return False
+    return any(
+        isinstance(line, cst.SimpleStatementLine) and assigned[0] in line.body for line in init.body.body
+    )
 
 
 def _layer_picked_by_input(analysis: ScriptAnalysis, cls: cst.ClassDef, forward: cst.FunctionDef) -> cst.Call | None:
