@@ -68,8 +68,8 @@ class MissingProcessGroup(Rule):
     fix_safety = FixSafety.SAFE
     phase = Phase.PROCESS_GROUP
     # A training script, or a program of the runtime that destroys its group by hand.
-    triggers = (".backward(", "destroy_process_group")
-    needs_names = (names.TRAINING_SCRIPT_NAMES | names.RUNTIME_SETUP,)
+    triggers = (".backward(", "destroy_process_group", "DistributedDataParallel")
+    needs_names = (names.TRAINING_SCRIPT_NAMES | names.RUNTIME_SETUP | names.DISTRIBUTED_DATA_PARALLEL,)
     examples = (
         Example(
             before='''\
@@ -189,7 +189,7 @@ dist.destroy_process_group(group)
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
         for call in self._bare_teardowns(analysis):
             yield Match(call, BARE_TEARDOWN)
-        if not (analysis.is_entry and analysis.is_training_script):
+        if not (analysis.is_entry and (analysis.is_training_script or self._wraps_in_ddp(analysis))):
             return
         if not analysis.is_distributed:
             node = analysis.backward_calls[0] if analysis.backward_calls else analysis.first_group_need
@@ -199,6 +199,12 @@ dist.destroy_process_group(group)
             node = analysis.first_group_need
             if node is not None:
                 yield Match(node, NEVER_DESTROYED)
+
+    @staticmethod
+    def _wraps_in_ddp(analysis: ScriptAnalysis) -> bool:
+        """The program wraps a model in DDP, which needs the group whether or not its training step shows
+        (a loop of a library's that the model is handed to, gradients by ``torch.autograd.grad``)."""
+        return any(module.calls_to(names.DISTRIBUTED_DATA_PARALLEL) for module in analysis.shared.analyses)
 
     @staticmethod
     def _bare_teardowns(analysis: ScriptAnalysis) -> list[cst.Call]:

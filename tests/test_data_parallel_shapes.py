@@ -250,3 +250,41 @@ def test_a_wrap_in_a_lambda_is_left_to_a_human(tmp_path: Path) -> None:
     assert code == 1, report
     assert "DDP001 nn.DataParallel inside a lambda: the migration cannot follow the models it wraps" in report, report
     assert "parallel = lambda m: nn.DataParallel(" in migrated, migrated
+
+
+#: A DataParallel model trained by code the program does not hold: a library's loop it hands the model to
+#: (here a stand-in module the migration does not read). The migrated wrap needs the process group anyway: a
+#: trial's migration wrapped the model in DDP and set up no group, and the program stopped at once, plain python
+#: as under torchrun ("Default process group has not been initialized").
+TRAINED_ELSEWHERE = '''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from trainer_lib import fit
+
+torch.manual_seed(0)
+loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=16)
+model = nn.DataParallel(nn.Linear(4, 1))
+fit(model, loader, torch.optim.SGD(model.parameters(), lr=0.1))
+print("weights", round(sum(p.sum().item() for p in model.parameters()), 4))
+'''
+
+TRAINER_LIB = """\
+def fit(model, loader, optimizer):
+    for x, y in loader:
+        optimizer.zero_grad()
+        ((model(x) - y) ** 2).mean().backward()
+        optimizer.step()
+"""
+
+
+def test_a_model_trained_out_of_sight_gets_the_process_group_its_wrap_needs(tmp_path: Path) -> None:
+    migrated, report, _ = migrate_script(tmp_path, TRAINED_ELSEWHERE)
+    assert "DistributedDataParallel(" in migrated and "runtime.setup()" in migrated, report
+    pytest.importorskip("torch")
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "trainer_lib.py").write_text(TRAINER_LIB)  # (beside the program only now: the migration did not see it)
+    result = run_python(tmp_path / "train.py", cwd=tmp_path, env={"OMP_NUM_THREADS": "1", "PYTHONPATH": str(lib)}, timeout=120)
+    assert "weights" in result.stdout, result.stdout + result.stderr
