@@ -150,11 +150,15 @@ torch.cuda.set_device(local_rank)
     )
 
     def _cases(self, analysis: ScriptAnalysis) -> Iterator[tuple[str, cst.CSTNode, Option]]:
+        """This module's part of the migration off ``--local_rank``: its reads and writes of
+        ``args.<dest>`` for an option of any module of the program (a helper module reads the entry's
+        ``args.local_rank``), and its own options."""
         facts = legacy_facts(analysis)
-        for option in facts.local_rank_options:
-            if self._sentinel(facts, option) is not None:
+        for home, option in facts.program_local_rank_options:
+            own = home is facts
+            if self._sentinel(analysis, home, option) is not None:
                 # ``-1`` means "not launched by the launcher": keep the option, default from LOCAL_RANK.
-                if not self._default_from_environment(facts, option):
+                if own and not self._default_from_environment(home, option):
                     yield OPTION, option.call, option
                 continue
             for attribute in facts.option_attributes(option.dest):
@@ -162,17 +166,21 @@ torch.cuda.set_device(local_rank)
                     yield READ, attribute, option
                 else:
                     yield WRITE, attribute, option
-            if self._removable(facts, option) or not self._default_from_environment(facts, option):
+            if own and (self._removable(analysis, option) or not self._default_from_environment(home, option)):
                 yield OPTION, option.call, option
+
+    @staticmethod
+    def _program_facts(analysis: ScriptAnalysis) -> list[LegacyFacts]:
+        return [legacy_facts(module) for module in analysis.shared.analyses] or [legacy_facts(analysis)]
 
     @staticmethod
     def _default(option: Option) -> cst.Arg | None:
         return next((a for a in option.call.args if a.keyword is not None and a.keyword.value == "default"), None)
 
-    def _sentinel(self, facts: LegacyFacts, option: Option) -> str | None:
-        """``"-1"`` or ``"None"`` when the script tests the option against its default to tell a run
-        without the launcher (``if args.local_rank == -1:``), which ``runtime.local_rank()`` (0) would
-        change."""
+    def _sentinel(self, analysis: ScriptAnalysis, facts: LegacyFacts, option: Option) -> str | None:
+        """``"-1"`` or ``"None"`` when the program (any of its modules) tests the option against its default
+        to tell a run without the launcher (``if args.local_rank == -1:``), which ``runtime.local_rank()``
+        (0) would change. ``facts``: those of the option's own module."""
         default = self._default(option)
         value = default.value if default is not None else cst.Name("None")
         if isinstance(value, cst.IfExp) and facts.env_read(value.body) == "LOCAL_RANK":
@@ -183,7 +191,8 @@ torch.cuda.set_device(local_rank)
         sentinel = "-1" if int_value(value) == -1 else "None" if isinstance(value, cst.Name) and value.value == "None" else None
         if sentinel is None:
             return None
-        for attribute in facts.option_attributes(option.dest):
+        attributes = [a for module in self._program_facts(analysis) for a in module.option_attributes(option.dest)]
+        for attribute in attributes:
             comparison = facts.analysis.parent(attribute)
             if isinstance(comparison, cst.Comparison):
                 for other in (comparison.left, *(c.comparator for c in comparison.comparisons)):
@@ -193,10 +202,14 @@ torch.cuda.set_device(local_rank)
                         return sentinel
         return None
 
-    @staticmethod
-    def _removable(facts: LegacyFacts, option: Option) -> bool:
-        """Whether nothing but ``args.<dest>`` reads the option (no ``getattr(args, "local_rank")``)."""
-        return not facts.mentions_string(option.dest, outside=[option.call])
+    def _removable(self, analysis: ScriptAnalysis, option: Option) -> bool:
+        """Whether nothing but ``args.<dest>`` of this module reads the option: no ``getattr(args,
+        "local_rank")``, and no other module of the program still reads ``args.<dest>`` (until its own
+        fix replaces those reads, the option stays with its default from the environment)."""
+        modules = self._program_facts(analysis)
+        if any(module.analysis is not analysis and module.option_attributes(option.dest) for module in modules):
+            return False
+        return not any(module.mentions_string(option.dest, outside=[option.call]) for module in modules)
 
     def _default_from_environment(self, facts: LegacyFacts, option: Option) -> bool:
         default = self._default(option)
@@ -237,7 +250,7 @@ torch.cuda.set_device(local_rank)
                     else:  # keep what the value does: ``args.local_rank = init_distributed()``
                         edits.replace(assign, cst.Expr(assign.value))
                     edits.changes.append(Change(self.code, analysis.line(node), f"assignment to args.{option.dest} removed"))
-            elif self._sentinel(facts, option) is None and self._removable(facts, option):
+            elif self._sentinel(analysis, facts, option) is None and self._removable(analysis, option):
                 stmt = analysis.statement(option.call)
                 if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr):
                     removed.append(stmt)
@@ -245,7 +258,7 @@ torch.cuda.set_device(local_rank)
             else:
                 call = option.call
                 default = self._default(option)
-                sentinel = self._sentinel(facts, option)
+                sentinel = self._sentinel(analysis, facts, option)
                 if sentinel == "-1":
                     value = expression('int(os.environ.get("LOCAL_RANK", -1))')
                 elif sentinel == "None":

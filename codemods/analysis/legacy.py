@@ -787,6 +787,18 @@ class LegacyFacts:
         return [o for o in self.options if o.dest == LOCAL_RANK_DEST or set(o.flags) & set(LOCAL_RANK_OPTIONS)]
 
     @cached_property
+    def program_local_rank_options(self) -> list[tuple[LegacyFacts, Option]]:
+        """The local-rank options of every module of the program, each with the facts of its own module
+        (this module's first): a helper module reads ``args.local_rank`` of the entry's parser
+        (``init_distributed_mode(args)`` in utils.py)."""
+        found = [(self, option) for option in self.local_rank_options]
+        for module in self.analysis.shared.analyses:
+            if module is not self.analysis:
+                facts = legacy_facts(module)
+                found.extend((facts, option) for option in facts.local_rank_options)
+        return found
+
+    @cached_property
     def local_rank_dests(self) -> frozenset[str]:
         """Destinations of the local-rank options (``local_rank``)."""
         return frozenset(o.dest for o in self.local_rank_options)

@@ -1,0 +1,96 @@
+"""``--local_rank`` of the entry's parser read in another module of the program.
+
+torchvision's references and many research repositories parse ``--local_rank`` in train.py and read it in
+utils.py (``init_distributed_mode(args)``: ``args.gpu = args.local_rank``). A trial's migration removed the
+option from train.py and left utils.py as it was: the migrated program stopped at once with
+``AttributeError: 'Namespace' object has no attribute 'local_rank'`` while the report said nothing of it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from ddp_migrate.cli import cli
+
+TRAIN = '''\
+import argparse
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+import helpers
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--local_rank", type=int, default=DEFAULT)
+    parser.add_argument("--epochs", type=int, default=2)
+    args = parser.parse_args()
+    helpers.setup_run(args)
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(args.epochs):
+        for x, y in loader:
+            loss = nn.functional.mse_loss(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    print("slot", args.slot, "weight", round(model.weight.sum().item(), 4))
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+HELPERS = '''\
+def setup_run(opts):
+    opts.slot = SLOT
+'''
+
+
+def write(folder: Path, default: str, slot: str) -> None:
+    (folder / "train.py").write_text(TRAIN.replace("DEFAULT", default))
+    (folder / "helpers.py").write_text(HELPERS.replace("SLOT", slot))
+
+
+def migrate(folder: Path) -> str:
+    result = CliRunner().invoke(cli, ["migrate", str(folder / "train.py")])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_a_read_in_another_module_comes_from_the_environment(tmp_path: Path) -> None:
+    write(tmp_path, "0", "opts.local_rank")
+    report = migrate(tmp_path)
+    helpers = (tmp_path / "helpers.py").read_text()
+    assert "opts.slot = runtime.local_rank()" in helpers, helpers
+    train = (tmp_path / "train.py").read_text()
+    assert "--local_rank" not in train, train  # removed once no module reads it
+    assert "DDP023" in report
+
+
+def test_a_test_of_the_launchers_default_in_another_module_keeps_the_option(tmp_path: Path) -> None:
+    """``if opts.local_rank == -1`` (no launcher) in the helper: the option stays, its default read from
+    LOCAL_RANK (-1 without torchrun), and the helper's test keeps its meaning."""
+    write(tmp_path, "-1", "0 if opts.local_rank == -1 else opts.local_rank")
+    migrate(tmp_path)
+    assert (tmp_path / "helpers.py").read_text() == HELPERS.replace("SLOT", "0 if opts.local_rank == -1 else opts.local_rank")
+    train = (tmp_path / "train.py").read_text()
+    assert '"--local_rank", type=int, default=int(os.environ.get("LOCAL_RANK", -1))' in train, train
+
+
+@pytest.mark.e2e
+@pytest.mark.distributed
+def test_the_migrated_program_runs_under_torchrun(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from launch import run_torchrun
+
+    write(tmp_path, "0", "opts.local_rank")
+    migrate(tmp_path)
+    result = run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, env={"OMP_NUM_THREADS": "1"}, timeout=120)
+    assert "slot 0 weight" in result.stdout, result.stdout + result.stderr
