@@ -186,7 +186,7 @@ def _closures(entries: Sequence[Path], scanner: _Scanner) -> dict[Path, list[Pat
     closures = {}
     for entry in entries:
         start = scanner.resolve(entry)
-        closures[entry] = _Closure(search_roots(entry), [start], {start}, deque([start]))
+        closures[entry] = _Closure(search_roots(entry, _added_roots(scanner(start))), [start], {start}, deque([start]))
     while growing := [c for c in closures.values() if c.growing]:
         scanner.prefetch(path for closure in growing for path in closure.queue)
         for closure in growing:
@@ -201,6 +201,11 @@ def _closures(entries: Sequence[Path], scanner: _Scanner) -> dict[Path, list[Pat
                         closure.order.append(imported)
                         closure.queue.append(imported)
     return {entry: closure.order for entry, closure in closures.items()}
+
+
+def _added_roots(facts: SourceFacts | None) -> list[Path]:
+    """The folders an entry adds to ``sys.path`` itself, where its imports are looked up too."""
+    return [folder for folder in facts.path_additions if folder.is_dir()] if facts is not None else []
 
 
 def _packages_of(path: Path, scanner: _Scanner) -> list[Path]:
@@ -282,7 +287,7 @@ def plan(files: Sequence[Path], follow_imports: bool = True, scan_many: ScanMany
     covered: set[Path] = set()
     for group_entries, members in groups:
         ordered = [*group_entries, *(m for m in members if m not in group_entries)]
-        roots = search_roots(group_entries[0])
+        roots = search_roots(group_entries[0], _added_roots(scanner(scanner.resolve(group_entries[0]))))
         spell = _speller(given, given.get(group_entries[0], group_entries[0]))
         named = {m: module_names(m, roots) for m in ordered}
         names = tuple((spell(m), named[m][0][0]) for m in ordered)

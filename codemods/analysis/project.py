@@ -15,11 +15,12 @@ group files into programs before it parses any of them with libcst.
 from __future__ import annotations
 
 import ast
+import os
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 TEST_FOLDERS = frozenset({"tests", "test", "testing"})
@@ -43,12 +44,18 @@ def package_root(path: Path) -> Path:
     return folder
 
 
-def search_roots(script: Path) -> tuple[Path, ...]:
+def search_roots(script: Path, added: Iterable[Path] = ()) -> tuple[Path, ...]:
     """Where the imports of a script are looked up: the folder above its package (``python -m``), its
-    own folder (``python script.py``), the project root and ``<root>/src``."""
+    own folder (``python script.py``), the project root and ``<root>/src``, and the folders the script
+    adds to ``sys.path`` itself (``added``: :attr:`SourceFacts.path_additions`)."""
     folder = script.resolve().parent
     root = project_root(folder)
-    roots = [package_root(script), folder, root, root / "src"]
+    roots = [package_root(script), folder, root, root / "src", *added]
+    here = Path.cwd()
+    if root == folder and folder.is_relative_to(here):
+        # No project marker above a script in a subfolder (``tools/train.py``): it is run from the folder
+        # above (``PYTHONPATH=. python tools/train.py``, ``python -m tools.train``), where its imports resolve.
+        roots.append(here)
     unique: list[Path] = []
     for path in roots:
         if path.is_dir() and path not in unique:
@@ -112,6 +119,10 @@ class SourceFacts:
     #: a program none of whose files does trains nothing, and its files are processed one by one.
     trains: bool = False
     imports: list[tuple[str, int, tuple[str, ...]]] = field(default_factory=list)
+    #: Folders the file puts on ``sys.path`` (``sys.path.insert(0, os.path.join(os.path.dirname(__file__),
+    #: ".."))``, ``sys.path.append(str(Path(__file__).resolve().parents[1]))``): a script in ``tools/``
+    #: importing the package beside that folder.
+    path_additions: list[Path] = field(default_factory=list)
 
 
 def scan(path: Path, text: str) -> SourceFacts:
@@ -135,7 +146,11 @@ def scan(path: Path, text: str) -> SourceFacts:
         elif may_train and isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None and _trains_or_wraps(stmt.value):
             facts.works_at_module_level = True  # ``model = nn.DataParallel(model)`` at module level
     for node in nested_statements(tree.body):
-        if isinstance(node, ast.Import):
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            added = _sys_path_addition(node.value, path)
+            if added is not None:
+                facts.path_additions.append(added)
+        elif isinstance(node, ast.Import):
             for alias in node.names:
                 facts.imports.append((alias.name, 0, ()))
         elif isinstance(node, ast.ImportFrom):
@@ -159,6 +174,66 @@ def _trains_or_wraps(value: ast.expr) -> bool:
             if name in TRAINING_CALLS:
                 return True
     return False
+
+
+def _sys_path_addition(call: ast.Call, path: Path) -> Path | None:
+    """The folder ``sys.path.insert(i, folder)`` / ``sys.path.append(folder)`` adds, where it is spelled
+    from ``__file__``; ``None`` otherwise (a folder relative to the working directory cannot be told)."""
+    func = call.func
+    if not (isinstance(func, ast.Attribute) and func.attr in ("insert", "append") and _dotted(func.value) == "sys.path"):
+        return None
+    args = call.args
+    value = args[-1] if (func.attr == "insert" and len(args) == 2) or (func.attr == "append" and len(args) == 1) else None
+    found = _path_of(value, path.resolve()) if value is not None else None
+    return Path(os.path.normpath(found)) if found is not None else None
+
+
+def _dotted(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = _dotted(node.value)
+        return f"{base}.{node.attr}" if base else None
+    return None
+
+
+#: Calls that hand back the path they are given, as far as finding a folder goes.
+_SAME_PATH = frozenset({"os.path.abspath", "os.path.realpath", "os.path.normpath", "str", "Path", "pathlib.Path", "os.fspath"})
+
+
+def _path_of(node: ast.expr, path: Path) -> Path | None:
+    """The path an expression built from ``__file__`` names (``os.path`` calls, ``pathlib`` attributes)."""
+    if isinstance(node, ast.Name) and node.id == "__file__":
+        return path
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return None
+    if isinstance(node, ast.Call):
+        name = _dotted(node.func)
+        if name in _SAME_PATH and len(node.args) == 1:
+            return _path_of(node.args[0], path)
+        if name == "os.path.dirname" and len(node.args) == 1:
+            inner = _path_of(node.args[0], path)
+            return inner.parent if inner is not None else None
+        if name == "os.path.join" and node.args:
+            base = _path_of(node.args[0], path)
+            parts = [a.value for a in node.args[1:] if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            return base.joinpath(*parts) if base is not None and len(parts) == len(node.args) - 1 else None
+        if isinstance(node.func, ast.Attribute) and node.func.attr in ("resolve", "absolute") and not node.args:
+            return _path_of(node.func.value, path)
+        return None
+    if isinstance(node, ast.Attribute) and node.attr == "parent":
+        inner = _path_of(node.value, path)
+        return inner.parent if inner is not None else None
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) and node.value.attr == "parents":
+        inner = _path_of(node.value.value, path)
+        index = node.slice
+        if inner is not None and isinstance(index, ast.Constant) and isinstance(index.value, int) and 0 <= index.value < len(inner.parents):
+            return inner.parents[index.value]
+        return None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and isinstance(node.right, ast.Constant) and isinstance(node.right.value, str):
+        inner = _path_of(node.left, path)
+        return inner / node.right.value if inner is not None else None
+    return None
 
 
 def may_start_program(text: str) -> bool:
