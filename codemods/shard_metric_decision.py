@@ -301,6 +301,8 @@ _LOADER = "which data the training goes on with: ranks that decide differently s
 #: Collectives that hand rank 0's values to every rank.
 _BROADCASTS = names.distributed("broadcast") | names.distributed("broadcast_object_list") | frozenset({"torch.nn.parallel.distributed._sync_module_states"})
 _SCHEDULER = "whether the learning-rate scheduler steps: the ranks train with different learning rates and their weights drift apart without an error"
+_SAVE = "whether a checkpoint is saved (a best model kept): rank 0, which writes it, now decides on its own shard, where the original decided on the whole data"
+_SAVES = names.TORCH_SAVE | names.RUNTIME_SAVE
 _LOAD = "whether the model's weights are loaded, after the wrap: DDP copied rank 0's weights to every rank when it wrapped the model, so the ranks that skip this keep theirs and train apart"
 
 
@@ -360,7 +362,20 @@ def _gated_training(
         return None
     if analysis.loader_calls and differs(lambda side: any(analysis.is_inside(call, side) for call in analysis.loader_calls)):
         return _LOADER
+    saving = analysis.reaching_nodes(analysis.derived("checkpoint_saves", _checkpoint_saves))
+    if branch in saving and differs(lambda side: side in saving):
+        # Under a test of the rank, or one that reads it (``if rank == 0 and acc > best:``, rank 0 evaluating
+        # a copy), the value is that rank's own on purpose, and only it saves.
+        facts = rank_facts(analysis)
+        if not facts.mentions_rank(branch.test) and not any(c.kind is Kind.RANK for c in facts.conditions(branch)):
+            return _SAVE
     return None
+
+
+def _checkpoint_saves(analysis: ScriptAnalysis) -> list[cst.Call]:
+    """The program's ``torch.save`` / ``runtime.save`` calls (one list per analysis: the reaching nodes are
+    kept per list)."""
+    return [call for module in analysis.shared.analyses for call in module.calls_to(_SAVES)]
 
 
 #: Draws of torch's process-wide random state (without a ``generator=``, they draw from it).

@@ -487,3 +487,58 @@ def test_scheduler_decisions_and_the_program_s_own_reductions(body: str, reporte
     Path("train.py").write_text(LINT_HEAD + helpers + "for epoch in range(10):\n" + body)
     result = CliRunner().invoke(cli, ["lint", "--select", "DDP041", "train.py"])
     assert ("DDP041" in result.output) is reported, result.output
+
+
+BEST = '''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def save_checkpoint(model, path):
+    torch.save({"model": model.state_dict()}, path)
+
+
+def evaluate(model, loader):
+    with torch.no_grad():
+        return sum(nn.functional.mse_loss(model(a), b).item() for a, b in loader)
+
+
+def main():
+    data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    train_loader = DataLoader(data, batch_size=8, shuffle=True)
+    val_loader = DataLoader(data, batch_size=8)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    best = float("inf")
+    for epoch in range(5):
+        running = 0.0
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            optimizer.step()
+            running += loss.item()
+        if METRIC < best:
+            best = METRIC
+            SAVE
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+@pytest.mark.parametrize("save", ['torch.save(model.state_dict(), "best.pt")', 'save_checkpoint(model, "best.pt")'], ids=["inline", "helper"])
+@pytest.mark.parametrize(("metric", "reported"), [("running", True), ("evaluate(model, val_loader)", False)], ids=["train-loss", "whole-validation"])
+def test_a_best_checkpoint_chosen_on_a_shard_metric_is_left_to_a_human(save: str, metric: str, reported: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two trials: ``if running < best: torch.save(...)`` on the epoch's training loss saved, once migrated, the
+    checkpoint rank 0's shard called best (epoch 6 where the original and a world of one kept epoch 3), with
+    "0 item(s) need a human". A metric of the whole validation set is the same on every rank."""
+    monkeypatch.chdir(tmp_path)
+    Path("train.py").write_text(BEST.replace("METRIC", metric).replace("SAVE", save))
+    result = CliRunner().invoke(cli, ["train.py"], catch_exceptions=False)
+    reviews = [line for line in result.output.splitlines() if line.lstrip().startswith("review ") and "DDP041" in line]
+    assert bool(reviews) is reported, result.output
+    if reported:
+        assert "`running < best` decides on running, computed on this rank's shard of the data only, whether a checkpoint is saved" in reviews[0]
