@@ -89,3 +89,29 @@ def test_a_probe_with_a_gradless_encoder_trains_under_torchrun(tmp_path: Path) -
     migrate_script(tmp_path, PROBE.replace("FORWARD", "with torch.no_grad():\n            feats = self.encoder(x)"))
     launch = run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, timeout=120)
     assert "trained" in launch.output, launch.output
+
+
+#: One forward per step, chosen by the step: ``model(x, with_aux=True)`` on even steps runs the auxiliary head,
+#: ``model(x)`` on the others does not (a trial's crash at step 2: the two calls in the two branches were counted
+#: as two forwards of one step, so no search for unused parameters was asked for).
+ALTERNATING = TWO_FORWARDS.replace(
+    '    def forward(self, x, task):\n        h = self.shared(x)\n        return self.cls_head(h) if task == "cls" else self.reg_head(h).squeeze(-1)\n',
+    "    def forward(self, x, with_aux=False):\n        h = self.shared(x)\n        if with_aux:\n            return self.cls_head(h), self.reg_head(h).squeeze(-1)\n        return self.cls_head(h)\n",
+).replace(
+    '            loss = F.cross_entropy(model(xc, "cls"), yc) + F.mse_loss(model(xr, "reg"), yr)\n',
+    "            if epoch % 2 == 0:\n                out, aux = model(xc, with_aux=True)\n                loss = F.cross_entropy(out, yc) + F.mse_loss(aux, yr)\n"
+    "            else:\n                loss = F.cross_entropy(model(xc), yc)\n",
+)
+
+
+def test_one_forward_in_each_branch_of_a_step_is_one_forward_per_step(tmp_path: Path) -> None:
+    migrated, report, code = migrate_script(tmp_path, ALTERNATING)
+    assert code == 0, report
+    assert "find_unused_parameters=True" in migrated, report
+
+
+@pytest.mark.distributed
+def test_the_alternating_heads_train_under_torchrun(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    _, _, launch = train_original_and_migrated(tmp_path, ALTERNATING)
+    assert "checksum" in launch.output, launch.output

@@ -501,9 +501,25 @@ def _forwards_per_step(analysis: ScriptAnalysis, model: cst.BaseExpression) -> i
         loop = home.nearest_loop(backward)
         if loop is None or home.enclosing_function(loop) is not function:
             continue
-        calls = sum(1 for node in walk(loop.body) if type(node) is cst.Call and dotted_name(node.func) == name)  # type: ignore[attr-defined]
+        try:
+            calls = _calls_on_one_path(loop.body, name)
+        except RecursionError:  # (a body nested deeper than the interpreter recurses: every call counts)
+            calls = sum(1 for node in walk(loop.body) if type(node) is cst.Call and dotted_name(node.func) == name)  # type: ignore[attr-defined]
         most = max(most, calls)
     return most
+
+
+def _calls_on_one_path(node: cst.CSTNode, name: str) -> int:
+    """The most calls of ``name`` one run through the node makes: the two sides of an ``if`` (or of a
+    conditional expression) are alternatives, not both run (``out, aux = model(x, with_aux=True)`` on even
+    steps, ``model(x)`` on the others: one forward per step)."""
+    kind = type(node)
+    if kind is cst.If or kind is cst.IfExp:
+        other = node.orelse  # type: ignore[attr-defined]
+        sides = [_calls_on_one_path(node.body, name), _calls_on_one_path(other, name) if other is not None else 0]  # type: ignore[attr-defined]
+        return _calls_on_one_path(node.test, name) + max(sides)  # type: ignore[attr-defined]
+    own = 1 if kind is cst.Call and dotted_name(node.func) == name else 0  # type: ignore[attr-defined]
+    return own + sum(_calls_on_one_path(child, name) for child in tree.children(node))
 
 
 def _conditional_layer_call(analysis: ScriptAnalysis, cls: cst.ClassDef, forward: cst.FunctionDef) -> tuple[cst.Call, str] | None:
