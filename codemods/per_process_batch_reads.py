@@ -271,7 +271,7 @@ def _sized_with_the_global_batch(analysis: ScriptAnalysis, split: dict[cst.CSTNo
     scanned: set[tuple[cst.CSTNode, frozenset[str]]] = set()  # (two loops of one function: its calls once)
     for loop in analysis.loader_loops:
         sizes = {split[call] for call in loop.loader_calls if call in split}
-        sizes = {size for size in sizes if size.isidentifier()}
+        sizes = {size for size in sizes if all(part.isidentifier() for part in size.split("."))}  # (``args.bsz``, ``cfg.train.batch_size``)
         if not loop.trains or not sizes:
             continue
         scope = analysis.enclosing_function(loop.loop) or analysis.module

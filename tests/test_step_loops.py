@@ -177,6 +177,12 @@ for epoch in range(2):
 print(f"RESULT w={sum(p.sum().item() for p in rnn.parameters()):.6f}")
 '''
 
+#: The batch size read from the command line (a trial's GRU: ``torch.zeros(1, args.bsz, 8)`` crashed under torchrun
+#: with "Expected hidden size (1, 4, 8), got [1, 8, 8]", no review line).
+HIDDEN_STATE_OF_AN_OPTION = HIDDEN_STATE.replace(
+    "batch_size = 16\n", "import argparse\n\nparser = argparse.ArgumentParser()\nparser.add_argument(\"--bsz\", type=int, default=16)\nargs = parser.parse_args()\n"
+).replace("batch_size=batch_size", "batch_size=args.bsz").replace("torch.zeros(1, batch_size, 4)", "torch.zeros(1, args.bsz, 4)")
+
 #: The hidden state sized in the second of two training functions (only the first one's was looked at).
 HIDDEN_STATE_AFTER_A_WARM_UP = HIDDEN_STATE.replace(
     "for epoch in range(2):\n",
@@ -241,8 +247,9 @@ def test_a_loader_with_batches_of_one_keeps_them_and_is_reviewed(tmp_path: Path)
         ("ACCUMULATION_FROM_THE_BATCH", "`accum = target_batch // len(xb)` derives a number of steps from this process's batch"),
         ("HIDDEN_STATE", "`torch.zeros(1, batch_size, 4)` is sized with batch_size, the global batch size"),
         ("HIDDEN_STATE_AFTER_A_WARM_UP", "`torch.zeros(1, batch_size, 4)` is sized with batch_size, the global batch size"),
+        ("HIDDEN_STATE_OF_AN_OPTION", "`torch.zeros(1, args.bsz, 4)` is sized with args.bsz, the global batch size"),
     ],
-    ids=["tokens-from-the-shape", "accumulation-from-the-batch", "hidden-state", "hidden-state-after-a-warm-up"],
+    ids=["tokens-from-the-shape", "accumulation-from-the-batch", "hidden-state", "hidden-state-after-a-warm-up", "hidden-state-of-an-option"],
 )
 def test_reads_of_the_global_batch_are_reviewed(tmp_path: Path, source: str, expected: str) -> None:
     _, report, code = migrate_script(tmp_path, globals()[source])
