@@ -22,7 +22,10 @@ class _Late:
     wrap_statement: cst.SimpleStatementLine
     statement: cst.SimpleStatementLine
     target: cst.Attribute
-    inner: str
+    #: The wrapped model's name; ``None`` when the wrap builds it in place (``DataParallel(Net())``): the fix
+    #: then builds it first under the wrapper's name.
+    inner: str | None
+    wrapped: cst.BaseExpression
     movable: bool
 
 
@@ -41,7 +44,9 @@ class LayerAddedAfterWrap(Rule):
 
     What the fix does: moves the statement right above the wrap, on the model itself
     (``model.fc = nn.Linear(512, 10)``), when nothing between the wrap and it uses the model (an optimizer
-    built in between would otherwise see other parameters). Otherwise it leaves a TODO and a review line.
+    built in between would otherwise see other parameters); a model the wrap builds in place
+    (``model = nn.DataParallel(Net()).to(device)``) is built first, under the wrapper's name. Otherwise it
+    leaves a TODO and a review line.
 
     Fix safety: the layer is created at the same point of the random number stream, so its initial weights
     are the original's.
@@ -71,6 +76,26 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 backbone.fc = nn.Linear(512, 10)
 model = DDP(backbone, device_ids=None)
+optimizer = SGD(model.parameters(), lr=0.1)
+""",
+        ),
+        # The wrap builds the model in place: the model is built first, under the wrapper's name.
+        Example(
+            before="""\
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+model = DDP(Backbone(), device_ids=None).to(device)
+model.module.fc = nn.Linear(512, 10)
+optimizer = SGD(model.parameters(), lr=0.1)
+""",
+            after="""\
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+model = Backbone()
+model.fc = nn.Linear(512, 10)
+model = DDP(model, device_ids=None).to(device)
 optimizer = SGD(model.parameters(), lr=0.1)
 """,
         ),
@@ -108,12 +133,14 @@ model.module.hyp = {"lr": 0.1}
     def _late(self, analysis: ScriptAnalysis) -> Iterator[_Late]:
         for wrap in analysis.wrap_calls:
             inner = wrapped_argument(wrap)
+            if inner is None:
+                continue
             inner_name = dotted_name(inner)
             stmt = analysis.statement(wrap)
-            if inner_name is None or not isinstance(stmt, cst.SimpleStatementLine) or not isinstance(stmt.body[0], cst.Assign):
+            if not isinstance(stmt, cst.SimpleStatementLine) or not isinstance(stmt.body[0], cst.Assign):
                 continue
             assign = stmt.body[0]
-            if len(assign.targets) != 1 or assign.value is not wrap:
+            if len(assign.targets) != 1 or _under_device_moves(assign.value) is not wrap:
                 continue
             wrapper = dotted_name(assign.targets[0].target)
             block = analysis.parent(stmt)
@@ -124,11 +151,11 @@ model.module.hyp = {"lr": 0.1}
             for later in siblings[siblings.index(stmt) + 1 :]:
                 target = _layer_target(analysis, later, wrapper, inner_name)
                 if target is not None:
-                    uses = {wrapper.split(".")[0], inner_name.split(".")[0]}
+                    uses = {wrapper.split(".")[0]} | ({inner_name.split(".")[0]} if inner_name else set())
                     movable = not any(
                         isinstance(n, cst.Name) and n.value in uses for s in between for n in walk(s)
                     )
-                    yield _Late(stmt, later, target, inner_name, movable)  # type: ignore[arg-type]
+                    yield _Late(stmt, later, target, inner_name, inner, movable)  # type: ignore[arg-type]
                 between.append(later)
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
@@ -146,11 +173,18 @@ model.module.hyp = {"lr": 0.1}
                 edits.todo(late.statement, TODO)
                 continue
             path = code_of(late.target).split(".")
-            wrapper_parts = dotted_name(late.wrap_statement.body[0].targets[0].target).split(".")  # type: ignore[union-attr, attr-defined]
+            wrapper = dotted_name(late.wrap_statement.body[0].targets[0].target)  # type: ignore[union-attr, attr-defined]
+            wrapper_parts = wrapper.split(".")  # type: ignore[union-attr]
             rest = path[len(wrapper_parts) :]
             if rest and rest[0] == "module":
                 rest = rest[1:]
-            new_target = cst.parse_expression(".".join([late.inner, *rest]))
+            inner = late.inner
+            if inner is None:
+                # ``model = DataParallel(Net())``: build the model under the wrapper's name, then wrap that name.
+                inner = wrapper
+                edits.insert_before(late.wrap_statement, cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.parse_expression(inner))], late.wrapped)]))  # type: ignore[arg-type]
+                edits.replace(late.wrapped, cst.parse_expression(inner))  # type: ignore[arg-type]
+            new_target = cst.parse_expression(".".join([inner, *rest]))  # type: ignore[list-item]
             small = late.statement.body[0]
             assert isinstance(small, cst.Assign)
             moved = late.statement.with_changes(
@@ -162,7 +196,14 @@ model.module.hyp = {"lr": 0.1}
         return edits.apply(analysis.module) if edits else None
 
 
-def _layer_target(analysis: ScriptAnalysis, stmt: cst.BaseStatement, wrapper: str, inner: str) -> cst.Attribute | None:
+def _under_device_moves(value: cst.BaseExpression) -> cst.BaseExpression:
+    """The expression a chain of device moves starts from (``DataParallel(net)`` of ``DataParallel(net).to(device)``)."""
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in ("to", "cuda"):
+        value = value.func.value
+    return value
+
+
+def _layer_target(analysis: ScriptAnalysis, stmt: cst.BaseStatement, wrapper: str, inner: str | None) -> cst.Attribute | None:
     """The attribute ``stmt`` assigns a new layer to, when it is an attribute of the wrapper (``model.fc``,
     ``model.module.fc``) or of the wrapped model (``net.fc``)."""
     if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1 or not isinstance(stmt.body[0], cst.Assign):
@@ -172,7 +213,7 @@ def _layer_target(analysis: ScriptAnalysis, stmt: cst.BaseStatement, wrapper: st
         return None
     target = assign.targets[0].target
     name = dotted_name(target)
-    if name is None or not any(name.startswith(prefix + ".") for prefix in (wrapper, inner)):
+    if name is None or not any(name.startswith(prefix + ".") for prefix in (wrapper, inner) if prefix):
         return None
     if name.split(".")[-1] == "module" or not analysis.builds_layer(assign.value):
         return None

@@ -288,3 +288,48 @@ def test_a_model_trained_out_of_sight_gets_the_process_group_its_wrap_needs(tmp_
     (lib / "trainer_lib.py").write_text(TRAINER_LIB)  # (beside the program only now: the migration did not see it)
     result = run_python(tmp_path / "train.py", cwd=tmp_path, env={"OMP_NUM_THREADS": "1", "PYTHONPATH": str(lib)}, timeout=120)
     assert "weights" in result.stdout, result.stdout + result.stderr
+
+
+#: A DataParallel model built in place, whose classifier is replaced after the wrap (fine-tuning a
+#: "pretrained" backbone): DataParallel replicates the module at every forward and used the new head; DDP
+#: registers the parameters once. A trial's migration kept the replacement after the DDP wrap: both runs stopped
+#: at step 2 ("Expected to have finished reduction"), 0 items.
+HEAD_REPLACED = '''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Backbone(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(6, 16), nn.ReLU())
+        self.fc = nn.Linear(16, 50)
+
+    def forward(self, x):
+        return self.fc(self.body(x))
+
+
+torch.manual_seed(0)
+device = "cuda" if torch.cuda.is_available() else "cpu"
+model = nn.DataParallel(Backbone()).to(device)
+model.module.fc = nn.Linear(16, 3).to(device)
+loader = DataLoader(TensorDataset(torch.randn(64, 6), torch.randint(0, 3, (64,))), batch_size=16)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for x, y in loader:
+        loss = nn.functional.cross_entropy(model(x.to(device)), y.to(device))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+print("checksum", round(sum(p.sum().item() for p in model.parameters()), 4))
+'''
+
+
+@pytest.mark.distributed
+def test_a_head_replaced_after_an_in_place_wrap_is_built_before_the_wrap(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    original, migrated, launch = train_original_and_migrated(tmp_path, HEAD_REPLACED)
+    text = (migrated / "train.py").read_text()
+    assert "model = Backbone()\nmodel.fc = nn.Linear(16, 3).to(device)\nmodel = DistributedDataParallel(" in text, text
+    assert launch.output.count("checksum") == 1, launch.output
