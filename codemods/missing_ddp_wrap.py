@@ -383,8 +383,8 @@ loss.backward()
                 continue
             if isinstance(stmt, (cst.For, cst.While)):
                 break
-            if _sets_up(analysis, stmt, model) or _reassigns(stmt, model):
-                anchor = stmt
+            if _sets_up(analysis, stmt, model) or _reassigns(stmt, model) or _runs_forward(stmt, model):
+                anchor = stmt  # (a dry run builds lazy layers, ``nn.LazyLinear``: DDP refuses them unbuilt)
         return anchor, kept
 
     def _cases(self, analysis: ScriptAnalysis) -> Iterator[tuple[str, cst.BaseStatement | None, cst.BaseStatement | None]]:
@@ -605,6 +605,13 @@ SELF_DISTRIBUTING = (
     "torch.distributed.autograd", "torch.distributed.optim", "torch.distributed.pipelining", "deepspeed",
     "accelerate", "lightning", "pytorch_lightning", "horovod", "fairscale", "colossalai",
 )
+
+
+def _runs_forward(stmt: cst.BaseStatement, model: str) -> bool:
+    """Whether a simple statement calls the model (``model(torch.zeros(1, 7))``, ``out = model(x)``)."""
+    if not isinstance(stmt, cst.SimpleStatementLine):
+        return False
+    return any(type(node) is cst.Call and dotted_name(node.func) == model for node in walk(stmt))  # type: ignore[attr-defined]
 
 
 def _trained_model_unfound(analysis: ScriptAnalysis) -> cst.Call | None:

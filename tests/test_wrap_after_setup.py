@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from launch import run_torchrun
-from migrated import migrate_script
+from migrated import migrate_script, train_original_and_migrated
 
 PROGRAM = '''
 import torch
@@ -234,3 +234,34 @@ if __name__ == "__main__":
 """
     _, report, code = migrate_script(tmp_path, source)
     assert code == 1 and "DDP011 model is trained by hand (its parameters updated from their gradients, no optimizer)" in report, report
+
+
+LAZY = '''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.LazyLinear(8), nn.ReLU(), nn.LazyLinear(1))
+model(torch.zeros(1, 5))  # a dry run builds the lazy layers
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(torch.randn(32, 5), torch.randn(32, 1)), batch_size=8)
+for epoch in range(2):
+    for x, y in loader:
+        loss = nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+print("checksum", round(sum(p.sum().item() for p in model.parameters()), 4))
+'''
+
+
+@pytest.mark.distributed
+def test_a_model_of_lazy_layers_is_wrapped_after_its_dry_run(tmp_path: Path) -> None:
+    """A trial: the wrap went between the model and its dry run, and DDP refused the unbuilt layers
+    ("Modules with uninitialized parameters can't be used with DistributedDataParallel"), 0 items."""
+    pytest.importorskip("torch")
+    _, migrated, launch = train_original_and_migrated(tmp_path, LAZY)
+    text = (migrated / "train.py").read_text()
+    assert "# a dry run builds the lazy layers\nmodel = DistributedDataParallel(" in text, text
+    assert "checksum" in launch.output, launch.output
