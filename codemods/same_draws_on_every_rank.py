@@ -21,6 +21,12 @@ VALUE_DRAWS = frozenset(
         "torch.randint_like", "torch.bernoulli", "torch.multinomial", "torch.poisson",
     }
 )
+#: Draws from numpy's process-wide random state (``z = torch.FloatTensor(np.random.normal(0, 1, (n, nz)))``,
+#: the PyTorch-GAN scripts' noise), sized by their ``size`` argument.
+NUMPY_DRAWS = frozenset(
+    f"numpy.random.{n}"
+    for n in ("normal", "randn", "rand", "randint", "uniform", "standard_normal", "random", "random_sample", "choice", "binomial", "beta", "laplace", "exponential", "poisson")
+)
 #: Tensor factories whose shape the draws filling them keep: from their sizes (``torch.empty(x.size(0), nz)``)
 #: or from their first argument (``torch.empty_like(x)``).
 _SIZED_FACTORIES = frozenset({"torch.empty", "torch.zeros", "torch.ones", "torch.full"})
@@ -45,7 +51,9 @@ class SameDrawsOnEveryRank(Rule):
     in the training loop whose size follows this process's batch (``torch.randn(real.size(0), nz)``,
     ``torch.randn_like(x)``, ``torch.randint(0, T, (x.shape[0],))``, ``torch.bernoulli(probs)``,
     ``torch.empty(x.size(0), nz).normal_()``, ``Categorical(logits=out).sample()``): a GAN's noise vectors,
-    a diffusion model's noise and time steps, per-sample masks. Also such a draw from a ``generator=`` that
+    a diffusion model's noise and time steps, per-sample masks; and such a draw from numpy's random state
+    that every rank seeds alike (``np.random.normal(0, 1, (real.shape[0], nz))``, the noise of many GAN
+    scripts). Also such a draw from a ``generator=`` that
     every rank seeds alike (``g = torch.Generator(); g.manual_seed(0)``; unseeded, a new generator starts
     from the same fixed seed everywhere).
 
@@ -139,7 +147,8 @@ for x, y in loader:
         if not analysis.program_wrap_calls or not analysis.program_backward_calls:
             return
         draws = _draws(analysis)
-        if not draws:
+        numpy_draws = list(analysis.calls_to(NUMPY_DRAWS))
+        if not draws and not numpy_draws:
             return
         values = per_rank_values(analysis)
         if values is None or draws_per_rank(analysis):
@@ -158,7 +167,7 @@ for x, y in loader:
                 )
         if not analysis.backward_calls:
             return
-        for call in draws:
+        for call in [*draws, *numpy_draws]:
             if (
                 analysis.nearest_loop(call) is not None
                 and analysis.reaches_backward(analysis.nearest_loop(call))  # type: ignore[arg-type]
@@ -166,7 +175,12 @@ for x, y in loader:
                 and _sized_by_the_batch(analysis, values, call)
             ):
                 generator = keyword_argument(call, "generator")
-                if generator is None and seeds_alike(analysis, "torch", before=call):
+                seeding = "np.random.seed" if call in numpy_draws else "torch.manual_seed"
+                if call in numpy_draws:
+                    if not seeds_alike(analysis, "numpy", before=call):
+                        continue
+                    state = "numpy's random state"
+                elif generator is None and seeds_alike(analysis, "torch", before=call):
                     state = "torch's random state"
                 elif generator is not None and generator_seeded_alike(analysis, generator.value):
                     state = f"the generator `{code_of(generator.value)}`"
@@ -176,7 +190,7 @@ for x, y in loader:
                     call,
                     f"`{code_of(call)}` draws noise for each sample of this process's batch from {state}, "
                     "which every rank seeds alike: every rank draws the same numbers, so the global batch holds N "
-                    "copies of the same noise; seed each rank differently after the wrap (torch.manual_seed(seed + "
+                    f"copies of the same noise; seed each rank differently after the wrap ({seeding}(seed + "
                     "runtime.rank())), or draw from a generator seeded per rank",
                     fixable=False,
                 )

@@ -94,3 +94,21 @@ def test_a_seed_per_rank_is_fine(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text(reseeded)
     result = CliRunner().invoke(cli, ["lint", "--select", "DDP051", str(tmp_path / "train.py")])
     assert "DDP051" not in result.output, result.output
+
+
+NUMPY_GAN = GAN.replace("import torch\n", "import numpy as np\nimport torch\n", 1)
+
+
+@pytest.mark.parametrize(
+    ("seed", "reported"),
+    [("np.random.seed(0)", True), ("torch.manual_seed(0)", False), ("np.random.seed(1000 + int(os.environ.get('RANK', '0')))", False)],
+    ids=["numpy-seeded-alike", "numpy-unseeded", "numpy-seeded-per-rank"],
+)
+def test_noise_per_sample_from_numpy_seeded_alike_is_reviewed(tmp_path: Path, seed: str, reported: bool) -> None:
+    """A trial: ``z = torch.FloatTensor(np.random.normal(0, 1, (real.shape[0], nz)))`` after ``np.random.seed(0)``
+    (the PyTorch-GAN scripts' noise) printed the same first noise value on both ranks, 0 items."""
+    draw = "fake = netG(torch.FloatTensor(np.random.normal(0, 1, (real.shape[0], 4))))"
+    _, report, _ = migrate_script(tmp_path, NUMPY_GAN.replace("SEED", seed).replace("DRAW", draw))
+    assert ("numpy's random state, which every rank seeds alike" in report) is reported, report
+    if reported:
+        assert "np.random.seed(seed + runtime.rank())" in report
