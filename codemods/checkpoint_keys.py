@@ -194,15 +194,49 @@ def _saved_here(analysis: ScriptAnalysis, call: cst.Call) -> bool:
 
 
 
-def _conditional(analysis: ScriptAnalysis, wrap: cst.Call) -> bool:
-    """Whether the wrap runs only on some paths (under an ``if`` or in a conditional expression)."""
-    function = analysis.enclosing_function(wrap)
+def _conditional(analysis: ScriptAnalysis, wrap: cst.Call, within: cst.CSTNode | None = None) -> bool:
+    """Whether the wrap runs only on some paths (under an ``if`` or in a conditional expression, in its
+    function or in ``within``), unless every branch wraps the same model (``if cuda: model = DDP(model,
+    device_ids=[gpu]) else: model = DDP(model)``, the ImageNet example's shape)."""
+    stop = within or analysis.enclosing_function(wrap)
+    child: cst.CSTNode = wrap
     for ancestor in analysis.ancestors(wrap):
-        if ancestor is function:
+        if ancestor is stop:
             return False
-        if isinstance(ancestor, (cst.If, cst.IfExp)):
-            return True
+        if isinstance(ancestor, (cst.If, cst.IfExp)) and child is not ancestor.test:
+            other = ancestor.orelse if child is ancestor.body else ancestor.body
+            if not _wraps_too(analysis, other, _wrap_target(analysis, wrap)):
+                return True
+        child = ancestor
     return False
+
+
+def _wrap_target(analysis: ScriptAnalysis, wrap: cst.Call) -> str | None:
+    """The name a wrap is assigned to (``model`` of ``model = DDP(model)``), or ``None``."""
+    parent = analysis.parent(wrap)
+    if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+        return dotted_name(parent.targets[0].target)
+    return None
+
+
+def _wraps_too(analysis: ScriptAnalysis, branch: cst.CSTNode | None, target: str | None) -> bool:
+    """Whether the other branch of a test wraps a model too: the other side of a conditional expression, or
+    the other block of an ``if`` (an ``elif`` included) assigning a wrap to the same name on all its paths."""
+    if branch is None:
+        return False
+    if isinstance(branch, cst.BaseExpression):
+        return isinstance(branch, cst.Call) and analysis.is_call_to(branch, names.MODEL_WRAPPERS)
+    if target is None:
+        return False
+    if isinstance(branch, cst.If):  # ``elif``: both of its own branches
+        return _wraps_too(analysis, branch.body, target) and _wraps_too(analysis, branch.orelse, target)
+    return any(
+        isinstance(node, cst.Call)
+        and analysis.is_call_to(node, names.MODEL_WRAPPERS)
+        and _wrap_target(analysis, node) == target
+        and not _conditional(analysis, node, within=branch)
+        for node in walk(branch)
+    )
 
 
 def _kept_in_memory(analysis: ScriptAnalysis, call: cst.Call) -> bool:
