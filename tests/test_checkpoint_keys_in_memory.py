@@ -80,3 +80,53 @@ def test_the_migrated_ema_trains_under_torchrun(tmp_path: Path) -> None:
     migrate_script(tmp_path, EMA.replace("SAVE", 'torch.save(ema.state_dict(), "ema.pt")'))
     run = run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, timeout=120)
     assert (tmp_path / "ema.pt").exists(), run.output
+
+
+#: timm's ``ModelEma`` shape: the copy of a DataParallel model kept in the holder's ``self.module``, saved as
+#: ``ema.module.state_dict()``. The original saved ``module.`` keys for both; a trial's migration copied
+#: ``model.module`` and saved the EMA's plain keys without a word, so a loader of the old checkpoints broke.
+EMA_HOLDER = '''
+import copy
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class ModelEma:
+    def __init__(self, model, decay=0.9):
+        self.module = copy.deepcopy(model)
+        self.decay = decay
+
+    @torch.no_grad()
+    def update(self, model):
+        for e, p in zip(self.module.parameters(), model.parameters()):
+            e.mul_(self.decay).add_(p, alpha=1 - self.decay)
+
+
+def main():
+    torch.manual_seed(0)
+    model = nn.DataParallel(nn.Linear(4, 1))
+    ema = ModelEma(model)
+    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=16)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            loss = nn.functional.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            ema.update(model)
+    torch.save({"model": model.state_dict(), "ema": ema.module.state_dict()}, "ckpt.pt")
+    print("keys", sorted(torch.load("ckpt.pt")["ema"]))
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_the_copy_an_ema_holder_keeps_saves_the_originals_keys(tmp_path: Path) -> None:
+    migrated, report, _ = migrate_script(tmp_path, EMA_HOLDER)
+    assert "copy.deepcopy(model.module)" in migrated, report
+    assert '"ema": runtime.unwrap(ema.module).state_dict(prefix="module.")' in migrated, migrated

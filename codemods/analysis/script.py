@@ -1072,7 +1072,10 @@ class ScriptAnalysis:
             return found
         if kind is cst.Attribute:
             if expr.attr.value == "module":  # type: ignore[attr-defined]
-                return self._inside_wraps(self.origins(expr.value))  # type: ignore[attr-defined]
+                inside = self._inside_wraps(self.origins(expr.value))  # type: ignore[attr-defined]
+                if inside:
+                    return inside
+                # (``ema.module`` of a program's own holder: timm's ``ModelEma`` keeps its copy there)
             return self._instance_attribute(expr)  # type: ignore[arg-type]
         if name == "self":
             owner = self.enclosing_class(expr)
