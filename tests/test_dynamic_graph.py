@@ -450,3 +450,42 @@ def test_a_setting_passed_positionally_to_a_class_of_another_module_is_read(tmp_
     (tmp_path / "train.py").write_text(entry.replace("Net(True)", "Net(False)"))
     result = CliRunner().invoke(cli, ["migrate", str(tmp_path / "train.py")])
     assert "find_unused_parameters=True" in (tmp_path / "train.py").read_text(), result.output
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        # The head runs on every training step after an evaluation-only early return.
+        setting(value="True", test="not self.training").replace(
+            "        if not self.training:\n            out = out + 0.3 * self.aux(h)\n        return out\n",
+            "        if not self.training:\n            return self.aux(h).softmax(-1)\n        return out + self.aux(h)\n",
+        ),
+        # The layer runs in both branches of the setting's test.
+        setting(construct="Net(use_aux=True)").replace(
+            "        if self.use_aux:\n            out = out + 0.3 * self.aux(h)\n        return out\n",
+            "        if self.use_aux:\n            return out + 0.3 * self.aux(h)\n        return out - self.aux(h)\n",
+        ),
+    ],
+    ids=["evaluation-branch", "both-branches"],
+)
+def test_a_layer_another_call_runs_on_every_step_needs_no_search(tmp_path: Path, source: str) -> None:
+    """A review: one call of a layer under a false setting (an evaluation-only branch) was read as the layer
+    skipped, though its other call runs on every step; with reentrant checkpointing in the model, the needless
+    flag crashed the migrated program ("Expected to mark a variable ready only once")."""
+    assert "self.aux(h)" in source
+    text, _ = migrate(tmp_path, source)
+    assert "DistributedDataParallel(" in text and "find_unused_parameters" not in text, text
+
+
+def test_reentrant_checkpointing_in_an_inner_class_refuses_the_search(tmp_path: Path) -> None:
+    """The outer class skips a layer on some steps, an inner one checkpoints reentrantly: DDP cannot run that
+    with find_unused_parameters=True, so none is asked for (whichever class comes first)."""
+    source = setting(value="False").replace(
+        "        self.body = nn.Linear(4, 8)\n", "        self.body = Body()\n"
+    ).replace(
+        "class Net(nn.Module):",
+        "class Body(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.lin = nn.Linear(4, 8)\n\n"
+        "    def forward(self, x):\n        return checkpoint(self.lin, x, use_reentrant=True)\n\n\nclass Net(nn.Module):",
+    ).replace("import torch.nn.functional as F\n", "import torch.nn.functional as F\nfrom torch.utils.checkpoint import checkpoint\n")
+    text, _ = migrate(tmp_path, source)
+    assert "DistributedDataParallel(" in text and "find_unused_parameters" not in text, text

@@ -341,9 +341,36 @@ def skipped_in_some_steps(analysis: ScriptAnalysis, model: cst.BaseExpression) -
     dropped = _output_used_on_some_steps(analysis, model)
     if dropped is not None:
         return dropped
+    searched = _model_classes(analysis, classes)
+    for owner, cls, forward in searched:
+        if forward is not None and _checkpoints_reentrantly(owner, forward):
+            return None  # reentrant activation checkpointing cannot run with find_unused_parameters=True
+    for owner, cls, forward in searched:
+        if forward is not None:
+            found = _conditional_layer_call(owner, cls, forward)
+            if found is not None:
+                return SkippedLayer(owner, *found)
+            picked = _layer_picked_by_input(owner, cls, forward)
+            if picked is not None:
+                container = dotted_name(picked.func.value)  # type: ignore[attr-defined]
+                return SkippedLayer(owner, picked, f"its forward() picks an entry of `{container}` by an input: the others get no gradient on that step")
+            gradless = _gradless_layer(owner, cls, forward)
+            if gradless is not None:
+                return SkippedLayer(owner, gradless, f"its forward() runs `{dotted_name(gradless.func)}` only without gradients (no_grad or detach)")
+            unused = _unused_layer(owner, cls)
+            if unused is not None:
+                attribute, layer = unused
+                return SkippedLayer(owner, layer, f"`self.{attribute}` ({dotted_name(layer.func) or 'a layer'}) is never used")
+    return None
+
+
+def _model_classes(analysis: ScriptAnalysis, classes: list[cst.ClassDef]) -> list[tuple[ScriptAnalysis, cst.ClassDef, cst.FunctionDef | None]]:
+    """The model's classes and those whose instances they build, three levels deep, each with the analysis
+    of its module and its own ``forward`` (nearest first)."""
+    found: list[tuple[ScriptAnalysis, cst.ClassDef, cst.FunctionDef | None]] = []
     seen: set[cst.ClassDef] = set()
-    for depth in range(3):
-        found_classes: list[cst.ClassDef] = []
+    for _ in range(3):
+        inner: list[cst.ClassDef] = []
         for cls in classes:
             if cls in seen:
                 continue
@@ -351,27 +378,10 @@ def skipped_in_some_steps(analysis: ScriptAnalysis, model: cst.BaseExpression) -
             owner = analysis.shared.analysis_of(cls)
             if owner is None:
                 continue
-            forward = own_method(cls, "forward")
-            if forward is not None and _checkpoints_reentrantly(owner, forward):
-                return None  # reentrant activation checkpointing cannot run with find_unused_parameters=True
-            if forward is not None:
-                found = _conditional_layer_call(owner, cls, forward)
-                if found is not None:
-                    return SkippedLayer(owner, *found)
-                picked = _layer_picked_by_input(owner, cls, forward)
-                if picked is not None:
-                    container = dotted_name(picked.func.value)  # type: ignore[attr-defined]
-                    return SkippedLayer(owner, picked, f"its forward() picks an entry of `{container}` by an input: the others get no gradient on that step")
-                gradless = _gradless_layer(owner, cls, forward)
-                if gradless is not None:
-                    return SkippedLayer(owner, gradless, f"its forward() runs `{dotted_name(gradless.func)}` only without gradients (no_grad or detach)")
-                unused = _unused_layer(owner, cls)
-                if unused is not None:
-                    attribute, layer = unused
-                    return SkippedLayer(owner, layer, f"`self.{attribute}` ({dotted_name(layer.func) or 'a layer'}) is never used")
-            found_classes.extend(owner.shared.constructed[n] for n in walk(cls) if type(n) is cst.Call and n in owner.shared.constructed)  # type: ignore[comparison-overlap]
-        classes = found_classes
-    return None
+            found.append((owner, cls, own_method(cls, "forward")))
+            inner.extend(owner.shared.constructed[n] for n in walk(cls) if type(n) is cst.Call and n in owner.shared.constructed)  # type: ignore[comparison-overlap]
+        classes = inner
+    return found
 
 
 def _output_used_on_some_steps(analysis: ScriptAnalysis, model: cst.BaseExpression) -> SkippedLayer | None:
@@ -533,6 +543,10 @@ def _conditional_layer_call(analysis: ScriptAnalysis, cls: cst.ClassDef, forward
     }
     methods = {statement.name.value for statement in cls.body.body if isinstance(statement, cst.FunctionDef)}  # type: ignore[union-attr]
     changing = analysis.shared.attributes_set_after_construction()
+    # Per layer: its first call that may not run, with why, unless another of its calls runs on every step
+    # (``if not self.training: return self.head(h).softmax(-1)`` then ``return self.head(h)``).
+    skipped: dict[str, tuple[cst.Call, str]] = {}
+    running: set[str] = set()
     for node in walk(forward.body):
         if type(node) is not cst.Call:
             continue
@@ -551,13 +565,16 @@ def _conditional_layer_call(analysis: ScriptAnalysis, cls: cst.ClassDef, forward
         # The conditions around the call within forward(), and the early exits before it.
         conditions = list(rank_facts(analysis).conditions(node))
         if any(not _settings_only(condition.test, changing) for condition in conditions):
-            return node, f"its forward() calls `{callee}` only on some steps"  # type: ignore[return-value]
+            skipped.setdefault(holder, (node, f"its forward() calls `{callee}` only on some steps"))  # type: ignore[arg-type]
+            continue
         skipping = next((c for c in conditions if _setting_may_skip(analysis, cls, c, holder)), None)
-        if skipping is not None:
-            test = " ".join(cst.Module([]).code_for_node(skipping.test).split())
-            held = "holds" if skipping.in_body else "does not hold"
-            return node, f"its forward() calls `{callee}` only when `{test}` {held}, and builds it whether or not"  # type: ignore[return-value]
-    return None
+        if skipping is None:
+            running.add(holder)
+            continue
+        test = " ".join(cst.Module([]).code_for_node(skipping.test).split())
+        held = "holds" if skipping.in_body else "does not hold"
+        skipped.setdefault(holder, (node, f"its forward() calls `{callee}` only when `{test}` {held}, and builds it whether or not"))  # type: ignore[arg-type]
+    return next((found for holder, found in skipped.items() if holder not in running), None)
 
 
 def _setting_may_skip(analysis: ScriptAnalysis, cls: cst.ClassDef, condition: Condition, holder: str) -> bool:
