@@ -51,11 +51,6 @@ def search_roots(script: Path, added: Iterable[Path] = ()) -> tuple[Path, ...]:
     folder = script.resolve().parent
     root = project_root(folder)
     roots = [package_root(script), folder, root, root / "src", *added]
-    here = Path.cwd()
-    if root == folder and folder.is_relative_to(here):
-        # No project marker above a script in a subfolder (``tools/train.py``): it is run from the folder
-        # above (``PYTHONPATH=. python tools/train.py``, ``python -m tools.train``), where its imports resolve.
-        roots.append(here)
     unique: list[Path] = []
     for path in roots:
         if path.is_dir() and path not in unique:
@@ -145,9 +140,14 @@ def scan(path: Path, text: str) -> SourceFacts:
             facts.works_at_module_level = True
         elif may_train and isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None and _trains_or_wraps(stmt.value):
             facts.works_at_module_level = True  # ``model = nn.DataParallel(model)`` at module level
+    folders: dict[str, Path] = {}  # names bound at module level to a path from ``__file__`` (``ROOT = ...``)
     for node in nested_statements(tree.body):
-        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
-            added = _sys_path_addition(node.value, path)
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and "sys.path" in text:
+            bound = _path_of(node.value, path.resolve(), folders)
+            if bound is not None:
+                folders[node.targets[0].id] = bound
+        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            added = _sys_path_addition(node.value, path, folders)
             if added is not None:
                 facts.path_additions.append(added)
         elif isinstance(node, ast.Import):
@@ -176,15 +176,16 @@ def _trains_or_wraps(value: ast.expr) -> bool:
     return False
 
 
-def _sys_path_addition(call: ast.Call, path: Path) -> Path | None:
+def _sys_path_addition(call: ast.Call, path: Path, folders: dict[str, Path]) -> Path | None:
     """The folder ``sys.path.insert(i, folder)`` / ``sys.path.append(folder)`` adds, where it is spelled
-    from ``__file__``; ``None`` otherwise (a folder relative to the working directory cannot be told)."""
+    from ``__file__`` (directly, or through a name in ``folders``: ``ROOT = Path(__file__).resolve().parents[1]``);
+    ``None`` otherwise (a folder relative to the working directory cannot be told)."""
     func = call.func
     if not (isinstance(func, ast.Attribute) and func.attr in ("insert", "append") and _dotted(func.value) == "sys.path"):
         return None
     args = call.args
     value = args[-1] if (func.attr == "insert" and len(args) == 2) or (func.attr == "append" and len(args) == 1) else None
-    found = _path_of(value, path.resolve()) if value is not None else None
+    found = _path_of(value, path.resolve(), folders) if value is not None else None
     return Path(os.path.normpath(found)) if found is not None else None
 
 
@@ -201,37 +202,38 @@ def _dotted(node: ast.expr) -> str | None:
 _SAME_PATH = frozenset({"os.path.abspath", "os.path.realpath", "os.path.normpath", "str", "Path", "pathlib.Path", "os.fspath"})
 
 
-def _path_of(node: ast.expr, path: Path) -> Path | None:
-    """The path an expression built from ``__file__`` names (``os.path`` calls, ``pathlib`` attributes)."""
-    if isinstance(node, ast.Name) and node.id == "__file__":
-        return path
+def _path_of(node: ast.expr, path: Path, folders: dict[str, Path]) -> Path | None:
+    """The path an expression built from ``__file__`` names (``os.path`` calls, ``pathlib`` attributes), or
+    from a name ``folders`` knows."""
+    if isinstance(node, ast.Name):
+        return path if node.id == "__file__" else folders.get(node.id)
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return None
     if isinstance(node, ast.Call):
         name = _dotted(node.func)
         if name in _SAME_PATH and len(node.args) == 1:
-            return _path_of(node.args[0], path)
+            return _path_of(node.args[0], path, folders)
         if name == "os.path.dirname" and len(node.args) == 1:
-            inner = _path_of(node.args[0], path)
+            inner = _path_of(node.args[0], path, folders)
             return inner.parent if inner is not None else None
         if name == "os.path.join" and node.args:
-            base = _path_of(node.args[0], path)
+            base = _path_of(node.args[0], path, folders)
             parts = [a.value for a in node.args[1:] if isinstance(a, ast.Constant) and isinstance(a.value, str)]
             return base.joinpath(*parts) if base is not None and len(parts) == len(node.args) - 1 else None
         if isinstance(node.func, ast.Attribute) and node.func.attr in ("resolve", "absolute") and not node.args:
-            return _path_of(node.func.value, path)
+            return _path_of(node.func.value, path, folders)
         return None
     if isinstance(node, ast.Attribute) and node.attr == "parent":
-        inner = _path_of(node.value, path)
+        inner = _path_of(node.value, path, folders)
         return inner.parent if inner is not None else None
     if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) and node.value.attr == "parents":
-        inner = _path_of(node.value.value, path)
+        inner = _path_of(node.value.value, path, folders)
         index = node.slice
         if inner is not None and isinstance(index, ast.Constant) and isinstance(index.value, int) and 0 <= index.value < len(inner.parents):
             return inner.parents[index.value]
         return None
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and isinstance(node.right, ast.Constant) and isinstance(node.right.value, str):
-        inner = _path_of(node.left, path)
+        inner = _path_of(node.left, path, folders)
         return inner / node.right.value if inner is not None else None
     return None
 
