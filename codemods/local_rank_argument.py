@@ -154,6 +154,7 @@ torch.cuda.set_device(local_rank)
         ``args.<dest>`` for an option of any module of the program (a helper module reads the entry's
         ``args.local_rank``), and its own options."""
         facts = legacy_facts(analysis)
+        seen: set[cst.CSTNode] = set()  # (two options of one dest, in two modules: each read once)
         for home, option in facts.program_local_rank_options:
             own = home is facts
             if self._sentinel(analysis, home, option) is not None:
@@ -162,6 +163,9 @@ torch.cuda.set_device(local_rank)
                     yield OPTION, option.call, option
                 continue
             for attribute in facts.option_attributes(option.dest):
+                if attribute in seen:
+                    continue
+                seen.add(attribute)
                 if facts.is_load(attribute):
                     yield READ, attribute, option
                 else:
@@ -203,13 +207,14 @@ torch.cuda.set_device(local_rank)
         return None
 
     def _removable(self, analysis: ScriptAnalysis, option: Option) -> bool:
-        """Whether nothing but ``args.<dest>`` of this module reads the option: no ``getattr(args,
-        "local_rank")``, and no other module of the program still reads ``args.<dest>`` (until its own
-        fix replaces those reads, the option stays with its default from the environment)."""
-        modules = self._program_facts(analysis)
-        if any(module.analysis is not analysis and module.option_attributes(option.dest) for module in modules):
-            return False
-        return not any(module.mentions_string(option.dest, outside=[option.call]) for module in modules)
+        """Whether nothing but ``args.<dest>`` reads the option (no ``getattr(args, "local_rank")`` in any
+        module of the program)."""
+        return not any(module.mentions_string(option.dest, outside=[option.call]) for module in self._program_facts(analysis))
+
+    def _read_elsewhere(self, analysis: ScriptAnalysis, option: Option) -> bool:
+        """Whether another module of the program still reads ``args.<dest>``: the option waits until that
+        module's own fix has replaced the reads (the engine runs the fixes again until nothing changes)."""
+        return any(module.analysis is not analysis and module.option_attributes(option.dest) for module in self._program_facts(analysis))
 
     def _default_from_environment(self, facts: LegacyFacts, option: Option) -> bool:
         default = self._default(option)
@@ -250,6 +255,8 @@ torch.cuda.set_device(local_rank)
                     else:  # keep what the value does: ``args.local_rank = init_distributed()``
                         edits.replace(assign, cst.Expr(assign.value))
                     edits.changes.append(Change(self.code, analysis.line(node), f"assignment to args.{option.dest} removed"))
+            elif self._sentinel(analysis, facts, option) is None and self._read_elsewhere(analysis, option):
+                continue
             elif self._sentinel(analysis, facts, option) is None and self._removable(analysis, option):
                 stmt = analysis.statement(option.call)
                 if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr):
