@@ -489,3 +489,21 @@ def test_reentrant_checkpointing_in_an_inner_class_refuses_the_search(tmp_path: 
     ).replace("import torch.nn.functional as F\n", "import torch.nn.functional as F\nfrom torch.utils.checkpoint import checkpoint\n")
     text, _ = migrate(tmp_path, source)
     assert "DistributedDataParallel(" in text and "find_unused_parameters" not in text, text
+
+
+#: DCGAN's generator: ``if input.is_cuda and self.ngpu > 1: return data_parallel(...)`` / ``return self.main(x)``
+#: runs ``self.main`` on every path (two trials: a needless flag, "did not find any unused parameters").
+EVERY_PATH = SETTING.replace("        BUILD\n", "        self.aux = nn.Linear(8, 1)\n").replace(
+    "        if TEST:\n            out = out + 0.3 * self.aux(h)\n        return out\n",
+    "        if x.is_cuda and torch.cuda.device_count() > 1:\n            return out + self.aux(h)\n        return out - self.aux(h)\n",
+).replace("VALUE", "use_aux").replace("DEFAULT", "True").replace("CONSTRUCT", "Net()")
+
+
+@pytest.mark.parametrize(
+    "source",
+    [EVERY_PATH, NANOGPT.replace("    model = GPT()\n", "    device = 'cuda' if torch.cuda.is_available() else 'cpu'\n    model = GPT().to(device)\n")],
+    ids=["both-sides-of-a-dynamic-test", "discarded-output-of-a-moved-model"],
+)
+def test_a_layer_on_every_path_or_an_output_computed_from_another_needs_no_search(tmp_path: Path, source: str) -> None:
+    text, _ = migrate(tmp_path, source)
+    assert "DistributedDataParallel(" in text and "find_unused_parameters" not in text, text

@@ -435,7 +435,8 @@ def _outputs_share_layers(analysis: ScriptAnalysis, call: cst.Call, discarded: i
     tuples whose other outputs are computed from that one (nanoGPT's ``return logits, loss`` with ``loss =
     F.cross_entropy(logits, ...)``). Anything else may compute it with layers of its own."""
     receiver = call.func
-    origins = [o for o in analysis.origins(receiver) if type(o) is cst.Call]  # type: ignore[arg-type]
+    # (``model = LM().to(device)``: the move hands back the model ``LM()`` built, among the origins too)
+    origins = [o for o in analysis.origins(receiver) if type(o) is cst.Call and call_method_name(o) not in SELF_RETURNING_METHODS]  # type: ignore[arg-type]
     if not origins:
         return False
     if all(analysis.is_call_to(o, RECURRENT_LAYERS) for o in origins):  # type: ignore[arg-type]
@@ -543,10 +544,7 @@ def _conditional_layer_call(analysis: ScriptAnalysis, cls: cst.ClassDef, forward
     }
     methods = {statement.name.value for statement in cls.body.body if isinstance(statement, cst.FunctionDef)}  # type: ignore[union-attr]
     changing = analysis.shared.attributes_set_after_construction()
-    # Per layer: its first call that may not run, with why, unless another of its calls runs on every step
-    # (``if not self.training: return self.head(h).softmax(-1)`` then ``return self.head(h)``).
-    skipped: dict[str, tuple[cst.Call, str]] = {}
-    running: set[str] = set()
+    calls: list[tuple[str, str, cst.Call, list[Condition]]] = []
     for node in walk(forward.body):
         if type(node) is not cst.Call:
             continue
@@ -563,17 +561,29 @@ def _conditional_layer_call(analysis: ScriptAnalysis, cls: cst.ClassDef, forward
         else:
             continue
         # The conditions around the call within forward(), and the early exits before it.
-        conditions = list(rank_facts(analysis).conditions(node))
-        if any(not _settings_only(condition.test, changing) for condition in conditions):
-            skipped.setdefault(holder, (node, f"its forward() calls `{callee}` only on some steps"))  # type: ignore[arg-type]
+        calls.append((holder, callee, node, list(rank_facts(analysis).conditions(node))))  # type: ignore[arg-type]
+    # The sides of each test a layer is called on: called on both (``if x.is_cuda: return self.main(x)`` then
+    # ``return self.main(x)``), the test does not decide whether it runs.
+    sides: dict[tuple[str, cst.CSTNode], set[bool | None]] = {}
+    for holder, _, _, conditions in calls:
+        for condition in conditions:
+            sides.setdefault((holder, condition.owner), set()).add(condition.in_body)
+    # Per layer: its first call that may not run, with why, unless another of its calls runs on every step
+    # (``if not self.training: return self.head(h).softmax(-1)`` then ``return self.head(h)``).
+    skipped: dict[str, tuple[cst.Call, str]] = {}
+    running: set[str] = set()
+    for holder, callee, node, conditions in calls:
+        deciding = [c for c in conditions if sides[(holder, c.owner)] != {True, False}]
+        if any(not _settings_only(condition.test, changing) for condition in deciding):
+            skipped.setdefault(holder, (node, f"its forward() calls `{callee}` only on some steps"))
             continue
-        skipping = next((c for c in conditions if _setting_may_skip(analysis, cls, c, holder)), None)
+        skipping = next((c for c in deciding if _setting_may_skip(analysis, cls, c, holder)), None)
         if skipping is None:
             running.add(holder)
             continue
         test = " ".join(cst.Module([]).code_for_node(skipping.test).split())
         held = "holds" if skipping.in_body else "does not hold"
-        skipped.setdefault(holder, (node, f"its forward() calls `{callee}` only when `{test}` {held}, and builds it whether or not"))  # type: ignore[arg-type]
+        skipped.setdefault(holder, (node, f"its forward() calls `{callee}` only when `{test}` {held}, and builds it whether or not"))
     return next((found for holder, found in skipped.items() if holder not in running), None)
 
 
