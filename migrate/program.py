@@ -53,6 +53,8 @@ class Unit:
     aliases: tuple[tuple[Path, tuple[str, ...]], ...] = ()
     packages: frozenset[Path] = field(default_factory=frozenset)
     why_not: str = ""
+    #: The modules of the program that a script outside it imports too (:attr:`ModuleInfo.shared_with_other_scripts`).
+    shared_with_other_scripts: frozenset[Path] = field(default_factory=frozenset)
 
 
 #: Why a test file is not migrated (a migration reports nothing else about it: lint does).
@@ -265,9 +267,11 @@ def plan(files: Sequence[Path], follow_imports: bool = True, scan_many: ScanMany
     entries = [r for r in candidates if _is_entry(r, scanner(r), imported, scanner)]
     # Only a program that trains is worth analysing as a whole; the others (a library's scripts and
     # examples) are processed file by file, which keeps the units of a large tree small.
+    imported_alone: set[Path] = set()  # modules that scripts processed alone import
     for entry in entries:
         members = closures[entry]
         if not any((facts := scanner(m)) is not None and facts.trains for m in members) or len(members) > MAX_PROGRAM_MODULES:
+            imported_alone.update(members[1:])
             closures[entry] = [entry]
     groups: list[tuple[list[Path], list[Path]]] = []  # (entries, modules in order)
     for entry in entries:
@@ -304,6 +308,7 @@ def plan(files: Sequence[Path], follow_imports: bool = True, scan_many: ScanMany
                 names=names,
                 aliases=aliases,
                 packages=packages,
+                shared_with_other_scripts=frozenset(spell(m) for m in ordered if m in imported_alone),
             )
         )
         covered.update(ordered)
@@ -361,6 +366,12 @@ def process_unit(
             failures.append(failed)
             continue
         is_entry = path == unit.entry or path in unit.entries
-        info = ModuleInfo(names.get(path, path.stem), is_entry=is_entry, is_package=path in unit.packages, aliases=aliases.get(path, ()))
+        info = ModuleInfo(
+            names.get(path, path.stem),
+            is_entry=is_entry,
+            is_package=path in unit.packages,
+            aliases=aliases.get(path, ()),
+            shared_with_other_scripts=path in unit.shared_with_other_scripts,
+        )
         files.append(ProgramFile(str(path), data, info, tuple(rules_for(path)), migrate=path in unit.migrate))  # type: ignore[arg-type]
     return [*process_program(files, options, fix, fixable), *failures]

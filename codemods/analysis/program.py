@@ -29,6 +29,9 @@ class ModuleInfo:
     is_package: bool = False
     #: Other names the program may import it by (``mylib.data`` of ``src/mylib/data.py``, beside ``src.mylib.data``).
     aliases: tuple[str, ...] = ()
+    #: Whether a script outside the program imports it too (an evaluation script that trains nothing): its
+    #: functions may then be handed models the program never wraps.
+    shared_with_other_scripts: bool = False
 
 
 class Program:
@@ -64,6 +67,7 @@ class Program:
                 is_package=info.is_package,
                 options=self.options,
                 aliases=info.aliases,
+                shared_with_other_scripts=info.shared_with_other_scripts,
             )
         shared.solve()
         self._analyses = analyses

@@ -635,6 +635,7 @@ class ScriptAnalysis:
         is_package: bool = False,
         options: Options | None = None,
         aliases: tuple[str, ...] = (),
+        shared_with_other_scripts: bool = False,
     ) -> None:
         #: The run's settings (the engine passes them; the runtime module fixes import from, for one).
         self.options = options if options is not None else _default_options()
@@ -645,6 +646,8 @@ class ScriptAnalysis:
         self.aliases = aliases
         self.is_entry = is_entry
         self.is_package = is_package
+        #: A script outside the program imports the module too (:class:`ModuleInfo`).
+        self.shared_with_other_scripts = shared_with_other_scripts
         index_nodes = self.index.nodes
         standalone = shared is None
         self.shared = shared if shared is not None else SharedFlow()
@@ -1611,8 +1614,9 @@ class ScriptAnalysis:
     def handed_unwrapped(self, expr: cst.BaseExpression) -> bool:
         """Whether a wrapped model read through a parameter (``model.fc`` in ``def evaluate(model):``) is,
         at some call of its function in the program, handed a value that is no wrapped model there (an EMA
-        copy, the plain model before the wrap, no argument at all): the parameter then holds the wrapper on
-        some calls only, and only ``runtime.unwrap`` reaches the model on all of them."""
+        copy, the plain model before the wrap, no argument at all), or may be by a script outside the program
+        that imports the module too: the parameter then holds the wrapper on some calls only, and only
+        ``runtime.unwrap`` reaches the model on all of them."""
         name = dotted_name(expr)
         function = self.enclosing_function(expr)
         if name is None or function is None:
@@ -1620,6 +1624,8 @@ class ScriptAnalysis:
         root = name.split(".")[0]
         if not self.is_parameter(function, root) or (root in ("self", "cls") and self.enclosing_class(function) is not None):
             return False
+        if self.shared_with_other_scripts:
+            return True  # (an evaluation script the program does not hold may call it with its own model)
         for call in self.callers_in_program(function):
             owner = self.shared.analysis_of(call) or self
             argument = owner.argument_for(call, function, root)
