@@ -88,3 +88,26 @@ def test_the_evaluation_script_loads_what_the_migrated_program_saved(tmp_path: P
     run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, env={"OMP_NUM_THREADS": "1"}, timeout=120)
     result = run_python(tmp_path / "evaluate.py", cwd=tmp_path, env={"OMP_NUM_THREADS": "1"}, timeout=120)
     assert "evaluated" in result.stdout, result.stdout + result.stderr
+
+
+def test_an_evaluation_script_that_wraps_in_data_parallel_keeps_it_beside_the_training_program(tmp_path: Path) -> None:
+    """A trial: ``eval.py`` (DataParallel, ``no_grad``) migrated alone kept its DataParallel ("the program only
+    infers"), but migrated with the folder it was merged into the training program that shares its model
+    module, and got DDP and a process group it has no use for."""
+    (tmp_path / "models.py").write_text("import torch.nn as nn\n\n\ndef make():\n    return nn.Linear(4, 2)\n")
+    (tmp_path / "train.py").write_text(
+        "import torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\n\nfrom models import make\n\n"
+        "model = nn.DataParallel(make())\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "loader = DataLoader(TensorDataset(torch.randn(16, 4)), batch_size=4)\n"
+        "for (x,) in loader:\n    loss = model(x).pow(2).mean()\n    opt.zero_grad()\n    loss.backward()\n    opt.step()\n"
+        'torch.save(model.state_dict(), "w.pt")\n'
+    )
+    evaluation = (
+        "import torch\nimport torch.nn as nn\n\nfrom models import make\n\nmodel = nn.DataParallel(make())\n"
+        'model.load_state_dict(torch.load("w.pt"))\nmodel.eval()\nwith torch.no_grad():\n    print(model(torch.ones(2, 4)).sum().item())\n'
+    )
+    (tmp_path / "eval.py").write_text(evaluation)
+    result = CliRunner().invoke(cli, ["migrate", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "eval.py").read_text() == evaluation, result.output
+    assert "DistributedDataParallel(" in (tmp_path / "train.py").read_text()

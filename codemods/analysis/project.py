@@ -110,8 +110,9 @@ class SourceFacts:
     parsed: bool
     has_main_guard: bool = False
     works_at_module_level: bool = False
-    #: Whether the source calls ``.backward(`` or wraps a model in ``DataParallel`` (a cheap text test):
-    #: a program none of whose files does trains nothing, and its files are processed one by one.
+    #: Whether the source calls ``.backward(`` or ``torch.autograd.grad(`` (a cheap text test): a program none
+    #: of whose files does trains nothing (an evaluation script, even one that wraps its model in
+    #: ``DataParallel``), and its files are processed one by one.
     trains: bool = False
     imports: list[tuple[str, int, tuple[str, ...]]] = field(default_factory=list)
     #: Folders the file puts on ``sys.path`` (``sys.path.insert(0, os.path.join(os.path.dirname(__file__),
@@ -128,7 +129,7 @@ def scan(path: Path, text: str) -> SourceFacts:
     except (SyntaxError, ValueError):
         return SourceFacts(path, False)
     # The tree itself is not kept: a plan over a large tree would hold every file's tree at once.
-    facts = SourceFacts(path, True, trains=".backward(" in text or "DataParallel" in text)
+    facts = SourceFacts(path, True, trains=".backward(" in text or "autograd.grad(" in text)
     # A call is named in the text: without any of these words no assignment can train or wrap.
     may_train = any(name in text for name in TRAINING_CALLS)
     for stmt in tree.body:
