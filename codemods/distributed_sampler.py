@@ -664,14 +664,19 @@ def _closed(args: list[cst.Arg], loader: cst.Call, dropped: list[cst.Arg]) -> li
 
 
 def _unseeded(analysis: ScriptAnalysis, loader: cst.Call, kwargs: KwargsDict | None) -> str:
-    """What the report adds to the change where the sampler shuffles from its own seed although the program
-    seeds torch alike on every rank, but not where :func:`torch_seed_before` could spell that seed."""
+    """What the report adds to the change of a loader that shuffles: that the sampler's order is its own (two
+    trials compared a one-process run with the original and found other numbers), and, where the program
+    seeds torch alike on every rank and :func:`torch_seed_before` could not spell that seed, that the sampler
+    shuffles from its own seed."""
     shuffle = loader_argument(loader, "shuffle")
     shuffles = shuffle is not None and code_of(shuffle.value) != "False" or (kwargs is not None and "shuffle" in (kwargs.keys or ()))
-    if not shuffles or torch_seed_before(analysis, loader) is not None or not seeds_alike(analysis):
+    if not shuffles:
         return ""
+    own_order = "; it shuffles in an order of its own, so even one process sees other batches than the original did"
+    if torch_seed_before(analysis, loader) is not None or not seeds_alike(analysis):
+        return own_order
     if all(type(seed) is cst.Integer and seed.evaluated_value == 0 for seed in torch_seeds(analysis)):  # type: ignore[attr-defined]
-        return ""  # (the sampler's own seed)
+        return own_order  # (the sampler's own seed)
     return (
         "; it shuffles from its own seed (0 unless given seed=), not from the program's torch seed: pass that "
         "seed as seed= (the same on every rank), or every seed of a sweep sees the same orders"

@@ -91,3 +91,12 @@ def test_two_seeds_still_give_two_orders(tmp_path: Path) -> None:
     migrate_script(tmp_path, TRAIN.replace("SEED", "torch.manual_seed(args.seed)").replace("AFTER", ""))
     firsts = [re.search(r"first (\[.*\])", run_python(tmp_path / "train.py", "--seed", seed, cwd=tmp_path).output) for seed in (1, 2)]
     assert all(firsts) and firsts[0].group(1) != firsts[1].group(1), firsts  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("shuffle", "said"), [("shuffle=True", True), ("shuffle=False", False)])
+def test_the_report_says_a_shuffling_sampler_has_an_order_of_its_own(tmp_path: Path, shuffle: str, said: bool) -> None:
+    """Two trials compared the migrated program run as one process with the original and found other numbers
+    wherever the loader shuffled, with nothing in the report to say why."""
+    source = TRAIN.replace("SEED", "torch.manual_seed(args.seed)").replace("AFTER", "").replace("shuffle=True", shuffle)
+    _, report, _ = migrate_script(tmp_path, source)
+    assert ("it shuffles in an order of its own, so even one process sees other batches than the original did" in report) is said, report

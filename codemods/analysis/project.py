@@ -110,9 +110,8 @@ class SourceFacts:
     parsed: bool
     has_main_guard: bool = False
     works_at_module_level: bool = False
-    #: Whether the source calls ``.backward(`` or ``torch.autograd.grad(`` (a cheap text test): a program none
-    #: of whose files does trains nothing (an evaluation script, even one that wraps its model in
-    #: ``DataParallel``), and its files are processed one by one.
+    #: Whether the source may train (:func:`_may_train`, a cheap text test): a program none of whose files
+    #: does trains nothing, and its files are processed one by one.
     trains: bool = False
     imports: list[tuple[str, int, tuple[str, ...]]] = field(default_factory=list)
     #: Folders the file puts on ``sys.path`` (``sys.path.insert(0, os.path.join(os.path.dirname(__file__),
@@ -129,7 +128,7 @@ def scan(path: Path, text: str) -> SourceFacts:
     except (SyntaxError, ValueError):
         return SourceFacts(path, False)
     # The tree itself is not kept: a plan over a large tree would hold every file's tree at once.
-    facts = SourceFacts(path, True, trains=".backward(" in text or "autograd.grad(" in text)
+    facts = SourceFacts(path, True, trains=_may_train(text))
     # A call is named in the text: without any of these words no assignment can train or wrap.
     may_train = any(name in text for name in TRAINING_CALLS)
     for stmt in tree.body:
@@ -157,6 +156,16 @@ def scan(path: Path, text: str) -> SourceFacts:
         elif isinstance(node, ast.ImportFrom):
             facts.imports.append((node.module or "", node.level, tuple(a.name for a in node.names)))
     return facts
+
+
+def _may_train(text: str) -> bool:
+    """Whether a source calls ``.backward(`` or ``torch.autograd.grad(``, or wraps a model in ``DataParallel``
+    without running it for inference (``no_grad``, ``inference_mode``, ``.eval()``: an evaluation script, which
+    a training program sharing its model module must not take in; a wrapped model handed to a library's loop
+    trains out of sight)."""
+    if ".backward(" in text or "autograd.grad(" in text:
+        return True
+    return "DataParallel" in text and not any(word in text for word in ("no_grad", "inference_mode", ".eval()"))
 
 
 #: A statement at column 0 that does work when the module runs: a loop, a ``with`` or a bare call.
