@@ -507,3 +507,17 @@ EVERY_PATH = SETTING.replace("        BUILD\n", "        self.aux = nn.Linear(8,
 def test_a_layer_on_every_path_or_an_output_computed_from_another_needs_no_search(tmp_path: Path, source: str) -> None:
     text, _ = migrate(tmp_path, source)
     assert "DistributedDataParallel(" in text and "find_unused_parameters" not in text, text
+
+
+def test_a_layer_skipped_on_one_path_of_nested_tests_looks_for_unused_parameters(tmp_path: Path) -> None:
+    """``if flag: (if dynamic: a(b(x)) else: a(x)) else: a(b(x))``: ``b`` runs on the outer test's two sides but
+    not on every path; calling it on both sides of one test is not enough (the torch package's own DDP test
+    model of this shape)."""
+    source = EVERY_PATH.replace(
+        "        if x.is_cuda and torch.cuda.device_count() > 1:\n            return out + self.aux(h)\n        return out - self.aux(h)\n",
+        "        if self.use_aux:\n            if x.sum() > 0:\n                return out + self.aux(h)\n            return out\n        return out - self.aux(h)\n",
+    )
+    assert "x.sum() > 0" in source
+    text, output = migrate(tmp_path, source)
+    assert "find_unused_parameters=True" in text, output
+    assert "its forward() calls `self.aux` only on some steps" in output, output

@@ -6,14 +6,14 @@ placement of the wrap the migration inserts (computed once per analysis: :func:`
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 import libcst as cst
 
 from .. import names
 from . import tree
 from .loaders import without_gradients
-from .ranks import Condition, rank_facts
+from .ranks import rank_facts
 from .script import (
     SELF_RETURNING_METHODS,
     ScriptAnalysis,
@@ -24,6 +24,7 @@ from .script import (
     is_none,
     is_true,
     keyword_argument,
+    leaves_early,
     own_method,
     returns_of,
     walk,
@@ -535,8 +536,9 @@ def _calls_on_one_path(node: cst.CSTNode, name: str) -> int:
 
 def _conditional_layer_call(analysis: ScriptAnalysis, cls: cst.ClassDef, forward: cst.FunctionDef) -> tuple[cst.Call, str] | None:
     """The first call in ``forward`` of a layer that has parameters (``self.head(x)``, ``block(x)`` in a
-    loop over ``self.blocks``) and runs only under a test that can change from step to step, or under a
-    setting that may keep it from running at all (:func:`_setting_may_skip`), with why."""
+    loop over ``self.blocks``) that may not run on some training step, with why: no path through
+    ``forward`` is sure to call the layer (:func:`_runs_on_every_path`) past tests that can change from step
+    to step, or settings that may keep it from running at all (:func:`_setting_verdict`)."""
     layers = {
         dotted_name(loop.target): dotted_name(loop.iter)  # type: ignore[attr-defined]
         for loop in walk(forward)
@@ -544,7 +546,7 @@ def _conditional_layer_call(analysis: ScriptAnalysis, cls: cst.ClassDef, forward
     }
     methods = {statement.name.value for statement in cls.body.body if isinstance(statement, cst.FunctionDef)}  # type: ignore[union-attr]
     changing = analysis.shared.attributes_set_after_construction()
-    calls: list[tuple[str, str, cst.Call, list[Condition]]] = []
+    holders: dict[cst.Call, str] = {}
     for node in walk(forward.body):
         if type(node) is not cst.Call:
             continue
@@ -555,59 +557,115 @@ def _conditional_layer_call(analysis: ScriptAnalysis, cls: cst.ClassDef, forward
             attribute = callee.split(".")[1]
             if attribute in methods or not _may_have_parameters(analysis, cls, attribute):
                 continue
-            holder = callee
+            holders[node] = callee  # type: ignore[index]
         elif callee in layers:
-            holder = layers[callee] or callee
-        else:
+            holders[node] = layers[callee] or callee  # type: ignore[index]
+    paths = _Paths(analysis, cls, holders, changing)
+    reported: set[str] = set()
+    for node, holder in holders.items():
+        if holder in reported:
             continue
-        # The conditions around the call within forward(), and the early exits before it.
-        calls.append((holder, callee, node, list(rank_facts(analysis).conditions(node))))  # type: ignore[arg-type]
-    # The sides of each test a layer is called on: called on both (``if x.is_cuda: return self.main(x)`` then
-    # ``return self.main(x)``), the test does not decide whether it runs.
-    sides: dict[tuple[str, cst.CSTNode], set[bool | None]] = {}
-    for holder, _, _, conditions in calls:
-        for condition in conditions:
-            sides.setdefault((holder, condition.owner), set()).add(condition.in_body)
-    # Per layer: its first call that may not run, with why, unless another of its calls runs on every step
-    # (``if not self.training: return self.head(h).softmax(-1)`` then ``return self.head(h)``).
-    skipped: dict[str, tuple[cst.Call, str]] = {}
-    running: set[str] = set()
-    for holder, callee, node, conditions in calls:
-        deciding = [c for c in conditions if sides[(holder, c.owner)] != {True, False}]
-        if any(not _settings_only(condition.test, changing) for condition in deciding):
-            skipped.setdefault(holder, (node, f"its forward() calls `{callee}` only on some steps"))
+        reported.add(holder)
+        if not isinstance(forward.body, cst.IndentedBlock) or paths.always(forward.body.body, holder):
             continue
-        skipping = next((c for c in deciding if _setting_may_skip(analysis, cls, c, holder)), None)
-        if skipping is None:
-            running.add(holder)
-            continue
-        test = " ".join(cst.Module([]).code_for_node(skipping.test).split())
-        held = "holds" if skipping.in_body else "does not hold"
-        skipped.setdefault(holder, (node, f"its forward() calls `{callee}` only when `{test}` {held}, and builds it whether or not"))
-    return next((found for holder, found in skipped.items() if holder not in running), None)
+        callee = dotted_name(node.func) or holder
+        conditions = list(rank_facts(analysis).conditions(node))
+        setting = next((c for c in conditions if c.in_body is not None and _settings_only(c.test, changing)), None)
+        if setting is not None and all(_settings_only(c.test, changing) for c in conditions):
+            test = " ".join(cst.Module([]).code_for_node(setting.test).split())
+            held = "holds" if setting.in_body else "does not hold"
+            return node, f"its forward() calls `{callee}` only when `{test}` {held}, and builds it whether or not"
+        return node, f"its forward() calls `{callee}` only on some steps"
+    return None
 
 
-def _setting_may_skip(analysis: ScriptAnalysis, cls: cst.ClassDef, condition: Condition, holder: str) -> bool:
-    """Whether a test of the model's settings around a layer's call (the same on every step) may keep the
-    layer from running on every step of a run, its parameters built all the same: ``if self.use_aux:`` with
-    ``self.use_aux = False`` (or a constructor's argument the analysis cannot read) and ``self.aux`` built
-    whatever it is. DDP refuses parameters that never get a gradient. A test of the layer itself (``if
-    self.downsample is not None``), a layer the class builds only under some test of its own (``if use_aux:
-    self.aux = ...``), and a setting whose value makes the layer run are no skip; ``self.training`` is true
-    on a training step."""
-    if condition.in_body is None:
+class _Paths:
+    """Whether every path through a block of ``forward`` calls a layer (a training step: ``self.training``
+    is true), the tests of the model's settings read where their values are known."""
+
+    def __init__(self, analysis: ScriptAnalysis, cls: cst.ClassDef, holders: dict[cst.Call, str], changing: frozenset[str]) -> None:
+        self.analysis = analysis
+        self.cls = cls
+        self.holders = holders
+        self.changing = changing
+
+    def always(self, statements: Sequence[cst.BaseStatement], holder: str) -> bool:
+        """Whether running the statements in order calls the layer on every path (before any path leaves)."""
+        for statement in statements:
+            kind = type(statement)
+            if kind is cst.SimpleStatementLine:
+                if self._calls(statement, holder):
+                    return True
+                if any(type(small) in (cst.Return, cst.Raise, cst.Continue, cst.Break) for small in statement.body):  # type: ignore[attr-defined]
+                    return False
+            elif kind is cst.If:
+                if self._calls(statement.test, holder):  # type: ignore[attr-defined]
+                    return True
+                verdict = _setting_verdict(self.analysis, self.cls, statement.test, holder, self.changing)  # type: ignore[attr-defined]
+                sides = [(statement.body, True), (statement.orelse, False)]  # type: ignore[attr-defined]
+                taken = [(side, self._side(side, holder)) for side, branch in sides if verdict is None or verdict is branch]
+                if all(runs for _, runs in taken):
+                    return True
+                if any(side is not None and not runs and leaves_early(side, raises=False) for side, runs in taken):
+                    return False  # a path leaves the function (or the loop) without the layer
+            elif kind in (cst.With, cst.Try):
+                if self.always(statement.body.body, holder):  # type: ignore[attr-defined]
+                    return True
+            elif kind is cst.For:
+                # ``for block in self.blocks:``: the layers of a container of the model run on every pass.
+                if (dotted_name(statement.iter) or "").startswith("self.") and self.always(statement.body.body, holder):  # type: ignore[attr-defined]
+                    return True
         return False
-    read = {name for n in tree.walk(condition.test) if (name := dotted_name(n)) and name.startswith("self.")}  # type: ignore[arg-type]
+
+    def _side(self, side: cst.CSTNode | None, holder: str) -> bool:
+        if side is None:
+            return False
+        if type(side) is cst.If:  # ``elif``
+            return self.always([side], holder)  # type: ignore[list-item]
+        block = side.body if type(side) is cst.Else else side  # type: ignore[attr-defined]
+        return self.always(block.body, holder)  # type: ignore[attr-defined]
+
+    def _calls(self, node: cst.CSTNode, holder: str) -> bool:
+        """Whether the node calls the layer whatever its values (not in one side of a conditional expression,
+        nor right of an ``and`` / ``or``, nor in a nested function, lambda or comprehension)."""
+        stack = [node]
+        while stack:
+            current = stack.pop()
+            kind = type(current)
+            if kind is cst.Call and self.holders.get(current) == holder:  # type: ignore[arg-type]
+                return True
+            if kind is cst.IfExp:
+                stack.append(current.test)  # type: ignore[attr-defined]
+                continue
+            if kind is cst.BooleanOperation:
+                stack.append(current.left)  # type: ignore[attr-defined]
+                continue
+            if kind in (cst.FunctionDef, cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp):
+                continue
+            stack.extend(tree.children(current))
+        return False
+
+
+def _setting_verdict(analysis: ScriptAnalysis, cls: cst.ClassDef, test: cst.BaseExpression, holder: str, changing: frozenset[str]) -> bool | None:
+    """The value of an ``if`` test of ``forward`` on a training step where it reads only the model's settings
+    (the same on every step) and the analysis can tell it, or where the test is of the layer itself (``if
+    self.downsample is not None:``: true where the layer exists), or where the class builds the layer only
+    under some test of its own (``if use_aux: self.aux = ...``: the setting and the layer go together);
+    ``None`` otherwise: a test that may change from step to step, or a setting that may be off while the
+    layer is built anyway (``self.use_aux = False`` with ``self.aux`` built whatever it is)."""
+    if not _settings_only(test, changing):
+        return None
+    read = {name for n in tree.walk(test) if (name := dotted_name(n)) and name.startswith("self.")}  # type: ignore[arg-type]
     if holder in read or any(name.startswith(holder + ".") for name in read):
-        return False  # the layer's own presence decides
+        return True  # the layer's own presence decides
     bindings: dict[str, object] = {"self.training": True}
     for name in read - {"self.training", "self"}:
         if name.count(".") == 1:
             bindings[name] = _setting_value(analysis, cls, name[5:])
-    verdict = truth(condition.test, bindings)  # type: ignore[arg-type]
+    verdict = truth(test, bindings)
     if verdict is not UNKNOWN:
-        return verdict is not condition.in_body
-    return _built_whatever_the_settings(cls, holder[5:])
+        return bool(verdict)
+    return None if _built_whatever_the_settings(cls, holder[5:]) else True
 
 
 def _setting_value(analysis: ScriptAnalysis, cls: cst.ClassDef, attribute: str) -> object:
