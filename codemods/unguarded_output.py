@@ -10,15 +10,16 @@ from . import names
 from .analysis import ScriptAnalysis
 from .analysis.ranks import rank_facts
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Severity, Valid
-from .edits import Edits, expression, statement
+from .edits import Edits, code_of, expression, statement
 from .runtime_calls import runtime_name
 
 
 class UnguardedOutput(Rule):
     """Print, show progress bars and log on rank 0 only.
 
-    What it finds, in a training script: ``print(...)`` outside a rank guard, ``tqdm(...)`` without
-    ``disable=``, and ``logging`` calls (``logging.info``, ``logger.info`` on a ``logging.getLogger``
+    What it finds, in a training script: ``print(...)`` outside a rank guard, and the writes that are prints
+    in all but name (``tqdm.write(msg)``, ``sys.stdout.write(text)``, ``sys.stderr.write(text)``); ``tqdm(...)``
+    without ``disable=``, and ``logging`` calls (``logging.info``, ``logger.info`` on a ``logging.getLogger``
     logger) in a file that never installs the runtime's rank-0 logging filter.
 
     Why it is a problem: every process prints every line, so the console shows each message N times,
@@ -28,7 +29,8 @@ class UnguardedOutput(Rule):
     prints with ``force=True`` (a script's own rank-aware ``print``) are meant for every rank and stay.
     Guards are recognised by data flow (``if master_process:``, ``if get_rank() == 0:`` of a helper).
 
-    What the fix does: ``print`` becomes ``runtime.print0`` (prints on global rank 0 only); ``tqdm`` gets
+    What the fix does: ``print`` becomes ``runtime.print0`` (prints on global rank 0 only), and so do the
+    writes (``sys.stdout.write(text)`` as ``runtime.print0(text, end="")``); ``tqdm`` gets
     ``disable=not runtime.is_main_process()``; ``runtime.silence_non_main_logging()`` is called right after
     ``runtime.setup()``, so log records are emitted on rank 0 only.
 
@@ -41,7 +43,7 @@ class UnguardedOutput(Rule):
     fix_safety = FixSafety.UNSAFE
     phase = Phase.OUTPUT
     severity = Severity.INFO
-    triggers = ("print", "tqdm", "logging")
+    triggers = ("print", "tqdm", "logging", "stdout", "stderr")
     requires = (".backward(",)
     needs_names = (names.TRAINING_SCRIPT_NAMES,)
     examples = (
@@ -70,6 +72,28 @@ for x, y in tqdm(loader, desc="train", disable=not runtime.is_main_process()):
     loss.backward()
     logger.info("loss %.3f", loss.item())
 runtime.print0("done")
+""",
+        ),
+        Example(
+            before="""\
+import sys
+from tqdm import tqdm
+from ddp_migrate import runtime
+
+for x, y in tqdm(loader, disable=not runtime.is_main_process()):
+    loss.backward()
+    tqdm.write(f"loss {loss.item():.3f}")
+sys.stdout.write("done\\n")
+""",
+            after="""\
+import sys
+from tqdm import tqdm
+from ddp_migrate import runtime
+
+for x, y in tqdm(loader, disable=not runtime.is_main_process()):
+    loss.backward()
+    runtime.print0(f"loss {loss.item():.3f}")
+runtime.print0("done\\n", end="")
 """,
         ),
         Valid(
@@ -119,6 +143,11 @@ if master_process:
                 if any(facts.is_rank_dependent(a.value) for a in call.args if a.keyword is None):
                     continue  # it says which rank speaks: meant for every rank
                 yield Match(call, "print runs on every process: print on rank 0 only (runtime.print0)")
+            elif analysis.is_call_to(call, _WRITES) and type(analysis.parent(call)) is cst.Expr:
+                if facts.guard(call) is not None or any(facts.is_rank_dependent(a.value) for a in call.args if a.keyword is None):
+                    continue
+                fixable = all(a.keyword is None or a.keyword.value in ("file", "end") for a in call.args) and len(call.args) >= 1
+                yield Match(call, f"{code_of(call.func)}() writes on every process: write on rank 0 only (runtime.print0)", fixable=fixable)
             elif analysis.is_call_to(call, names.TQDM) and not any(a.keyword and a.keyword.value == "disable" for a in call.args):
                 if facts.guard(call) is None:
                     yield Match(call, "progress bar drawn by every process: disable it off rank 0")
@@ -143,6 +172,9 @@ if master_process:
             if analysis.is_call_to(call, {"builtins.print"}):
                 edits.replace(call.func, expression(f"{rt}.print0"))
                 message = "print replaced by runtime.print0 (rank 0 only)"
+            elif analysis.is_call_to(call, _WRITES):
+                edits.replace(call, _printed(analysis, call, rt))
+                message = f"{code_of(call.func)}() replaced by runtime.print0 (rank 0 only)"
             elif analysis.is_call_to(call, names.TQDM):
                 disable = cst.Arg(
                     expression(f"not {rt}.is_main_process()"),
@@ -158,3 +190,25 @@ if master_process:
                 message = "logging silenced off rank 0 (runtime.silence_non_main_logging())"
             edits.changes.append(Change(self.code, analysis.line(call), message))
         return edits.apply(analysis.module) if edits else None
+
+
+#: Writes of a line of output that are prints in all but name: ``tqdm.write(msg)`` (a line above the bars),
+#: ``sys.stdout.write(text)`` / ``sys.stderr.write(text)`` (no newline added).
+_TQDM_WRITES = frozenset(f"{bar}.write" for bar in names.TQDM)
+_STREAM_WRITES = frozenset({"sys.stdout.write", "sys.stderr.write"})
+_WRITES = _TQDM_WRITES | _STREAM_WRITES
+
+
+def _printed(analysis: ScriptAnalysis, call: cst.Call, rt: str) -> cst.Call:
+    """The ``runtime.print0(...)`` that writes what the call wrote: ``tqdm.write(msg, end=...)`` keeps its
+    arguments (print takes ``file=`` and ``end=`` alike); ``sys.stdout.write(text)`` adds no newline
+    (``end=""``), and ``sys.stderr.write`` writes to that stream (``file=sys.stderr``)."""
+    printed = call.with_changes(func=expression(f"{rt}.print0"))
+    if not analysis.is_call_to(call, _STREAM_WRITES):
+        return printed
+    stream = code_of(call.func.value)  # type: ignore[attr-defined]
+    extra = [cst.Arg(cst.SimpleString('""'), keyword=cst.Name("end"), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))]
+    if stream.endswith("stderr"):
+        extra.append(cst.Arg(expression(stream), keyword=cst.Name("file"), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
+    args = [*call.args[:-1], call.args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)]
+    return printed.with_changes(args=[*args, *extra])
