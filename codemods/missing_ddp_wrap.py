@@ -554,6 +554,14 @@ loss.backward()
                 "training loop",
                 fixable=False,
             )
+        for wrap, branch in _wrapped_on_one_branch(analysis):
+            yield Match(
+                wrap,
+                f"DistributedDataParallel on one branch of an if only: {branch} sets the model up unwrapped, so a "
+                "torchrun launch that takes it trains every process alone; wrap the model once after the "
+                "if/elif/else (or on every branch)",
+                fixable=False,
+            )
         for wrap, test in _wrapped_only_with_cuda(analysis):
             yield Match(
                 wrap,
@@ -652,6 +660,60 @@ def _distributes_itself(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
         return False
     home = analysis.shared.analysis_of(node) or analysis
     return any(q == p or q.startswith(p + ".") for q in home.qualified_names(node.func) for p in SELF_DISTRIBUTING)  # type: ignore[attr-defined]
+
+
+def _wrapped_on_one_branch(analysis: ScriptAnalysis) -> Iterator[tuple[cst.Call, str]]:
+    """The DDP wraps assigned to a model in one branch of an ``if``/``elif`` chain whose other branch assigns
+    the same model without wrapping it (the ImageNet example's ``if args.gpu is not None: model =
+    model.cuda(args.gpu) elif ...: model = DataParallel(model).cuda()``), with that other branch in words.
+    A distributed switch (``if args.distributed:``) is the switches' to read, and a CUDA test the CPU path's."""
+    for wrap in analysis.calls_to(names.DISTRIBUTED_DATA_PARALLEL):
+        parent = analysis.parent(wrap)
+        if not (isinstance(parent, cst.Assign) and len(parent.targets) == 1) or _switch_guard(analysis, wrap) is not None:
+            continue
+        target = dotted_name(parent.targets[0].target)
+        child: cst.CSTNode = wrap
+        for ancestor in analysis.ancestors(wrap):
+            if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+                break
+            if isinstance(ancestor, cst.If) and child is not ancestor.test:
+                others: list[tuple[cst.BaseExpression | None, cst.CSTNode]] = []
+                if child is not ancestor.body:
+                    others.append((ancestor.test, ancestor.body))
+                other = ancestor.orelse if child is ancestor.body else None
+                while other is not None:  # the rest of the chain: ``elif`` tests and the ``else``
+                    if isinstance(other, cst.If):
+                        others.append((other.test, other.body))
+                        other = other.orelse
+                    else:
+                        others.append((None, other.body))  # type: ignore[attr-defined]
+                        other = None
+                for test, body in others:
+                    if _binds_unwrapped(analysis, body, target) and (test is None or not _is_cuda_test(analysis, test)):
+                        yield wrap, "the `else` branch" if test is None else f"the branch of `{code_of(test)}`"
+                        break
+                else:
+                    child = ancestor
+                    continue
+                break
+            child = ancestor
+
+
+def _binds_unwrapped(analysis: ScriptAnalysis, block: cst.CSTNode, target: str | None) -> bool:
+    """Whether a branch assigns the model a value that is no wrap, and wraps nothing itself."""
+    if target is None:
+        return False
+    if any(isinstance(n, cst.Call) and analysis.is_call_to(n, names.MODEL_WRAPPERS) for n in walk(block)):
+        return False
+    return any(
+        isinstance(n, cst.Assign) and any(dotted_name(t.target) == target for t in n.targets) for n in walk(block)
+    )
+
+
+def _is_cuda_test(analysis: ScriptAnalysis, test: cst.BaseExpression) -> bool:
+    """``torch.cuda.is_available()`` or its negation: the CPU path, which :func:`_wrapped_only_with_cuda` reads."""
+    inner = test.expression if isinstance(test, cst.UnaryOperation) else test  # type: ignore[attr-defined]
+    return isinstance(inner, cst.Call) and analysis.is_call_to(inner, names.CUDA_IS_AVAILABLE)
 
 
 def _wrapped_only_with_cuda(analysis: ScriptAnalysis) -> Iterator[tuple[cst.Call, cst.BaseExpression]]:

@@ -333,3 +333,39 @@ def test_a_head_replaced_after_an_in_place_wrap_is_built_before_the_wrap(tmp_pat
     text = (migrated / "train.py").read_text()
     assert "model = Backbone()\nmodel.fc = nn.Linear(16, 3).to(device)\nmodel = DistributedDataParallel(" in text, text
     assert launch.output.count("checksum") == 1, launch.output
+
+
+#: The ImageNet example's device choice: one GPU by --gpu, DataParallel over all of them, or the CPU. The
+#: migration converts the DataParallel branch; the --gpu branch still sets the model up alone (a trial: with
+#: --gpu 0 under torchrun the ranks trained apart, and the report spoke of the CPU path only).
+GPU_OPTION = '''
+import argparse
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--gpu", default=None, type=int)
+args = parser.parse_args()
+model = nn.Linear(4, 1)
+if args.gpu is not None:
+    model = model.cuda(args.gpu)
+elif torch.cuda.is_available():
+    model = nn.DataParallel(model).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8)
+for x, y in loader:
+    loss = nn.functional.mse_loss(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+'''
+
+
+def test_a_branch_that_sets_the_model_up_unwrapped_is_left_to_a_human(tmp_path: Path) -> None:
+    _, report, code = migrate_script(tmp_path, GPU_OPTION)
+    assert code == 1 and "DistributedDataParallel on one branch of an if only: the branch of `args.gpu is not None` sets the model up unwrapped" in report, report
+    every_branch = GPU_OPTION.replace("    model = model.cuda(args.gpu)\n", "    model = nn.DataParallel(model, device_ids=[args.gpu]).cuda(args.gpu)\n")
+    _, report, _ = migrate_script(tmp_path, every_branch)
+    assert "on one branch of an if only" not in report, report
