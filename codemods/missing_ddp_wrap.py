@@ -18,6 +18,7 @@ from .analysis import (
     wrapped_argument,
 )
 from .analysis.ranks import counts_the_processes, rank_facts
+from .analysis.script import SELF_RETURNING_METHODS
 from .analysis.trainable import frozen_models, skipped_in_some_steps
 from .base import (
     Change,
@@ -688,8 +689,9 @@ def _wrapped_on_one_branch(analysis: ScriptAnalysis) -> Iterator[tuple[cst.Call,
                     else:
                         others.append((None, other.body))  # type: ignore[attr-defined]
                         other = None
+                inner = dotted_name(wrapped_argument(wrap))
                 for test, body in others:
-                    if _binds_unwrapped(analysis, body, target) and (test is None or not _is_cuda_test(analysis, test)):
+                    if _binds_unwrapped(analysis, body, {target, inner}) and (test is None or not _is_cuda_test(analysis, test)):
                         yield wrap, "the `else` branch" if test is None else f"the branch of `{code_of(test)}`"
                         break
                 else:
@@ -699,15 +701,21 @@ def _wrapped_on_one_branch(analysis: ScriptAnalysis) -> Iterator[tuple[cst.Call,
             child = ancestor
 
 
-def _binds_unwrapped(analysis: ScriptAnalysis, block: cst.CSTNode, target: str | None) -> bool:
-    """Whether a branch assigns the model a value that is no wrap, and wraps nothing itself."""
-    if target is None:
+def _binds_unwrapped(analysis: ScriptAnalysis, block: cst.CSTNode, models: set[str | None]) -> bool:
+    """Whether a branch wraps nothing and assigns the model (the wrap's target or the model it wraps) the
+    model itself, moved or cast (``model = model.cuda(args.gpu)``): a value of unknown make
+    (``ref_model = ref_init_fn(model)``) may be a wrap."""
+    target = next(iter(sorted(m for m in models if m)), None)
+    if target is None or any(isinstance(n, cst.Call) and analysis.is_call_to(n, names.MODEL_WRAPPERS) for n in walk(block)):
         return False
-    if any(isinstance(n, cst.Call) and analysis.is_call_to(n, names.MODEL_WRAPPERS) for n in walk(block)):
-        return False
-    return any(
-        isinstance(n, cst.Assign) and any(dotted_name(t.target) == target for t in n.targets) for n in walk(block)
-    )
+    for node in walk(block):
+        if isinstance(node, cst.Assign) and any(dotted_name(t.target) in models for t in node.targets):
+            value = node.value
+            while isinstance(value, cst.Call) and call_method_name(value) in SELF_RETURNING_METHODS:
+                value = value.func.value  # type: ignore[attr-defined]
+            if dotted_name(value) in models:
+                return True
+    return False
 
 
 def _is_cuda_test(analysis: ScriptAnalysis, test: cst.BaseExpression) -> bool:
