@@ -542,3 +542,52 @@ def test_a_best_checkpoint_chosen_on_a_shard_metric_is_left_to_a_human(save: str
     assert bool(reviews) is reported, result.output
     if reported:
         assert "`running < best` decides on running, computed on this rank's shard of the data only, whether a checkpoint is saved" in reviews[0]
+
+
+WHOLE_EVALUATION = '''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+model = nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+train_loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=16, shuffle=True)
+val_loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=16)
+state = {"global_step": 0, "log_history": []}
+
+
+@torch.no_grad()
+def estimate_loss():
+    losses = []
+    for x, y in val_loader:
+        loss = nn.functional.mse_loss(model(x), y)
+        losses.append(loss.item())
+    return sum(losses) / len(losses)
+
+
+best = 1e9
+for epoch in range(3):
+    for x, y in train_loader:
+        loss = nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        state["global_step"] += 1
+        state["log_history"].append(loss.item())
+        if state["global_step"] % 3 == 0:
+            torch.save(model.state_dict(), "last.pt")
+    val_loss = estimate_loss()
+    if val_loss < best:
+        best = val_loss
+        torch.save(model.state_dict(), "best.pt")
+'''
+
+
+def test_saves_decided_on_a_whole_evaluation_or_a_schedule_are_not_reviewed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A re-trial: an evaluation function's own ``loss`` (the training loop's module-level name spelled alike)
+    was read as the training loss, and a step counter kept in a dict beside per-rank logs as a shard value."""
+    monkeypatch.chdir(tmp_path)
+    Path("train.py").write_text(WHOLE_EVALUATION)
+    result = CliRunner().invoke(cli, ["train.py"], catch_exceptions=False)
+    assert "DDP041" not in result.output, result.output

@@ -78,7 +78,14 @@ class PerRankValues:
     def _holds(self, key: tuple[Owner, str], at_module: tuple[Owner, str]) -> bool:
         if key in self.reduced or at_module in self.reduced:
             return False
-        return key in self.names or at_module in self.names
+        if key in self.names:
+            return True
+        # A global a function reads (its module's name); not a local of the same spelling (``loss`` of an
+        # evaluation function beside the training loop's module-level ``loss``).
+        owner, name = key
+        if type(owner) is cst.FunctionDef and "." not in name and (self.analysis.shared.analysis_of(owner) or self.analysis).binds_locally(owner, name):  # type: ignore[arg-type]
+            return False
+        return at_module in self.names
 
     def mention(self, expr: cst.CSTNode) -> str | None:
         """The first per-rank value an expression uses outside reductions (its source text), or ``None``."""
