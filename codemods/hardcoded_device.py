@@ -155,6 +155,8 @@ def _option_defaults(analysis: ScriptAnalysis, used: set[str]) -> Iterator[cst.S
     read = {name.rsplit(".", 1)[-1] for name in every if "." in name}
     for call in options:
         default = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "default"), None)
+        if isinstance(default, cst.IfExp):  # ``default="cuda:0" if torch.cuda.is_available() else "cpu"``
+            default = next((side for side in (default.body, default.orelse) if isinstance(side, cst.SimpleString) and _is_literal_index(side)), None)
         if not (isinstance(default, cst.SimpleString) and _is_literal_index(default)):
             continue
         dest = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "dest"), None)

@@ -155,8 +155,10 @@ if __name__ == "__main__":
         ('"--device", default="cuda:1"', 'torch.device(args.device if torch.cuda.is_available() else "cpu")'),
         ('"--gpu-device", type=str, default="cuda:0"', "torch.device(args.gpu_device)"),
         ('"-d", dest="dev", default="cuda:1"', "args.dev"),
+        # A re-trial: the CPU fallback written in the default itself was left as it was (0 items).
+        ('"--device", default="cuda:0" if torch.cuda.is_available() else "cpu"', "torch.device(args.device)"),
     ],
-    ids=["choice", "dashes", "dest"],
+    ids=["choice", "dashes", "dest", "conditional-default"],
 )
 def test_a_device_option_s_indexed_default_is_this_process_s(tmp_path: Path, option: str, use: str) -> None:
     """``--device`` defaulting to ``cuda:1``: every rank took GPU 1 while DDP's ``device_ids`` said its own (a
