@@ -521,3 +521,27 @@ def test_a_layer_skipped_on_one_path_of_nested_tests_looks_for_unused_parameters
     text, output = migrate(tmp_path, source)
     assert "find_unused_parameters=True" in text, output
     assert "its forward() calls `self.aux` only on some steps" in output, output
+
+
+#: The forward returns a dict; the step reads its auxiliary head only where a weight allows (a re-trial: with the
+#: weight 0 by default, DDP stopped at step 2, plain python as under torchrun, 0 items).
+DICT_OUTPUT = OUTPUT_DROPPED.replace(
+    "        return self.dec(z), self.cls(z)\n", '        return {"recon": self.dec(z), "logits": self.cls(z), "norm": z.norm()}\n'
+).replace("            recon, logits = model(xb)\n            loss = F.mse_loss(recon, xb)\n", '            out = model(xb)\n            loss = F.mse_loss(out["recon"], xb)\n')
+
+
+@pytest.mark.parametrize(
+    ("use", "flag"),
+    [
+        ('if epoch > 5:\n                loss = loss + F.cross_entropy(out["logits"], yb)', True),
+        ('loss = loss + F.cross_entropy(out["logits"], yb)', False),
+        ('if epoch > 5:\n                loss = loss + out["norm"]\n            loss = loss + F.cross_entropy(out["logits"], yb)', False),
+    ],
+    ids=["head-on-some-steps", "head-on-every-step", "computed-item-on-some-steps"],
+)
+def test_an_item_of_a_dict_output_used_on_some_steps_looks_for_unused_parameters(tmp_path: Path, use: str, flag: bool) -> None:
+    source = DICT_OUTPUT.replace("USE", use)
+    assert 'out["recon"]' in source
+    text, report = migrate(tmp_path, source)
+    assert ("find_unused_parameters=True" in text) is flag, report
+    assert "DDP032" not in report, report

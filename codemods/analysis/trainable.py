@@ -27,6 +27,7 @@ from .script import (
     leaves_early,
     own_method,
     returns_of,
+    subscript_key,
     walk,
 )
 from .values import SOME_OBJECT, UNKNOWN, literal_value, truth, value_at
@@ -404,9 +405,15 @@ def _output_used_on_some_steps(analysis: ScriptAnalysis, model: cst.BaseExpressi
                 and type(node.value) is cst.Call  # type: ignore[attr-defined]
                 and dotted_name(node.value.func) == name  # type: ignore[attr-defined]
                 and len(node.targets) == 1  # type: ignore[attr-defined]
-                and type(node.targets[0].target) in (cst.Tuple, cst.List)  # type: ignore[attr-defined]
                 and home.comes_before(node, backward)
             ):
+                continue
+            if type(node.targets[0].target) is cst.Name:  # type: ignore[attr-defined]
+                key = _dict_output_read_on_some_steps(home, node, backward, loop)  # type: ignore[arg-type]
+                if key is not None:
+                    return SkippedLayer(home, node.value, f"the training step uses `{key}`, an output of its forward(), only on some steps")  # type: ignore[arg-type]
+                continue
+            if type(node.targets[0].target) not in (cst.Tuple, cst.List):  # type: ignore[attr-defined]
                 continue
             elements = node.targets[0].target.elements  # type: ignore[attr-defined]
             for index, element in enumerate(elements):
@@ -426,6 +433,60 @@ def _output_used_on_some_steps(analysis: ScriptAnalysis, model: cst.BaseExpressi
     return None
 
 
+def _built_models(analysis: ScriptAnalysis, model: cst.BaseExpression) -> list[cst.Call]:
+    """The calls that build the model a name holds: not its device moves (``LM().to(device)`` hands back the
+    model ``LM()`` built, among the origins too) nor the DDP wrap the migration put around it."""
+    return [
+        o  # type: ignore[misc]
+        for o in analysis.origins(model)
+        if type(o) is cst.Call and call_method_name(o) not in SELF_RETURNING_METHODS and not analysis.is_call_to(o, names.MODEL_WRAPPERS)  # type: ignore[arg-type]
+    ]
+
+
+def _dict_output_read_on_some_steps(analysis: ScriptAnalysis, assign: cst.Assign, backward: cst.CSTNode, loop: cst.CSTNode) -> str | None:
+    """``out = model(x)`` of a forward that returns a dict (``{"logits": self.cls(f), "aux": self.aux(f)}``),
+    whose step reads ``out["aux"]`` only under an ``if`` that leaves ``backward()`` out: the item, spelled as
+    read. An item the forward computes from the others (``"loss": F.cross_entropy(logits, y)``) is no head of
+    its own."""
+    output = assign.targets[0].target.value  # type: ignore[attr-defined]
+    keys = _returned_dict_items(analysis, assign.value)  # type: ignore[arg-type]
+    if not keys:
+        return None
+    reads: dict[str, list[cst.CSTNode]] = {}
+    for node in walk(loop.body):  # type: ignore[attr-defined]
+        if type(node) is cst.Subscript and type(node.value) is cst.Name and node.value.value == output and analysis.comes_before(assign, node):  # type: ignore[attr-defined]
+            key = subscript_key(node)  # type: ignore[arg-type]
+            if key is not None:
+                reads.setdefault(key, []).append(node)
+    for key, own in keys.items():
+        found = reads.get(key)
+        if own and found and all(_read_apart_from(analysis, read, backward, loop) for read in found):
+            return f'{output}["{key}"]'
+    return None
+
+
+def _returned_dict_items(analysis: ScriptAnalysis, call: cst.Call) -> dict[str, bool]:
+    """For a forward that returns dict literals (every class the model may be), each literal key with whether
+    its value runs a layer of the model's own (``self.aux(f)``) rather than computing from the other items."""
+    constructed = analysis.shared.constructed
+    origins = _built_models(analysis, call.func)
+    if not origins or not all(o in constructed for o in origins):
+        return {}
+    items: dict[str, bool] = {}
+    for cls in {constructed[o] for o in origins}:  # type: ignore[index]
+        forward = own_method(cls, "forward")
+        returned = [r.value for r in returns_of(forward) if r.value is not None] if forward is not None else []
+        if not returned or not all(type(v) is cst.Dict for v in returned):
+            return {}
+        for value in returned:
+            for element in value.elements:  # type: ignore[attr-defined]
+                if type(element) is cst.DictElement and type(element.key) is cst.SimpleString:
+                    key = str(element.key.evaluated_value)
+                    runs_a_layer = any(type(n) is cst.Call and (dotted_name(n.func) or "").startswith("self.") for n in walk(element.value))  # type: ignore[attr-defined]
+                    items[key] = items.get(key, False) or runs_a_layer
+    return items
+
+
 #: Recurrent layers of torch: every output (``output, (h_n, c_n)``) comes from all their parameters.
 RECURRENT_LAYERS = frozenset({f"torch.nn.{n}" for n in ("LSTM", "GRU", "RNN")})
 
@@ -436,8 +497,7 @@ def _outputs_share_layers(analysis: ScriptAnalysis, call: cst.Call, discarded: i
     tuples whose other outputs are computed from that one (nanoGPT's ``return logits, loss`` with ``loss =
     F.cross_entropy(logits, ...)``). Anything else may compute it with layers of its own."""
     receiver = call.func
-    # (``model = LM().to(device)``: the move hands back the model ``LM()`` built, among the origins too)
-    origins = [o for o in analysis.origins(receiver) if type(o) is cst.Call and call_method_name(o) not in SELF_RETURNING_METHODS]  # type: ignore[arg-type]
+    origins = _built_models(analysis, receiver)
     if not origins:
         return False
     if all(analysis.is_call_to(o, RECURRENT_LAYERS) for o in origins):  # type: ignore[arg-type]
