@@ -278,7 +278,11 @@ torch.save(sampler.state_dict(), f=f"sampler_{os.environ['RANK']}.pt")
             rt = runtime_name(analysis, edits)
             if condition is None:
                 edits.replace(call.func, expression(f"{rt}.save"))
-                edits.changes.append(Change(self.code, analysis.line(call), "torch.save replaced by runtime.save (rank 0 writes, all ranks wait)"))
+                message = "torch.save replaced by runtime.save (rank 0 writes, all ranks wait)"
+                if _wrapped_models_saved_whole(analysis, call):
+                    # (the original pickled its DataParallel wrapper: a reader that used ``.module`` of it must not)
+                    message += "; the whole model is saved without its wrapper (the file holds the model itself: code that reads the file and uses .module must use the model directly)"
+                edits.changes.append(Change(self.code, analysis.line(call), message))
                 continue
             read_back, outer, where = self._rejoin(analysis, call, condition, loads)
             helper = _preparation_call(analysis, call) if read_back and _after_an_early_return(analysis, call) else None
@@ -341,21 +345,25 @@ torch.save(sampler.state_dict(), f=f"sampler_{os.environ['RANK']}.pt")
         """In a save kept as ``torch.save`` under a rank-0 guard, reach a wrapped model saved whole (``torch.save(
         model, path)``, ``{"net": model}``) through ``runtime.unwrap``, as ``runtime.save`` does: a pickled
         DistributedDataParallel loads only where a process group exists. Whether any was found."""
-        if not call.args:
-            return False
-        saved = call.args[0].value
-        values = [element.value for element in saved.elements if isinstance(element, cst.DictElement)] if isinstance(saved, cst.Dict) else [saved]
-        found = False
-        for value in values:
-            if isinstance(value, (cst.Name, cst.Attribute)) and analysis.wrapped_at(value) is not None:
-                edits.replace(value, expression(f"{rt}.unwrap({code_of(value)})"))
-                found = True
-        return found
+        found = _wrapped_models_saved_whole(analysis, call)
+        for value in found:
+            edits.replace(value, expression(f"{rt}.unwrap({code_of(value)})"))
+        return bool(found)
 
     @staticmethod
     def _same_loop(analysis: ScriptAnalysis, load: cst.Call, call: cst.Call) -> bool:
         """Whether a loop runs both calls (the load may run after the save of an earlier iteration)."""
         return any(isinstance(a, (cst.For, cst.While)) and analysis.is_inside(load, a) for a in analysis.ancestors(call))
+
+
+def _wrapped_models_saved_whole(analysis: ScriptAnalysis, call: cst.Call) -> list[cst.BaseExpression]:
+    """The wrapped models a save pickles whole: its object (``torch.save(model, path)``) or the values of a dict
+    written out (``{"net": model}``)."""
+    if not call.args:
+        return []
+    saved = call.args[0].value
+    values = [element.value for element in saved.elements if isinstance(element, cst.DictElement)] if isinstance(saved, cst.Dict) else [saved]
+    return [value for value in values if isinstance(value, (cst.Name, cst.Attribute)) and analysis.wrapped_at(value) is not None]
 
 
 #: The review line of a file the program reads back, where no barrier can go on a path every rank takes.

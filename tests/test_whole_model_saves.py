@@ -202,3 +202,18 @@ def test_a_model_bound_again_from_a_whole_model_load_is_reached_through_unwrap(t
     assert "model.module" not in migrated and "runtime.unwrap(model).describe()" in migrated, migrated
     run = run_python("train.py", cwd=tmp_path, timeout=120, check=False)
     assert run.returncode == 0 and run.stdout.count("model (1, 4)") == 3, run.stderr
+
+
+def test_the_report_says_a_whole_model_is_saved_without_its_wrapper(tmp_path: Path) -> None:
+    """A trial: ``torch.save(model, path)`` of a DataParallel model pickled the wrapper; runtime.save pickles the
+    model itself, and a reader outside the program that used ``.module`` broke, with nothing said."""
+    source = (
+        "import torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\n\n"
+        "model = nn.DataParallel(nn.Linear(4, 1))\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=4)\n"
+        "for x, y in loader:\n    opt.zero_grad()\n    nn.functional.mse_loss(model(x), y).backward()\n    opt.step()\n"
+        'torch.save(model, "model.pt")\ntorch.save(model.state_dict(), "weights.pt")\n'
+    )
+    _, report, _ = migrate_script(tmp_path, source)
+    notes = [line for line in report.splitlines() if "saved without its wrapper" in line]
+    assert len(notes) == 1 and "line 12" in notes[0], report
