@@ -18,7 +18,7 @@ class UnguardedOutput(Rule):
     """Print, show progress bars and log on rank 0 only.
 
     What it finds, in a training script: ``print(...)`` outside a rank guard, and the writes that are prints
-    in all but name (``tqdm.write(msg)``, ``sys.stdout.write(text)``, ``sys.stderr.write(text)``); ``tqdm(...)``
+    in all but name (``tqdm.write(msg)``, ``sys.stdout.write(text)``); ``tqdm(...)``
     without ``disable=``, and ``logging`` calls (``logging.info``, ``logger.info`` on a ``logging.getLogger``
     logger) in a file that never installs the runtime's rank-0 logging filter.
 
@@ -43,7 +43,7 @@ class UnguardedOutput(Rule):
     fix_safety = FixSafety.UNSAFE
     phase = Phase.OUTPUT
     severity = Severity.INFO
-    triggers = ("print", "tqdm", "logging", "stdout", "stderr")
+    triggers = ("print", "tqdm", "logging", "stdout")
     requires = (".backward(",)
     needs_names = (names.TRAINING_SCRIPT_NAMES,)
     examples = (
@@ -193,22 +193,20 @@ if master_process:
 
 
 #: Writes of a line of output that are prints in all but name: ``tqdm.write(msg)`` (a line above the bars),
-#: ``sys.stdout.write(text)`` / ``sys.stderr.write(text)`` (no newline added).
+#: ``sys.stdout.write(text)`` (no newline added). ``sys.stderr.write`` is left to each rank: a channel programs
+#: keep for their own diagnostics, as the runtime keeps a rank's errors.
 _TQDM_WRITES = frozenset(f"{bar}.write" for bar in names.TQDM)
-_STREAM_WRITES = frozenset({"sys.stdout.write", "sys.stderr.write"})
+_STREAM_WRITES = frozenset({"sys.stdout.write"})
 _WRITES = _TQDM_WRITES | _STREAM_WRITES
 
 
 def _printed(analysis: ScriptAnalysis, call: cst.Call, rt: str) -> cst.Call:
     """The ``runtime.print0(...)`` that writes what the call wrote: ``tqdm.write(msg, end=...)`` keeps its
     arguments (print takes ``file=`` and ``end=`` alike); ``sys.stdout.write(text)`` adds no newline
-    (``end=""``), and ``sys.stderr.write`` writes to that stream (``file=sys.stderr``)."""
+    (``end=""``)."""
     printed = call.with_changes(func=expression(f"{rt}.print0"))
     if not analysis.is_call_to(call, _STREAM_WRITES):
         return printed
-    stream = code_of(call.func.value)  # type: ignore[attr-defined]
     extra = [cst.Arg(cst.SimpleString('""'), keyword=cst.Name("end"), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))]
-    if stream.endswith("stderr"):
-        extra.append(cst.Arg(expression(stream), keyword=cst.Name("file"), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
     args = [*call.args[:-1], call.args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)]
     return printed.with_changes(args=[*args, *extra])

@@ -1,5 +1,4 @@
-"""DDP010 on writes that are prints in all but name: ``tqdm.write(msg)`` and ``sys.stdout.write`` /
-``sys.stderr.write`` (a trial: each rank wrote its own loss line, 0.7282 and 0.7908, under the progress bar the
+"""DDP010 on writes that are prints in all but name: ``tqdm.write(msg)`` and ``sys.stdout.write`` (a trial: each rank wrote its own loss line, 0.7282 and 0.7908, under the progress bar the
 migration had disabled off rank 0)."""
 
 from __future__ import annotations
@@ -41,7 +40,7 @@ def test_writes_of_lines_go_through_print0(tmp_path: Path) -> None:
     assert code == 0, report
     assert 'runtime.print0(f"epoch {epoch}")' in migrated, migrated
     assert 'runtime.print0(f"written {epoch}\\n", end="")' in migrated, migrated
-    assert 'runtime.print0(f"warned {epoch}\\n", end="", file=sys.stderr)' in migrated, migrated
+    assert 'sys.stderr.write(f"warned {epoch}\\n")' in migrated, migrated  # a rank's own diagnostics
     assert 'sys.stdout.write(f"rank-aware' in migrated, migrated  # it says which rank writes: every rank's
 
 
@@ -54,5 +53,5 @@ def test_each_line_is_written_once_under_torchrun(tmp_path: Path) -> None:
     migrate_script(tmp_path, SCRIPT)
     result = run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, env={"OMP_NUM_THREADS": "1"}, timeout=120)
     assert result.stdout.count("epoch 1") == 1 and result.stdout.count("written 1") == 1, result.stdout
-    assert result.stderr.count("warned 1") == 1, result.stderr
+    assert result.stderr.count("warned 1") == 2, result.stderr
     assert result.stdout.count("rank-aware") == 4, result.stdout
