@@ -545,3 +545,48 @@ def test_an_item_of_a_dict_output_used_on_some_steps_looks_for_unused_parameters
     text, report = migrate(tmp_path, source)
     assert ("find_unused_parameters=True" in text) is flag, report
     assert "DDP032" not in report, report
+
+
+def forward_of(body: str) -> str:
+    """The SETTING model with its forward's body replaced (``h`` is the body's output, ``x`` the input)."""
+    return EVERY_PATH.replace(
+        "        if x.is_cuda and torch.cuda.device_count() > 1:\n            return out + self.aux(h)\n        return out - self.aux(h)\n", body
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "flag"),
+    [
+        # An early return inside a with block (or a loop over time steps) skips the layer on some steps.
+        ("        with torch.autocast('cpu', enabled=False):\n            if h.mean() > 0.3:\n                return out\n        return out + self.aux(h)\n", True),
+        ("        for _ in range(2):\n            if h.mean() > 0.3:\n                return out\n        return out + self.aux(h)\n", True),
+        # A loop over time steps runs its cell on every step.
+        ("        for _ in range(x.size(1)):\n            h = h + self.aux(h).mean()\n        return out + h.sum()\n", False),
+        # ResNet's downsample: the layer's own presence decides, whichever way the test is written.
+        ("        if self.aux is None:\n            extra = h\n        else:\n            extra = self.aux(h)\n        return out + extra.sum()\n", False),
+        ("        extra = self.aux(h) if self.aux is not None else h\n        return out + extra.sum()\n", False),
+        # DCGAN: the layer handed to data_parallel on one side, called on the other.
+        ("        if x.is_cuda and torch.cuda.device_count() > 1:\n            extra = nn.parallel.data_parallel(self.aux, h)\n"
+         "        else:\n            extra = self.aux(h)\n        return out + extra\n", False),
+    ],
+    ids=["return-in-with", "return-in-a-loop", "time-steps", "downsample-is-none", "downsample-expression", "dcgan"],
+)
+def test_paths_through_forward(tmp_path: Path, body: str, flag: bool) -> None:
+    """A review's cases: whether every path through forward() runs the layer decides the search."""
+    source = forward_of(body)
+    assert body in source
+    text, output, _ = migrate_script(tmp_path, source)  # (DCGAN's data_parallel call is left to a human: exit 1)
+    assert "DistributedDataParallel(" in text and ("find_unused_parameters=True" in text) is flag, output
+
+
+LAYER_LOOP = SCRIPT.replace(
+    "            if self.training and torch.rand(()) < self.layerdrop:\n                continue\n            h = block(h)\n",
+    "            h = block(h)\n            if h.abs().mean() < 0.35:\n                break\n",
+)
+
+
+def test_a_loop_over_the_layers_cut_short_looks_for_unused_parameters(tmp_path: Path) -> None:
+    """Adaptive depth (``x = block(x); if ...: break``): the later blocks do not run on that step."""
+    assert "break" in LAYER_LOOP
+    text, output = migrate(tmp_path, LAYER_LOOP)
+    assert "find_unused_parameters=True" in text, output

@@ -24,7 +24,6 @@ from .script import (
     is_none,
     is_true,
     keyword_argument,
-    leaves_early,
     own_method,
     returns_of,
     subscript_key,
@@ -639,9 +638,14 @@ def _conditional_layer_call(analysis: ScriptAnalysis, cls: cst.ClassDef, forward
     return None
 
 
+#: How a run through a block of ``forward`` ends, as far as one layer goes (:class:`_Paths`).
+_CALLED, _LEFT, _OUT_OF_LOOP, _ON = "called", "left", "out of the loop", "on"
+
+
 class _Paths:
-    """Whether every path through a block of ``forward`` calls a layer (a training step: ``self.training``
-    is true), the tests of the model's settings read where their values are known."""
+    """Whether every path through ``forward`` calls a layer on a training step (``self.training`` is true), the
+    tests of the model's settings read where their values are known. A path that raises is no training step
+    and counts as calling it."""
 
     def __init__(self, analysis: ScriptAnalysis, cls: cst.ClassDef, holders: dict[cst.Call, str], changing: frozenset[str]) -> None:
         self.analysis = analysis
@@ -650,52 +654,107 @@ class _Paths:
         self.changing = changing
 
     def always(self, statements: Sequence[cst.BaseStatement], holder: str) -> bool:
-        """Whether running the statements in order calls the layer on every path (before any path leaves)."""
+        """Whether running the statements in order calls the layer on every path."""
+        return self._run(statements, holder) == _CALLED
+
+    def _run(self, statements: Sequence[cst.BaseStatement], holder: str) -> str:
+        """How a run through the statements ends for the layer: :data:`_CALLED` on every path that goes on, else
+        :data:`_LEFT` (a ``return`` without it on some path), :data:`_OUT_OF_LOOP` (a ``break`` / ``continue``
+        without it) or :data:`_ON` (it falls through without calling it)."""
         for statement in statements:
             kind = type(statement)
             if kind is cst.SimpleStatementLine:
                 if self._calls(statement, holder):
-                    return True
-                if any(type(small) in (cst.Return, cst.Raise, cst.Continue, cst.Break) for small in statement.body):  # type: ignore[attr-defined]
-                    return False
-            elif kind is cst.If:
+                    return _CALLED
+                smalls = {type(small) for small in statement.body}  # type: ignore[attr-defined]
+                if cst.Raise in smalls:
+                    return _CALLED  # (no training step goes that way)
+                if cst.Return in smalls:
+                    return _LEFT
+                if smalls & {cst.Continue, cst.Break}:
+                    return _OUT_OF_LOOP
+                continue
+            if kind is cst.If:
                 if self._calls(statement.test, holder):  # type: ignore[attr-defined]
-                    return True
+                    return _CALLED
                 verdict = _setting_verdict(self.analysis, self.cls, statement.test, holder, self.changing)  # type: ignore[attr-defined]
                 sides = [(statement.body, True), (statement.orelse, False)]  # type: ignore[attr-defined]
-                taken = [(side, self._side(side, holder)) for side, branch in sides if verdict is None or verdict is branch]
-                if all(runs for _, runs in taken):
+                ends = [self._side(side, holder) for side, branch in sides if verdict is None or verdict is branch]
+                if all(end == _CALLED for end in ends):
+                    return _CALLED
+                for end in (_LEFT, _OUT_OF_LOOP):
+                    if end in ends:
+                        return end
+                continue
+            if kind in (cst.With, cst.Try):
+                end = self._run(statement.body.body, holder)  # type: ignore[attr-defined]
+                if end != _ON:
+                    return end
+                continue
+            if kind in (cst.For, cst.While):
+                # A loop's body runs (a forward's loops do: over its layers, its time steps); a ``break`` or
+                # ``continue`` in it ends the loop's own pass, not the forward. Over the layer's own container
+                # (``for block in self.blocks:``), every entry runs only if no pass is cut short.
+                body = statement.body.body  # type: ignore[attr-defined]
+                end = self._run(body, holder)
+                over_the_layer = dotted_name(statement.iter) == holder if kind is cst.For else False  # type: ignore[attr-defined]
+                if over_the_layer and end == _CALLED and self._may_cut(body, holder):
+                    return _ON  # (``x = block(x); if x.abs().mean() < eps: break``: the later blocks do not run)
+                if end in (_CALLED, _LEFT):
+                    return end
+                continue
+        return _ON
+
+    def _may_cut(self, statements: Sequence[cst.BaseStatement], holder: str) -> bool:
+        """Whether a pass through a loop's body may end early: a reachable ``break``, ``continue`` or
+        ``return`` (the tests of settings with known values choosing their side; nested loops' own ``break``
+        and ``continue`` excepted)."""
+        for statement in statements:
+            kind = type(statement)
+            if kind is cst.SimpleStatementLine:
+                if any(type(small) in (cst.Return, cst.Break, cst.Continue) for small in statement.body):  # type: ignore[attr-defined]
                     return True
-                if any(side is not None and not runs and leaves_early(side, raises=False) for side, runs in taken):
-                    return False  # a path leaves the function (or the loop) without the layer
+            elif kind is cst.If:
+                verdict = _setting_verdict(self.analysis, self.cls, statement.test, holder, self.changing)  # type: ignore[attr-defined]
+                for side, branch in ((statement.body, True), (statement.orelse, False)):  # type: ignore[attr-defined]
+                    if side is None or (verdict is not None and verdict is not branch):
+                        continue
+                    block = [side] if type(side) is cst.If else (side.body if type(side) is cst.Else else side).body  # type: ignore[attr-defined]
+                    if self._may_cut(block, holder):
+                        return True
             elif kind in (cst.With, cst.Try):
-                if self.always(statement.body.body, holder):  # type: ignore[attr-defined]
+                if self._may_cut(statement.body.body, holder):  # type: ignore[attr-defined]
                     return True
-            elif kind is cst.For:
-                # ``for block in self.blocks:``: the layers of a container of the model run on every pass.
-                if (dotted_name(statement.iter) or "").startswith("self.") and self.always(statement.body.body, holder):  # type: ignore[attr-defined]
-                    return True
+            elif kind in (cst.For, cst.While) and any(type(n) is cst.Return for n in _own_exits(statement)):
+                return True
         return False
 
-    def _side(self, side: cst.CSTNode | None, holder: str) -> bool:
+    def _side(self, side: cst.CSTNode | None, holder: str) -> str:
         if side is None:
-            return False
+            return _ON
         if type(side) is cst.If:  # ``elif``
-            return self.always([side], holder)  # type: ignore[list-item]
+            return self._run([side], holder)  # type: ignore[list-item]
         block = side.body if type(side) is cst.Else else side  # type: ignore[attr-defined]
-        return self.always(block.body, holder)  # type: ignore[attr-defined]
+        return self._run(block.body, holder)  # type: ignore[attr-defined]
 
     def _calls(self, node: cst.CSTNode, holder: str) -> bool:
-        """Whether the node calls the layer whatever its values (not in one side of a conditional expression,
-        nor right of an ``and`` / ``or``, nor in a nested function, lambda or comprehension)."""
+        """Whether the node runs the layer whatever its values: calls it, or hands it to a call that runs it
+        (``checkpoint(self.block, x)``, ``data_parallel(self.main, x, ids)``); in a conditional expression only
+        on the side a setting's known value takes, not right of an ``and`` / ``or``, nor in a nested function,
+        lambda or comprehension."""
         stack = [node]
         while stack:
             current = stack.pop()
             kind = type(current)
             if kind is cst.Call and self.holders.get(current) == holder:  # type: ignore[arg-type]
                 return True
+            if kind is cst.Arg and dotted_name(current.value) == holder:  # type: ignore[attr-defined]
+                return True
             if kind is cst.IfExp:
                 stack.append(current.test)  # type: ignore[attr-defined]
+                verdict = _setting_verdict(self.analysis, self.cls, current.test, holder, self.changing)  # type: ignore[attr-defined]
+                if verdict is not None:
+                    stack.append(current.body if verdict else current.orelse)  # type: ignore[attr-defined]
                 continue
             if kind is cst.BooleanOperation:
                 stack.append(current.left)  # type: ignore[attr-defined]
@@ -704,6 +763,22 @@ class _Paths:
                 continue
             stack.extend(tree.children(current))
         return False
+
+
+def _own_exits(loop: cst.CSTNode) -> list[cst.CSTNode]:
+    """The ``break`` / ``continue`` of a loop (not of loops inside it) and the ``return`` statements in its body."""
+    found: list[cst.CSTNode] = []
+    stack: list[tuple[cst.CSTNode, bool]] = [(child, False) for child in tree.children(loop.body)]  # type: ignore[attr-defined]
+    while stack:
+        node, inner = stack.pop()
+        kind = type(node)
+        if kind is cst.Return or (kind in (cst.Break, cst.Continue) and not inner):
+            found.append(node)
+        if kind in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
+            continue
+        nested = inner or kind in (cst.For, cst.While)
+        stack.extend((child, nested) for child in tree.children(node))
+    return found
 
 
 def _setting_verdict(analysis: ScriptAnalysis, cls: cst.ClassDef, test: cst.BaseExpression, holder: str, changing: frozenset[str]) -> bool | None:
@@ -716,9 +791,13 @@ def _setting_verdict(analysis: ScriptAnalysis, cls: cst.ClassDef, test: cst.Base
     if not _settings_only(test, changing):
         return None
     read = {name for n in tree.walk(test) if (name := dotted_name(n)) and name.startswith("self.")}  # type: ignore[arg-type]
-    if holder in read or any(name.startswith(holder + ".") for name in read):
-        return True  # the layer's own presence decides
     bindings: dict[str, object] = {"self.training": True}
+    if holder in read or any(name.startswith(holder + ".") for name in read):
+        # The layer's own presence decides (``if self.downsample is not None:``, ``is None`` the other way):
+        # where it is called, it exists.
+        bindings[holder] = SOME_OBJECT
+        verdict = truth(test, bindings)
+        return True if verdict is UNKNOWN else bool(verdict)
     for name in read - {"self.training", "self"}:
         if name.count(".") == 1:
             bindings[name] = _setting_value(analysis, cls, name[5:])
