@@ -617,8 +617,9 @@ SELF_DISTRIBUTING = (
 
 
 def _runs_forward(stmt: cst.BaseStatement, model: str) -> bool:
-    """Whether a simple statement calls the model (``model(torch.zeros(1, 7))``, ``out = model(x)``)."""
-    if not isinstance(stmt, cst.SimpleStatementLine):
+    """Whether a simple statement, or a ``with`` block (``with torch.no_grad(): model(dummy)``), calls the
+    model (``model(torch.zeros(1, 7))``, ``out = model(x)``)."""
+    if not isinstance(stmt, (cst.SimpleStatementLine, cst.With)):
         return False
     return any(type(node) is cst.Call and dotted_name(node.func) == model for node in walk(stmt))  # type: ignore[attr-defined]
 
@@ -674,10 +675,13 @@ def _wrapped_on_one_branch(analysis: ScriptAnalysis) -> Iterator[tuple[cst.Call,
             continue
         target = dotted_name(parent.targets[0].target)
         child: cst.CSTNode = wrap
+        facts = rank_facts(analysis)
         for ancestor in analysis.ancestors(wrap):
             if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
                 break
             if isinstance(ancestor, cst.If) and child is not ancestor.test:
+                if facts.mentions_rank(ancestor.test):
+                    break  # ``if args.local_rank != -1:``: the launch decides, and torchrun takes the wrap
                 others: list[tuple[cst.BaseExpression | None, cst.CSTNode]] = []
                 if child is not ancestor.body:
                     others.append((ancestor.test, ancestor.body))

@@ -22,11 +22,13 @@ VALUE_DRAWS = frozenset(
     }
 )
 #: Draws from numpy's process-wide random state (``z = torch.FloatTensor(np.random.normal(0, 1, (n, nz)))``,
-#: the PyTorch-GAN scripts' noise), sized by their ``size`` argument.
-NUMPY_DRAWS = frozenset(
-    f"numpy.random.{n}"
-    for n in ("normal", "randn", "rand", "randint", "uniform", "standard_normal", "random", "random_sample", "choice", "binomial", "beta", "laplace", "exponential", "poisson")
-)
+#: the PyTorch-GAN scripts' noise), by the position of their ``size`` argument (``None``: every positional
+#: argument is a dimension, ``np.random.randn(n, nz)``).
+NUMPY_SIZE_POSITIONS: dict[str, int | None] = {
+    "normal": 2, "uniform": 2, "randint": 2, "binomial": 2, "beta": 2, "laplace": 2, "choice": 1, "exponential": 1,
+    "poisson": 1, "standard_normal": 0, "random": 0, "random_sample": 0, "randn": None, "rand": None,
+}
+NUMPY_DRAWS = frozenset(f"numpy.random.{n}" for n in NUMPY_SIZE_POSITIONS)
 #: Tensor factories whose shape the draws filling them keep: from their sizes (``torch.empty(x.size(0), nz)``)
 #: or from their first argument (``torch.empty_like(x)``).
 _SIZED_FACTORIES = frozenset({"torch.empty", "torch.zeros", "torch.ones", "torch.full"})
@@ -248,6 +250,13 @@ def _sized_by_the_batch(analysis: ScriptAnalysis, values: PerRankValues, call: c
             return True
         # or a sample shape of its size (``Normal(0, 1).sample((x.size(0), nz))``), read below
     arguments = [a.value for a in call.args if a.keyword is None or a.keyword.value in ("size", "sample_shape")]
+    numpy = next((q.rsplit(".", 1)[-1] for q in analysis.qualified_names(call.func) if q in NUMPY_DRAWS), None)  # type: ignore[arg-type]
+    if numpy is not None and NUMPY_SIZE_POSITIONS[numpy] is not None:
+        # (``np.random.randint(0, x.size(1))``: its bounds are no size; one draw for the step)
+        position = NUMPY_SIZE_POSITIONS[numpy]
+        positional = [a.value for a in call.args if a.keyword is None]
+        arguments = [a.value for a in call.args if a.keyword is not None and a.keyword.value == "size"]
+        arguments += positional[position : position + 1]  # type: ignore[operator]
     if arguments and analysis.is_call_to(call, _SHAPED_LIKE_FIRST) and values.mention(arguments[0]) is not None:
         return True
     for argument in arguments:

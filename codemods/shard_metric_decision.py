@@ -367,7 +367,8 @@ def _gated_training(
         # Under a test of the rank, or one that reads it (``if rank == 0 and acc > best:``, rank 0 evaluating
         # a copy), the value is that rank's own on purpose, and only it saves.
         facts = rank_facts(analysis)
-        periodic = any(type(n) is cst.Modulo for n in walk(branch.test))  # (``if step % save_every == 0:``: a schedule)
+        # ``if step % save_every == 0:``: a schedule (a test that also reads a metric is still a decision on it)
+        periodic = type(branch.test) is cst.Comparison and any(type(n) is cst.Modulo for n in walk(branch.test))
         if not periodic and not facts.mentions_rank(branch.test) and not any(c.kind is Kind.RANK for c in facts.conditions(branch)):
             return _SAVE
     return None

@@ -146,7 +146,9 @@ if master_process:
             elif analysis.is_call_to(call, _WRITES) and type(analysis.parent(call)) is cst.Expr:
                 if facts.guard(call) is not None or any(facts.is_rank_dependent(a.value) for a in call.args if a.keyword is None):
                     continue
-                fixable = all(a.keyword is None or a.keyword.value in ("file", "end") for a in call.args) and len(call.args) >= 1
+                positional = [a for a in call.args if a.keyword is None]
+                # (``tqdm.write(msg, sys.stderr)``: print would print the stream; only keywords carry over)
+                fixable = len(positional) == 1 and positional[0].star == "" and all(a.keyword is None or a.keyword.value in ("file", "end") for a in call.args)
                 yield Match(call, f"{code_of(call.func)}() writes on every process: write on rank 0 only (runtime.print0)", fixable=fixable)
             elif analysis.is_call_to(call, names.TQDM) and not any(a.keyword and a.keyword.value == "disable" for a in call.args):
                 if facts.guard(call) is None:

@@ -369,3 +369,15 @@ def test_a_branch_that_sets_the_model_up_unwrapped_is_left_to_a_human(tmp_path: 
     every_branch = GPU_OPTION.replace("    model = model.cuda(args.gpu)\n", "    model = nn.DataParallel(model, device_ids=[args.gpu]).cuda(args.gpu)\n")
     _, report, _ = migrate_script(tmp_path, every_branch)
     assert "on one branch of an if only" not in report, report
+
+
+def test_a_wrap_chosen_by_the_launch_is_no_wrap_on_one_branch_only(tmp_path: Path) -> None:
+    """A review: ``if args.local_rank != -1: model = DDP(model) else: model = model.to(device)`` (the shape of
+    Hugging Face's example scripts): torchrun sets LOCAL_RANK, so the wrap is always taken."""
+    source = GPU_OPTION.replace('parser.add_argument("--gpu", default=None, type=int)', 'parser.add_argument("--local_rank", default=-1, type=int)').replace(
+        "if args.gpu is not None:\n    model = model.cuda(args.gpu)\nelif torch.cuda.is_available():\n    model = nn.DataParallel(model).cuda()\n",
+        "if args.local_rank != -1:\n    model = nn.parallel.DistributedDataParallel(model)\nelse:\n    model = model.to('cpu')\n",
+    )
+    assert "args.local_rank != -1" in source
+    _, report, _ = migrate_script(tmp_path, source)
+    assert "on one branch of an if only" not in report, report

@@ -55,3 +55,10 @@ def test_each_line_is_written_once_under_torchrun(tmp_path: Path) -> None:
     assert result.stdout.count("epoch 1") == 1 and result.stdout.count("written 1") == 1, result.stdout
     assert result.stderr.count("warned 1") == 2, result.stderr
     assert result.stdout.count("rank-aware") == 4, result.stdout
+
+
+def test_a_write_to_a_stream_given_by_position_is_left_to_a_human(tmp_path: Path) -> None:
+    """``tqdm.write(msg, sys.stderr)``: print would print the stream object; reported, not rewritten."""
+    pytest.importorskip("tqdm")
+    migrated, report, _ = migrate_script(tmp_path, SCRIPT.replace('tqdm.write(f"epoch {epoch}")', 'tqdm.write(f"epoch {epoch}", sys.stderr)'))
+    assert 'tqdm.write(f"epoch {epoch}", sys.stderr)' in migrated and "DDP010 tqdm.write() writes on every process" in report, report

@@ -112,3 +112,10 @@ def test_noise_per_sample_from_numpy_seeded_alike_is_reviewed(tmp_path: Path, se
     assert ("numpy's random state, which every rank seeds alike" in report) is reported, report
     if reported:
         assert "np.random.seed(seed + runtime.rank())" in report
+
+
+def test_a_numpy_draw_whose_bound_reads_the_batch_is_one_draw_for_the_step(tmp_path: Path) -> None:
+    """A review: ``np.random.randint(0, real.size(1))`` (one column for the step) was read as per-sample noise."""
+    draw = "col = np.random.randint(0, real.size(1))\n            fake = netG(real[:, :4] * col)"
+    _, report, _ = migrate_script(tmp_path, NUMPY_GAN.replace("SEED", "np.random.seed(0)").replace("DRAW", draw))
+    assert "DDP051" not in report, report

@@ -591,3 +591,11 @@ def test_saves_decided_on_a_whole_evaluation_or_a_schedule_are_not_reviewed(tmp_
     Path("train.py").write_text(WHOLE_EVALUATION)
     result = CliRunner().invoke(cli, ["train.py"], catch_exceptions=False)
     assert "DDP041" not in result.output, result.output
+
+
+def test_a_schedule_that_also_reads_a_shard_metric_is_reviewed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``if epoch % 2 == 0 and running < best:``: the schedule does not make the metric every rank's."""
+    monkeypatch.chdir(tmp_path)
+    Path("train.py").write_text(BEST.replace("METRIC < best", "epoch % 2 == 0 and running < best").replace("METRIC", "running").replace("SAVE", 'torch.save(model.state_dict(), "best.pt")'))
+    result = CliRunner().invoke(cli, ["train.py"], catch_exceptions=False)
+    assert "DDP041 `epoch % 2 == 0 and running < best` decides on running" in result.output, result.output

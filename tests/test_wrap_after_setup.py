@@ -265,3 +265,10 @@ def test_a_model_of_lazy_layers_is_wrapped_after_its_dry_run(tmp_path: Path) -> 
     text = (migrated / "train.py").read_text()
     assert "# a dry run builds the lazy layers\nmodel = DistributedDataParallel(" in text, text
     assert "checksum" in launch.output, launch.output
+
+
+def test_a_dry_run_without_gradients_is_before_the_wrap_too(tmp_path: Path) -> None:
+    """A review: ``with torch.no_grad(): model(dummy)``, the usual spelling of the dry run, was not looked into."""
+    source = LAZY.replace("model(torch.zeros(1, 5))  # a dry run builds the lazy layers\n", "with torch.no_grad():\n    model(torch.zeros(1, 5))  # a dry run builds the lazy layers\n")
+    migrated, report, _ = migrate_script(tmp_path, source)
+    assert "# a dry run builds the lazy layers\nmodel = DistributedDataParallel(" in migrated, report
