@@ -21,7 +21,7 @@ import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
 
-import helpers
+import run_options
 
 
 def main():
@@ -29,7 +29,7 @@ def main():
     parser.add_argument("--local_rank", type=int, default=DEFAULT)
     parser.add_argument("--epochs", type=int, default=2)
     args = parser.parse_args()
-    helpers.setup_run(args)
+    run_options.setup_run(args)
     torch.manual_seed(0)
     model = nn.Linear(4, 1)
     loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)
@@ -55,7 +55,7 @@ def setup_run(opts):
 
 def write(folder: Path, default: str, slot: str) -> None:
     (folder / "train.py").write_text(TRAIN.replace("DEFAULT", default))
-    (folder / "helpers.py").write_text(HELPERS.replace("SLOT", slot))
+    (folder / "run_options.py").write_text(HELPERS.replace("SLOT", slot))
 
 
 def migrate(folder: Path) -> str:
@@ -67,7 +67,7 @@ def migrate(folder: Path) -> str:
 def test_a_read_in_another_module_comes_from_the_environment(tmp_path: Path) -> None:
     write(tmp_path, "0", "opts.local_rank")
     report = migrate(tmp_path)
-    helpers = (tmp_path / "helpers.py").read_text()
+    helpers = (tmp_path / "run_options.py").read_text()
     assert "opts.slot = runtime.local_rank()" in helpers, helpers
     train = (tmp_path / "train.py").read_text()
     assert "--local_rank" not in train, train  # removed once no module reads it
@@ -81,7 +81,7 @@ def test_a_test_of_the_launchers_default_in_another_module_keeps_the_option(tmp_
     LOCAL_RANK (-1 without torchrun), and the helper's test keeps its meaning."""
     write(tmp_path, "-1", "0 if opts.local_rank == -1 else opts.local_rank")
     migrate(tmp_path)
-    assert (tmp_path / "helpers.py").read_text() == HELPERS.replace("SLOT", "0 if opts.local_rank == -1 else opts.local_rank")
+    assert (tmp_path / "run_options.py").read_text() == HELPERS.replace("SLOT", "0 if opts.local_rank == -1 else opts.local_rank")
     train = (tmp_path / "train.py").read_text()
     assert '"--local_rank", type=int, default=int(os.environ.get("LOCAL_RANK", -1))' in train, train
 
