@@ -17,6 +17,7 @@ from .analysis import (
     walk,
     wrapped_argument,
 )
+from .analysis.legacy import legacy_facts
 from .analysis.ranks import counts_the_processes, rank_facts
 from .analysis.script import SELF_RETURNING_METHODS
 from .analysis.trainable import frozen_models, skipped_in_some_steps
@@ -675,12 +676,11 @@ def _wrapped_on_one_branch(analysis: ScriptAnalysis) -> Iterator[tuple[cst.Call,
             continue
         target = dotted_name(parent.targets[0].target)
         child: cst.CSTNode = wrap
-        facts = rank_facts(analysis)
         for ancestor in analysis.ancestors(wrap):
             if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
                 break
             if isinstance(ancestor, cst.If) and child is not ancestor.test:
-                if facts.mentions_rank(ancestor.test):
+                if _reads_the_launch(analysis, ancestor.test):
                     break  # ``if args.local_rank != -1:``: the launch decides, and torchrun takes the wrap
                 others: list[tuple[cst.BaseExpression | None, cst.CSTNode]] = []
                 if child is not ancestor.body:
@@ -703,6 +703,17 @@ def _wrapped_on_one_branch(analysis: ScriptAnalysis) -> Iterator[tuple[cst.Call,
                     continue
                 break
             child = ancestor
+
+
+def _reads_the_launch(analysis: ScriptAnalysis, test: cst.BaseExpression) -> bool:
+    """Whether a test reads what the launcher sets: the ``--local_rank`` option ``torch.distributed.launch``
+    filled (``args.local_rank != -1``) or the launch's environment (``"WORLD_SIZE" in os.environ``)."""
+    dests = legacy_facts(analysis).local_rank_dests
+    for node in walk(test):
+        name = dotted_name(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
+        if name is not None and (name.rsplit(".", 1)[-1] in dests or name.startswith("os.environ")):
+            return True
+    return False
 
 
 def _binds_unwrapped(analysis: ScriptAnalysis, block: cst.CSTNode, models: set[str | None]) -> bool:
