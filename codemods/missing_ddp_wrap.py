@@ -734,8 +734,10 @@ def _binds_unwrapped(analysis: ScriptAnalysis, block: cst.CSTNode, models: set[s
 
 
 def _is_cuda_test(analysis: ScriptAnalysis, test: cst.BaseExpression) -> bool:
-    """``torch.cuda.is_available()`` or its negation: the CPU path, which :func:`_wrapped_only_with_cuda` reads."""
-    inner = test.expression if isinstance(test, cst.UnaryOperation) else test  # type: ignore[attr-defined]
+    """``torch.cuda.is_available()`` or its negation (``not torch.cuda.is_available()``): the test that keeps a
+    CPU run off a branch (:func:`_wrapped_only_with_cuda`)."""
+    negated = isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not)
+    inner = test.expression if negated else test  # type: ignore[attr-defined]
     return isinstance(inner, cst.Call) and analysis.is_call_to(inner, names.CUDA_IS_AVAILABLE)
 
 
@@ -753,8 +755,7 @@ def _wrapped_only_with_cuda(analysis: ScriptAnalysis) -> Iterator[tuple[cst.Call
             if isinstance(ancestor, cst.If) and child is not ancestor.test:
                 test = ancestor.test
                 negated = isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not)
-                inner = test.expression if negated else test  # type: ignore[attr-defined]
-                if isinstance(inner, cst.Call) and analysis.is_call_to(inner, names.CUDA_IS_AVAILABLE):
+                if _is_cuda_test(analysis, test):
                     in_body = child is ancestor.body
                     cpu_path = ancestor.orelse if in_body else ancestor.body
                     wraps_there = cpu_path is not None and any(

@@ -24,6 +24,7 @@ from .script import (
     is_none,
     is_true,
     keyword_argument,
+    leaves_function,
     own_method,
     returns_of,
     subscript_key,
@@ -652,6 +653,14 @@ class _Paths:
         self.cls = cls
         self.holders = holders
         self.changing = changing
+        self._verdicts: dict[tuple[cst.CSTNode, str], bool | None] = {}
+
+    def _verdict(self, test: cst.BaseExpression, holder: str) -> bool | None:
+        """:func:`_setting_verdict` of a test for a layer, found once (every layer asks of every test)."""
+        key = (test, holder)
+        if key not in self._verdicts:
+            self._verdicts[key] = _setting_verdict(self.analysis, self.cls, test, holder, self.changing)
+        return self._verdicts[key]
 
     def always(self, statements: Sequence[cst.BaseStatement], holder: str) -> bool:
         """Whether running the statements in order calls the layer on every path."""
@@ -677,7 +686,7 @@ class _Paths:
             if kind is cst.If:
                 if self._calls(statement.test, holder):  # type: ignore[attr-defined]
                     return _CALLED
-                verdict = _setting_verdict(self.analysis, self.cls, statement.test, holder, self.changing)  # type: ignore[attr-defined]
+                verdict = self._verdict(statement.test, holder)  # type: ignore[attr-defined]
                 sides = [(statement.body, True), (statement.orelse, False)]  # type: ignore[attr-defined]
                 ends = [self._side(side, holder) for side, branch in sides if verdict is None or verdict is branch]
                 if all(end == _CALLED for end in ends):
@@ -715,7 +724,7 @@ class _Paths:
                 if any(type(small) in (cst.Return, cst.Break, cst.Continue) for small in statement.body):  # type: ignore[attr-defined]
                     return True
             elif kind is cst.If:
-                verdict = _setting_verdict(self.analysis, self.cls, statement.test, holder, self.changing)  # type: ignore[attr-defined]
+                verdict = self._verdict(statement.test, holder)  # type: ignore[attr-defined]
                 for side, branch in ((statement.body, True), (statement.orelse, False)):  # type: ignore[attr-defined]
                     if side is None or (verdict is not None and verdict is not branch):
                         continue
@@ -725,7 +734,7 @@ class _Paths:
             elif kind in (cst.With, cst.Try):
                 if self._may_cut(statement.body.body, holder):  # type: ignore[attr-defined]
                     return True
-            elif kind in (cst.For, cst.While) and any(type(n) is cst.Return for n in _own_exits(statement)):
+            elif kind in (cst.For, cst.While) and leaves_function(statement):
                 return True
         return False
 
@@ -752,7 +761,7 @@ class _Paths:
                 return True
             if kind is cst.IfExp:
                 stack.append(current.test)  # type: ignore[attr-defined]
-                verdict = _setting_verdict(self.analysis, self.cls, current.test, holder, self.changing)  # type: ignore[attr-defined]
+                verdict = self._verdict(current.test, holder)  # type: ignore[attr-defined]
                 if verdict is not None:
                     stack.append(current.body if verdict else current.orelse)  # type: ignore[attr-defined]
                 continue
@@ -763,22 +772,6 @@ class _Paths:
                 continue
             stack.extend(tree.children(current))
         return False
-
-
-def _own_exits(loop: cst.CSTNode) -> list[cst.CSTNode]:
-    """The ``break`` / ``continue`` of a loop (not of loops inside it) and the ``return`` statements in its body."""
-    found: list[cst.CSTNode] = []
-    stack: list[tuple[cst.CSTNode, bool]] = [(child, False) for child in tree.children(loop.body)]  # type: ignore[attr-defined]
-    while stack:
-        node, inner = stack.pop()
-        kind = type(node)
-        if kind is cst.Return or (kind in (cst.Break, cst.Continue) and not inner):
-            found.append(node)
-        if kind in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
-            continue
-        nested = inner or kind in (cst.For, cst.While)
-        stack.extend((child, nested) for child in tree.children(node))
-    return found
 
 
 def _setting_verdict(analysis: ScriptAnalysis, cls: cst.ClassDef, test: cst.BaseExpression, holder: str, changing: frozenset[str]) -> bool | None:
@@ -812,12 +805,7 @@ def _setting_value(analysis: ScriptAnalysis, cls: cst.ClassDef, attribute: str) 
     literal every construction of the class passes for the ``__init__`` parameter it copies (or that
     parameter's default); :data:`UNKNOWN` otherwise."""
     init = own_method(cls, "__init__")
-    values = [
-        node.value  # type: ignore[attr-defined]
-        for node in walk(cls)
-        if type(node) in (cst.Assign, cst.AnnAssign, cst.AugAssign)
-        and any(dotted_name(t) == f"self.{attribute}" for t in _assigned_targets(node))  # type: ignore[arg-type]
-    ]
+    values = [node.value for node in _stores_of(cls, attribute)]  # type: ignore[attr-defined]
     if init is None or len(values) != 1 or values[0] is None or analysis.enclosing_function(values[0]) is not init:
         return UNKNOWN
     value = values[0]
@@ -833,10 +821,19 @@ def _setting_value(analysis: ScriptAnalysis, cls: cst.ClassDef, attribute: str) 
     return UNKNOWN if only is SOME_OBJECT else only
 
 
-def _assigned_targets(node: cst.CSTNode) -> list[cst.BaseExpression]:
-    if type(node) is cst.Assign:
-        return [t.target for t in node.targets]  # type: ignore[attr-defined]
-    return [node.target]  # type: ignore[attr-defined]
+def _stores_of(cls: cst.ClassDef, attribute: str) -> list[cst.CSTNode]:
+    """The statements of the class that store into ``self.<attribute>``: assignments, annotated ones and
+    augmented ones (``self.calls += 1``), in source order."""
+    target = f"self.{attribute}"
+    found: list[cst.CSTNode] = []
+    for node in walk(cls):
+        kind = type(node)
+        if kind is cst.Assign:
+            if any(dotted_name(t.target) == target for t in node.targets):  # type: ignore[attr-defined]
+                found.append(node)
+        elif (kind is cst.AnnAssign or kind is cst.AugAssign) and dotted_name(node.target) == target:  # type: ignore[attr-defined]
+            found.append(node)
+    return found
 
 
 def _built_whatever_the_settings(cls: cst.ClassDef, attribute: str) -> bool:
@@ -844,11 +841,7 @@ def _built_whatever_the_settings(cls: cst.ClassDef, attribute: str) -> bool:
     init = own_method(cls, "__init__")
     if init is None or not isinstance(init.body, cst.IndentedBlock):
         return False
-    assigned = [
-        node
-        for node in walk(cls)
-        if type(node) is cst.Assign and any(dotted_name(t.target) == f"self.{attribute}" for t in node.targets)  # type: ignore[attr-defined]
-    ]
+    assigned = [node for node in _stores_of(cls, attribute) if type(node) is cst.Assign]
     if len(assigned) != 1 or type(assigned[0].value) is not cst.Call:  # type: ignore[attr-defined]
         return False
     return any(
@@ -989,11 +982,7 @@ PARAMETER_FREE_LAYERS = frozenset(
 def _may_have_parameters(analysis: ScriptAnalysis, cls: cst.ClassDef, attribute: str) -> bool:
     """Whether ``self.<attribute>`` of the class may hold parameters: not when every value the class gives
     it is a torch.nn loss, activation, dropout or pooling layer (``self.loss_fn = nn.CrossEntropyLoss()``)."""
-    values = [
-        node.value  # type: ignore[attr-defined]
-        for node in walk(cls)
-        if type(node) is cst.Assign and any(dotted_name(t.target) == f"self.{attribute}" for t in node.targets)  # type: ignore[attr-defined]
-    ]
+    values = [node.value for node in _stores_of(cls, attribute) if type(node) is cst.Assign]  # type: ignore[attr-defined]
     if not values:
         return True
     for value in values:
