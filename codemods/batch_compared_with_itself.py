@@ -42,7 +42,7 @@ class BatchComparedWithItself(Rule):
     product of two values computed from this process's batch, the second with its samples turned into
     columns (``z @ z.t()``, ``torch.mm(a, b.T)``, ``torch.matmul(q, k.transpose(0, 1))``,
     ``torch.einsum("id,jd->ij", a, b)``), or the distances between every pair of their rows
-    (``torch.cdist(a, b)``), where gradients are taken (not under
+    (``torch.cdist(a, b)``, ``F.cosine_similarity(a.unsqueeze(1), b.unsqueeze(0), dim=-1)``), where gradients are taken (not under
     ``torch.no_grad()``): the similarity matrix of a contrastive loss (SimCLR's NT-Xent, CLIP, InfoNCE with
     in-batch negatives) or of in-batch hard-negative mining.
 
@@ -61,7 +61,7 @@ class BatchComparedWithItself(Rule):
     name = "batch-compared-with-itself"
     phase = Phase.OUTPUT
     severity = Severity.WARNING
-    triggers = ("@", "mm(", "matmul(", "cdist(", "einsum(")
+    triggers = ("@", "mm(", "matmul(", "cdist(", "einsum(", "cosine_similarity(", "pairwise_distance(")
     requires = ("backward",)
     needs_names = (names.DISTRIBUTED_DATA_PARALLEL,)
     manual_fix = "all_gather the embeddings of every rank (torch.distributed.nn.functional.all_gather) before comparing"
@@ -94,6 +94,23 @@ loader = DataLoader(pairs, batch_size=32, sampler=DistributedSampler(pairs))
 for images, texts in loader:
     logits = torch.einsum("id,jd->ij", model(images), model(texts))
     loss = F.cross_entropy(logits, torch.arange(len(images)))
+    loss.backward()
+""",
+        ),
+        # The same similarity matrix by broadcasting (a trial's SimCLR): a row against every row.
+        Example(
+            before="""\
+import torch
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler
+
+model = DistributedDataParallel(net)
+loader = DataLoader(pairs, batch_size=32, sampler=DistributedSampler(pairs))
+for v1, v2 in loader:
+    z = torch.cat([model(v1), model(v2)])
+    similarity = F.cosine_similarity(z.unsqueeze(1), z.unsqueeze(0), dim=2)
+    loss = F.cross_entropy(similarity.fill_diagonal_(-1e9), targets)
     loss.backward()
 """,
         ),
@@ -158,6 +175,10 @@ def _comparisons(analysis: ScriptAnalysis) -> Iterator[tuple[cst.CSTNode, cst.Ba
         operands = [a.value for a in call.args if a.keyword is None]
         if len(operands) == 3 and isinstance(operands[0], cst.SimpleString) and _compares_rows(operands[0].evaluated_value):
             yield call, operands[1], operands[2], "multiplies"
+    for call in analysis.calls_to(_BROADCAST_MEASURES):
+        pair = _broadcast_pairs(call)
+        if pair is not None:
+            yield call, pair[0], pair[1], "compares"
     for call in analysis.calls_to(_PRODUCTS | _PAIRWISE):
         operands = [a.value for a in call.args if a.keyword is None]
         if len(operands) < 2:
@@ -171,6 +192,36 @@ def _comparisons(analysis: ScriptAnalysis) -> Iterator[tuple[cst.CSTNode, cst.Ba
 
 
 _EINSUM = frozenset({"torch.einsum"})
+#: Functions that compare two tensors along a dimension, broadcasting the others (``F.cosine_similarity``).
+_BROADCAST_MEASURES = frozenset({"torch.nn.functional.cosine_similarity", "torch.cosine_similarity", "torch.nn.functional.pairwise_distance", "torch.pairwise_distance"})
+
+
+def _with_new_axis(expr: cst.BaseExpression) -> tuple[cst.BaseExpression, str] | None:
+    """``z.unsqueeze(1)`` or ``z[:, None]`` (a new axis after the batch's: ``"after"``), ``z.unsqueeze(0)`` or
+    ``z[None]`` (a new axis before it: ``"before"``), with the tensor under the new axis."""
+    if isinstance(expr, cst.Call) and call_method_name(expr) == "unsqueeze" and len(expr.args) == 1:
+        where = code_of(expr.args[0].value).strip()
+        if where in ("0", "1"):
+            return expr.func.value, "before" if where == "0" else "after"  # type: ignore[attr-defined]
+    if isinstance(expr, cst.Subscript) and expr.slice:
+        parts = [code_of(e.slice).strip() for e in expr.slice]
+        if parts[0] == "None" and "None" not in parts[1:]:
+            return expr.value, "before"
+        if len(parts) >= 2 and parts[0] == ":" and parts[1] == "None":
+            return expr.value, "after"
+    return None
+
+
+def _broadcast_pairs(call: cst.Call) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
+    """The two tensors a ``cosine_similarity(a.unsqueeze(1), b.unsqueeze(0), dim=-1)`` compares row by row, each
+    row of one with every row of the other (one gets a new axis after its batch axis, the other before)."""
+    operands = [a.value for a in call.args if a.keyword is None][:2]
+    if len(operands) != 2:
+        return None
+    first, second = _with_new_axis(operands[0]), _with_new_axis(operands[1])
+    if first is None or second is None or first[1] == second[1]:
+        return None
+    return first[0], second[0]
 
 
 def _compares_rows(equation: object) -> bool:

@@ -37,7 +37,8 @@ class DataParallelCheckpointKeys(Rule):
 
     A state dict that never reaches a file (an EMA updated key by key from ``msd = model.state_dict()``, or
     ``ema.load_state_dict(model.state_dict())``) is left to DDP008 (``.module.state_dict()``): its keys must
-    match the copy it updates, which the migration makes of ``model.module``.
+    match the copy it updates, which the migration makes of ``model.module``. Loaded into a DataParallel that
+    the migration keeps (a copy never trained, see DDP001), it keeps the prefix that copy expects.
 
     Fix safety: none; the checkpoint keeps its format.
     """
@@ -55,6 +56,7 @@ class DataParallelCheckpointKeys(Rule):
 import torch.nn as nn
 
 model = nn.DataParallel(Net())
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 torch.save({"model": model.state_dict()}, "ckpt.pt")
 """,
             after="""\
@@ -62,6 +64,7 @@ import torch.nn as nn
 from ddp_migrate import runtime
 
 model = nn.DataParallel(Net())
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 torch.save({"model": runtime.unwrap(model).state_dict(prefix="module.")}, "ckpt.pt")
 """,
         ),
@@ -203,7 +206,7 @@ def _conditional(analysis: ScriptAnalysis, wrap: cst.Call, within: cst.CSTNode |
     for ancestor in analysis.ancestors(wrap):
         if ancestor is stop:
             return False
-        if isinstance(ancestor, (cst.If, cst.IfExp)) and child is not ancestor.test:
+        if isinstance(ancestor, (cst.If, cst.IfExp)) and child is not ancestor.test and ancestor is not analysis.main_guard:
             other = ancestor.orelse if child is ancestor.body else ancestor.body
             if not _wraps_too(analysis, other, _wrap_target(analysis, wrap)):
                 return True
@@ -247,7 +250,11 @@ def _kept_in_memory(analysis: ScriptAnalysis, call: cst.Call) -> bool:
     parent = analysis.parent(call)
     if isinstance(parent, cst.Arg):
         holder = analysis.parent(parent)
-        return isinstance(holder, cst.Call) and call_method_name(holder) == "load_state_dict"
+        if not (isinstance(holder, cst.Call) and call_method_name(holder) == "load_state_dict"):
+            return False
+        # A DataParallel the migration keeps (a copy never trained) takes module. keys still.
+        origins = analysis.origins(holder.func.value)  # type: ignore[attr-defined]
+        return not any(wrap in origins for wrap in analysis.untrained_wraps)
     if not (isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name)):
         return False
     function = analysis.enclosing_function(call)

@@ -206,8 +206,8 @@ else:
                 fixable=False,
             )
         for call in analysis.calls_to(names.DATA_PARALLEL):
-            if self._non_distributed_branch(analysis, call) or analysis.program_only_infers:
-                continue  # (a prediction script: DataParallel serves it, see notes)
+            if self._non_distributed_branch(analysis, call) or analysis.program_only_infers or call in analysis.untrained_wraps:
+                continue  # (a prediction script, a copy never trained: DataParallel serves it, see notes)
             if _in_a_lambda(analysis, call):
                 yield Match(
                     call,
@@ -294,6 +294,16 @@ else:
             )
             for call in analysis.calls_to(names.DATA_PARALLEL)
             if analysis.program_only_infers
+        ] + [
+            Note(
+                self.code,
+                analysis.line(call),
+                "nn.DataParallel kept: the program never trains the model it wraps (no forward, no optimizer; it only "
+                "loads or hands out weights), so it needs no DistributedDataParallel, which would want a model on this "
+                "process's device",
+            )
+            for call in analysis.untrained_wraps
+            if not analysis.program_only_infers
         ]
 
     @staticmethod
@@ -303,8 +313,8 @@ else:
         owner = analysis.parent(block) if block is not None else None
         if isinstance(owner, cst.Else):
             owner = analysis.parent(owner)
-        if not isinstance(owner, cst.If):
-            return None, None
+        if not isinstance(owner, cst.If) or owner is analysis.main_guard:
+            return None, None  # (``if __name__ == "__main__":`` runs every time: no condition on the wrap)
         top = owner
         while isinstance(analysis.parent(top), cst.If) and analysis.parent(top).orelse is top:  # type: ignore[union-attr]
             top = analysis.parent(top)  # type: ignore[assignment]

@@ -7,7 +7,8 @@ from typing import Iterator
 import libcst as cst
 
 from .analysis import ScriptAnalysis, walk
-from .analysis.loaders import COMPREHENSIONS, loader_facts
+from .analysis.loaders import loader_facts
+from .analysis.script import COMPREHENSIONS
 from .base import Example, Match, Phase, Rule, Severity, Valid
 
 

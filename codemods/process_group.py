@@ -18,6 +18,11 @@ NEVER_DESTROYED = (
     "the program sets up a process group but never destroys it "
     "(torch warns of leaked resources; with gloo a process may abort at exit)"
 )
+CONDITIONAL_SETUP = (
+    "the program sets up its process group only under a condition (launched by torchrun), but wraps its model "
+    "in DistributedDataParallel on every path: a plain python run fails without a group; runtime.setup() after "
+    "the set-up makes a world of one there (and does nothing where the group exists)"
+)
 BARE_TEARDOWN = (
     "the group runtime.setup() made is destroyed by destroy_process_group() alone: with gloo a process may "
     "still abort at exit; runtime.cleanup() destroys it and waits for gloo's threads"
@@ -45,6 +50,11 @@ class MissingProcessGroup(Rule):
     ``__main__`` block's end when the set-up is at module level). ``setup()`` reads torchrun's environment, picks ``nccl`` on CUDA and
     ``gloo`` on CPU, sets this process's CUDA device, and falls back to a world of one process when the
     script runs as plain ``python train.py``.
+
+    A program that sets up its group only under a condition (``if "WORLD_SIZE" in os.environ:
+    init_process_group()``, in the entry or in a helper it calls) while a DDP wrap runs on every path gets
+    ``runtime.setup()`` right after the statement that leads to its set-up: it does nothing where the group
+    exists, and gives a plain ``python`` run a world of one, without which the wrap fails.
 
     For a program that only never destroys its group: ``runtime.cleanup()`` at the end of that same
     block (nothing is added where the block ends by returning a computed value, which may still need the
@@ -148,6 +158,44 @@ if __name__ == "__main__":
     main()
 """,
         ),
+        # A set-up only when launched, a wrap on every path: plain python needs a group too (a trial's crash).
+        Example(
+            before="""\
+import os
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def main():
+    if "WORLD_SIZE" in os.environ:
+        dist.init_process_group("gloo")
+    model = DDP(build())
+    model(x).sum().backward()
+
+
+if __name__ == "__main__":
+    main()
+""",
+            after="""\
+import os
+import torch.distributed as dist
+from ddp_migrate import runtime
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def main():
+    if "WORLD_SIZE" in os.environ:
+        dist.init_process_group("gloo")
+    runtime.setup()
+    model = DDP(build())
+    model(x).sum().backward()
+    runtime.cleanup()
+
+
+if __name__ == "__main__":
+    main()
+""",
+        ),
         Example(
             before="""\
 import torch.distributed as dist
@@ -195,10 +243,37 @@ dist.destroy_process_group(group)
             node = analysis.backward_calls[0] if analysis.backward_calls else analysis.first_group_need
             if node is not None:
                 yield Match(node, "training script never sets up a process group for DDP")
-        elif self._never_destroyed(analysis):
+            return
+        if self._never_destroyed(analysis):
             node = analysis.first_group_need
             if node is not None:
                 yield Match(node, NEVER_DESTROYED)
+        anchor = self._after_a_conditional_setup(analysis)
+        if anchor is not None:
+            yield Match(anchor, CONDITIONAL_SETUP)
+
+    @staticmethod
+    def _after_a_conditional_setup(analysis: ScriptAnalysis) -> cst.BaseStatement | None:
+        """Where ``runtime.setup()`` must follow the program's own set-up, when that set-up runs only under a
+        condition (``if "WORLD_SIZE" in os.environ: init_process_group()``, in the entry or up the calls of a
+        helper) while a DDP wrap runs on every path: the statement of the work block (``main()``, the
+        ``__main__`` block, the module) that leads to the last set-up. ``setup()`` does nothing where the
+        group exists and makes a world of one where it does not (a plain ``python`` run)."""
+        if analysis.group_set_up_by_runtime or analysis.setup_site is None:
+            return None
+        setups = [call for module in analysis._runs_with for call in module.process_group_setups if analysis.may_run(call)]
+        wraps = [w for w in analysis.program_wrap_calls if analysis.is_call_to(w, names.DISTRIBUTED_DATA_PARALLEL)]
+        if not setups or not all(_on_some_paths(analysis, call) for call in setups):
+            return None
+        if all(_on_some_paths(analysis, wrap) for wrap in wraps):
+            return None  # (``if args.distributed: model = DDP(model)``: the wrap runs where the group was set up)
+        body, _ = MissingProcessGroup._work_block(analysis, analysis.setup_site)
+        anchor = None
+        for call in setups:
+            for home, place in analysis.places_up_the_calls(call):
+                if home is analysis:
+                    anchor = next((stmt for stmt in body if stmt is place or analysis.is_inside(place, stmt)), anchor)
+        return anchor
 
     @staticmethod
     def _wraps_in_ddp(analysis: ScriptAnalysis) -> bool:
@@ -230,8 +305,16 @@ dist.destroy_process_group(group)
         edits = Edits(analysis)
         rt = runtime_name(analysis, edits)
         cleanup = statement(f"{rt}.cleanup()")
-        if analysis.is_distributed:  # the program sets its group up itself: only the clean-up is missing
-            return self._add_cleanup(analysis, site, edits, cleanup)
+        if analysis.is_distributed:  # the program sets its group up itself: the clean-up is missing, or a set-up on every path
+            anchor = self._after_a_conditional_setup(analysis)
+            if anchor is not None:
+                edits.insert_after(anchor, statement(f"{rt}.setup()"))
+                edits.changes.append(
+                    Change(self.code, analysis.line(anchor), "runtime.setup() after the program's own set-up, which runs only when launched: a plain python run gets a world of one for the DDP wrap")
+                )
+            if self._never_destroyed(analysis):
+                return self._add_cleanup(analysis, site, edits, cleanup)
+            return edits.apply(analysis.module) if edits else None
         setup = statement(f"{rt}.setup()")
         if isinstance(site, (cst.FunctionDef, cst.If)):
             body = statements_of(site.body)
@@ -314,3 +397,18 @@ dist.destroy_process_group(group)
             else:
                 break
         return anchor
+
+
+def _on_some_paths(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
+    """Whether the node runs only under a condition: inside a branch of an ``if`` (or a conditional
+    expression) of its function, or of a function up the calls that lead to it."""
+    for home, place in analysis.places_up_the_calls(node):
+        child = place
+        for ancestor in home.ancestors(place):
+            kind = type(ancestor)
+            if kind is cst.FunctionDef or kind is cst.Module:
+                break
+            if (kind is cst.If or kind is cst.IfExp) and child is not ancestor.test and ancestor is not home.main_guard:  # type: ignore[attr-defined]
+                return True
+            child = ancestor
+    return False

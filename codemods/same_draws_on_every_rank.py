@@ -11,7 +11,7 @@ from .analysis import ScriptAnalysis, call_method_name, dotted_name, keyword_arg
 from .analysis.loaders import without_gradients
 from .analysis.per_rank import PerRankValues, per_rank_values
 from .analysis.ranks import draws_per_rank, generator_seeded_alike, seeds_alike
-from .base import Example, Match, Phase, Rule, Severity, Valid
+from .base import Example, Match, Note, Options, Phase, Rule, Severity, Valid
 from .edits import code_of
 
 #: Draws of values from torch's random state (process-wide, or a ``generator=``): noise, time steps, masks.
@@ -57,7 +57,9 @@ class SameDrawsOnEveryRank(Rule):
     that every rank seeds alike (``np.random.normal(0, 1, (real.shape[0], nz))``, the noise of many GAN
     scripts). Also such a draw from a ``generator=`` that
     every rank seeds alike (``g = torch.Generator(); g.manual_seed(0)``; unseeded, a new generator starts
-    from the same fixed seed everywhere).
+    from the same fixed seed everywhere). A random augmentation in a dataset's ``__getitem__`` (``x +
+    torch.randn(4)``, ``np.random.uniform(...)``) under such a seed gets a note, not a review: every rank's
+    k-th sample gets the same draw, but the samples differ.
 
     Why it is a problem: the ranks' random states start alike and draw alike, so every rank draws the same
     numbers for its share of the batch: the global batch holds N copies of the same noise, where the original
@@ -145,6 +147,19 @@ for x, y in loader:
         ),
     )
 
+    def notes(self, analysis: ScriptAnalysis, options: Options) -> list[Note]:
+        return [
+            Note(
+                self.code,
+                analysis.line(call),
+                f"`{getitem.name.value}()` draws its random augmentation (`{code_of(call)}`) from a random state every "
+                "rank seeds alike (the loader's workers are seeded from it): each rank's k-th sample gets the same draw, "
+                f"where the original drew afresh for every sample; for independent draws seed each rank differently after "
+                f"the wrap ({seeding}(seed + runtime.rank()))",
+            )
+            for getitem, call, seeding in augmentations_drawn_alike(analysis)
+        ]
+
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
         if not analysis.program_wrap_calls or not analysis.program_backward_calls:
             return
@@ -156,7 +171,7 @@ for x, y in loader:
         if values is None or draws_per_rank(analysis):
             return
         process_wide = [call for call in draws if keyword_argument(call, "generator") is None]
-        for getitem, call in _random_items(analysis, process_wide):  # (in any module: a dataset module of its own)
+        for getitem, call in _random_items(analysis, process_wide, reading_index=False):  # (in any module: a dataset module of its own)
             if seeds_alike(analysis, "torch"):
                 yield Match(
                     call,
@@ -198,6 +213,20 @@ for x, y in loader:
                 )
 
 
+def augmentations_drawn_alike(analysis: ScriptAnalysis) -> list[tuple[cst.FunctionDef, cst.Call, str]]:
+    """Random augmentations in a dataset's ``__getitem__`` that reads its index, drawn from a random state
+    (torch's or numpy's) that every rank seeds alike, in a program that trains a DDP model: the item, its first
+    draw, and the seeding call that would part the ranks."""
+    if not analysis.program_wrap_calls or not analysis.program_backward_calls or per_rank_values(analysis) is None or draws_per_rank(analysis):
+        return []
+    found = []
+    torch_draws = [call for call in _draws(analysis) if keyword_argument(call, "generator") is None]
+    for draws, state, seeding in ((torch_draws, "torch", "torch.manual_seed"), (list(analysis.calls_to(NUMPY_DRAWS)), "numpy", "np.random.seed")):
+        if draws and seeds_alike(analysis, state):
+            found += [(getitem, call, seeding) for getitem, call in _random_items(analysis, draws, reading_index=True)]
+    return found
+
+
 def _draws(analysis: ScriptAnalysis) -> list[cst.Call]:
     """The calls that draw values from torch's random state: torch's sampling functions, the methods that fill
     a tensor with draws, and the sampling methods of a ``torch.distributions`` object."""
@@ -216,9 +245,10 @@ def _draws(analysis: ScriptAnalysis) -> list[cst.Call]:
     return found
 
 
-def _random_items(analysis: ScriptAnalysis, draws: list[cst.Call]) -> Iterator[tuple[cst.FunctionDef, cst.Call]]:
-    """The ``__getitem__(self, idx)`` methods that never read their index and draw from torch's random state
-    (a nanoGPT-style dataset of random windows), with their first draw."""
+def _random_items(analysis: ScriptAnalysis, draws: list[cst.Call], reading_index: bool) -> Iterator[tuple[cst.FunctionDef, cst.Call]]:
+    """The ``__getitem__(self, idx)`` methods that draw (one of ``draws``), with their first draw: those that
+    never read their index (``reading_index=False``: a nanoGPT-style dataset of random windows), or those that
+    do (a random augmentation of the sample they read: ``x + torch.randn(4)``)."""
     for function in analysis.functions:
         if function.name.value != "__getitem__" or analysis.enclosing_class(function) is None:
             continue
@@ -226,11 +256,12 @@ def _random_items(analysis: ScriptAnalysis, draws: list[cst.Call]) -> Iterator[t
         if len(params) != 2:
             continue
         index = params[1].name.value
-        if any(type(n) is cst.Name and n.value == index for n in walk(function.body)):  # type: ignore[attr-defined]
+        if any(type(n) is cst.Name and n.value == index for n in walk(function.body)) is not reading_index:  # type: ignore[attr-defined]
             continue
         draw = next((call for call in draws if analysis.is_inside(call, function)), None)
         if draw is not None:
             yield function, draw
+
 
 
 def _sized_by_the_batch(analysis: ScriptAnalysis, values: PerRankValues, call: cst.Call) -> bool:

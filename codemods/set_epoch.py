@@ -237,6 +237,31 @@ for epoch in range(10):
         loss_fn(model(x), y).backward()
 """
         ),
+        # A loader built in the epoch loop that never shuffles: no epoch to tell (a trial's needless review).
+        Valid(
+            """\
+from torch.utils.data import DataLoader, DistributedSampler
+
+for epoch in range(3):
+    data = build(epoch)
+    for x, y in DataLoader(data, batch_size=8, sampler=DistributedSampler(data, shuffle=False)):
+        loss_fn(model(x), y).backward()
+"""
+        ),
+        # One pass over the data, outside any loop (a fine-tuning pass): the sampler's epoch 0 orders it.
+        Valid(
+            """\
+from torch.utils.data import DataLoader, DistributedSampler
+
+
+def finetune(model, loader):
+    for x, y in loader:
+        loss_fn(model(x), y).backward()
+
+
+finetune(model, DataLoader(ds, batch_size=8, sampler=DistributedSampler(ds)))
+"""
+        ),
     )
 
     def _cases(self, analysis: ScriptAnalysis) -> Iterator[tuple[cst.Call, EpochLoop | None, cst.BaseExpression | None]]:
@@ -256,6 +281,7 @@ for epoch in range(10):
                     and not facts.iterator_restarts(loader)
                     and not facts.generator_passes(loader)
                     and not facts.cycled(loader)
+                    and not _passed_over_once(analysis, loader)  # (the sampler's epoch 0 is all one pass needs)
                 ):
                     yield loader, None, None
                 continue
@@ -296,13 +322,13 @@ for epoch in range(10):
                 yield Match(stmt, "a new pass over the loader starts here without set_epoch: every pass repeats the same order")
         loops: set[cst.CSTNode] = set()
         for loader, epoch, spelling in self._cases(analysis):
+            fixable = epoch is not None and epoch.epoch_var is not None and spelling is not None
+            if not fixable and _never_shuffles(analysis, loader):
+                continue  # (``DistributedSampler(ds, shuffle=False)``: the same order every epoch, whatever it is told)
             if epoch is None:
-                if _never_shuffles(analysis, loader):
-                    continue  # (``DistributedSampler(ds, shuffle=False)``: the same order every epoch, whatever it is told)
                 yield Match(loader, "DistributedSampler without set_epoch, and no epoch loop found: call set_epoch(epoch) each epoch", fixable=False)
             elif epoch.loop not in loops:  # (one finding per loop, whatever the number of loaders reaching it)
                 loops.add(epoch.loop)
-                fixable = epoch.epoch_var is not None and spelling is not None
                 yield Match(epoch.loop, "epoch loop never calls set_epoch: every epoch repeats the same order", fixable=fixable)
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
@@ -322,7 +348,7 @@ for epoch in range(10):
         written: set[tuple[cst.CSTNode, str]] = set()  # (several loaders reach one loop: a call each is one too many)
         for loader, epoch, spelling in self._cases(analysis):
             if epoch is None or epoch.epoch_var is None or spelling is None:
-                if epoch is None and _never_shuffles(analysis, loader):
+                if _never_shuffles(analysis, loader):
                     continue
                 anchor = analysis.statement(loader if epoch is None else epoch.loop)
                 if (anchor, "todo") not in written:
@@ -392,3 +418,21 @@ def _never_shuffles(analysis: ScriptAnalysis, loader: cst.CSTNode) -> bool:
         any(a.keyword is not None and a.keyword.value == "shuffle" and isinstance(a.value, cst.Name) and a.value.value == "False" for a in s.args)
         for s in samplers
     )
+
+
+def _passed_over_once(analysis: ScriptAnalysis, loader: cst.Call) -> bool:
+    """Whether the program goes over the loader once: one loop goes over it, outside any loop, itself and up
+    every call that leads to it, and every function on the way is called once by the program (a function
+    nobody calls here may be run again and again by a library's loop). A single pass needs no ``set_epoch``: the
+    sampler's epoch 0 orders it. A program that loads a checkpoint may be run once per epoch, resuming: its
+    pass is an epoch whose number the sampler must be told."""
+    loops = [found.loop for home in analysis.shared.analyses for found in home.loader_loops if loader in found.loader_calls]
+    if len(loops) != 1 or any(home.calls_to(names.TORCH_LOAD) for home in analysis.shared.analyses):
+        return False  # (two loops over it, one after the other, are two epochs)
+    for home, place in analysis.places_up_the_calls(loops[0]):
+        if home.nearest_loop(place) is not None:
+            return False
+        function = home.enclosing_function(place)
+        if function is not None and len(home.callers_in_program(function)) != 1:
+            return False
+    return True

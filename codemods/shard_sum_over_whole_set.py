@@ -116,6 +116,31 @@ for x, y in loader:
 history.append(total / len(loader.sampler))
 """,
         ),
+        # The size as a factor of the divisor (a trial's sequence loss: elements per sample times samples).
+        Example(
+            before="""\
+from torch.utils.data import DataLoader, DistributedSampler
+
+loader = DataLoader(train_set, batch_size=32, sampler=DistributedSampler(train_set))
+total = 0.0
+for x, y in loader:
+    loss = criterion(model(x), y)
+    loss.backward()
+    total += loss.item() * y.numel()
+print(total / (len(loader.dataset) * SEQ))
+""",
+            after="""\
+from torch.utils.data import DataLoader, DistributedSampler
+
+loader = DataLoader(train_set, batch_size=32, sampler=DistributedSampler(train_set))
+total = 0.0
+for x, y in loader:
+    loss = criterion(model(x), y)
+    loss.backward()
+    total += loss.item() * y.numel()
+print(total / (len(loader.sampler) * SEQ))
+""",
+        ),
         Valid(
             """\
 from torch.utils.data import DataLoader, DistributedSampler
@@ -137,17 +162,20 @@ print(correct / len(val_loader.dataset))
         for node in analysis.preorder:
             if type(node) is not cst.BinaryOperation or not isinstance(node.operator, (cst.Divide, cst.FloorDivide)):  # type: ignore[attr-defined]
                 continue
-            held = _length_held(analysis, node.right)  # type: ignore[attr-defined]
-            length = held if held is not None else node.right  # type: ignore[attr-defined]
-            loader = _sharded_loader_of_length(analysis, length)
+            for divisor in _factors(node.right):  # type: ignore[attr-defined]
+                held = _length_held(analysis, divisor)
+                length = held if held is not None else divisor
+                loader = _sharded_loader_of_length(analysis, length)
+                if loader is not None:
+                    break
             if loader is None or (shown := values.mention(node.left)) is None:  # type: ignore[attr-defined]
                 continue
             # ``len(loader.dataset)`` written at the division has its attribute replaced; ``len(ds)``, or a name
             # holding either (``n_train = len(ds)``), is replaced whole there (the name keeps its value).
             dataset = _dataset_length_of(length)
-            spelled = f" ({code_of(node.right)})" if held is not None else ""  # type: ignore[attr-defined]
+            spelled = f" ({code_of(divisor)})" if held is not None else ""
             yield Match(
-                dataset if dataset is not None and held is None else node.right,  # type: ignore[attr-defined]
+                dataset if dataset is not None and held is None else divisor,
                 f"{shown} is summed over this rank's shard of {loader} but divided by the whole data set's "
                 f"size{spelled}: the value comes out N times too small; divide by the shard's size (len({loader}.sampler))",
             )
@@ -165,6 +193,15 @@ print(correct / len(val_loader.dataset))
             edits.replace(node, expression(f"len({loader}.sampler)"))
             edits.changes.append(Change(self.code, analysis.line(node), f"the shard's sum divided by the shard's size (len({loader}.sampler))"))
         return edits.apply(analysis.module) if edits else None
+
+
+def _factors(divisor: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The divisor, then each factor of it where it is a product (``len(loader.dataset) * SEQ``: a size per
+    sample times the samples)."""
+    found = [divisor]
+    if type(divisor) is cst.BinaryOperation and isinstance(divisor.operator, cst.Multiply):  # type: ignore[attr-defined]
+        found += [*_factors(divisor.left), *_factors(divisor.right)]  # type: ignore[attr-defined]
+    return found
 
 
 def _sharded_loader_of_length(analysis: ScriptAnalysis, length: cst.BaseExpression) -> str | None:

@@ -18,9 +18,9 @@ class UnguardedOutput(Rule):
     """Print, show progress bars and log on rank 0 only.
 
     What it finds, in a training script: ``print(...)`` outside a rank guard, and the writes that are prints
-    in all but name (``tqdm.write(msg)``, ``sys.stdout.write(text)``); ``tqdm(...)``
-    without ``disable=``, and ``logging`` calls (``logging.info``, ``logger.info`` on a ``logging.getLogger``
-    logger) in a file that never installs the runtime's rank-0 logging filter.
+    in all but name (``tqdm.write(msg)``, ``sys.stdout.write(text)``); ``tqdm(...)`` without ``disable=``
+    (or with a ``disable=`` that does not read the rank), and ``logging`` calls (``logging.info``,
+    ``logger.info`` on a ``logging.getLogger`` logger) in a file that never installs the runtime's rank-0 logging filter.
 
     Why it is a problem: every process prints every line, so the console shows each message N times,
     interleaved, and N progress bars fight over one terminal.
@@ -31,7 +31,8 @@ class UnguardedOutput(Rule):
 
     What the fix does: ``print`` becomes ``runtime.print0`` (prints on global rank 0 only), and so do the
     writes (``sys.stdout.write(text)`` as ``runtime.print0(text, end="")``); ``tqdm`` gets
-    ``disable=not runtime.is_main_process()``; ``runtime.silence_non_main_logging()`` is called right after
+    ``disable=not runtime.is_main_process()`` (a ``disable=flag`` of its own becomes ``disable=flag or not
+    runtime.is_main_process()``); ``runtime.silence_non_main_logging()`` is called right after
     ``runtime.setup()``, so log records are emitted on rank 0 only.
 
     Fix safety: only global rank 0 prints and logs: output of the other ranks, including per-rank values
@@ -96,6 +97,26 @@ for x, y in tqdm(loader, disable=not runtime.is_main_process()):
 runtime.print0("done\\n", end="")
 """,
         ),
+        # A bar the program switches itself keeps its switch, and is off on the other ranks too.
+        Example(
+            before="""\
+from tqdm import tqdm
+
+for x, y in tqdm(loader, disable=args.quiet):
+    loss.backward()
+for x, y in tqdm(val_loader, disable=False):
+    evaluate(x, y)
+""",
+            after="""\
+from ddp_migrate import runtime
+from tqdm import tqdm
+
+for x, y in tqdm(loader, disable=args.quiet or not runtime.is_main_process()):
+    loss.backward()
+for x, y in tqdm(val_loader, disable=not runtime.is_main_process()):
+    evaluate(x, y)
+""",
+        ),
         Valid(
             """\
 import torch.distributed as dist
@@ -150,8 +171,9 @@ if master_process:
                 # (``tqdm.write(msg, sys.stderr)``: print would print the stream; only keywords carry over)
                 fixable = len(positional) == 1 and positional[0].star == "" and all(a.keyword is None or a.keyword.value in ("file", "end") for a in call.args)
                 yield Match(call, f"{code_of(call.func)}() writes on every process: write on rank 0 only (runtime.print0)", fixable=fixable)
-            elif analysis.is_call_to(call, names.TQDM) and not any(a.keyword and a.keyword.value == "disable" for a in call.args):
-                if facts.guard(call) is None:
+            elif analysis.is_call_to(call, names.TQDM):
+                disable = _disable_argument(call)
+                if facts.guard(call) is None and (disable is None or not facts.is_rank_dependent(disable.value)):
                     yield Match(call, "progress bar drawn by every process: disable it off rank 0")
         # One silence_non_main_logging() (the entry's, after setup) quiets the logging of every module.
         if not any(module.calls_to(names.RUNTIME_SILENCE_LOGGING) for module in analysis.shared.analyses):
@@ -178,13 +200,23 @@ if master_process:
                 edits.replace(call, _printed(analysis, call, rt))
                 message = f"{code_of(call.func)}() replaced by runtime.print0 (rank 0 only)"
             elif analysis.is_call_to(call, names.TQDM):
-                disable = cst.Arg(
-                    expression(f"not {rt}.is_main_process()"),
-                    keyword=cst.Name("disable"),
-                    equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
-                )
-                args = [*call.args[:-1], call.args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)] if call.args else []
-                edits.replace(call, call.with_changes(args=[*args, disable]))
+                given = _disable_argument(call)
+                off_rank_0 = f"not {rt}.is_main_process()"
+                if given is not None:
+                    # ``disable=False``: rank 0's choice only; ``disable=args.quiet``: kept, and off rank 0 too.
+                    kept = code_of(given.value).strip()
+                    if not isinstance(given.value, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)):
+                        kept = f"({kept})"
+                    value = off_rank_0 if kept == "False" else f"{kept} or {off_rank_0}"
+                    edits.replace(given.value, expression(value))
+                else:
+                    disable = cst.Arg(
+                        expression(off_rank_0),
+                        keyword=cst.Name("disable"),
+                        equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+                    )
+                    args = [*call.args[:-1], call.args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)] if call.args else []
+                    edits.replace(call, call.with_changes(args=[*args, disable]))
                 message = "progress bar disabled off rank 0"
             else:
                 setup = analysis.statement(analysis.calls_to(names.RUNTIME_SETUP)[0])
@@ -212,3 +244,8 @@ def _printed(analysis: ScriptAnalysis, call: cst.Call, rt: str) -> cst.Call:
     extra = [cst.Arg(cst.SimpleString('""'), keyword=cst.Name("end"), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))]
     args = [*call.args[:-1], call.args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)]
     return printed.with_changes(args=[*args, *extra])
+
+
+def _disable_argument(call: cst.Call) -> cst.Arg | None:
+    """The ``disable=`` argument of a progress bar, if given."""
+    return next((a for a in call.args if a.keyword is not None and a.keyword.value == "disable"), None)

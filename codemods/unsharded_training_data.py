@@ -174,13 +174,15 @@ def _loaders_not_followed(analysis: ScriptAnalysis) -> list[tuple[ScriptAnalysis
 
 
 def _fed_by_a_loader(analysis: ScriptAnalysis, backward: cst.Call) -> bool:
-    """Whether the ``backward()`` runs in a loop over a data loader of the program (here, or in a function
-    such a loop calls), or its own loop reads a value that comes from a loader (``batch = next(it)`` of
+    """Whether the ``backward()`` runs in a loop or a comprehension over a data loader of the program (here, or
+    in a function such a loop calls), or its own loop reads a value that comes from a loader (``batch = next(it)`` of
     ``it = iter(loader)``, ``cycle(loader)``): its batches then come from a loader the migration handles."""
     for loop in analysis.program_loader_loops:
         owner = analysis.shared.analysis_of(loop.loop) or analysis
         if loop.trains and owner.reaches(loop.loop, [backward]):
             return True
+    if any(home.reaches(node, [backward]) for home in analysis.shared.analyses for node, _, _ in home.training_comprehensions):
+        return True  # ``losses = [step(model, opt, x) for (x,) in loader]``
     facts = loader_facts(analysis)
     if any(type(loop) is cst.For and facts.iterates_a_loader_dict(loop.iter) for loop in analysis.ancestors(backward)):  # type: ignore[attr-defined]
         return True  # ``for x, y in dataloaders[phase]:`` (DDP005 asks a human to shard the dict's loaders)

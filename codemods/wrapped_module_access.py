@@ -29,6 +29,17 @@ DDP_ATTRIBUTES = frozenset(
         "reducer",
         "gradient_as_bucket_view",
         "bucket_bytes_cap",
+        # DDP's own private methods that tests and tools call on the wrapper (torch's distributed tests do).
+        "_get_ddp_logging_data",
+        "_register_builtin_comm_hook",
+        "_register_buffer_comm_hook",
+        "_register_fused_optim",
+        "_remove_autograd_hooks",
+        "_set_ddp_sink_clone",
+        "_set_ddp_runtime_logging_sample_rate",
+        "_set_params_and_buffers_to_ignore_for_model",
+        "_update_process_group",
+        "_check_comm_hook",
     }
 )
 #: Methods that read or write the model's state, never a forward pass.
@@ -40,6 +51,10 @@ HANDOFFS = COPIES | frozenset({"torch.jit.trace", "torch.jit.script", "torch.jit
 RANK_FORWARD = (
     "the DDP wrapper's forward runs here on some ranks only: it broadcasts the model's buffers (BatchNorm "
     "statistics) from rank 0 and waits for every rank, which never come (a hang): run the model itself (.module)"
+)
+PART_IN_STEP_TODO = (
+    "a part of the model runs in the training step past DDP's forward, which then skips the gradient all-reduce; "
+    "give the model a forward() that runs its parts and call the model instead"
 )
 TRAINING_STEP_TODO = (
     "this model method runs in the training step: through .module it would skip DDP's gradient all-reduce; "
@@ -58,7 +73,8 @@ class WrappedModuleAccess(Rule):
     the model itself (``copy.deepcopy``, ``AveragedModel``, ``torch.jit.trace``/``script``, ``torch.onnx.export``,
     ``SummaryWriter.add_graph``); settings assigned on the wrapper (``model.hyp = {...}``); ``no_sync()``
     on a model that is not wrapped on every path; ``isinstance(model, nn.DataParallel)`` checks, which are
-    False for DDP; a model method called in the training step (``loss = model.compute_loss(x)``); the
+    False for DDP; a model method called in the training step (``loss = model.compute_loss(x)``), or a part of a
+    wrapped container (``towers["text"](x)`` of an ``nn.ModuleDict``); the
     wrapper's forward run under a test of the rank (``if is_main_process(): evaluate(model, loader)``, or
     ``model(x)`` there). Calls (``forward``) elsewhere, ``train()``, ``eval()``, ``parameters()``, ``to()``,
     ``zero_grad()``, ``no_sync()`` and DDP's own switches (``require_backward_grad_sync``) stay on the
@@ -343,6 +359,38 @@ for x, y in loader:
     optimizer.step()
 """,
         ),
+        # DDP's own (private) methods belong to the wrapper.
+        Valid(
+            """\
+from torch.nn.parallel import DistributedDataParallel
+
+ddp_model = DistributedDataParallel(net, device_ids=None)
+ddp_model._register_builtin_comm_hook(hook)
+for (x,) in loader:
+    ddp_model(x).sum().backward()
+stats = ddp_model._get_ddp_logging_data()
+"""
+        ),
+        # A part of a wrapped container run in the training step (a trial's two towers in an nn.ModuleDict).
+        Example(
+            before="""\
+from torch.nn.parallel import DistributedDataParallel
+
+towers = DistributedDataParallel(towers, device_ids=None)
+for images, texts in loader:
+    loss = contrastive(towers["image"](images), towers["text"](texts))
+    loss.backward()
+""",
+            after="""\
+from torch.nn.parallel import DistributedDataParallel
+
+towers = DistributedDataParallel(towers, device_ids=None)
+for images, texts in loader:
+    # TODO(ddp-migrate): a part of the model runs in the training step past DDP's forward, which then skips the gradient all-reduce; give the model a forward() that runs its parts and call the model instead
+    loss = contrastive(towers["image"](images), towers["text"](texts))
+    loss.backward()
+""",
+        ),
         Example(
             before="""\
 from torch.nn.parallel import DistributedDataParallel
@@ -497,6 +545,19 @@ torch.save(state, "last.pt")
             # ``model[0]`` of an ``nn.Sequential``: the wrapper holds one module and is not indexable.
             if dotted_name(subscript.value) is None or isinstance(analysis.parent(subscript), cst.AssignTarget):
                 continue
+            call = analysis.parent(subscript)
+            if type(call) is cst.Call and call.func is subscript:  # type: ignore[attr-defined]
+                inner = subscript.value
+                model = inner.value if type(inner) is cst.Attribute and inner.attr.value == "module" else inner  # type: ignore[attr-defined]
+                if _trains_past_ddp(analysis, model, call):  # type: ignore[arg-type]
+                    # ``towers["text"](x)`` of a wrapped ``nn.ModuleDict``: DDP's forward never runs.
+                    yield _Case(
+                        "step", call, subscript, False,
+                        f"{code_of(subscript)}(...) in the training step runs a part of the model past DDP's forward: its "
+                        "gradients are never all-reduced and the ranks' weights drift apart; give the model a forward() "
+                        f"that runs its parts, and call {code_of(model)}(...)",
+                    )
+                    continue
             wrap, closure = _wrap_of(analysis, subscript.value)
             if wrap is not None:
                 sometimes = closure or self._wrapped_only_sometimes(analysis, wrap, subscript) or analysis.handed_unwrapped(subscript.value)
@@ -578,7 +639,7 @@ torch.save(state, "last.pt")
         for ancestor in analysis.ancestors(wrap):
             if ancestor is function:
                 break
-            if isinstance(ancestor, cst.If) and not analysis.is_inside(access, ancestor):
+            if isinstance(ancestor, cst.If) and not analysis.is_inside(access, ancestor) and ancestor is not analysis.main_guard:
                 return True
         return False
 
@@ -587,7 +648,7 @@ torch.save(state, "last.pt")
         for case in self.cases(analysis):
             line = analysis.line(case.node)
             if case.kind == "step":
-                edits.todo(analysis.statement(case.node), TRAINING_STEP_TODO)
+                edits.todo(analysis.statement(case.node), PART_IN_STEP_TODO if type(case.attribute) is cst.Subscript else TRAINING_STEP_TODO)
                 continue
             if case.kind == "isinstance":
                 call = case.node
@@ -886,6 +947,8 @@ def _in_training_step(analysis: ScriptAnalysis, call: cst.CSTNode, depth: int = 
     function = analysis.enclosing_function(call)
     loop = next((a for a in analysis.ancestors(call) if isinstance(a, (cst.For, cst.While))), None)
     if loop is None or (function is not None and not analysis.is_inside(loop, function)):
+        if function is not None and _backward_after(analysis, call, function):
+            return True  # a step function (``def step(model, opt, x)``, ``Trainer.train_step``): its callers loop
         if function is None or depth >= 3 or analysis.enclosing_class(function) is not None:
             return False  # (a method's callers are the model's forward and the like, not a training step)
         # (in any module of the program; a call under ``torch.no_grad()`` takes no gradient through it)
@@ -898,6 +961,16 @@ def _in_training_step(analysis: ScriptAnalysis, call: cst.CSTNode, depth: int = 
         analysis.is_inside(b, loop)
         and analysis.enclosing_function(b) is function
         and (analysis.comes_before(call, b) or analysis.is_inside(call, b))  # (``loss_fn(model.module(x), y).backward()``)
+        for b in analysis.backward_calls
+    )
+
+
+def _backward_after(analysis: ScriptAnalysis, call: cst.CSTNode, function: cst.FunctionDef) -> bool:
+    """Whether the function runs ``backward()`` itself after the call (or on its value), outside any loop of its
+    own: the call is part of one training step, which the function's callers repeat."""
+    return any(
+        analysis.enclosing_function(b) is function
+        and (analysis.comes_before(call, b) or analysis.is_inside(call, b))
         for b in analysis.backward_calls
     )
 

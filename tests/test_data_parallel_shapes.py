@@ -381,3 +381,40 @@ def test_a_wrap_chosen_by_the_launch_is_no_wrap_on_one_branch_only(tmp_path: Pat
     assert "args.local_rank != -1" in source
     _, report, _ = migrate_script(tmp_path, source)
     assert "on one branch of an if only" not in report, report
+
+
+IN_MAIN_BLOCK = '''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+if __name__ == "__main__":
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    loader = DataLoader(TensorDataset(torch.randn(32, 4)), batch_size=8)
+    WRAP
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for (x,) in loader:
+            loss = model(x.to(device)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    torch.save(model.state_dict(), "ckpt.pt")
+    print("saved", sorted(torch.load("ckpt.pt")), flush=True)
+'''
+
+
+@pytest.mark.parametrize(
+    "wrap",
+    ["model = nn.Linear(4, 1)\n    model = nn.DataParallel(model)\n    model.to(device)", "model = nn.DataParallel(nn.Linear(4, 1)).to(device)"],
+    ids=["wrapped_then_moved", "wrapped_where_built"],
+)
+def test_a_wrap_in_the_main_block_stays_there_and_keeps_its_keys(tmp_path: Path, wrap: str) -> None:
+    """A trial's crash: ``if __name__ == "__main__":`` was read as a condition on the wrap, which was hoisted out of
+    the block to module level, after the training and the clean-up ("Default process group has not been
+    initialized", or a NameError); the checkpoint also lost its ``module.`` keys."""
+    original, migrated, launch = train_original_and_migrated(tmp_path, IN_MAIN_BLOCK.replace("WRAP", wrap))
+    text = (migrated / "train.py").read_text()
+    block = text[text.index('if __name__ == "__main__":'):]
+    assert "DistributedDataParallel(" in block and block.index("DistributedDataParallel(") < block.index("opt = "), text
+    assert "saved ['module.bias', 'module.weight']" in launch.output, launch.output

@@ -501,7 +501,9 @@ def test_statistics_of_a_clean_run_and_in_formats_that_cannot_hold_them(tmp_path
 
 
 def test_fix_applies_the_safe_fixes_then_reports_what_is_left(tmp_path: Path) -> None:
-    shuffled = LOADER_SCRIPT.replace("batch_size=8)", "batch_size=8, shuffle=True)")  # (set_epoch left to a human)
+    # Two passes, one after the other, and no epoch loop: set_epoch is left to a human.
+    two_passes = "for x in loader:\n    model(x).sum().backward()\n"
+    shuffled = LOADER_SCRIPT.replace("batch_size=8)", "batch_size=8, shuffle=True)").replace(two_passes, two_passes * 2)
     path = write(tmp_path / "train.py", shuffled)
     reference = write(tmp_path / "ref" / "train.py", shuffled)
     result = invoke("lint", "--fix", "--unsafe-fixes", "train.py")

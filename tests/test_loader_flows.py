@@ -455,8 +455,13 @@ def test_a_loader_a_comprehension_trains_on_is_sharded(tmp_path: Path) -> None:
     """``sum(train_step(...) for batch in loader)``: the loader trains (it was left whole, every rank drawing
     the whole set, with nothing reported)."""
     (tmp_path / "train.py").write_text(COMPREHENSION_STEPS)
-    migrate(tmp_path)
-    assert "sampler=DistributedSampler(" in (tmp_path / "train.py").read_text()
+    result = migrate(tmp_path)
+    migrated = (tmp_path / "train.py").read_text()
+    assert "sampler=DistributedSampler(" in migrated
+    # A trial: its epoch loop was not found (no set_epoch, a review) and its batches were said to come from no
+    # DataLoader (DDP040).
+    assert "    for epoch in range(2):\n        loader.sampler.set_epoch(epoch)\n" in migrated, migrated
+    assert "DDP040" not in result.output and "DDP006 line" in result.output and result.exit_code == 0, result.output
 
 
 CYCLED = '''

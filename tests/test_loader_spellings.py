@@ -388,10 +388,50 @@ if __name__ == "__main__":
 
 def test_one_pass_over_a_loader_in_its_order_needs_no_epoch(tmp_path: Path) -> None:
     """``DistributedSampler(ds, shuffle=False)`` gives the same order whatever epoch it is told: no review of a
-    missing ``set_epoch`` (a trial's needless TODO); a shuffling one is still reviewed."""
+    missing ``set_epoch`` (a trial's needless TODO). Nor does a shuffling one that the program goes over once
+    (a trial's needless review); a program that resumes from a checkpoint may run once per epoch, so its pass
+    is still reviewed."""
     migrated, report, code = migrate_script(tmp_path, ONE_PASS.replace("SHUFFLE", "shuffle=False"))
     assert "DistributedSampler(" in migrated and "shuffle=False" in migrated, migrated
     assert "DDP006" not in report and code == 0, report
     (tmp_path / "shuffled").mkdir()
-    _, report, _ = migrate_script(tmp_path / "shuffled", ONE_PASS.replace("SHUFFLE", "shuffle=True"))
+    migrated, report, code = migrate_script(tmp_path / "shuffled", ONE_PASS.replace("SHUFFLE", "shuffle=True"))
+    assert "DistributedSampler(" in migrated and "DDP006" not in report and code == 0, report
+    (tmp_path / "resumed").mkdir()
+    resumed = ONE_PASS.replace("SHUFFLE", "shuffle=True").replace(
+        "    for (x,) in loader:", '    model.load_state_dict(torch.load("last.pt"))\n    for (x,) in loader:'
+    )
+    _, report, _ = migrate_script(tmp_path / "resumed", resumed)
     assert "DDP006" in report, report
+
+
+SWEEP = '''
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(32, 4)), batch_size=8, shuffle=True)
+    for OUTER:
+        model = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for (x,) in loader:
+            opt.zero_grad()
+            model(x).pow(2).mean().backward()
+            opt.step()
+    print("swept", flush=True)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+@pytest.mark.parametrize("outer", ["lr in (0.1, 0.01)", 'name, width in {"a": 1, "b": 2}.items()'], ids=["floats", "dict_items"])
+def test_a_loop_over_settings_gives_the_sampler_no_epoch_number(tmp_path: Path, outer: str) -> None:
+    """A trial's crash: ``for lr in (0.1, 0.01):`` around the pass was taken for the epoch loop and got
+    ``loader.sampler.set_epoch(lr)`` ("manual_seed expected a long, but got float"), reported as done."""
+    migrated, report, code = migrate_script(tmp_path, SWEEP.replace("OUTER", outer))
+    assert "set_epoch(lr)" not in migrated and "set_epoch(name)" not in migrated, migrated
+    assert "DDP006" in report and code == 1, report
+    assert "swept" in run_python(tmp_path / "train.py", cwd=tmp_path, timeout=120).output

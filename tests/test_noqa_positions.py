@@ -131,7 +131,7 @@ def test_some_findings_silenced_skips_the_whole_fix_and_reports_the_others(tmp_p
     """A fix rewrites all its matches at once; when one of them is silenced the fix is skipped whole and the
     matches that are not silenced stay in the report for a human (documented in ``blocked_by_noqa``)."""
     source = TRAIN.format(comment="  # noqa: DDP001").replace(
-        "    optimizer =", "    teacher = nn.DataParallel(nn.Linear(4, 1).to(device))\n    optimizer =", 1
+        "    optimizer =", "    teacher = nn.DataParallel(nn.Linear(4, 1).to(device))\n    teacher(torch.zeros(1, 4))\n    optimizer =", 1
     )
     (tmp_path / "two.py").write_text(source)
     result = invoke("--select", "DDP001", "two.py")

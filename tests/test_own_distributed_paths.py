@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from launch import run_python, run_torchrun
 from migrated import migrate_script
 
 from ddp_migrate.cli import cli
@@ -385,3 +386,63 @@ def test_a_group_setup_no_one_calls_does_not_set_the_group_up(tmp_path: Path, ca
     result = CliRunner().invoke(cli, [str(tmp_path / "train.py")], catch_exceptions=False)
     migrated = (tmp_path / "train.py").read_text()
     assert ("runtime.setup()" in migrated) == set_up, result.output + migrated
+
+
+CONDITIONAL_SETUP = '''
+import os
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+SETUP_IMPORT
+
+
+def main():
+    SETUP_CALL
+    torch.manual_seed(0)
+    loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8)
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            opt.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+    print("trained", dist.is_initialized(), flush=True)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+SETUP_HELPER = '''
+import os
+
+import torch.distributed as dist
+
+
+def init_distributed():
+    if "WORLD_SIZE" in os.environ:
+        dist.init_process_group("gloo")
+'''
+
+
+@pytest.mark.parametrize("in_helper", [False, True], ids=["in_the_entry", "in_a_helper_module"])
+def test_a_setup_only_when_launched_gets_a_world_of_one_for_the_wrap(tmp_path: Path, in_helper: bool) -> None:
+    """A trial's crash with "0 item(s) need a human": ``if "WORLD_SIZE" in os.environ: init_process_group()``
+    and no wrap of its own; DDP011 wrapped the model on every path, so a plain ``python train.py`` failed ("Default
+    process group has not been initialized"). ``runtime.setup()`` now follows the program's set-up."""
+    if in_helper:
+        source = CONDITIONAL_SETUP.replace("SETUP_IMPORT", "from dist_utils import init_distributed").replace("SETUP_CALL", "init_distributed()")
+        (tmp_path / "dist_utils.py").write_text(SETUP_HELPER)
+    else:
+        source = CONDITIONAL_SETUP.replace("SETUP_IMPORT", "").replace(
+            "SETUP_CALL", 'if "WORLD_SIZE" in os.environ:\n        dist.init_process_group("gloo")'
+        )
+    migrated, report, code = migrate_script(tmp_path, source)
+    assert "DistributedDataParallel(model" in migrated and code == 0, report
+    setup = "init_distributed()\n" if in_helper else 'dist.init_process_group("gloo")\n'
+    assert migrated.index(setup) < migrated.index("runtime.setup()") < migrated.index("DistributedDataParallel(model"), migrated
+    assert "trained True" in run_python(tmp_path / "train.py", cwd=tmp_path, timeout=120).output
+    assert run_torchrun(tmp_path / "train.py", cwd=tmp_path, timeout=120).output.count("trained True") == 1

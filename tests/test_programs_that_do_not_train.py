@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
 from click.testing import CliRunner
 
 from ddp_migrate.cli import cli
-from launch import run_python
+from launch import run_python, run_torchrun
 from migrated import migrate_script
 
 PREDICT = '''
@@ -149,3 +150,96 @@ def test_an_evaluation_script_that_builds_an_optimizer_to_restore_it_only_infers
     )
     migrated, report, code = migrate_script(tmp_path, source, "predict.py")
     assert migrated == source and "the program only infers" in report and code == 0, report
+
+
+EXPORT_COPY = '''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+model = nn.DataParallel(Net()).to(device)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randint(0, 2, (32,))), batch_size=8, shuffle=True)
+for x, y in loader:
+    opt.zero_grad()
+    nn.functional.cross_entropy(model(x.to(device)), y.to(device)).backward()
+    opt.step()
+export_model = nn.DataParallel(Net())
+export_model.load_state_dict(model.state_dict())
+torch.save(export_model.module.state_dict(), "export.pt")
+'''
+
+
+def test_a_data_parallel_copy_that_never_trains_stays_data_parallel(tmp_path: Path) -> None:
+    # A re-trial: the export copy became DistributedDataParallel(Net(), device_ids=...), a CPU module with a GPU
+    # device id, which DDP refuses on a GPU host; loading the trained weights into it then lost their prefix.
+    migrated, report, code = migrate_script(tmp_path, EXPORT_COPY, "train.py")
+    assert "export_model = nn.DataParallel(Net())\n" in migrated, migrated
+    assert migrated.count("DistributedDataParallel(") == 1, migrated  # the trained model only
+    assert "note DDP001" in report and "never trains the model it wraps" in report and code == 0, report
+    run_torchrun(tmp_path / "train.py", cwd=tmp_path, timeout=120)
+    assert sorted(torch.load(tmp_path / "export.pt")) == ["fc.bias", "fc.weight"]
+
+
+TRAIN_IN_MAIN_BLOCK = '''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def get_data():
+    x = torch.randn(64, 4, generator=torch.Generator().manual_seed(0))
+    return TensorDataset(x, x.sum(1, keepdim=True))
+
+
+def build():
+    return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+
+
+if __name__ == "__main__":
+    model = build()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    for epoch in range(2):
+        for x, y in DataLoader(get_data(), batch_size=16):
+            opt.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+    torch.save(model.state_dict(), "m.pt")
+'''
+
+PREDICT_IMPORTING_TRAIN = '''
+import torch
+
+from train import build, get_data
+
+model = build()
+model.load_state_dict(torch.load("m.pt"))
+model.eval()
+x, y = get_data().tensors
+with torch.no_grad():
+    print("mse", torch.nn.functional.mse_loss(model(x), y).item())
+'''
+
+
+def test_a_prediction_script_that_imports_the_training_script_is_left_alone(tmp_path: Path) -> None:
+    """A trial: ``predict.py`` imports ``build`` from a ``train.py`` whose training runs in its ``__main__`` block
+    (which an import never runs); the backward() there made the prediction script a training program, given
+    ``runtime.setup()`` and a torchrun launch line."""
+    (tmp_path / "train.py").write_text(TRAIN_IN_MAIN_BLOCK)
+    (tmp_path / "predict.py").write_text(PREDICT_IMPORTING_TRAIN)
+    result = CliRunner().invoke(cli, [str(tmp_path)], catch_exceptions=False)
+    assert (tmp_path / "predict.py").read_text() == PREDICT_IMPORTING_TRAIN, result.output
+    assert "DistributedDataParallel(" in (tmp_path / "train.py").read_text(), result.output
+    run_python(tmp_path / "train.py", cwd=tmp_path, timeout=120)
+    assert "mse" in run_python(tmp_path / "predict.py", cwd=tmp_path, timeout=120).output

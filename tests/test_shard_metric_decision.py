@@ -599,3 +599,43 @@ def test_a_schedule_that_also_reads_a_shard_metric_is_reviewed(tmp_path: Path, m
     Path("train.py").write_text(BEST.replace("METRIC < best", "epoch % 2 == 0 and running < best").replace("METRIC", "running").replace("SAVE", 'torch.save(model.state_dict(), "best.pt")'))
     result = CliRunner().invoke(cli, ["train.py"], catch_exceptions=False)
     assert "DDP041 `epoch % 2 == 0 and running < best` decides on running" in result.output, result.output
+
+
+WHOLE_SET_IN_A_COMPREHENSION = '''
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    train_loader = DataLoader(TensorDataset(torch.randn(64, 3), torch.randn(64, 1)), batch_size=8)
+    val_loader = DataLoader(TensorDataset(torch.randn(32, 3), torch.randn(32, 1)), batch_size=16)
+    model = torch.nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    best = float("inf")
+    for epoch in range(3):
+        for x, y in train_loader:
+            loss = F.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        with torch.no_grad():
+            v = sum(F.mse_loss(model(x), y).item() for x, y in VALIDATION)
+        if v < best:
+            best = v
+            torch.save(model.state_dict(), "best.pt")
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+@pytest.mark.parametrize("validation, reviewed", [("val_loader", False), ("train_loader", True)])
+def test_a_comprehension_over_the_whole_validation_set_is_common(tmp_path: Path, validation: str, reviewed: bool) -> None:
+    """A trial's needless review: the generator's ``x, y`` (its own variables, over the unsharded validation
+    loader) were read as the training loop's per-rank batch. Over the sharded training loader it is a shard's."""
+    script = tmp_path / "train.py"
+    script.write_text(WHOLE_SET_IN_A_COMPREHENSION.replace("VALIDATION", validation))
+    result = CliRunner().invoke(cli, [str(script)], catch_exceptions=False)
+    assert ("DDP041" in result.output) is reviewed, result.output

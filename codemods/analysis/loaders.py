@@ -117,6 +117,10 @@ class LoaderFacts:
         training |= self.iterator_training | self.comprehension_training
         self.shared_factories = {call for call in training if _built_for_several_callers(a, call)}
         training -= self.shared_factories
+        # ``{split: DataLoader(sets[split], ...) for split in splits}``: one call builds every phase's loader.
+        by_phase = {call for call in training if isinstance(_dict_container(a.shared.analysis_of(call) or a, call), cst.DictComp)}
+        self.dict_training |= by_phase
+        training -= by_phase
         self.training_loaders = training
         iterated = {call for loop in a.program_loader_loops for call in loop.loader_calls}
         if (
@@ -274,18 +278,8 @@ class LoaderFacts:
         """``losses = [train_step(b) for b in loader]``, ``sum(step(b) for b in loader)``: a comprehension
         whose element runs ``backward()`` trains on the loader it iterates."""
         for analysis in self.analysis.shared.analyses:
-            for node in analysis.preorder:
-                if type(node) not in COMPREHENSIONS:
-                    continue
-                found: set[cst.Call] = set()
-                for_in = node.for_in  # type: ignore[attr-defined]
-                while for_in is not None:
-                    iterated = unwrap_iterable(for_in.iter)
-                    found |= {o for o in analysis.origins(iterated) if o in self._loader_set}  # type: ignore[misc]
-                    for_in = for_in.inner_for_in
-                element = node.elt if type(node) is not cst.DictComp else node.value  # type: ignore[attr-defined]
-                if found and analysis.reaches_backward(element):
-                    self.comprehension_training |= found
+            for _, _, loaders in analysis.training_comprehensions:
+                self.comprehension_training |= loaders
 
     # ------------------------------------------------------------------ iterator-driven loops
 
@@ -574,8 +568,6 @@ def _turns_gradients_off(block: cst.With) -> bool:
     return any(isinstance(item.item, cst.Call) and callee_name(item.item) in NO_GRAD for item in block.items)
 
 
-#: The comprehensions, whose ``for`` parts may iterate a loader.
-COMPREHENSIONS = frozenset({cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp})
 #: ``torch.no_grad`` and its kin, by their last name.
 NO_GRAD = frozenset({"no_grad", "inference_mode"})
 

@@ -11,7 +11,7 @@ from .. import names
 from . import tree
 from .loaders import loader_facts
 from .ranks import Kind, rank_facts, seeds_alike
-from .script import LoaderLoop, ScriptAnalysis, call_method_name, dotted_name, is_true, loader_argument, walk
+from .script import COMPREHENSIONS, LoaderLoop, ScriptAnalysis, call_method_name, dotted_name, is_true, loader_argument, walk
 
 Owner = Union[cst.Module, cst.FunctionDef, cst.ClassDef]
 #: Methods that put a value into a container, so the container holds per-rank values too.
@@ -207,7 +207,19 @@ class PerRankValues:
                 return False
             if kind is cst.For and any(name.split(".")[0] == root for _, name in home.names_in_target(ancestor.target)):  # type: ignore[attr-defined]
                 return self._whole_passes().get(ancestor, False)  # type: ignore[arg-type]
+            if kind in COMPREHENSIONS:
+                # ``sum(loss(model(x), y) for x, y in val_loader)``: the comprehension's own variables.
+                loop = ancestor.for_in  # type: ignore[attr-defined]
+                while loop is not None:
+                    if any(name.split(".")[0] == root for _, name in home.names_in_target(loop.target)):
+                        return self._whole_loader(home, loop.iter)
+                    loop = loop.inner_for_in
         return False
+
+    def _whole_loader(self, home: ScriptAnalysis, iterated: cst.BaseExpression) -> bool:
+        """Whether a comprehension goes over loaders of the program that no ``DistributedSampler`` shards."""
+        loaders = [o for o in home.origins(iterated) if o in self._loader_calls()]
+        return bool(loaders) and not any(home.has_distributed_sampler(loader) for loader in loaders)  # type: ignore[arg-type]
 
     def _whole_passes(self) -> dict[cst.For, bool]:
         """For each loop over loaders in the program: whether none of its loaders is sharded."""
@@ -300,10 +312,15 @@ class PerRankValues:
         passed: list[tuple[tuple[Owner, str], cst.BaseExpression]] = []
         function = analysis.call_target(node)  # type: ignore[arg-type]
         if function is not None:
-            for param in (p.name.value for p in function.params.params):
-                argument = analysis.argument_for(node, function, param)  # type: ignore[arg-type]
+            # ``clip_loss(*model(x, y))``: what the unpacked value holds fills the parameters no argument names
+            # (those without a default: a default is more often left alone).
+            unpacked = [a.value for a in node.args if a.star]  # type: ignore[attr-defined]
+            for param in function.params.params:
+                argument = analysis.argument_for(node, function, param.name.value)  # type: ignore[arg-type]
                 if argument is not None:
-                    passed.append(((function, param), argument))
+                    passed.append(((function, param.name.value), argument))
+                elif param.default is None:
+                    passed.extend(((function, param.name.value), value) for value in unpacked)
         if collected is None and function is None:
             return None
 
@@ -394,8 +411,11 @@ def partial_random_pass(analysis: ScriptAnalysis, loop: LoaderLoop) -> bool:
 
 def divides_a_shard_sum(analysis: ScriptAnalysis, divisor: cst.CSTNode) -> bool:
     """Whether an expression is what a value summed over this process's shard is divided by (``correct /
-    len(loader.sampler)``: the shard's mean, which a count of this process's samples is right for)."""
+    len(loader.sampler)``: the shard's mean, which a count of this process's samples is right for), or a factor
+    of it (``total / (len(loader.sampler) * SEQ)``)."""
     parent = analysis.parent(divisor)
+    while type(parent) is cst.BinaryOperation and type(parent.operator) is cst.Multiply:  # type: ignore[attr-defined]
+        divisor, parent = parent, analysis.parent(parent)
     if type(parent) is not cst.BinaryOperation or parent.right is not divisor or type(parent.operator) not in (cst.Divide, cst.FloorDivide):  # type: ignore[attr-defined]
         return False
     values = per_rank_values(analysis)

@@ -41,6 +41,11 @@ BindingKey = tuple[Scope, str]
 ITERATION_WRAPPERS = frozenset({"enumerate", "iter", "tqdm", "trange", "zip", "reversed", "cycle"})
 #: Methods that return the module they are called on, so ``model = model.to(device)`` keeps its identity.
 SELF_RETURNING_METHODS = frozenset({"to", "cuda", "cpu", "float", "half", "double", "bfloat16", "train", "eval"})
+#: Methods of a model that neither run nor train it: a wrap read only through them (on itself or its
+#: ``.module``) is a copy kept to load or export weights (:attr:`ScriptAnalysis.untrained_wraps`).
+_UNTRAINED_USES = frozenset(
+    {"state_dict", "load_state_dict", "eval", "to", "cuda", "cpu", "float", "half", "double", "bfloat16", "requires_grad_"}
+)
 #: Functions that hand back the model inside a wrapper (``runtime.unwrap``, YOLO's ``de_parallel``).
 UNWRAP_FUNCTIONS = frozenset({"unwrap", "de_parallel", "unwrap_model", "get_model"})
 #: Attributes and methods that stay on the DDP wrapper (everything else goes through ``.module``).
@@ -1311,6 +1316,11 @@ class ScriptAnalysis:
             args = value.args  # type: ignore[attr-defined]
             if len(args) == 1 and args[0].keyword is None and not args[0].star:
                 return self._items_of(args[0].value)
+        if kind is cst.DictComp:
+            # ``{split: DataLoader(sets[split], ...) for split in ["train", "val"]}``: one value at every key.
+            keys = _literal_keys(value)  # type: ignore[arg-type]
+            found = self.origins(value.value) if keys else set()  # type: ignore[attr-defined]
+            return {key: set(found) for key in keys} if found else None
         if kind is cst.Dict or kind is cst.Call:
             items = literal_dict_items(value)
             if items is not None:
@@ -1708,8 +1718,15 @@ class ScriptAnalysis:
 
     @cached_property
     def program_backward_calls(self) -> list[cst.Call]:
-        """Every ``.backward()`` call in every module of the program."""
-        return [call for analysis in self.shared.analyses for call in analysis.backward_calls]
+        """Every ``.backward()`` call in every module of the program that may run with this one: not in the
+        ``if __name__ == "__main__":`` block of another module (``predict.py`` importing ``build`` from a
+        ``train.py`` whose training sits in that block never trains)."""
+        return [call for analysis in self.shared.analyses for call in analysis.backward_calls if self._may_run_here(analysis, call)]
+
+    def _may_run_here(self, home: ScriptAnalysis, node: cst.CSTNode) -> bool:
+        """Whether a node of a module of the program may run when this module runs: anywhere in this module,
+        and outside the ``__main__`` block of another (which runs only when that module is the one run)."""
+        return home is self or home.main_guard is None or not home.is_inside(node, home.main_guard)
 
     @cached_property
     def is_training_script(self) -> bool:
@@ -1935,13 +1952,40 @@ class ScriptAnalysis:
         )
 
     def epoch_loops(self, loader: cst.Call) -> list[EpochLoop]:
-        """The loops around each training iteration of a loader, with the loader's spelling there."""
+        """The loops around each training iteration of a loader, with the loader's spelling there: a ``for``
+        loop over it, or a comprehension that trains over it (``[step(b) for b in loader]``)."""
         found: list[EpochLoop] = []
-        for loader_loop in self.program_loader_loops:
-            if loader_loop.trains and loader in loader_loop.loader_calls:
-                epoch = self._outer_loop(loader_loop.loop, loader_loop.expr_for(loader), depth=0, loader=loader)
-                if epoch is not None and all(e.loop is not epoch.loop for e in found):
-                    found.append(epoch)
+        passes = [(loop.loop, loop.expr_for(loader)) for loop in self.program_loader_loops if loop.trains and loader in loop.loader_calls]
+        passes += [(node, spelled) for module in self.shared.analyses for node, spelled, loaders in module.training_comprehensions if loader in loaders]
+        for node, spelled in passes:
+            epoch = self._outer_loop(node, spelled, depth=0, loader=loader)
+            if epoch is not None and all(e.loop is not epoch.loop for e in found):
+                found.append(epoch)
+        return found
+
+    @cached_property
+    def training_comprehensions(self) -> list[tuple[cst.CSTNode, cst.BaseExpression, frozenset[cst.Call]]]:
+        """This module's comprehensions that train over loaders of the program (``losses = [train_step(b) for b
+        in loader]``, ``sum(step(b) for b in loader)``: the element runs ``backward()``), with how the
+        comprehension spells the (first) loader and the loaders it goes over."""
+        loader_set = set(self.program_loader_calls)
+        found: list[tuple[cst.CSTNode, cst.BaseExpression, frozenset[cst.Call]]] = []
+        for node in self.preorder:
+            if type(node) not in COMPREHENSIONS:
+                continue
+            loaders: set[cst.Call] = set()
+            spelled = None
+            for_in = node.for_in  # type: ignore[attr-defined]
+            while for_in is not None:
+                iterated = unwrap_iterable(for_in.iter)
+                here = {o for o in self.origins(iterated) if o in loader_set}
+                if here and spelled is None:
+                    spelled = iterated
+                loaders |= here  # type: ignore[arg-type]
+                for_in = for_in.inner_for_in
+            element = node.elt if type(node) is not cst.DictComp else node.value  # type: ignore[attr-defined]
+            if loaders and spelled is not None and self.reaches_backward(element):
+                found.append((node, spelled, frozenset(loaders)))
         return found
 
     def _outer_loop(
@@ -1994,7 +2038,65 @@ class ScriptAnalysis:
         (:attr:`program_only_infers`), the DDP ones only: a DataParallel there is no wrap to migrate."""
         if self.program_only_infers:
             return self.calls_to(names.DISTRIBUTED_DATA_PARALLEL)
-        return self.calls_to(names.MODEL_WRAPPERS)
+        untrained = set(self.untrained_wraps)
+        return [call for call in self.calls_to(names.MODEL_WRAPPERS) if call not in untrained]
+
+    @cached_property
+    def untrained_wraps(self) -> list[cst.Call]:
+        """DataParallel wraps of models a program that trains (a ``backward()``, an optimizer step) never trains: a
+        copy kept to load or export weights (``export = nn.DataParallel(Net()); export.load_state_dict(
+        model.state_dict()); torch.save(export.module.state_dict(), path)``). The wrap is stored in a plain name that no code calls, hands to an
+        optimizer or gives away (an argument, a return value, another name, another module); every read of it
+        goes through a method that neither runs nor trains the model (:data:`_UNTRAINED_USES`), directly or on
+        its ``.module``. Such a wrap is no wrap to migrate: DataParallel keeps the original's behaviour, where
+        DistributedDataParallel would need a process group, a model on this process's device and a gradient."""
+        found: list[cst.Call] = []
+        if not (self.program_backward_calls or self.program_optimizer_step_calls):
+            return found  # (a program that trains nothing here: a fragment, or a library's loop trains)
+        for call in self.calls_to(names.DATA_PARALLEL):
+            node: cst.CSTNode = call
+            parent = self.parent(node)
+            while type(parent) is cst.Attribute and parent.value is node and parent.attr.value in SELF_RETURNING_METHODS:  # type: ignore[attr-defined]
+                grand = self.parent(parent)
+                if not (type(grand) is cst.Call and grand.func is parent):  # type: ignore[attr-defined]
+                    break
+                node, parent = grand, self.parent(grand)
+            if not (type(parent) is cst.Assign and parent.value is node and len(parent.targets) == 1):  # type: ignore[attr-defined]
+                continue
+            target = parent.targets[0].target  # type: ignore[attr-defined]
+            if self.enclosing_function(call) is None and not self.is_entry:
+                continue  # (a global of an imported module: a script outside the program may train it)
+            if type(target) is cst.Name and self._used_untrained(call, target):
+                found.append(call)
+        return found
+
+    def _used_untrained(self, wrap: cst.Call, target: cst.Name) -> bool:
+        """Whether every use of the name a wrap is stored in, in the whole program, is a method of
+        :data:`_UNTRAINED_USES` (on the wrap or its ``.module``), and no optimizer of the program takes it."""
+        name = target.value
+        if name in self.shared.called_names() or any(name in a.trained_models for a in self.shared.analyses):
+            return False
+        key = self._key(wrap, name)
+        for other in self.shared.analyses:
+            for node in other.preorder:
+                if type(node) is not cst.Name or node.value != name or node is target:  # type: ignore[attr-defined]
+                    continue
+                if other is not self:
+                    return False  # (``from train import export``: used where this module cannot follow)
+                parent = self.parent(node)
+                if type(parent) is not cst.Attribute or parent.value is not node:  # type: ignore[attr-defined]
+                    if self._key(node, name) == key or type(parent) in (cst.Global, cst.Nonlocal):
+                        return False  # given away, stored again or declared global
+                    continue  # (another function's own name)
+                if self._key(node, name) != key:
+                    continue
+                used = parent.attr.value  # type: ignore[attr-defined]
+                if used == "module":
+                    grand = self.parent(parent)
+                    used = grand.attr.value if type(grand) is cst.Attribute and grand.value is parent else ""  # type: ignore[attr-defined]
+                if used not in _UNTRAINED_USES:
+                    return False
+        return True
 
     @cached_property
     def program_only_infers(self) -> bool:
@@ -2201,8 +2303,9 @@ class ScriptAnalysis:
 
     @cached_property
     def program_optimizer_step_calls(self) -> list[cst.Call]:
-        """Every optimizer step in every module of the program."""
-        return [call for analysis in self.shared.analyses for call in analysis.optimizer_step_calls]
+        """Every optimizer step in every module of the program that may run with this one (see
+        :attr:`program_backward_calls`)."""
+        return [call for analysis in self.shared.analyses for call in analysis.optimizer_step_calls if self._may_run_here(analysis, call)]
 
     @cached_property
     def hand_trained_models(self) -> list[tuple[str, cst.For]]:
@@ -2453,7 +2556,7 @@ class ScriptAnalysis:
             return False
         for ancestor in self.ancestors(node):
             kind = type(ancestor)
-            if kind in _COMPREHENSIONS:
+            if kind in COMPREHENSIONS:
                 comp: cst.CompFor | None = ancestor.for_in  # type: ignore[attr-defined]
                 while comp is not None:
                     if any(type(t) is cst.Name and t.value == name for t in tree.walk(comp.target)):  # type: ignore[attr-defined]
@@ -3110,7 +3213,8 @@ def returns_of(function: cst.FunctionDef) -> list[cst.Return]:
 
 
 _SEQUENCE_DISPLAYS = (cst.Tuple, cst.List)
-_COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)
+#: The comprehension nodes (each binds the variables of its ``for`` clauses in a scope of its own).
+COMPREHENSIONS = frozenset({cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp})
 
 
 def _tuple_elements(expr: cst.BaseExpression) -> list[cst.BaseExpression] | None:
@@ -3130,11 +3234,27 @@ def _loop_variable(loop: cst.For | cst.While) -> str | None:
     """The epoch loop's counter: its (first) variable, or an attribute it counts in (``for self.epoch in
     range(n)``)."""
     if isinstance(loop, cst.For):
+        if not _may_count(loop.iter):
+            return None  # ``for lr in (0.1, 0.01):``, ``for name, cfg in runs.items():``: no epoch number
         names_ = _target_names(loop.target)
         if names_:
             return names_[0]
         return dotted_name(loop.target) if type(loop.target) is cst.Attribute else None
     return None
+
+
+def _may_count(iterated: cst.BaseExpression) -> bool:
+    """Whether a loop over the value may hand out whole numbers first (``range(n)``, ``enumerate(...)``, a
+    name): not a written-out list with anything but integers in it, nor a dict's items, keys or values, nor
+    ``zip(...)``."""
+    kind = type(iterated)
+    if kind is cst.List or kind is cst.Tuple or kind is cst.Set:
+        return all(type(e.value) is cst.Integer for e in iterated.elements)  # type: ignore[attr-defined]
+    if kind is cst.Call:
+        callee = iterated.func  # type: ignore[attr-defined]
+        name = callee.attr.value if type(callee) is cst.Attribute else callee.value if type(callee) is cst.Name else None
+        return name not in ("items", "keys", "values", "zip")
+    return True
 
 
 def is_import_line(stmt: cst.BaseStatement) -> bool:
@@ -3287,3 +3407,21 @@ def keyword_argument(call: cst.Call, keyword: str) -> cst.Arg | None:
 def is_true(expr: cst.BaseExpression | None) -> bool:
     """Whether an expression is the literal ``True``."""
     return isinstance(expr, cst.Name) and expr.value == "True"
+
+
+def _literal_keys(comprehension: cst.DictComp) -> list[str]:
+    """The keys a dict comprehension over a written-out list of strings makes (``{k: ... for k in ["train",
+    "val"]}``); none for any other comprehension."""
+    loop = comprehension.for_in
+    if loop.inner_for_in is not None or loop.ifs or type(loop.target) is not cst.Name:
+        return []
+    if not (type(comprehension.key) is cst.Name and comprehension.key.value == loop.target.value):  # type: ignore[attr-defined]
+        return []
+    if type(loop.iter) not in (cst.List, cst.Tuple):
+        return []
+    keys = []
+    for element in loop.iter.elements:  # type: ignore[attr-defined]
+        if type(element.value) is not cst.SimpleString:
+            return []
+        keys.append(element.value.evaluated_value)
+    return keys
