@@ -304,12 +304,20 @@ def remove_statements(analysis: ScriptAnalysis, edits: Edits, statements: Iterab
 
 def replace_values(analysis: ScriptAnalysis, edits: Edits, values: Iterable[cst.BaseExpression], code: str) -> None:
     """Replace expressions by new code. Two assignments that are the whole of an ``if``/``else`` and now
-    assign the same thing become that one assignment."""
+    assign the same thing become that one assignment; so do the two sides of a conditional expression."""
     values = list(values)
     handled: set[cst.CSTNode] = set()
     for value in values:
         if value in handled:
             continue
+        parent = analysis.parent(value)
+        if type(parent) is cst.IfExp and value is not parent.test:  # type: ignore[attr-defined]
+            # ``device_count() if cuda else 2``, both sides replaced alike: one value, no test
+            other = parent.orelse if value is parent.body else parent.body  # type: ignore[attr-defined]
+            if any(v is other for v in values):
+                edits.replace(parent, expression(code))
+                handled.update((value, other))
+                continue
         branch = _if_else_branch(analysis, value)
         if branch is not None:
             condition, target = branch

@@ -9,6 +9,7 @@ import libcst as cst
 from . import names
 from .analysis import ScriptAnalysis, is_docstring_line, is_import_line, statements_of
 from .analysis.legacy import legacy_facts
+from .analysis.ranks import rank_facts
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, expression, statement
 from .runtime_calls import runtime_name
@@ -267,12 +268,20 @@ dist.destroy_process_group(group)
             return None
         if all(_on_some_paths(analysis, wrap) for wrap in wraps):
             return None  # (``if args.distributed: model = DDP(model)``: the wrap runs where the group was set up)
-        body, _ = MissingProcessGroup._work_block(analysis, analysis.setup_site)
-        anchor = None
+        anchor: cst.BaseStatement | None = None
         for call in setups:
             for home, place in analysis.places_up_the_calls(call):
-                if home is analysis:
-                    anchor = next((stmt for stmt in body if stmt is place or analysis.is_inside(place, stmt)), anchor)
+                if home is not analysis:
+                    continue
+                # After the outermost test around the set-up (``if "WORLD_SIZE" in os.environ:``), in the block
+                # that holds it (inside a ``try``, a ``with``); else after the statement that leads to it.
+                tests = [c.owner for c in rank_facts(analysis).conditions(place) if type(c.owner) is cst.If and c.owner is not analysis.main_guard and not c.early_exit]
+                found = tests[-1] if tests else analysis.statement(place)
+                if anchor is None or analysis.comes_before(anchor, found):
+                    anchor = found  # type: ignore[assignment]
+                break  # (the nearest place in this module: its callers run it, set-up and all)
+        if anchor is None or any(analysis.is_inside(wrap, anchor) for wrap in wraps):
+            return None  # (the wrap runs under the set-up's own test)
         return anchor
 
     @staticmethod
@@ -400,15 +409,11 @@ dist.destroy_process_group(group)
 
 
 def _on_some_paths(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
-    """Whether the node runs only under a condition: inside a branch of an ``if`` (or a conditional
-    expression) of its function, or of a function up the calls that lead to it."""
-    for home, place in analysis.places_up_the_calls(node):
-        child = place
-        for ancestor in home.ancestors(place):
-            kind = type(ancestor)
-            if kind is cst.FunctionDef or kind is cst.Module:
-                break
-            if (kind is cst.If or kind is cst.IfExp) and child is not ancestor.test and ancestor is not home.main_guard:  # type: ignore[attr-defined]
-                return True
-            child = ancestor
-    return False
+    """Whether the node runs only under a condition (the analysis's conditions: a branch of a test, an early
+    exit before it such as ``if not dist.is_initialized(): ...; return``, an ``except``), in its function or
+    in one up the calls that lead to it; the ``__main__`` block is no condition."""
+    return any(
+        condition.owner is not home.main_guard
+        for home, place in analysis.places_up_the_calls(node)
+        for condition in rank_facts(home).conditions(place)
+    )

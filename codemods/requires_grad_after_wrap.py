@@ -74,7 +74,8 @@ for x, y in loader:
             found = after_a_wrap(analysis, change.node)
             if found is not None:
                 owner, node = found
-                where = f"line {owner.line(node)}" if owner is analysis else f"{owner.module_name}, line {owner.line(node)}"
+                # (another module's line numbers may be those of a version the migration has rewritten since)
+                where = f"line {owner.line(node)}" if owner is analysis else f"in {owner.module_name}"
                 through = "" if node is change.node else f" (through `{code_of(node)}`, {where})"
                 yield Match(
                     change.statement,

@@ -9,6 +9,7 @@ import libcst as cst
 from . import names
 from .analysis import EpochLoop, ScriptAnalysis, dotted_name, is_none, loader_argument
 from .analysis.loaders import loader_facts
+from .analysis.script import COMPREHENSIONS
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, statement
 from .runtime_calls import runtime_name
@@ -430,9 +431,20 @@ def _passed_over_once(analysis: ScriptAnalysis, loader: cst.Call) -> bool:
     if len(loops) != 1 or any(home.calls_to(names.TORCH_LOAD) for home in analysis.shared.analyses):
         return False  # (two loops over it, one after the other, are two epochs)
     for home, place in analysis.places_up_the_calls(loops[0]):
-        if home.nearest_loop(place) is not None:
+        if home.nearest_loop(place) is not None or _in_a_comprehension(home, place):
             return False
         function = home.enclosing_function(place)
         if function is not None and len(home.callers_in_program(function)) != 1:
             return False
     return True
+
+
+def _in_a_comprehension(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
+    """Whether the node runs in a comprehension or a lambda of its function (``[train_epoch(m) for epoch in
+    range(3)]``, ``map(lambda e: run(e), epochs)``): as many times as it has items."""
+    for ancestor in analysis.ancestors(node):
+        if type(ancestor) is cst.FunctionDef:
+            return False
+        if type(ancestor) in COMPREHENSIONS or type(ancestor) is cst.Lambda:
+            return True
+    return False

@@ -144,6 +144,39 @@ if __name__ == "__main__":
     worker(runtime.rank(), 2, 2)
 """,
         ),
+        # Both sides of a conditional count of processes (a trial: ``runtime.world_size() if ... else
+        # runtime.world_size()``) become one.
+        Example(
+            before="""\
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def worker(rank, world_size):
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    train(rank)
+
+
+if __name__ == "__main__":
+    world_size = torch.cuda.device_count() if torch.cuda.is_available() else 2
+    mp.spawn(worker, args=(world_size,), nprocs=world_size, join=True)
+""",
+            after="""\
+import torch.distributed as dist
+from ddp_migrate import runtime
+
+
+def worker(rank, world_size):
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    train(rank)
+
+
+if __name__ == "__main__":
+    world_size = runtime.world_size()
+    worker(runtime.rank(), world_size)
+""",
+        ),
         Example(
             before="""\
 import torch.distributed as dist

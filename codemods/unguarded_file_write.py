@@ -314,7 +314,8 @@ with open("config.yaml") as f:
             elif kind == "open":
                 item = analysis.parent(call)
                 block = analysis.parent(item) if isinstance(item, cst.WithItem) else None
-                safe = isinstance(block, cst.With) and len(block.items) == 1 and not analysis.reaches(block, blocking)
+                # (a block that trains stays every rank's: ``with open(log, "w") as f:`` around the epoch loop)
+                safe = isinstance(block, cst.With) and len(block.items) == 1 and not analysis.reaches(block, blocking) and not analysis.reaches(block, [*analysis.backward_calls, *analysis.optimizer_step_calls])
                 if safe and _state_set_in(analysis, block):  # type: ignore[arg-type]
                     yield _Case(call, "open-with-state", None)  # (rank 0 alone would go on updating it)
                     continue

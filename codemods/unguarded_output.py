@@ -106,6 +106,8 @@ for x, y in tqdm(loader, disable=args.quiet):
     loss.backward()
 for x, y in tqdm(val_loader, disable=False):
     evaluate(x, y)
+for x, y in tqdm(test_loader, disable=None):
+    evaluate(x, y)
 """,
             after="""\
 from ddp_migrate import runtime
@@ -114,6 +116,8 @@ from tqdm import tqdm
 for x, y in tqdm(loader, disable=args.quiet or not runtime.is_main_process()):
     loss.backward()
 for x, y in tqdm(val_loader, disable=not runtime.is_main_process()):
+    evaluate(x, y)
+for x, y in tqdm(test_loader, disable=None if runtime.is_main_process() else True):
     evaluate(x, y)
 """,
         ),
@@ -207,7 +211,10 @@ if master_process:
                     kept = code_of(given.value).strip()
                     if not isinstance(given.value, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)):
                         kept = f"({kept})"
-                    value = off_rank_0 if kept == "False" else f"{kept} or {off_rank_0}"
+                    if kept == "None":  # (tqdm's own choice on rank 0: no bar where the output is no terminal)
+                        value = f"None if {rt}.is_main_process() else True"
+                    else:
+                        value = off_rank_0 if kept == "False" else f"{kept} or {off_rank_0}"
                     edits.replace(given.value, expression(value))
                 else:
                     disable = cst.Arg(

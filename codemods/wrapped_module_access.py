@@ -568,8 +568,8 @@ torch.save(state, "last.pt")
             if reflected is not None:
                 yield _Case(
                     "reflect", call.args[0].value, call.args[0].value, True,
-                    f"{code_of(call.func)}(..., {reflected!r}) asks the DDP wrapper, which has no {reflected}: ask the model "
-                    "itself (runtime.unwrap(...))",
+                    f"{code_of(call.func)}(..., {code_of(call.args[1].value).strip()}) asks the DDP wrapper, which has "
+                    "none of the model's own attributes: ask the model itself (runtime.unwrap(...))",
                 )
                 continue
             if dotted_name(call.func) == "getattr" and len(call.args) >= 2 and code_of(call.args[1].value).strip("'\"") == "module":
@@ -741,9 +741,14 @@ def _reflected_attribute(analysis: ScriptAnalysis, call: cst.Call) -> str | None
     if dotted_name(call.func) not in ("getattr", "hasattr", "setattr") or len(call.args) < 2 or call.args[0].keyword or call.args[0].star:
         return None
     name = call.args[1].value
-    if not isinstance(name, cst.SimpleString):
+    if isinstance(name, cst.SimpleString):
+        attribute = str(name.evaluated_value)
+    elif isinstance(name, (cst.Name, cst.Attribute, cst.Subscript)):
+        # ``getattr(model, k)`` over part names (``{"params": getattr(model, k).parameters(), "lr": lr}``): the
+        # model's own parts, which the wrapper does not have
+        attribute = code_of(name).strip()
+    else:
         return None
-    attribute = str(name.evaluated_value)
     if attribute == "module" or attribute in WRAPPER_ATTRIBUTES or attribute in DDP_ATTRIBUTES:
         return None
     model = call.args[0].value
@@ -970,6 +975,7 @@ def _backward_after(analysis: ScriptAnalysis, call: cst.CSTNode, function: cst.F
     own: the call is part of one training step, which the function's callers repeat."""
     return any(
         analysis.enclosing_function(b) is function
+        and analysis.nearest_loop(b) is None  # (a loop of its own is the training; the call runs before it)
         and (analysis.comes_before(call, b) or analysis.is_inside(call, b))
         for b in analysis.backward_calls
     )

@@ -590,3 +590,47 @@ def test_a_loop_over_the_layers_cut_short_looks_for_unused_parameters(tmp_path: 
     assert "break" in LAYER_LOOP
     text, output = migrate(tmp_path, LAYER_LOOP)
     assert "find_unused_parameters=True" in text, output
+
+
+TWO_HEADS_ONE_READ = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.trunk = nn.Linear(6, 16)
+        self.main_head = nn.Linear(16, 3)
+        self.aux_head = nn.Linear(16, 3)
+
+    def forward(self, x):
+        h = torch.relu(self.trunk(x))
+        return self.main_head(h), self.aux_head(h)
+
+
+def main():
+    x = torch.randn(32, 6)
+    loader = DataLoader(TensorDataset(x, x[:, :3].argmax(1)), batch_size=8)
+    model = Net()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for epoch in range(2):
+        for xb, t in loader:
+            logits, _ = model(xb)
+            opt.zero_grad()
+            F.cross_entropy(logits, t).backward()
+            opt.step()
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_an_output_never_read_is_said_to_be_never_used(tmp_path: Path) -> None:
+    """A trial: the flag's reason said `_` was used "only on some steps"; it is never used."""
+    migrated, report, _ = migrate_script(tmp_path, TWO_HEADS_ONE_READ)
+    assert "find_unused_parameters=True" in migrated, migrated
+    assert "the training step never uses `_`, an output of its forward()" in report, report

@@ -14,7 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from migrated import migrate_script
+
+from ddp_migrate.cli import cli
 
 HEADER = '''
 import torch
@@ -305,3 +308,59 @@ def test_a_hook_in_another_module_that_unfreezes_the_wrapped_model_is_reviewed(t
     result = CliRunner().invoke(cli, ["train.py"], catch_exceptions=False)
     reviews = [line for line in result.output.splitlines() if "review" in line and "DDP042" in line]
     assert len(reviews) == 1 and "hooks.py:" in reviews[0] and "requires_grad of runtime.unwrap(trainer.model).backbone changes" in reviews[0], result.output
+
+
+BACKBONE = '''
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.backbone = nn.Linear(10, 8)
+        self.head = nn.Linear(8, 4)
+
+    def freeze_backbone(self, frozen):
+        for p in self.backbone.parameters():
+            p.requires_grad = not frozen
+
+    def forward(self, x):
+        return self.head(self.backbone(x))
+'''
+
+UNFREEZING_ENTRY = '''
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+from backbone import Net
+
+
+def run():
+    x = torch.randn(64, 10)
+    loader = DataLoader(TensorDataset(x, x[:, :4].argmax(1)), batch_size=16)
+    model = Net()
+    model.freeze_backbone(True)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(3):
+        if epoch == 1:
+            model.freeze_backbone(False)
+        for xb, t in loader:
+            optimizer.zero_grad()
+            F.cross_entropy(model(xb), t).backward()
+            optimizer.step()
+
+
+if __name__ == "__main__":
+    run()
+'''
+
+
+def test_a_change_reached_from_another_module_names_that_module_not_a_stale_line(tmp_path: Path) -> None:
+    """A trial: the review in backbone.py pointed at "train, line 27", a line of train.py before the migration
+    rewrote it (the call was at line 20 of the original, 31 of the result)."""
+    (tmp_path / "backbone.py").write_text(BACKBONE)
+    (tmp_path / "train.py").write_text(UNFREEZING_ENTRY)
+    result = CliRunner().invoke(cli, [str(tmp_path)], catch_exceptions=False)
+    review = next(line for line in result.output.splitlines() if "DDP042" in line)
+    assert "(through `model.module.freeze_backbone(False)`, in train)" in review, result.output

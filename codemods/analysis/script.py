@@ -1725,8 +1725,9 @@ class ScriptAnalysis:
 
     def _may_run_here(self, home: ScriptAnalysis, node: cst.CSTNode) -> bool:
         """Whether a node of a module of the program may run when this module runs: anywhere in this module,
-        and outside the ``__main__`` block of another (which runs only when that module is the one run)."""
-        return home is self or home.main_guard is None or not home.is_inside(node, home.main_guard)
+        and, where this module is an entry, outside the ``__main__`` block of another (which runs only when
+        that module is the one run). A helper module runs with every entry of its program, whose blocks run."""
+        return home is self or not self.is_entry or home.main_guard is None or not home.is_inside(node, home.main_guard)
 
     @cached_property
     def is_training_script(self) -> bool:
@@ -2002,7 +2003,8 @@ class ScriptAnalysis:
                 if taken is not None:
                     expr = taken  # a loop over the loaders (``for loader in (a, b)``), not over epochs
                     continue
-                return EpochLoop(ancestor, expr, _loop_variable(ancestor))
+                counts = type(ancestor) is not cst.For or self._may_count(ancestor.iter)  # type: ignore[attr-defined]
+                return EpochLoop(ancestor, expr, _loop_variable(ancestor) if counts else None)
         if function is None or depth >= 3:
             return None
         for call in self.callers_of(function):
@@ -2012,6 +2014,56 @@ class ScriptAnalysis:
                 if outer is not None:
                     return outer
         return None
+
+    def _may_count(self, iterated: cst.BaseExpression, depth: int = 0) -> bool:
+        """Whether a loop over the value may hand out whole numbers first, an epoch number: ``range(n)``,
+        ``enumerate(...)``, ``zip(range(n), lrs)``, a name of unknown value; not a written-out list with
+        anything but integers in it (``for lr in (0.1, 0.01)``, ``LRS = [0.1, 0.05]``), nor a dict's values,
+        nor its items or keys unless a written-out dict with integer keys (``{0: 0.1, 5: 0.01}.items()``)."""
+        kind = type(iterated)
+        if kind is cst.List or kind is cst.Tuple or kind is cst.Set:
+            return all(type(e.value) is cst.Integer for e in iterated.elements)  # type: ignore[attr-defined]
+        if kind is cst.Dict:
+            return all(type(e) is cst.DictElement and type(e.key) is cst.Integer for e in iterated.elements)  # type: ignore[attr-defined]
+        if depth > 3:
+            return True
+        if kind is cst.Call:
+            callee = iterated.func  # type: ignore[attr-defined]
+            name = callee.attr.value if type(callee) is cst.Attribute else callee.value if type(callee) is cst.Name else None
+            if name == "zip":
+                first = iterated.args[0].value if iterated.args else None  # type: ignore[attr-defined]
+                return first is not None and self._may_count(first, depth + 1)
+            if name in ("items", "keys"):
+                return type(callee) is cst.Attribute and self._written_out(callee.value, depth) is True
+            return name != "values"
+        if kind is cst.Name:
+            return self._written_out(iterated, depth) is not False
+        return True
+
+    def _written_out(self, expr: cst.BaseExpression, depth: int) -> bool | None:
+        """For a written-out container (or a name that only ever holds such containers): whether a loop over
+        it counts (:meth:`_may_count`); ``None`` where the value is not written out."""
+        if type(expr) in (cst.List, cst.Tuple, cst.Set, cst.Dict):
+            return self._may_count(expr, depth + 1)
+        if type(expr) is not cst.Name:
+            return None
+        values = self.flows_into(expr, expr.value)  # type: ignore[attr-defined]
+        function = self.enclosing_function(expr)
+        if not values and (function is None or not self.binds_locally(function, expr.value)):  # type: ignore[attr-defined]
+            values = self._module_constant(expr.value)  # type: ignore[attr-defined]
+        if not values or any(type(v) not in (cst.List, cst.Tuple, cst.Set, cst.Dict) for v in values):
+            return None
+        return all(self._may_count(v, depth + 1) for v in values)
+
+    def _module_constant(self, name: str) -> list[cst.BaseExpression]:
+        """The values the module's top level assigns to a name (``LRS = [0.1, 0.01]``)."""
+        return [
+            small.value
+            for stmt in self.module.body
+            if type(stmt) is cst.SimpleStatementLine
+            for small in stmt.body
+            if type(small) is cst.Assign and any(type(t.target) is cst.Name and t.target.value == name for t in small.targets)  # type: ignore[attr-defined]
+        ]
 
     def _spell_at_call(
         self, call: cst.Call, function: cst.FunctionDef, expr: cst.BaseExpression
@@ -2090,12 +2142,15 @@ class ScriptAnalysis:
                     continue  # (another function's own name)
                 if self._key(node, name) != key:
                     continue
-                used = parent.attr.value  # type: ignore[attr-defined]
+                used, method = parent.attr.value, parent  # type: ignore[attr-defined]
                 if used == "module":
-                    grand = self.parent(parent)
-                    used = grand.attr.value if type(grand) is cst.Attribute and grand.value is parent else ""  # type: ignore[attr-defined]
+                    method = self.parent(parent)
+                    used = method.attr.value if type(method) is cst.Attribute and method.value is parent else ""  # type: ignore[attr-defined]
                 if used not in _UNTRAINED_USES:
                     return False
+                call = self.parent(method)
+                if used != "state_dict" and not (type(call) is cst.Call and type(self.parent(call)) is cst.Expr):
+                    return False  # ``return wrapped.to(device)``: the wrap itself handed on (a move returns it)
         return True
 
     @cached_property
@@ -2490,10 +2545,16 @@ class ScriptAnalysis:
     def _model_indexed(self, expr: cst.BaseExpression) -> str | None:
         """``model`` of ``model[0]`` where the container is itself run as a model (``model(x)``: an
         ``nn.Sequential``), so a parameter group per layer (``{"params": model[0].parameters()}``) trains it;
-        not a list of models (``models[0]``, never called itself)."""
-        if type(expr) is not cst.Subscript:
+        not a list of models (``models[0]``, never called itself). So do ``getattr(model, name)`` and
+        ``model.get_submodule(name)``."""
+        if type(expr) is cst.Subscript:
+            name = dotted_name(expr.value)  # type: ignore[attr-defined]
+        elif type(expr) is cst.Call and dotted_name(expr.func) == "getattr" and expr.args:  # type: ignore[attr-defined]
+            name = dotted_name(expr.args[0].value)  # ``getattr(model, "encoder")`` (per-part learning rates)  # type: ignore[attr-defined]
+        elif type(expr) is cst.Call and call_method_name(expr) == "get_submodule":  # type: ignore[arg-type]
+            name = dotted_name(expr.func.value)  # type: ignore[attr-defined]
+        else:
             return None
-        name = dotted_name(expr.value)  # type: ignore[attr-defined]
         if name is None or not any(dotted_name(call.func) == name for analysis in self.shared.analyses for call in analysis.calls):
             return None
         return name
@@ -3234,8 +3295,6 @@ def _loop_variable(loop: cst.For | cst.While) -> str | None:
     """The epoch loop's counter: its (first) variable, or an attribute it counts in (``for self.epoch in
     range(n)``)."""
     if isinstance(loop, cst.For):
-        if not _may_count(loop.iter):
-            return None  # ``for lr in (0.1, 0.01):``, ``for name, cfg in runs.items():``: no epoch number
         names_ = _target_names(loop.target)
         if names_:
             return names_[0]
@@ -3243,18 +3302,6 @@ def _loop_variable(loop: cst.For | cst.While) -> str | None:
     return None
 
 
-def _may_count(iterated: cst.BaseExpression) -> bool:
-    """Whether a loop over the value may hand out whole numbers first (``range(n)``, ``enumerate(...)``, a
-    name): not a written-out list with anything but integers in it, nor a dict's items, keys or values, nor
-    ``zip(...)``."""
-    kind = type(iterated)
-    if kind is cst.List or kind is cst.Tuple or kind is cst.Set:
-        return all(type(e.value) is cst.Integer for e in iterated.elements)  # type: ignore[attr-defined]
-    if kind is cst.Call:
-        callee = iterated.func  # type: ignore[attr-defined]
-        name = callee.attr.value if type(callee) is cst.Attribute else callee.value if type(callee) is cst.Name else None
-        return name not in ("items", "keys", "values", "zip")
-    return True
 
 
 def is_import_line(stmt: cst.BaseStatement) -> bool:

@@ -428,7 +428,9 @@ def _output_used_on_some_steps(analysis: ScriptAnalysis, model: cst.BaseExpressi
                 never = output == "_" or not reads
                 if never and _outputs_share_layers(home, node.value, index, len(elements)):  # type: ignore[arg-type]
                     continue  # ``logits, loss = model(x, y)``: the loss is computed from the logits
-                if never or all(_read_apart_from(home, read, backward, loop) for read in reads):
+                if never:
+                    return SkippedLayer(home, node.value, f"the training step never uses `{output}`, an output of its forward()")  # type: ignore[arg-type]
+                if all(_read_apart_from(home, read, backward, loop) for read in reads):
                     return SkippedLayer(home, node.value, f"the training step uses `{output}`, an output of its forward(), only on some steps")  # type: ignore[arg-type]
     return None
 
