@@ -17,7 +17,8 @@ class PassOverShardedLoader(Rule):
 
     What it finds: a loop (or comprehension) over a training loader that a ``DistributedSampler`` shards
     which does not train: a pass that computes the inputs' mean and standard deviation, class weights or
-    counts before training, or the training set's accuracy.
+    counts before training, or the training set's accuracy; and torch's own such pass,
+    ``torch.optim.swa_utils.update_bn(loader, swa_model)``.
 
     Why it is a problem: the original's pass saw the whole training set. Sharded, each process sees only
     its share, so every rank normalises with other statistics, weighs the classes differently, or reports
@@ -33,7 +34,7 @@ class PassOverShardedLoader(Rule):
     name = "pass-over-sharded-loader"
     phase = Phase.OUTPUT
     severity = Severity.WARNING
-    triggers = ("DistributedSampler",)
+    triggers = ("DistributedSampler",)  # (``update_bn`` is checked where the loader is sharded)
     requires = (".backward(",)
     manual_fix = "iterate the data set without the DistributedSampler for this pass, or reduce what it computes across ranks"
     examples = (
@@ -48,6 +49,20 @@ for x, y in loader:
 criterion = nn.CrossEntropyLoss(weight=counts.sum() / counts)
 for x, y in loader:
     criterion(model(x), y).backward()
+""",
+        ),
+        # torch's own pass for an averaged model's BatchNorm statistics (a trial's SWA: the ranks' statistics differed).
+        Example(
+            before="""\
+from torch.optim.swa_utils import AveragedModel, update_bn
+from torch.utils.data import DataLoader, DistributedSampler
+
+loader = DataLoader(train_set, batch_size=32, sampler=DistributedSampler(train_set))
+swa = AveragedModel(model)
+for x, y in loader:
+    criterion(model(x), y).backward()
+swa.update_parameters(model)
+update_bn(loader, swa)
 """,
         ),
         Valid(
@@ -84,6 +99,20 @@ with torch.no_grad():
                 continue  # ``for x, y in (b for b in loader if ...)``: the loop around it trains
             if any(o in sharded for o in analysis.origins(iterated)) and not analysis.reaches_backward(element):
                 yield Match(iterated, MESSAGE)
+        for call in analysis.calls_to(LIBRARY_PASSES):
+            # ``update_bn(train_loader, swa_model)``: torch's own pass over the loader, for BatchNorm statistics
+            loader = call.args[0].value if call.args and call.args[0].keyword is None else None
+            if loader is not None and any(o in sharded for o in analysis.origins(loader)):
+                yield Match(loader, UPDATE_BN_MESSAGE)
+
+
+#: Library functions that go over a loader they are given, computing something from the data (not training).
+LIBRARY_PASSES = frozenset({"torch.optim.swa_utils.update_bn"})
+UPDATE_BN_MESSAGE = (
+    "update_bn() recomputes the BatchNorm statistics over this loader, sharded: each rank's averaged model "
+    "gets the statistics of its own share, and rank 0 saves those of half the data; pass a loader of the whole "
+    "training set (without the DistributedSampler)"
+)
 
 
 MESSAGE = (

@@ -213,6 +213,33 @@ Path(args.log_dir).mkdir(parents=True, exist_ok=True)
 loss.backward()
 """,
         ),
+        # Keeping the newest checkpoint: the others list the folder while rank 0 deletes from it (a trial's
+        # FileNotFoundError on rank 1, 5 runs in 5).
+        Example(
+            before="""\
+import glob
+import os
+
+for epoch in range(epochs):
+    for x, y in loader:
+        criterion(model(x), y).backward()
+    old = sorted(glob.glob("ckpt/*.pt"), key=os.path.getmtime)
+    for f in old[:-1]:
+        os.remove(f)
+""",
+            after="""\
+import glob
+import os
+
+for epoch in range(epochs):
+    for x, y in loader:
+        criterion(model(x), y).backward()
+    old = sorted(glob.glob("ckpt/*.pt"), key=os.path.getmtime)
+    for f in old[:-1]:
+        # TODO(ddp-migrate): list the old files and delete them on rank 0 only (one rank-0 block around both)
+        os.remove(f)
+""",
+        ),
         Valid(
             """\
 import os
@@ -322,6 +349,9 @@ with open("config.yaml") as f:
                 yield _Case(call, kind, block if safe else None)
             elif kind in ("file", "handle"):
                 if kind == "handle" and self._on_open_file(analysis, call, write_opens):
+                    continue
+                if _removes_what_every_rank_lists(analysis, call):
+                    yield _Case(call, "remove-listed", None)
                     continue
                 line = _expression_line(analysis, call)
                 plain = line is not None and isinstance(line.body[0], cst.Expr) and not analysis.reaches(line, blocking)
@@ -450,6 +480,11 @@ with open("config.yaml") as f:
                 "program reads later, which every rank needs: move them out of the block, then guard it"
             ),
             "file": "every rank writes this file: write it on rank 0 only",
+            "remove-listed": (
+                "every rank deletes files it lists from the folder right before (glob, listdir, getmtime): rank 0 alone "
+                "must delete, but then the others may list a file rank 0 has just deleted (FileNotFoundError); list "
+                "and delete on rank 0 only (one `if runtime.is_main_process():` around both)"
+            ),
             "event-log": "every rank creates a SummaryWriter (N event files in one log folder): create it on rank 0 only",
             "tracker": "every rank starts a wandb run: disable it off rank 0 (mode=\"disabled\")",
             "download": "every rank downloads into the same folder at once: download on rank 0 first while the others wait",
@@ -483,6 +518,7 @@ with open("config.yaml") as f:
                         f"({', '.join(_state_set_in(analysis, analysis.statement(call)))}): move them out of it first"
                     ),
                     "event-log": "create the SummaryWriter on rank 0 only, and use it only there",
+                    "remove-listed": "list the old files and delete them on rank 0 only (one rank-0 block around both)",
                 }.get(kind, "write this file on rank 0 only" + (" (the block waits for other ranks)" if isinstance(analysis.parent(analysis.parent(call)), cst.With) else ""))
                 edits.todo(analysis.statement(call), what)
                 continue
@@ -782,3 +818,26 @@ def _file_reads(analysis: ScriptAnalysis) -> list[cst.Call]:
             if not any(flag in str(text) for flag in "wax+"):
                 found.append(call)
     return found
+
+
+#: Calls that delete files, and calls that list a folder or read a listed file's metadata.
+_REMOVALS = frozenset({"os.remove", "os.unlink", "shutil.rmtree"})
+_LISTINGS = frozenset({"glob.glob", "glob.iglob", "os.listdir", "os.scandir", "os.path.getmtime", "os.path.getctime", "os.path.getsize"})
+
+
+def _removes_what_every_rank_lists(analysis: ScriptAnalysis, call: cst.Call) -> bool:
+    """Whether a deletion runs in a loop over a listing of files every rank computes (``for f in sorted(glob(
+    "ckpt/*.pt"), key=os.path.getmtime)[:-1]: os.remove(f)``, the listing held in a name or not): guarded for rank
+    0 alone, it races with the other ranks' listing of the files it deletes."""
+    if not analysis.is_call_to(call, _REMOVALS):
+        return False
+    loop = analysis.nearest_loop(call)
+    if not isinstance(loop, cst.For):
+        return False
+    values: list[cst.CSTNode] = [loop.iter]
+    values += [v for node in walk(loop.iter) if type(node) is cst.Name for v in analysis.flows_into(node, node.value)]  # type: ignore[attr-defined]
+    return any(
+        type(node) is cst.Call and (analysis.is_call_to(node, _LISTINGS) or call_method_name(node) in ("glob", "iterdir", "rglob"))  # type: ignore[arg-type]
+        for value in values
+        for node in walk(value)
+    )

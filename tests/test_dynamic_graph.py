@@ -634,3 +634,96 @@ def test_an_output_never_read_is_said_to_be_never_used(tmp_path: Path) -> None:
     migrated, report, _ = migrate_script(tmp_path, TWO_HEADS_ONE_READ)
     assert "find_unused_parameters=True" in migrated, migrated
     assert "the training step never uses `_`, an output of its forward()" in report, report
+
+
+OPTIONAL_HEAD = '''
+import argparse
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Net(nn.Module):
+    def __init__(self, with_aux=False):
+        super().__init__()
+        self.enc = nn.Linear(6, 24)
+        self.cls = nn.Linear(24, 2)
+        if with_aux:
+            self.aux = nn.Linear(24, 1)
+
+    def forward(self, x):
+        return self.cls(F.relu(self.enc(x)))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--aux", action="store_true")
+    args = p.parse_args()
+    x = torch.randn(64, 6)
+    loader = DataLoader(TensorDataset(x, (x[:, 0] > 0).long()), batch_size=16)
+    model = nn.DataParallel(Net(with_aux=args.aux))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for xb, yb in loader:
+            opt.zero_grad()
+            F.cross_entropy(model(xb), yb).backward()
+            opt.step()
+    print("trained", flush=True)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+@pytest.mark.distributed
+def test_a_head_built_under_a_command_line_flag_and_never_used_gets_the_flag(tmp_path: Path) -> None:
+    """A trial's crash with 0 items: ``args.aux`` (the option) was read as a use of ``self.aux`` (the layer), so
+    ``--aux`` stopped DDP at the second step ("Expected to have finished reduction")."""
+    from launch import run_torchrun
+
+    migrated, report, _ = migrate_script(tmp_path, OPTIONAL_HEAD)
+    assert "find_unused_parameters=True" in migrated and "`self.aux` (nn.Linear) is never used" in report, report
+    assert "trained" in run_torchrun(tmp_path / "train.py", "--aux", cwd=tmp_path, timeout=120).output
+
+
+CHECKPOINTED_WHILE_TRAINING = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([nn.Linear(8, 8) for _ in range(2)])
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = checkpoint(b, x, use_reentrant=False) if self.training else b(x)
+        return x
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randn(32, 8)), batch_size=8)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        opt.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        opt.step()
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_a_layer_run_on_both_sides_of_a_test_is_run_on_every_step(tmp_path: Path) -> None:
+    """A trial's needless flag: ``checkpoint(b, x) if self.training else b(x)`` runs ``b`` either way."""
+    migrated, report, _ = migrate_script(tmp_path, CHECKPOINTED_WHILE_TRAINING)
+    assert "DistributedDataParallel(" in migrated and "find_unused_parameters" not in migrated, report

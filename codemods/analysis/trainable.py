@@ -748,10 +748,14 @@ class _Paths:
         block = side.body if type(side) is cst.Else else side  # type: ignore[attr-defined]
         return self._run(block.body, holder)  # type: ignore[attr-defined]
 
+    def _spellings(self, holder: str) -> set[str | None]:
+        """The names the forward calls a holder's layers by (``b`` of ``for b in self.blocks: b(x)``)."""
+        return {dotted_name(call.func) for call, held in self.holders.items() if held == holder}
+
     def _calls(self, node: cst.CSTNode, holder: str) -> bool:
         """Whether the node runs the layer whatever its values: calls it, or hands it to a call that runs it
-        (``checkpoint(self.block, x)``, ``data_parallel(self.main, x, ids)``); in a conditional expression only
-        on the side a setting's known value takes, not right of an ``and`` / ``or``, nor in a nested function,
+        (``checkpoint(self.block, x)``, ``data_parallel(self.main, x, ids)``); in a conditional expression on
+        the side a setting's known value takes, or on both sides, not right of an ``and`` / ``or``, nor in a nested function,
         lambda or comprehension."""
         stack = [node]
         while stack:
@@ -759,13 +763,15 @@ class _Paths:
             kind = type(current)
             if kind is cst.Call and self.holders.get(current) == holder:  # type: ignore[arg-type]
                 return True
-            if kind is cst.Arg and dotted_name(current.value) == holder:  # type: ignore[attr-defined]
-                return True
+            if kind is cst.Arg and (dotted_name(current.value) == holder or dotted_name(current.value) in self._spellings(holder)):  # type: ignore[attr-defined]
+                return True  # (``checkpoint(b, x)`` of ``for b in self.blocks``: ``b`` stands for the layer)
             if kind is cst.IfExp:
                 stack.append(current.test)  # type: ignore[attr-defined]
                 verdict = self._verdict(current.test, holder)  # type: ignore[attr-defined]
                 if verdict is not None:
                     stack.append(current.body if verdict else current.orelse)  # type: ignore[attr-defined]
+                elif self._calls(current.body, holder) and self._calls(current.orelse, holder):  # type: ignore[attr-defined]
+                    return True  # ``checkpoint(b, x) if self.training else b(x)``: either way
                 continue
             if kind is cst.BooleanOperation:
                 stack.append(current.left)  # type: ignore[attr-defined]
@@ -943,10 +949,20 @@ def _unused_layer(analysis: ScriptAnalysis, cls: cst.ClassDef) -> tuple[str, cst
     for module in analysis.shared.analyses:
         for node in module.preorder:
             if type(node) is cst.Attribute and node.attr.value in candidates and node not in targets:  # type: ignore[attr-defined]
+                if _an_option(module, node.value):  # type: ignore[attr-defined]
+                    continue  # ``args.aux``: the command line's setting of the same name, not the layer
                 del candidates[node.attr.value]  # type: ignore[attr-defined]
                 if not candidates:
                     return None
     return next(iter(candidates.items()))
+
+
+def _an_option(analysis: ScriptAnalysis, receiver: cst.BaseExpression) -> bool:
+    """Whether a value is the command line's options: every value it may hold comes from ``parse_args()``."""
+    if type(receiver) is not cst.Name:
+        return False
+    origins = analysis.origins(receiver)
+    return bool(origins) and all(type(o) is cst.Call and call_method_name(o) == "parse_args" for o in origins)  # type: ignore[arg-type]
 
 
 #: Calls by which a module reaches its layers without naming them.
