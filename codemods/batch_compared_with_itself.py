@@ -193,7 +193,9 @@ def _comparisons(analysis: ScriptAnalysis) -> Iterator[tuple[cst.CSTNode, cst.Ba
 
 _EINSUM = frozenset({"torch.einsum"})
 #: Functions that compare two tensors along a dimension, broadcasting the others (``F.cosine_similarity``).
-_BROADCAST_MEASURES = frozenset({"torch.nn.functional.cosine_similarity", "torch.cosine_similarity", "torch.nn.functional.pairwise_distance", "torch.pairwise_distance"})
+_BROADCAST_MEASURES = frozenset(
+    {"torch.nn.functional.cosine_similarity", "torch.cosine_similarity", "torch.nn.functional.pairwise_distance", "torch.pairwise_distance"}
+)
 
 
 def _with_new_axis(expr: cst.BaseExpression) -> tuple[cst.BaseExpression, str] | None:

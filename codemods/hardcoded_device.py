@@ -104,7 +104,7 @@ def _string_devices(analysis: ScriptAnalysis, strict: bool) -> Iterator[cst.Simp
         if assign.value is None or name is None:
             continue
         # the value itself, or the item of a dict written out whose key is read as a device (``cfg["device"]``)
-        values = [assign.value] if name in used else []
+        values = [assign.value] if name in used or _config_field(analysis, assign, name, used) else []
         values += [item for key, item in literal_dict_items(assign.value) or () if f"{name}[{key!r}]" in used]
         for value in values:
             sides = [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]
@@ -114,6 +114,17 @@ def _string_devices(analysis: ScriptAnalysis, strict: bool) -> Iterator[cst.Simp
                 if _is_literal_index(side) or (strict and side is value):
                     yield side
     yield from _option_defaults(analysis, used)
+
+
+def _config_field(analysis: ScriptAnalysis, assign: cst.CSTNode, name: str, used: set[str]) -> bool:
+    """Whether an assignment in a class body sets a field that the module reads as a device through an instance
+    (``device: str = "cuda:0"`` of a config dataclass, read as ``cfg.device`` in a Trainer)."""
+    owner = analysis.parent(analysis.parent(assign))  # (the statement line, then the class body)
+    return (
+        "." not in name
+        and isinstance(analysis.parent(owner) if owner is not None else None, cst.ClassDef)
+        and any(u.endswith("." + name) for u in used)
+    )
 
 
 def _visible_devices_set(analysis: ScriptAnalysis) -> Iterator[cst.CSTNode]:
@@ -334,6 +345,44 @@ args = parser.parse_args()
 model = Net().to(runtime.device())
 x = x.to(runtime.device(), non_blocking=True)
 loss.backward()
+""",
+        ),
+        # A config class's field read as a device through an instance (a trial's Trainer kept "cuda:0").
+        Example(
+            before="""\
+import torch
+from dataclasses import dataclass
+
+
+@dataclass
+class Config:
+    device: str = "cuda:0"
+
+
+class Trainer:
+    def __init__(self, cfg):
+        self.device = torch.device(cfg.device if torch.cuda.is_available() else "cpu")
+
+    def step(self, x):
+        self.model(x.to(self.device)).sum().backward()
+""",
+            after="""\
+import torch
+from dataclasses import dataclass
+from ddp_migrate import runtime
+
+
+@dataclass
+class Config:
+    device: str = str(runtime.device())
+
+
+class Trainer:
+    def __init__(self, cfg):
+        self.device = torch.device(cfg.device if torch.cuda.is_available() else "cpu")
+
+    def step(self, x):
+        self.model(x.to(self.device)).sum().backward()
 """,
         ),
         Valid(

@@ -257,12 +257,13 @@ dist.destroy_process_group(group)
     def _after_a_conditional_setup(analysis: ScriptAnalysis) -> cst.BaseStatement | None:
         """Where ``runtime.setup()`` must follow the program's own set-up, when that set-up runs only under a
         condition (``if "WORLD_SIZE" in os.environ: init_process_group()``, in the entry or up the calls of a
-        helper) while a DDP wrap runs on every path: the statement of the work block (``main()``, the
-        ``__main__`` block, the module) that leads to the last set-up. ``setup()`` does nothing where the
+        helper) while a DDP wrap runs on every path: after the outermost test around the last set-up, in the
+        block that holds it (inside a ``try``, a ``with``), or after the entry's statement that calls the helper
+        that sets it up; ``None`` where a wrap sits inside that statement. ``setup()`` does nothing where the
         group exists and makes a world of one where it does not (a plain ``python`` run)."""
         if analysis.group_set_up_by_runtime or analysis.setup_site is None:
             return None
-        setups = [call for module in analysis._runs_with for call in module.process_group_setups if analysis.may_run(call)]
+        setups = analysis.running_group_setups
         wraps = [w for w in analysis.program_wrap_calls if analysis.is_call_to(w, names.DISTRIBUTED_DATA_PARALLEL)]
         if not setups or not all(_on_some_paths(analysis, call) for call in setups):
             return None
@@ -273,9 +274,11 @@ dist.destroy_process_group(group)
             for home, place in analysis.places_up_the_calls(call):
                 if home is not analysis:
                     continue
-                # After the outermost test around the set-up (``if "WORLD_SIZE" in os.environ:``), in the block
-                # that holds it (inside a ``try``, a ``with``); else after the statement that leads to it.
-                tests = [c.owner for c in rank_facts(analysis).conditions(place) if type(c.owner) is cst.If and c.owner is not analysis.main_guard and not c.early_exit]
+                tests = [
+                    c.owner
+                    for c in rank_facts(analysis).conditions(place)
+                    if type(c.owner) is cst.If and c.owner is not analysis.main_guard and not c.early_exit
+                ]
                 found = tests[-1] if tests else analysis.statement(place)
                 if anchor is None or analysis.comes_before(anchor, found):
                     anchor = found  # type: ignore[assignment]
@@ -319,7 +322,12 @@ dist.destroy_process_group(group)
             if anchor is not None:
                 edits.insert_after(anchor, statement(f"{rt}.setup()"))
                 edits.changes.append(
-                    Change(self.code, analysis.line(anchor), "runtime.setup() after the program's own set-up, which runs only when launched: a plain python run gets a world of one for the DDP wrap")
+                    Change(
+                        self.code,
+                        analysis.line(anchor),
+                        "runtime.setup() after the program's own set-up, which runs only when launched: a plain python run "
+                        "gets a world of one for the DDP wrap",
+                    )
                 )
             if self._never_destroyed(analysis):
                 return self._add_cleanup(analysis, site, edits, cleanup)

@@ -263,7 +263,6 @@ def _random_items(analysis: ScriptAnalysis, draws: list[cst.Call], reading_index
             yield function, draw
 
 
-
 def _sized_by_the_batch(analysis: ScriptAnalysis, values: PerRankValues, call: cst.Call) -> bool:
     """Whether the draw's shape follows a value of this process's batch: ``torch.randn_like(x)``, or a size
     argument reading ``x.size(0)``, ``x.shape[0]`` or ``len(x)`` of one (directly or through a name assigned

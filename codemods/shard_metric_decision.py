@@ -375,9 +375,13 @@ def _gated_training(
 
 
 def _checkpoint_saves(analysis: ScriptAnalysis) -> list[cst.Call]:
-    """The program's ``torch.save`` / ``runtime.save`` calls (one list per analysis: the reaching nodes are
-    kept per list)."""
-    return [call for module in analysis.shared.analyses for call in module.calls_to(_SAVES)]
+    """The program's ``torch.save`` / ``runtime.save`` calls, and its file copies (``if is_best:
+    shutil.copyfile(last, best)``, the ImageNet example's best checkpoint); one list per analysis: the
+    reaching nodes are kept per list."""
+    return [call for module in analysis.shared.analyses for call in module.calls_to(_SAVES | _FILE_COPIES)]
+
+
+_FILE_COPIES = frozenset({"shutil.copyfile", "shutil.copy", "shutil.copy2"})
 
 
 #: Draws of torch's process-wide random state (without a ``generator=``, they draw from it).

@@ -342,7 +342,13 @@ with open("config.yaml") as f:
                 item = analysis.parent(call)
                 block = analysis.parent(item) if isinstance(item, cst.WithItem) else None
                 # (a block that trains stays every rank's: ``with open(log, "w") as f:`` around the epoch loop)
-                safe = isinstance(block, cst.With) and len(block.items) == 1 and not analysis.reaches(block, blocking) and not analysis.reaches(block, [*analysis.backward_calls, *analysis.optimizer_step_calls])
+                trains = [*analysis.backward_calls, *analysis.optimizer_step_calls]
+                safe = (
+                    isinstance(block, cst.With)
+                    and len(block.items) == 1
+                    and not analysis.reaches(block, blocking)
+                    and not analysis.reaches(block, trains)
+                )
                 if safe and _state_set_in(analysis, block):  # type: ignore[arg-type]
                     yield _Case(call, "open-with-state", None)  # (rank 0 alone would go on updating it)
                     continue
@@ -822,7 +828,9 @@ def _file_reads(analysis: ScriptAnalysis) -> list[cst.Call]:
 
 #: Calls that delete files, and calls that list a folder or read a listed file's metadata.
 _REMOVALS = frozenset({"os.remove", "os.unlink", "shutil.rmtree"})
-_LISTINGS = frozenset({"glob.glob", "glob.iglob", "os.listdir", "os.scandir", "os.path.getmtime", "os.path.getctime", "os.path.getsize"})
+_LISTINGS = frozenset(
+    {"glob.glob", "glob.iglob", "os.listdir", "os.scandir", "os.path.getmtime", "os.path.getctime", "os.path.getsize"}
+)
 
 
 def _removes_what_every_rank_lists(analysis: ScriptAnalysis, call: cst.Call) -> bool:

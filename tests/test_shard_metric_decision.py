@@ -639,3 +639,54 @@ def test_a_comprehension_over_the_whole_validation_set_is_common(tmp_path: Path,
     script.write_text(WHOLE_SET_IN_A_COMPREHENSION.replace("VALIDATION", validation))
     result = CliRunner().invoke(cli, [str(script)], catch_exceptions=False)
     assert ("DDP041" in result.output) is reviewed, result.output
+
+
+BEST_COPY = '''
+import os
+import shutil
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def train_epoch(model, opt, loader):
+    correct = 0
+    for x, y in loader:
+        out = model(x)
+        opt.zero_grad()
+        F.cross_entropy(out, y).backward()
+        opt.step()
+        correct += (out.argmax(1) == y).sum().item()
+    return correct / len(loader.dataset)
+
+
+def main():
+    x = torch.randn(64, 4)
+    loader = DataLoader(TensorDataset(x, (x[:, 0] > 0).long()), batch_size=16, shuffle=True)
+    model = nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    best = 0.0
+    os.makedirs("out", exist_ok=True)
+    for epoch in range(3):
+        acc = train_epoch(model, opt, loader)
+        is_best = acc > best
+        best = max(acc, best)
+        torch.save(model.state_dict(), "out/last.pt")
+        if is_best:
+            shutil.copyfile("out/last.pt", "out/best.pt")
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_a_best_checkpoint_copied_on_a_shard_metric_is_reviewed(tmp_path: Path) -> None:
+    """A trial: ``if is_best: shutil.copyfile(last, best)`` (the ImageNet example's idiom) on the training
+    accuracy, which each rank now computes on its share: rank 0 alone chose the best file, with no review."""
+    script = tmp_path / "train.py"
+    script.write_text(BEST_COPY)
+    result = CliRunner().invoke(cli, [str(script)], catch_exceptions=False)
+    assert "DDP041 `is_best`" in result.output and "whether a checkpoint is saved" in result.output, result.output

@@ -2916,7 +2916,13 @@ class ScriptAnalysis:
         """Whether the program already sets up a process group, in this module or any other (a helper
         such as ``utils.init_distributed_mode(args)``). Another entry script of the program (a sibling
         ``eval.py`` that shares the modules) never runs with this one: its set-up does not count."""
-        return any(self.may_run(call) for analysis in self._runs_with for call in analysis.process_group_setups)
+        return bool(self.running_group_setups)
+
+    @cached_property
+    def running_group_setups(self) -> list[cst.Call]:
+        """The program's process group set-ups (``init_process_group``, the runtime's ``setup``) that may run
+        with this module: in it or in a module that runs with it (:meth:`may_run`, not another entry's)."""
+        return [call for analysis in self._runs_with for call in analysis.process_group_setups if self.may_run(call)]
 
     def may_run(self, node: cst.CSTNode) -> bool:
         """Whether the node may run at all: not inside a module-level function of the program that nothing
