@@ -120,10 +120,17 @@ def _config_field(analysis: ScriptAnalysis, assign: cst.CSTNode, name: str, used
     """Whether an assignment in a class body sets a field that the module reads as a device through an instance
     (``device: str = "cuda:0"`` of a config dataclass, read as ``cfg.device`` in a Trainer)."""
     owner = analysis.parent(analysis.parent(assign))  # (the statement line, then the class body)
-    return (
-        "." not in name
-        and isinstance(analysis.parent(owner) if owner is not None else None, cst.ClassDef)
-        and any(u.endswith("." + name) for u in used)
+    cls = analysis.parent(owner) if owner is not None else None
+    if "." in name or not isinstance(cls, cst.ClassDef) or not any(u.endswith("." + name) for u in used):
+        return False
+    constructed = analysis.shared.constructed
+    # a read of the field through an instance of this very class (``cfg`` of ``cfg = Config()``, handed on)
+    return any(
+        type(node) is cst.Attribute
+        and node.attr.value == name  # type: ignore[attr-defined]
+        and dotted_name(node) in used
+        and any(constructed.get(origin) is cls for origin in analysis.origins(node.value))  # type: ignore[attr-defined]
+        for node in analysis.preorder
     )
 
 
@@ -365,6 +372,9 @@ class Trainer:
 
     def step(self, x):
         self.model(x.to(self.device)).sum().backward()
+
+
+trainer = Trainer(Config())
 """,
             after="""\
 import torch
@@ -383,6 +393,9 @@ class Trainer:
 
     def step(self, x):
         self.model(x.to(self.device)).sum().backward()
+
+
+trainer = Trainer(Config())
 """,
         ),
         Valid(

@@ -101,7 +101,9 @@ with torch.no_grad():
                 yield Match(iterated, MESSAGE)
         for call in analysis.calls_to(LIBRARY_PASSES):
             # ``update_bn(train_loader, swa_model)``: torch's own pass over the loader, for BatchNorm statistics
-            loader = call.args[0].value if call.args and call.args[0].keyword is None else None
+            loader = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "loader"), None)
+            if loader is None and call.args and call.args[0].keyword is None:
+                loader = call.args[0].value
             if loader is not None and any(o in sharded for o in analysis.origins(loader)):
                 yield Match(loader, UPDATE_BN_MESSAGE)
 

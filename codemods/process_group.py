@@ -272,19 +272,17 @@ dist.destroy_process_group(group)
         anchor: cst.BaseStatement | None = None
         for call in setups:
             for home, place in analysis.places_up_the_calls(call):
-                if home is not analysis:
-                    continue
-                tests = [
-                    c.owner
-                    for c in rank_facts(analysis).conditions(place)
-                    if type(c.owner) is cst.If and c.owner is not analysis.main_guard and not c.early_exit
-                ]
+                conditions = [c for c in rank_facts(home).conditions(place) if c.owner is not home.main_guard]
+                if home is not analysis or any(c.early_exit for c in conditions):
+                    continue  # (``if not launched: return`` before the set-up: after the caller's statement)
+                tests = [c.owner for c in conditions if type(c.owner) is cst.If]
                 found = tests[-1] if tests else analysis.statement(place)
                 if anchor is None or analysis.comes_before(anchor, found):
                     anchor = found  # type: ignore[assignment]
                 break  # (the nearest place in this module: its callers run it, set-up and all)
-        if anchor is None or any(analysis.is_inside(wrap, anchor) for wrap in wraps):
-            return None  # (the wrap runs under the set-up's own test)
+        unconditional = [wrap for wrap in wraps if not _on_some_paths(analysis, wrap)]
+        if anchor is None or any(analysis.is_inside(wrap, anchor) or not analysis.runs_before(anchor, wrap) for wrap in unconditional):
+            return None  # (the wrap runs under the set-up's own test, or before the place found)
         return anchor
 
     @staticmethod

@@ -743,9 +743,9 @@ def _reflected_attribute(analysis: ScriptAnalysis, call: cst.Call) -> str | None
     name = call.args[1].value
     if isinstance(name, cst.SimpleString):
         attribute = str(name.evaluated_value)
-    elif isinstance(name, (cst.Name, cst.Attribute, cst.Subscript)):
-        # ``getattr(model, k)`` over part names (``{"params": getattr(model, k).parameters(), "lr": lr}``): the
-        # model's own parts, which the wrapper does not have
+    elif isinstance(name, (cst.Name, cst.Attribute, cst.Subscript)) and _parameters_of(analysis, call):
+        # ``{"params": getattr(model, k).parameters(), "lr": lr}`` over part names: the model's own parts, which
+        # the wrapper does not have (a name read otherwise may be the wrapper's own: ``module``, ``forward``)
         attribute = code_of(name).strip()
     else:
         return None
@@ -755,6 +755,18 @@ def _reflected_attribute(analysis: ScriptAnalysis, call: cst.Call) -> str | None
     if dotted_name(model) is None or analysis.wrapped_at(model) is None:
         return None
     return attribute
+
+
+def _parameters_of(analysis: ScriptAnalysis, call: cst.Call) -> bool:
+    """Whether the value of the call is asked for its parameters (``getattr(model, k).parameters()``)."""
+    parent = analysis.parent(call)
+    grand = analysis.parent(parent) if isinstance(parent, cst.Attribute) else None
+    return (
+        isinstance(parent, cst.Attribute)
+        and parent.attr.value in ("parameters", "named_parameters")
+        and isinstance(grand, cst.Call)
+        and grand.func is parent
+    )
 
 
 LOADED_MODULE = (
@@ -972,10 +984,13 @@ def _in_training_step(analysis: ScriptAnalysis, call: cst.CSTNode, depth: int = 
 
 def _backward_after(analysis: ScriptAnalysis, call: cst.CSTNode, function: cst.FunctionDef) -> bool:
     """Whether the function runs ``backward()`` itself after the call (or on its value), outside any loop of its
-    own: the call is part of one training step, which the function's callers repeat."""
+    own over the data: the call is part of one training step, which the function's callers repeat."""
+    data_loops = {found.loop for found in analysis.loader_loops}
     return any(
         analysis.enclosing_function(b) is function
-        and analysis.nearest_loop(b) is None  # (a loop of its own is the training; the call runs before it)
+        # (a loop of its own over the data is the training, and the call runs once before it: a set-up; a loop
+        # over the model's heads is part of one step)
+        and not any(ancestor in data_loops for ancestor in analysis.ancestors(b) if analysis.is_inside(ancestor, function))
         and (analysis.comes_before(call, b) or analysis.is_inside(call, b))
         for b in analysis.backward_calls
     )

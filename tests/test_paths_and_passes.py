@@ -384,3 +384,232 @@ def test_parameter_groups_by_part_name_train_the_model(tmp_path: Path, group: st
     if group.startswith("getattr"):
         out = run_torchrun(tmp_path / "train.py", cwd=tmp_path, timeout=120).output
         assert "enc_sum" in out, out
+
+
+# ------------------------------------------------------------------ a second review's reproducers
+
+NAMED_AT_RUN_TIME = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8)
+    model = nn.DataParallel(nn.Linear(4, 1))
+    for name, _ in model.named_children():
+        print(name, type(getattr(model, name)).__name__, flush=True)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    call = "forward"
+    for x, y in loader:
+        opt.zero_grad()
+        F.mse_loss(getattr(model, call)(x), y).backward()
+        opt.step()
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_getattr_by_a_name_known_at_run_time_stays_on_the_wrapper(tmp_path: Path) -> None:
+    """``getattr(model, name)`` may ask for the wrapper's own (``module``, ``forward``): unwrapping it crashed, or ran
+    the forward past DDP. Only ``getattr(model, k).parameters()`` (parameter groups by part) reaches the model."""
+    migrated, report, _ = migrate_script(tmp_path, NAMED_AT_RUN_TIME)
+    assert "runtime.unwrap" not in migrated, migrated
+    assert "module Linear" in run_python(tmp_path / "train.py", cwd=tmp_path, timeout=120).output
+
+
+HEADS_IN_A_STEP = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.backbone = nn.Linear(4, 8)
+        self.heads = nn.ModuleList([nn.Linear(8, 2), nn.Linear(8, 2)])
+
+    def forward(self, x):
+        return [head(self.backbone(x)) for head in self.heads]
+
+
+def train_step(model, x, y, opt):
+    opt.zero_grad()
+    feats = model.module.backbone(x)
+    for head in model.module.heads:
+        F.cross_entropy(head(feats), y).backward(retain_graph=True)
+    opt.step()
+
+
+def main():
+    x = torch.randn(32, 4)
+    loader = DataLoader(TensorDataset(x, (x[:, 0] > 0).long()), batch_size=8)
+    model = nn.DataParallel(Net())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for xb, yb in loader:
+            train_step(model, xb, yb, opt)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_a_step_with_a_backward_per_head_is_still_a_step(tmp_path: Path) -> None:
+    _, report, code = migrate_script(tmp_path, HEADS_IN_A_STEP)
+    assert "DDP008" in report and "backbone() through .module in the training step" in report and code == 1, report
+
+
+UNRELATED_DEVICE_FIELD = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class ExportSettings:
+    device = "cuda:0"
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8)
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        noise = torch.randn(x.shape, device=x.device)
+        opt.zero_grad()
+        F.mse_loss(model(x + noise), y).backward()
+        opt.step()
+    print("export to", ExportSettings.device, flush=True)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_a_device_field_of_a_class_no_device_reads_is_kept(tmp_path: Path) -> None:
+    migrated, report, _ = migrate_script(tmp_path, UNRELATED_DEVICE_FIELD)
+    assert 'device = "cuda:0"' in migrated and "DDP004" not in report, report
+
+
+SETUP_AFTER_AN_EARLY_RETURN = '''
+import os
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def init_distributed():
+    if "WORLD_SIZE" not in os.environ:
+        return False
+    dist.init_process_group("gloo")
+    return True
+
+
+def main():
+    distributed = init_distributed()
+    model = DDP(nn.Linear(4, 2))
+    model(torch.randn(3, 4)).sum().backward()
+    print("distributed", distributed, flush=True)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_runtime_setup_follows_the_call_of_a_set_up_that_returns_early(tmp_path: Path) -> None:
+    migrated, _, _ = migrate_script(tmp_path, SETUP_AFTER_AN_EARLY_RETURN)
+    assert "distributed = init_distributed()\n    runtime.setup()\n" in migrated, migrated
+    assert "distributed False" in run_python(tmp_path / "train.py", cwd=tmp_path, timeout=120).output
+
+
+def test_an_update_bn_given_its_loader_by_keyword_is_reviewed(tmp_path: Path) -> None:
+    source = PASS_WITH_SWA.replace("UPDATE", "update_bn(loader=loader, model=swa)")
+    _, report, _ = migrate_script(tmp_path, source)
+    assert "DDP045 update_bn() recomputes the BatchNorm statistics" in report, report
+
+
+PASS_WITH_SWA = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.optim.swa_utils import AveragedModel, update_bn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)
+    model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 1))
+    swa = AveragedModel(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            opt.zero_grad()
+            F.mse_loss(model(x), y).backward()
+            opt.step()
+        swa.update_parameters(model)
+    UPDATE
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+SCRATCH_FOLDER = '''
+import glob
+import os
+import tempfile
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8)
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scratch = tempfile.mkdtemp()
+    for x, y in loader:
+        opt.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        opt.step()
+    for f in glob.glob(os.path.join(scratch, "*.npy")):
+        os.remove(f)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_deleting_from_a_folder_of_the_process_s_own_is_no_race(tmp_path: Path) -> None:
+    _, report, _ = migrate_script(tmp_path, SCRATCH_FOLDER)
+    assert "every rank deletes files it lists" not in report, report
+
+
+@pytest.mark.parametrize(
+    "outer, constant, epoch",
+    [("epoch in zip(EPOCHS, EPOCHS)", "EPOCHS = list(range(3))", None), ("epoch, lr in SCHEDULE", "SCHEDULE = [(0, 0.1), (1, 0.01)]", "epoch")],
+    ids=["zip_into_one_name", "pairs_with_an_epoch_first"],
+)
+def test_the_epoch_number_of_a_loop_over_pairs(tmp_path: Path, outer: str, constant: str, epoch: str | None) -> None:
+    source = SWEEP.replace("LRS = [0.1, 0.05, 0.01]", constant).replace("OUTER", outer).replace('group["lr"] = lr', 'group["lr"] = 0.1')
+    migrated, report, _ = migrate_script(tmp_path, source)
+    if epoch is None:
+        assert "loader.sampler.set_epoch(epoch)" not in migrated and "DDP006" in report, migrated
+    else:
+        assert f"loader.sampler.set_epoch({epoch})" in migrated, migrated
+    assert "swept" in run_python(tmp_path / "train.py", cwd=tmp_path, timeout=120).output

@@ -2003,7 +2003,7 @@ class ScriptAnalysis:
                 if taken is not None:
                     expr = taken  # a loop over the loaders (``for loader in (a, b)``), not over epochs
                     continue
-                counts = type(ancestor) is not cst.For or self._may_count(ancestor.iter)  # type: ignore[attr-defined]
+                counts = type(ancestor) is not cst.For or self._may_count(ancestor.iter, unpacked=type(ancestor.target) in (cst.Tuple, cst.List))  # type: ignore[attr-defined]
                 return EpochLoop(ancestor, expr, _loop_variable(ancestor) if counts else None)
         if function is None or depth >= 3:
             return None
@@ -2015,14 +2015,19 @@ class ScriptAnalysis:
                     return outer
         return None
 
-    def _may_count(self, iterated: cst.BaseExpression, depth: int = 0) -> bool:
+    def _may_count(self, iterated: cst.BaseExpression, depth: int = 0, unpacked: bool = False) -> bool:
         """Whether a loop over the value may hand out whole numbers first, an epoch number: ``range(n)``,
         ``enumerate(...)``, ``zip(range(n), lrs)``, a name of unknown value; not a written-out list with
         anything but integers in it (``for lr in (0.1, 0.01)``, ``LRS = [0.1, 0.05]``), nor a dict's values,
         nor its items or keys unless a written-out dict with integer keys (``{0: 0.1, 5: 0.01}.items()``)."""
         kind = type(iterated)
         if kind is cst.List or kind is cst.Tuple or kind is cst.Set:
-            return all(type(e.value) is cst.Integer for e in iterated.elements)  # type: ignore[attr-defined]
+            # integers, or (the loop unpacking each item) items whose first element is one: ``[(0, 0.1), (5, 0.01)]``
+            return all(
+                type(e.value) is cst.Integer
+                or (unpacked and type(e.value) in (cst.Tuple, cst.List) and e.value.elements and type(e.value.elements[0].value) is cst.Integer)
+                for e in iterated.elements  # type: ignore[attr-defined]
+            )
         if kind is cst.Dict:
             return all(type(e) is cst.DictElement and type(e.key) is cst.Integer for e in iterated.elements)  # type: ignore[attr-defined]
         if depth > 3:
@@ -2030,6 +2035,8 @@ class ScriptAnalysis:
         if kind is cst.Call:
             callee = iterated.func  # type: ignore[attr-defined]
             name = callee.attr.value if type(callee) is cst.Attribute else callee.value if type(callee) is cst.Name else None
+            if name in ("zip", "enumerate") and not unpacked:
+                return False  # (``for pair in zip(a, b)``: the variable holds a tuple)
             if name == "zip":
                 first = iterated.args[0].value if iterated.args else None  # type: ignore[attr-defined]
                 return first is not None and self._may_count(first, depth + 1)
@@ -2037,14 +2044,14 @@ class ScriptAnalysis:
                 return type(callee) is cst.Attribute and self._written_out(callee.value, depth) is True
             return name != "values"
         if kind is cst.Name:
-            return self._written_out(iterated, depth) is not False
+            return self._written_out(iterated, depth, unpacked) is not False
         return True
 
-    def _written_out(self, expr: cst.BaseExpression, depth: int) -> bool | None:
+    def _written_out(self, expr: cst.BaseExpression, depth: int, unpacked: bool = False) -> bool | None:
         """For a written-out container (or a name that only ever holds such containers): whether a loop over
         it counts (:meth:`_may_count`); ``None`` where the value is not written out."""
         if type(expr) in (cst.List, cst.Tuple, cst.Set, cst.Dict):
-            return self._may_count(expr, depth + 1)
+            return self._may_count(expr, depth + 1, unpacked)
         if type(expr) is not cst.Name:
             return None
         values = self.flows_into(expr, expr.value)  # type: ignore[attr-defined]
@@ -2053,7 +2060,7 @@ class ScriptAnalysis:
             values = self._module_constant(expr.value)  # type: ignore[attr-defined]
         if not values or any(type(v) not in (cst.List, cst.Tuple, cst.Set, cst.Dict) for v in values):
             return None
-        return all(self._may_count(v, depth + 1) for v in values)
+        return all(self._may_count(v, depth + 1, unpacked) for v in values)
 
     def _module_constant(self, name: str) -> list[cst.BaseExpression]:
         """The values the module's top level assigns to a name (``LRS = [0.1, 0.01]``)."""
