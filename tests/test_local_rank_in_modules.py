@@ -40,7 +40,7 @@ def main():
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-    print("slot", args.slot, "weight", round(model.weight.sum().item(), 4))
+    print(f"slot {args.slot} weight {model.weight.sum().item():.4f}", flush=True)  # (one write per line: the ranks print together)
 
 
 if __name__ == "__main__":
