@@ -6,7 +6,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from .analysis import ScriptAnalysis, walk
+from .analysis import ScriptAnalysis, argument, walk
 from .analysis.loaders import loader_facts
 from .analysis.script import COMPREHENSIONS
 from .base import Example, Match, Phase, Rule, Severity, Valid
@@ -101,15 +101,14 @@ with torch.no_grad():
                 yield Match(iterated, MESSAGE)
         for call in analysis.calls_to(LIBRARY_PASSES):
             # ``update_bn(train_loader, swa_model)``: torch's own pass over the loader, for BatchNorm statistics
-            loader = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "loader"), None)
-            if loader is None and call.args and call.args[0].keyword is None:
-                loader = call.args[0].value
-            if loader is not None and any(o in sharded for o in analysis.origins(loader)):
-                yield Match(loader, UPDATE_BN_MESSAGE)
+            given = argument(call, UPDATE_BN_PARAMETERS, "loader")
+            if given is not None and any(o in sharded for o in analysis.origins(given.value)):
+                yield Match(given.value, UPDATE_BN_MESSAGE)
 
 
 #: Library functions that go over a loader they are given, computing something from the data (not training).
 LIBRARY_PASSES = frozenset({"torch.optim.swa_utils.update_bn"})
+UPDATE_BN_PARAMETERS = ("loader", "model", "device")
 UPDATE_BN_MESSAGE = (
     "update_bn() recomputes the BatchNorm statistics over this loader, sharded: each rank's averaged model "
     "gets the statistics of its own share, and rank 0 saves those of half the data; pass a loader of the whole "

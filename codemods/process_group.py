@@ -264,10 +264,14 @@ dist.destroy_process_group(group)
         if analysis.group_set_up_by_runtime or analysis.setup_site is None:
             return None
         setups = analysis.running_group_setups
-        wraps = [w for w in analysis.program_wrap_calls if analysis.is_call_to(w, names.DISTRIBUTED_DATA_PARALLEL)]
         if not setups or not all(_on_some_paths(analysis, call) for call in setups):
             return None
-        if all(_on_some_paths(analysis, wrap) for wrap in wraps):
+        unconditional = [
+            wrap
+            for wrap in analysis.program_wrap_calls
+            if analysis.is_call_to(wrap, names.DISTRIBUTED_DATA_PARALLEL) and not _on_some_paths(analysis, wrap)
+        ]
+        if not unconditional:
             return None  # (``if args.distributed: model = DDP(model)``: the wrap runs where the group was set up)
         anchor: cst.BaseStatement | None = None
         for call in setups:
@@ -280,7 +284,6 @@ dist.destroy_process_group(group)
                 if anchor is None or analysis.comes_before(anchor, found):
                     anchor = found  # type: ignore[assignment]
                 break  # (the nearest place in this module: its callers run it, set-up and all)
-        unconditional = [wrap for wrap in wraps if not _on_some_paths(analysis, wrap)]
         if anchor is None or any(analysis.is_inside(wrap, anchor) or not analysis.runs_before(anchor, wrap) for wrap in unconditional):
             return None  # (the wrap runs under the set-up's own test, or before the place found)
         return anchor
@@ -316,7 +319,7 @@ dist.destroy_process_group(group)
         rt = runtime_name(analysis, edits)
         cleanup = statement(f"{rt}.cleanup()")
         if analysis.is_distributed:  # the program sets its group up itself: the clean-up is missing, or a set-up on every path
-            anchor = self._after_a_conditional_setup(analysis)
+            anchor = next((m.node for m in self.matches_in(analysis) if m.message == CONDITIONAL_SETUP), None)
             if anchor is not None:
                 edits.insert_after(anchor, statement(f"{rt}.setup()"))
                 edits.changes.append(

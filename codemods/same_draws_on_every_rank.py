@@ -157,7 +157,7 @@ for x, y in loader:
                 f"where the original drew afresh for every sample; for independent draws seed each rank differently after "
                 f"the wrap ({seeding}(seed + runtime.rank()))",
             )
-            for getitem, call, seeding in augmentations_drawn_alike(analysis)
+            for getitem, call, seeding in _augmentations_drawn_alike(analysis)
         ]
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
@@ -213,7 +213,7 @@ for x, y in loader:
                 )
 
 
-def augmentations_drawn_alike(analysis: ScriptAnalysis) -> list[tuple[cst.FunctionDef, cst.Call, str]]:
+def _augmentations_drawn_alike(analysis: ScriptAnalysis) -> list[tuple[cst.FunctionDef, cst.Call, str]]:
     """Random augmentations in a dataset's ``__getitem__`` that reads its index, drawn from a random state
     (torch's or numpy's) that every rank seeds alike, in a program that trains a DDP model: the item, its first
     draw, and the seeding call that would part the ranks."""

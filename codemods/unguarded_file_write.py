@@ -844,10 +844,11 @@ def _removes_what_every_rank_lists(analysis: ScriptAnalysis, call: cst.Call) -> 
         return False
     values: list[cst.CSTNode] = [loop.iter]
     values += [v for node in walk(loop.iter) if type(node) is cst.Name for v in analysis.flows_into(node, node.value)]  # type: ignore[attr-defined]
-    calls = [node for value in values for node in walk(value) if type(node) is cst.Call]
+    nodes = [node for value in values for node in walk(value)]
+    calls = [node for node in nodes if type(node) is cst.Call]
     listed = any(analysis.is_call_to(c, _LISTINGS) or call_method_name(c) in ("glob", "iterdir", "rglob") for c in calls)  # type: ignore[arg-type]
     # (a folder of this process's own: ``tempfile.mkdtemp()``, a name with ``os.getpid()``)
-    held = [o for value in values for node in walk(value) if type(node) is cst.Name for o in analysis.origins(node)]  # type: ignore[arg-type]
+    held = [o for node in nodes if type(node) is cst.Name for o in analysis.origins(node)]  # type: ignore[arg-type]
     own = any(type(c) is cst.Call and analysis.is_call_to(c, _PER_PROCESS) for c in [*calls, *held])  # type: ignore[arg-type]
     return listed and not own
 

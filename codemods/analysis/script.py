@@ -3315,8 +3315,6 @@ def _loop_variable(loop: cst.For | cst.While) -> str | None:
     return None
 
 
-
-
 def is_import_line(stmt: cst.BaseStatement) -> bool:
     """Whether a statement is a line of imports only."""
     return isinstance(stmt, cst.SimpleStatementLine) and all(isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body)
