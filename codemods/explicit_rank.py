@@ -11,7 +11,8 @@ from .analysis import ScriptAnalysis, dotted_name
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression, is_pure, removal_set, remove_statements, replace_values, statement, statement_line
 from .analysis.legacy import INIT_PARAMETERS, LaunchIndex, LegacyFacts, argument, legacy_facts, string_value
-from .runtime_calls import runtime_name
+from .runtime_calls import ON_THE_CPU, runtime_name, setup_code
+from .analysis.devices import trains_on_the_cpu_only
 
 #: ``init_process_group`` arguments the runtime's ``setup()`` replaces or takes over.
 REPLACED = frozenset({"backend", "init_method", "rank", "world_size", "timeout"})
@@ -243,7 +244,7 @@ def init_distributed():
             timeout = argument(call, INIT_PARAMETERS, "timeout")
             if timeout is not None:
                 parts.append(f"timeout={code_of(timeout.value)}")
-            edits.replace(call, expression(f"{rt}.setup({', '.join(parts)})"))
+            edits.replace(call, expression(setup_code(analysis, rt, *parts)))
             after = []
             for parameter in ("rank", "world_size"):
                 arg = argument(call, INIT_PARAMETERS, parameter)
@@ -260,7 +261,12 @@ def init_distributed():
                 edits.insert_after(stmt, *after)
             what = "with a hand-made rank and world size" if call in facts.explicit_inits else "from torchrun's environment"
             edits.changes.append(
-                Change(self.code, analysis.line(call), f"init_process_group {what} replaced by runtime.setup() (torchrun's environment, or one process as plain python)")
+                Change(
+                    self.code,
+                    analysis.line(call),
+                    f"init_process_group {what} replaced by runtime.setup() (torchrun's environment, or one process as plain python)"
+                    + (ON_THE_CPU if trains_on_the_cpu_only(analysis) else ""),
+                )
             )
         remove_statements(analysis, edits, removed)
         sizes = [v for v in facts.own_world_size_sources if not any(analysis.is_inside(v, r) for r in removed)]

@@ -12,7 +12,8 @@ from .analysis.legacy import legacy_facts
 from .analysis.ranks import rank_facts
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, expression, statement
-from .runtime_calls import runtime_name
+from .runtime_calls import ON_THE_CPU, runtime_name, setup_code
+from .analysis.devices import trains_on_the_cpu_only
 
 
 NEVER_DESTROYED = (
@@ -52,6 +53,11 @@ class MissingProcessGroup(Rule):
     ``gloo`` on CPU, sets this process's CUDA device, and falls back to a world of one process when the
     script runs as plain ``python train.py``.
 
+    A program that places nothing on an accelerator (no name, string or option in any of its modules names
+    one, no device comes from outside: see :mod:`.analysis.devices`) trains on the CPU even on a GPU
+    machine; its set-up is ``runtime.setup(device="cpu")``, which keeps every process there, with gloo.
+    Given a GPU's ``device_ids``, DDP refuses its CPU model, and nccl cannot carry its gradients.
+
     A program that sets up its group only under a condition (``if "WORLD_SIZE" in os.environ:
     init_process_group()``, in the entry or in a helper it calls) while a DDP wrap runs on every path gets
     ``runtime.setup()`` right after the statement that leads to its set-up: it does nothing where the group
@@ -86,7 +92,7 @@ class MissingProcessGroup(Rule):
             before='''\
 def main():
     """Train."""
-    model = Net()
+    model = Net().cuda()
     loss = model(x).sum()
     loss.backward()
 
@@ -101,7 +107,7 @@ from ddp_migrate import runtime
 def main():
     """Train."""
     runtime.setup()
-    model = Net()
+    model = Net().cuda()
     loss = model(x).sum()
     loss.backward()
     runtime.cleanup()
@@ -115,7 +121,7 @@ if __name__ == "__main__":
             before="""\
 import torch
 
-loss = model(x).sum()
+loss = model(x.cuda()).sum()
 loss.backward()
 """,
             after="""\
@@ -124,9 +130,37 @@ from ddp_migrate import runtime
 
 runtime.setup()
 
-loss = model(x).sum()
+loss = model(x.cuda()).sum()
 loss.backward()
 runtime.cleanup()
+""",
+        ),
+        # A program that trains on the CPU stays there on a GPU machine.
+        Example(
+            before="""\
+def main():
+    model = nn.Linear(4, 1)
+    for x, y in loader:
+        nn.functional.mse_loss(model(x), y).backward()
+
+
+if __name__ == "__main__":
+    main()
+""",
+            after="""\
+from ddp_migrate import runtime
+
+
+def main():
+    runtime.setup(device="cpu")
+    model = nn.Linear(4, 1)
+    for x, y in loader:
+        nn.functional.mse_loss(model(x), y).backward()
+    runtime.cleanup()
+
+
+if __name__ == "__main__":
+    main()
 """,
         ),
         Example(
@@ -169,8 +203,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 def main():
     if "WORLD_SIZE" in os.environ:
-        dist.init_process_group("gloo")
-    model = DDP(build())
+        dist.init_process_group("nccl")
+    model = DDP(build().cuda())
     model(x).sum().backward()
 
 
@@ -186,9 +220,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 def main():
     if "WORLD_SIZE" in os.environ:
-        dist.init_process_group("gloo")
+        dist.init_process_group("nccl")
     runtime.setup()
-    model = DDP(build())
+    model = DDP(build().cuda())
     model(x).sum().backward()
     runtime.cleanup()
 
@@ -321,19 +355,19 @@ dist.destroy_process_group(group)
         if analysis.is_distributed:  # the program sets its group up itself: the clean-up is missing, or a set-up on every path
             anchor = next((m.node for m in self.matches_in(analysis) if m.message == CONDITIONAL_SETUP), None)
             if anchor is not None:
-                edits.insert_after(anchor, statement(f"{rt}.setup()"))
+                edits.insert_after(anchor, statement(setup_code(analysis, rt)))
                 edits.changes.append(
                     Change(
                         self.code,
                         analysis.line(anchor),
                         "runtime.setup() after the program's own set-up, which runs only when launched: a plain python run "
-                        "gets a world of one for the DDP wrap",
+                        "gets a world of one for the DDP wrap" + self._on_the_cpu(analysis),
                     )
                 )
             if self._never_destroyed(analysis):
                 return self._add_cleanup(analysis, site, edits, cleanup)
             return edits.apply(analysis.module) if edits else None
-        setup = statement(f"{rt}.setup()")
+        setup = statement(setup_code(analysis, rt))
         if isinstance(site, (cst.FunctionDef, cst.If)):
             body = statements_of(site.body)
             first = next((i for i, s in enumerate(body) if not is_docstring_line(s)), None)
@@ -351,8 +385,15 @@ dist.destroy_process_group(group)
             where = "the module"
             line = analysis.line(anchor) + 1 if anchor is not None else 1
         self._cleanup_at_end(edits, self._work_block(analysis, site)[0], cleanup)
-        edits.changes.append(Change(self.code, line, f"process group set up at the start of {where} and cleaned up at its end"))
+        edits.changes.append(
+            Change(self.code, line, f"process group set up at the start of {where} and cleaned up at its end" + self._on_the_cpu(analysis))
+        )
         return edits.apply(analysis.module)
+
+    @staticmethod
+    def _on_the_cpu(analysis: ScriptAnalysis) -> str:
+        """What the report adds where the set-up keeps the program on the CPU."""
+        return ON_THE_CPU if trains_on_the_cpu_only(analysis) else ""
 
     def _cleanup_instead(self, analysis: ScriptAnalysis, teardowns: Sequence[cst.Call]) -> FixResult | None:
         """``runtime.cleanup()`` for each bare ``destroy_process_group()``."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import libcst as cst
 
 from .analysis import ScriptAnalysis
+from .analysis.devices import trains_on_the_cpu_only
 from .edits import Edits, expression
 
 DDP_MODULE, DDP_CLASS = "torch.nn.parallel", "DistributedDataParallel"
@@ -25,6 +26,18 @@ def runtime_name(analysis: ScriptAnalysis, edits: Edits) -> str:
         return alias
     add_runtime_import(edits, module, alias)
     return alias
+
+
+#: What a report adds where a set-up keeps a program that places nothing on an accelerator on the CPU.
+ON_THE_CPU = "; the program places nothing on an accelerator, so device=\"cpu\" keeps every process on the CPU (gloo) as the original was, GPU machine or not"
+
+
+def setup_code(analysis: ScriptAnalysis, rt: str, *arguments: str) -> str:
+    """The code of a call of the runtime's ``setup()`` with ``arguments``, and ``device="cpu"`` where the program
+    trains on the CPU wherever it runs (a CPU model cannot take a GPU's ``device_ids`` or nccl)."""
+    if trains_on_the_cpu_only(analysis):
+        arguments = (*arguments, 'device="cpu"')
+    return f"{rt}.setup({', '.join(arguments)})"
 
 
 def add_runtime_import(edits: Edits, module: str, alias: str) -> None:

@@ -7,6 +7,8 @@ at module level. Without torchrun's environment the answers describe a world of 
 The device type comes from ``torch.accelerator`` (torch >= 2.6: CUDA, XPU, MPS, ... whichever this
 build and machine have), with a fallback to ``torch.cuda`` / ``torch.xpu`` on older torch; an
 accelerator counts only when ``torch.distributed`` knows a backend for it. Without one: the CPU.
+A program that trains on the CPU wherever it runs says so with ``setup(device="cpu")`` (or the
+environment variable ``DDP_MIGRATE_DEVICE=cpu``): every answer here then describes the CPU.
 """
 
 from __future__ import annotations
@@ -28,12 +30,21 @@ __all__ = [
     "local_rank",
     "local_world_size",
     "rank",
+    "select_device_type",
     "set_device_index",
     "world_size",
 ]
 
 #: Variables that tell a process it was started by a distributed launcher.
 LAUNCH_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
+#: Environment variable that makes every process train on the CPU (``cpu``), accelerator or not.
+DEVICE_VARIABLE = "DDP_MIGRATE_DEVICE"
+#: Device types a program may choose instead of this machine's accelerator.
+CHOOSABLE_DEVICE_TYPES = ("cpu",)
+
+#: The device type chosen by :func:`select_device_type` (``setup(device=...)``); ``None``: detected.
+_selected_device_type: str | None = None
+
 #: Variables that must all be set once any launch variable is (``LOCAL_WORLD_SIZE`` is optional).
 REQUIRED_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
@@ -166,12 +177,54 @@ def _detected_accelerator() -> str | None:
     return None
 
 
+def _checked_device_type(kind: str, source: str) -> str:
+    """``kind`` in lower case, when it is one of :data:`CHOOSABLE_DEVICE_TYPES`; ``source`` names
+    where it came from for the error message."""
+    chosen = kind.strip().lower()
+    if chosen not in CHOOSABLE_DEVICE_TYPES:
+        raise DistributedEnvironmentError(
+            f"{source}={kind!r} is not a device type a program can choose: use "
+            f"{' or '.join(repr(k) for k in CHOOSABLE_DEVICE_TYPES)}, or leave it unset for this "
+            "machine's accelerator"
+        )
+    return chosen
+
+
+def select_device_type(kind: str | torch.device | None) -> None:
+    """Make this process train on ``kind`` wherever it runs: ``"cpu"`` (a program that places
+    nothing on an accelerator, on a machine that has one), or ``None`` to go back to detection.
+
+    Called by :func:`ddp_migrate.runtime.setup` (its ``device`` argument).
+
+    Raises:
+        DistributedEnvironmentError: ``kind`` is not a device type a program can choose.
+    """
+    global _selected_device_type
+    if kind is None:
+        _selected_device_type = None
+        return
+    name = kind.type if isinstance(kind, torch.device) else str(kind)
+    _selected_device_type = _checked_device_type(name, "device")
+
+
+def _cpu_chosen() -> bool:
+    """Whether this process trains on the CPU by choice: ``setup(device="cpu")``, else
+    ``$DDP_MIGRATE_DEVICE``."""
+    if _selected_device_type is not None:
+        return _selected_device_type == "cpu"
+    raw = os.environ.get(DEVICE_VARIABLE, "").strip()
+    return bool(raw) and _checked_device_type(raw, DEVICE_VARIABLE) == "cpu"
+
+
 def accelerator_type() -> str | None:
     """The accelerator this process trains on: ``"cuda"``, ``"xpu"``, ... or ``None`` (the CPU).
 
     Read from ``torch.accelerator`` (torch >= 2.6; else ``torch.cuda`` and ``torch.xpu``). An
-    accelerator that ``torch.distributed`` has no default backend for is not used.
+    accelerator that ``torch.distributed`` has no default backend for is not used, nor any where
+    the program chose the CPU (``setup(device="cpu")`` or ``DDP_MIGRATE_DEVICE=cpu``).
     """
+    if _cpu_chosen():
+        return None
     kind = _detected_accelerator()
     if kind is None or kind == "cpu" or kind not in _backend_map():
         return None

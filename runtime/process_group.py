@@ -25,6 +25,7 @@ from .environment import (
     device_count,
     launched_by_torchrun,
     local_rank,
+    select_device_type,
     set_device_index,
 )
 from .errors import DistributedEnvironmentError
@@ -127,6 +128,7 @@ def _select_device(backend: str) -> None:
 def setup(
     backend: str | None = None,
     timeout: float | datetime.timedelta | None = None,
+    device: str | None = None,
 ) -> None:
     """Initialise the default process group; a second call does nothing.
 
@@ -143,11 +145,18 @@ def setup(
             the CPU).
         timeout: timeout of collectives, in seconds or as a timedelta; default
             ``$DDP_MIGRATE_TIMEOUT`` seconds, else torch's default.
+        device: ``"cpu"`` for a program that trains on the CPU wherever it runs (it places nothing
+            on an accelerator): the backend is then gloo, no device is bound, and
+            :func:`device`/:func:`device_ids` answer ``cpu``/``None`` even on a GPU machine.
+            Default: ``$DDP_MIGRATE_DEVICE``, else this machine's accelerator.
 
     Raises:
         DistributedEnvironmentError: the environment is partial or inconsistent (the message names
-            the missing variables), or the backend does not fit the machine.
+            the missing variables), the backend does not fit the machine, or ``device`` is not one
+            a program can choose.
     """
+    if device is not None:
+        select_device_type(device)
     if not dist.is_available():
         raise DistributedEnvironmentError(
             "torch.distributed is not available in this PyTorch build; install a build with "
@@ -213,7 +222,10 @@ def cleanup() -> None:
     without the wait and never with it (the deterministic test in that file). Other versions were
     not measured; that test fails on the first torch that no longer aborts, which is the signal to
     remove the wait.
+
+    A device type chosen with ``setup(device=...)`` is forgotten.
     """
+    select_device_type(None)
     if not is_initialized():
         return
     uses_gloo = "gloo" in str(dist.get_backend()).lower()  # also "cpu:gloo,cuda:nccl"

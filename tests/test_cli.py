@@ -480,7 +480,7 @@ def test_lint_fix_applies_the_safe_fixes_of_a_file_with_both(tmp_path: Path) -> 
     script = write(tmp_path / "train.py", LOADER_SCRIPT)
     result = invoke("lint", "--fix", "train.py")
     text = script.read_text()
-    assert "runtime.setup()" in text  # DDP003: safe, applied
+    assert "runtime.setup(" in text  # DDP003: safe, applied
     assert "nn.DataParallel(model)" in text and "DistributedSampler" not in text  # DDP001, DDP005: unsafe
     assert codes(result) == {"DDP001", "DDP005", "DDP007"}
     assert "3 more fixable with: ddp-migrate lint --fix --unsafe-fixes" in result.stderr

@@ -281,7 +281,7 @@ def fit(model, loader, optimizer):
 
 def test_a_model_trained_out_of_sight_gets_the_process_group_its_wrap_needs(tmp_path: Path) -> None:
     migrated, report, _ = migrate_script(tmp_path, TRAINED_ELSEWHERE)
-    assert "DistributedDataParallel(" in migrated and "runtime.setup()" in migrated, report
+    assert "DistributedDataParallel(" in migrated and "runtime.setup(" in migrated, report
     pytest.importorskip("torch")
     lib = tmp_path / "lib"
     lib.mkdir()

@@ -154,7 +154,7 @@ def test_a_trainer_over_a_built_dict_is_sharded_and_set_up_in_the_main_block(tmp
     assert 'self.loaders["train"].sampler.set_epoch(epoch)' in migrated
     # The main block trains after build_loaders() returns: the group lives around the whole block.
     main_block = migrated[migrated.index('if __name__ == "__main__":'):]
-    assert "runtime.setup()" in main_block and "runtime.cleanup()" in main_block, migrated
+    assert "runtime.setup(" in main_block and "runtime.cleanup()" in main_block, migrated
     assert "DistributedDataParallel(" in migrated
 
 

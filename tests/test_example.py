@@ -42,7 +42,7 @@ def _migrated_example(tmp_path: Path) -> Path:
     assert done.returncode == 0, done.stderr
     assert "train.py: migrated" in done.stderr and "0 item(s) need a human, 0 error(s)." in done.stderr
     text = script.read_text()
-    assert "DistributedDataParallel(" in text and "DistributedSampler(" in text and "runtime.setup()" in text
+    assert "DistributedDataParallel(" in text and "DistributedSampler(" in text and "runtime.setup(" in text
     assert cli("--check", "train.py", cwd=tmp_path).returncode == 0, "a second run changes nothing"
     return script
 

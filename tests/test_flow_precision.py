@@ -284,7 +284,7 @@ def test_sys_exit_of_main_sets_up_and_cleans_up_inside_main(tmp_path: Path) -> N
     text, report, code = migrate_script(tmp_path, EXIT_MAIN)
     assert code == 0, report
     main = text[text.index("def main(args):"):text.index('if __name__ == "__main__":')]
-    assert "runtime.setup()" in main and "runtime.cleanup()\n    return 0" in main, text
+    assert "runtime.setup(" in main and "runtime.cleanup()\n    return 0" in main, text
 
 
 def test_two_instances_of_a_class_keep_their_own_values(tmp_path: Path) -> None:

@@ -385,7 +385,7 @@ def test_a_group_setup_no_one_calls_does_not_set_the_group_up(tmp_path: Path, ca
     (tmp_path / "train.py").write_text(TRAIN_WITHOUT_THE_HELPER.replace("CALL", call))
     result = CliRunner().invoke(cli, [str(tmp_path / "train.py")], catch_exceptions=False)
     migrated = (tmp_path / "train.py").read_text()
-    assert ("runtime.setup()" in migrated) == set_up, result.output + migrated
+    assert ("runtime.setup(" in migrated) == set_up, result.output + migrated
 
 
 CONDITIONAL_SETUP = '''
@@ -443,6 +443,6 @@ def test_a_setup_only_when_launched_gets_a_world_of_one_for_the_wrap(tmp_path: P
     migrated, report, code = migrate_script(tmp_path, source)
     assert "DistributedDataParallel(model" in migrated and code == 0, report
     setup = "init_distributed()\n" if in_helper else 'dist.init_process_group("gloo")\n'
-    assert migrated.index(setup) < migrated.index("runtime.setup()") < migrated.index("DistributedDataParallel(model"), migrated
+    assert migrated.index(setup) < migrated.index("runtime.setup(") < migrated.index("DistributedDataParallel(model"), migrated
     assert "trained True" in run_python(tmp_path / "train.py", cwd=tmp_path, timeout=120).output
     assert run_torchrun(tmp_path / "train.py", cwd=tmp_path, timeout=120).output.count("trained True") == 1

@@ -201,13 +201,13 @@ if __name__ == "__main__":
 
 def test_runtime_setup_follows_a_set_up_inside_a_try(tmp_path: Path) -> None:
     migrated, report, code = migrate_script(tmp_path, SETUP_IN_A_TRY)
-    assert 'dist.init_process_group("gloo")\n        runtime.setup()\n' in migrated, migrated
+    assert 'dist.init_process_group("gloo")\n        runtime.setup(device="cpu")\n' in migrated, migrated
     assert "trained" in run_python(tmp_path / "train.py", cwd=tmp_path, timeout=120).output
 
 
 def test_a_wrap_after_an_early_exit_for_one_process_gets_no_setup(tmp_path: Path) -> None:
     migrated, report, _ = migrate_script(tmp_path, SINGLE_PROCESS_EXIT)
-    assert "runtime.setup()" not in migrated, migrated
+    assert "runtime.setup(" not in migrated, migrated
     assert "single-process run" in run_python(tmp_path / "train.py", cwd=tmp_path, timeout=120).output
 
 
@@ -529,7 +529,7 @@ if __name__ == "__main__":
 
 def test_runtime_setup_follows_the_call_of_a_set_up_that_returns_early(tmp_path: Path) -> None:
     migrated, _, _ = migrate_script(tmp_path, SETUP_AFTER_AN_EARLY_RETURN)
-    assert "distributed = init_distributed()\n    runtime.setup()\n" in migrated, migrated
+    assert 'distributed = init_distributed()\n    runtime.setup(device="cpu")\n' in migrated, migrated
     assert "distributed False" in run_python(tmp_path / "train.py", cwd=tmp_path, timeout=120).output
 
 

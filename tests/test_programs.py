@@ -137,9 +137,9 @@ def test_every_entry_of_programs_sharing_a_module_sets_up_its_own_group(tmp_path
     result = CliRunner().invoke(cli, ["."], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     for entry in ("eval.py", "train.py"):
-        assert "runtime.setup()" in Path(entry).read_text(), (entry, result.output)
+        assert "runtime.setup(" in Path(entry).read_text(), (entry, result.output)
         assert f"launch it with: torchrun --standalone --nproc_per_node=<processes> {entry}" in result.output
-    assert "runtime.setup()" not in Path("common.py").read_text()
+    assert "runtime.setup(" not in Path("common.py").read_text()
     run = run_python("train.py", timeout=120, check=False)
     assert run.returncode == 0 and "done" in run.stdout, run.stderr
 
@@ -185,7 +185,7 @@ def test_one_setup_in_a_program_that_initialises_in_a_helper(tmp_path: Path) -> 
     folder = copy_project("helper_init", tmp_path)
     migrate_tree(folder, "train.py")
     text = "".join(p.read_text() for p in folder.rglob("*.py"))
-    assert "runtime.setup()" not in text
+    assert "runtime.setup(" not in text
     assert text.count("init_process_group(") == 1
 
 

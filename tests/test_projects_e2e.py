@@ -187,7 +187,7 @@ def test_one_run_migrates_the_whole_program(projects: dict[str, ProjectRuns], na
         assert (runs.migrated_dir / relative).read_bytes() != (PROJECTS / name / relative).read_bytes(), f"{relative} not migrated"
     for relative in entry["unchanged"]:
         assert (runs.migrated_dir / relative).read_bytes() == (PROJECTS / name / relative).read_bytes(), f"{relative} changed"
-    setups = sum(path.read_text().count(".setup()") for path in runs.migrated_dir.rglob("*.py"))
+    setups = sum(path.read_text().count(".setup(") for path in runs.migrated_dir.rglob("*.py"))
     inits = sum(path.read_text().count("init_process_group(") for path in (PROJECTS / name).rglob("*.py"))
     assert setups + inits == 1, "the process group must be set up exactly once in the program"
 

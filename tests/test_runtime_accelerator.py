@@ -28,6 +28,7 @@ ENVIRONMENT = (
     "MASTER_PORT",
     "DDP_MIGRATE_BACKEND",
     "DDP_MIGRATE_TIMEOUT",
+    "DDP_MIGRATE_DEVICE",
 )
 
 
@@ -74,6 +75,20 @@ def fake_accelerator(monkeypatch: pytest.MonkeyPatch, kind: str | None, count: i
     )
     monkeypatch.setattr(process_group, "_attempt_store", lambda timeout: dist.HashStore())
     return events
+
+
+def fake_accelerator_only(monkeypatch: pytest.MonkeyPatch, kind: str, count: int = 4) -> None:
+    """Make ``torch.accelerator`` report ``count`` devices of type ``kind``; binding a device fails
+    the test (process groups are real)."""
+    api = torch.accelerator
+    monkeypatch.setattr(api, "is_available", lambda: True)
+    monkeypatch.setattr(api, "current_accelerator", lambda *a, **k: torch.device(kind))
+    monkeypatch.setattr(api, "device_count", lambda: count)
+
+    def bind(index: int) -> None:
+        raise AssertionError(f"device {index} bound")
+
+    monkeypatch.setattr(api, "set_device_index", bind)
 
 
 def torchrun_environment(monkeypatch: pytest.MonkeyPatch, rank: int, local: int) -> None:
@@ -144,6 +159,57 @@ def test_the_backend_variable_still_overrides(monkeypatch: pytest.MonkeyPatch) -
     runtime.setup()
     assert events.of("init")[0]["backend"] == "gloo"
     assert events.of("bind") == [0]  # the CUDA device is still bound: gloo then runs on it
+
+
+def test_a_program_that_trains_on_the_cpu_keeps_it_on_a_gpu_machine(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    events = fake_accelerator(monkeypatch, "cuda")
+    torchrun_environment(monkeypatch, rank=3, local=1)
+    assert runtime.device_ids() == [1]
+    runtime.setup(device="cpu")
+    assert events.names() == ["init"]  # no CUDA device bound
+    assert events.of("init")[0]["backend"] == "gloo"  # nccl cannot carry the CPU model's gradients
+    assert runtime.device() == torch.device("cpu") and runtime.device_ids() is None
+    runtime.cleanup()  # the choice ends with the group
+    assert runtime.device() == torch.device("cuda", 1)
+
+
+def test_the_device_variable_keeps_every_process_on_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    events = fake_accelerator(monkeypatch, "cuda")
+    torchrun_environment(monkeypatch, rank=0, local=0)
+    monkeypatch.setenv("DDP_MIGRATE_DEVICE", " CPU ")
+    assert runtime.device() == torch.device("cpu") and runtime.device_ids() is None
+    runtime.setup()
+    assert events.names() == ["init"] and events.of("init")[0]["backend"] == "gloo"
+
+
+@pytest.mark.parametrize("where", ["argument", "variable"])
+def test_a_device_type_no_program_can_choose_is_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    events = fake_accelerator(monkeypatch, "cuda")
+    if where == "argument":
+        with pytest.raises(runtime.DistributedEnvironmentError, match=r"device='tpu'.*'cpu'"):
+            runtime.setup(device="tpu")
+    else:
+        monkeypatch.setenv("DDP_MIGRATE_DEVICE", "cuda:1")
+        with pytest.raises(runtime.DistributedEnvironmentError, match=r"DDP_MIGRATE_DEVICE='cuda:1'"):
+            runtime.setup()
+    assert events.log == []
+
+
+def test_a_cpu_model_wraps_on_a_gpu_machine_once_the_cpu_is_chosen(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake_accelerator_only(monkeypatch, "cuda")  # a real group of one, on gloo
+    runtime.setup(device="cpu")
+    try:
+        model = nn.parallel.DistributedDataParallel(nn.Linear(2, 1), device_ids=runtime.device_ids())
+        model(torch.ones(3, 2)).sum().backward()
+        assert dist.get_backend() == "gloo"
+    finally:
+        runtime.cleanup()
 
 
 @pytest.mark.parametrize(

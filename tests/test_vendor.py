@@ -57,7 +57,7 @@ def test_migration_imports_the_vendored_runtime_and_is_a_fixed_point() -> None:
     migrated = migrate(DP_SCRIPT)
     assert "import ddp_runtime as runtime\n" in migrated
     assert "ddp_migrate" not in migrated
-    assert "runtime.setup()" in migrated and "DistributedDataParallel(" in migrated
+    assert "runtime.setup(" in migrated and "DistributedDataParallel(" in migrated
     assert migrate(migrated) == migrated
     # A file already on the vendored runtime stays on it, and one on the package stays on the package.
     assert migrate(migrated, Options()) == migrated

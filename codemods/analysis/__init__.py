@@ -7,6 +7,7 @@ Modules, each importing only those listed before it:
 - :mod:`.legacy`: hand-made launches and rank values of legacy distributed code (:class:`LegacyFacts`);
 - :mod:`.ranks`: which values may differ between ranks and where collectives are safe, by data flow (:class:`RankFacts`);
 - :mod:`.loaders`, :mod:`.per_rank`: the training and evaluation loaders, and the values computed on a rank's shard;
+- :mod:`.devices`: whether a program trains on the CPU wherever it runs (nothing in it names an accelerator);
 - :mod:`.trainable`: which parameters train (``requires_grad`` changes, layers a forward skips on some steps);
 - :mod:`.project`: the project a file belongs to and how its imports resolve to local modules;
 - :mod:`.program`: the modules of one program analysed together (:class:`Program`).

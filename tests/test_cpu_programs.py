@@ -1,0 +1,113 @@
+"""A program that places nothing on an accelerator keeps training on the CPU after migration.
+
+On a GPU machine, its migrated copy used to crash: ``runtime.setup()`` picked nccl and the DDP wrap got
+``device_ids=[local_rank]`` for a CPU model ("device_ids ... only work with ... GPU modules"; with two
+processes on a one-GPU machine, "LOCAL_RANK=1 but only 1 CUDA device(s)"), while the report said nothing
+needed a human. The set-up is now ``runtime.setup(device="cpu")`` wherever the program is certain to train on
+the CPU, and stays ``runtime.setup()`` at any sign of an accelerator or of a device read from outside.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from migrated import migrate_script
+
+TRAINING = """
+for epoch in range(2):
+    for x, y in loader:
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+"""
+
+HEAD = """
+import argparse
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+data = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+loader = DataLoader(data, batch_size=8, shuffle=True)
+"""
+
+
+def program(body: str) -> str:
+    """A module-level training program: the common head, ``body`` (which builds ``model`` and ``opt``), the
+    training loop."""
+    return HEAD + body + TRAINING
+
+
+ON_THE_CPU = {
+    "no device code": "model = nn.Linear(4, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n",
+    "a device variable that is the CPU": (
+        'device = torch.device("cpu")\nmodel = nn.Linear(4, 1).to(device)\n'
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    ),
+    "a CPU string passed through a parameter": (
+        'def build(device="cpu"):\n    return nn.Linear(4, 1).to(device)\n\n'
+        'model = build("cpu")\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n'
+    ),
+    "a dtype move": "model = nn.Linear(4, 1).to(torch.float64).to(torch.float32)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n",
+    "a docstring that speaks of GPUs": (
+        'def build():\n    """Runs on a GPU one day."""\n    return nn.Linear(4, 1)\n\n'
+        "model = build()\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    ),
+}
+
+ON_AN_ACCELERATOR = {
+    "a cuda choice": (
+        'device = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n'
+        "model = nn.Linear(4, 1).to(device)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    ),
+    "a device option": (
+        'parser = argparse.ArgumentParser()\nparser.add_argument("--device", default="cpu")\n'
+        "args = parser.parse_args()\nmodel = nn.Linear(4, 1).to(args.device)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    ),
+    "a device from a config dict": (
+        'import json\ncfg = json.load(open("cfg.json"))\nmodel = nn.Linear(4, 1).to(cfg["device"])\n'
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    ),
+    "a device under another name": (
+        "def build(dev):\n    return nn.Linear(4, 1).to(dev)\n\n"
+        'model = build(torch.get_default_dtype())\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n'
+    ),
+    "a device read from a tensor": (
+        "model = nn.Linear(4, 1)\nbias = torch.zeros(1, device=model.weight.device)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    ),
+    "a device from an unpacking": (
+        "def pick():\n    return torch.device(0), 1\n\n"
+        "device, count = pick()\nmodel = nn.Linear(4, 1).to(device)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    ),
+    "a device field of a config class": (
+        "from dataclasses import dataclass\n\n@dataclass\nclass Config:\n    device: str = 'cpu'\n\n"
+        "cfg = Config()\nmodel = nn.Linear(4, 1).to(cfg.device)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    ),
+    "an Apple GPU": 'model = nn.Linear(4, 1).to("mps")\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n',
+}
+
+
+@pytest.mark.parametrize("name", sorted(ON_THE_CPU))
+def test_a_program_on_the_cpu_is_set_up_on_the_cpu(tmp_path: Path, name: str) -> None:
+    migrated, report, code = migrate_script(tmp_path, program(ON_THE_CPU[name]))
+    assert code == 0, report
+    assert 'runtime.setup(device="cpu")' in migrated, migrated
+    assert 'device="cpu" keeps every process on the CPU' in report, report
+
+
+@pytest.mark.parametrize("name", sorted(ON_AN_ACCELERATOR))
+def test_any_sign_of_an_accelerator_keeps_the_machines_device(tmp_path: Path, name: str) -> None:
+    migrated, report, _ = migrate_script(tmp_path, program(ON_AN_ACCELERATOR[name]))
+    assert "runtime.setup()" in migrated, migrated
+    assert 'device="cpu"' not in migrated and "keeps every process on the CPU" not in report, report
+
+
+def test_a_module_of_the_program_that_moves_to_the_gpu_counts(tmp_path: Path) -> None:
+    (tmp_path / "nets.py").write_text("import torch.nn as nn\n\n\ndef build():\n    return nn.Linear(4, 1).cuda()\n")
+    body = "from nets import build\nmodel = build()\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    migrated, report, _ = migrate_script(tmp_path, program(body))
+    assert "runtime.setup()" in migrated and 'device="cpu"' not in migrated, report + migrated
