@@ -11,6 +11,7 @@ from .analysis import ScriptAnalysis, dotted_name
 from .analysis.script import callee_name
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, expression
+from .analysis.devices import trains_on_the_cpu_only
 from .runtime_calls import runtime_name
 
 
@@ -25,7 +26,9 @@ class LoadWithoutMapLocation(Rule):
 
     What the fix does: ``torch.load(path, map_location=runtime.device())``; ``map_location="cpu"`` for a
     checkpoint whose random state goes to ``torch.set_rng_state`` (which takes a CPU tensor only; the
-    model's and optimizer's states are copied onto their devices when they are loaded).
+    model's and optimizer's states are copied onto their devices when they are loaded), and in a program
+    that trains on the CPU wherever it runs (see DDP003), where a load before the set-up would otherwise
+    map onto the GPU of a GPU machine.
 
     Fix safety: tensors load onto this process's device instead of the device they were saved from (a
     plain run: ``cuda:0`` or the CPU), so a checkpoint saved on GPU 1 or on a CUDA machine now loads
@@ -44,6 +47,7 @@ class LoadWithoutMapLocation(Rule):
             before="""\
 import torch
 
+model = Net().cuda()
 checkpoint = torch.load("checkpoint/best.pt")
 loss.backward()
 """,
@@ -51,7 +55,23 @@ loss.backward()
 import torch
 from ddp_migrate import runtime
 
+model = Net().cuda()
 checkpoint = torch.load("checkpoint/best.pt", map_location=runtime.device())
+loss.backward()
+""",
+        ),
+        # A program that trains on the CPU wherever it runs (DDP003's device="cpu"): its loads stay there.
+        Example(
+            before="""\
+import torch
+
+checkpoint = torch.load("checkpoint/best.pt")
+loss.backward()
+""",
+            after="""\
+import torch
+
+checkpoint = torch.load("checkpoint/best.pt", map_location="cpu")
 loss.backward()
 """,
         ),
@@ -101,11 +121,17 @@ checkpoint = torch.load(path, map_location="cpu")
             call = match.node
             assert isinstance(call, cst.Call)
             rng = _holds_random_state(analysis, call)
-            target = '"cpu"' if rng else f"{runtime_name(analysis, edits)}.device()"
+            on_the_cpu = trains_on_the_cpu_only(analysis)
+            target = '"cpu"' if rng or on_the_cpu else f"{runtime_name(analysis, edits)}.device()"
             args = [*call.args[:-1], call.args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)] if call.args else []
             args.append(cst.Arg(expression(target), keyword=cst.Name("map_location"), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
             edits.replace(call, call.with_changes(args=args))
-            message = "torch.load maps onto the CPU (it holds a random state, which set_rng_state takes on the CPU only)" if rng else "torch.load maps onto runtime.device()"
+            if rng:
+                message = "torch.load maps onto the CPU (it holds a random state, which set_rng_state takes on the CPU only)"
+            elif on_the_cpu:
+                message = "torch.load maps onto the CPU, where the program trains (it places nothing on an accelerator)"
+            else:
+                message = "torch.load maps onto runtime.device()"
             edits.changes.append(Change(self.code, analysis.line(call), message))
         return edits.apply(analysis.module) if edits else None
 

@@ -12,8 +12,7 @@ from .analysis.legacy import legacy_facts
 from .analysis.ranks import rank_facts
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, expression, statement
-from .runtime_calls import ON_THE_CPU, runtime_name, setup_code
-from .analysis.devices import trains_on_the_cpu_only
+from .runtime_calls import ON_THE_CPU, runtime_name, set_up_on_the_cpu, setup_code
 
 
 NEVER_DESTROYED = (
@@ -393,7 +392,7 @@ dist.destroy_process_group(group)
     @staticmethod
     def _on_the_cpu(analysis: ScriptAnalysis) -> str:
         """What the report adds where the set-up keeps the program on the CPU."""
-        return ON_THE_CPU if trains_on_the_cpu_only(analysis) else ""
+        return ON_THE_CPU if set_up_on_the_cpu(analysis) else ""
 
     def _cleanup_instead(self, analysis: ScriptAnalysis, teardowns: Sequence[cst.Call]) -> FixResult | None:
         """``runtime.cleanup()`` for each bare ``destroy_process_group()``."""

@@ -32,10 +32,17 @@ def runtime_name(analysis: ScriptAnalysis, edits: Edits) -> str:
 ON_THE_CPU = "; the program places nothing on an accelerator, so device=\"cpu\" keeps every process on the CPU (gloo) as the original was, GPU machine or not"
 
 
+def set_up_on_the_cpu(analysis: ScriptAnalysis) -> bool:
+    """Whether a set-up written into this module says ``device="cpu"``: the module is the entry of a program
+    that trains on the CPU wherever it runs. (A helper module's set-up may serve another script, whose
+    program may train on a GPU; a migration of one script does not see them all.)"""
+    return analysis.is_entry and trains_on_the_cpu_only(analysis)
+
+
 def setup_code(analysis: ScriptAnalysis, rt: str, *arguments: str) -> str:
     """The code of a call of the runtime's ``setup()`` with ``arguments``, and ``device="cpu"`` where the program
     trains on the CPU wherever it runs (a CPU model cannot take a GPU's ``device_ids`` or nccl)."""
-    if trains_on_the_cpu_only(analysis):
+    if set_up_on_the_cpu(analysis):
         arguments = (*arguments, 'device="cpu"')
     return f"{rt}.setup({', '.join(arguments)})"
 

@@ -31,6 +31,7 @@ __all__ = [
     "local_world_size",
     "rank",
     "select_device_type",
+    "selected_device_type",
     "set_device_index",
     "world_size",
 ]
@@ -205,6 +206,11 @@ def select_device_type(kind: str | torch.device | None) -> None:
         return
     name = kind.type if isinstance(kind, torch.device) else str(kind)
     _selected_device_type = _checked_device_type(name, "device")
+
+
+def selected_device_type() -> str | None:
+    """The device type chosen by :func:`select_device_type`, or ``None`` (this machine's accelerator)."""
+    return _selected_device_type
 
 
 def _cpu_chosen() -> bool:

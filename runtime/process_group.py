@@ -16,6 +16,7 @@ import sys
 import time
 from typing import Any
 
+import torch
 import torch.distributed as dist
 
 from .environment import (
@@ -26,6 +27,7 @@ from .environment import (
     launched_by_torchrun,
     local_rank,
     select_device_type,
+    selected_device_type,
     set_device_index,
 )
 from .errors import DistributedEnvironmentError
@@ -128,7 +130,7 @@ def _select_device(backend: str) -> None:
 def setup(
     backend: str | None = None,
     timeout: float | datetime.timedelta | None = None,
-    device: str | None = None,
+    device: str | torch.device | None = None,
 ) -> None:
     """Initialise the default process group; a second call does nothing.
 
@@ -155,16 +157,28 @@ def setup(
             the missing variables), the backend does not fit the machine, or ``device`` is not one
             a program can choose.
     """
-    if device is not None:
-        select_device_type(device)
     if not dist.is_available():
         raise DistributedEnvironmentError(
             "torch.distributed is not available in this PyTorch build; install a build with "
             "distributed support"
         )
     if dist.is_initialized():
+        if device is not None:
+            select_device_type(device)
         return
     launched = launched_by_torchrun()
+    previous = selected_device_type()
+    if device is not None:
+        select_device_type(device)  # the backend and the device binding follow the choice
+    try:
+        _create_group(launched, backend, timeout)
+    except BaseException:
+        select_device_type(previous)
+        raise
+
+
+def _create_group(launched: bool, backend: str | None, timeout: float | datetime.timedelta | None) -> None:
+    """Bind this process's device and create the default group (``setup()``'s work)."""
     chosen = _choose_backend(backend)
     options: dict[str, Any] = {"backend": chosen}
     resolved_timeout = _resolve_timeout(timeout)
@@ -223,9 +237,9 @@ def cleanup() -> None:
     not measured; that test fails on the first torch that no longer aborts, which is the signal to
     remove the wait.
 
-    A device type chosen with ``setup(device=...)`` is forgotten.
+    A device type chosen with ``setup(device=...)`` stays: code after the clean-up (an evaluation that
+    loads a checkpoint onto ``runtime.device()``) still runs where the training ran.
     """
-    select_device_type(None)
     if not is_initialized():
         return
     uses_gloo = "gloo" in str(dist.get_backend()).lower()  # also "cpu:gloo,cuda:nccl"

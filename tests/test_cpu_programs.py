@@ -88,6 +88,30 @@ ON_AN_ACCELERATOR = {
         "cfg = Config()\nmodel = nn.Linear(4, 1).to(cfg.device)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
     ),
     "an Apple GPU": 'model = nn.Linear(4, 1).to("mps")\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n',
+    "a device keyword": "model = nn.Linear(4, 1, device=0)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n",
+    "a device map": (
+        "def load(name, **kw):\n    return nn.Linear(4, 1)\n\n"
+        'model = load("tiny", device_map="auto")\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n'
+    ),
+    "a device parameter given an unknown value": (
+        "import library\n\ndef build(device):\n    return nn.Linear(4, 1).to(device)\n\n"
+        "model = build(library.default())\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    ),
+    "a device name imported": (
+        "from helpers import device\n\ndef evaluate(net, device):\n    return net\n\n"
+        "model = nn.Linear(4, 1).to(device)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    ),
+    "a star import of a module outside the program": (
+        "from helpers import *\n\ndef evaluate(net, device):\n    return net\n\n"
+        "model = nn.Linear(4, 1).to(device)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    ),
+    "a whole model loaded": (
+        'model = torch.load("model.pt", weights_only=False)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n'
+    ),
+    "a scripted model loaded": 'model = torch.jit.load("model.pt")\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n',
+    "a method fetched by a computed name": (
+        'model = getattr(nn.Linear(4, 1), "c" + "uda")()\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n'
+    ),
 }
 
 
@@ -111,3 +135,39 @@ def test_a_module_of_the_program_that_moves_to_the_gpu_counts(tmp_path: Path) ->
     body = "from nets import build\nmodel = build()\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
     migrated, report, _ = migrate_script(tmp_path, program(body))
     assert "runtime.setup()" in migrated and 'device="cpu"' not in migrated, report + migrated
+
+
+def test_a_helper_modules_set_up_keeps_the_machines_device(tmp_path: Path) -> None:
+    """Another script may import the helper and train on a GPU: only the entry says where to train."""
+    (tmp_path / "dist_utils.py").write_text(
+        "import torch.distributed as dist\n\n\ndef setup(rank, world_size):\n"
+        '    dist.init_process_group("gloo", rank=rank, world_size=world_size)\n'
+    )
+    body = (
+        "import torch.multiprocessing as mp\nfrom dist_utils import setup\n"
+        "from torch.nn.parallel import DistributedDataParallel as DDP\n\n\n"
+        "def main(rank, world_size):\n    setup(rank, world_size)\n    model = DDP(nn.Linear(4, 1))\n"
+        "    model(torch.randn(8, 4)).sum().backward()\n\n\n"
+        'if __name__ == "__main__":\n    mp.spawn(main, args=(2,), nprocs=2)\n'
+    )
+    _, report, _ = migrate_script(tmp_path, HEAD + body)
+    helper = (tmp_path / "dist_utils.py").read_text()
+    assert 'runtime.setup("gloo")' in helper, report + helper
+
+
+def test_a_cpu_programs_loads_map_onto_the_cpu(tmp_path: Path) -> None:
+    """A load before the set-up (a module-level statistic) would otherwise map onto the GPU of a GPU machine."""
+    body = (
+        'MEAN = torch.load("mean.pt")\nmodel = nn.Linear(4, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n'
+    )
+    migrated, report, _ = migrate_script(tmp_path, program(body))
+    assert 'MEAN = torch.load("mean.pt", map_location="cpu")' in migrated, migrated
+    assert "maps onto the CPU, where the program trains" in report, report
+
+
+def test_a_second_migration_of_a_cpu_program_changes_nothing(tmp_path: Path) -> None:
+    """Once migrated, the program reads runtime.device_ids(): its set-up's device="cpu" still decides."""
+    migrated, _, _ = migrate_script(tmp_path, program(ON_THE_CPU["no device code"] + 'torch.load("x.pt")\n'))
+    again, report, _ = migrate_script(tmp_path, migrated)
+    assert again == migrated and "1 unchanged" in report, report
+    assert 'torch.load("x.pt", map_location="cpu")' in migrated, migrated

@@ -84,7 +84,7 @@ def test_the_tutorials_helper_module_is_migrated_with_its_entry(tmp_path: Path) 
     report = _migrate(tmp_path, {"dist_utils.py": DIST_UTILS, "train.py": TRAIN})
     assert "internal error" not in report and "2 file(s) migrated" in report, report
     helpers = (tmp_path / "dist_utils.py").read_text()
-    assert 'runtime.setup("gloo", device="cpu")' in helpers and "init_process_group" not in helpers, helpers
+    assert 'runtime.setup("gloo")' in helpers and "init_process_group" not in helpers, helpers
     assert "def cleanup():\n    runtime.cleanup()\n" in helpers, helpers
     assert "import torch.distributed" not in helpers, helpers  # its last use is gone
     entry = (tmp_path / "train.py").read_text()

@@ -39,9 +39,11 @@ def clean_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         monkeypatch.delenv(name, raising=False)
     if dist.is_initialized():
         dist.destroy_process_group()
+    runtime.environment.select_device_type(None)
     yield
     if dist.is_initialized():
         dist.destroy_process_group()
+    runtime.environment.select_device_type(None)
 
 
 class Events:
@@ -171,8 +173,8 @@ def test_a_program_that_trains_on_the_cpu_keeps_it_on_a_gpu_machine(
     assert events.names() == ["init"]  # no CUDA device bound
     assert events.of("init")[0]["backend"] == "gloo"  # nccl cannot carry the CPU model's gradients
     assert runtime.device() == torch.device("cpu") and runtime.device_ids() is None
-    runtime.cleanup()  # the choice ends with the group
-    assert runtime.device() == torch.device("cuda", 1)
+    runtime.cleanup()  # code after the clean-up still runs on the CPU (an evaluation's loads)
+    assert runtime.device() == torch.device("cpu")
 
 
 def test_the_device_variable_keeps_every_process_on_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -192,11 +194,21 @@ def test_a_device_type_no_program_can_choose_is_a_clear_error(
     if where == "argument":
         with pytest.raises(runtime.DistributedEnvironmentError, match=r"device='tpu'.*'cpu'"):
             runtime.setup(device="tpu")
+        assert runtime.device() == torch.device("cuda", 0)
     else:
         monkeypatch.setenv("DDP_MIGRATE_DEVICE", "cuda:1")
         with pytest.raises(runtime.DistributedEnvironmentError, match=r"DDP_MIGRATE_DEVICE='cuda:1'"):
             runtime.setup()
     assert events.log == []
+
+
+def test_a_set_up_that_fails_leaves_no_device_choice_behind(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_accelerator(monkeypatch, "cuda")
+    monkeypatch.setenv("RANK", "0")  # half a launch environment
+    with pytest.raises(runtime.DistributedEnvironmentError, match="incomplete"):
+        runtime.setup(device="cpu")
+    monkeypatch.delenv("RANK")
+    assert runtime.device() == torch.device("cuda", 0)
 
 
 def test_a_cpu_model_wraps_on_a_gpu_machine_once_the_cpu_is_chosen(

@@ -1,24 +1,36 @@
 """Whether a program trains on the CPU wherever it runs: a fact of the analysis for the rules that set up the
-process group (:func:`trains_on_the_cpu_only`).
+process group and map loads (:func:`trains_on_the_cpu_only`).
 
 A program that places nothing on an accelerator trains on the CPU even on a GPU machine. Its migrated copy
 must do the same: a DDP wrap given a CUDA device for a CPU model fails ("device_ids ... only work with
 ... GPU modules"), and nccl, the GPU machine's default backend, cannot carry a CPU model's gradients.
 ``runtime.setup(device="cpu")`` keeps every process on the CPU, with gloo.
 
-The answer must be certain, so any sign of an accelerator anywhere in the program counts against it: a name
-or string that names one (``cuda``, ``"mps"``, ``DataParallel``, ``local_rank``, a ``--gpu`` option), a
-device read from outside the program (``args.device``, ``cfg["device"]``, ``tensor.device``), a device
-variable given anything but the CPU, or a ``.to(x)`` whose ``x`` is not known to be the CPU or a dtype.
+The answer must be certain (a GPU program kept on the CPU is a silent wrong migration), so any sign of an
+accelerator anywhere in the program counts against it:
+
+- a name or string that names one (``cuda``, ``"mps"``, ``DataParallel``, ``local_rank``, a ``--gpu`` or
+  ``--device`` option, ``cfg["device"]``);
+- a device variable (a name with ``device`` in it) given anything but the CPU: by an assignment, an
+  unpacking or a loop, a parameter's default or an argument a call of the program passes it, a keyword
+  (``device=``, ``device_map=``, ``map_location=``), an import;
+- a device variable read where nothing of the program binds it (``args.device``, ``tensor.device``, a name
+  of a module the program does not hold, a star import of one);
+- a ``.to(x)`` whose ``x`` is not known to be the CPU or a dtype; a whole model loaded from a file
+  (``torch.jit.load``, ``torch.load(..., weights_only=False)``: its tensors come back where they were
+  saved); an attribute fetched by a computed name and called.
+
+A program whose set-up already says ``device="cpu"`` (``runtime.setup(device="cpu")``, written by a first
+migration) has made the choice: the runtime's ``device()`` and ``device_ids()`` then name the CPU.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 
 import libcst as cst
 
+from .. import names
 from .script import ScriptAnalysis, dotted_name, is_docstring_line
 
 #: Fragments of a name or string, in lower case, that name an accelerator or a way to reach one.
@@ -27,10 +39,20 @@ ACCELERATOR_FRAGMENTS = ("cuda", "gpu", "nccl", "accelerat", "dataparallel", "lo
 ACCELERATOR_WORDS = frozenset({"mps", "xpu", "npu", "hpu", "tpu", "xla", "xccl", "hccl", "rocm", "hip"})
 #: The fragment of a name that marks a device variable (``device``, ``self.device``, ``DEVICE``).
 DEVICE_FRAGMENT = "device"
+#: Keywords whose value is where tensors go, besides those with ``device`` in their name.
+PLACEMENT_KEYWORDS = frozenset({"map_location"})
 #: What a device variable may hold in a program that trains on the CPU only.
 CPU_NAMES = frozenset({"cpu"})
 #: ``torch`` attributes that are dtypes: ``x.to(torch.float16)`` changes no device.
 _DTYPE_PATTERN = re.compile(r"^torch\.(u?int\d*|float\d*|bfloat16|half|double|long|short|bool|complex\d*|cfloat|cdouble)$")
+#: Loads that bring back whole modules, their tensors where they were saved.
+_MODULE_LOADS = frozenset({"torch.jit.load"})
+#: Nodes that hold the parts of an assignment target that unpacks.
+_UNPACKING = (cst.Element, cst.Tuple, cst.List, cst.StarredElement)
+
+#: A binding's key: the function or module whose name it is (``None`` for an attribute chain, which any
+#: module may set), and the dotted name.
+Key = tuple[cst.CSTNode | None, str]
 
 
 class DeviceFacts:
@@ -38,87 +60,215 @@ class DeviceFacts:
 
     def __init__(self, analysis: ScriptAnalysis) -> None:
         self.analysis = analysis
-        #: Whether the module itself names an accelerator, or gives a device variable a value other than the CPU.
-        self.names_an_accelerator = False
-        #: The dotted names of device variables the module binds (``device``, ``self.device``).
-        self.bound: set[str] = set()
-        #: The dotted names of device variables it reads (each must be bound somewhere in the program).
-        self.read: set[str] = set()
-        self._scan()
-
-    def _scan(self) -> None:
-        docstrings = {
-            stmt.body[0].value  # type: ignore[attr-defined]
-            for stmt in self.analysis.preorder
-            if type(stmt) is cst.SimpleStatementLine and is_docstring_line(stmt)
-        }
-        self._values = {
+        #: The value each assignment target of the module is given.
+        self._values: dict[cst.AssignTarget, cst.BaseExpression] = {
             target: node.value  # type: ignore[attr-defined]
-            for node in self.analysis.preorder
+            for node in analysis.preorder
             if type(node) is cst.Assign
             for target in node.targets  # type: ignore[attr-defined]
         }
+        #: The device variables the module binds, and those it reads (each must be bound in the program).
+        self.bound: set[Key] = set()
+        self.read: set[Key] = set()
+        #: Whether the module's set-up says ``runtime.setup(device="cpu")``.
+        self.declares_the_cpu = any(
+            keyword_value(call, "device") is not None and _cpu_string(keyword_value(call, "device"))  # type: ignore[arg-type]
+            for call in analysis.calls_to(names.RUNTIME_SETUP)
+        )
+        #: Whether the module names an accelerator, or gives a device variable a value other than the CPU
+        #: (the scan stops at the first sign: ``bound`` and ``read`` are then partial, and not needed).
+        self.names_an_accelerator = self._names_an_accelerator()
+
+    def _names_an_accelerator(self) -> bool:
+        docstrings = _docstring_parts(self.analysis)
         for node in self.analysis.preorder:
             kind = type(node)
             if kind is cst.Name or kind is cst.Attribute:
                 identifier = node.value if kind is cst.Name else node.attr.value  # type: ignore[attr-defined]
                 if _names_accelerator(identifier):
-                    self.names_an_accelerator = True
-                elif DEVICE_FRAGMENT in identifier.lower():
-                    self._device_variable(node)  # type: ignore[arg-type]
-            elif kind is cst.SimpleString and node not in docstrings and node not in _parts(docstrings):
+                    return True
+                if DEVICE_FRAGMENT in identifier.lower() and not self._device_variable_keeps_the_cpu(node):  # type: ignore[arg-type]
+                    return True
+            elif kind is cst.SimpleString and node not in docstrings:
                 if _names_accelerator(str(node.evaluated_value), strings=True):  # type: ignore[attr-defined]
-                    self.names_an_accelerator = True
-            elif kind is cst.FormattedStringText:
-                if _names_accelerator(node.value, strings=True):  # type: ignore[attr-defined]
-                    self.names_an_accelerator = True
-            elif kind is cst.Call and _moves(node):  # type: ignore[arg-type]
-                if not all(_device_or_dtype(arg.value) for arg in node.args):  # type: ignore[attr-defined]
-                    self.names_an_accelerator = True
-            if self.names_an_accelerator:
-                return
+                    return True
+            elif kind is cst.FormattedStringText and _names_accelerator(node.value, strings=True):  # type: ignore[attr-defined]
+                return True
+            elif kind is cst.Arg and node.keyword is not None and _places(node.keyword.value):  # type: ignore[attr-defined]
+                if not cpu_value(self.analysis, node.value):  # type: ignore[attr-defined]
+                    return True
+            elif kind is cst.Call and self._accelerator_call(node):  # type: ignore[arg-type]
+                return True
+            elif kind is cst.ImportStar and not self._star_of_the_program(self.analysis.parent(node)):  # type: ignore[arg-type]
+                return True
+        return False
 
-    def _device_variable(self, node: cst.Name | cst.Attribute) -> None:
-        """Record a use of a device variable: what a binding gives it must be the CPU."""
-        parent = self.analysis.index.parents.get(node)
+    def _accelerator_call(self, call: cst.Call) -> bool:
+        """Whether a call may put tensors on an accelerator: a ``.to(x)`` of an unknown ``x``, a whole-module
+        load, ``getattr(obj, computed)(...)``."""
+        func = call.func
+        if type(func) is cst.Attribute and func.attr.value == "to":  # type: ignore[attr-defined]
+            return not all(self._device_or_dtype(arg.value) for arg in call.args)
+        if self.analysis.is_call_to(call, _MODULE_LOADS):
+            return True
+        if self.analysis.is_call_to(call, names.TORCH_LOAD):
+            weights_only = keyword_value(call, "weights_only")
+            return weights_only is not None and not (type(weights_only) is cst.Name and weights_only.value == "True")  # type: ignore[attr-defined]
+        if type(func) is cst.Call and dotted_name(func.func) == "getattr" and len(func.args) >= 2:  # type: ignore[attr-defined]
+            return type(func.args[1].value) is not cst.SimpleString  # type: ignore[attr-defined]
+        return False
+
+    def _star_of_the_program(self, node: cst.CSTNode | None) -> bool:
+        """Whether ``from m import *`` takes the names of a module of the program (their bindings are checked
+        there)."""
+        module = dotted_name(node.module) if type(node) is cst.ImportFrom and node.module is not None else None  # type: ignore[attr-defined]
+        if module is None:
+            return False
+        last = module.rsplit(".", 1)[-1]
+        return any(name == module or name.rsplit(".", 1)[-1] == last for name in self.analysis.shared.by_name)
+
+    def _device_variable_keeps_the_cpu(self, node: cst.Name | cst.Attribute) -> bool:
+        """Record a use of a device variable; whether what it is given there is the CPU (a read is checked
+        later, against the bindings of the whole program)."""
+        analysis = self.analysis
+        parent = analysis.parent(node)
         if type(node) is cst.Attribute and type(parent) is cst.Attribute:
-            return  # ``args.device.type``: the outer attribute is the variable's read
+            return True  # ``args.device.type``: the outer attribute is the variable's read
         if type(node) is cst.Name and type(parent) is cst.Attribute and parent.value is not node:  # type: ignore[attr-defined]
-            return  # the ``device`` of ``self.device``: the attribute is the use
+            return True  # the ``device`` of ``self.device``: the attribute is the use
+        if type(parent) is cst.Arg and parent.keyword is node:  # type: ignore[attr-defined]
+            return True  # ``device=`` of a call: its value is checked as the argument's
         name = dotted_name(node)
         if name is None:
-            self.names_an_accelerator = True
-            return
-        if type(parent) is cst.Arg and parent.keyword is node:  # type: ignore[attr-defined]
-            return  # ``device=`` of a call: its value is read on its own
+            return False
+        if type(parent) in (cst.ImportAlias, cst.AsName):
+            return False  # a device of another module: where it comes from is not known here
+        key = self._key(node, name)
         if type(parent) is cst.Param and parent.name is node:  # type: ignore[attr-defined]
-            self.bound.add(name)
-            default = parent.default  # type: ignore[attr-defined]
-            if default is not None and not _cpu_value(default):
-                self.names_an_accelerator = True
-            return
+            self.bound.add(key)
+            return self._parameter_keeps_the_cpu(parent, name)  # type: ignore[arg-type]
         if type(parent) in (cst.FunctionDef, cst.ClassDef) and parent.name is node:  # type: ignore[attr-defined]
-            self.bound.add(name)
-            return
-        value = _bound_value(node, self.analysis.index.parents, self._values)
+            self.bound.add(key)
+            return True
+        value = self._bound_value(node)
         if value is not None:
-            self.bound.add(name)
-            if not _cpu_value(value):
-                self.names_an_accelerator = True
-            return
+            self.bound.add(key)
+            return cpu_value(self.analysis, value)
         if name == "torch.device" and type(parent) is cst.Call and parent.func is node:  # type: ignore[attr-defined]
-            if not all(_cpu_value(arg.value) for arg in parent.args):  # type: ignore[attr-defined]
-                self.names_an_accelerator = True
-            return
-        self.read.add(name)
+            return all(cpu_value(self.analysis, arg.value) for arg in parent.args)  # type: ignore[attr-defined]
+        self.read.add(key)
+        return True
+
+    def _key(self, node: cst.CSTNode, name: str) -> Key:
+        """Whose name a device variable is: the function that binds it, else its module; an attribute chain's
+        is the program's."""
+        if "." in name:
+            return (None, name)
+        function = self.analysis.enclosing_function(node)
+        parent = self.analysis.parent(node)
+        if type(parent) is cst.Param:
+            function = self.analysis.enclosing_function(parent)
+        if function is not None and self.analysis.binds_locally(function, name):
+            return (function, name)
+        return (self.analysis.module, name)
+
+    def _parameter_keeps_the_cpu(self, param: cst.Param, name: str) -> bool:
+        """Whether a device parameter gets the CPU: its default, and what every call of the program passes."""
+        if param.default is not None and not cpu_value(self.analysis, param.default):
+            return False
+        function = self.analysis.enclosing_function(param)
+        if function is None:
+            return param.default is not None  # a lambda's: called where it is not known
+        for call in self.analysis.callers_in_program(function):
+            owner = self.analysis.shared.analysis_of(call) or self.analysis
+            given = owner.argument_for(call, function, name)
+            if given is not None and not cpu_value(owner, given):
+                return False
+        return True
+
+    def _bound_value(self, node: cst.CSTNode) -> cst.BaseExpression | None:
+        """What a binding of ``node`` gives it (a value no CPU test accepts where an unpacking, a loop or a
+        ``with`` does), or ``None`` where ``node`` is read, not bound."""
+        parents = self.analysis.index.parents
+        target, parent, unpacked = node, parents.get(node), False
+        while type(parent) in _UNPACKING:
+            target, parent, unpacked = parent, parents.get(parent), True
+        kind = type(parent)
+        unknown = cst.Ellipsis()
+        if kind is cst.AssignTarget and parent.target is target:  # type: ignore[union-attr]
+            return unknown if unpacked else self._values.get(parent, unknown)  # type: ignore[arg-type]
+        if kind is cst.AnnAssign and parent.target is target:  # type: ignore[union-attr]
+            return unknown if unpacked else (parent.value or cst.Name("None"))  # type: ignore[union-attr]
+        if kind is cst.NamedExpr and parent.target is target:  # type: ignore[union-attr]
+            return parent.value  # type: ignore[union-attr]
+        if kind in (cst.AugAssign, cst.For, cst.CompFor) and parent.target is target:  # type: ignore[union-attr]
+            return unknown
+        if kind is cst.AsName and parent.name is target:  # type: ignore[union-attr]
+            return unknown
+        return None
+
+    def _device_or_dtype(self, value: cst.BaseExpression) -> bool:
+        """Whether a ``.to()`` argument is known to keep the CPU: the CPU itself, a device variable (checked
+        where it is bound), a dtype, a boolean (``non_blocking``, ``copy``) or a ``memory_format``."""
+        if cpu_value(self.analysis, value):
+            return True
+        if type(value) is cst.Name and value.value in ("True", "False", "None"):  # type: ignore[attr-defined]
+            return True
+        name = dotted_name(value)
+        if name is None:
+            return False
+        last = name.rsplit(".", 1)[-1].lower()
+        return bool(_DTYPE_PATTERN.match(name)) or "dtype" in last or "memory_format" in name or last.endswith("_format")
 
 
-def _parts(strings: set[cst.CSTNode]) -> set[cst.CSTNode]:
-    """The strings inside concatenated docstrings."""
+def cpu_value(analysis: ScriptAnalysis, value: cst.BaseExpression) -> bool:
+    """Whether a value given to a device variable is the CPU: ``"cpu"``, ``torch.device("cpu")``, ``None``,
+    another device variable (checked where it is bound), or either side of a conditional of those."""
+    kind = type(value)
+    if kind is cst.SimpleString:
+        return _cpu_string(value)
+    if kind is cst.Name and value.value == "None":  # type: ignore[attr-defined]
+        return True
+    if kind is cst.IfExp:
+        return cpu_value(analysis, value.body) and cpu_value(analysis, value.orelse)  # type: ignore[attr-defined]
+    if kind is cst.Call:
+        return (
+            analysis.is_call_to(value, {"torch.device"})  # type: ignore[arg-type]
+            and bool(value.args)  # type: ignore[attr-defined]
+            and all(cpu_value(analysis, a.value) for a in value.args)  # type: ignore[attr-defined]
+        )
+    name = dotted_name(value)
+    return name is not None and DEVICE_FRAGMENT in name.rsplit(".", 1)[-1].lower()
+
+
+def keyword_value(call: cst.Call, keyword: str) -> cst.BaseExpression | None:
+    """The value a call passes by ``keyword``."""
+    return next((arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == keyword), None)
+
+
+def _cpu_string(value: cst.BaseExpression) -> bool:
+    """Whether a value is a string that names the CPU (``"cpu"``, ``"cpu:0"``)."""
+    if type(value) is not cst.SimpleString:
+        return False
+    return str(value.evaluated_value).strip().lower().split(":")[0] in CPU_NAMES  # type: ignore[attr-defined]
+
+
+def _places(keyword: str) -> bool:
+    """Whether a keyword argument says where tensors go (``device=``, ``device_map=``, ``map_location=``)."""
+    return DEVICE_FRAGMENT in keyword.lower() or keyword in PLACEMENT_KEYWORDS
+
+
+def _docstring_parts(analysis: ScriptAnalysis) -> set[cst.CSTNode]:
+    """The strings of the module's docstrings (bare string statements), the parts of concatenated ones too."""
     found: set[cst.CSTNode] = set()
-    for string in strings:
-        if type(string) is cst.ConcatenatedString:
-            found.update(node for node in (string.left, string.right))  # type: ignore[attr-defined]
+    for stmt in analysis.preorder:
+        if type(stmt) is cst.SimpleStatementLine and is_docstring_line(stmt):
+            pending = [stmt.body[0].value]  # type: ignore[attr-defined]
+            while pending:
+                string = pending.pop()
+                found.add(string)
+                if type(string) is cst.ConcatenatedString:
+                    pending.extend((string.left, string.right))  # type: ignore[attr-defined]
     return found
 
 
@@ -133,73 +283,13 @@ def _names_accelerator(text: str, strings: bool = False) -> bool:
     return any(word in ACCELERATOR_WORDS for word in re.split(r"[^a-z]+", lowered))
 
 
-#: Stands for a value a binding gives that is not known here (a loop's, a tuple's, a ``with``'s target).
-UNKNOWN = cst.Name("__unknown__")
-#: Nodes that hold the parts of an assignment target that unpacks.
-_UNPACKING = (cst.Element, cst.Tuple, cst.List, cst.StarredElement)
-
-
-def _bound_value(
-    node: cst.CSTNode, parents: Mapping[cst.CSTNode, cst.CSTNode], values: Mapping[cst.AssignTarget, cst.BaseExpression]
-) -> cst.BaseExpression | None:
-    """What a binding of ``node`` gives it (:data:`UNKNOWN` where an unpacking, a loop or a ``with`` does), or
-    ``None`` where ``node`` is read, not bound."""
-    target, parent, unpacked = node, parents.get(node), False
-    while type(parent) in _UNPACKING:
-        target, parent, unpacked = parent, parents.get(parent), True
-    kind = type(parent)
-    if kind is cst.AssignTarget and parent.target is target:  # type: ignore[union-attr]
-        return UNKNOWN if unpacked else values.get(parent, UNKNOWN)  # type: ignore[arg-type]
-    if kind is cst.AnnAssign and parent.target is target:  # type: ignore[union-attr]
-        return UNKNOWN if unpacked else (parent.value or cst.Name("None"))  # type: ignore[union-attr]
-    if kind is cst.NamedExpr and parent.target is target:  # type: ignore[union-attr]
-        return parent.value  # type: ignore[union-attr]
-    if kind in (cst.AugAssign, cst.For, cst.CompFor) and parent.target is target:  # type: ignore[union-attr]
-        return UNKNOWN
-    if kind is cst.AsName and parent.name is target:  # type: ignore[union-attr]
-        return UNKNOWN
-    return None
-
-
-def _moves(call: cst.Call) -> bool:
-    """Whether a call is a ``.to(...)`` (a move to a device or a dtype)."""
-    return type(call.func) is cst.Attribute and call.func.attr.value == "to"  # type: ignore[attr-defined]
-
-
-def _device_or_dtype(value: cst.BaseExpression) -> bool:
-    """Whether a ``.to()`` argument is known to keep the CPU: the CPU itself, a device variable (checked where
-    it is bound), a dtype, a boolean (``non_blocking``, ``copy``) or a ``memory_format``."""
-    if _cpu_value(value):
-        return True
-    if type(value) is cst.Name and value.value in ("True", "False", "None"):  # type: ignore[attr-defined]
-        return True
-    name = dotted_name(value)
-    if name is None:
-        return False
-    last = name.rsplit(".", 1)[-1].lower()
-    return bool(_DTYPE_PATTERN.match(name)) or "dtype" in last or "memory_format" in name or last.endswith("_format")
-
-
-def _cpu_value(value: cst.BaseExpression) -> bool:
-    """Whether a value given to a device variable is the CPU: ``"cpu"``, ``torch.device("cpu")``, ``None``,
-    another device variable (checked where it is bound), or either side of a conditional of those."""
-    kind = type(value)
-    if kind is cst.SimpleString:
-        return str(value.evaluated_value).strip().lower().split(":")[0] in CPU_NAMES  # type: ignore[attr-defined]
-    if kind is cst.Name and value.value == "None":  # type: ignore[attr-defined]
-        return True
-    if kind is cst.IfExp:
-        return _cpu_value(value.body) and _cpu_value(value.orelse)  # type: ignore[attr-defined]
-    if kind is cst.Call:
-        return dotted_name(value.func) == "torch.device" and bool(value.args) and all(_cpu_value(a.value) for a in value.args)  # type: ignore[attr-defined]
-    name = dotted_name(value)
-    return name is not None and DEVICE_FRAGMENT in name.rsplit(".", 1)[-1].lower()
-
-
 def trains_on_the_cpu_only(analysis: ScriptAnalysis) -> bool:
-    """Whether the program of this module trains on the CPU wherever it runs: no module of it names an
-    accelerator, gives a device variable anything but the CPU, or reads a device it does not bind."""
-    modules = [analysis.derived("devices", DeviceFacts) for analysis in analysis.shared.analyses or [analysis]]
+    """Whether the program of this module trains on the CPU wherever it runs: its set-up says so
+    (``runtime.setup(device="cpu")``), or no module of it names an accelerator, gives a device variable
+    anything but the CPU, or reads a device variable the program does not bind."""
+    modules = [module.derived("devices", DeviceFacts) for module in analysis.shared.analyses or [analysis]]
+    if any(facts.declares_the_cpu for facts in modules):
+        return True
     if any(facts.names_an_accelerator for facts in modules):
         return False
     bound = set().union(*(facts.bound for facts in modules))
