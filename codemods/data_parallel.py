@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Any, Iterator
 
 import libcst as cst
 
@@ -237,6 +237,7 @@ else:
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         edits = Edits(analysis)
         hoisted: dict[cst.If, set[str]] = {}  # per if/elif/else chain, the wraps moved after it
+        plans: list[tuple[cst.Call, cst.BaseExpression, cst.Call, Any]] = []
         for match in self.matches_in(analysis):
             call = match.node
             assert isinstance(call, cst.Call)
@@ -247,7 +248,10 @@ else:
             skipped = skipped_in_some_steps(analysis, model)
             if skipped is not None:
                 kept.append(find_unused_parameters_argument())  # DataParallel never minded a skipped layer
-            new_call = ddp_call(analysis, edits, model, kept)
+            plans.append((call, model, ddp_call(analysis, edits, model, kept), skipped))
+        # Every wrap of a statement moves with it at once (``G, D = DP(G), DP(D)`` under a condition).
+        replacements = {call: new_call for call, _, new_call, _ in plans}
+        for call, model, new_call, skipped in plans:
             parent = analysis.parent(call)
             if isinstance(parent, cst.IfExp) and code_of(model).strip() in (
                 code_of(parent.orelse).strip(),
@@ -261,7 +265,7 @@ else:
                 ifexp, side = chained
                 edits.replace(call, new_call)
                 edits.replace(ifexp, lambda updated, side=side: getattr(updated, side))
-            elif not self._hoist_out_of_condition(analysis, edits, call, new_call, hoisted):
+            elif not self._hoist_out_of_condition(analysis, edits, call, new_call, hoisted, replacements):
                 edits.replace(call, new_call)
             message = "nn.DataParallel replaced by DistributedDataParallel"
             if skipped is not None:
@@ -349,12 +353,19 @@ else:
         return isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)
 
     def _hoist_out_of_condition(
-        self, analysis: ScriptAnalysis, edits: Edits, call: cst.Call, new_call: cst.Call, hoisted: dict[cst.If, set[str]]
+        self,
+        analysis: ScriptAnalysis,
+        edits: Edits,
+        call: cst.Call,
+        new_call: cst.Call,
+        hoisted: dict[cst.If, set[str]],
+        replacements: dict[cst.Call, cst.Call],
     ) -> bool:
         """Move ``if <cond>: model = DP(model)`` out of its condition (after its whole elif/else chain), so
         every process wraps. Where several branches wrap alike (``if many_gpus: DP(model, device_ids=...)
         else: DP(model)``), one wrap follows the chain (``hoisted``: the wraps already moved after each
-        chain); a chain whose every branch was such a wrap is replaced by it."""
+        chain); a chain whose every branch was such a wrap is replaced by it. A statement moves once, with
+        every wrap in it (``replacements``: each wrap's DDP call)."""
         stmt = analysis.statement(call)
         block = analysis.parent(stmt)
         owner, top = self._chain(analysis, stmt)
@@ -383,15 +394,23 @@ else:
             if not _already_hoisted(hoisted, top, wrap):
                 edits.insert_after(top, wrap)
             return True
-        moved = stmt.deep_replace(call, new_call)
+        moved = stmt.visit(_Swapped(replacements))
         assert isinstance(moved, cst.BaseStatement)
         moved = moved.with_changes(leading_lines=[])
         again = _already_hoisted(hoisted, top, moved)
-        rest = [s for s in block.body if s is not stmt]
+        rest = [s for s in block.body if s is not stmt and not _assigns_wraps_only(s, replacements)]
         if rest:
             edits.remove(stmt)
         elif top is owner and owner.orelse is None:
-            edits.replace(owner, moved.with_changes(leading_lines=owner.leading_lines))
+            # Every statement under the test is a wrap that moves out: the test goes with them.
+            if block.body[0] is stmt:
+                moved = moved.with_changes(leading_lines=owner.leading_lines)
+            if len(block.body) == 1:
+                edits.replace(owner, moved)
+            else:
+                edits.remove(owner)
+                if not again:
+                    edits.insert_after(top, moved)
             return True
         elif self._only_wraps(analysis, top):
             if not again:
@@ -427,6 +446,26 @@ else:
             outside = body.body[0].deep_replace(wraps[0], cst.Name("WRAP"))
             shapes.add((code_of(outside).strip(), code_of(wrapped_argument(wraps[0])).strip()))  # type: ignore[arg-type]
         return len(shapes) == 1
+
+
+def _assigns_wraps_only(stmt: cst.BaseStatement, replacements: dict[cst.Call, cst.Call]) -> bool:
+    """Whether a statement assigns wraps and nothing else (``model = DP(model)``, ``G, D = DP(G), DP(D)``)."""
+    if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1 or not isinstance(stmt.body[0], cst.Assign):
+        return False
+    value = stmt.body[0].value
+    values = [e.value for e in value.elements] if isinstance(value, (cst.Tuple, cst.List)) else [value]
+    return all(v in replacements for v in values)
+
+
+class _Swapped(cst.CSTTransformer):
+    """Puts each node of ``replacements`` in place of the original node, in one pass."""
+
+    def __init__(self, replacements: dict[cst.Call, cst.Call]) -> None:
+        super().__init__()
+        self.replacements = replacements
+
+    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode) -> cst.CSTNode:  # type: ignore[override]
+        return self.replacements.get(original_node, updated_node)  # type: ignore[call-overload]
 
 
 def _already_hoisted(hoisted: dict[cst.If, set[str]], top: cst.If, wrap: cst.BaseStatement) -> bool:

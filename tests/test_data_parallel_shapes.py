@@ -418,3 +418,39 @@ def test_a_wrap_in_the_main_block_stays_there_and_keeps_its_keys(tmp_path: Path,
     block = text[text.index('if __name__ == "__main__":'):]
     assert "DistributedDataParallel(" in block and block.index("DistributedDataParallel(") < block.index("opt = "), text
     assert "saved ['module.bias', 'module.weight']" in launch.output, launch.output
+
+
+TUPLE_WRAPS = '''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+gen_ab, gen_ba, disc_a, disc_b = nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 1), nn.Linear(4, 1)
+if torch.cuda.device_count() > 1:
+    gen_ab, gen_ba = nn.DataParallel(gen_ab), nn.DataParallel(gen_ba)
+    disc_a, disc_b = nn.DataParallel(disc_a), nn.DataParallel(disc_b)
+params = [*gen_ab.parameters(), *gen_ba.parameters(), *disc_a.parameters(), *disc_b.parameters()]
+opt = torch.optim.SGD(params, lr=0.1)
+loader = DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=16)
+for epoch in range(2):
+    for (x,) in loader:
+        loss = (disc_b(gen_ab(x)) + disc_a(gen_ba(x))).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+torch.save(gen_ab.state_dict(), "gen_ab.pt")
+print("saved", sorted(torch.load("gen_ab.pt")), flush=True)
+'''
+
+
+def test_wraps_assigned_in_tuples_under_a_test_move_out_once_and_keep_their_keys(tmp_path: Path) -> None:
+    """A trial's CycleGAN: each tuple line was moved out twice (DDP inside DDP, 'module.module.' keys), an
+    ``if ...: pass`` stayed, and a single tuple line saved 'module.' keys the original never had."""
+    original, migrated, launch = train_original_and_migrated(tmp_path, TUPLE_WRAPS)
+    text = (migrated / "train.py").read_text()
+    assert text.count("DistributedDataParallel(") == 4 and "DataParallel(gen" not in text.replace("DistributedDataParallel(", ""), text
+    assert "if torch.cuda.device_count() > 1" not in text and "pass" not in text, text
+    assert "runtime.save(gen_ab.module.state_dict()" in text, text
+    plain = run_python(original / "train.py", cwd=original, timeout=120).output
+    assert "saved ['bias', 'weight']" in plain and "saved ['bias', 'weight']" in launch.output, launch.output

@@ -2750,6 +2750,11 @@ class ScriptAnalysis:
         flows: dict[tuple[Scope, str], list[cst.CSTNode]] = {}
 
         def add(target: cst.CSTNode, value: cst.CSTNode) -> None:
+            pairs = _unpacked_pairs(target, value)
+            if pairs is not None:  # ``G, D = DP(G), DP(D)``: each name its own value
+                for part_target, part_value in pairs:
+                    add(part_target, part_value)
+                return
             for part, name in self.names_in_target(target):
                 flows.setdefault((self.scope_of(part), name), []).append(value)
 
@@ -3295,6 +3300,17 @@ def _tuple_elements(expr: cst.BaseExpression) -> list[cst.BaseExpression] | None
     if type(expr) in _SEQUENCE_DISPLAYS:
         return [e.value for e in expr.elements if type(e) is not cst.StarredElement]  # type: ignore[attr-defined]
     return None
+
+
+def _unpacked_pairs(target: cst.CSTNode, value: cst.CSTNode) -> list[tuple[cst.BaseExpression, cst.BaseExpression]] | None:
+    """The element-wise pairs of a tuple (or list) target and a display of as many values, no ``*`` on either
+    side (``a, b = x, y``); ``None`` for any other assignment."""
+    if type(target) not in _SEQUENCE_DISPLAYS or type(value) not in _SEQUENCE_DISPLAYS:
+        return None
+    targets, values = target.elements, value.elements  # type: ignore[attr-defined]
+    if len(targets) != len(values) or any(type(e) is cst.StarredElement for e in (*targets, *values)):
+        return None
+    return [(t.value, v.value) for t, v in zip(targets, values)]
 
 
 def _target_names(target: cst.BaseExpression) -> list[str]:
