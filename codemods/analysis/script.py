@@ -2433,6 +2433,24 @@ class ScriptAnalysis:
                         sites.append(caller)
         return found
 
+    @cached_property
+    def models_built_in_calls(self) -> list[cst.BaseExpression]:
+        """The models this module builds right in the call that hands them to a function of the program whose
+        optimizer trains them (``Trainer(nn.Linear(4, 1), loader)``, ``fit(Net(), data)``): trained models
+        with no name to wrap."""
+        found: list[cst.BaseExpression] = []
+        for analysis in self.shared.analyses or [self]:
+            for _, function, name in analysis._optimized_receivers:
+                if function is None or "." in name or name == "self" or not analysis._handed_in(function, name):
+                    continue
+                for caller in analysis.callers_in_program(function):
+                    if not self.owns(caller):
+                        continue
+                    passed = self.argument_for(caller, function, name)
+                    if passed is not None and self.builds_layer(passed) and passed not in found:
+                        found.append(passed)
+        return found
+
     def _model_behind(self, at: cst.CSTNode, passed: cst.BaseExpression) -> str | None:
         """The name of the model a value handed to an optimizer's builder is: the name itself where the program
         runs it (``model(x)``), else the one model name its value is computed from (``raw_model = model.module
