@@ -202,11 +202,12 @@ def _conditional(analysis: ScriptAnalysis, wrap: cst.Call, within: cst.CSTNode |
     function or in ``within``), unless every branch wraps the same model (``if cuda: model = DDP(model,
     device_ids=[gpu]) else: model = DDP(model)``, the ImageNet example's shape)."""
     stop = within or analysis.enclosing_function(wrap)
+    home = analysis.shared.analysis_of(wrap) or analysis  # (the wrap may be in another module's main block)
     child: cst.CSTNode = wrap
     for ancestor in analysis.ancestors(wrap):
         if ancestor is stop:
             return False
-        if isinstance(ancestor, (cst.If, cst.IfExp)) and child is not ancestor.test and ancestor is not analysis.main_guard:
+        if isinstance(ancestor, (cst.If, cst.IfExp)) and child is not ancestor.test and ancestor is not home.main_guard:
             other = ancestor.orelse if child is ancestor.body else ancestor.body
             if not _wraps_too(analysis, other, _wrap_target(analysis, wrap)):
                 return True

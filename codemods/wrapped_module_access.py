@@ -636,10 +636,11 @@ torch.save(state, "last.pt")
     def _wrapped_only_sometimes(analysis: ScriptAnalysis, wrap: cst.Call, access: cst.CSTNode) -> bool:
         """Whether the wrap sits under a condition that does not also hold where the model is used."""
         function = analysis.enclosing_function(wrap)
+        home = analysis.shared.analysis_of(wrap) or analysis  # (the wrap may be in another module's main block)
         for ancestor in analysis.ancestors(wrap):
             if ancestor is function:
                 break
-            if isinstance(ancestor, cst.If) and not analysis.is_inside(access, ancestor) and ancestor is not analysis.main_guard:
+            if isinstance(ancestor, cst.If) and not analysis.is_inside(access, ancestor) and ancestor is not home.main_guard:
                 return True
         return False
 

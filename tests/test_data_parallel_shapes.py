@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from launch import run_python
+from launch import run_python, run_torchrun
 from migrated import migrate_script, train_original_and_migrated
 
 BOTH_BRANCHES = '''
@@ -454,3 +454,51 @@ def test_wraps_assigned_in_tuples_under_a_test_move_out_once_and_keep_their_keys
     assert "runtime.save(gen_ab.module.state_dict()" in text, text
     plain = run_python(original / "train.py", cwd=original, timeout=120).output
     assert "saved ['bias', 'weight']" in plain and "saved ['bias', 'weight']" in launch.output, launch.output
+
+
+ENGINE = '''
+import torch
+
+
+class Trainer:
+    def __init__(self, net, loader):
+        self.net, self.loader = net, loader
+        self.opt = torch.optim.SGD(net.parameters(), lr=0.1)
+
+    def fit(self, epochs):
+        for epoch in range(epochs):
+            for xb, yb in self.loader:
+                loss = (self.net(xb) - yb).pow(2).mean()
+                self.opt.zero_grad()
+                loss.backward()
+                self.opt.step()
+
+    def save(self, path):
+        torch.save(self.net.state_dict(), path)
+'''
+
+MAIN_BLOCK_ENTRY = '''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+from engine import Trainer
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    net = nn.DataParallel(nn.Linear(4, 1))
+    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=16)
+    trainer = Trainer(net, loader)
+    trainer.fit(2)
+    trainer.save("net.pt")
+    print("saved", sorted(torch.load("net.pt")), flush=True)
+'''
+
+
+def test_a_wrap_in_the_main_block_keeps_the_keys_another_modules_save_writes(tmp_path: Path) -> None:
+    """A trial's WGAN trainer: the main block of the entry is no condition for the save of another module either
+    (its checkpoints had lost their module. keys, 0 items for a human)."""
+    (tmp_path / "engine.py").write_text(ENGINE)
+    text, report, _ = migrate_script(tmp_path, MAIN_BLOCK_ENTRY)
+    assert 'state_dict(prefix="module.")' in (tmp_path / "engine.py").read_text(), report
+    launch = run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, timeout=120)
+    assert "saved ['module.bias', 'module.weight']" in launch.output, launch.output
