@@ -100,3 +100,43 @@ def test_a_per_rank_value_the_function_reads_from_outside_stays_per_rank(tmp_pat
     )
     _, report, _ = migrate_script(tmp_path, source)
     assert "DDP041 `val_loss >= best` decides on val_loss" in report, report
+
+
+TWO_PHASES = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def run_epoch(net, dl, opt):
+    for xb, yb in dl:
+        loss = F.cross_entropy(net(xb), yb)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+def main():
+    x = torch.randn(64, 10)
+    dl = DataLoader(TensorDataset(x, (x[:, 0] > 0).long()), batch_size=8, shuffle=True)
+    teacher = nn.Linear(10, 2)
+    t_opt = torch.optim.SGD(teacher.parameters(), lr=0.1)
+    for ep in range(3):
+        run_epoch(teacher, dl, t_opt)
+    student = nn.Linear(10, 2)
+    s_opt = torch.optim.SGD(student.parameters(), lr=0.1)
+    for ep in range(3):
+        run_epoch(student, dl, s_opt)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_every_epoch_loop_that_calls_the_epoch_function_tells_the_sampler(tmp_path: Path) -> None:
+    """A trial's teacher pre-training then distillation: only the first loop got set_epoch, so the second phase
+    drew one fixed order every epoch (0 items for a human)."""
+    migrated, report, _ = migrate_script(tmp_path, TWO_PHASES)
+    assert migrated.count("dl.sampler.set_epoch(ep)") == 2, report + migrated

@@ -1959,9 +1959,9 @@ class ScriptAnalysis:
         passes = [(loop.loop, loop.expr_for(loader)) for loop in self.program_loader_loops if loop.trains and loader in loop.loader_calls]
         passes += [(node, spelled) for module in self.shared.analyses for node, spelled, loaders in module.training_comprehensions if loader in loaders]
         for node, spelled in passes:
-            epoch = self._outer_loop(node, spelled, depth=0, loader=loader)
-            if epoch is not None and all(e.loop is not epoch.loop for e in found):
-                found.append(epoch)
+            for epoch in self._outer_loops(node, spelled, depth=0, loader=loader):
+                if all(e.loop is not epoch.loop for e in found):
+                    found.append(epoch)
         return found
 
     @cached_property
@@ -1989,11 +1989,12 @@ class ScriptAnalysis:
                 found.append((node, spelled, frozenset(loaders)))
         return found
 
-    def _outer_loop(
+    def _outer_loops(
         self, node: cst.CSTNode, expr: cst.BaseExpression, depth: int, loader: cst.Call | None = None
-    ) -> EpochLoop | None:
-        """The loop around ``node`` (climbing to the call sites of its function, at most three calls up),
-        with the loader's spelling there; a call site that passes another loader is not followed."""
+    ) -> list[EpochLoop]:
+        """The loops around ``node`` (climbing to the call sites of its function, at most three calls up: one
+        per call site, ``run_epoch(dl)`` in a pre-training loop and in a fine-tuning one), with the loader's
+        spelling there; a call site that passes another loader is not followed."""
         function = self.enclosing_function(node)
         for ancestor in self.ancestors(node):
             if ancestor is function:
@@ -2004,16 +2005,15 @@ class ScriptAnalysis:
                     expr = taken  # a loop over the loaders (``for loader in (a, b)``), not over epochs
                     continue
                 counts = type(ancestor) is not cst.For or self._may_count(ancestor.iter, unpacked=type(ancestor.target) in (cst.Tuple, cst.List))  # type: ignore[attr-defined]
-                return EpochLoop(ancestor, expr, _loop_variable(ancestor) if counts else None)
+                return [EpochLoop(ancestor, expr, _loop_variable(ancestor) if counts else None)]
         if function is None or depth >= 3:
-            return None
+            return []
+        found: list[EpochLoop] = []
         for call in self.callers_of(function):
             spelled = self._spell_at_call(call, function, expr)
             if spelled is not None and (loader is None or loader in self.origins(spelled)):
-                outer = self._outer_loop(call, spelled, depth + 1, loader)
-                if outer is not None:
-                    return outer
-        return None
+                found.extend(self._outer_loops(call, spelled, depth + 1, loader))
+        return found
 
     def _may_count(self, iterated: cst.BaseExpression, depth: int = 0, unpacked: bool = False) -> bool:
         """Whether a loop over the value may hand out whole numbers first, an epoch number: ``range(n)``,
