@@ -48,6 +48,32 @@ def test_draws_seeded_by_the_rank_are_each_ranks_own() -> None:
     assert _lint("seeded.py") == []
 
 
+@pytest.mark.parametrize(
+    ("shape", "generator", "batch", "reported"),
+    [
+        ("a generator seeded alike draws", "torch.Generator().manual_seed(0)", "torch.randn(8, 4, generator=g)", True),
+        ("a generator seeded by the rank draws", "torch.Generator().manual_seed(runtime.rank())", "torch.randn(8, 4, generator=g)", False),
+        ("torch's own state draws", "torch.Generator().manual_seed(0)", "torch.randn(8, 4)", False),
+    ],
+)
+def test_a_rank_seed_counts_only_where_it_reaches_the_draws(shape: str, generator: str, batch: str, reported: bool) -> None:
+    """A trial's program seeded torch by rank (for dropout) but drew its batches from a generator seeded alike:
+    every rank trained on the same batches, 0 items for a human."""
+    seeded = HEAD.format(imports="from ddp_migrate import runtime\n").replace(
+        "    model =", f"    torch.manual_seed(3 + runtime.rank())\n    g = {generator}\n    model ="
+    )
+    Path("gen.py").write_text(seeded + LOOP.format(batch=batch) + TAIL)
+    assert bool(_lint("gen.py")) is reported, shape
+
+
+def test_a_rank_seed_replaced_by_one_alike_on_every_rank_counts_no_more() -> None:
+    seeded = HEAD.format(imports="from ddp_migrate import runtime\n").replace(
+        "    model =", "    torch.manual_seed(3 + runtime.rank())\n    torch.manual_seed(3)\n    model ="
+    )
+    Path("reseeded.py").write_text(seeded + LOOP.format(batch="torch.randn(8, 4)") + TAIL)
+    assert [code for _, _, code in _lint("reseeded.py")] == ["DDP040"]
+
+
 TWO_PHASES = '''
 import torch
 import torch.nn as nn

@@ -1053,7 +1053,10 @@ def draws_per_rank(analysis: ScriptAnalysis) -> bool:
         seeds = [call for call in module.calls if "seed" in callee_name(call) and call.args]
         if seeds:
             facts = rank_facts(module)
-            if any(facts.kind(arg.value) is Kind.RANK for call in seeds for arg in call.args):
+            if any(
+                any(facts.kind(arg.value) is Kind.RANK for arg in call.args) and _seeds_draws(module, call, seeds)
+                for call in seeds
+            ):
                 return True
     facts = rank_facts(analysis)
     return any(
@@ -1061,6 +1064,40 @@ def draws_per_rank(analysis: ScriptAnalysis) -> bool:
         for node in analysis.preorder
         if type(node) is cst.SubscriptElement and not isinstance(getattr(node.slice, "value", None), (cst.Integer, cst.SimpleString))
     )
+
+
+#: torch's draws from its process-wide random state, unless given a ``generator=`` of their own.
+TORCH_DRAWS = frozenset(
+    f"torch.{name}"
+    for name in ("rand", "randn", "randint", "randperm", "multinomial", "bernoulli", "normal", "poisson", "rand_like", "randn_like", "randint_like")
+)
+
+
+def _seeds_draws(analysis: ScriptAnalysis, seed: cst.Call, seeds: list[cst.Call]) -> bool:
+    """Whether a seed from the rank reaches draws: a generator's own seed (``g.manual_seed(rank)``) or another
+    state's does; torch's process-wide seed only where no later seed of it in the same block, alike on every
+    rank, replaces it (``torch.manual_seed(1337 + rank)`` for dropout, then ``torch.manual_seed(1337)``), and
+    where the program draws from it (a ``torch.randint`` without a ``generator=`` of its own: batches drawn
+    with ``generator=g`` seeded alike are the same on every rank)."""
+    if _states_seeded(analysis, seed) != frozenset({"torch"}):
+        return True
+    facts = rank_facts(analysis)
+    block = analysis.parent(analysis.statement(seed))
+    for later in seeds:
+        if (
+            later is not seed
+            and analysis.parent(analysis.statement(later)) is block
+            and analysis.comes_before(seed, later)
+            and _states_seeded(analysis, later) == frozenset({"torch"})
+            and not any(facts.kind(arg.value) is Kind.RANK for arg in later.args)
+        ):
+            return False
+    for module in analysis.shared.analyses:
+        for draw in module.calls_to(TORCH_DRAWS):
+            generator = next((a.value for a in draw.args if a.keyword is not None and a.keyword.value == "generator"), None)
+            if generator is None or not generator_seeded_alike(module, generator):
+                return True
+    return False
 
 
 #: The seeding calls of each process-wide random state: torch's, Python's ``random`` module's and numpy's
