@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Iterator
 
 import libcst as cst
 
@@ -10,7 +10,7 @@ from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name, walk, wrapped_argument
 from .analysis.ranks import rank_facts
 from .analysis.script import SELF_RETURNING_METHODS
-from .analysis.trainable import skipped_in_some_steps
+from .analysis.trainable import SkippedLayer, skipped_in_some_steps
 from .base import (
     Change,
     Example,
@@ -237,7 +237,7 @@ else:
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         edits = Edits(analysis)
         hoisted: dict[cst.If, set[str]] = {}  # per if/elif/else chain, the wraps moved after it
-        plans: list[tuple[cst.Call, cst.BaseExpression, cst.Call, Any]] = []
+        plans: list[tuple[cst.Call, cst.BaseExpression, cst.Call, SkippedLayer | None]] = []
         for match in self.matches_in(analysis):
             call = match.node
             assert isinstance(call, cst.Call)
@@ -416,8 +416,10 @@ else:
             if not again:
                 edits.replace(top, moved.with_changes(leading_lines=top.leading_lines))
             return True
+        elif block.body[0] is stmt:
+            edits.replace(stmt, statement("pass"))  # (the branch's other wraps go too: one ``pass`` is left)
         else:
-            edits.replace(stmt, statement("pass"))
+            edits.remove(stmt)
         if not again:
             edits.insert_after(top, moved)
         return True
@@ -449,12 +451,18 @@ else:
 
 
 def _assigns_wraps_only(stmt: cst.BaseStatement, replacements: dict[cst.Call, cst.Call]) -> bool:
-    """Whether a statement assigns wraps and nothing else (``model = DP(model)``, ``G, D = DP(G), DP(D)``)."""
+    """Whether a statement only wraps what its targets already hold, so it moves out of its ``if`` whole
+    (``model = DP(model)``, ``G, D = DP(G), DP(D)``); ``netG = DP(Generator())`` and ``model = DP(model.cuda())``
+    leave the model's own set-up in the branch."""
     if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1 or not isinstance(stmt.body[0], cst.Assign):
         return False
-    value = stmt.body[0].value
-    values = [e.value for e in value.elements] if isinstance(value, (cst.Tuple, cst.List)) else [value]
-    return all(v in replacements for v in values)
+    assign = stmt.body[0]
+    if isinstance(assign.value, (cst.Tuple, cst.List)):
+        return all(e.value in replacements for e in assign.value.elements)
+    if assign.value not in replacements or len(assign.targets) != 1:
+        return False
+    inner = wrapped_argument(assign.value)  # type: ignore[arg-type]
+    return inner is not None and code_of(inner).strip() == code_of(assign.targets[0].target).strip()
 
 
 class _Swapped(cst.CSTTransformer):
@@ -465,6 +473,7 @@ class _Swapped(cst.CSTTransformer):
         self.replacements = replacements
 
     def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode) -> cst.CSTNode:  # type: ignore[override]
+        """The replacement of the original node, else the node as updated below it."""
         return self.replacements.get(original_node, updated_node)  # type: ignore[call-overload]
 
 

@@ -360,7 +360,7 @@ loss.backward()
         creations = [analysis.statement(target) for target in _model_targets(analysis, model)]
         if not creations:
             return None, None
-        first = _outside_its_branches(analysis, creations[0])
+        first = analysis.outside_its_branches(creations[0])
         block = analysis.parent(first)
         body = list(statements_of(block)) if isinstance(block, (cst.IndentedBlock, cst.Module)) else []
         if first not in body:
@@ -545,8 +545,10 @@ loss.backward()
                         "forward, and update the parameters of the wrapped model's .module",
                         fixable=False,
                     )
-        if analysis.is_training_script and not analysis.program_wrap_calls:
+        if analysis.is_training_script:
             for built in analysis.models_built_in_calls:
+                if any(built in (analysis.shared.analysis_of(w) or analysis).origins(wrapped_argument(w) or w) for w in analysis.program_wrap_calls):
+                    continue  # (the code it is handed to wraps it)
                 yield Match(
                     built,
                     f"`{code_of(built)}` is built in the call that hands it to the code that trains it, so it is never "
@@ -904,28 +906,6 @@ def _model_targets(analysis: ScriptAnalysis, name: str) -> list[cst.BaseExpressi
             elements = [e.value for e in target.target.elements] if isinstance(target.target, (cst.Tuple, cst.List)) else [target.target]
             found.extend(element for element in elements if dotted_name(element) == name)
     return found
-
-
-def _outside_its_branches(analysis: ScriptAnalysis, creation: cst.BaseStatement) -> cst.BaseStatement:
-    """Where a model built in a branch is ready for everyone: the creation itself where the training follows it
-    in its own block, else the ``if``/``try``/``with`` around it (``if resume: model = torch.load(path) else:
-    model = Net()``, trained after the ``if``: a wrap in one branch leaves the other path unwrapped)."""
-    stmt = creation
-    while True:
-        block = analysis.parent(stmt)
-        if not isinstance(block, cst.IndentedBlock):
-            return stmt
-        body = list(statements_of(block))
-        if stmt not in body or any(analysis.reaches_backward(later) for later in body[body.index(stmt) + 1 :]):
-            return stmt
-        outer = next(
-            (a for a in analysis.ancestors(block) if isinstance(a, (cst.BaseCompoundStatement, cst.SimpleStatementLine))), None
-        )
-        if not isinstance(outer, (cst.If, cst.Try, cst.With)):
-            return stmt  # (a loop, a function: the model is built there for what runs there)
-        while isinstance(analysis.parent(outer), cst.If) and analysis.parent(outer).orelse is outer:  # type: ignore[union-attr]
-            outer = analysis.parent(outer)  # an ``elif``: the whole chain
-        stmt = outer
 
 
 def _reassigns(stmt: cst.BaseStatement, model: str) -> bool:

@@ -57,7 +57,8 @@ class ShardMetricDecision(Rule):
     name = "shard-metric-decision"
     phase = Phase.OUTPUT
     severity = Severity.ERROR
-    triggers = ("DistributedSampler",)
+    # A sharded loader, or draws a program seeds from the rank (``torch.manual_seed(1337 + rank)``).
+    triggers = ("DistributedSampler", "manual_seed")
     manual_fix = "reduce the value across ranks (runtime.reduce_mean) on every rank before deciding on it"
     examples = (
         Example(

@@ -9,7 +9,8 @@ import libcst as cst
 from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name, keyword_argument, walk
 from .analysis.legacy import int_value
-from .analysis.per_rank import per_rank_values
+from .analysis.per_rank import per_rank_values, shards_training_data
+from .analysis.ranks import per_rank_draws
 from .analysis.script import returns_of
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression
@@ -155,6 +156,8 @@ total = nn.functional.l1_loss(a, b, reduction="sum")
         ``"sum"`` is fixed, the others are left to a human."""
         if not any(analysis.is_call_to(w, names.DISTRIBUTED_DATA_PARALLEL) for w in analysis.program_wrap_calls):
             return
+        if not shards_training_data(analysis) and per_rank_draws(analysis):
+            return  # (each rank draws its own batches, seeded from its rank: no batch the migration splits)
         for backward in analysis.backward_calls:
             receiver = backward.func.value  # type: ignore[union-attr]
             loss = receiver

@@ -502,3 +502,25 @@ def test_a_wrap_in_the_main_block_keeps_the_keys_another_modules_save_writes(tmp
     assert 'state_dict(prefix="module.")' in (tmp_path / "engine.py").read_text(), report
     launch = run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, timeout=120)
     assert "saved ['module.bias', 'module.weight']" in launch.output, launch.output
+
+
+@pytest.mark.parametrize(
+    ("wraps", "kept"),
+    [
+        ("    model = nn.DataParallel(model.to(device))\n    head = nn.DataParallel(head)\n", "    model = model.to(device)\n"),
+        ("    model = nn.DataParallel(nn.Linear(4, 4))\n    head = nn.DataParallel(head)\n", "    model = nn.Linear(4, 4)\n"),
+    ],
+    ids=["moved_in_the_wrap", "built_in_the_wrap"],
+)
+def test_a_wrap_that_leaves_the_models_set_up_behind_keeps_its_branch(tmp_path: Path, wraps: str, kept: str) -> None:
+    """A review: with a second wrap under the same test, the whole if was dropped, and with it the move (or the
+    model itself: NameError)."""
+    source = (
+        "import torch\nimport torch.nn as nn\n\ndevice = 'cpu'\nmodel, head = nn.Linear(4, 4), nn.Linear(4, 1)\n"
+        "if torch.cuda.device_count() > 1:\n" + wraps +
+        "opt = torch.optim.SGD([*model.parameters(), *head.parameters()], lr=0.1)\n"
+        "for step in range(2):\n    head(model(torch.randn(3, 4))).sum().backward()\n    opt.step()\n"
+    )
+    migrated, report, _ = migrate_script(tmp_path, source)
+    assert "if torch.cuda.device_count() > 1:\n" + kept in migrated, report + migrated
+    assert migrated.count("DistributedDataParallel(") == 2 and "pass" not in migrated, migrated

@@ -319,3 +319,18 @@ def test_a_call_on_a_list_of_several_classes_reaches_each_method_in_either_order
         text, report, code = migrate_script(folder, source)
         assert code == 0, report
         assert "sampler=DistributedSampler(ds, shuffle=True)" in text and "DDP041" not in report, report
+
+
+def test_a_tuple_assignment_pairs_its_names_and_a_loop_over_pairs_does_not() -> None:
+    """``G, D = DP(G), DP(D)``: each name holds its own wrap; ``for net, path in ((G, "g"), (D, "d"))``: each name
+    takes a part of every pair (a review found the pairing applied to loops too: ``net`` was never ``D``)."""
+    import libcst as cst
+
+    from ddp_migrate.codemods.analysis import ScriptAnalysis
+
+    source = 'G, D = f(1), g(2)\nfor net, path in ((G, "g.pt"), (D, "d.pt")):\n    print(net, path)\n'
+    analysis = ScriptAnalysis(cst.parse_module(source))
+    reads = {node.value: node for node in analysis.preorder if type(node) is cst.Name and node.value in ("G", "net")}
+    flows = {name: [cst.Module([]).code_for_node(v) for v in analysis.flows_into(node, name)] for name, node in reads.items()}
+    assert flows["G"] == ["f(1)"], flows
+    assert flows["net"] == ['((G, "g.pt"), (D, "d.pt"))'], flows

@@ -78,3 +78,33 @@ def test_a_model_built_in_the_call_that_hands_it_to_a_trainer_is_reviewed(tmp_pa
     _, report, _ = migrate_script(tmp_path, BUILT_IN_THE_CALL)
     assert "DDP011 `nn.Linear(4, 1)` is built in the call that hands it to the code that trains it" in report, report
     assert "1 item(s) need a human" in report, report
+
+
+BUILT_IN_THE_CALL_BESIDE_A_WRAP = '''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def train(gen, disc, loader, epochs):
+    opt = torch.optim.SGD([*gen.parameters(), *disc.parameters()], lr=0.1)
+    for epoch in range(epochs):
+        for (x,) in loader:
+            loss = disc(gen(x)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+
+gen = nn.Linear(4, 4)
+loader = DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=16)
+train(gen, nn.Linear(4, 1), loader, 2)
+'''
+
+
+def test_a_model_built_in_the_call_is_reviewed_beside_a_model_that_is_wrapped(tmp_path: Path) -> None:
+    """A review: the generator got its wrap, and that wrap silenced the review of the discriminator built in the
+    call (the ranks trained different discriminators, 0 items)."""
+    _, report, _ = migrate_script(tmp_path, BUILT_IN_THE_CALL_BESIDE_A_WRAP)
+    assert "DDP011 line 18: gen wrapped in DistributedDataParallel" in report, report
+    assert "DDP011 `nn.Linear(4, 1)` is built in the call" in report and "1 item(s) need a human" in report, report

@@ -54,6 +54,7 @@ def test_draws_seeded_by_the_rank_are_each_ranks_own() -> None:
         ("a generator seeded alike draws", "torch.Generator().manual_seed(0)", "torch.randn(8, 4, generator=g)", True),
         ("a generator seeded by the rank draws", "torch.Generator().manual_seed(runtime.rank())", "torch.randn(8, 4, generator=g)", False),
         ("torch's own state draws", "torch.Generator().manual_seed(0)", "torch.randn(8, 4)", False),
+        ("torch's own state draws in place", "torch.Generator().manual_seed(0)", "torch.empty(8, 4).uniform_()", False),
     ],
 )
 def test_a_rank_seed_counts_only_where_it_reaches_the_draws(shape: str, generator: str, batch: str, reported: bool) -> None:
@@ -203,3 +204,21 @@ def test_a_loader_drawn_through_a_wrapper_the_analysis_cannot_follow_is_named(tm
     assert "DDP040 training batches here come from no DataLoader the analysis can follow, while the program builds one" in report, report
     line = next(n for n, text in enumerate(script.read_text().splitlines(), 1) if "loader = IterLoader(" in text)
     assert f"(line {line}, handed to something it cannot see through" in report, report  # a line of the migrated file
+
+
+def test_a_decision_on_draws_seeded_from_the_rank_is_reviewed() -> None:
+    """A trial's half-distributed program: batches drawn after ``torch.manual_seed(1337 + rank)``, and ``if val <
+    1.75: break`` on one rank's estimate; the ranks left the loop apart (a crash under gloo), 0 items."""
+    body = (
+        "    torch.manual_seed(1337 + runtime.rank())\n"
+        "    for step in range(40):\n"
+        "        x = torch.randn(8, 4)\n"
+        "        val = model(x).pow(2).mean().item()\n"
+        "        if val < 0.5:\n"
+        "            break\n"
+        "        model(x).sum().backward()\n"
+        "        opt.step()\n"
+    )
+    Path("early.py").write_text(HEAD.format(imports="from ddp_migrate import runtime\n") + body + TAIL)
+    result = CliRunner().invoke(cli, ["lint", "--select", "DDP041", "early.py"], catch_exceptions=False)
+    assert "DDP041 `val < 0.5` decides on val" in result.stdout, result.stdout

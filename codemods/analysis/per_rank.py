@@ -10,7 +10,7 @@ import libcst as cst
 from .. import names
 from . import tree
 from .loaders import loader_facts
-from .ranks import Kind, rank_facts, seeds_alike
+from .ranks import Kind, per_rank_draws, rank_facts, seeds_alike
 from .script import COMPREHENSIONS, LoaderLoop, ScriptAnalysis, call_method_name, dotted_name, is_true, loader_argument, walk
 
 Owner = Union[cst.Module, cst.FunctionDef, cst.ClassDef]
@@ -19,7 +19,7 @@ COLLECTING_METHODS = frozenset({"append", "extend", "add", "update", "insert"})
 #: Collectives that give every rank one rank's value, in place: the decision that follows is common.
 BROADCASTS = names.distributed("broadcast") | names.distributed("broadcast_object_list")
 #: What describes a batch rather than measuring the model (``len(x)``, ``x.shape``): the same on every rank.
-SHAPE_QUERIES = frozenset({"shape", "size", "dim", "ndim", "numel", "dtype", "device"})
+SHAPE_QUERIES = frozenset({"shape", "size", "dim", "ndim", "numel", "dtype", "device", "requires_grad", "is_leaf"})
 
 
 class PerRankValues:
@@ -371,8 +371,8 @@ class _Use:
 
 
 def _seeds(analysis: ScriptAnalysis) -> list[tuple[cst.CSTNode, cst.BaseExpression]]:
-    """The batches of the loaders a ``DistributedSampler`` shards, and the losses ``backward()`` is called
-    on, in every module of the program (a training step in ``engine.py`` returns its metrics to
+    """The batches of the loaders a ``DistributedSampler`` shards, the values of draws the program seeds from
+    the rank, and the losses ``backward()`` is called on, in every module of the program (a training step in ``engine.py`` returns its metrics to
     ``main.py``)."""
     seeds: list[tuple[cst.CSTNode, cst.BaseExpression]] = []
     modules = analysis.shared.analyses
@@ -385,15 +385,29 @@ def _seeds(analysis: ScriptAnalysis) -> list[tuple[cst.CSTNode, cst.BaseExpressi
             if is_enumerate and isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
                 target = target.elements[1].value  # the batch, not the index (the same on every rank)
             seeds.append((loop.loop, target))
-    sharded = any(
-        module.has_distributed_sampler(loader) for module in modules for loader in loader_facts(module).training_loaders
-    )
+    draws = per_rank_draws(analysis)
+    for draw in draws:  # ``ix = torch.randint(...)`` seeded from the rank: each rank's own batch
+        home = analysis.shared.analysis_of(draw) or analysis
+        stmt = home.statement(draw)
+        small = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
+        if isinstance(small, (cst.Assign, cst.AnnAssign)):
+            for target in [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]:
+                seeds.append((small, target))
+    sharded = shards_training_data(analysis)
     for module in modules:
         for call in module.backward_calls:
             receiver = call.func.value  # type: ignore[union-attr]
             if isinstance(receiver, (cst.Name, cst.Attribute)) and sharded:
                 seeds.append((call, receiver))
     return seeds
+
+
+def shards_training_data(analysis: ScriptAnalysis) -> bool:
+    """Whether a ``DistributedSampler`` shards a training loader of the program: each process then trains on its
+    share of every batch the original took whole (draws each rank makes its own are the program's own doing)."""
+    return any(
+        module.has_distributed_sampler(loader) for module in analysis.shared.analyses for loader in loader_facts(module).training_loaders
+    )
 
 
 def partial_random_pass(analysis: ScriptAnalysis, loop: LoaderLoop) -> bool:

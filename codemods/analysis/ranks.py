@@ -1073,6 +1073,24 @@ TORCH_DRAWS = frozenset(
 )
 
 
+#: Tensor methods that fill a tensor with draws from torch's process-wide state (``torch.empty(n).random_(0, k)``).
+IN_PLACE_DRAWS = frozenset({"random_", "uniform_", "normal_", "bernoulli_", "exponential_", "geometric_", "cauchy_", "log_normal_"})
+
+
+def _torch_draws(analysis: ScriptAnalysis) -> list[cst.Call]:
+    """The module's draws from torch's own random state or from a generator not seeded alike on every rank: the
+    functions of :data:`TORCH_DRAWS` and the in-place methods of :data:`IN_PLACE_DRAWS`, but none given a
+    ``generator=`` every rank seeds alike. (Dropout draws too, but changes no batch: it is not among them.)"""
+    found = []
+    for call in analysis.calls:
+        if not (analysis.is_call_to(call, TORCH_DRAWS) or call_method_name(call) in IN_PLACE_DRAWS):
+            continue
+        generator = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "generator"), None)
+        if generator is None or not generator_seeded_alike(analysis, generator):
+            found.append(call)
+    return found
+
+
 def _seeds_draws(analysis: ScriptAnalysis, seed: cst.Call, seeds: list[cst.Call]) -> bool:
     """Whether a seed from the rank reaches draws: a generator's own seed (``g.manual_seed(rank)``) or another
     state's does; torch's process-wide seed only where no later seed of it in the same block, alike on every
@@ -1092,12 +1110,16 @@ def _seeds_draws(analysis: ScriptAnalysis, seed: cst.Call, seeds: list[cst.Call]
             and not any(facts.kind(arg.value) is Kind.RANK for arg in later.args)
         ):
             return False
-    for module in analysis.shared.analyses:
-        for draw in module.calls_to(TORCH_DRAWS):
-            generator = next((a.value for a in draw.args if a.keyword is not None and a.keyword.value == "generator"), None)
-            if generator is None or not generator_seeded_alike(module, generator):
-                return True
-    return False
+    return any(_torch_draws(module) for module in analysis.shared.analyses)
+
+
+def per_rank_draws(analysis: ScriptAnalysis) -> list[cst.Call]:
+    """torch's draws in the program that differ between ranks because the program seeds them from the rank
+    (see :func:`draws_per_rank`): each draw from torch's own state or from a generator not seeded alike
+    (``ix = torch.randint(n, (bs,))`` after ``torch.manual_seed(1337 + rank)``: each rank's own batches)."""
+    if not draws_per_rank(analysis):
+        return []
+    return [draw for module in analysis.shared.analyses for draw in _torch_draws(module)]
 
 
 #: The seeding calls of each process-wide random state: torch's, Python's ``random`` module's and numpy's

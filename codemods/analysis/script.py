@@ -2731,6 +2731,27 @@ class ScriptAnalysis:
         self._places_found[node] = tuple(found)
         return found
 
+    def outside_its_branches(self, creation: cst.BaseStatement) -> cst.BaseStatement:
+        """Where a model built in a branch is ready for everyone: the creation itself where the training follows it
+        in its own block, else the ``if``/``try``/``with`` around it (``if resume: model = torch.load(path) else:
+        model = Net()``, trained after the ``if``: a wrap in one branch leaves the other path unwrapped)."""
+        stmt = creation
+        while True:
+            block = self.parent(stmt)
+            if not isinstance(block, cst.IndentedBlock):
+                return stmt
+            body = list(statements_of(block))
+            if stmt not in body or any(self.reaches_backward(later) for later in body[body.index(stmt) + 1 :]):
+                return stmt
+            outer = next(
+                (a for a in self.ancestors(block) if isinstance(a, (cst.BaseCompoundStatement, cst.SimpleStatementLine))), None
+            )
+            if not isinstance(outer, (cst.If, cst.Try, cst.With)):
+                return stmt  # (a loop, a function: the model is built there for what runs there)
+            while isinstance(self.parent(outer), cst.If) and self.parent(outer).orelse is outer:  # type: ignore[union-attr]
+                outer = self.parent(outer)  # an ``elif``: the whole chain
+            stmt = outer
+
     def runs_before(self, first: cst.CSTNode, second: cst.CSTNode) -> bool:
         """Whether a run gets to ``first`` before ``second``, as far as the calls show: in one function (or
         module body) a place of the first (itself, or a call leading to it) is a statement that ends before
@@ -2767,8 +2788,8 @@ class ScriptAnalysis:
         """For each name of each scope, the expressions whose values it may hold (see :meth:`flows_into`)."""
         flows: dict[tuple[Scope, str], list[cst.CSTNode]] = {}
 
-        def add(target: cst.CSTNode, value: cst.CSTNode) -> None:
-            pairs = _unpacked_pairs(target, value)
+        def add(target: cst.CSTNode, value: cst.CSTNode, unpacks: bool = True) -> None:
+            pairs = _unpacked_pairs(target, value) if unpacks else None
             if pairs is not None:  # ``G, D = DP(G), DP(D)``: each name its own value
                 for part_target, part_value in pairs:
                     add(part_target, part_value)
@@ -2783,8 +2804,8 @@ class ScriptAnalysis:
                     add(target.target, node.value)  # type: ignore[attr-defined]
             elif (kind is cst.AnnAssign or kind is cst.AugAssign) and node.value is not None:  # type: ignore[attr-defined]
                 add(node.target, node.value)  # type: ignore[attr-defined]
-            elif kind is cst.For:
-                add(node.target, node.iter)  # type: ignore[attr-defined]
+            elif kind is cst.For:  # (``for a, b in (x, y)`` unpacks each of x and y: no pairs)
+                add(node.target, node.iter, unpacks=False)  # type: ignore[attr-defined]
             elif kind is cst.Call and call_method_name(node) in ("append", "extend", "insert", "add", "update"):  # type: ignore[arg-type]
                 for arg in node.args:  # type: ignore[attr-defined]
                     add(node.func.value, arg.value)  # type: ignore[attr-defined]
