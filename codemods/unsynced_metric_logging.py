@@ -44,7 +44,8 @@ class UnsyncedMetricLogging(Rule):
     name = "unsynced-metric-logging"
     phase = Phase.OUTPUT
     severity = Severity.INFO
-    triggers = ("DistributedSampler",)
+    # A sharded loader, or draws a program seeds from the rank (``torch.manual_seed(1337 + rank)``).
+    triggers = ("DistributedSampler", "manual_seed")
     manual_fix = "reduce the value across ranks (runtime.reduce_mean) on every rank before printing it on rank 0"
     enabled_by_default = False
     examples = (
@@ -120,7 +121,7 @@ for epoch in range(epochs):
             return
         for call, what in self._outputs(analysis):
             for arg in call.args:
-                shown = values.mention(arg.value)
+                shown = values.mention(arg.value, data_only=True)
                 if shown:
                     yield Match(
                         call,

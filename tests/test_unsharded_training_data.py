@@ -222,3 +222,22 @@ def test_a_decision_on_draws_seeded_from_the_rank_is_reviewed() -> None:
     Path("early.py").write_text(HEAD.format(imports="from ddp_migrate import runtime\n") + body + TAIL)
     result = CliRunner().invoke(cli, ["lint", "--select", "DDP041", "early.py"], catch_exceptions=False)
     assert "DDP041 `val < 0.5` decides on val" in result.stdout, result.stdout
+
+
+@pytest.mark.parametrize(("printed", "reported"), [("total", False), ("val", True)])
+def test_rank_zero_prints_of_its_own_values_are_whole(printed: str, reported: bool) -> None:
+    """What rank 0 alone computes (``if rank == 0: total = sum(...)``) is whole there; a value drawn per rank is not."""
+    body = (
+        "    torch.manual_seed(1337 + runtime.rank())\n"
+        "    for step in range(4):\n"
+        "        x = torch.randn(8, 4)\n"
+        "        val = model(x).pow(2).mean().item()\n"
+        "        model(x).sum().backward()\n"
+        "        opt.step()\n"
+        "    if runtime.rank() == 0:\n"
+        "        total = sum(p.sum().item() for p in model.parameters())\n"
+        f"        print({printed})\n"
+    )
+    Path("shown.py").write_text(HEAD.format(imports="from ddp_migrate import runtime\n") + body + TAIL)
+    result = CliRunner().invoke(cli, ["lint", "--select", "DDP038", "shown.py"], catch_exceptions=False)
+    assert ("DDP038" in result.stdout) is reported, result.stdout

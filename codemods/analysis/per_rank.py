@@ -42,6 +42,8 @@ class PerRankValues:
         self.functions: set[cst.FunctionDef] = set()
         #: Containers filled under a per-rank test: their length differs between ranks.
         self.sized: set[tuple[Owner, str]] = set()
+        #: Names per-rank only because one rank alone assigns them (``if is_main: best = acc``), no data.
+        self.one_rank: set[tuple[Owner, str]] = set()
         self._passes: dict[cst.For, bool] | None = None
         self._uses_of: dict[cst.CSTNode, list[_Use]] = {}
         self._whole_calls: dict[cst.Call, bool] = {}
@@ -87,10 +89,14 @@ class PerRankValues:
             return False
         return at_module in self.names
 
-    def mention(self, expr: cst.CSTNode) -> str | None:
-        """The first per-rank value an expression uses outside reductions (its source text), or ``None``."""
+    def mention(self, expr: cst.CSTNode, data_only: bool = False) -> str | None:
+        """The first per-rank value an expression uses outside reductions (its source text), or ``None``; with
+        ``data_only``, none that is per-rank only because one rank alone assigns it (what that rank prints of
+        it is its own, whole value)."""
         functions = self.functions
         for use in self._uses(expr):
+            if data_only and use.key in self.one_rank:
+                continue
             if use.sized:
                 if use.key in self.sized:
                     return use.shown
@@ -238,10 +244,18 @@ class PerRankValues:
     def _mark(self, keys: list[tuple[Owner, str]]) -> bool:
         changed = False
         for key in keys:
+            self.one_rank.discard(key)  # (computed from per-rank data too)
             if key not in self.names:
                 self.names.add(key)
                 changed = True
         return changed
+
+    def _mark_on_one_rank(self, keys: list[tuple[Owner, str]]) -> bool:
+        """Mark names one rank alone assigns (:attr:`one_rank`), unless the data already made them per-rank."""
+        fresh = [key for key in keys if key not in self.names]
+        self.names.update(fresh)
+        self.one_rank.update(fresh)
+        return bool(fresh)
 
     def solve(self, seeds: list[tuple[cst.CSTNode, cst.BaseExpression]]) -> None:
         analysis = self.analysis
@@ -289,7 +303,7 @@ class PerRankValues:
             keys = [key for target in targets for key in self._targets(node, target)]
             conditions = list(rank_facts(analysis.shared.analysis_of(node) or analysis).conditions(node))
             if any(c.kind is Kind.RANK and c.in_body is not None for c in conditions):
-                return lambda: self._mark(keys)  # ``if is_main: ... stop = bad >= patience``: rank 0's value alone
+                return lambda: self._mark_on_one_rank(keys)  # ``if is_main: ... stop = bad >= patience``: rank 0's value alone
             # The tests of the ``if`` statements around it (not the early exits before it).
             read = [node.value, *(c.test for c in conditions if type(c.owner) is cst.If and not c.early_exit)]  # type: ignore[attr-defined]
             return lambda: any(mention(value) for value in read) and self._mark(keys)
