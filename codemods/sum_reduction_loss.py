@@ -183,7 +183,7 @@ total = nn.functional.l1_loss(a, b, reduction="sum")
             return None  # ``criterion(out, y) / len(x)``: a mean over this process's shard, which DDP averages right
         found = False
         summed = False  # a ``.sum()`` over the batch, in this expression or in what it reads
-        for node in walk(expr):
+        for node in _loss_terms(analysis, expr):
             if not isinstance(node, cst.Call):
                 continue
             if _sum_reduction(node) or any(isinstance(o, cst.Call) and _sum_reduction(o) for o in analysis.origins(node.func)):
@@ -196,7 +196,7 @@ total = nn.functional.l1_loss(a, b, reduction="sum")
             summed = summed or returned == "summed" or _sums_the_batch(analysis, node)
         if not found:
             function = analysis.enclosing_function(at)
-            for node in walk(expr):
+            for node in _loss_terms(analysis, expr):
                 if not isinstance(node, cst.Name):
                     continue
                 for assign in analysis.assignments_in(function):
@@ -297,6 +297,30 @@ def _low_precedence(expr: cst.BaseExpression) -> bool:
 
 #: Keywords of ``Tensor.sum`` / ``torch.sum`` that sum over some dimensions only.
 _DIMENSIONS = ("dim", "axis")
+
+
+#: Calls whose value is a gradient, not what they are given (``torch.autograd.grad(critic(x).sum(), x)``: the
+#: sum only gathers each sample's own gradient, the WGAN-GP penalty).
+_GRADIENT_CALLS = frozenset({"torch.autograd.grad"})
+
+
+def _loss_terms(analysis: ScriptAnalysis, expr: cst.BaseExpression) -> Iterator[cst.CSTNode]:
+    """The nodes of a loss expression that make its value: not the inside of a term multiplied by a literal zero
+    (``out.sum() * 0``, a loss that keeps the graph on a batch with no label) nor of a gradient call."""
+    stack: list[cst.CSTNode] = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply) and (_is_zero(node.left) or _is_zero(node.right)):
+            continue
+        if isinstance(node, cst.Call) and analysis.is_call_to(node, _GRADIENT_CALLS):
+            continue
+        yield node
+        stack.extend(reversed(node.children))
+
+
+def _is_zero(expr: cst.BaseExpression) -> bool:
+    """Whether an expression is the literal ``0`` or ``0.0``."""
+    return isinstance(expr, (cst.Integer, cst.Float)) and float(expr.evaluated_value) == 0.0
 
 
 def _sums_the_batch(analysis: ScriptAnalysis, call: cst.Call) -> bool:

@@ -110,10 +110,13 @@ def test_a_loss_summed_with_sum_over_the_batch_is_left_to_a_human(tmp_path: Path
         "1 - 2 * (recon * x).sum() / (recon.sum() + x.sum())",
         "torch.stack([F.binary_cross_entropy(recon, x), F.mse_loss(recon, x)]).sum()",
         "F.binary_cross_entropy(recon, x).sum()",
+        # a trial's: a zero loss that keeps the graph, a WGAN-GP gradient penalty
+        "F.mse_loss(recon, x) if x.numel() else recon.sum() * 0",
+        "F.mse_loss(recon, x) + ((torch.autograd.grad(recon.sum(), x, create_graph=True)[0].norm(2, dim=1) - 1) ** 2).mean()",
     ],
     ids=[
         "per-sample-sum-then-mean", "l2-penalty-on-the-parameters", "divided-by-this-batch", "sum-over-one-dim",
-        "masked-mean", "dice", "stack-of-means", "sum-of-a-mean",
+        "masked-mean", "dice", "stack-of-means", "sum-of-a-mean", "zero-loss", "gradient-penalty",
     ],
 )
 def test_a_sum_that_is_no_batch_sum_is_left_alone(tmp_path: Path, reduced: str) -> None:
