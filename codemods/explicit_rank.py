@@ -11,7 +11,7 @@ from .analysis import ScriptAnalysis, dotted_name
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression, is_pure, removal_set, remove_statements, replace_values, statement, statement_line
 from .analysis.legacy import INIT_PARAMETERS, LaunchIndex, LegacyFacts, argument, legacy_facts, string_value
-from .runtime_calls import ON_THE_CPU, runtime_name, set_up_on_the_cpu, setup_code
+from .runtime_calls import on_the_cpu_note, runtime_name, setup_code
 
 #: ``init_process_group`` arguments the runtime's ``setup()`` replaces or takes over.
 REPLACED = frozenset({"backend", "init_method", "rank", "world_size", "timeout"})
@@ -264,7 +264,7 @@ def init_distributed():
                     self.code,
                     analysis.line(call),
                     f"init_process_group {what} replaced by runtime.setup() (torchrun's environment, or one process as plain python)"
-                    + (ON_THE_CPU if set_up_on_the_cpu(analysis) else ""),
+                    + on_the_cpu_note(analysis),
                 )
             )
         remove_statements(analysis, edits, removed)

@@ -117,11 +117,11 @@ checkpoint = torch.load(path, map_location="cpu")
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         edits = Edits(analysis)
+        on_the_cpu = trains_on_the_cpu_only(analysis)
         for match in self.matches_in(analysis):
             call = match.node
             assert isinstance(call, cst.Call)
             rng = _holds_random_state(analysis, call)
-            on_the_cpu = trains_on_the_cpu_only(analysis)
             target = '"cpu"' if rng or on_the_cpu else f"{runtime_name(analysis, edits)}.device()"
             args = [*call.args[:-1], call.args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)] if call.args else []
             args.append(cst.Arg(expression(target), keyword=cst.Name("map_location"), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))

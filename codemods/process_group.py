@@ -12,7 +12,7 @@ from .analysis.legacy import legacy_facts
 from .analysis.ranks import rank_facts
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, expression, statement
-from .runtime_calls import ON_THE_CPU, runtime_name, set_up_on_the_cpu, setup_code
+from .runtime_calls import on_the_cpu_note, runtime_name, setup_code
 
 
 NEVER_DESTROYED = (
@@ -360,7 +360,7 @@ dist.destroy_process_group(group)
                         self.code,
                         analysis.line(anchor),
                         "runtime.setup() after the program's own set-up, which runs only when launched: a plain python run "
-                        "gets a world of one for the DDP wrap" + self._on_the_cpu(analysis),
+                        "gets a world of one for the DDP wrap" + on_the_cpu_note(analysis),
                     )
                 )
             if self._never_destroyed(analysis):
@@ -385,14 +385,9 @@ dist.destroy_process_group(group)
             line = analysis.line(anchor) + 1 if anchor is not None else 1
         self._cleanup_at_end(edits, self._work_block(analysis, site)[0], cleanup)
         edits.changes.append(
-            Change(self.code, line, f"process group set up at the start of {where} and cleaned up at its end" + self._on_the_cpu(analysis))
+            Change(self.code, line, f"process group set up at the start of {where} and cleaned up at its end" + on_the_cpu_note(analysis))
         )
         return edits.apply(analysis.module)
-
-    @staticmethod
-    def _on_the_cpu(analysis: ScriptAnalysis) -> str:
-        """What the report adds where the set-up keeps the program on the CPU."""
-        return ON_THE_CPU if set_up_on_the_cpu(analysis) else ""
 
     def _cleanup_instead(self, analysis: ScriptAnalysis, teardowns: Sequence[cst.Call]) -> FixResult | None:
         """``runtime.cleanup()`` for each bare ``destroy_process_group()``."""

@@ -39,6 +39,11 @@ def set_up_on_the_cpu(analysis: ScriptAnalysis) -> bool:
     return analysis.is_entry and trains_on_the_cpu_only(analysis)
 
 
+def on_the_cpu_note(analysis: ScriptAnalysis) -> str:
+    """What a report adds to the line of a set-up written into this module (:data:`ON_THE_CPU`, or nothing)."""
+    return ON_THE_CPU if set_up_on_the_cpu(analysis) else ""
+
+
 def setup_code(analysis: ScriptAnalysis, rt: str, *arguments: str) -> str:
     """The code of a call of the runtime's ``setup()`` with ``arguments``, and ``device="cpu"`` where the program
     trains on the CPU wherever it runs (a CPU model cannot take a GPU's ``device_ids`` or nccl)."""
