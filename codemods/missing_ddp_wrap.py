@@ -547,8 +547,6 @@ loss.backward()
                     )
         if analysis.is_training_script:
             for built in analysis.models_built_in_calls:
-                if any(built in (analysis.shared.analysis_of(w) or analysis).origins(wrapped_argument(w) or w) for w in analysis.program_wrap_calls):
-                    continue  # (the code it is handed to wraps it)
                 yield Match(
                     built,
                     f"`{code_of(built)}` is built in the call that hands it to the code that trains it, so it is never "

@@ -162,23 +162,21 @@ def setup(
             "torch.distributed is not available in this PyTorch build; install a build with "
             "distributed support"
         )
-    if dist.is_initialized():
-        if device is not None:
-            select_device_type(device)
-        return
-    launched = launched_by_torchrun()
     previous = selected_device_type()
     if device is not None:
         select_device_type(device)  # the backend and the device binding follow the choice
+    if dist.is_initialized():
+        return
     try:
-        _create_group(launched, backend, timeout)
+        _create_group(backend, timeout)
     except BaseException:
         select_device_type(previous)
         raise
 
 
-def _create_group(launched: bool, backend: str | None, timeout: float | datetime.timedelta | None) -> None:
+def _create_group(backend: str | None, timeout: float | datetime.timedelta | None) -> None:
     """Bind this process's device and create the default group (``setup()``'s work)."""
+    launched = launched_by_torchrun()
     chosen = _choose_backend(backend)
     options: dict[str, Any] = {"backend": chosen}
     resolved_timeout = _resolve_timeout(timeout)

@@ -31,7 +31,7 @@ import re
 import libcst as cst
 
 from .. import names
-from .script import ScriptAnalysis, dotted_name, is_docstring_line
+from .script import ScriptAnalysis, dotted_name, is_docstring_line, is_true, keyword_argument
 
 #: Fragments of a name or string, in lower case, that name an accelerator or a way to reach one.
 ACCELERATOR_FRAGMENTS = ("cuda", "gpu", "nccl", "accelerat", "dataparallel", "local_rank", "localrank", "set_device")
@@ -72,7 +72,7 @@ class DeviceFacts:
         self.read: set[Key] = set()
         #: Whether the module's set-up says ``runtime.setup(device="cpu")``.
         self.declares_the_cpu = any(
-            keyword_value(call, "device") is not None and _cpu_string(keyword_value(call, "device"))  # type: ignore[arg-type]
+            (chosen := keyword_argument(call, "device")) is not None and _cpu_string(chosen.value)
             for call in analysis.calls_to(names.RUNTIME_SETUP)
         )
         #: Whether the module names an accelerator, or gives a device variable a value other than the CPU
@@ -112,8 +112,8 @@ class DeviceFacts:
         if self.analysis.is_call_to(call, _MODULE_LOADS):
             return True
         if self.analysis.is_call_to(call, names.TORCH_LOAD):
-            weights_only = keyword_value(call, "weights_only")
-            return weights_only is not None and not (type(weights_only) is cst.Name and weights_only.value == "True")  # type: ignore[attr-defined]
+            weights_only = keyword_argument(call, "weights_only")
+            return weights_only is not None and not is_true(weights_only.value)
         if type(func) is cst.Call and dotted_name(func.func) == "getattr" and len(func.args) >= 2:  # type: ignore[attr-defined]
             return type(func.args[1].value) is not cst.SimpleString  # type: ignore[attr-defined]
         return False
@@ -239,11 +239,6 @@ def cpu_value(analysis: ScriptAnalysis, value: cst.BaseExpression) -> bool:
         )
     name = dotted_name(value)
     return name is not None and DEVICE_FRAGMENT in name.rsplit(".", 1)[-1].lower()
-
-
-def keyword_value(call: cst.Call, keyword: str) -> cst.BaseExpression | None:
-    """The value a call passes by ``keyword``."""
-    return next((arg.value for arg in call.args if arg.keyword is not None and arg.keyword.value == keyword), None)
 
 
 def _cpu_string(value: cst.BaseExpression) -> bool:

@@ -11,7 +11,17 @@ from .. import names
 from . import tree
 from .loaders import loader_facts
 from .ranks import Kind, per_rank_draws, rank_facts, seeds_alike
-from .script import COMPREHENSIONS, LoaderLoop, ScriptAnalysis, call_method_name, dotted_name, is_true, loader_argument, walk
+from .script import (
+    COMPREHENSIONS,
+    LoaderLoop,
+    ScriptAnalysis,
+    assignment_targets,
+    call_method_name,
+    dotted_name,
+    is_true,
+    loader_argument,
+    walk,
+)
 
 Owner = Union[cst.Module, cst.FunctionDef, cst.ClassDef]
 #: Methods that put a value into a container, so the container holds per-rank values too.
@@ -404,9 +414,8 @@ def _seeds(analysis: ScriptAnalysis) -> list[tuple[cst.CSTNode, cst.BaseExpressi
         home = analysis.shared.analysis_of(draw) or analysis
         stmt = home.statement(draw)
         small = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
-        if isinstance(small, (cst.Assign, cst.AnnAssign)):
-            for target in [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]:
-                seeds.append((small, target))
+        if small is not None:
+            seeds.extend((small, target) for target in assignment_targets(small))
     sharded = shards_training_data(analysis)
     for module in modules:
         for call in module.backward_calls:

@@ -39,6 +39,7 @@ from .script import (
     call_method_name,
     callee_name,
     dotted_name,
+    keyword_argument,
     leaves_early,
     leaves_function,
     loader_argument,
@@ -1081,12 +1082,16 @@ def _torch_draws(analysis: ScriptAnalysis) -> list[cst.Call]:
     """The module's draws from torch's own random state or from a generator not seeded alike on every rank: the
     functions of :data:`TORCH_DRAWS` and the in-place methods of :data:`IN_PLACE_DRAWS`, but none given a
     ``generator=`` every rank seeds alike. (Dropout draws too, but changes no batch: it is not among them.)"""
+    return analysis.derived("torch_draws", _find_torch_draws)
+
+
+def _find_torch_draws(analysis: ScriptAnalysis) -> list[cst.Call]:
     found = []
     for call in analysis.calls:
         if not (analysis.is_call_to(call, TORCH_DRAWS) or call_method_name(call) in IN_PLACE_DRAWS):
             continue
-        generator = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "generator"), None)
-        if generator is None or not generator_seeded_alike(analysis, generator):
+        generator = keyword_argument(call, "generator")
+        if generator is None or not generator_seeded_alike(analysis, generator.value):
             found.append(call)
     return found
 

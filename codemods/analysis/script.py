@@ -2436,8 +2436,8 @@ class ScriptAnalysis:
     @cached_property
     def models_built_in_calls(self) -> list[cst.BaseExpression]:
         """The models this module builds right in the call that hands them to a function of the program whose
-        optimizer trains them (``Trainer(nn.Linear(4, 1), loader)``, ``fit(Net(), data)``): trained models
-        with no name to wrap."""
+        optimizer trains them (``Trainer(nn.Linear(4, 1), loader)``, ``fit(Net(), data)``), and that no wrap of
+        the program takes (a trainer may wrap what it is given): trained models with no name to wrap."""
         found: list[cst.BaseExpression] = []
         for analysis in self.shared.analyses or [self]:
             for _, function, name in analysis._optimized_receivers:
@@ -2449,7 +2449,10 @@ class ScriptAnalysis:
                     passed = self.argument_for(caller, function, name)
                     if passed is not None and self.builds_layer(passed) and passed not in found:
                         found.append(passed)
-        return found
+        wrapped = [
+            (self.shared.analysis_of(wrap) or self).origins(wrapped_argument(wrap) or wrap) for wrap in self.program_wrap_calls
+        ]
+        return [built for built in found if not any(built in origins for origins in wrapped)]
 
     def _model_behind(self, at: cst.CSTNode, passed: cst.BaseExpression) -> str | None:
         """The name of the model a value handed to an optimizer's builder is: the name itself where the program
