@@ -86,7 +86,8 @@ class MissingDistributedSampler(Rule):
     own sampler (``WeightedRandomSampler``, ``SubsetRandomSampler``: never dropped), a loader over an
     iterable-style dataset (a class of the program derived from ``IterableDataset`` or ``IterDataPipe``:
     ``DataLoader`` refuses any sampler for it, so the dataset's ``__iter__`` must yield each rank its own
-    samples), loaders built in a dict
+    samples; one whose methods already cut the stream by the rank, ``range(rank, n, world_size)``, is left
+    as it is, with a note), loaders built in a dict
     and iterated by phase (``loaders[phase]``), arguments too dynamic to read, and a loader iterated by a
     conditionally training loop whose call sites do not tell whether it trains.
 
@@ -598,7 +599,11 @@ with torch.no_grad():
                         self.code,
                         line,
                         "training DataLoader left without a DistributedSampler: its data set is already this rank's "
-                        "share (indices computed from the rank)",
+                        + (
+                            f"share (its IterableDataset {stream.name.value} cuts the stream by the rank)"
+                            if (stream := facts.stream_cut_by_rank(loader)) is not None
+                            else "share (indices computed from the rank)"
+                        ),
                     )
                 )
             elif loader in facts.evaluation_loaders and not analysis.has_distributed_sampler(loader) and any(

@@ -276,3 +276,6 @@ def writer_kind(qualified: "set[str] | frozenset[str]") -> str | None:
 CLOCKS = frozenset(
     {"time.time", "time.time_ns", "time.perf_counter", "time.perf_counter_ns", "time.monotonic", "time.monotonic_ns", "datetime.datetime.now"}
 )
+
+#: Random generator objects of numpy and Python, seeded (or not) when built: ``np.random.default_rng(seed)``.
+RANDOM_GENERATORS = frozenset({"numpy.random.default_rng", "numpy.random.RandomState", "random.Random"})

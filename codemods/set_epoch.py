@@ -29,7 +29,9 @@ class MissingSetEpoch(Rule):
     spelled with the loader as it is named there (a name bound before the loop, never a progress wrapper
     made inside it). An epoch loop inside another loop (``for stage in stages: for epoch in range(n):``)
     gets ``loader.sampler.set_epoch(loader.sampler.epoch + 1)``: its own counter starts again with each
-    stage, and every stage would repeat the first one's orders. A name that may hold an object of the
+    stage, and every stage would repeat the first one's orders. An epoch loop with no epoch number
+    (``while step < max_steps: for x, y in loader:``) gets ``runtime.next_epoch(loader)``, which counts the
+    passes for the sampler. A name that may hold an object of the
     program wrapping the loader (``train_dl = DeviceDataLoader(train_dl, device)``) gets
     ``runtime.set_epoch(train_dl, epoch)``, which finds the sampler of the loader inside. A loop that draws batches with ``next(it)`` and starts a new pass with
     ``it = iter(loader)`` on ``StopIteration``, or that starts one with each step
@@ -82,6 +84,30 @@ def train_one_epoch(model, data):
 for epoch in range(10):
     loader.sampler.set_epoch(epoch)
     train_one_epoch(model, loader)
+""",
+        ),
+        Example(
+            before="""\
+from torch.utils.data import DataLoader, DistributedSampler
+
+loader = DataLoader(ds, batch_size=8, sampler=DistributedSampler(ds))
+step = 0
+while step < max_steps:
+    for x, y in loader:
+        loss_fn(model(x), y).backward()
+        step += 1
+""",
+            after="""\
+from ddp_migrate import runtime
+from torch.utils.data import DataLoader, DistributedSampler
+
+loader = DataLoader(ds, batch_size=8, sampler=DistributedSampler(ds))
+step = 0
+while step < max_steps:
+    runtime.next_epoch(loader)
+    for x, y in loader:
+        loss_fn(model(x), y).backward()
+        step += 1
 """,
         ),
         Example(
@@ -323,7 +349,7 @@ finetune(model, DataLoader(ds, batch_size=8, sampler=DistributedSampler(ds)))
                 yield Match(stmt, "a new pass over the loader starts here without set_epoch: every pass repeats the same order")
         loops: set[cst.CSTNode] = set()
         for loader, epoch, spelling in self._cases(analysis):
-            fixable = epoch is not None and epoch.epoch_var is not None and spelling is not None
+            fixable = epoch is not None and spelling is not None
             if not fixable and _never_shuffles(analysis, loader):
                 continue  # (``DistributedSampler(ds, shuffle=False)``: the same order every epoch, whatever it is told)
             if epoch is None:
@@ -348,7 +374,7 @@ finetune(model, DataLoader(ds, batch_size=8, sampler=DistributedSampler(ds)))
             edits.changes.append(Change(self.code, analysis.line(stmt), "sampler.set_epoch called where each new pass over the loader starts"))
         written: set[tuple[cst.CSTNode, str]] = set()  # (several loaders reach one loop: a call each is one too many)
         for loader, epoch, spelling in self._cases(analysis):
-            if epoch is None or epoch.epoch_var is None or spelling is None:
+            if epoch is None or spelling is None:
                 if _never_shuffles(analysis, loader):
                     continue
                 anchor = analysis.statement(loader if epoch is None else epoch.loop)
@@ -359,7 +385,11 @@ finetune(model, DataLoader(ds, batch_size=8, sampler=DistributedSampler(ds)))
             body = epoch.loop.body
             if not isinstance(body, cst.IndentedBlock) or not body.body:
                 continue
-            if _may_hold_a_wrapper(analysis, spelling) or _sampler_may_be_another(analysis, loader):
+            if epoch.epoch_var is None:
+                # ``while step < max_steps: for x, y in loader:``: no epoch number to pass; the runtime counts
+                # the passes for the loader's sampler
+                call = statement(f"{runtime_name(analysis, edits)}.next_epoch({code_of(spelling)})")
+            elif _may_hold_a_wrapper(analysis, spelling) or _sampler_may_be_another(analysis, loader):
                 # ``train_dl = DeviceDataLoader(train_dl, device)``: the object iterated may not be the loader;
                 # ``RandomSampler(ds) if local_rank == -1 else DistributedSampler(ds)``: nor the sampler one
                 # that has set_epoch
@@ -376,7 +406,12 @@ finetune(model, DataLoader(ds, batch_size=8, sampler=DistributedSampler(ds)))
                 continue
             written.add(key)
             edits.insert_before(body.body[0], call)
-            edits.changes.append(Change(self.code, analysis.line(epoch.loop), "sampler.set_epoch(epoch) called at the start of each epoch"))
+            done = (
+                "runtime.next_epoch(loader) called at the start of each pass (the loop counts no epochs: the runtime counts them for the sampler)"
+                if epoch.epoch_var is None
+                else "sampler.set_epoch(epoch) called at the start of each epoch"
+            )
+            edits.changes.append(Change(self.code, analysis.line(epoch.loop), done))
         return edits.apply(analysis.module) if edits else None
 
 

@@ -125,7 +125,9 @@ loss.backward()
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
         if not analysis.is_entry:
             return
-        steps = [call for call in analysis.backward_calls if _in_a_loop(analysis, call)]
+        # The training steps of the whole program: a step in a Trainer of another module
+        # (``Trainer(model, get_batch).fit()``) is this entry's training as much as one of its own.
+        steps = [call for call in analysis.program_backward_calls if _in_a_loop(analysis.shared.analysis_of(call) or analysis, call)]
         if analysis.program_loader_calls:
             loaders = loader_facts(analysis)
             if loaders.training_loaders or loaders.dict_training or loaders.undecided or loaders.shared_factories or loaders.unconnected:
@@ -133,8 +135,11 @@ loss.backward()
                 # steps no loader feeds (a fine-tuning pass over tensors indexed by hand after a loader's
                 # pre-training, unlabelled draws beside a labelled loader).
                 steps = [call for call in steps if not _fed_by_a_loader(analysis, call)]
-        step = next(iter(steps), None)
-        if step is not None and not draws_per_rank(analysis):
+        found = next(((call, where) for call in steps if (where := _reported_at(analysis, call)) is not None), None)
+        if found is None:
+            return
+        step, elsewhere = found[1], found[0] if found[1] is not found[0] else None
+        if not draws_per_rank(analysis) and not (elsewhere is not None and draws_per_rank(analysis.shared.analysis_of(elsewhere) or analysis)):
             unfollowed = _loaders_not_followed(analysis)
             if unfollowed:
                 home, loader = unfollowed[0]
@@ -149,6 +154,18 @@ loss.backward()
                     fixable=False,
                 )
                 return
+            if elsewhere is not None:
+                home = analysis.shared.analysis_of(elsewhere) or analysis
+                yield Match(
+                    step,
+                    f"this call trains (backward() at line {home.line(elsewhere)} of module {home.module_name}) on "
+                    "batches from no DataLoader, which the migration cannot shard: every process trains on the same "
+                    "data unless each rank draws its own (seed with runtime.rank(), or take every N-th sample); then "
+                    "every value computed from the data differs between ranks, so reduce it across ranks "
+                    "(runtime.reduce_mean) before the loop decides on it (an exit test, a learning rate)",
+                    fixable=False,
+                )
+                return
             yield Match(
                 step,
                 "training batches here come from no DataLoader, which the migration cannot shard: every process "
@@ -157,6 +174,17 @@ loss.backward()
                 "ranks (runtime.reduce_mean) before the loop decides on it (an exit test, a learning rate)",
                 fixable=False,
             )
+
+
+def _reported_at(analysis: ScriptAnalysis, step: cst.Call) -> cst.Call | None:
+    """Where in the entry module a training step is reported: the step itself, or, for a step of another
+    module, the first call of this module that runs it (``Trainer(model, get_batch).fit(20)``) and runs no
+    other call of this module that does (the innermost). ``None``: no call here is seen to run it."""
+    if analysis.owns(step):
+        return step
+    reaching = analysis.reaching_nodes([step])
+    callers = [call for call in analysis.calls if call in reaching]
+    return next((c for c in callers if not any(o is not c and analysis.is_inside(o, c) for o in callers)), None)
 
 
 def _loaders_not_followed(analysis: ScriptAnalysis) -> list[tuple[ScriptAnalysis, cst.Call]]:
@@ -183,12 +211,16 @@ def _fed_by_a_loader(analysis: ScriptAnalysis, backward: cst.Call) -> bool:
             return True
     if any(home.reaches(node, [backward]) for home in analysis.shared.analyses for node, _, _ in home.training_comprehensions):
         return True  # ``losses = [step(model, opt, x) for (x,) in loader]``
+    home = analysis.shared.analysis_of(backward) or analysis
     facts = loader_facts(analysis)
-    if any(type(loop) is cst.For and facts.iterates_a_loader_dict(loop.iter) for loop in analysis.ancestors(backward)):  # type: ignore[attr-defined]
+    if any(
+        type(loop) is cst.For and (loop in facts.dict_training_loops or facts.iterates_a_loader_dict(loop.iter))  # type: ignore[attr-defined]
+        for loop in home.ancestors(backward)
+    ):
         return True  # ``for x, y in dataloaders[phase]:`` (DDP005 asks a human to shard the dict's loaders)
-    around = analysis.nearest_loop(backward)
+    around = home.nearest_loop(backward)
     loaders = set(analysis.program_loader_calls)
     return around is not None and any(
-        type(node) in (cst.Name, cst.Attribute, cst.Call) and not loaders.isdisjoint(analysis.origins(node))  # type: ignore[arg-type]
+        type(node) in (cst.Name, cst.Attribute, cst.Call) and not loaders.isdisjoint(home.origins(node))  # type: ignore[arg-type]
         for node in walk(around)
     )

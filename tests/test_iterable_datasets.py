@@ -92,3 +92,74 @@ def test_library_streams_get_no_sampler(dataset: str, tmp_path: Path, monkeypatc
     Path("train.py").write_text(source)
     result = CliRunner().invoke(cli, ["lint", "--select", "DDP005", "train.py"], catch_exceptions=False)
     assert "DDP005 training DataLoader over an IterableDataset" in result.output
+
+
+SHARDED_STREAM = '''
+import itertools
+import os
+
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+RANK = int(os.environ.get("RANK", 0))
+WORLD = int(os.environ.get("WORLD_SIZE", 1))
+
+
+class Stream(IterableDataset):
+    def __init__(self, rank=0, world=1):
+        self.rank, self.world = rank, world
+
+    def __iter__(self):
+{body}
+
+
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in DataLoader(Stream({args}), batch_size=8):
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    opt.step()
+'''
+
+CUT_BY_RANK = {
+    "range from the environment": ("""        rank = int(os.environ.get("RANK", 0))
+        for i in range(rank, 64, int(os.environ.get("WORLD_SIZE", 1))):
+            yield torch.full((4,), float(i)), torch.ones(1)""", ""),
+    "skip test on attributes set by the constructor": ("""        for i in range(64):
+            if i % self.world != self.rank:
+                continue
+            yield torch.full((4,), float(i)), torch.ones(1)""", "RANK, WORLD"),
+    "islice of a generator": ("""        samples = ((torch.full((4,), float(i)), torch.ones(1)) for i in range(64))
+        yield from itertools.islice(samples, RANK, None, WORLD)""", ""),
+}
+
+NOT_CUT = {
+    "rank only printed": ("""        print("streaming on", RANK)
+        for i in range(64):
+            yield torch.full((4,), float(i)), torch.ones(1)""", ""),
+    "split between loader workers only": ("""        info = torch.utils.data.get_worker_info()
+        start = 0 if info is None else info.id
+        for i in range(start, 64, 1 if info is None else info.num_workers):
+            yield torch.full((4,), float(i)), torch.ones(1)""", ""),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(CUT_BY_RANK))
+def test_a_stream_that_already_cuts_by_rank_is_left_as_it_is_without_a_todo(shape: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    body, args = CUT_BY_RANK[shape]
+    monkeypatch.chdir(tmp_path)
+    Path("train.py").write_text(SHARDED_STREAM.format(body=body, args=args))
+    result = CliRunner().invoke(cli, ["train.py"], catch_exceptions=False)
+    migrated = Path("train.py").read_text()
+    assert "TODO(ddp-migrate)" not in migrated and "DistributedSampler" not in migrated
+    assert "0 item(s) need a human" in result.output
+    assert "its IterableDataset Stream cuts the stream by the rank" in result.output
+
+
+@pytest.mark.parametrize("shape", sorted(NOT_CUT))
+def test_a_stream_that_does_not_cut_by_rank_is_still_left_to_a_human(shape: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    body, args = NOT_CUT[shape]
+    monkeypatch.chdir(tmp_path)
+    Path("train.py").write_text(SHARDED_STREAM.format(body=body, args=args))
+    result = CliRunner().invoke(cli, ["train.py"], catch_exceptions=False)
+    assert "DDP005 training DataLoader over an IterableDataset" in result.output
+    assert "TODO(ddp-migrate): this IterableDataset streams the same samples" in Path("train.py").read_text()

@@ -430,12 +430,39 @@ def test_a_generators_passes_draw_new_orders_under_torchrun(tmp_path: Path) -> N
         "batches = forever(fine_loader)\n", "batches = forever(fine_loader)\nseen = set()\n"
     )
     source = source.replace("    x, y = next(batches)\n", "    x, idx = next(batches)\n    seen.update(idx.tolist())\n    y = idx.float().unsqueeze(1)\n")
-    source += "print('distinct samples', len(seen), flush=True)\n"
+    source += "print('distinct samples', len(seen), flush=True)\n" + STEP_BUDGET_PHASE
     migrated, report, _ = migrate_script(tmp_path, source)
     assert "runtime.next_epoch(loader)" in migrated, report + migrated
+    assert "while step < 20:\n    runtime.next_epoch(third_loader)\n" in migrated, report + migrated
     launch = run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, timeout=120)
     distinct = [int(n) for n in re.findall(r"distinct samples (\d+)", launch.output)]
     assert distinct and min(distinct) > 24, launch.output  # (printed by rank 0: the migration makes print rank 0's)
+    third = [int(n) for n in re.findall(r"distinct in the step budget (\d+)", launch.output)]
+    assert third and min(third) > 24, launch.output
+
+
+#: A third phase whose epoch loop has no epoch number: ``while step < N`` around a pass over the loader.
+STEP_BUDGET_PHASE = """
+third_loader = DataLoader(TensorDataset(torch.randn(48, 8), torch.arange(48)), batch_size=8, shuffle=True)
+step, seen = 0, set()
+while step < 20:
+    for x, idx in third_loader:
+        seen.update(idx.tolist())
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x), idx.float().unsqueeze(1)).backward()
+        opt.step()
+        step += 1
+print('distinct in the step budget', len(seen), flush=True)
+"""
+
+
+def test_an_epoch_loop_with_no_epoch_number_has_the_runtime_count_the_passes(tmp_path: Path) -> None:
+    """A trial's ``while step < max_steps: for x, y in loader:`` got a TODO that said ``<loader>`` although the
+    loader's name is known: the runtime counts the passes (runtime.next_epoch) where the loop has no number."""
+    migrated, report, code = migrate_script(tmp_path, "import torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\nmodel = nn.Linear(8, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n" + STEP_BUDGET_PHASE)
+    assert "while step < 20:\n    runtime.next_epoch(third_loader)\n    for x, idx in third_loader:\n" in migrated, migrated
+    assert code == 0 and "TODO" not in migrated, report + migrated
+    assert "DDP006 line 9: runtime.next_epoch(loader) called at the start of each pass" in report, report
 
 
 def test_a_generator_whose_consumer_tells_the_epoch_is_left_alone() -> None:

@@ -67,6 +67,25 @@ def test_a_rank_seed_counts_only_where_it_reaches_the_draws(shape: str, generato
     assert bool(_lint("gen.py")) is reported, shape
 
 
+@pytest.mark.parametrize(
+    ("shape", "generator", "batch", "reported"),
+    [
+        ("numpy generator seeded from the rank", "np.random.default_rng(100 + runtime.rank())", "torch.from_numpy(rng.standard_normal((8, 4))).float()", False),
+        ("Python generator seeded from the rank", "random.Random(runtime.rank())", "torch.tensor([[rng.random() for _ in range(4)] for _ in range(8)])", False),
+        ("numpy generator seeded alike", "np.random.default_rng(100)", "torch.from_numpy(rng.standard_normal((8, 4))).float()", True),
+        ("generator seeded from the rank, never drawn from", "np.random.default_rng(runtime.rank())", "torch.randn(8, 4)", True),
+    ],
+)
+def test_a_numpy_or_python_generator_seeded_from_the_rank_draws_each_ranks_own(shape: str, generator: str, batch: str, reported: bool) -> None:
+    """A trial's nanoGPT-style program drew its batches from ``np.random.default_rng(100 + RANK)``: already each
+    rank's own, yet DDP040 asked a human to shard it."""
+    seeded = HEAD.format(imports="import random\nimport numpy as np\nfrom ddp_migrate import runtime\n").replace(
+        "    model =", f"    rng = {generator}\n    model ="
+    )
+    Path("gen.py").write_text(seeded + LOOP.format(batch=batch) + TAIL)
+    assert bool(_lint("gen.py")) is reported, shape
+
+
 def test_a_rank_seed_replaced_by_one_alike_on_every_rank_counts_no_more() -> None:
     seeded = HEAD.format(imports="from ddp_migrate import runtime\n").replace(
         "    model =", "    torch.manual_seed(3 + runtime.rank())\n    torch.manual_seed(3)\n    model ="
@@ -241,3 +260,62 @@ def test_rank_zero_prints_of_its_own_values_are_whole(printed: str, reported: bo
     Path("shown.py").write_text(HEAD.format(imports="from ddp_migrate import runtime\n") + body + TAIL)
     result = CliRunner().invoke(cli, ["lint", "--select", "DDP038", "shown.py"], catch_exceptions=False)
     assert ("DDP038" in result.stdout) is reported, result.stdout
+
+
+TRAINER = '''
+import torch
+
+
+class Trainer:
+    def __init__(self, model, batch_fn):
+        self.model = model
+        self.batch_fn = batch_fn
+        self.opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+
+    def fit(self, iters):
+        for it in range(iters):
+            x, y = self.batch_fn()
+            loss = (self.model(x) - y).pow(2).mean()
+            self.opt.zero_grad()
+            loss.backward()
+            self.opt.step()
+'''
+
+TRAINER_ENTRY = '''
+import torch
+import torch.nn as nn
+
+from trainer import Trainer
+
+data = torch.arange(5000) % 17
+
+
+def get_batch(bs=8, T=6):
+    ix = torch.randint(len(data) - T, (bs,))
+    x = torch.stack([data[i:i + T] for i in ix]).float()
+    return x, x.sum(1, keepdim=True)
+
+
+def main():
+    torch.manual_seed({seed})
+    model = nn.Linear(6, 1)
+    Trainer(model, get_batch).fit(20)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+@pytest.mark.parametrize(("seed", "reported"), [("0", True), ("int(os.environ.get('RANK', 0))", False)])
+def test_a_step_in_a_trainer_of_another_module_is_the_entrys_training(seed: str, reported: bool) -> None:
+    """A trial's program handed its get_batch to a Trainer of another module: every rank trained on the same
+    batches, with 0 items for a human."""
+    Path("trainer.py").write_text(TRAINER)
+    Path("train.py").write_text(("import os\n" if "os." in seed else "") + TRAINER_ENTRY.format(seed=seed))
+    expected_line = Path("train.py").read_text().splitlines().index("    Trainer(model, get_batch).fit(20)") + 1
+    assert _lint("train.py", "trainer.py") == ([("train.py", expected_line, "DDP040")] if reported else [])
+    if reported:
+        migrated = CliRunner().invoke(cli, ["."], catch_exceptions=False)
+        assert "DDP040 this call trains (backward() at line 16 of module trainer)" in migrated.output
+        assert "1 item(s) need a human" in migrated.output

@@ -66,6 +66,8 @@ class LoaderFacts:
     dict_loaders: dict[cst.Call, str] = field(default_factory=dict)
     #: Of those, the ones a loop that trains iterates by subscript.
     dict_training: set[cst.Call] = field(default_factory=set)
+    #: The loops, in any module, that train over a dict of loaders handed on (``loader = self.loaders[mode]``).
+    dict_training_loops: set[cst.For] = field(default_factory=set)
     #: Loaders whose batches are drawn with ``next(...)`` in code that trains.
     iterator_training: set[cst.Call] = field(default_factory=set)
     #: Loaders a comprehension trains on (``[self.train_step(b) for b in self.loader]``).
@@ -143,8 +145,31 @@ class LoaderFacts:
         A ``DistributedSampler`` there would shard the share again (half the data never trained on). Read
         once per loader (the rule's findings and its notes both ask)."""
         if loader not in self._hand_sharded:
-            self._hand_sharded[loader] = self._cut_by_rank(loader)
+            self._hand_sharded[loader] = self._cut_by_rank(loader) or bool(self.stream_cut_by_rank(loader))
         return self._hand_sharded[loader]
+
+    def stream_cut_by_rank(self, loader: cst.Call) -> cst.ClassDef | None:
+        """The iterable-style dataset class of the program behind the loader whose methods already cut the
+        stream by rank: a ``range``/``islice`` or a slice bounded by the rank (``range(rank, n, world)``), or
+        a test on it that skips samples (``if i % world != rank: continue``). Such a stream yields each
+        process its own share: a second split would lose data. ``None``: no such class."""
+        a = self.analysis
+        for cls in self._stream_classes(loader):
+            home = a.shared.analysis_of(cls) or a
+            facts = rank_facts(home)
+            for node in walk(cls):
+                kind = type(node)
+                if kind is cst.Call and home.is_call_to(node, _STREAM_CUTS):  # type: ignore[arg-type]
+                    parts: list[cst.CSTNode] = [arg.value for arg in node.args]  # type: ignore[attr-defined]
+                elif kind is cst.Slice:
+                    parts = [p for p in (node.lower, node.upper, node.step) if p is not None]  # type: ignore[attr-defined]
+                elif kind is cst.If or kind is cst.CompIf:
+                    parts = [node.test]  # type: ignore[attr-defined]
+                else:
+                    continue
+                if any(facts.kind(part) is Kind.RANK for part in parts):
+                    return cls
+        return None
 
     def _cut_by_rank(self, loader: cst.Call) -> bool:
         dataset = loader_argument(loader, "dataset")
@@ -209,10 +234,20 @@ class LoaderFacts:
                 arg.keyword is not None and arg.keyword.value == "streaming" and is_true(arg.value) for arg in origin.args
             ):
                 return True
+        return bool(self._stream_classes(loader))
+
+    def _stream_classes(self, loader: cst.Call) -> list[cst.ClassDef]:
+        """The program's iterable-style dataset classes whose objects the loader's data set may be."""
+        dataset = loader_argument(loader, "dataset")
+        if dataset is None:
+            return []
+        a = self.analysis
+        found = []
+        for origin in self._stream_candidates(dataset.value):
             built = a.shared.constructed.get(origin)
             if built is not None and _derives_from_iterable_dataset(a, built, set()):
-                return True
-        return False
+                found.append(built)
+        return found
 
     def _stream_candidates(self, value: cst.BaseExpression, depth: int = 3) -> set[cst.Call]:
         """The calls a data set value may come from, each chain of method calls judged by the call it starts
@@ -270,7 +305,9 @@ class LoaderFacts:
                 if not analysis.reaches_backward(loop.body):
                     continue
                 for literal in _dicts_indexed(analysis, loop.iter):
-                    self.dict_training |= by_dict.get(literal, set())
+                    if literal in by_dict:
+                        self.dict_training |= by_dict[literal]
+                        self.dict_training_loops.add(loop)
 
     # ------------------------------------------------------------------ comprehensions that train
 
@@ -450,6 +487,10 @@ def _runs_in_a_loop(analysis: ScriptAnalysis, call: cst.Call) -> bool:
         (analysis.shared.analysis_of(caller) or home).nearest_loop(caller) is not None
         for caller in home.callers_in_program(function)
     )
+
+
+#: Calls that take a stretch of a sequence or a stream: bounded by the rank, they keep one rank's share.
+_STREAM_CUTS = frozenset({"builtins.range", "itertools.islice"})
 
 
 def _derives_from_iterable_dataset(analysis: ScriptAnalysis, cls: cst.ClassDef, seen: set[cst.ClassDef]) -> bool:

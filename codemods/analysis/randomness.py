@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from .. import names
 from .loaders import loader_facts
 from .ranks import seeds_alike
 from .script import ScriptAnalysis, call_method_name, dotted_name, keyword_argument
@@ -31,7 +32,7 @@ DRAWS: dict[str, frozenset[str]] = {
 #: Every draw of :data:`DRAWS`, for a rule's gate on the names a file spells.
 ALL_DRAWS = frozenset().union(*DRAWS.values())
 #: Generator objects: unseeded (no argument, or ``None``) when built, each process draws its own sequence.
-GENERATORS = frozenset({"numpy.random.default_rng", "numpy.random.RandomState", "random.Random"})
+GENERATORS = names.RANDOM_GENERATORS
 #: The methods of those objects that pick or order items.
 GENERATOR_DRAWS = frozenset({"shuffle", "sample", "choice", "choices", "permutation", "permuted"})
 

@@ -1047,9 +1047,22 @@ def _is_minus_one_or_none(expr: cst.BaseExpression) -> bool:
 
 def draws_per_rank(analysis: ScriptAnalysis) -> bool:
     """Whether the program already makes each rank's data its own: a random seed that flows from the rank
-    (``torch.manual_seed(1337 + rank)``, ``torch.Generator().manual_seed(rank)``) in any of its modules, or
-    an index or slice computed from it (``data[rank::world_size]``) in the module asked about. (Only seed
+    (``torch.manual_seed(1337 + rank)``, ``torch.Generator().manual_seed(rank)``) or a generator object seeded
+    from it and drawn from (``np.random.default_rng(100 + rank)``) in any of its modules, or an index or slice computed from it (``data[rank::world_size]``) in the module asked about. (Only seed
     calls are looked at in the other modules: a program may hold a hundred of them.)"""
+    if _torch_seeded_per_rank(analysis) or any(_rank_generator_draws(module) for module in analysis.shared.analyses):
+        return True
+    facts = rank_facts(analysis)
+    return any(
+        facts.kind(node.slice) is Kind.RANK
+        for node in analysis.preorder
+        if type(node) is cst.SubscriptElement and not isinstance(getattr(node.slice, "value", None), (cst.Integer, cst.SimpleString))
+    )
+
+
+def _torch_seeded_per_rank(analysis: ScriptAnalysis) -> bool:
+    """Whether a random seed that flows from the rank reaches draws, in any module of the program (see
+    :func:`_seeds_draws`)."""
     for module in analysis.shared.analyses:
         seeds = [call for call in module.calls if "seed" in callee_name(call) and call.args]
         if seeds:
@@ -1059,12 +1072,31 @@ def draws_per_rank(analysis: ScriptAnalysis) -> bool:
                 for call in seeds
             ):
                 return True
+    return False
+
+
+def _rank_seeded_generators(analysis: ScriptAnalysis) -> list[cst.Call]:
+    """The module's numpy or Python generator objects seeded from the rank (``np.random.default_rng(100 +
+    rank)``, ``random.Random(rank)``): each rank draws its own sequence from them."""
     facts = rank_facts(analysis)
-    return any(
-        facts.kind(node.slice) is Kind.RANK
-        for node in analysis.preorder
-        if type(node) is cst.SubscriptElement and not isinstance(getattr(node.slice, "value", None), (cst.Integer, cst.SimpleString))
-    )
+    return [
+        call
+        for call in analysis.calls_to(names.RANDOM_GENERATORS)
+        if any(facts.kind(arg.value) is Kind.RANK for arg in call.args)
+    ]
+
+
+def _rank_generator_draws(analysis: ScriptAnalysis) -> list[cst.Call]:
+    """The module's draws from generator objects seeded from the rank (``rng.integers(0, n, bs)`` of ``rng =
+    np.random.default_rng(100 + rank)``): each rank's own. A generator never drawn from shards nothing."""
+    generators = _rank_seeded_generators(analysis)
+    if not generators:
+        return []
+    return [
+        call
+        for call in analysis.calls
+        if type(call.func) is cst.Attribute and any(g in analysis.origins(call.func.value) for g in generators)  # type: ignore[attr-defined]
+    ]
 
 
 #: torch's draws from its process-wide random state, unless given a ``generator=`` of their own.
@@ -1124,7 +1156,10 @@ def per_rank_draws(analysis: ScriptAnalysis) -> list[cst.Call]:
     (``ix = torch.randint(n, (bs,))`` after ``torch.manual_seed(1337 + rank)``: each rank's own batches)."""
     if not draws_per_rank(analysis):
         return []
-    return [draw for module in analysis.shared.analyses for draw in _torch_draws(module)]
+    generators = [draw for module in analysis.shared.analyses for draw in _rank_generator_draws(module)]
+    if generators and not _torch_seeded_per_rank(analysis):
+        return generators
+    return [draw for module in analysis.shared.analyses for draw in _torch_draws(module)] + generators
 
 
 #: The seeding calls of each process-wide random state: torch's, Python's ``random`` module's and numpy's
