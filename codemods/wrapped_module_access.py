@@ -577,12 +577,12 @@ torch.save(state, "last.pt")
                 if alias is not None:
                     yield _alias_case(*alias, call, call.args[0].value)
                 continue
-            if analysis.is_call_to(call, HANDOFFS) or call_method_name(call) == "add_graph":
+            if analysis.is_call_to(call, HANDOFFS) or call_method_name(call) == "add_graph" or analysis.copies_a_model(call):
                 if call.args and not call.args[0].keyword and not call.args[0].star:
                     wrap, closure = _wrap_of(analysis, call.args[0].value)
                     if wrap is not None and dotted_name(call.args[0].value) is not None:
                         sometimes = closure or self._wrapped_only_sometimes(analysis, wrap, call) or analysis.handed_unwrapped(call.args[0].value)
-                        what = "copy" if analysis.is_call_to(call, COPIES) else "tracing"
+                        what = "copy" if analysis.copies_a_model(call) else "tracing"
                         yield _Case("handoff", call.args[0].value, call.args[0].value, sometimes, f"{code_of(call.func)} gets the DDP wrapper: hand it the model itself ({what} of the wrapper fails or keeps DDP's hooks)")
             elif (forwarded := self._forward_on_some_ranks(analysis, call)) is not None:
                 model, wrap, closure = forwarded
@@ -1169,3 +1169,4 @@ def _other_branch_uses(analysis: ScriptAnalysis, branch: cst.If, node: cst.CSTNo
 def _uses_name(node: cst.CSTNode, name: str) -> bool:
     """Whether the (dotted) name occurs in the code under a node."""
     return any(type(n) in (cst.Name, cst.Attribute) and dotted_name(n) == name for n in walk(node))
+

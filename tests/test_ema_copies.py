@@ -131,3 +131,71 @@ def test_a_copy_frozen_after_the_wrap_is_no_change_of_the_wrapped_model() -> Non
     wrapped = wrapped.replace("FREEZE", "for q in m.parameters():\n    q.requires_grad = False")
     lines = wrapped.splitlines()
     assert _requires_grad_lines(wrapped) == [lines.index("    q.requires_grad = False") + 1]
+
+
+EMA_MODULE = '''
+import torch
+
+
+class ExponentialMovingAverage(torch.optim.swa_utils.AveragedModel):
+    def __init__(self, model, decay):
+        super().__init__(model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(decay))
+'''
+
+EMA_SUBCLASS_TRAIN = '''
+import os
+import sys
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from ema import ExponentialMovingAverage
+
+
+def main():
+    torch.manual_seed(0)
+    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
+    model = nn.Linear(4, 1)
+    model_ema = ExponentialMovingAverage(model, 0.9)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    if len(sys.argv) > 1:
+        checkpoint = torch.load(sys.argv[1])
+        model.load_state_dict(checkpoint["model"])
+        model_ema.load_state_dict(checkpoint["ema"])
+    for epoch in range(2):
+        for xb, yb in loader:
+            loss = nn.functional.mse_loss(model(xb), yb)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            model_ema.update_parameters(model)
+    torch.save({"model": model.state_dict(), "ema": model_ema.state_dict()}, "checkpoint.pt")
+    os.write(1, b"resumed and saved\\n")
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_an_ema_class_derived_from_averaged_model_copies_the_model_itself(tmp_path: Path) -> None:
+    """A trial's crash: torchvision's ``ExponentialMovingAverage(AveragedModel)`` was handed the DDP wrapper, so
+    its keys became ``module.module.*``: resuming from the single-GPU program's checkpoint failed (missing keys),
+    and the original could not load the migrated program's checkpoint either; the report said nothing."""
+    pytest.importorskip("torch")
+    from launch import run_python
+
+    (tmp_path / "ema.py").write_text(EMA_MODULE)
+    (tmp_path / "train.py").write_text(EMA_SUBCLASS_TRAIN)
+    original = tmp_path / "original.py"
+    original.write_text(EMA_SUBCLASS_TRAIN)
+    run_python(original, cwd=tmp_path, timeout=120)  # the single-GPU program's checkpoint
+    (tmp_path / "checkpoint.pt").rename(tmp_path / "old.pt")
+    migrated, report, code = migrate_script(tmp_path, EMA_SUBCLASS_TRAIN)
+    assert "    model_ema = ExponentialMovingAverage(model.module, 0.9)\n" in migrated, migrated
+    assert code == 0, report
+    resumed = run_python(tmp_path / "train.py", "old.pt", cwd=tmp_path, timeout=120)
+    assert "resumed and saved" in resumed.output, resumed.output
+    again = run_python(original, "checkpoint.pt", cwd=tmp_path, timeout=120)  # the original reads the new one
+    assert "resumed and saved" in again.output, again.output

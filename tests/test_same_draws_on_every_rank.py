@@ -119,3 +119,24 @@ def test_a_numpy_draw_whose_bound_reads_the_batch_is_one_draw_for_the_step(tmp_p
     draw = "col = np.random.randint(0, real.size(1))\n            fake = netG(real[:, :4] * col)"
     _, report, _ = migrate_script(tmp_path, NUMPY_GAN.replace("SEED", "np.random.seed(0)").replace("DRAW", draw))
     assert "DDP051" not in report, report
+
+
+@pytest.mark.parametrize(
+    "draw",
+    [
+        "(real,) = next(batches)",
+        "try:\n                (real,) = next(batches)\n            except StopIteration:\n                batches = iter(loader)\n                (real,) = next(batches)",
+    ],
+    ids=["next", "next-restarted"],
+)
+def test_batches_drawn_with_next_are_this_ranks_share_too(tmp_path: Path, draw: str) -> None:
+    """A trial's GAN and SimCLR drew their batches with ``next(it)`` of ``it = iter(loader)``: neither DDP051
+    (the same noise on every rank) nor DDP050 (in-batch negatives) was raised, 0 items for a human, while the
+    same bodies under ``for (real,) in loader:`` got both reviews."""
+    source = GAN.replace("SEED", "torch.manual_seed(0)").replace("DRAW", PER_SAMPLE["noise-vectors"])
+    source = source.replace("        for (real,) in loader:\n", f"        batches = iter(loader)\n        for step in range(8):\n            {draw}\n")
+    source = source.replace("errD = netD(fake.detach()).mean() - netD(real).mean()", "h = netD[0](real)\n            errD = netD(fake.detach()).mean() - netD(real).mean() + (h @ h.t()).mean()")
+    migrated, report, _ = migrate_script(tmp_path, source)
+    assert "DistributedSampler" in migrated, migrated
+    assert "DDP051" in report and "every rank draws the same numbers" in report, report
+    assert "DDP050" in report and "multiplies the samples of this process's batch with each other" in report, report

@@ -70,6 +70,8 @@ class LoaderFacts:
     dict_training_loops: set[cst.For] = field(default_factory=set)
     #: Loaders whose batches are drawn with ``next(...)`` in code that trains.
     iterator_training: set[cst.Call] = field(default_factory=set)
+    #: The ``next(it)`` calls, in any module, that draw those loaders' training batches, with the loaders they draw from.
+    training_draws: list[tuple[cst.Call, frozenset[cst.Call]]] = field(default_factory=list)
     #: Loaders a comprehension trains on (``[self.train_step(b) for b in self.loader]``).
     comprehension_training: set[cst.Call] = field(default_factory=set)
     #: Loaders iterated by a loop that trains only at some call sites, passed only at evaluating ones.
@@ -245,7 +247,7 @@ class LoaderFacts:
         found = []
         for origin in self._stream_candidates(dataset.value):
             built = a.shared.constructed.get(origin)
-            if built is not None and _derives_from_iterable_dataset(a, built, set()):
+            if built is not None and a.derives_from(built, names.ITERABLE_DATASETS):
                 found.append(built)
         return found
 
@@ -328,6 +330,7 @@ class LoaderFacts:
                 found = {o for o in analysis.origins(call.args[0].value) if o in self._loader_set}
                 if found and _draws_for_training(analysis, call, depth=0):
                     self.iterator_training |= found  # type: ignore[arg-type]
+                    self.training_draws.append((call, frozenset(found)))  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------ queries
 
@@ -491,23 +494,6 @@ def _runs_in_a_loop(analysis: ScriptAnalysis, call: cst.Call) -> bool:
 
 #: Calls that take a stretch of a sequence or a stream: bounded by the rank, they keep one rank's share.
 _STREAM_CUTS = frozenset({"builtins.range", "itertools.islice"})
-
-
-def _derives_from_iterable_dataset(analysis: ScriptAnalysis, cls: cst.ClassDef, seen: set[cst.ClassDef]) -> bool:
-    """Whether a class of the program derives from an iterable-style dataset, through its bases (classes of
-    the program are followed by their name, in any module of the program)."""
-    if cls in seen:
-        return False
-    seen.add(cls)
-    home = analysis.shared.analysis_of(cls) or analysis
-    for base in cls.bases:
-        if home.qualified_names(base.value) & names.ITERABLE_DATASETS:
-            return True
-        name = (dotted_name(base.value) or "").rsplit(".", 1)[-1]
-        candidates = [c for module in analysis.shared.analyses for c in module.classes if c.name.value == name]
-        if len(candidates) == 1 and _derives_from_iterable_dataset(analysis, candidates[0], seen):
-            return True
-    return False
 
 
 def _built_for_several_callers(analysis: ScriptAnalysis, loader: cst.Call) -> bool:

@@ -409,6 +409,13 @@ def _seeds(analysis: ScriptAnalysis) -> list[tuple[cst.CSTNode, cst.BaseExpressi
             if is_enumerate and isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
                 target = target.elements[1].value  # the batch, not the index (the same on every rank)
             seeds.append((loop.loop, target))
+    for draw, loaders in loader_facts(analysis).training_draws:  # ``(x,) = next(it)`` of ``it = iter(loader)``
+        home = analysis.shared.analysis_of(draw) or analysis
+        if any((analysis.shared.analysis_of(loader) or home).has_distributed_sampler(loader) for loader in loaders):
+            stmt = home.statement(draw)
+            small = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
+            if small is not None:
+                seeds.extend((small, target) for target in assignment_targets(small))
     draws = per_rank_draws(analysis)
     for draw in draws:  # ``ix = torch.randint(...)`` seeded from the rank: each rank's own batch
         home = analysis.shared.analysis_of(draw) or analysis

@@ -766,6 +766,35 @@ class ScriptAnalysis:
         """The nearest class definition around the node."""
         return next((a for a in self.ancestors(node) if isinstance(a, cst.ClassDef)), None)
 
+    def derives_from(self, cls: cst.ClassDef, bases: frozenset[str]) -> bool:
+        """Whether a class of the program derives from one of the classes named (qualified names), through its
+        bases: classes of the program are followed by their name, in any module of the program
+        (``class ExponentialMovingAverage(AveragedModel)``, ``class Synthetic(Base)`` of a ``Base(IterableDataset)``)."""
+        return self._derives_from(cls, bases, set())
+
+    def copies_a_model(self, call: cst.Call) -> bool:
+        """Whether the call makes a new model from the one it is given (:data:`names.MODEL_COPIES`:
+        ``copy.deepcopy``, ``AveragedModel``), also through a class of the program derived from such a copy
+        (torchvision's ``ExponentialMovingAverage(AveragedModel)``)."""
+        if self.is_call_to(call, names.MODEL_COPIES):
+            return True
+        built = self.shared.constructed.get(call)
+        return built is not None and self.derives_from(built, names.MODEL_COPIES)
+
+    def _derives_from(self, cls: cst.ClassDef, bases: frozenset[str], seen: set[cst.ClassDef]) -> bool:
+        if cls in seen:
+            return False
+        seen.add(cls)
+        home = self.shared.analysis_of(cls) or self
+        for base in cls.bases:
+            if home.qualified_names(base.value) & bases:
+                return True
+            name = (dotted_name(base.value) or "").rsplit(".", 1)[-1]
+            candidates = [c for module in self.shared.analyses for c in module.classes if c.name.value == name]
+            if len(candidates) == 1 and self._derives_from(candidates[0], bases, seen):
+                return True
+        return False
+
     def runs_in_a_data_set(self, node: cst.CSTNode, depth: int = 3) -> bool:
         """Whether the node runs in a method of a data set class (one that defines ``__getitem__`` or
         ``__iter__``, or derives from such a class of the program), or in a function only such methods call

@@ -234,7 +234,7 @@ def _changes_a_copy(analysis: ScriptAnalysis, function: cst.FunctionDef, receive
 def _is_model_copy(analysis: ScriptAnalysis, value: cst.CSTNode) -> bool:
     """A new model made from one (:data:`names.MODEL_COPIES`), also moved or put in a mode (``.eval()``)."""
     value = _copied_call(value) if type(value) is cst.Call else value  # type: ignore[arg-type]
-    return type(value) is cst.Call and analysis.is_call_to(value, names.MODEL_COPIES)  # type: ignore[arg-type]
+    return type(value) is cst.Call and analysis.copies_a_model(value)  # type: ignore[arg-type]
 
 
 def _with_owners(analysis: ScriptAnalysis, at: cst.CSTNode, roots: set[str]) -> set[str]:
