@@ -41,7 +41,8 @@ ITERABLE_TODO = (
 OWN_SAMPLER_TODO = (
     "this training loader's own sampler is not sharded: every process draws the same samples; make it draw "
     "each rank's share (rank runtime.rank() of runtime.world_size(), e.g. a distributed version of it), keeping "
-    "what it samples for, and call its set_epoch if it shuffles"
+    "what it samples for, and call its set_epoch if it shuffles; then give each process its share of the "
+    "batch (batch_size=runtime.per_process_batch_size(batch_size)) to keep the original's global batch"
 )
 
 UNBATCHED_MESSAGE = (
@@ -301,7 +302,7 @@ for x, y in loader:
             after="""\
 from torch.utils.data import DataLoader, WeightedRandomSampler
 
-# TODO(ddp-migrate): this training loader's own sampler is not sharded: every process draws the same samples; make it draw each rank's share (rank runtime.rank() of runtime.world_size(), e.g. a distributed version of it), keeping what it samples for, and call its set_epoch if it shuffles
+# TODO(ddp-migrate): this training loader's own sampler is not sharded: every process draws the same samples; make it draw each rank's share (rank runtime.rank() of runtime.world_size(), e.g. a distributed version of it), keeping what it samples for, and call its set_epoch if it shuffles; then give each process its share of the batch (batch_size=runtime.per_process_batch_size(batch_size)) to keep the original's global batch
 loader = DataLoader(train_set, batch_size=8, sampler=WeightedRandomSampler(weights, len(weights)))
 for x, y in loader:
     loss_fn(model(x), y).backward()
@@ -376,6 +377,8 @@ with torch.no_grad():
                     fixable=False,
                 )
                 continue
+            if facts.sharded_at_a_call_site(loader):
+                continue  # (``build_dataloader(cfg, ds, sampler=DistributedSampler(ds))``: the user's own split)
             if loader in facts.shared_factories and not analysis.has_distributed_sampler(loader):
                 yield Match(
                     loader,

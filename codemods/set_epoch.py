@@ -298,7 +298,10 @@ finetune(model, DataLoader(ds, batch_size=8, sampler=DistributedSampler(ds)))
         the epoch loop (a name bound before the loop, never a progress wrapper made inside it)."""
         facts = loader_facts(analysis)
         for loader in analysis.program_loader_calls:
-            if loader not in facts.training_loaders or not analysis.has_distributed_sampler(loader):
+            if loader not in facts.training_loaders and loader not in facts.shared_factories:
+                continue
+            # (a factory's loader split by a call site, through its ``**kwargs``: that call site's epoch loops)
+            if not analysis.has_distributed_sampler(loader) and not facts.sharded_at_a_call_site(loader):
                 continue
             loops = analysis.epoch_loops(loader)
             if not loops:

@@ -39,7 +39,9 @@ class UnshardedTrainingData(Rule):
     What a human must do: give each rank its own batches: draw from a generator seeded with the rank
     (``torch.manual_seed(seed + runtime.rank())``, as nanoGPT's ``seed_offset`` does), take every N-th
     sample starting at ``runtime.rank()``, or build a ``DataLoader`` over the data so that the migration
-    can shard it.
+    can shard it. With each rank drawing its own, each draws ``runtime.per_process_batch_size(batch_size)``
+    samples a step to keep the original's global batch (or divides its gradient accumulation steps by the
+    world size, as nanoGPT does).
     """
 
     code = "DDP040"
@@ -160,7 +162,8 @@ loss.backward()
                     step,
                     f"this call trains (backward() at line {home.line(elsewhere)} of module {home.module_name}) on "
                     "batches from no DataLoader, which the migration cannot shard: every process trains on the same "
-                    "data unless each rank draws its own (seed with runtime.rank(), or take every N-th sample); then "
+                    "data unless each rank draws its own (seed with runtime.rank(), or take every N-th sample) and N times "
+                    "fewer samples a step (runtime.per_process_batch_size(batch_size), to keep the global batch); then "
                     "every value computed from the data differs between ranks, so reduce it across ranks "
                     "(runtime.reduce_mean) before the loop decides on it (an exit test, a learning rate)",
                     fixable=False,
@@ -170,7 +173,8 @@ loss.backward()
                 step,
                 "training batches here come from no DataLoader, which the migration cannot shard: every process "
                 "trains on the same data unless each rank draws its own (seed with runtime.rank(), or take every "
-                "N-th sample); then every value computed from the data differs between ranks, so reduce it across "
+                "N-th sample) and N times fewer samples a step (runtime.per_process_batch_size(batch_size), to keep "
+                "the global batch); then every value computed from the data differs between ranks, so reduce it across "
                 "ranks (runtime.reduce_mean) before the loop decides on it (an exit test, a learning rate)",
                 fixable=False,
             )

@@ -208,6 +208,37 @@ def test_a_loader_factory_used_by_several_call_sites_is_left_to_a_human(tmp_path
     assert "review" in result.output and "DDP005" in result.output
 
 
+def test_a_factory_whose_training_call_site_the_user_sharded_is_left_as_it_is(tmp_path: Path) -> None:
+    """A trial did what the shared-factory TODO asks (``sampler=DistributedSampler(...)`` at the training call,
+    forwarded through the factory's ``**kwargs``): the next run put the TODO back and lint kept reporting
+    DDP005, so a pre-commit hook would fail until a noqa."""
+    factory = SHARED_FACTORY.replace(
+        "def create_loader(dataset, batch_size, is_training):\n    loader_args = dict(batch_size=batch_size, shuffle=is_training)\n",
+        "def create_loader(dataset, batch_size, is_training, **kwargs):\n    loader_args = dict(batch_size=batch_size, shuffle=is_training)\n    loader_args.update(kwargs)\n",
+    )
+    (tmp_path / "train.py").write_text(factory)
+    first = migrate(tmp_path)
+    assert first.exit_code == 1 and "TODO(ddp-migrate): several call sites build their loaders here" in (tmp_path / "train.py").read_text()
+    train = (tmp_path / "train.py").read_text()
+    train = "\n".join(line for line in train.splitlines() if "TODO(ddp-migrate)" not in line) + "\n"
+    train = train.replace("loader_args = dict(batch_size=batch_size, shuffle=is_training)", "loader_args = dict(batch_size=batch_size)")
+    train = train.replace(
+        "train_loader = create_loader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), 8, is_training=True)",
+        "train_set = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\n"
+        "    train_loader = create_loader(train_set, 4, is_training=True, sampler=DistributedSampler(train_set))",
+    )
+    train = "from torch.utils.data.distributed import DistributedSampler\n" + train
+    (tmp_path / "train.py").write_text(train)
+    again = migrate(tmp_path)
+    assert again.exit_code == 0 and "TODO" not in (tmp_path / "train.py").read_text(), again.output
+    # (the user forgot set_epoch: the epoch loop of the loader they split gets it, the evaluation none)
+    assert "        train_loader.sampler.set_epoch(epoch)\n" in (tmp_path / "train.py").read_text(), again.output
+    assert "eval_loader.sampler" not in (tmp_path / "train.py").read_text()
+    assert "0 item(s) need a human" in again.output, again.output
+    linted = CliRunner().invoke(cli, ["lint", "--select", "DDP005", str(tmp_path / "train.py")])
+    assert linted.exit_code == 0 and "DDP005" not in linted.output, linted.output
+
+
 STEP_ENGINE = '''
 import sys
 

@@ -150,6 +150,17 @@ class LoaderFacts:
             self._hand_sharded[loader] = self._cut_by_rank(loader) or bool(self.stream_cut_by_rank(loader))
         return self._hand_sharded[loader]
 
+    def sharded_at_a_call_site(self, loader: cst.Call) -> bool:
+        """Whether a caller of the function that builds the loader hands it a ``DistributedSampler`` through
+        the function's ``**kwargs`` (``build_dataloader(cfg, ds, sampler=DistributedSampler(ds))``: the
+        training call of a factory that evaluation shares, sharded by hand): that call site's loader is split."""
+        a = self.analysis
+        home = a.shared.analysis_of(loader) or a
+        return any(
+            type(o) is cst.Call and (a.shared.analysis_of(o) or home).is_call_to(o, names.DISTRIBUTED_SAMPLER)  # type: ignore[arg-type]
+            for o in home.forwarded_origins(loader, "sampler")
+        )
+
     def stream_cut_by_rank(self, loader: cst.Call) -> cst.ClassDef | None:
         """The iterable-style dataset class of the program behind the loader whose methods already cut the
         stream by rank: a ``range``/``islice`` or a slice bounded by the rank (``range(rank, n, world)``), or

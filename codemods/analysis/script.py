@@ -1975,6 +1975,24 @@ class ScriptAnalysis:
                     found |= items[keyword]
         return found
 
+    def forwarded_origins(self, call: cst.Call, keyword: str) -> set[cst.CSTNode]:
+        """What the callers of the call's function pass as ``keyword`` where the function forwards its own
+        ``**kwargs`` into the call (``def build_dataloader(cfg, ds, **kwargs): args = dict(...);
+        args.update(kwargs); return DataLoader(ds, **args)`` called with ``sampler=DistributedSampler(ds)``):
+        the keyword's values at every call site, in any module of the program."""
+        if not any(arg.star == "**" for arg in call.args):
+            return set()
+        function = self.enclosing_function(call)
+        star = function.params.star_kwarg if function is not None else None
+        if star is None or not any(type(n) is cst.Name and n.value == star.name.value for n in walk(function.body)):  # type: ignore[union-attr, attr-defined]
+            return set()
+        found: set[cst.CSTNode] = set()
+        for site in self.callers_in_program(function):  # type: ignore[arg-type]
+            given = keyword_argument(site, keyword)
+            if given is not None:
+                found |= (self.shared.analysis_of(site) or self).origins(given.value)
+        return found
+
     def has_distributed_sampler(self, loader: cst.Call) -> bool:
         """Whether the loader draws from a ``DistributedSampler``."""
         return any(
