@@ -141,6 +141,9 @@ for x, y in val_loader:
             return any(analysis.enclosing_function(r) is None for r in _reductions_in(analysis, analysis.module))
         if _reductions_in(analysis, function):
             return True
+        # What the function fills that its caller may reduce: a meter of the caller's it updates
+        # (``top1.update(...)`` in the ImageNet example's nested ``run_validate``, then ``top1.all_reduce()``).
+        filled = {name for n in walk(function.body) if isinstance(n, (cst.Name, cst.Attribute)) and (name := dotted_name(n)) is not None}
         for call in analysis.callers_of(function):
             statement = analysis.statement(call)
             if _reductions_in(analysis, statement):
@@ -151,6 +154,9 @@ for x, y in val_loader:
             scope = analysis.enclosing_function(call) or analysis.module
             for reduction in _reductions_in(analysis, scope):
                 if any(dotted_name(n) in results for n in walk(reduction) if isinstance(n, (cst.Name, cst.Attribute))):
+                    return True
+                reduced = _reduced_value(reduction)
+                if reduced is not None and dotted_name(reduced) in filled:
                     return True
         return False
 
@@ -190,6 +196,14 @@ def _evaluates_the_remainder(analysis: ScriptAnalysis) -> bool:
     return any(
         "sampler" in code_of(call) for module in analysis.shared.analyses for call in module.calls_to(names.SUBSET)
     )
+
+
+def _reduced_value(reduction: cst.Call) -> cst.BaseExpression | None:
+    """The value a reduction reduces: the receiver of a method that reduces its object in place
+    (``top1.all_reduce()``), else its first argument (``dist.all_reduce(t)``)."""
+    if type(reduction.func) is cst.Attribute and not reduction.args:
+        return reduction.func.value  # type: ignore[attr-defined]
+    return reduction.args[0].value if reduction.args else None
 
 
 def _is_assign_line(statement: cst.BaseStatement) -> bool:

@@ -134,3 +134,72 @@ def test_a_successful_raise_of_system_exit_in_a_helper_leaves_the_others_waiting
     )
     found = lint(tmp_path, source, "DDP041")
     assert len(found) == 1 and "`total < 5.0` decides on total" in found[0], found
+
+
+SHARED_HELPER = """
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+GLOBAL_STATE
+
+
+def accuracy(output, target):
+    BODY
+
+
+def main():
+    ds = TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,)))
+    train_loader = DataLoader(ds, batch_size=8, shuffle=True)
+    VAL_LOADER
+    model = nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    best = 0.0
+    for epoch in range(3):
+        for x, y in train_loader:
+            out = model(x)
+            loss = nn.functional.cross_entropy(out, y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            train_acc = accuracy(out, y)
+        with torch.no_grad():
+            acc = sum(accuracy(model(x), y) for x, y in val_loader) / len(val_loader)
+        if acc > best:
+            best = acc
+            torch.save(model.state_dict(), "best.pt")
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.mark.parametrize(
+    ("global_state", "body", "val_loader", "reviewed"),
+    [
+        ("", "return (output.argmax(1) == target).float().mean().item()", "val_loader = DataLoader(ds, batch_size=8)", False),
+        (
+            "",
+            "return (output.argmax(1) == target).float().mean().item()",
+            "val_loader = DataLoader(ds, batch_size=8, sampler=torch.utils.data.distributed.DistributedSampler(ds, shuffle=False))",
+            True,
+        ),
+        # The helper also reads a value of its module that the training shard fills: per-rank whatever its arguments.
+        (
+            "SEEN = []",
+            "SEEN.append(output)\n    return (torch.cat(SEEN).argmax(1)[: len(target)] == target).float().mean().item()",
+            "val_loader = DataLoader(ds, batch_size=8)",
+            True,
+        ),
+    ],
+    ids=["whole-evaluation", "sharded-evaluation", "helper-reads-a-per-rank-global"],
+)
+def test_a_helper_shared_by_training_and_evaluation_is_per_rank_only_where_its_arguments_are(
+    tmp_path: Path, global_state: str, body: str, val_loader: str, reviewed: bool
+) -> None:
+    """A trial's false review (pytorch/examples' ImageNet shape): ``accuracy(output, target)`` called on the
+    training batch made its every result per-rank, so ``acc > best`` over a whole evaluation got a DDP041 TODO."""
+    (tmp_path / "train.py").write_text(SHARED_HELPER.replace("GLOBAL_STATE", global_state).replace("BODY", body).replace("VAL_LOADER", val_loader))
+    result = CliRunner().invoke(cli, ["--diff", str(tmp_path / "train.py")])
+    assert ("DDP041 `acc > best`" in result.output) is reviewed, result.output

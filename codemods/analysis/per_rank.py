@@ -60,6 +60,10 @@ class PerRankValues:
         self._deciding: set[cst.Call] = set()
         self._solved = False
         self._program_loaders: set[cst.CSTNode] | None = None
+        self._argument_only: dict[cst.FunctionDef, bool] = {}
+        self._deciding_functions: set[cst.FunctionDef] = set()
+        #: Where the seeds of the per-rank values are (a helper holding one is per-rank whatever its arguments).
+        self._seed_nodes: set[cst.CSTNode] = set()
 
     def key(self, node: cst.CSTNode, name: str) -> tuple[Owner, str]:
         if name.startswith("self."):
@@ -111,11 +115,54 @@ class PerRankValues:
                 if use.key in self.sized:
                     return use.shown
             elif use.function is not None:
-                if use.function in functions and not self._whole_pass_call(use.call, use.function):  # type: ignore[arg-type]
+                if (
+                    use.function in functions
+                    and not self._whole_pass_call(use.call, use.function)  # type: ignore[arg-type]
+                    and not self._whole_by_its_arguments(use.call, use.function)  # type: ignore[arg-type]
+                ):
                     return use.shown
             elif self._holds(use.key, use.at_module):  # type: ignore[arg-type]
                 return use.shown
         return None
+
+    def _whole_by_its_arguments(self, call: cst.Call, function: cst.FunctionDef) -> bool:
+        """Whether this call of a helper whose result may be per-rank computes from whole values: the helper's
+        per-rank values come from its arguments alone (:meth:`_from_arguments_only`: ``def accuracy(output,
+        target)``, called on the training batch and on a whole evaluation set) and no argument of this call
+        is per-rank."""
+        return self._from_arguments_only(function, depth=0) and not any(self.mention(arg.value) for arg in call.args)
+
+    def _from_arguments_only(self, function: cst.FunctionDef, depth: int) -> bool:
+        """Whether nothing per-rank reaches the function but through its parameters: no seed in it (a loop
+        over a sharded loader, a ``next()`` draw, a ``backward()``), no per-rank value of its module or object
+        read, and no per-rank helper called but such helpers (a few calls deep). Kept once solved (while the
+        per-rank values grow, the answer may still change)."""
+        found = self._argument_only.get(function)
+        if found is not None:
+            return found
+        if depth > 3 or function in self._deciding_functions:
+            return False
+        self._deciding_functions.add(function)
+        try:
+            found = self._decide_from_arguments_only(function, depth)
+        finally:
+            self._deciding_functions.discard(function)
+        if self._solved:
+            self._argument_only[function] = found
+        return found
+
+    def _decide_from_arguments_only(self, function: cst.FunctionDef, depth: int) -> bool:
+        home = self.analysis.shared.analysis_of(function) or self.analysis
+        if any(home.is_inside(node, function) for node in self._seed_nodes if (self.analysis.shared.analysis_of(node) or self.analysis) is home):
+            return False
+        for use in self._uses(function.body):
+            if use.function is not None:
+                if use.function in self.functions and not self._from_arguments_only(use.function, depth + 1):
+                    return False
+            elif use.key is not None and not use.sized and home._key(function.body, use.key[1])[0] is not function:
+                if self._holds(use.key, use.at_module):  # type: ignore[arg-type]
+                    return False  # (a per-rank global or attribute read inside)
+        return True
 
     def _whole_pass_call(self, call: cst.Call, function: cst.FunctionDef) -> bool:
         """Whether this call of a function whose result may be per-rank goes over whole data sets only: every
@@ -270,6 +317,7 @@ class PerRankValues:
     def solve(self, seeds: list[tuple[cst.CSTNode, cst.BaseExpression]]) -> None:
         analysis = self.analysis
         for node, target in seeds:
+            self._seed_nodes.add(node)
             self._mark(self._targets(node, target))
         modules = analysis.shared.analyses
         for assign in (assign for module in modules for assign in module.assignments):
