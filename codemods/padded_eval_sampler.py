@@ -155,7 +155,7 @@ for x, y in val_loader:
             for reduction in _reductions_in(analysis, scope):
                 if any(dotted_name(n) in results for n in walk(reduction) if isinstance(n, (cst.Name, cst.Attribute))):
                     return True
-                reduced = _reduced_value(reduction)
+                reduced = _reduced_in_place(analysis, reduction)
                 if reduced is not None and dotted_name(reduced) in filled:
                     return True
         return False
@@ -198,12 +198,15 @@ def _evaluates_the_remainder(analysis: ScriptAnalysis) -> bool:
     )
 
 
-def _reduced_value(reduction: cst.Call) -> cst.BaseExpression | None:
-    """The value a reduction reduces: the receiver of a method that reduces its object in place
-    (``top1.all_reduce()``), else its first argument (``dist.all_reduce(t)``)."""
-    if type(reduction.func) is cst.Attribute and not reduction.args:
+def _reduced_in_place(analysis: ScriptAnalysis, reduction: cst.Call) -> cst.BaseExpression | None:
+    """The value a reduction leaves reduced in place: the receiver of a method of the program that reduces
+    its object (``top1.all_reduce()``), or the tensor a collective reduces (``dist.all_reduce(t)``); ``None``
+    for a reduction that hands back its result (``runtime.reduce_mean(x)``, a helper that evaluates and reduces)."""
+    if type(reduction.func) is cst.Attribute and analysis.reduces_in_place(reduction):
         return reduction.func.value  # type: ignore[attr-defined]
-    return reduction.args[0].value if reduction.args else None
+    if reduction.args and analysis.is_call_to(reduction, names.TORCH_COLLECTIVES):
+        return reduction.args[0].value
+    return None
 
 
 def _is_assign_line(statement: cst.BaseStatement) -> bool:

@@ -68,9 +68,27 @@ if __name__ == "__main__":
 """
 
 
-@pytest.mark.parametrize(("reduce", "unreduced"), [("top1.all_reduce()", False), ("pass", True)], ids=["meter-reduced", "nothing-reduced"])
+HELPER_THAT_REDUCES = """
+
+def reduced_norm(model):
+    t = torch.stack([p.detach().norm() for p in model.parameters()]).sum()
+    dist.all_reduce(t)
+    return t.item()
+"""
+
+
+@pytest.mark.parametrize(
+    ("reduce", "unreduced"),
+    [
+        ("top1.all_reduce()", False),
+        ("pass", True),
+        # A reduction of another value that the evaluation also reads (the model): no reduction of its metric.
+        ("print(reduced_norm(model))", True),
+    ],
+    ids=["meter-reduced", "nothing-reduced", "another-value-reduced"],
+)
 def test_a_meter_a_nested_evaluation_fills_and_its_caller_reduces_counts_as_reduced(tmp_path: Path, reduce: str, unreduced: bool) -> None:
-    (tmp_path / "train.py").write_text(PROGRAM.replace("REDUCE", reduce))
+    (tmp_path / "train.py").write_text(PROGRAM.replace("REDUCE", reduce).replace("\n\ndef validate", HELPER_THAT_REDUCES + "\n\ndef validate"))
     result = CliRunner().invoke(cli, ["lint", "--select", "DDP034", str(tmp_path / "train.py")])
     assert ("its metrics are not reduced across ranks" in result.output) is unreduced, result.output
     if not unreduced:  # (the reduced metric still counts the sampler's padding twice: that review stays)
