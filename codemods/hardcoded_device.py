@@ -505,6 +505,13 @@ with torch.autocast(device_type="cuda", enabled=False):
                 new = f"{rt}.device() if {test} else {kept}" if cuda_in_body else f"{kept} if {test} else {rt}.device()"
                 edits.replace(node, expression(new))
                 message = "CUDA side of the device choice replaced by runtime.device(); the user's choice is kept"
+                if "cpu" in code_of(other).lower():
+                    # On a machine with GPUs the group would use NCCL and DDP this GPU: a model the user keeps
+                    # on the CPU crashes the wrap ("device_ids ... only work with ... GPU modules").
+                    message += (
+                        " (to train on the CPU on a machine with GPUs, launch with DDP_MIGRATE_DEVICE=cpu: the "
+                        "process group and DDP then use the CPU too)"
+                    )
             elif isinstance(node, cst.SimpleString) and (
                 isinstance(parent := analysis.parent(node), (cst.Assign, cst.AnnAssign, cst.IfExp, cst.DictElement))
                 or (isinstance(parent, cst.Arg) and parent.keyword is not None and parent.keyword.value == "default")

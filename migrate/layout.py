@@ -247,6 +247,9 @@ def _split(content: str, indent: str, limit: int, statement: bool = False) -> li
         return [indent + content]
     inside = {index for opening, closing in pairs for index in range(opening, closing + 1)}
     if not statement:
+        strings = _concatenated_strings(tokens)
+        if strings is not None:
+            return [indent + part for part in strings]
         parts = _delimiter_split(content, tokens, inside)
         if parts is not None:
             if len(parts) == 1:
@@ -276,6 +279,19 @@ def _split(content: str, indent: str, limit: int, statement: bool = False) -> li
             lines.extend(_split(element + ",", deeper, limit))
     lines.append(indent + tail)
     return lines
+
+
+def _concatenated_strings(tokens: list[_Token]) -> list[str] | None:
+    """The parts of an implicitly concatenated string (``f"a " f"b"``, maybe with a trailing comma), one per
+    line as black lays them out; ``None`` for any other expression."""
+    comma = bool(tokens) and tokens[-1].type == tokenize.OP and tokens[-1].string == ","
+    strings = tokens[:-1] if comma else tokens
+    if len(strings) < 2 or any(t.type != tokenize.STRING for t in strings):
+        return None
+    parts = [t.string for t in strings]
+    if comma:
+        parts[-1] += ","
+    return parts
 
 
 def _value_in_parentheses(tokens: list[_Token], inside: set[int]) -> tuple[int | None, int | None]:

@@ -171,3 +171,26 @@ def test_a_second_migration_of_a_cpu_program_changes_nothing(tmp_path: Path) -> 
     again, report, _ = migrate_script(tmp_path, migrated)
     assert again == migrated and "1 unchanged" in report, report
     assert 'torch.load("x.pt", map_location="cpu")' in migrated, migrated
+
+
+@pytest.mark.parametrize(
+    ("choice", "told"),
+    [
+        ('torch.device("cuda" if use_cuda else "cpu")', True),
+        ('torch.device("cpu" if args.no_cuda else "cuda")', True),
+        ('torch.device("cuda" if use_cuda else "mps")', False),
+    ],
+    ids=["cpu-otherwise", "cpu-first", "another-accelerator"],
+)
+def test_a_users_cpu_choice_is_kept_and_the_report_says_how_to_launch_it(tmp_path: Path, choice: str, told: bool) -> None:
+    """A trial's likely crash on a GPU machine: ``--no-cuda`` keeps the model on the CPU while the set-up
+    binds this process's GPU (nccl, device_ids=[local_rank]). The choice is the user's and stays; the report
+    says to launch such a run with DDP_MIGRATE_DEVICE=cpu."""
+    body = (
+        "parser = argparse.ArgumentParser()\nparser.add_argument('--no-cuda', action='store_true')\n"
+        "args = parser.parse_args()\nuse_cuda = not args.no_cuda and torch.cuda.is_available()\n"
+        f"device = {choice}\nmodel = nn.Linear(4, 1).to(device)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    )
+    migrated, report, code = migrate_script(tmp_path, program(body))
+    assert "runtime.device() if" in migrated or "else runtime.device()" in migrated, migrated
+    assert ("launch with DDP_MIGRATE_DEVICE=cpu" in report) is told, report

@@ -174,6 +174,22 @@ def test_an_operator_expression_is_parenthesised_and_split_at_its_operators() ->
     )
 
 
+def test_an_implicitly_concatenated_string_keeps_a_line_per_part() -> None:
+    """A trial's print over two lines (``print(f"Epoch ..." \\n f"lr ...")``) became ``runtime.print0(`` with both
+    parts joined on one 131-column line; black keeps each part on a line of its own."""
+    original = 'for i in range(3):\n    print(f"Epoch: [{epoch}] [{i}/{len(data_loader)}] loss {loss.item():.4f} [{i}/{len(data_loader)}] "\n          f"lr {lr:.4f}")\n'
+    text = 'for i in range(3):\n    runtime.print0(f"Epoch: [{epoch}] [{i}/{len(data_loader)}] loss {loss.item():.4f} [{i}/{len(data_loader)}] " f"lr {lr:.4f}")\n'
+    assert wrap_new_lines(original, text, 88).text == (
+        "for i in range(3):\n"
+        "    runtime.print0(\n"
+        '        f"Epoch: [{epoch}] [{i}/{len(data_loader)}] loss {loss.item():.4f} [{i}/{len(data_loader)}] "\n'
+        '        f"lr {lr:.4f}"\n'
+        "    )\n"
+    )
+    short = 'runtime.print0(some_function_name(argument_one, argument_two), "a part " "and another part", x)\n'
+    assert '"a part " "and another part", x\n' in wrap_new_lines("", short, 88).text  # (a part that fits stays whole)
+
+
 def test_the_users_lines_comments_and_lambdas_are_left_alone() -> None:
     long_user_line = "x = some_function_with_a_long_name(first_argument, second_argument, third_argument_here, 4)\n"
     assert wrap_new_lines(long_user_line, long_user_line, 88).text == long_user_line
