@@ -311,6 +311,7 @@ finetune(model, DataLoader(ds, batch_size=8, sampler=DistributedSampler(ds)))
                     and not facts.iterator_restarts(loader)
                     and not facts.generator_passes(loader)
                     and not facts.cycled(loader)
+                    and not facts.is_iterator_driven(loader)  # (``it = iter(loader)`` once, never again: one pass)
                     and not _passed_over_once(analysis, loader)  # (the sampler's epoch 0 is all one pass needs)
                 ):
                     yield loader, None, None

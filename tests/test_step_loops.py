@@ -525,3 +525,17 @@ def test_each_loader_needs_its_own_set_epoch() -> None:
     right = ALREADY_DISTRIBUTED.replace("SECOND", "fine_loader.sampler.set_epoch(epoch)")
     right = right.replace("THIRD", "fine_loader.sampler.set_epoch(fine_loader.sampler.epoch + 1)")
     assert _set_epoch_lines(right) == []
+
+
+def test_one_pass_drawn_with_next_needs_no_epoch(tmp_path: Path) -> None:
+    """A trial's false review: ``it = iter(loader)`` made once and drawn from for fewer steps than a pass
+    ("no epoch loop found: call set_epoch"): one pass needs only the sampler's epoch 0."""
+    source = (
+        "import torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\n\n"
+        "loader = DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=8, shuffle=True)\n"
+        "model = nn.Linear(4, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nit = iter(loader)\n"
+        "for step in range(5):\n    (x,) = next(it)\n    opt.zero_grad()\n    model(x).pow(2).mean().backward()\n    opt.step()\n"
+    )
+    migrated, report, code = migrate_script(tmp_path, source)
+    assert "DistributedSampler(" in migrated, migrated
+    assert "DDP006" not in report and code == 0 and "TODO" not in migrated, report + migrated
