@@ -24,7 +24,8 @@ class PaddedEvalSampler(Rule):
     ``backward()``) that draws from a ``DistributedSampler``,
     - when the function that evaluates it reduces nothing across ranks (no ``dist.all_reduce`` /
       ``all_gather`` / ``reduce`` / ``gather``, no ``runtime.reduce_sum`` / ``reduce_mean`` /
-      ``weighted_mean``, neither there nor where its result is used), or
+      ``weighted_mean``, neither there nor where its result is used, nor on a meter it fills that its caller
+      reduces in place: the ImageNet example's ``run_validate(loader)`` then ``top1.all_reduce()``), or
     - when it does, but the sampler pads (``drop_last`` is not ``True``) or drops the set's last samples
       (``drop_last=True``).
 
