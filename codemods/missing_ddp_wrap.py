@@ -393,7 +393,10 @@ loss.backward()
         if not analysis.is_training_script:
             return
         wrapped = self._wrapped_names(analysis)
+        themselves = analysis.models_training_themselves
         for model in analysis.trained_models:
+            if model in themselves:
+                continue  # (a review, see matches: a wrap would not see its forward)
             if model not in wrapped and not self._wrapped_elsewhere(analysis, model):
                 anchor, kept = self._anchor(analysis, model)
                 yield model, None if kept is not None else anchor, kept  # no place is right: left to a human
@@ -502,6 +505,11 @@ loss.backward()
         return [*wraps, *samplers]
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
+        if analysis.is_training_script:
+            wrapped = self._wrapped_names(analysis)
+            for model, (call, method) in analysis.models_training_themselves.items():
+                if model not in wrapped:
+                    yield Match(call, _TRAINS_ITSELF.format(model=model, method=method.name.value), fixable=False)
         for model, anchor, kept in self._cases(analysis):
             node = anchor or analysis.model_training_sites[model][0]
             yield Match(node, f"{model} is trained but never wrapped in DistributedDataParallel", fixable=anchor is not None)
@@ -1005,6 +1013,14 @@ def _hands_over(analysis: ScriptAnalysis, stmt: cst.BaseStatement, model: str) -
         type(node) is cst.Call and node in constructed and any(dotted_name(arg.value) == model for arg in node.args)  # type: ignore[attr-defined]
         for node in walk(stmt)
     )
+
+
+_TRAINS_ITSELF = (
+    "{model} trains itself in a method of its own class ({method}() builds its optimizer, backward() runs in the "
+    "class): a DistributedDataParallel wrap around the object would never see the forward that runs there, so each "
+    "process would train its own replica; move the training loop out of the class so that it runs the wrapped model "
+    "(model(x)), or have the class wrap the module it trains"
+)
 
 
 def _kept_unwrapped(model: str) -> str:

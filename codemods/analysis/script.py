@@ -2457,28 +2457,68 @@ class ScriptAnalysis:
         optimizer's construction, or the call of the program's function that builds the optimizer for it."""
         found: dict[str, list[cst.Call]] = {}
         for optimizer, function, name in self._optimized_receivers:
-            if not self._handed_in(function, name):
+            # (``self`` in a method no call of the program runs, ``configure_optimizers`` a library calls: no
+            # object of this module to wrap)
+            if not self._handed_in(function, name) and name != "self":
                 found.setdefault(name, []).append(optimizer)
-        for analysis in self.shared.analyses:
-            for _, function, name in analysis._optimized_receivers:
-                if function is None or not analysis._handed_in(function, name):
+        # A model handed in is trained where the function's callers hand it: followed up the calls, through
+        # functions that are handed it in turn (``model.configure_optimizers()`` in a Trainer's ``__init__``
+        # of another module, the Trainer built in ``train.py``), a few calls deep.
+        themselves: dict[str, tuple[cst.Call, cst.FunctionDef]] = {}
+        self.__dict__["_models_training_themselves"] = themselves
+        pending = [
+            (analysis, function, name, 0, function if name == "self" and analysis._trains_itself(function) else None)
+            for analysis in self.shared.analyses
+            for _, function, name in analysis._optimized_receivers
+            if function is not None and analysis._handed_in(function, name)
+        ]
+        seen: set[tuple[cst.FunctionDef, str]] = set()
+        while pending:
+            analysis, function, name, depth, method = pending.pop()
+            if (function, name) in seen:
+                continue
+            seen.add((function, name))
+            root, dot, rest = name.partition(".")
+            for caller in analysis.callers_in_program(function):
+                home = self.shared.analysis_of(caller) or self
+                if root == "self":
+                    passed = caller.func.value if type(caller.func) is cst.Attribute else None  # type: ignore[attr-defined]
+                else:
+                    passed = home.argument_for(caller, function, root)
+                passed_name = home._model_behind(caller, passed) if passed is not None else None
+                if passed_name is None:
                     continue
-                root, dot, rest = name.partition(".")
-                for caller in analysis.callers_in_program(function):
-                    if not self.owns(caller):
-                        continue
-                    if root == "self":
-                        passed = caller.func.value if type(caller.func) is cst.Attribute else None  # type: ignore[attr-defined]
-                    else:
-                        passed = self.argument_for(caller, function, root)
-                    passed_name = self._model_behind(caller, passed) if passed is not None else None
-                    if passed_name is None:
-                        continue
-                    parts = f"{passed_name}{dot}{rest}".split(".")
-                    sites = found.setdefault(".".join(parts[:2] if parts[0] == "self" else parts[:1]), [])
-                    if caller not in sites:
-                        sites.append(caller)
+                parts = f"{passed_name}{dot}{rest}".split(".")
+                held = ".".join(parts[:2] if parts[0] == "self" else parts[:1])
+                outer = home.enclosing_function(caller)
+                if depth < 3 and outer is not None and "." not in held and held != "self" and home._handed_in(outer, held):
+                    pending.append((home, outer, held, depth + 1, method))  # (handed in here too: trained where it comes from)
+                    continue
+                if home is not self:
+                    continue
+                sites = found.setdefault(held, [])
+                if caller not in sites:
+                    sites.append(caller)
+                if method is not None:
+                    themselves.setdefault(held, (caller, method))
         return found
+
+    @property
+    def models_training_themselves(self) -> dict[str, tuple[cst.Call, cst.FunctionDef]]:
+        """The trained models of this module whose training runs in a method of their own class, forward on
+        ``self`` (``model.fit(loader)`` of ``def fit(self, loader): ... self(x) ... loss.backward()``), with the
+        call here that starts it and the method: a DDP wrap around the object would never see that forward,
+        so its gradients would not be averaged (``model.module.fit(...)`` trained each replica on its own)."""
+        self.model_training_sites  # (computed with the training sites)
+        return self.__dict__["_models_training_themselves"]
+
+    def _trains_itself(self, function: cst.FunctionDef) -> bool:
+        """Whether the method's class calls ``backward()`` in its own methods: the object runs its training step
+        itself (its forward on ``self`` or on its own layers), never through whatever wraps it."""
+        cls = self.enclosing_class(function)
+        if cls is None:
+            return False
+        return any(self.is_inside(call, cls) for call in self.backward_calls)
 
     @cached_property
     def models_built_in_calls(self) -> list[cst.BaseExpression]:
