@@ -7,7 +7,7 @@ from typing import Iterator
 import libcst as cst
 
 from . import names
-from .analysis import EpochLoop, ScriptAnalysis, dotted_name, is_none, loader_argument
+from .analysis import EpochLoop, ScriptAnalysis, dotted_name, is_none, loader_argument, walk
 from .analysis.loaders import loader_facts
 from .analysis.script import COMPREHENSIONS
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
@@ -31,7 +31,8 @@ class MissingSetEpoch(Rule):
     gets ``loader.sampler.set_epoch(loader.sampler.epoch + 1)``: its own counter starts again with each
     stage, and every stage would repeat the first one's orders. An epoch loop with no epoch number
     (``while step < max_steps: for x, y in loader:``) gets ``runtime.next_epoch(loader)``, which counts the
-    passes for the sampler. A name that may hold an object of the
+    passes for the sampler; one whose test counts up an integer (``while epoch < epochs: ... epoch += 1``) gets
+    ``runtime.set_epoch(loader, epoch)`` (a resumed run then goes on with the orders it would have had). A name that may hold an object of the
     program wrapping the loader (``train_dl = DeviceDataLoader(train_dl, device)``) gets
     ``runtime.set_epoch(train_dl, epoch)``, which finds the sampler of the loader inside. A loop that draws batches with ``next(it)`` and starts a new pass with
     ``it = iter(loader)`` on ``StopIteration``, or that starts one with each step
@@ -91,23 +92,25 @@ for epoch in range(10):
 from torch.utils.data import DataLoader, DistributedSampler
 
 loader = DataLoader(ds, batch_size=8, sampler=DistributedSampler(ds))
-step = 0
-while step < max_steps:
+done = False
+while not done:
     for x, y in loader:
-        loss_fn(model(x), y).backward()
-        step += 1
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        done = loss.item() < 0.01
 """,
             after="""\
 from ddp_migrate import runtime
 from torch.utils.data import DataLoader, DistributedSampler
 
 loader = DataLoader(ds, batch_size=8, sampler=DistributedSampler(ds))
-step = 0
-while step < max_steps:
+done = False
+while not done:
     runtime.next_epoch(loader)
     for x, y in loader:
-        loss_fn(model(x), y).backward()
-        step += 1
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        done = loss.item() < 0.01
 """,
         ),
         Example(
@@ -389,9 +392,14 @@ finetune(model, DataLoader(ds, batch_size=8, sampler=DistributedSampler(ds)))
             body = epoch.loop.body
             if not isinstance(body, cst.IndentedBlock) or not body.body:
                 continue
-            if epoch.epoch_var is None:
-                # ``while step < max_steps: for x, y in loader:``: no epoch number to pass; the runtime counts
-                # the passes for the loader's sampler
+            counter = _while_counter(epoch.loop) if epoch.epoch_var is None else None
+            if counter is not None:
+                # ``while epoch < epochs: ... epoch += 1``: the counter numbers the passes, also where a resumed
+                # run starts it from a checkpoint
+                call = statement(f"{runtime_name(analysis, edits)}.set_epoch({code_of(spelling)}, {counter})")
+            elif epoch.epoch_var is None:
+                # ``while not done: for x, y in loader:``: no epoch number to pass; the runtime counts the passes
+                # for the loader's sampler
                 call = statement(f"{runtime_name(analysis, edits)}.next_epoch({code_of(spelling)})")
             elif _may_hold_a_wrapper(analysis, spelling) or _sampler_may_be_another(analysis, loader):
                 # ``train_dl = DeviceDataLoader(train_dl, device)``: the object iterated may not be the loader;
@@ -412,11 +420,30 @@ finetune(model, DataLoader(ds, batch_size=8, sampler=DistributedSampler(ds)))
             edits.insert_before(body.body[0], call)
             done = (
                 "runtime.next_epoch(loader) called at the start of each pass (the loop counts no epochs: the runtime counts them for the sampler)"
-                if epoch.epoch_var is None
+                if epoch.epoch_var is None and counter is None
+                else f"sampler.set_epoch({counter}) called at the start of each pass (the counter the loop tests)"
+                if counter is not None
                 else "sampler.set_epoch(epoch) called at the start of each epoch"
             )
             edits.changes.append(Change(self.code, analysis.line(epoch.loop), done))
         return edits.apply(analysis.module) if edits else None
+
+
+def _while_counter(loop: cst.For | cst.While) -> str | None:
+    """The integer counter a ``while`` loop tests and its body counts up (``while epoch < epochs: ... epoch += 1``,
+    ``while step < max_steps:`` with ``step += 1`` in the pass): each pass starts at a new value of it, also in a
+    run resumed from a checkpoint. ``None``: no such counter."""
+    if type(loop) is not cst.While or type(loop.test) is not cst.Comparison:
+        return None
+    left = loop.test.left  # type: ignore[attr-defined]
+    if type(left) is not cst.Name or not all(type(c.operator) in (cst.LessThan, cst.LessThanEqual) for c in loop.test.comparisons):  # type: ignore[attr-defined]
+        return None
+    counted = any(
+        type(n) is cst.AugAssign and type(n.operator) is cst.AddAssign and type(n.target) is cst.Name and n.target.value == left.value  # type: ignore[attr-defined]
+        and type(n.value) is cst.Integer  # type: ignore[attr-defined]
+        for n in walk(loop.body)
+    )
+    return left.value if counted else None  # type: ignore[attr-defined]
 
 
 def _may_hold_a_wrapper(analysis: ScriptAnalysis, spelling: cst.BaseExpression) -> bool:

@@ -137,58 +137,44 @@ loss.backward()
                 # steps no loader feeds (a fine-tuning pass over tensors indexed by hand after a loader's
                 # pre-training, unlabelled draws beside a labelled loader).
                 steps = [call for call in steps if not _fed_by_a_loader(analysis, call)]
-        found = next(((call, where) for call in steps if (where := _reported_at(analysis, call)) is not None), None)
+        # A step of another module is reported at the call of this module that runs it.
+        found = next(((call, at) for call in steps if (at := analysis.first_call_running(call)) is not None), None)
         if found is None:
             return
-        step, elsewhere = found[1], found[0] if found[1] is not found[0] else None
-        if not draws_per_rank(analysis) and not (elsewhere is not None and draws_per_rank(analysis.shared.analysis_of(elsewhere) or analysis)):
-            unfollowed = _loaders_not_followed(analysis)
-            if unfollowed:
-                home, loader = unfollowed[0]
-                where = f"line {home.line(loader)}" + ("" if home is analysis else f" of module {home.module_name}")
-                yield Match(
-                    step,
-                    "training batches here come from no DataLoader the analysis can follow, while the program builds "
-                    f"one it never sees iterated ({where}, handed to something it "
-                    "cannot see through, such as a wrapper class with __next__): if the batches come from it, shard it "
-                    "by hand (DistributedSampler, and set_epoch at each new pass); otherwise every process trains on "
-                    "the same data unless each rank draws its own (seed with runtime.rank())",
-                    fixable=False,
-                )
-                return
-            if elsewhere is not None:
-                home = analysis.shared.analysis_of(elsewhere) or analysis
-                yield Match(
-                    step,
-                    f"this call trains (backward() at line {home.line(elsewhere)} of module {home.module_name}) on "
-                    "batches from no DataLoader, which the migration cannot shard: every process trains on the same "
-                    "data unless each rank draws its own (seed with runtime.rank(), or take every N-th sample) and N times "
-                    "fewer samples a step (runtime.per_process_batch_size(batch_size), to keep the global batch); then "
-                    "every value computed from the data differs between ranks, so reduce it across ranks "
-                    "(runtime.reduce_mean) before the loop decides on it (an exit test, a learning rate)",
-                    fixable=False,
-                )
-                return
+        backward, reported = found
+        home = analysis.shared.analysis_of(backward) or analysis
+        if draws_per_rank(analysis) or (home is not analysis and draws_per_rank(home)):
+            return
+        unfollowed = _loaders_not_followed(analysis)
+        if unfollowed:
+            owner, loader = unfollowed[0]
+            where = f"line {owner.line(loader)}" + ("" if owner is analysis else f" of module {owner.module_name}")
             yield Match(
-                step,
-                "training batches here come from no DataLoader, which the migration cannot shard: every process "
-                "trains on the same data unless each rank draws its own (seed with runtime.rank(), or take every "
-                "N-th sample) and N times fewer samples a step (runtime.per_process_batch_size(batch_size), to keep "
-                "the global batch); then every value computed from the data differs between ranks, so reduce it across "
-                "ranks (runtime.reduce_mean) before the loop decides on it (an exit test, a learning rate)",
+                reported,
+                "training batches here come from no DataLoader the analysis can follow, while the program builds "
+                f"one it never sees iterated ({where}, handed to something it "
+                "cannot see through, such as a wrapper class with __next__): if the batches come from it, shard it "
+                "by hand (DistributedSampler, and set_epoch at each new pass); otherwise every process trains on "
+                "the same data unless each rank draws its own (seed with runtime.rank())",
                 fixable=False,
             )
+            return
+        what = (
+            "training batches here come from"
+            if home is analysis
+            else f"this call trains (backward() at line {home.line(backward)} of module {home.module_name}) on batches from"
+        )
+        yield Match(reported, f"{what} {_NO_LOADER}", fixable=False)
 
 
-def _reported_at(analysis: ScriptAnalysis, step: cst.Call) -> cst.Call | None:
-    """Where in the entry module a training step is reported: the step itself, or, for a step of another
-    module, the first call of this module that runs it (``Trainer(model, get_batch).fit(20)``) and runs no
-    other call of this module that does (the innermost). ``None``: no call here is seen to run it."""
-    if analysis.owns(step):
-        return step
-    reaching = analysis.reaching_nodes([step])
-    callers = [call for call in analysis.calls if call in reaching]
-    return next((c for c in callers if not any(o is not c and analysis.is_inside(o, c) for o in callers)), None)
+#: What DDP040 says of batches that no DataLoader gives, and what a human does about it.
+_NO_LOADER = (
+    "no DataLoader, which the migration cannot shard: every process trains on the same data unless each rank draws "
+    "its own (seed with runtime.rank(), or take every N-th sample) and N times fewer samples a step "
+    "(runtime.per_process_batch_size(batch_size), to keep the global batch); then every value computed from the data "
+    "differs between ranks, so reduce it across ranks (runtime.reduce_mean) before the loop decides on it (an exit "
+    "test, a learning rate)"
+)
 
 
 def _loaders_not_followed(analysis: ScriptAnalysis) -> list[tuple[ScriptAnalysis, cst.Call]]:
@@ -223,8 +209,15 @@ def _fed_by_a_loader(analysis: ScriptAnalysis, backward: cst.Call) -> bool:
     ):
         return True  # ``for x, y in dataloaders[phase]:`` (DDP005 asks a human to shard the dict's loaders)
     around = home.nearest_loop(backward)
+    if around is None:
+        return False
+    # ``x, y = self.next_batch()`` of ``def next_batch(self): return next(self.it)``: a draw from a training
+    # loader in a helper the loop runs
+    draws = [draw for draw, _ in facts.training_draws if (analysis.shared.analysis_of(draw) or analysis) is home]
+    if draws and home.reaches(around, draws):
+        return True
     loaders = set(analysis.program_loader_calls)
-    return around is not None and any(
+    return any(
         type(node) in (cst.Name, cst.Attribute, cst.Call) and not loaders.isdisjoint(home.origins(node))  # type: ignore[arg-type]
         for node in walk(around)
     )

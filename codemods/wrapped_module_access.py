@@ -1169,4 +1169,3 @@ def _other_branch_uses(analysis: ScriptAnalysis, branch: cst.If, node: cst.CSTNo
 def _uses_name(node: cst.CSTNode, name: str) -> bool:
     """Whether the (dotted) name occurs in the code under a node."""
     return any(type(n) in (cst.Name, cst.Attribute) and dotted_name(n) == name for n in walk(node))
-

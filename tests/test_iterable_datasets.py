@@ -133,6 +133,10 @@ CUT_BY_RANK = {
 }
 
 NOT_CUT = {
+    "rank-guarded log": ("""        if self.rank == 0:
+            print("streaming")
+        for i in range(64):
+            yield torch.full((4,), float(i)), torch.ones(1)""", "RANK, WORLD"),
     "rank only printed": ("""        print("streaming on", RANK)
         for i in range(64):
             yield torch.full((4,), float(i)), torch.ones(1)""", ""),

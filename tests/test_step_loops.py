@@ -433,7 +433,7 @@ def test_a_generators_passes_draw_new_orders_under_torchrun(tmp_path: Path) -> N
     source += "print('distinct samples', len(seen), flush=True)\n" + STEP_BUDGET_PHASE
     migrated, report, _ = migrate_script(tmp_path, source)
     assert "runtime.next_epoch(loader)" in migrated, report + migrated
-    assert "while step < 20:\n    runtime.next_epoch(third_loader)\n" in migrated, report + migrated
+    assert "while step < 20:\n    runtime.set_epoch(third_loader, step)\n" in migrated, report + migrated
     launch = run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, timeout=120)
     distinct = [int(n) for n in re.findall(r"distinct samples (\d+)", launch.output)]
     assert distinct and min(distinct) > 24, launch.output  # (printed by rank 0: the migration makes print rank 0's)
@@ -456,13 +456,22 @@ print('distinct in the step budget', len(seen), flush=True)
 """
 
 
-def test_an_epoch_loop_with_no_epoch_number_has_the_runtime_count_the_passes(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("loop", "told"),
+    [
+        ("while step < 20:", "runtime.set_epoch(third_loader, step)"),  # the counter the loop tests numbers the passes
+        ("while not step >= 20:", "runtime.next_epoch(third_loader)"),  # none it counts up: the runtime counts
+    ],
+    ids=["counter", "no-counter"],
+)
+def test_an_epoch_loop_with_no_epoch_number_tells_the_sampler_each_pass(tmp_path: Path, loop: str, told: str) -> None:
     """A trial's ``while step < max_steps: for x, y in loader:`` got a TODO that said ``<loader>`` although the
-    loader's name is known: the runtime counts the passes (runtime.next_epoch) where the loop has no number."""
-    migrated, report, code = migrate_script(tmp_path, "import torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\nmodel = nn.Linear(8, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n" + STEP_BUDGET_PHASE)
-    assert "while step < 20:\n    runtime.next_epoch(third_loader)\n    for x, idx in third_loader:\n" in migrated, migrated
+    loader's name is known. With a counter the test reads and the body counts up, the counter numbers the passes
+    (a run resumed from a checkpoint goes on with its orders); without one the runtime counts the passes."""
+    source = STEP_BUDGET_PHASE.replace("while step < 20:", loop)
+    migrated, report, code = migrate_script(tmp_path, "import torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\nmodel = nn.Linear(8, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n" + source)
+    assert f"{loop}\n    {told}\n    for x, idx in third_loader:\n" in migrated, migrated
     assert code == 0 and "TODO" not in migrated, report + migrated
-    assert "DDP006 line 9: runtime.next_epoch(loader) called at the start of each pass" in report, report
 
 
 def test_a_generator_whose_consumer_tells_the_epoch_is_left_alone() -> None:

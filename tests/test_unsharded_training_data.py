@@ -74,6 +74,13 @@ def test_a_rank_seed_counts_only_where_it_reaches_the_draws(shape: str, generato
         ("Python generator seeded from the rank", "random.Random(runtime.rank())", "torch.tensor([[rng.random() for _ in range(4)] for _ in range(8)])", False),
         ("numpy generator seeded alike", "np.random.default_rng(100)", "torch.from_numpy(rng.standard_normal((8, 4))).float()", True),
         ("generator seeded from the rank, never drawn from", "np.random.default_rng(runtime.rank())", "torch.randn(8, 4)", True),
+        # Noise from the rank-seeded generator on a batch every rank draws alike: still the same samples.
+        (
+            "generator seeded from the rank adds noise only",
+            "np.random.default_rng(runtime.rank())",
+            "torch.randn(8, 4) + torch.from_numpy(rng.normal(0, 0.01, (8, 4))).float()",
+            True,
+        ),
     ],
 )
 def test_a_numpy_or_python_generator_seeded_from_the_rank_draws_each_ranks_own(shape: str, generator: str, batch: str, reported: bool) -> None:

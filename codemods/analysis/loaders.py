@@ -31,7 +31,9 @@ from .script import (
     callee_name,
     dotted_name,
     is_true,
+    is_none,
     item_name,
+    keyword_argument,
     literal_dict_items,
     loader_argument,
     passed_over,
@@ -66,6 +68,8 @@ class LoaderFacts:
     dict_loaders: dict[cst.Call, str] = field(default_factory=dict)
     #: Of those, the ones a loop that trains iterates by subscript.
     dict_training: set[cst.Call] = field(default_factory=set)
+    _sampled_at_call_sites: dict[cst.Call, bool] = field(default_factory=dict)
+    _stream_cuts: dict[cst.Call, cst.ClassDef | None] = field(default_factory=dict)
     #: The loops, in any module, that train over a dict of loaders handed on (``loader = self.loaders[mode]``).
     dict_training_loops: set[cst.For] = field(default_factory=set)
     #: Loaders whose batches are drawn with ``next(...)`` in code that trains.
@@ -143,7 +147,8 @@ class LoaderFacts:
     def sharded_by_hand(self, loader: cst.Call) -> bool:
         """Whether the loader's data set already holds this rank's share: it is built from indices or a
         slice computed from the rank (``Subset(data, range(rank, len(data), world_size))``,
-        ``TensorDataset(x[rank::world_size])``), followed back through names and the program's functions.
+        ``TensorDataset(x[rank::world_size])``), followed back through names and the program's functions, or
+        it is a stream whose class cuts it by the rank (:meth:`stream_cut_by_rank`).
         A ``DistributedSampler`` there would shard the share again (half the data never trained on). Read
         once per loader (the rule's findings and its notes both ask)."""
         if loader not in self._hand_sharded:
@@ -151,17 +156,44 @@ class LoaderFacts:
         return self._hand_sharded[loader]
 
     def sharded_at_a_call_site(self, loader: cst.Call) -> bool:
-        """Whether a caller of the function that builds the loader hands it a ``DistributedSampler`` through
-        the function's ``**kwargs`` (``build_dataloader(cfg, ds, sampler=DistributedSampler(ds))``: the
-        training call of a factory that evaluation shares, sharded by hand): that call site's loader is split."""
+        """Whether every call site whose loader trains hands the function that builds it a ``DistributedSampler``
+        through the function's ``**kwargs`` (``build_dataloader(cfg, ds, sampler=DistributedSampler(ds))``: the
+        training call of a factory that evaluation shares, sharded by hand). Each such ``sampler=`` must be a
+        ``DistributedSampler`` on every path (not ``... if distributed else RandomSampler(ds)``)."""
+        if loader not in self._sampled_at_call_sites:
+            self._sampled_at_call_sites[loader] = self._every_training_call_sampled(loader)
+        return self._sampled_at_call_sites[loader]
+
+    def _every_training_call_sampled(self, loader: cst.Call) -> bool:
         a = self.analysis
         home = a.shared.analysis_of(loader) or a
-        return any(
-            type(o) is cst.Call and (a.shared.analysis_of(o) or home).is_call_to(o, names.DISTRIBUTED_SAMPLER)  # type: ignore[arg-type]
-            for o in home.forwarded_origins(loader, "sampler")
-        )
+        function = home.enclosing_function(loader)
+        if function is None or not home.forwards_keywords(loader):
+            return False
+        sites = set(home.callers_in_program(function))
+        training_sites = {
+            origin
+            for loop in a.program_loader_loops
+            if loop.trains and loader in loop.loader_calls
+            for origin in (a.shared.analysis_of(loop.loop) or a).origins(loop.loader_expr)
+            if origin in sites
+        }
+        if not training_sites:
+            return False
+        for site in training_sites:
+            owner = a.shared.analysis_of(site) or a
+            given = keyword_argument(site, "sampler")  # type: ignore[arg-type]
+            if given is None or not _always_a_distributed_sampler(owner, given.value):
+                return False
+        return True
 
     def stream_cut_by_rank(self, loader: cst.Call) -> cst.ClassDef | None:
+        """The class (see :meth:`_stream_cut_by_rank`), read once per loader."""
+        if loader not in self._stream_cuts:
+            self._stream_cuts[loader] = self._stream_cut_by_rank(loader)
+        return self._stream_cuts[loader]
+
+    def _stream_cut_by_rank(self, loader: cst.Call) -> cst.ClassDef | None:
         """The iterable-style dataset class of the program behind the loader whose methods already cut the
         stream by rank: a ``range``/``islice`` or a slice bounded by the rank (``range(rank, n, world)``), or
         a test on it that skips samples (``if i % world != rank: continue``). Such a stream yields each
@@ -176,7 +208,9 @@ class LoaderFacts:
                     parts: list[cst.CSTNode] = [arg.value for arg in node.args]  # type: ignore[attr-defined]
                 elif kind is cst.Slice:
                     parts = [p for p in (node.lower, node.upper, node.step) if p is not None]  # type: ignore[attr-defined]
-                elif kind is cst.If or kind is cst.CompIf:
+                elif kind is cst.CompIf or (kind is cst.If and _skips_or_yields(node.body)):  # type: ignore[attr-defined]
+                    # (``if i % world != rank: continue``, ``if i % world == rank: yield x``; not ``if rank == 0:
+                    # print(...)``, which every rank passes over to stream the same samples)
                     parts = [node.test]  # type: ignore[attr-defined]
                 else:
                     continue
@@ -501,6 +535,26 @@ def _runs_in_a_loop(analysis: ScriptAnalysis, call: cst.Call) -> bool:
         (analysis.shared.analysis_of(caller) or home).nearest_loop(caller) is not None
         for caller in home.callers_in_program(function)
     )
+
+
+def _skips_or_yields(block: cst.BaseSuite) -> bool:
+    """Whether a branch skips the sample (``continue``) or yields it: a test that picks the samples a stream gives."""
+    return any(type(n) in (cst.Continue, cst.Yield) for n in walk(block))
+
+
+def _always_a_distributed_sampler(analysis: ScriptAnalysis, value: cst.BaseExpression) -> bool:
+    """Whether a ``sampler=`` value is a ``DistributedSampler`` on every path: each call it may come from is one,
+    and no branch of a conditional it is (or its name holds) is ``None`` (``DistributedSampler(ds) if
+    distributed else None``: the loader then makes its own)."""
+    values = [value]
+    name = dotted_name(value)
+    if name is not None:
+        values += analysis.flows_into(value, name)
+    branches = [b for v in values for b in ((v.body, v.orelse) if type(v) is cst.IfExp else (v,))]  # type: ignore[attr-defined]
+    if any(is_none(b) for b in branches):
+        return False
+    origins = analysis.origins(value)
+    return bool(origins) and all(type(o) is cst.Call and analysis.is_call_to(o, names.DISTRIBUTED_SAMPLER) for o in origins)  # type: ignore[arg-type]
 
 
 #: Calls that take a stretch of a sequence or a stream: bounded by the rank, they keep one rank's share.

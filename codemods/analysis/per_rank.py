@@ -460,17 +460,10 @@ def _seeds(analysis: ScriptAnalysis) -> list[tuple[cst.CSTNode, cst.BaseExpressi
     for draw, loaders in loader_facts(analysis).training_draws:  # ``(x,) = next(it)`` of ``it = iter(loader)``
         home = analysis.shared.analysis_of(draw) or analysis
         if any((analysis.shared.analysis_of(loader) or home).has_distributed_sampler(loader) for loader in loaders):
-            stmt = home.statement(draw)
-            small = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
-            if small is not None:
-                seeds.extend((small, target) for target in assignment_targets(small))
+            seeds.extend(_assigned_from(home, draw))
     draws = per_rank_draws(analysis)
     for draw in draws:  # ``ix = torch.randint(...)`` seeded from the rank: each rank's own batch
-        home = analysis.shared.analysis_of(draw) or analysis
-        stmt = home.statement(draw)
-        small = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
-        if small is not None:
-            seeds.extend((small, target) for target in assignment_targets(small))
+        seeds.extend(_assigned_from(analysis.shared.analysis_of(draw) or analysis, draw))
     sharded = shards_training_data(analysis)
     for module in modules:
         for call in module.backward_calls:
@@ -478,6 +471,14 @@ def _seeds(analysis: ScriptAnalysis) -> list[tuple[cst.CSTNode, cst.BaseExpressi
             if isinstance(receiver, (cst.Name, cst.Attribute)) and sharded:
                 seeds.append((call, receiver))
     return seeds
+
+
+def _assigned_from(home: ScriptAnalysis, value: cst.CSTNode) -> list[tuple[cst.CSTNode, cst.BaseExpression]]:
+    """The targets of the one-statement line the value is assigned in, each with its statement (``(x,) =
+    next(it)``, ``ix = torch.randint(...)``): per-rank seeds."""
+    stmt = home.statement(value)
+    small = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
+    return [(small, target) for target in assignment_targets(small)] if small is not None else []
 
 
 def shards_training_data(analysis: ScriptAnalysis) -> bool:

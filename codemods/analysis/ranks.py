@@ -1046,6 +1046,12 @@ def _is_minus_one_or_none(expr: cst.BaseExpression) -> bool:
 
 
 def draws_per_rank(analysis: ScriptAnalysis) -> bool:
+    """Whether the program already makes each rank's data its own (see :func:`_draws_per_rank`), read once
+    per module."""
+    return analysis.derived("draws per rank", _draws_per_rank)
+
+
+def _draws_per_rank(analysis: ScriptAnalysis) -> bool:
     """Whether the program already makes each rank's data its own: a random seed that flows from the rank
     (``torch.manual_seed(1337 + rank)``, ``torch.Generator().manual_seed(rank)``) or a generator object seeded
     from it and drawn from (``np.random.default_rng(100 + rank)``) in any of its modules, or an index or slice computed from it (``data[rank::world_size]``) in the module asked about. (Only seed
@@ -1062,7 +1068,11 @@ def draws_per_rank(analysis: ScriptAnalysis) -> bool:
 
 def _torch_seeded_per_rank(analysis: ScriptAnalysis) -> bool:
     """Whether a random seed that flows from the rank reaches draws, in any module of the program (see
-    :func:`_seeds_draws`)."""
+    :func:`_seeds_draws`), read once per module."""
+    return analysis.derived("torch seeded per rank", _find_torch_seeded_per_rank)
+
+
+def _find_torch_seeded_per_rank(analysis: ScriptAnalysis) -> bool:
     for module in analysis.shared.analyses:
         seeds = [call for call in module.calls if "seed" in callee_name(call) and call.args]
         if seeds:
@@ -1088,15 +1098,42 @@ def _rank_seeded_generators(analysis: ScriptAnalysis) -> list[cst.Call]:
 
 def _rank_generator_draws(analysis: ScriptAnalysis) -> list[cst.Call]:
     """The module's draws from generator objects seeded from the rank (``rng.integers(0, n, bs)`` of ``rng =
-    np.random.default_rng(100 + rank)``): each rank's own. A generator never drawn from shards nothing."""
+    np.random.default_rng(100 + rank)``) that make or pick a batch's samples: each rank's own. A generator never
+    drawn from shards nothing. Found once per module."""
+    return analysis.derived("rank generator draws", _find_rank_generator_draws)
+
+
+def _find_rank_generator_draws(analysis: ScriptAnalysis) -> list[cst.Call]:
     generators = _rank_seeded_generators(analysis)
     if not generators:
         return []
     return [
         call
         for call in analysis.calls
-        if type(call.func) is cst.Attribute and any(g in analysis.origins(call.func.value) for g in generators)  # type: ignore[attr-defined]
+        if type(call.func) is cst.Attribute
+        and any(g in analysis.origins(call.func.value) for g in generators)  # type: ignore[attr-defined]
+        and _picks_samples(analysis, call)
     ]
+
+
+#: Generator methods whose draws are samples or their order (``rng.choice(n, bs)``, ``random.sample(pool, k)``).
+SAMPLE_PICKS = frozenset({"choice", "choices", "sample", "permutation", "shuffle"})
+
+
+def _picks_samples(analysis: ScriptAnalysis, draw: cst.Call) -> bool:
+    """Whether a draw makes the batch or decides which samples it takes: a picking method (:data:`SAMPLE_PICKS`),
+    an index (``data[rng.integers(0, n, bs)]``, ``ix = rng.integers(...)``), or the batch itself
+    (``torch.from_numpy(rng.standard_normal((bs, 4)))``); not noise or a mask combined with a batch that every
+    rank takes alike (``data[ix] + rng.normal(0, 0.01, shape)``: an operand of arithmetic)."""
+    if call_method_name(draw) in SAMPLE_PICKS:
+        return True
+    stmt = analysis.statement(draw)
+    for ancestor in analysis.ancestors(draw):
+        if ancestor is stmt or type(ancestor) is cst.SubscriptElement:
+            return True
+        if type(ancestor) is cst.BinaryOperation:
+            return False
+    return True
 
 
 #: torch's draws from its process-wide random state, unless given a ``generator=`` of their own.

@@ -1809,6 +1809,16 @@ class ScriptAnalysis:
         reaching = self._functions_reaching(wanted)
         return any(target in reaching and self.is_inside(call, node) for call, target in self._every_call_target())
 
+    def first_call_running(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        """Where this module runs a node of the program: the node itself when it is this module's, else the first
+        call here that runs it (``Trainer(model, get_batch).fit(20)`` for a ``backward()`` in the Trainer's module)
+        and runs no other call here that does (the innermost). ``None``: no call here is seen to run it."""
+        if self.owns(node):
+            return node
+        reaching = self.reaching_nodes([node])  # type: ignore[list-item]
+        callers = [call for call in self.calls if call in reaching]
+        return next((c for c in callers if not any(o is not c and self.is_inside(o, c) for o in callers)), None)
+
     def reaching_nodes(self, calls: list[cst.Call]) -> frozenset[cst.CSTNode]:
         """The nodes of this module whose running runs one of the calls (:meth:`reaches`, answered for every
         node at once): the calls and their ancestors, and the calls of the program's functions that reach them
@@ -1975,23 +1985,31 @@ class ScriptAnalysis:
                     found |= items[keyword]
         return found
 
-    def forwarded_origins(self, call: cst.Call, keyword: str) -> set[cst.CSTNode]:
-        """What the callers of the call's function pass as ``keyword`` where the function forwards its own
-        ``**kwargs`` into the call (``def build_dataloader(cfg, ds, **kwargs): args = dict(...);
-        args.update(kwargs); return DataLoader(ds, **args)`` called with ``sampler=DistributedSampler(ds)``):
-        the keyword's values at every call site, in any module of the program."""
-        if not any(arg.star == "**" for arg in call.args):
-            return set()
+    def forwards_keywords(self, call: cst.Call) -> bool:
+        """Whether the call takes the ``**kwargs`` of the function it is in: ``f(**kwargs)``, or ``f(**args)`` of a
+        dict that gets them (``args.update(kwargs)``, ``args = dict(..., **kwargs)``, ``{..., **kwargs}``), so the
+        keywords its callers pass reach it (``def build_dataloader(ds, bs, **kwargs)``)."""
         function = self.enclosing_function(call)
         star = function.params.star_kwarg if function is not None else None
-        if star is None or not any(type(n) is cst.Name and n.value == star.name.value for n in walk(function.body)):  # type: ignore[union-attr, attr-defined]
-            return set()
-        found: set[cst.CSTNode] = set()
-        for site in self.callers_in_program(function):  # type: ignore[arg-type]
-            given = keyword_argument(site, keyword)
-            if given is not None:
-                found |= (self.shared.analysis_of(site) or self).origins(given.value)
-        return found
+        if star is None:
+            return False
+        forwarded = star.name.value  # type: ignore[union-attr]
+        for arg in call.args:
+            if arg.star != "**" or type(arg.value) is not cst.Name:
+                continue
+            name = arg.value.value  # type: ignore[attr-defined]
+            if name == forwarded:
+                return True
+            for node in walk(function.body):  # type: ignore[union-attr]
+                if type(node) is cst.Call and call_method_name(node) == "update" and dotted_name(node.func.value) == name:  # type: ignore[attr-defined]
+                    if any(type(a.value) is cst.Name and a.value.value == forwarded for a in node.args):  # type: ignore[attr-defined]
+                        return True
+                if type(node) is cst.Assign and any(dotted_name(t.target) == name for t in node.targets):  # type: ignore[attr-defined]
+                    value = node.value  # type: ignore[attr-defined]
+                    starred = value.args if type(value) is cst.Call else value.elements if type(value) is cst.Dict else ()
+                    if any(getattr(e, "star", None) == "**" and type(e.value) is cst.Name and e.value.value == forwarded for e in starred):
+                        return True
+        return False
 
     def has_distributed_sampler(self, loader: cst.Call) -> bool:
         """Whether the loader draws from a ``DistributedSampler``."""
