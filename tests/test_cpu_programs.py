@@ -51,6 +51,12 @@ ON_THE_CPU = {
         'model = build("cpu")\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n'
     ),
     "a dtype move": "model = nn.Linear(4, 1).to(torch.float64).to(torch.float32)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n",
+    # (a trial's likely crash on GPU machines: the program named CUDA but put nothing on it)
+    "CUDA seeded and asked about": (
+        "torch.manual_seed(0)\ntorch.cuda.manual_seed_all(0)\nif torch.cuda.device_count() > 1:\n"
+        '    print("found", torch.cuda.device_count(), "GPUs")\n'
+        "model = nn.Linear(4, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    ),
     "a docstring that speaks of GPUs": (
         'def build():\n    """Runs on a GPU one day."""\n    return nn.Linear(4, 1)\n\n'
         "model = build()\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
@@ -88,6 +94,13 @@ ON_AN_ACCELERATOR = {
         "cfg = Config()\nmodel = nn.Linear(4, 1).to(cfg.device)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
     ),
     "an Apple GPU": 'model = nn.Linear(4, 1).to("mps")\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n',
+    "a DataParallel wrap on a count of GPUs": (
+        "model = nn.Linear(4, 1)\nif torch.cuda.device_count() > 1:\n    model = nn.DataParallel(model)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    ),
+    "a device string also printed": (
+        'device = "cuda:0"\nprint("training on cuda:0")\nmodel = nn.Linear(4, 1).to(device)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n'
+    ),
     "a device keyword": "model = nn.Linear(4, 1, device=0)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n",
     "a device map": (
         "def load(name, **kw):\n    return nn.Linear(4, 1)\n\n"

@@ -389,6 +389,18 @@ def test_every_loader_zipped_into_a_training_loop_is_sharded(tmp_path: Path) -> 
         torch.testing.assert_close(actual[key], expected[key], atol=1e-6, rtol=0)
 
 
+@pytest.mark.parametrize("held", ["batches = zip(labeled, unlabeled)", "batches = zip(labeled, itertools.cycle(unlabeled))"], ids=["zip", "zip-cycle"])
+def test_loaders_zipped_into_a_variable_the_loop_iterates_are_all_sharded(tmp_path: Path, held: str) -> None:
+    """A trial's silent wrong: ``batches = zip(la, itertools.cycle(lb))`` then ``for ... in batches:`` sharded
+    ``la`` only; ``lb`` kept its shuffle and whole batch, every rank drew all of it, and nothing was reported."""
+    source = ZIPPED.replace("        for (x, y, _), (u, index) in zip(labeled, unlabeled):\n", f"        {held}\n        for (x, y, _), (u, index) in batches:\n")
+    (tmp_path / "train.py").write_text("import itertools\n" + source)
+    result = migrate(tmp_path)
+    migrated = (tmp_path / "train.py").read_text()
+    assert migrated.count("sampler=DistributedSampler(") == 2, result.output + migrated
+    assert "labeled.sampler.set_epoch(epoch)" in migrated and "unlabeled.sampler.set_epoch(epoch)" in migrated, migrated
+
+
 SPAWNED = '''
 import argparse
 

@@ -10,7 +10,8 @@ The answer must be certain (a GPU program kept on the CPU is a silent wrong migr
 accelerator anywhere in the program counts against it:
 
 - a name or string that names one (``cuda``, ``"mps"``, ``DataParallel``, ``local_rank``, a ``--gpu`` or
-  ``--device`` option, ``cfg["device"]``);
+  ``--device`` option, ``cfg["device"]``), but for the calls that place nothing (``torch.cuda.manual_seed_all``,
+  ``torch.cuda.is_available()``: :data:`INERT_CUDA_CALLS`);
 - a device variable (a name with ``device`` in it) given anything but the CPU: by an assignment, an
   unpacking or a loop, a parameter's default or an argument a call of the program passes it, a keyword
   (``device=``, ``device_map=``, ``map_location=``), an import;
@@ -31,8 +32,14 @@ import re
 import libcst as cst
 
 from .. import names
-from .script import ScriptAnalysis, dotted_name, is_docstring_line, is_true, keyword_argument
+from .script import ScriptAnalysis, callee_name, dotted_name, is_docstring_line, is_true, keyword_argument, walk
 
+#: Calls that name CUDA but put nothing on it: seeding (a no-op without a GPU) and questions about the machine.
+INERT_CUDA_CALLS = names.CUDA_QUERIES | frozenset(
+    {"torch.cuda.manual_seed", "torch.cuda.manual_seed_all", "torch.cuda.empty_cache", "torch.cuda.is_bf16_supported"}
+)
+#: Calls whose string arguments are only shown: printed, logged, written to a progress bar.
+OUTPUT_CALLS = frozenset({"print", "print0", "debug", "info", "warning", "warn", "error", "log", "write", "set_description", "set_postfix"})
 #: Fragments of a name or string, in lower case, that name an accelerator or a way to reach one.
 ACCELERATOR_FRAGMENTS = ("cuda", "gpu", "nccl", "accelerat", "dataparallel", "local_rank", "localrank", "set_device")
 #: Whole words (of a name split at ``_`` and digits, or of a string) that name an accelerator.
@@ -81,7 +88,11 @@ class DeviceFacts:
 
     def _names_an_accelerator(self) -> bool:
         docstrings = _docstring_parts(self.analysis)
+        # ``torch.cuda.manual_seed_all(0)``, ``torch.cuda.device_count()``: they name CUDA but place nothing on it.
+        inert = {n for call in self.analysis.calls_to(INERT_CUDA_CALLS) for n in walk(call.func)}
         for node in self.analysis.preorder:
+            if node in inert:
+                continue
             kind = type(node)
             if kind is cst.Name or kind is cst.Attribute:
                 identifier = node.value if kind is cst.Name else node.attr.value  # type: ignore[attr-defined]
@@ -90,9 +101,9 @@ class DeviceFacts:
                 if DEVICE_FRAGMENT in identifier.lower() and not self._device_variable_keeps_the_cpu(node):  # type: ignore[arg-type]
                     return True
             elif kind is cst.SimpleString and node not in docstrings:
-                if _names_accelerator(str(node.evaluated_value), strings=True):  # type: ignore[attr-defined]
+                if _names_accelerator(str(node.evaluated_value), strings=True) and not self._only_shown(node):  # type: ignore[attr-defined]
                     return True
-            elif kind is cst.FormattedStringText and _names_accelerator(node.value, strings=True):  # type: ignore[attr-defined]
+            elif kind is cst.FormattedStringText and _names_accelerator(node.value, strings=True) and not self._only_shown(node):  # type: ignore[attr-defined]
                 return True
             elif kind is cst.Arg and node.keyword is not None and _places(node.keyword.value):  # type: ignore[attr-defined]
                 if not cpu_value(self.analysis, node.value):  # type: ignore[attr-defined]
@@ -101,6 +112,16 @@ class DeviceFacts:
                 return True
             elif kind is cst.ImportStar and not self._star_of_the_program(self.analysis.parent(node)):  # type: ignore[arg-type]
                 return True
+        return False
+
+    def _only_shown(self, node: cst.CSTNode) -> bool:
+        """Whether a string is text a call prints or logs (``print("many gpus")``, ``logger.info(f"on {n} GPUs")``):
+        words about an accelerator, not a place to put tensors."""
+        for ancestor in self.analysis.ancestors(node):
+            if type(ancestor) is cst.Call:
+                return callee_name(ancestor) in OUTPUT_CALLS  # type: ignore[arg-type]
+            if isinstance(ancestor, cst.BaseStatement):
+                return False
         return False
 
     def _accelerator_call(self, call: cst.Call) -> bool:

@@ -1873,7 +1873,7 @@ class ScriptAnalysis:
         loops = []
         loader_set = set(self.program_loader_calls)
         for loop in self.for_loops:
-            zipped = _zip_inside(loop.iter)
+            zipped = _zip_inside(loop.iter) or self._zip_held_in(loop)
             if zipped is not None:  # ``zip(labeled, unlabeled)``: each loader, as the loop spells it
                 spellings = []
                 for arg in zipped.args:
@@ -1924,6 +1924,25 @@ class ScriptAnalysis:
             return None
         holding = [arg.value for arg in call.args if any(o in loader_set for o in self.origins(arg.value))]
         return holding[0] if len(holding) == 1 else None
+
+    def _zip_held_in(self, loop: cst.For) -> cst.Call | None:
+        """The ``zip(...)`` of several iterables a loop iterates through a variable of its function
+        (``batches = zip(la, itertools.cycle(lb))`` then ``for (xa, ya), (xb, yb) in batches:``), if any."""
+        name = unwrap_iterable(loop.iter)
+        if type(name) is not cst.Name:
+            return None
+        function = self.enclosing_function(loop)
+        sources = [
+            a.value
+            for a in self.assignments_in(function)
+            if isinstance(a, cst.Assign)
+            and len(a.targets) == 1
+            and isinstance(a.targets[0].target, cst.Name)
+            and a.targets[0].target.value == name.value  # type: ignore[attr-defined]
+            and isinstance(a.value, cst.Call)
+        ]
+        zipped = [z for source in sources if (z := _zip_inside(source)) is not None]  # type: ignore[arg-type]
+        return zipped[0] if len(zipped) == 1 and len(sources) == 1 else None
 
     def _through_wrapper_variables(self, expr: cst.BaseExpression, loop: cst.For) -> cst.BaseExpression:
         """``loader`` for ``pbar`` when the same function did ``pbar = tqdm(loader, ...)``.
