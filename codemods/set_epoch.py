@@ -31,7 +31,8 @@ class MissingSetEpoch(Rule):
     gets ``loader.sampler.set_epoch(loader.sampler.epoch + 1)``: its own counter starts again with each
     stage, and every stage would repeat the first one's orders. An epoch loop with no epoch number
     (``while step < max_steps: for x, y in loader:``) gets ``runtime.next_epoch(loader)``, which counts the
-    passes for the sampler; one whose test counts up an integer (``while epoch < epochs: ... epoch += 1``) gets
+    passes for the sampler; a loader built anew in each epoch (a curriculum's ``loader = DataLoader(Subset(ds,
+    range(n)), ...)``) is told its epoch right after it is built; one whose test counts up an integer (``while epoch < epochs: ... epoch += 1``) gets
     ``runtime.set_epoch(loader, epoch)`` (a resumed run then goes on with the orders it would have had). A name that may hold an object of the
     program wrapping the loader (``train_dl = DeviceDataLoader(train_dl, device)``) gets
     ``runtime.set_epoch(train_dl, epoch)``, which finds the sampler of the loader inside. A loop that draws batches with ``next(it)`` and starts a new pass with
@@ -356,7 +357,7 @@ finetune(model, DataLoader(ds, batch_size=8, sampler=DistributedSampler(ds)))
                 yield Match(stmt, "a new pass over the loader starts here without set_epoch: every pass repeats the same order")
         loops: set[cst.CSTNode] = set()
         for loader, epoch, spelling in self._cases(analysis):
-            fixable = epoch is not None and spelling is not None
+            fixable = epoch is not None and (spelling is not None or _built_in_the_epoch(analysis, loader, epoch) is not None)
             if not fixable and _never_shuffles(analysis, loader):
                 continue  # (``DistributedSampler(ds, shuffle=False)``: the same order every epoch, whatever it is told)
             if epoch is None:
@@ -381,6 +382,17 @@ finetune(model, DataLoader(ds, batch_size=8, sampler=DistributedSampler(ds)))
             edits.changes.append(Change(self.code, analysis.line(stmt), "sampler.set_epoch called where each new pass over the loader starts"))
         written: set[tuple[cst.CSTNode, str]] = set()  # (several loaders reach one loop: a call each is one too many)
         for loader, epoch, spelling in self._cases(analysis):
+            built = _built_in_the_epoch(analysis, loader, epoch) if epoch is not None and spelling is None else None
+            if built is not None:
+                # ``for epoch ...: loader = DataLoader(Subset(ds, range(n)), ...)``: a new loader each epoch, told
+                # its epoch right after it is built
+                stmt, name = built
+                told = f"{runtime_name(analysis, edits)}.set_epoch({name}, {epoch.epoch_var})" if _sampler_may_be_another(analysis, loader) else f"{name}.sampler.set_epoch({epoch.epoch_var})"  # type: ignore[union-attr]
+                if (stmt, told) not in written:
+                    written.add((stmt, told))
+                    edits.insert_after(stmt, statement(told))
+                    edits.changes.append(Change(self.code, analysis.line(epoch.loop), "sampler.set_epoch(epoch) called where each epoch builds its loader"))  # type: ignore[union-attr]
+                continue
             if epoch is None or spelling is None:
                 if _never_shuffles(analysis, loader):
                     continue
@@ -427,6 +439,19 @@ finetune(model, DataLoader(ds, batch_size=8, sampler=DistributedSampler(ds)))
             )
             edits.changes.append(Change(self.code, analysis.line(epoch.loop), done))
         return edits.apply(analysis.module) if edits else None
+
+
+def _built_in_the_epoch(analysis: ScriptAnalysis, loader: cst.Call, epoch: EpochLoop) -> tuple[cst.BaseStatement, str] | None:
+    """The statement that builds the loader anew in each pass of the epoch loop and the name it binds
+    (``loader = DataLoader(Subset(ds, range(n)), ...)`` in ``for epoch in range(4):``), where the loop has an
+    epoch number: the place to tell the new sampler its epoch. ``None`` elsewhere."""
+    if epoch.epoch_var is None or not analysis.owns(loader) or not analysis.is_inside(loader, epoch.loop.body):
+        return None
+    stmt = analysis.statement(loader)
+    small = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
+    if type(small) is not cst.Assign or len(small.targets) != 1 or type(small.targets[0].target) is not cst.Name or small.value is not loader:  # type: ignore[union-attr]
+        return None
+    return stmt, small.targets[0].target.value  # type: ignore[union-attr, attr-defined]
 
 
 def _while_counter(loop: cst.For | cst.While) -> str | None:

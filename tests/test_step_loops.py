@@ -548,3 +548,18 @@ def test_one_pass_drawn_with_next_needs_no_epoch(tmp_path: Path) -> None:
     migrated, report, code = migrate_script(tmp_path, source)
     assert "DistributedSampler(" in migrated, migrated
     assert "DDP006" not in report and code == 0 and "TODO" not in migrated, report + migrated
+
+
+def test_a_loader_built_anew_each_epoch_is_told_its_epoch_where_it_is_built(tmp_path: Path) -> None:
+    """A trial's curriculum (``loader = DataLoader(Subset(ds, range(n)), ...)`` inside the epoch loop) got a TODO
+    saying "call <loader>.sampler.set_epoch(epoch) at the start of every epoch", where no loader exists yet."""
+    source = (
+        "import torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, Subset, TensorDataset\n\n"
+        "ds = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\nmodel = nn.Linear(4, 1)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor epoch in range(3):\n"
+        "    loader = DataLoader(Subset(ds, range(16 * (epoch + 1))), batch_size=8, shuffle=True)\n"
+        "    for x, y in loader:\n        opt.zero_grad()\n        nn.functional.mse_loss(model(x), y).backward()\n        opt.step()\n"
+    )
+    migrated, report, code = migrate_script(tmp_path, source)
+    assert "    )\n    loader.sampler.set_epoch(epoch)\n    for x, y in loader:\n" in migrated, migrated
+    assert code == 0 and "TODO" not in migrated, report + migrated
