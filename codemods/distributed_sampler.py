@@ -437,6 +437,7 @@ with torch.no_grad():
             verb = "multiplies" if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply) else "divides"
             kept = f" (batch size kept per process: the program already {verb} {name} by the world size, line {home.line(node)})"
             options = dataclasses.replace(options, batch_size=BatchSizePolicy.PER_PROCESS)
+        given_names: set[str] = set()  # (the data sets named in this pass: two loaders, two names)
         for match in self.matches_in(analysis):
             loader = match.node
             assert isinstance(loader, cst.Call)
@@ -467,7 +468,8 @@ with torch.no_grad():
             dataset_expr = dataset.value
             if not isinstance(dataset_expr, (cst.Name, cst.Attribute)):
                 # The sampler needs the same dataset object: evaluate the expression once, into a new name.
-                name = analysis.free_name("train_dataset", "train_set", "dataset")
+                name = analysis.free_name("train_dataset", "train_set", "dataset", taken=given_names)
+                given_names.add(name)
                 edits.insert_before(analysis.statement(loader), statement(f"{name} = {code_of(dataset_expr)}"))
                 dataset_expr = cst.Name(name)
             kwargs = loader_facts(analysis).kwargs_dict(loader)

@@ -399,6 +399,8 @@ def test_loaders_zipped_into_a_variable_the_loop_iterates_are_all_sharded(tmp_pa
     migrated = (tmp_path / "train.py").read_text()
     assert migrated.count("sampler=DistributedSampler(") == 2, result.output + migrated
     assert "labeled.sampler.set_epoch(epoch)" in migrated and "unlabeled.sampler.set_epoch(epoch)" in migrated, migrated
+    # (each loader's data set gets a name of its own: the trial's copy named both train_dataset)
+    assert migrated.count("    train_dataset = TensorDataset(") == 1 and migrated.count("    train_set = TensorDataset(") == 1, migrated
 
 
 SPAWNED = '''

@@ -882,13 +882,15 @@ class ScriptAnalysis:
                         return alias.asname.name.value  # type: ignore[union-attr]
         return None
 
-    def free_name(self, preferred: str, *fallbacks: str) -> str:
-        """A name not used anywhere in the file, so a new variable never shadows the script's own."""
+    def free_name(self, preferred: str, *fallbacks: str, taken: Iterable[str] = ()) -> str:
+        """A name not used anywhere in the file, so a new variable never shadows the script's own, nor one in
+        ``taken`` (the names a fix has already given out: two loaders' data sets in one pass)."""
+        used = self.used_names | set(taken)
         for candidate in (preferred, *fallbacks):
-            if candidate not in self.used_names:
+            if candidate not in used:
                 return candidate
         suffix = 2
-        while f"{preferred}_{suffix}" in self.used_names:
+        while f"{preferred}_{suffix}" in used:
             suffix += 1
         return f"{preferred}_{suffix}"
 
