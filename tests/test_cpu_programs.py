@@ -98,6 +98,15 @@ ON_AN_ACCELERATOR = {
         "model = nn.Linear(4, 1)\nif torch.cuda.device_count() > 1:\n    model = nn.DataParallel(model)\n"
         "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
     ),
+    # (words passed over only where all the code is read: a library's helper may place the model)
+    "CUDA seeded beside a helper of an unknown library": (
+        "from labkit.hw import place\ntorch.cuda.manual_seed_all(0)\nmodel = place(nn.Linear(4, 1))\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    ),
+    "GPUs printed beside a default tensor type": (
+        'print("on the GPU")\ntorch.set_default_tensor_type("torch.cuda.FloatTensor")\nmodel = nn.Linear(4, 1)\n'
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    ),
     "a device string also printed": (
         'device = "cuda:0"\nprint("training on cuda:0")\nmodel = nn.Linear(4, 1).to(device)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n'
     ),

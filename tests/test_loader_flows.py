@@ -389,7 +389,15 @@ def test_every_loader_zipped_into_a_training_loop_is_sharded(tmp_path: Path) -> 
         torch.testing.assert_close(actual[key], expected[key], atol=1e-6, rtol=0)
 
 
-@pytest.mark.parametrize("held", ["batches = zip(labeled, unlabeled)", "batches = zip(labeled, itertools.cycle(unlabeled))"], ids=["zip", "zip-cycle"])
+@pytest.mark.parametrize(
+    "held",
+    [
+        "batches = zip(labeled, unlabeled)",
+        "batches = zip(labeled, itertools.cycle(unlabeled))",
+        "batches = zip(labeled, unlabeled)\n        batches = enumerate(batches)",  # (a review's rebinding)
+    ],
+    ids=["zip", "zip-cycle", "zip-rebound"],
+)
 def test_loaders_zipped_into_a_variable_the_loop_iterates_are_all_sharded(tmp_path: Path, held: str) -> None:
     """A trial's silent wrong: ``batches = zip(la, itertools.cycle(lb))`` then ``for ... in batches:`` sharded
     ``la`` only; ``lb`` kept its shuffle and whole batch, every rank drew all of it, and nothing was reported."""

@@ -146,3 +146,18 @@ def test_a_model_that_trains_itself_in_its_own_method_is_reviewed_not_wrapped(tm
     assert "model.module.fit" not in migrated and "DistributedDataParallel(model" not in migrated, migrated
     assert "DDP011 model trains itself in a method of its own class (fit() builds its optimizer" in result.output, result.output
     assert "1 item(s) need a human" in result.output, result.output
+
+
+def test_a_model_with_an_unrelated_backward_in_its_class_is_still_wrapped(tmp_path: Path) -> None:
+    """A review's false review: a model whose ``configure_optimizers`` only builds the optimizer, and whose other
+    method runs a backward of its own (an input-saliency pass), trained by an outside loop, is wrapped as before."""
+    model = MODEL + (
+        "\n    def saliency(self, x):\n        x = x.clone().requires_grad_(True)\n        self(x).sum().backward()\n"
+        "        return x.grad\n"
+    )
+    (tmp_path / "model.py").write_text(model)
+    (tmp_path / "trainer.py").write_text(TRAINER)
+    (tmp_path / "train.py").write_text(ENTRY)
+    result = CliRunner().invoke(cli, [str(tmp_path)], catch_exceptions=False)
+    assert "trains itself" not in result.output, result.output
+    assert "model = DistributedDataParallel(model" in (tmp_path / "train.py").read_text(), result.output

@@ -563,3 +563,18 @@ def test_a_loader_built_anew_each_epoch_is_told_its_epoch_where_it_is_built(tmp_
     migrated, report, code = migrate_script(tmp_path, source)
     assert "    )\n    loader.sampler.set_epoch(epoch)\n    for x, y in loader:\n" in migrated, migrated
     assert code == 0 and "TODO" not in migrated, report + migrated
+
+
+def test_a_loader_rebuilt_on_some_epochs_only_keeps_its_review(tmp_path: Path) -> None:
+    """A review's silent wrong: ``if epoch % 2 == 0: loader = DataLoader(...)`` got set_epoch inside the test,
+    so the epochs that reuse the loader repeated the orders of the ones before."""
+    source = (
+        "import torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, Subset, TensorDataset\n\n"
+        "ds = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))\nmodel = nn.Linear(4, 1)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor epoch in range(4):\n    if epoch % 2 == 0:\n"
+        "        loader = DataLoader(Subset(ds, range(16 * (epoch + 2))), batch_size=8, shuffle=True)\n"
+        "    for x, y in loader:\n        opt.zero_grad()\n        nn.functional.mse_loss(model(x), y).backward()\n        opt.step()\n"
+    )
+    migrated, report, code = migrate_script(tmp_path, source)
+    assert "        loader.sampler.set_epoch(epoch)\n" not in migrated, migrated
+    assert "DDP006" in report and code == 1, report

@@ -28,6 +28,7 @@ migration) has made the choice: the runtime's ``device()`` and ``device_ids()`` 
 from __future__ import annotations
 
 import re
+import sys
 
 import libcst as cst
 
@@ -37,6 +38,11 @@ from .script import ScriptAnalysis, callee_name, dotted_name, is_docstring_line,
 #: Calls that name CUDA but put nothing on it: seeding (a no-op without a GPU) and questions about the machine.
 INERT_CUDA_CALLS = names.CUDA_QUERIES | frozenset(
     {"torch.cuda.manual_seed", "torch.cuda.manual_seed_all", "torch.cuda.empty_cache", "torch.cuda.is_bf16_supported"}
+)
+#: Libraries that never move a model or tensors to an accelerator by themselves.
+PLACING_NOTHING = frozenset(
+    {"torch", "torchvision", "torchaudio", "torchtext", "numpy", "scipy", "pandas", "sklearn", "PIL", "tqdm", "yaml",
+     "matplotlib", "tensorboard", "timm", "einops", "ddp_migrate", "ddp_runtime"}
 )
 #: Calls whose string arguments are only shown: printed, logged, written to a progress bar.
 OUTPUT_CALLS = frozenset({"print", "print0", "debug", "info", "warning", "warn", "error", "log", "write", "set_description", "set_postfix"})
@@ -84,12 +90,16 @@ class DeviceFacts:
         )
         #: Whether the module names an accelerator, or gives a device variable a value other than the CPU
         #: (the scan stops at the first sign: ``bound`` and ``read`` are then partial, and not needed).
+        #: Whether the module imports only code the analysis reads or trusts (see :meth:`_imports_only_readable_code`).
+        self._reads_all = self._imports_only_readable_code()
         self.names_an_accelerator = self._names_an_accelerator()
 
     def _names_an_accelerator(self) -> bool:
         docstrings = _docstring_parts(self.analysis)
-        # ``torch.cuda.manual_seed_all(0)``, ``torch.cuda.device_count()``: they name CUDA but place nothing on it.
-        inert = {n for call in self.analysis.calls_to(INERT_CUDA_CALLS) for n in walk(call.func)}
+        # ``torch.cuda.manual_seed_all(0)``, ``torch.cuda.device_count()``: they name CUDA but place nothing on it;
+        # nor does text that is only shown. Such words are passed over only where the module reads no code the
+        # analysis cannot see (``from labkit.hw import place``: a ``.cuda()`` may hide there).
+        inert = {n for call in self.analysis.calls_to(INERT_CUDA_CALLS) for n in walk(call.func)} if self._reads_all else set()
         for node in self.analysis.preorder:
             if node in inert:
                 continue
@@ -114,9 +124,33 @@ class DeviceFacts:
                 return True
         return False
 
+    def _imports_only_readable_code(self) -> bool:
+        """Whether every module this one imports is a module of the program, of the standard library, or of a
+        library that never moves a model by itself (:data:`PLACING_NOTHING`); no dynamic import."""
+        program = set(self.analysis.shared.by_name)
+        for node in self.analysis.preorder:
+            kind = type(node)
+            if kind is cst.Import:
+                modules = [dotted_name(alias.name) or "" for alias in node.names]  # type: ignore[attr-defined]
+            elif kind is cst.ImportFrom:
+                if node.relative:  # type: ignore[attr-defined]
+                    continue  # (a module of the program's own package)
+                modules = [dotted_name(node.module) or ""] if node.module is not None else [""]  # type: ignore[attr-defined]
+            elif kind is cst.Call and callee_name(node) in ("import_module", "__import__"):  # type: ignore[arg-type]
+                return False
+            else:
+                continue
+            for module in modules:
+                top = module.split(".")[0]
+                if module not in program and top not in program and top not in sys.stdlib_module_names and top not in PLACING_NOTHING:
+                    return False
+        return True
+
     def _only_shown(self, node: cst.CSTNode) -> bool:
         """Whether a string is text a call prints or logs (``print("many gpus")``, ``logger.info(f"on {n} GPUs")``):
-        words about an accelerator, not a place to put tensors."""
+        words about an accelerator, not a place to put tensors (only where the module reads all it imports)."""
+        if not self._reads_all:
+            return False
         for ancestor in self.analysis.ancestors(node):
             if type(ancestor) is cst.Call:
                 return callee_name(ancestor) in OUTPUT_CALLS  # type: ignore[arg-type]

@@ -1928,23 +1928,39 @@ class ScriptAnalysis:
         return holding[0] if len(holding) == 1 else None
 
     def _zip_held_in(self, loop: cst.For) -> cst.Call | None:
-        """The ``zip(...)`` of several iterables a loop iterates through a variable of its function
-        (``batches = zip(la, itertools.cycle(lb))`` then ``for (xa, ya), (xb, yb) in batches:``), if any."""
-        name = unwrap_iterable(loop.iter)
-        if type(name) is not cst.Name:
-            return None
+        """The ``zip(...)`` of several iterables a loop iterates through variables of its function (``batches =
+        zip(la, itertools.cycle(lb))``, maybe ``batches = tqdm(batches)``, then ``for ... in batches:``), if any."""
         function = self.enclosing_function(loop)
-        sources = [
-            a.value
-            for a in self.assignments_in(function)
-            if isinstance(a, cst.Assign)
-            and len(a.targets) == 1
-            and isinstance(a.targets[0].target, cst.Name)
-            and a.targets[0].target.value == name.value  # type: ignore[attr-defined]
-            and isinstance(a.value, cst.Call)
-        ]
-        zipped = [z for source in sources if (z := _zip_inside(source)) is not None]  # type: ignore[arg-type]
-        return zipped[0] if len(zipped) == 1 and len(sources) == 1 else None
+        expr = unwrap_iterable(loop.iter)
+        for _ in range(4):
+            source = self._wrapper_source(function, expr)
+            if source is None:
+                return None
+            zipped = _zip_inside(source)
+            if zipped is not None:
+                return zipped
+            expr = unwrap_iterable(source)
+        return None
+
+    def _wrapper_source(self, function: cst.FunctionDef | None, expr: cst.BaseExpression) -> cst.Call | None:
+        """The wrapper call (:data:`ITERATION_WRAPPERS`) a name of the function is first assigned (``pbar =
+        tqdm(loader, ...)``, ``batches = zip(a, b)``), or ``None``."""
+        name = expr.value if isinstance(expr, cst.Name) else None
+        if name is None:
+            return None
+        return next(
+            (
+                a.value
+                for a in self.assignments_in(function)
+                if isinstance(a, cst.Assign)
+                and len(a.targets) == 1
+                and isinstance(a.targets[0].target, cst.Name)
+                and a.targets[0].target.value == name
+                and isinstance(a.value, cst.Call)
+                and callee_name(a.value) in ITERATION_WRAPPERS
+            ),
+            None,
+        )
 
     def _through_wrapper_variables(self, expr: cst.BaseExpression, loop: cst.For) -> cst.BaseExpression:
         """``loader`` for ``pbar`` when the same function did ``pbar = tqdm(loader, ...)``.
@@ -1954,21 +1970,7 @@ class ScriptAnalysis:
         """
         function = self.enclosing_function(loop)
         for _ in range(4):
-            name = expr.value if isinstance(expr, cst.Name) else None
-            source = next(
-                (
-                    a.value
-                    for a in self.assignments_in(function)
-                    if name is not None
-                    and isinstance(a, cst.Assign)
-                    and len(a.targets) == 1
-                    and isinstance(a.targets[0].target, cst.Name)
-                    and a.targets[0].target.value == name
-                    and isinstance(a.value, cst.Call)
-                    and callee_name(a.value) in ITERATION_WRAPPERS
-                ),
-                None,
-            )
+            source = self._wrapper_source(function, expr)
             if source is None:
                 return expr
             expr = unwrap_iterable(source)
@@ -2552,12 +2554,13 @@ class ScriptAnalysis:
         return self.__dict__["_models_training_themselves"]
 
     def _trains_itself(self, function: cst.FunctionDef) -> bool:
-        """Whether the method's class calls ``backward()`` in its own methods: the object runs its training step
-        itself (its forward on ``self`` or on its own layers), never through whatever wraps it."""
+        """Whether the method runs a ``backward()`` of its own class (in it, or in a method it calls): the object runs
+        its training step itself (its forward on ``self`` or on its own layers), never through whatever wraps it."""
         cls = self.enclosing_class(function)
         if cls is None:
             return False
-        return any(self.is_inside(call, cls) for call in self.backward_calls)
+        # (a backward the method runs: another method's, an input-saliency pass, trains nothing of this call)
+        return self.reaches(function, [call for call in self.backward_calls if self.is_inside(call, cls)])
 
     @cached_property
     def models_built_in_calls(self) -> list[cst.BaseExpression]:
