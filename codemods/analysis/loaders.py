@@ -30,8 +30,8 @@ from .script import (
     binding_name,
     callee_name,
     dotted_name,
-    is_true,
     is_none,
+    is_true,
     item_name,
     keyword_argument,
     literal_dict_items,
@@ -68,6 +68,7 @@ class LoaderFacts:
     dict_loaders: dict[cst.Call, str] = field(default_factory=dict)
     #: Of those, the ones a loop that trains iterates by subscript.
     dict_training: set[cst.Call] = field(default_factory=set)
+    #: Answers kept per loader (:meth:`sharded_at_a_call_site`, :meth:`stream_cut_by_rank`).
     _sampled_at_call_sites: dict[cst.Call, bool] = field(default_factory=dict)
     _stream_cuts: dict[cst.Call, cst.ClassDef | None] = field(default_factory=dict)
     #: The loops, in any module, that train over a dict of loaders handed on (``loader = self.loaders[mode]``).

@@ -2492,10 +2492,15 @@ class ScriptAnalysis:
         ``model.configure_optimizers(lr)``) is named where that function is called, with the caller's name."""
         return list(self.model_training_sites)
 
-    @cached_property
+    @property
     def model_training_sites(self) -> dict[str, list[cst.Call]]:
         """Each model of :attr:`trained_models`, with the calls of this module that make it trained: the
         optimizer's construction, or the call of the program's function that builds the optimizer for it."""
+        return self._training_sites[0]
+
+    @cached_property
+    def _training_sites(self) -> tuple[dict[str, list[cst.Call]], dict[str, tuple[cst.Call, cst.FunctionDef]]]:
+        """:attr:`model_training_sites` and :attr:`models_training_themselves`, found in one walk up the calls."""
         found: dict[str, list[cst.Call]] = {}
         for optimizer, function, name in self._optimized_receivers:
             # (``self`` in a method no call of the program runs, ``configure_optimizers`` a library calls: no
@@ -2506,7 +2511,6 @@ class ScriptAnalysis:
         # functions that are handed it in turn (``model.configure_optimizers()`` in a Trainer's ``__init__``
         # of another module, the Trainer built in ``train.py``), a few calls deep.
         themselves: dict[str, tuple[cst.Call, cst.FunctionDef]] = {}
-        self.__dict__["_models_training_themselves"] = themselves
         pending = [
             (analysis, function, name, 0, function if name == "self" and analysis._trains_itself(function) else None)
             for analysis in self.shared.analyses
@@ -2542,7 +2546,7 @@ class ScriptAnalysis:
                     sites.append(caller)
                 if method is not None:
                     themselves.setdefault(held, (caller, method))
-        return found
+        return found, themselves
 
     @property
     def models_training_themselves(self) -> dict[str, tuple[cst.Call, cst.FunctionDef]]:
@@ -2550,8 +2554,7 @@ class ScriptAnalysis:
         ``self`` (``model.fit(loader)`` of ``def fit(self, loader): ... self(x) ... loss.backward()``), with the
         call here that starts it and the method: a DDP wrap around the object would never see that forward,
         so its gradients would not be averaged (``model.module.fit(...)`` trained each replica on its own)."""
-        self.model_training_sites  # (computed with the training sites)
-        return self.__dict__["_models_training_themselves"]
+        return self._training_sites[1]
 
     def _trains_itself(self, function: cst.FunctionDef) -> bool:
         """Whether the method runs a ``backward()`` of its own class (in it, or in a method it calls): the object runs
