@@ -387,10 +387,10 @@ finetune(model, DataLoader(ds, batch_size=8, sampler=DistributedSampler(ds)))
                 # ``for epoch ...: loader = DataLoader(Subset(ds, range(n)), ...)``: a new loader each epoch, told
                 # its epoch right after it is built
                 stmt, name = built
-                told = f"{runtime_name(analysis, edits)}.set_epoch({name}, {epoch.epoch_var})" if _sampler_may_be_another(analysis, loader) else f"{name}.sampler.set_epoch({epoch.epoch_var})"  # type: ignore[union-attr]
-                if (stmt, told) not in written:
-                    written.add((stmt, told))
-                    edits.insert_after(stmt, statement(told))
+                told = _set_epoch_call(analysis, edits, name, epoch.epoch_var, _sampler_may_be_another(analysis, loader))  # type: ignore[union-attr, arg-type]
+                if (stmt, code_of(told)) not in written:
+                    written.add((stmt, code_of(told)))
+                    edits.insert_after(stmt, told)
                     edits.changes.append(Change(self.code, analysis.line(epoch.loop), "sampler.set_epoch(epoch) called where each epoch builds its loader"))  # type: ignore[union-attr]
                 continue
             if epoch is None or spelling is None:
@@ -404,41 +404,45 @@ finetune(model, DataLoader(ds, batch_size=8, sampler=DistributedSampler(ds)))
             body = epoch.loop.body
             if not isinstance(body, cst.IndentedBlock) or not body.body:
                 continue
+            spelled = code_of(spelling)
+            done = "sampler.set_epoch(epoch) called at the start of each epoch"
             counter = _while_counter(epoch.loop) if epoch.epoch_var is None else None
             if counter is not None:
                 # ``while epoch < epochs: ... epoch += 1``: the counter numbers the passes, also where a resumed
                 # run starts it from a checkpoint
-                call = statement(f"{runtime_name(analysis, edits)}.set_epoch({code_of(spelling)}, {counter})")
+                call = _set_epoch_call(analysis, edits, spelled, counter, through_runtime=True)
+                done = f"sampler.set_epoch({counter}) called at the start of each pass (the counter the loop tests)"
             elif epoch.epoch_var is None:
                 # ``while not done: for x, y in loader:``: no epoch number to pass; the runtime counts the passes
                 # for the loader's sampler
-                call = statement(f"{runtime_name(analysis, edits)}.next_epoch({code_of(spelling)})")
-            elif _may_hold_a_wrapper(analysis, spelling) or _sampler_may_be_another(analysis, loader):
-                # ``train_dl = DeviceDataLoader(train_dl, device)``: the object iterated may not be the loader;
-                # ``RandomSampler(ds) if local_rank == -1 else DistributedSampler(ds)``: nor the sampler one
-                # that has set_epoch
-                call = statement(f"{runtime_name(analysis, edits)}.set_epoch({code_of(spelling)}, {epoch.epoch_var})")
-            elif analysis.nearest_loop(epoch.loop) is not None:
+                call = statement(f"{runtime_name(analysis, edits)}.next_epoch({spelled})")
+                done = "runtime.next_epoch(loader) called at the start of each pass (the loop counts no epochs: the runtime counts them for the sampler)"
+            elif analysis.nearest_loop(epoch.loop) is not None and not (_may_hold_a_wrapper(analysis, spelling) or _sampler_may_be_another(analysis, loader)):
                 # ``for stage in stages: for epoch in range(n):``: the epoch number starts again with each
                 # stage, and so would the order; the sampler counts its epochs on instead
-                sampler = f"{code_of(spelling)}.sampler"
-                call = statement(f"{sampler}.set_epoch({sampler}.epoch + 1)")
+                call = statement(f"{spelled}.sampler.set_epoch({spelled}.sampler.epoch + 1)")
             else:
-                call = statement(f"{code_of(spelling)}.sampler.set_epoch({epoch.epoch_var})")
+                # ``train_dl = DeviceDataLoader(train_dl, device)``: the object iterated may not be the loader;
+                # ``RandomSampler(ds) if local_rank == -1 else DistributedSampler(ds)``: nor the sampler one
+                # that has set_epoch: the runtime finds the sampler
+                through = _may_hold_a_wrapper(analysis, spelling) or _sampler_may_be_another(analysis, loader)
+                call = _set_epoch_call(analysis, edits, spelled, epoch.epoch_var, through)
             key = (epoch.loop, code_of(call))
             if key in written:
                 continue
             written.add(key)
             edits.insert_before(body.body[0], call)
-            done = (
-                "runtime.next_epoch(loader) called at the start of each pass (the loop counts no epochs: the runtime counts them for the sampler)"
-                if epoch.epoch_var is None and counter is None
-                else f"sampler.set_epoch({counter}) called at the start of each pass (the counter the loop tests)"
-                if counter is not None
-                else "sampler.set_epoch(epoch) called at the start of each epoch"
-            )
             edits.changes.append(Change(self.code, analysis.line(epoch.loop), done))
         return edits.apply(analysis.module) if edits else None
+
+
+def _set_epoch_call(analysis: ScriptAnalysis, edits: Edits, spelled: str, epoch: str, through_runtime: bool) -> cst.BaseStatement:
+    """The statement that tells a loader's sampler its epoch: ``runtime.set_epoch(loader, epoch)`` where the
+    object or its sampler may not be the one with ``set_epoch`` (the runtime finds it), else
+    ``loader.sampler.set_epoch(epoch)``."""
+    if through_runtime:
+        return statement(f"{runtime_name(analysis, edits)}.set_epoch({spelled}, {epoch})")
+    return statement(f"{spelled}.sampler.set_epoch({epoch})")
 
 
 def _built_in_the_epoch(analysis: ScriptAnalysis, loader: cst.Call, epoch: EpochLoop) -> tuple[cst.BaseStatement, str] | None:
