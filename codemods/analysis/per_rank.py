@@ -155,14 +155,20 @@ class PerRankValues:
         home = self.analysis.shared.analysis_of(function) or self.analysis
         if any(home.is_inside(node, function) for node in self._seed_nodes if (self.analysis.shared.analysis_of(node) or self.analysis) is home):
             return False
+        return not self._reads_per_rank_from_outside(home, function, lambda use: self._from_arguments_only(use.function, depth + 1))  # type: ignore[arg-type]
+
+    def _reads_per_rank_from_outside(self, home: ScriptAnalysis, function: cst.FunctionDef, whole_call: Callable[[_Use], bool]) -> bool:
+        """Whether the function reads a per-rank value from outside it: a global or an attribute (``self.x``) that
+        is per-rank (not a name it binds itself), or the result of a per-rank helper whose call ``whole_call`` does
+        not show to be whole."""
         for use in self._uses(function.body):
             if use.function is not None:
-                if use.function in self.functions and not self._from_arguments_only(use.function, depth + 1):
-                    return False
+                if use.function in self.functions and not whole_call(use):
+                    return True
             elif use.key is not None and not use.sized and home._key(function.body, use.key[1])[0] is not function:
                 if self._holds(use.key, use.at_module):  # type: ignore[arg-type]
-                    return False  # (a per-rank global or attribute read inside)
-        return True
+                    return True
+        return False
 
     def _whole_pass_call(self, call: cst.Call, function: cst.FunctionDef) -> bool:
         """Whether this call of a function whose result may be per-rank goes over whole data sets only: every
@@ -208,15 +214,8 @@ class PerRankValues:
         if any(arg.value not in loader_arguments and self.mention(arg.value) is not None for arg in call.args):
             return False
         # What the function reads from outside it (a global, ``self.x``, a per-rank helper's result): per-rank
-        # there, per-rank here.
-        for use in self._uses(function.body):
-            if use.function is not None:
-                if use.function in self.functions and not self._whole_pass_call(use.call, use.function):  # type: ignore[arg-type]
-                    return False
-            elif use.key is not None and not use.sized and home._key(function.body, use.key[1])[0] is not function:
-                if self._holds(use.key, use.at_module):  # type: ignore[arg-type]
-                    return False  # (not a name the function binds: its locals are per-rank over the training shard)
-        return True
+        # there, per-rank here (its own locals are per-rank over the training shard, not here).
+        return not self._reads_per_rank_from_outside(home, function, lambda use: self._whole_pass_call(use.call, use.function))  # type: ignore[arg-type]
 
     def _loader_calls(self) -> set[cst.CSTNode]:
         if self._program_loaders is None:
