@@ -506,11 +506,11 @@ with torch.autocast(device_type="cuda", enabled=False):
                 edits.replace(node, expression(new))
                 message = "CUDA side of the device choice replaced by runtime.device(); the user's choice is kept"
                 if "cpu" in code_of(other).lower():
-                    # On a machine with GPUs the group would use NCCL and DDP this GPU: a model the user keeps
-                    # on the CPU crashes the wrap ("device_ids ... only work with ... GPU modules").
+                    # Each process still binds a GPU of its machine (the wrap, runtime.device_ids(model), and the
+                    # group's gloo carry a model kept on the CPU): more processes than GPUs need the variable.
                     message += (
-                        " (to train on the CPU on a machine with GPUs, launch with DDP_MIGRATE_DEVICE=cpu: the "
-                        "process group and DDP then use the CPU too)"
+                        " (a model kept on the CPU is wrapped there; to start more processes than the machine has "
+                        "GPUs, launch with DDP_MIGRATE_DEVICE=cpu: every process then stays on the CPU)"
                     )
             elif isinstance(node, cst.SimpleString) and (
                 isinstance(parent := analysis.parent(node), (cst.Assign, cst.AnnAssign, cst.IfExp, cst.DictElement))

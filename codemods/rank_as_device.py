@@ -12,7 +12,7 @@ from .analysis import ScriptAnalysis, call_method_name, walk
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression, remove_statements, without_argument
 from .analysis.legacy import DDP_PARAMETERS, RANK_SOURCE_WORDS, LegacyFacts, argument, legacy_facts
-from .runtime_calls import runtime_name
+from .runtime_calls import device_ids_call, runtime_name
 
 #: ``runtime.device()``: this process's GPU, or the CPU.
 RUNTIME_DEVICE = frozenset({names.runtime("device")})
@@ -330,7 +330,9 @@ loss.backward()
                     edits.replace(node.args[0].value, expression(f"{rt}.local_rank()"))
                     message = "torch.cuda.set_device uses the local rank"
             elif case.kind == DEVICE_IDS:
-                edits.replace(facts.device_choice(node, fallback="none"), expression(f"{rt}.device_ids()"))  # type: ignore[arg-type]
+                wrap = analysis.parent(analysis.parent(node))
+                model = wrap.args[0].value if isinstance(wrap, cst.Call) and wrap.args and wrap.args[0].keyword is None else None
+                edits.replace(facts.device_choice(node, fallback="none"), device_ids_call(analysis, edits, model))  # type: ignore[arg-type]
                 message = f"device_ids={code_of(node).strip()} replaced by runtime.device_ids()"
             else:
                 arg = analysis.parent(node)

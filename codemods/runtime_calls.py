@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from .analysis import ScriptAnalysis
-from .analysis.devices import trains_on_the_cpu_only
+from .analysis import ScriptAnalysis, dotted_name
+from .analysis.devices import model_may_stay_on_the_cpu, trains_on_the_cpu_only
 from .edits import Edits, expression
 
 DDP_MODULE, DDP_CLASS = "torch.nn.parallel", "DistributedDataParallel"
@@ -79,13 +79,24 @@ def find_unused_parameters_argument() -> cst.Arg:
     )
 
 
-def ddp_call(analysis: ScriptAnalysis, edits: Edits, model: cst.BaseExpression, extra: list[cst.Arg] | None = None) -> cst.Call:
-    """``DistributedDataParallel(model, device_ids=runtime.device_ids())`` in this file's spelling."""
-    ddp = imported_name(analysis, edits, DDP_MODULE, DDP_CLASS)
+def device_ids_call(analysis: ScriptAnalysis, edits: Edits, model: cst.BaseExpression | None) -> cst.Call:
+    """``runtime.device_ids()`` for the wrap of ``model``; ``runtime.device_ids(model)`` where the program may keep
+    the model on the CPU (``--no-cuda``) and ``model`` is a name or attribute that can be read again."""
     rt = runtime_name(analysis, edits)
-    call = expression(f"{ddp}(MODEL, device_ids={rt}.device_ids())")
+    call = expression(f"{rt}.device_ids()")
     assert isinstance(call, cst.Call)
-    args = [call.args[0].with_changes(value=model), call.args[1]]
+    if model is not None and dotted_name(model) is not None and model_may_stay_on_the_cpu(analysis):
+        return call.with_changes(args=[cst.Arg(model)])
+    return call
+
+
+def ddp_call(analysis: ScriptAnalysis, edits: Edits, model: cst.BaseExpression, extra: list[cst.Arg] | None = None) -> cst.Call:
+    """``DistributedDataParallel(model, device_ids=runtime.device_ids())`` in this file's spelling (see
+    :func:`device_ids_call`)."""
+    ddp = imported_name(analysis, edits, DDP_MODULE, DDP_CLASS)
+    call = expression(f"{ddp}(MODEL, device_ids=IDS)")
+    assert isinstance(call, cst.Call)
+    args = [call.args[0].with_changes(value=model), call.args[1].with_changes(value=device_ids_call(analysis, edits, model))]
     for arg in extra or []:
         args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
         args.append(arg.with_changes(comma=cst.MaybeSentinel.DEFAULT))

@@ -279,9 +279,25 @@ def device() -> torch.device:
     return torch.device("cpu")
 
 
-def device_ids() -> list[int] | None:
-    """What to pass as ``DistributedDataParallel(device_ids=...)``: ``[local_rank]`` on an
-    accelerator (CUDA, XPU, ...), else ``None`` (DDP on CPU must not be given device ids)."""
+def device_ids(module: torch.nn.Module | None = None) -> list[int] | None:
+    """What to pass as ``DistributedDataParallel(device_ids=...)``.
+
+    Without ``module``: ``[local_rank]`` on an accelerator (CUDA, XPU, ...), else ``None`` (DDP on
+    the CPU must not be given device ids). With the module about to be wrapped: where it actually
+    is, so that a model the program keeps on the CPU by the user's choice (``--no-cuda``) wraps on a
+    GPU machine too: ``[index]`` when all its parameters and buffers are on one accelerator device,
+    ``None`` when they are on the CPU or spread over several devices (DDP takes no device ids
+    then); a module with neither answers as without one.
+    """
+    if module is not None:
+        places = {tensor.device for tensor in module.parameters()} | {tensor.device for tensor in module.buffers()}
+        if len(places) > 1:
+            return None
+        if places:
+            (place,) = places
+            if place.type == "cpu" or place.index is None:
+                return None
+            return [place.index]
     if accelerator_type() is not None:
         return [local_rank()]
     return None

@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 from .environment import (
+    DEVICE_VARIABLE,
     accelerator_type,
     default_backend,
     device,
@@ -53,13 +54,20 @@ _BUSY_STATES = (b"R", b"D")
 
 def _choose_backend(backend: str | None) -> str:
     """The backend to use: the argument, else ``$DDP_MIGRATE_BACKEND``, else torch's default for
-    this process's device type (nccl on CUDA, xccl on XPU, gloo on the CPU, ...)."""
+    this process's device type (nccl on CUDA, xccl on XPU, gloo on the CPU, ...), with gloo for CPU
+    tensors beside an accelerator's (``cpu:gloo,cuda:nccl``)."""
     if backend:
         return backend
     from_env = os.environ.get(BACKEND_VARIABLE, "").strip()
     if from_env:
         return from_env
-    return default_backend()
+    chosen = default_backend()
+    kind = accelerator_type()
+    if kind is None or chosen == "gloo" or not dist.is_gloo_available():
+        return chosen
+    # As torch's own default group: gloo beside the accelerator's backend carries collectives on CPU
+    # tensors (a model the user keeps on the CPU, a metric summed on the CPU), which nccl refuses.
+    return f"cpu:gloo,{kind}:{chosen}"
 
 
 def _positive_timedelta(seconds: float, source: str) -> datetime.timedelta:
@@ -121,8 +129,9 @@ def _select_device(backend: str) -> None:
     if local >= count:
         raise DistributedEnvironmentError(
             f"LOCAL_RANK={local} but only {count} {kind.upper()} device(s) are visible: start at "
-            f"most {count} process(es) per machine (torchrun --nproc_per_node) or check which "
-            f"devices are visible (CUDA_VISIBLE_DEVICES, ZE_AFFINITY_MASK, ...)"
+            f"most {count} process(es) per machine (torchrun --nproc_per_node), check which "
+            f"devices are visible (CUDA_VISIBLE_DEVICES, ZE_AFFINITY_MASK, ...), or, to train on "
+            f"the CPU, set {DEVICE_VARIABLE}=cpu"
         )
     set_device_index(kind, local)
 
@@ -144,7 +153,8 @@ def setup(
     Args:
         backend: ``"gloo"``, ``"nccl"``, ...; default ``$DDP_MIGRATE_BACKEND``, else torch's default
             backend for this process's device type (``nccl`` on CUDA, ``xccl`` on XPU, ``gloo`` on
-            the CPU).
+            the CPU); on an accelerator, gloo too for collectives on CPU tensors, as torch's own
+            default group (``cpu:gloo,cuda:nccl``).
         timeout: timeout of collectives, in seconds or as a timedelta; default
             ``$DDP_MIGRATE_TIMEOUT`` seconds, else torch's default.
         device: ``"cpu"`` for a program that trains on the CPU wherever it runs (it places nothing

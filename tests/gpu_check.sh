@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# GPU evidence, for a machine with CUDA (never needed by CI): the runtime's in-process tests and the
+# GPU evidence, for a machine with CUDA (never needed by CI): the runtime's in-process tests, the CPU
+# programs' tests (a user's --no-cuda trained on a GPU machine) and the
 # end-to-end suite, whose migrated runs then train on the GPU with NCCL, one process per GPU (at most
 # two). Run from the repository root: `bash tests/gpu_check.sh [pytest -k expression]`.
 # Logs go to $OUT (default: a temporary folder). libcst wheels in .whl/ are installed first, for a
@@ -24,7 +25,8 @@ PY
 selection=("$@")
 status=0
 "$python" -m pytest -q -p no:cacheprovider -p no:warnings tests/test_runtime.py \
-    tests/test_runtime_accelerator.py tests/test_runtime_snapshot.py ${selection:+-k "${selection[*]}"} \
+    tests/test_runtime_accelerator.py tests/test_runtime_snapshot.py tests/test_cpu_programs.py \
+    ${selection:+-k "${selection[*]}"} \
     2>&1 | tee "$out/runtime.log" || status=1
 "$python" -m pytest -q -p no:cacheprovider -p no:warnings --durations=5 tests/test_e2e.py \
     ${selection:+-k "${selection[*]}"} 2>&1 | tee "$out/e2e.log" || status=1

@@ -12,7 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
+from launch import run_torchrun
 from migrated import migrate_script
 
 TRAINING = """
@@ -216,3 +218,72 @@ def test_a_users_cpu_choice_is_kept_and_the_report_says_how_to_launch_it(tmp_pat
     migrated, report, code = migrate_script(tmp_path, program(body))
     assert "runtime.device() if" in migrated or "else runtime.device()" in migrated, migrated
     assert ("launch with DDP_MIGRATE_DEVICE=cpu" in report) is told, report
+    # The wrap asks where the model is (the --no-cuda option alone says the user may pick).
+    assert "DistributedDataParallel(model, device_ids=runtime.device_ids(model))" in migrated, migrated
+
+
+@pytest.mark.parametrize(
+    ("lines", "follows"),
+    [
+        ("parser = argparse.ArgumentParser()\nparser.add_argument('--device', default='cuda')\nargs = parser.parse_args()\n"
+         "device = torch.device(args.device)\n", True),
+        ('device = torch.device("cuda:0")\nstats = torch.load("stats.pt", map_location="cpu")\n', False),
+    ],
+    ids=["device-option", "only-a-load-mapped-to-the-cpu"],
+)
+def test_the_wrap_follows_the_model_where_the_user_may_pick_the_cpu(tmp_path: Path, lines: str, follows: bool) -> None:
+    """``--device cpu`` on a GPU machine leaves the model on the CPU while this process's GPU is bound: the wrap
+    asks the model (``device_ids(model)``: None on the CPU). A load mapped onto the CPU offers no such choice."""
+    body = lines + "model = nn.Linear(4, 1).to(device)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    migrated, report, _ = migrate_script(tmp_path, program(body))
+    wrap = "DistributedDataParallel(model, device_ids=runtime.device_ids({}))".format("model" if follows else "")
+    assert wrap in migrated, migrated
+
+
+NO_CUDA_PROGRAM = """
+import argparse
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--no-cuda", action="store_true")
+    args = parser.parse_args()
+    use_cuda = not args.no_cuda and torch.cuda.is_available()
+    device = torch.device("cuda" if use_cuda else "cpu")
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    loader = DataLoader(data, batch_size=8, shuffle=True)
+    model = nn.Linear(4, 1).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            x, y = x.to(device), y.to(device)
+            opt.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+    print(f"trained on {next(model.parameters()).device}")
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.mark.distributed
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the crash was a GPU machine's (tests/gpu_check.sh runs it)")
+def test_a_users_cpu_choice_trains_on_a_gpu_machine(tmp_path: Path) -> None:
+    """``--no-cuda`` on a GPU machine: the migrated program used to crash its wrap (device_ids=[local_rank] for
+    a CPU model, then nccl refusing CPU gradients). Now the model stays on the CPU, the wrap takes no device
+    ids and gloo carries the gradients beside nccl; without the option it trains on the GPU. One process per
+    GPU, at most two."""
+    migrated, _, _ = migrate_script(tmp_path, NO_CUDA_PROGRAM)
+    assert "device_ids=runtime.device_ids(model)" in migrated, migrated
+    nproc = min(2, torch.cuda.device_count())
+    on_cpu = run_torchrun(tmp_path / "train.py", "--no-cuda", nproc_per_node=nproc, cwd=tmp_path, timeout=180)
+    on_gpu = run_torchrun(tmp_path / "train.py", nproc_per_node=nproc, cwd=tmp_path, timeout=180)
+    assert "trained on cpu" in on_cpu.output, on_cpu.tail()
+    assert "trained on cuda:0" in on_gpu.output, on_gpu.tail()

@@ -805,7 +805,7 @@ def test_each_rank_wraps_its_model_on_its_own_device(e2e: E2E, name: str) -> Non
     for record in wraps:
         local = record["local_rank"]
         if CUDA_DEVICES:
-            expected = ("nccl", [f"cuda:{local}"], [local])
+            expected = ("cpu:gloo,cuda:nccl", [f"cuda:{local}"], [local])
         else:
             expected = ("gloo", ["cpu"], None)
         actual = (record["backend"], record["devices"], record["device_ids"])

@@ -22,8 +22,9 @@ from torch import nn
 
 from ddp_migrate import runtime
 
-#: The backend a world of one gets on this machine: NCCL where CUDA is, gloo on the CPU.
-MACHINE_BACKEND = "nccl" if torch.cuda.is_available() else "gloo"
+#: The backend a world of one gets on this machine: NCCL (with gloo for CPU tensors) where CUDA is,
+#: gloo on the CPU.
+MACHINE_BACKEND = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
 
 CONTRACT = {
     "setup",
@@ -247,6 +248,27 @@ def test_setup_forms_a_world_of_one_without_a_port_or_file(monkeypatch: pytest.M
     assert runtime.is_initialized() is False
     runtime.setup()  # again after clean-up
     assert runtime.is_initialized() is True
+
+
+def test_a_model_kept_on_the_cpu_wraps_and_trains_beside_the_accelerator() -> None:
+    """The user's ``--no-cuda`` on a GPU machine: the group binds this process's GPU, the model stays on
+    the CPU. ``device_ids(model)`` gives DDP none, gloo carries the CPU gradients and a CPU metric,
+    and a model on the GPU still gets its device (where there is one)."""
+    runtime.setup()
+    try:
+        kept = nn.Linear(3, 1)
+        on_cpu = nn.parallel.DistributedDataParallel(kept, device_ids=runtime.device_ids(kept))
+        on_cpu(torch.ones(2, 3)).sum().backward()
+        assert on_cpu.module.weight.grad is not None
+        total = torch.tensor([2.0])
+        dist.all_reduce(total)
+        assert total.item() == 2.0 and runtime.reduce_sum(torch.tensor(3.0)).item() == 3.0
+        placed = nn.Linear(3, 1).to(runtime.device())
+        here = runtime.device()
+        assert runtime.device_ids(placed) == (None if here.type == "cpu" else [here.index])
+        runtime.barrier()
+    finally:
+        runtime.cleanup()
 
 
 def test_setup_timeout_and_backend_choices(monkeypatch: pytest.MonkeyPatch) -> None:

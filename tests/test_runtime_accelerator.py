@@ -110,8 +110,8 @@ def torchrun_environment(monkeypatch: pytest.MonkeyPatch, rank: int, local: int)
 @pytest.mark.parametrize(
     ("kind", "backend", "expected_device", "expected_ids", "bound"),
     [
-        ("cuda", "nccl", torch.device("cuda", 1), [1], [1]),
-        ("xpu", "xccl", torch.device("xpu", 1), [1], [1]),
+        ("cuda", "cpu:gloo,cuda:nccl", torch.device("cuda", 1), [1], [1]),
+        ("xpu", "cpu:gloo,xpu:xccl", torch.device("xpu", 1), [1], [1]),
         (None, "gloo", torch.device("cpu"), None, []),
     ],
     ids=["cuda", "xpu", "cpu"],
@@ -135,6 +135,33 @@ def test_device_backend_and_binding_follow_the_accelerator(
     (options,) = events.of("init")
     assert options["backend"] == backend
     assert (options["rank"], options["world_size"]) == (3, 4)
+
+
+def test_an_accelerator_group_carries_cpu_tensors_with_gloo_unless_told_otherwise(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """nccl alone refuses CPU tensors: a model the user keeps on the CPU (``--no-cuda``) or a metric
+    summed on the CPU crashed the migrated program on a GPU machine. The default group has gloo beside
+    the accelerator's backend, as torch's own default; a backend the user names is taken as it is."""
+    events = fake_accelerator(monkeypatch, "cuda")
+    torchrun_environment(monkeypatch, rank=0, local=0)
+    monkeypatch.setattr(dist, "is_gloo_available", lambda: False)
+    runtime.setup()
+    monkeypatch.setattr(dist, "is_gloo_available", lambda: True)
+    runtime.setup(backend="nccl")
+    assert [options["backend"] for options in events.of("init")] == ["nccl", "nccl"]
+
+
+def test_device_ids_follow_the_module_about_to_be_wrapped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``device_ids(model)``: a model on the CPU takes no device ids even where CUDA is, nor does one
+    spread over several devices; a module with no tensors answers as ``device_ids()``."""
+    fake_accelerator(monkeypatch, "cuda")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    spread = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2, device="meta"))
+    assert runtime.device_ids(nn.Linear(2, 1)) is None
+    assert runtime.device_ids(nn.BatchNorm1d(2, affine=False)) is None  # buffers alone count
+    assert runtime.device_ids(spread) is None
+    assert runtime.device_ids(nn.ReLU()) == runtime.device_ids() == [1]
 
 
 def test_backend_comes_from_torchs_device_backend_map(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -261,7 +288,7 @@ def test_torch_without_the_accelerator_api_falls_back_to_cuda(
     torchrun_environment(monkeypatch, rank=1, local=1)
     assert runtime.device() == torch.device("cuda", 1) and runtime.device_ids() == [1]
     runtime.setup()
-    assert bound == [1] and created[0]["backend"] == "nccl"
+    assert bound == [1] and created[0]["backend"] == "cpu:gloo,cuda:nccl"
 
 
 def test_torch_without_the_accelerator_api_and_without_cuda_is_the_cpu(
@@ -290,7 +317,7 @@ def test_sync_batchnorm_conversion_stays_cuda_only(
 @pytest.mark.parametrize(
     ("kind", "backend", "expected"),
     [("cuda", "nccl", {"device_ids": [1]}), ("xpu", "xccl", {"device_ids": [1]}),
-     ("cuda", "gloo", {}), (None, "gloo", {})],
+     ("cuda", "gloo", {}), ("cuda", "cpu:gloo,cuda:nccl", {}), (None, "gloo", {})],
 )
 def test_barrier_names_the_device_on_accelerator_backends(
     monkeypatch: pytest.MonkeyPatch, kind: str | None, backend: str, expected: dict[str, Any]

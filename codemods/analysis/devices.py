@@ -54,6 +54,8 @@ ACCELERATOR_WORDS = frozenset({"mps", "xpu", "npu", "hpu", "tpu", "xla", "xccl",
 DEVICE_FRAGMENT = "device"
 #: Keywords whose value is where tensors go, besides those with ``device`` in their name.
 PLACEMENT_KEYWORDS = frozenset({"map_location"})
+#: Fragments of a command-line option's name, in lower case, that say it picks where to train.
+DEVICE_OPTION_FRAGMENTS = ("cpu", "cuda", "gpu", DEVICE_FRAGMENT)
 #: What a device variable may hold in a program that trains on the CPU only.
 CPU_NAMES = frozenset({"cpu"})
 #: ``torch`` attributes that are dtypes: ``x.to(torch.float16)`` changes no device.
@@ -331,6 +333,45 @@ def _names_accelerator(text: str, strings: bool = False) -> bool:
     if strings and DEVICE_FRAGMENT in lowered:
         return True
     return any(word in ACCELERATOR_WORDS for word in re.split(r"[^a-z]+", lowered))
+
+
+def _offers_the_cpu(analysis: ScriptAnalysis) -> bool:
+    """Whether the module names the CPU as a place (a ``"cpu"`` string, but a load's ``map_location`` and a set-up's
+    ``device``) or has a command-line option about where to train (``--no-cuda``, ``--cpu``, ``--device``)."""
+    docstrings = _docstring_parts(analysis)
+    for node in analysis.preorder:
+        if type(node) is not cst.SimpleString or node in docstrings or not _cpu_string(node):  # type: ignore[arg-type]
+            continue
+        parent = analysis.parent(node)
+        if not isinstance(parent, cst.Arg) or parent.keyword is None:
+            return True
+        call = analysis.parent(parent)
+        # A load mapped onto the CPU moves no model; a set-up on the CPU (``device="cpu"``) keeps every process
+        # there, and device_ids() already answers None.
+        if parent.keyword.value not in PLACEMENT_KEYWORDS and not (
+            isinstance(call, cst.Call) and analysis.is_call_to(call, names.RUNTIME_SETUP)
+        ):
+            return True
+    for call in analysis.calls:
+        if isinstance(call.func, cst.Attribute) and call.func.attr.value == "add_argument":
+            flags = [a.value.evaluated_value for a in call.args if a.keyword is None and type(a.value) is cst.SimpleString]  # type: ignore[attr-defined]
+            if any(isinstance(flag, str) and _names_a_device_option(flag) for flag in flags):
+                return True
+    return False
+
+
+def _names_a_device_option(flag: str) -> bool:
+    """Whether a command-line option's name is about where to train (``--no-cuda``, ``--cpu``, ``--device``)."""
+    lowered = flag.lower()
+    return any(word in lowered for word in DEVICE_OPTION_FRAGMENTS)
+
+
+def model_may_stay_on_the_cpu(analysis: ScriptAnalysis) -> bool:
+    """Whether a model of this module's program may be on the CPU when it is wrapped, on a GPU machine too: some
+    module names the CPU as a place or lets its user pick the device on the command line (``--no-cuda``).
+    Its wrap then asks for the device ids of the model itself (``runtime.device_ids(model)``): the device ids of
+    this process's GPU crash the wrap of a model kept on the CPU. (Where the model is on the GPU, both agree.)"""
+    return any(module.derived("offers_the_cpu", _offers_the_cpu) for module in analysis.shared.analyses or [analysis])
 
 
 def trains_on_the_cpu_only(analysis: ScriptAnalysis) -> bool:
