@@ -56,6 +56,12 @@ PART_IN_STEP_TODO = (
     "a part of the model runs in the training step past DDP's forward, which then skips the gradient all-reduce; "
     "give the model a forward() that runs its parts and call the model instead"
 )
+OWN_STEP_TODO = (
+    "this method runs the model's own training step: through .module DDP's forward never runs and no gradient "
+    "is all-reduced; move the step out of the class and call the wrapped model (its forward)"
+)
+#: Cases left to a human: a TODO at the statement, the call kept as the user wrote it.
+UNFIXABLE = frozenset({"step", "own_step"})
 TRAINING_STEP_TODO = (
     "this model method runs in the training step: through .module it would skip DDP's gradient all-reduce; "
     "call the model (its forward) instead, e.g. make forward() return the loss"
@@ -451,7 +457,7 @@ torch.save(state, "last.pt")
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
         for case in self.cases(analysis):
-            yield Match(case.node, case.message, fixable=case.kind != "step")
+            yield Match(case.node, case.message, fixable=case.kind not in UNFIXABLE)
 
     def cases(self, analysis: ScriptAnalysis) -> Iterator[_Case]:
         """Every place that reaches the model through a wrapper, with how to fix it."""
@@ -533,9 +539,19 @@ torch.save(state, "last.pt")
                 if attr == "load_state_dict":
                     yield _Case("load", parent, attribute, sometimes, f"load_state_dict on the {kind} wrapper takes only module.-prefixed keys: load into .module, accepting keys with and without the prefix")
                     continue
-                if attr not in STATE_METHODS and _in_training_step(analysis, parent) and not _runs_no_layer(analysis, parent):
-                    yield _Case("step", parent, attribute, sometimes, f"{attr}() in the training step bypasses DDP's forward (no gradient all-reduce through .module): route it through the model's forward()")
-                    continue
+                if attr not in STATE_METHODS and not _runs_no_layer(analysis, parent):
+                    if _in_training_step(analysis, parent):
+                        yield _Case("step", parent, attribute, sometimes, f"{attr}() in the training step bypasses DDP's forward (no gradient all-reduce through .module): route it through the model's forward()")
+                        continue
+                    method = analysis.call_target(parent)
+                    if method is not None and analysis.runs_its_own_training_step(method):
+                        yield _Case(
+                            "own_step", parent, attribute, sometimes,
+                            f"{attr}() runs a training step of the model itself (its forward, backward() and step()): through "
+                            ".module DDP's forward never runs, its gradients are never all-reduced and each process trains "
+                            "its own replica; move the step out of the model's class and call the wrapped model",
+                        )
+                        continue
             if attr == "state_dict":
                 message = f"state_dict() of the {kind} wrapper prefixes every key with module. (a checkpoint the plain model cannot load): use .module.state_dict()"
             else:
@@ -650,6 +666,9 @@ torch.save(state, "last.pt")
             line = analysis.line(case.node)
             if case.kind == "step":
                 edits.todo(analysis.statement(case.node), PART_IN_STEP_TODO if type(case.attribute) is cst.Subscript else TRAINING_STEP_TODO)
+                continue
+            if case.kind == "own_step":
+                edits.todo(analysis.statement(case.node), OWN_STEP_TODO)
                 continue
             if case.kind == "isinstance":
                 call = case.node

@@ -2556,6 +2556,15 @@ class ScriptAnalysis:
         so its gradients would not be averaged (``model.module.fit(...)`` trained each replica on its own)."""
         return self._training_sites[1]
 
+    def runs_its_own_training_step(self, method: cst.FunctionDef) -> bool:
+        """Whether a method of a class of the program runs a training step of its object: it reaches a ``backward()``
+        of its class and a ``step()`` (an optimizer's, a scheduler's), in it or in what it calls, wherever the
+        optimizer was built (``def fit(self, loader, optimizer)``). Called through a wrapper's ``.module``, its
+        forward never passes the wrapper's, so DDP never all-reduces its gradients. (A backward that steps
+        nothing, for the gradients of an input, trains nothing.)"""
+        home = self.shared.analysis_of(method) or self
+        return home._trains_itself(method) and home.reaches(method, home.method_calls("step"))
+
     def _trains_itself(self, function: cst.FunctionDef) -> bool:
         """Whether the method runs a ``backward()`` of its own class (in it, or in a method it calls): the object runs
         its training step itself (its forward on ``self`` or on its own layers), never through whatever wraps it."""
