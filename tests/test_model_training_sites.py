@@ -161,3 +161,61 @@ def test_a_model_with_an_unrelated_backward_in_its_class_is_still_wrapped(tmp_pa
     result = CliRunner().invoke(cli, [str(tmp_path)], catch_exceptions=False)
     assert "trains itself" not in result.output, result.output
     assert "model = DistributedDataParallel(model" in (tmp_path / "train.py").read_text(), result.output
+
+
+OWN_OPTIMIZER = '''
+import os
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Net(nn.Module):
+    def __init__(self, lr):
+        super().__init__()
+        self.fc = nn.Linear(4, 1)
+        self.optimizer = torch.optim.SGD(self.parameters(), lr=lr)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+def main():
+    torch.manual_seed(0)
+    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
+    model = Net(0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            model.optimizer.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            model.optimizer.step()
+    os.write(1, f"weights {sum(p.sum().item() for p in model.parameters()):.6f}\\n".encode())
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_a_model_whose_init_builds_its_optimizer_is_wrapped_where_it_is_made(tmp_path: Path) -> None:
+    """``self.optimizer = SGD(self.parameters())`` in ``__init__``, the loop in ``main``: the model was never
+    wrapped (each process trained its own replica on its shard) and the report said nothing needed a human.
+    The object made by ``model = Net(0.1)`` is the trained model; its optimizer is reached through .module."""
+    (tmp_path / "train.py").write_text(OWN_OPTIMIZER)
+    result = CliRunner().invoke(cli, [str(tmp_path / "train.py")], catch_exceptions=False)
+    migrated = (tmp_path / "train.py").read_text()
+    assert "    model = Net(0.1)\n    model = DistributedDataParallel(model, device_ids=runtime.device_ids())\n" in migrated, migrated
+    assert migrated.count("model.module.optimizer.") == 2 and "0 item(s) need a human" in result.output, result.output
+
+
+@pytest.mark.distributed
+def test_the_replicas_of_a_model_with_its_own_optimizer_stay_alike_under_torchrun(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from launch import run_torchrun
+
+    (tmp_path / "train.py").write_text(OWN_OPTIMIZER)
+    CliRunner().invoke(cli, [str(tmp_path / "train.py")], catch_exceptions=False)
+    launch = run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, timeout=120)
+    weights = re.findall(r"weights (-?\d+\.\d+)", launch.output)
+    assert len(weights) == 2 and weights[0] == weights[1], launch.output

@@ -2201,21 +2201,28 @@ class ScriptAnalysis:
         if not (self.program_backward_calls or self.program_optimizer_step_calls):
             return found  # (a program that trains nothing here: a fragment, or a library's loop trains)
         for call in self.calls_to(names.DATA_PARALLEL):
-            node: cst.CSTNode = call
-            parent = self.parent(node)
-            while type(parent) is cst.Attribute and parent.value is node and parent.attr.value in SELF_RETURNING_METHODS:  # type: ignore[attr-defined]
-                grand = self.parent(parent)
-                if not (type(grand) is cst.Call and grand.func is parent):  # type: ignore[attr-defined]
-                    break
-                node, parent = grand, self.parent(grand)
-            if not (type(parent) is cst.Assign and parent.value is node and len(parent.targets) == 1):  # type: ignore[attr-defined]
+            target = self.assigned_to(call)
+            if target is None:
                 continue
-            target = parent.targets[0].target  # type: ignore[attr-defined]
             if self.enclosing_function(call) is None and not self.is_entry:
                 continue  # (a global of an imported module: a script outside the program may train it)
             if type(target) is cst.Name and self._used_untrained(call, target):
                 found.append(call)
         return found
+
+    def assigned_to(self, call: cst.Call) -> cst.BaseExpression | None:
+        """The one target a call's value is assigned to, through the module methods that return the module itself
+        (``model = Net(0.1).to(device)``); ``None`` where the value is not assigned alone."""
+        node: cst.CSTNode = call
+        parent = self.parent(node)
+        while type(parent) is cst.Attribute and parent.value is node and parent.attr.value in SELF_RETURNING_METHODS:  # type: ignore[attr-defined]
+            grand = self.parent(parent)
+            if not (type(grand) is cst.Call and grand.func is parent):  # type: ignore[attr-defined]
+                break
+            node, parent = grand, self.parent(grand)
+        if type(parent) is cst.Assign and parent.value is node and len(parent.targets) == 1:  # type: ignore[attr-defined]
+            return parent.targets[0].target  # type: ignore[attr-defined]
+        return None
 
     def _used_untrained(self, wrap: cst.Call, target: cst.Name) -> bool:
         """Whether every use of the name a wrap is stored in, in the whole program, is a method of
@@ -2528,6 +2535,9 @@ class ScriptAnalysis:
                 home = self.shared.analysis_of(caller) or self
                 if root == "self":
                     passed = caller.func.value if type(caller.func) is cst.Attribute else None  # type: ignore[attr-defined]
+                    if passed is None and function.name.value == "__init__":
+                        # ``model = Net(lr)`` of a class whose ``__init__`` builds its optimizer: the object made
+                        passed = home.assigned_to(caller)
                 else:
                     passed = home.argument_for(caller, function, root)
                 passed_name = home._model_behind(caller, passed) if passed is not None else None
