@@ -167,3 +167,57 @@ def test_a_stream_that_does_not_cut_by_rank_is_still_left_to_a_human(shape: str,
     result = CliRunner().invoke(cli, ["train.py"], catch_exceptions=False)
     assert "DDP005 training DataLoader over an IterableDataset" in result.output
     assert "TODO(ddp-migrate): this IterableDataset streams the same samples" in Path("train.py").read_text()
+
+
+BRANCHES = '''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, IterableDataset, TensorDataset, WeightedRandomSampler
+
+
+class Stream(IterableDataset):
+    def __iter__(self):
+        for i in range(64):
+            yield torch.randn(4), torch.randn(1)
+
+
+def main(streaming=False, rounds=1):
+    ds = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    if not streaming:
+        loader = DataLoader(ds, batch_size=8, sampler=WeightedRandomSampler([1.0] * 64, 64))
+    else:
+        ds = Stream()
+        loader = DataLoader(ds, batch_size=8)
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            opt.zero_grad()
+            ((model(x) - y) ** 2).mean().backward()
+            opt.step()
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+@pytest.mark.parametrize("repeated", [False, True], ids=["one-pass", "in-a-loop"])
+def test_a_stream_bound_in_another_branch_is_no_value_of_this_one(tmp_path: Path, repeated: bool) -> None:
+    """A trial's ``ds = Stream()`` in the ``else`` of the ``if`` whose body builds a weighted loader from ``ds``:
+    both loaders got the IterableDataset TODO (shard in __iter__, which a map-style set never calls). One run of
+    ``main`` passes through one branch; where a loop repeats the ``if``, the other branch's binding may reach."""
+    source = BRANCHES
+    if repeated:
+        body = source.split("    if not streaming:\n")[1].split("    model = nn.Linear")[0]
+        source = source.replace(
+            "    if not streaming:\n" + body,
+            "    for _ in range(rounds):\n        if not streaming:\n" + "".join("    " + line for line in body.splitlines(True)),
+        )
+    (tmp_path / "train.py").write_text(source)
+    report = CliRunner().invoke(cli, ["--diff", str(tmp_path / "train.py")], catch_exceptions=False).output
+    reviews = [line for line in report.splitlines() if line.startswith("  review") and "DDP005" in line]
+    assert len(reviews) == 2, report
+    weighted, stream = reviews  # (in the order of their lines)
+    assert "IterableDataset" in stream, report
+    assert ("IterableDataset" in weighted) is repeated, report

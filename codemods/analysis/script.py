@@ -1133,11 +1133,38 @@ class ScriptAnalysis:
         key = self._key(node, name)
         owner = key[0]
         if type(owner) is not cst.ClassDef:
-            return set(self._bindings.get(key, ()))
+            bound = self._bindings.get(key, ())
+            if len(bound) < 2:
+                return set(bound)
+            # ``ds = Stream()`` in the ``else`` of the ``if`` whose body builds the loader from ``ds``: not its value there
+            return {origin for origin in bound if not self._in_exclusive_branches(origin, node)}
         found: set[cst.CSTNode] = set()
         for cls in self.shared.hierarchy_line(owner):  # type: ignore[arg-type]
             found |= self._bindings.get((cls, name), set())
         return found
+
+    def _in_exclusive_branches(self, first: cst.CSTNode, second: cst.CSTNode) -> bool:
+        """Whether two nodes sit in different branches of one ``if`` (its body, its ``else`` or ``elif``) that no loop
+        of their function repeats: one run of the function passes through one of them only."""
+        child: cst.CSTNode = first
+        for ancestor in self.ancestors(first):
+            if type(ancestor) in (cst.FunctionDef, cst.ClassDef, cst.Module):
+                return False
+            if type(ancestor) is cst.If and child is not ancestor.test:  # type: ignore[attr-defined]
+                other = ancestor.orelse if child is ancestor.body else ancestor.body  # type: ignore[attr-defined]
+                if other is not None and self.is_inside(second, other):
+                    return not self._repeated(ancestor)
+            child = ancestor
+        return False
+
+    def _repeated(self, node: cst.CSTNode) -> bool:
+        """Whether a loop of the node's function (or of the module, outside functions) runs the node again."""
+        for ancestor in self.ancestors(node):
+            if type(ancestor) in (cst.For, cst.While):
+                return True
+            if type(ancestor) in (cst.FunctionDef, cst.ClassDef):
+                return False
+        return False
 
     def generator_parameter(self, function: cst.FunctionDef) -> str | None:
         """The parameter a generator function of the program goes over (:func:`_iterated_parameter`: ``loader``
