@@ -9,7 +9,7 @@ import libcst as cst
 from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name, keyword_argument, walk
 from .analysis.loaders import without_gradients
-from .analysis.per_rank import PerRankValues, per_rank_values
+from .analysis.per_rank import PerRankValues, per_rank_values, training_batch_values
 from .analysis.ranks import draws_per_rank, generator_seeded_alike, seeds_alike
 from .base import Example, Match, Note, Options, Phase, Rule, Severity, Valid
 from .edits import code_of
@@ -167,11 +167,11 @@ for x, y in loader:
         numpy_draws = list(analysis.calls_to(NUMPY_DRAWS))
         if not draws and not numpy_draws:
             return
-        values = per_rank_values(analysis)
-        if values is None or draws_per_rank(analysis):
+        if draws_per_rank(analysis):
             return
         process_wide = [call for call in draws if keyword_argument(call, "generator") is None]
-        for getitem, call in _random_items(analysis, process_wide, reading_index=False):  # (in any module: a dataset module of its own)
+        sharded = per_rank_values(analysis) is not None
+        for getitem, call in _random_items(analysis, process_wide if sharded else [], reading_index=False):  # (in any module: a dataset module of its own)
             if seeds_alike(analysis, "torch"):
                 yield Match(
                     call,
@@ -182,7 +182,10 @@ for x, y in loader:
                     "draw from a generator seeded per rank",
                     fixable=False,
                 )
-        if not analysis.backward_calls:
+        # The batches of every training loader count, sharded or not yet (a sampler of its own is left to a human,
+        # and noise drawn alike stays alike once it is sharded).
+        values = training_batch_values(analysis)
+        if not analysis.backward_calls or values is None:
             return
         for call in [*draws, *numpy_draws]:
             if (

@@ -140,3 +140,24 @@ def test_batches_drawn_with_next_are_this_ranks_share_too(tmp_path: Path, draw: 
     assert "DistributedSampler" in migrated, migrated
     assert "DDP051" in report and "every rank draws the same numbers" in report, report
     assert "DDP050" in report and "multiplies the samples of this process's batch with each other" in report, report
+
+
+@pytest.mark.parametrize(
+    "loader",
+    [
+        "DataLoader(data, batch_size=16, sampler=torch.utils.data.SubsetRandomSampler(range(96)))",
+        "DataLoader(data, batch_sampler=torch.utils.data.BatchSampler(torch.utils.data.RandomSampler(data), 16, False))",
+    ],
+    ids=["own-sampler", "own-batch-sampler"],
+)
+def test_noise_is_reviewed_where_the_loader_is_left_to_a_human_too(tmp_path: Path, loader: str) -> None:
+    """A trial's DCGAN with a ``SubsetRandomSampler``: the loader gets a DDP005 TODO (shard it by hand), and DDP051
+    was silent, so a user who shards the loader as told keeps the same noise on every rank. The batches of a
+    training loader count whether it is sharded yet or not."""
+    source = GAN.replace("SEED", "torch.manual_seed(0)").replace("DRAW", PER_SAMPLE["through-a-name"])
+    source = source.replace(
+        "loader = DataLoader(TensorDataset(torch.randn(128, 8) + 2), batch_size=16)",
+        f"data = TensorDataset(torch.randn(128, 8) + 2)\n    loader = {loader}",
+    )
+    migrated, report, _ = migrate_script(tmp_path, source)
+    assert "DDP005" in report and "DDP051" in report and "every rank draws the same numbers" in report, report

@@ -45,8 +45,11 @@ class PerRankValues:
     looks names and functions up in the sets it grows.
     """
 
-    def __init__(self, analysis: ScriptAnalysis) -> None:
+    def __init__(self, analysis: ScriptAnalysis, also_sharded: frozenset[cst.Call] = frozenset()) -> None:
         self.analysis = analysis
+        #: Loaders counted as sharded though no ``DistributedSampler`` shards them yet (a sampler of their own
+        #: left to a human): their passes are no whole passes.
+        self.also_sharded = also_sharded
         self.names: set[tuple[Owner, str]] = set()
         self.reduced: set[tuple[Owner, str]] = set()
         self.functions: set[cst.FunctionDef] = set()
@@ -208,7 +211,7 @@ class PerRankValues:
             if argument is None:
                 return False
             loaders = {o for o in caller.origins(argument) if o in self._loader_calls()}
-            if not loaders or any((shared.analysis_of(o) or caller).has_distributed_sampler(o) for o in loaders):  # type: ignore[arg-type]
+            if not loaders or any(self._sharded(shared.analysis_of(o) or caller, o) for o in loaders):  # type: ignore[arg-type]
                 return False
             loader_arguments.add(argument)
         if any(arg.value not in loader_arguments and self.mention(arg.value) is not None for arg in call.args):
@@ -281,7 +284,11 @@ class PerRankValues:
     def _whole_loader(self, home: ScriptAnalysis, iterated: cst.BaseExpression) -> bool:
         """Whether a comprehension goes over loaders of the program that no ``DistributedSampler`` shards."""
         loaders = [o for o in home.origins(iterated) if o in self._loader_calls()]
-        return bool(loaders) and not any(home.has_distributed_sampler(loader) for loader in loaders)  # type: ignore[arg-type]
+        return bool(loaders) and not any(self._sharded(home, loader) for loader in loaders)  # type: ignore[arg-type]
+
+    def _sharded(self, home: ScriptAnalysis, loader: cst.Call) -> bool:
+        """Whether a loader of the program is sharded: a ``DistributedSampler``, or one of :attr:`also_sharded`."""
+        return loader in self.also_sharded or home.has_distributed_sampler(loader)
 
     def _whole_passes(self) -> dict[cst.For, bool]:
         """For each loop over loaders in the program: whether none of its loaders is sharded."""
@@ -290,7 +297,7 @@ class PerRankValues:
             for module in self.analysis.shared.analyses:
                 for loop in module.loader_loops:
                     if isinstance(loop.loop, cst.For) and loop.loader_calls:
-                        self._passes[loop.loop] = not any(module.has_distributed_sampler(c) for c in loop.loader_calls) and not partial_random_pass(module, loop)
+                        self._passes[loop.loop] = not any(self._sharded(module, c) for c in loop.loader_calls) and not partial_random_pass(module, loop)
         return self._passes
 
     def _targets(self, node: cst.CSTNode, target: cst.BaseExpression) -> list[tuple[Owner, str]]:
@@ -451,11 +458,7 @@ def _seeds(analysis: ScriptAnalysis) -> list[tuple[cst.CSTNode, cst.BaseExpressi
         for loop in module.loader_loops:
             if not any(module.has_distributed_sampler(loader) for loader in loop.loader_calls) and not partial_random_pass(module, loop):
                 continue
-            target = loop.loop.target
-            is_enumerate = isinstance(loop.loop.iter, cst.Call) and dotted_name(loop.loop.iter.func) == "enumerate"
-            if is_enumerate and isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
-                target = target.elements[1].value  # the batch, not the index (the same on every rank)
-            seeds.append((loop.loop, target))
+            seeds.append(_batch_seed(loop))
     for draw, loaders in loader_facts(analysis).training_draws:  # ``(x,) = next(it)`` of ``it = iter(loader)``
         home = analysis.shared.analysis_of(draw) or analysis
         if any((analysis.shared.analysis_of(loader) or home).has_distributed_sampler(loader) for loader in loaders):
@@ -470,6 +473,38 @@ def _seeds(analysis: ScriptAnalysis) -> list[tuple[cst.CSTNode, cst.BaseExpressi
             if isinstance(receiver, (cst.Name, cst.Attribute)) and sharded:
                 seeds.append((call, receiver))
     return seeds
+
+
+def _batch_seed(loop: LoaderLoop) -> tuple[cst.CSTNode, cst.BaseExpression]:
+    """A loop over loaders with what holds its batch: the loop's target, the batch of ``enumerate`` (not the index,
+    the same on every rank)."""
+    target = loop.loop.target
+    is_enumerate = isinstance(loop.loop.iter, cst.Call) and dotted_name(loop.loop.iter.func) == "enumerate"
+    if is_enumerate and isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
+        target = target.elements[1].value
+    return loop.loop, target
+
+
+def training_batch_values(analysis: ScriptAnalysis) -> PerRankValues | None:
+    """The values computed from the batches of the program's training loaders, sharded or not yet (a loader with a
+    sampler of its own, left to a human): each process's own once its data is sharded. ``None`` where no training
+    loader is seen. Solved once per program."""
+    cache = analysis.shared.__dict__.setdefault("_per_rank_values", {})
+    if "training batches" not in cache:
+        seeds: list[tuple[cst.CSTNode, cst.BaseExpression]] = []
+        training: set[cst.Call] = set()
+        for module in analysis.shared.analyses:
+            training |= loader_facts(module).training_loaders
+        for module in analysis.shared.analyses:
+            seeds += [_batch_seed(loop) for loop in module.loader_loops if any(call in training for call in loop.loader_calls)]
+        for draw, _ in loader_facts(analysis).training_draws:
+            seeds.extend(_assigned_from(analysis.shared.analysis_of(draw) or analysis, draw))
+        values = None
+        if seeds:
+            values = PerRankValues(analysis, frozenset(training))
+            values.solve(seeds)
+        cache["training batches"] = values
+    return cache["training batches"]
 
 
 def _assigned_from(home: ScriptAnalysis, value: cst.CSTNode) -> list[tuple[cst.CSTNode, cst.BaseExpression]]:
