@@ -33,10 +33,10 @@ class UnguardedOutput(Rule):
     writes (``sys.stdout.write(text)`` as ``runtime.print0(text, end="")``); ``tqdm`` gets
     ``disable=not runtime.is_main_process()`` (a ``disable=flag`` of its own becomes ``disable=flag or not
     runtime.is_main_process()``); ``runtime.silence_non_main_logging()`` is called right after
-    ``runtime.setup()``, so log records are emitted on rank 0 only.
+    ``runtime.setup()``, so log records are emitted on rank 0 only, but errors, which every rank still logs.
 
     Fix safety: only global rank 0 prints and logs: output of the other ranks, including per-rank values
-    and their ``logging`` warnings and errors, is no longer shown; a plain run prints as before.
+    and their ``logging`` warnings, is no longer shown (their errors are); a plain run prints as before.
     """
 
     code = "DDP010"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import sys
 from typing import Any
 
 from .environment import is_main_process
@@ -18,12 +17,14 @@ def print0(*args: Any, **kwargs: Any) -> None:
 
 
 def silence_non_main_logging() -> None:
-    """Stop every ``logging`` record on the ranks other than global rank 0.
+    """Stop the ``logging`` records below ``ERROR`` on the ranks other than global rank 0.
 
     Uses ``logging.disable``, so it covers all loggers and handlers, including loggers created
-    later. Rank 0 is left as it is. Calling it again changes nothing. Output written with ``print``
-    or ``warnings`` is not affected (use :func:`print0`).
+    later. Errors and critical records (``logger.exception`` of a failing step) still come from
+    every rank: a rank that fails alone must say why. Rank 0 is left as it is. Calling it again
+    changes nothing. Output written with ``print`` or ``warnings`` is not affected (use
+    :func:`print0`).
     """
     if is_main_process():
         return
-    logging.disable(sys.maxsize)  # above CRITICAL, so custom levels are covered as well
+    logging.disable(logging.WARNING)  # DEBUG, INFO and WARNING records
