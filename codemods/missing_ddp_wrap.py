@@ -89,13 +89,17 @@ class MissingDdpWrap(Rule):
     for a command-line flag, right after ``parse_args()``), so a torchrun launch takes the distributed
     path while a plain ``python`` run keeps the script's own choice.
 
-    Fix safety: a plain run is unchanged; under torchrun the script's distributed path runs, as it would
-    with the flags that path expects. A switch whose value cannot be found gets a TODO comment.
+    Fix safety: unsafe on its own. The wrap holds none of the model's own attributes and methods, and its
+    ``state_dict()`` keys gain ``module.``: the model's uses must go through ``.module`` (DDP008, whose fix is
+    unsafe), or ``model.configure_optimizers()`` fails on the wrapper even in a plain run. The migration
+    applies both, as does ``lint --fix --unsafe-fixes``; a plain run is then unchanged, and under torchrun the
+    script's distributed path runs, as it would with the flags that path expects. A switch whose value cannot
+    be found gets a TODO comment.
     """
 
     code = "DDP011"
     name = "missing-ddp-wrap"
-    fix_safety = FixSafety.SAFE
+    fix_safety = FixSafety.UNSAFE
     phase = Phase.WRAPPING
     triggers = (".backward(",)
     needs_names = (names.TRAINING_SCRIPT_NAMES,)

@@ -60,3 +60,50 @@ def test_the_readme_table_shows_the_class() -> None:
     table = rules_table()
     for rule in FIXING:
         assert f"| {rule.code} | `{rule.name}` | yes ({rule.fix_safety.value}) |" in table
+
+
+OWN_METHODS = """
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 1)
+
+    def forward(self, x):
+        return self.fc(x)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def main():
+    model = Net()
+    opt = model.configure_optimizers()
+    for step in range(3):
+        opt.zero_grad()
+        model(torch.randn(8, 4)).pow(2).mean().backward()
+        opt.step()
+    print("done")
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_the_safe_fixes_alone_leave_a_program_that_runs(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A trial's ``lint --fix`` (safe fixes only) wrapped the model but left ``model.configure_optimizers()`` on the
+    wrapper (DDP008's ``.module`` is unsafe): AttributeError in a plain run. The wrap is unsafe on its own now."""
+    from launch import run_python
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text(OWN_METHODS)
+    _invoke("lint", "--fix", "train.py")
+    assert "done" in run_python(tmp_path / "train.py", cwd=tmp_path, timeout=120).output
+    _invoke("lint", "--fix", "--unsafe-fixes", "train.py")
+    fixed = (tmp_path / "train.py").read_text()
+    assert "model.module.configure_optimizers()" in fixed and "DistributedDataParallel(model" in fixed, fixed
+    assert "done" in run_python(tmp_path / "train.py", cwd=tmp_path, timeout=120).output
