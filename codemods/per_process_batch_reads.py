@@ -8,7 +8,7 @@ import libcst as cst
 
 from . import names
 from .analysis import LoaderLoop, ScriptAnalysis, call_method_name, dotted_name, loader_argument, walk
-from .analysis.per_rank import divides_a_shard_sum
+from .analysis.per_rank import PerRankValues, divides_a_shard_sum, training_batch_values
 from .analysis.script import assignment_targets, is_parameter_group, subscript_key
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression
@@ -286,8 +286,40 @@ def _sized_with_the_global_batch(analysis: ScriptAnalysis, split: dict[cst.CSTNo
                 parts = arg.value.elements if type(arg.value) in (cst.Tuple, cst.List) else [arg]
                 named = {code_of(part.value) for part in parts}
                 if arg.keyword is None and named & sizes:
-                    yield call, sorted(named & sizes)[0]  # type: ignore[misc]
+                    if _meets_the_batch(analysis, call, scope):
+                        yield call, sorted(named & sizes)[0]  # type: ignore[misc]
                     break
+
+
+def _meets_the_batch(analysis: ScriptAnalysis, call: cst.Call, scope: cst.CSTNode) -> bool:
+    """Whether the tensor a call makes is used together with a value of a training batch: in its own statement, or,
+    assigned to a name, in a statement of the scope that reads both (``output, hidden = model(x, hidden)``). A
+    tensor that meets no batch (``fixed_noise = torch.randn(B, nz)`` for sample images only) keeps its size.
+    Where the analysis cannot follow it (an attribute, no training batch seen), it counts as meeting one."""
+    values = training_batch_values(analysis)
+    if values is None:
+        return True
+    statement = analysis.statement(call)
+    target = analysis.assigned_to(call)  # (``hidden = model.init_hidden(B).to(device)`` too)
+    if target is None:
+        return _mentions_a_batch(values, statement, set())
+    if type(target) is not cst.Name:
+        return True
+    names = {target.value}  # type: ignore[attr-defined]
+    uses = {
+        analysis.statement(node)
+        for node in walk(scope)
+        if type(node) is cst.Name and node.value in names and analysis.statement(node) is not statement  # type: ignore[attr-defined]
+    }
+    return any(_mentions_a_batch(values, use, names) for use in uses)
+
+
+def _mentions_a_batch(values: PerRankValues, statement: cst.CSTNode, besides: set[str]) -> bool:
+    """Whether a statement reads a value of a training batch (other than the names ``besides``)."""
+    return any(
+        type(node) is cst.Name and node.value not in besides and values.mention(node) is not None  # type: ignore[attr-defined]
+        for node in walk(statement)
+    )
 
 
 def _is_zero(expr: cst.BaseExpression) -> bool:

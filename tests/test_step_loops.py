@@ -578,3 +578,16 @@ def test_a_loader_rebuilt_on_some_epochs_only_keeps_its_review(tmp_path: Path) -
     migrated, report, code = migrate_script(tmp_path, source)
     assert "        loader.sampler.set_epoch(epoch)\n" not in migrated, migrated
     assert "DDP006" in report and code == 1, report
+
+
+def test_a_tensor_sized_with_the_global_batch_that_meets_no_batch_keeps_its_size(tmp_path: Path) -> None:
+    """A trial's DCGAN: ``fixed_noise = torch.randn(batch_size, nz)`` feeds the generator for sample images only,
+    never next to a batch; DDP047 asked to size it per process (halving the sample grid). The hidden state, which
+    the model reads with the batch, is still reviewed."""
+    source = HIDDEN_STATE.replace(
+        'print(f"RESULT',
+        "fixed = torch.zeros(1, batch_size, 4)\nsamples, _ = rnn(torch.ones(batch_size, 8, 4), fixed)\nprint(f\"RESULT",
+    )
+    _, report, _ = migrate_script(tmp_path, source)
+    assert "`torch.zeros(1, batch_size, 4)` is sized with batch_size" in report, report
+    assert report.count("is sized with batch_size, the global batch size") == 1, report
