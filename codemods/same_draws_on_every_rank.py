@@ -249,7 +249,8 @@ def _draws(analysis: ScriptAnalysis) -> list[cst.Call]:
 
 
 def _random_items(analysis: ScriptAnalysis, draws: list[cst.Call], reading_index: bool) -> Iterator[tuple[cst.FunctionDef, cst.Call]]:
-    """The ``__getitem__(self, idx)`` methods that draw (one of ``draws``), with their first draw: those that
+    """The ``__getitem__(self, idx)`` methods that draw (one of ``draws``, in them or in what they call), with their
+    first draw: those that
     never read their index (``reading_index=False``: a nanoGPT-style dataset of random windows), or those that
     do (a random augmentation of the sample they read: ``x + torch.randn(4)``)."""
     for function in analysis.functions:
@@ -262,6 +263,8 @@ def _random_items(analysis: ScriptAnalysis, draws: list[cst.Call], reading_index
         if any(type(n) is cst.Name and n.value == index for n in walk(function.body)) is not reading_index:  # type: ignore[attr-defined]
             continue
         draw = next((call for call in draws if analysis.is_inside(call, function)), None)
+        if draw is None and analysis.reaches(function, draws):  # ``return self.augment(x)``: a helper draws
+            draw = next((call for call in draws if analysis.reaches(function, [call])), None)
         if draw is not None:
             yield function, draw
 

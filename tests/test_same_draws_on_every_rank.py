@@ -161,3 +161,52 @@ def test_noise_is_reviewed_where_the_loader_is_left_to_a_human_too(tmp_path: Pat
     )
     migrated, report, _ = migrate_script(tmp_path, source)
     assert "DDP005" in report and "DDP051" in report and "every rank draws the same numbers" in report, report
+
+
+AUGMENTED = '''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, Dataset
+
+
+class Views(Dataset):
+    def __init__(self):
+        self.data = torch.randn(64, 4)
+
+    def __len__(self):
+        return len(self.data)
+
+    def __getitem__(self, i):
+        GETITEM
+
+    def augment(self, x):
+        return x + 0.1 * torch.randn_like(x)
+
+
+def main():
+    torch.manual_seed(0)
+    loader = DataLoader(Views(), batch_size=8, shuffle=True)
+    model = nn.Linear(4, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x in loader:
+            opt.zero_grad()
+            (model(x) - x).pow(2).mean().backward()
+            opt.step()
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+@pytest.mark.parametrize(
+    "getitem",
+    ["x = self.data[i]\n        return x + 0.1 * torch.randn_like(x)", "return self.augment(self.data[i])"],
+    ids=["in-getitem", "through-a-helper-method"],
+)
+def test_an_augmentation_drawn_alike_is_noted_also_through_a_helper(tmp_path: Path, getitem: str) -> None:
+    """A trial's SimCLR ``__getitem__`` returned ``self.augment(x)``: the note that each rank's k-th sample gets the
+    same draw was given only for a draw written in ``__getitem__`` itself."""
+    migrated, report, _ = migrate_script(tmp_path, AUGMENTED.replace("GETITEM", getitem))
+    assert "note DDP051" in report and "draws its random augmentation (`torch.randn_like(x)`)" in report, report
