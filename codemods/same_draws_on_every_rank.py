@@ -58,8 +58,10 @@ class SameDrawsOnEveryRank(Rule):
     scripts). Also such a draw from a ``generator=`` that
     every rank seeds alike (``g = torch.Generator(); g.manual_seed(0)``; unseeded, a new generator starts
     from the same fixed seed everywhere). A random augmentation in a dataset's ``__getitem__`` (``x +
-    torch.randn(4)``, ``np.random.uniform(...)``) under such a seed gets a note, not a review: every rank's
-    k-th sample gets the same draw, but the samples differ.
+    torch.randn(4)``, ``np.random.uniform(...)``, also in a method ``__getitem__`` calls) under such a seed gets a
+    note, not a review: every rank's k-th sample gets the same draw, but the samples differ. So does a dropout
+    (``nn.Dropout(0.1)``, ``F.dropout(x, 0.1)``, ``nn.GRU(..., dropout=0.2)``): every rank's k-th sample gets the
+    same mask.
 
     Why it is a problem: the ranks' random states start alike and draw alike, so every rank draws the same
     numbers for its share of the batch: the global batch holds N copies of the same noise, where the original
@@ -76,7 +78,7 @@ class SameDrawsOnEveryRank(Rule):
     name = "same-draws-on-every-rank"
     phase = Phase.OUTPUT
     severity = Severity.WARNING
-    triggers = ("rand", "bernoulli", "multinomial", "poisson", "normal", "uniform_", "exponential_", "geometric_", "cauchy_", "sample")
+    triggers = ("rand", "bernoulli", "multinomial", "poisson", "normal", "uniform_", "exponential_", "geometric_", "cauchy_", "sample", "ropout")
     #: A seed, or a generator (a new one starts from the same fixed seed in every process).
     requires = ("manual_seed", "seed", "Generator")
     needs_names = (names.DISTRIBUTED_DATA_PARALLEL,)
@@ -148,7 +150,7 @@ for x, y in loader:
     )
 
     def notes(self, analysis: ScriptAnalysis, options: Options) -> list[Note]:
-        return [
+        found = [
             Note(
                 self.code,
                 analysis.line(call),
@@ -159,6 +161,19 @@ for x, y in loader:
             )
             for getitem, call, seeding in _augmentations_drawn_alike(analysis)
         ]
+        dropout = _dropout_drawn_alike(analysis)
+        if dropout is not None:
+            found.append(
+                Note(
+                    self.code,
+                    analysis.line(dropout),
+                    f"`{code_of(dropout)}` draws its masks from torch's random state, which every rank seeds alike: each "
+                    "rank's k-th sample gets the same mask, where the original drew one for every sample of the global "
+                    "batch; for independent masks seed each rank differently after the wrap "
+                    "(torch.manual_seed(seed + runtime.rank()))",
+                )
+            )
+        return found
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
         if not analysis.program_wrap_calls or not analysis.program_backward_calls:
@@ -228,6 +243,35 @@ def _augmentations_drawn_alike(analysis: ScriptAnalysis) -> list[tuple[cst.Funct
         if draws and seeds_alike(analysis, state):
             found += [(getitem, call, seeding) for getitem, call in _random_items(analysis, draws, reading_index=True)]
     return found
+
+
+def _dropout_drawn_alike(analysis: ScriptAnalysis) -> cst.Call | None:
+    """The module's first dropout (``nn.Dropout(p)``, ``F.dropout(x, p)``, ``nn.GRU(..., dropout=p)``, p not 0), in a
+    program that trains a DDP model on sharded data and seeds torch's random state alike on every rank."""
+    found = next((call for call in analysis.calls if _drops(analysis, call)), None)
+    if found is None or not analysis.program_wrap_calls or not analysis.program_backward_calls:
+        return None
+    if per_rank_values(analysis) is None or draws_per_rank(analysis) or not seeds_alike(analysis, "torch"):
+        return None
+    return found
+
+
+def _drops(analysis: ScriptAnalysis, call: cst.Call) -> bool:
+    """Whether the call makes or runs a dropout whose rate is not a literal 0."""
+    qualified = analysis.qualified_names(call.func)
+    if any(q.startswith("torch.nn.") and "Dropout" in q.rsplit(".", 1)[-1] for q in qualified):
+        rate = call.args[0].value if call.args and call.args[0].keyword is None else getattr(keyword_argument(call, "p"), "value", None)
+    elif qualified & {"torch.nn.functional.dropout", "torch.dropout"}:
+        positional = [a.value for a in call.args if a.keyword is None]
+        rate = positional[1] if len(positional) > 1 else getattr(keyword_argument(call, "p"), "value", None)
+        training = keyword_argument(call, "training")
+        if training is not None and dotted_name(training.value) == "False":
+            return False
+    elif any(q.startswith("torch.nn.") for q in qualified) and keyword_argument(call, "dropout") is not None:
+        rate = keyword_argument(call, "dropout").value  # type: ignore[union-attr]  # ``nn.GRU(..., dropout=0.2)``
+    else:
+        return False
+    return rate is None or not (type(rate) in (cst.Integer, cst.Float) and float(rate.value) == 0.0)  # type: ignore[attr-defined]
 
 
 def _draws(analysis: ScriptAnalysis) -> list[cst.Call]:
