@@ -292,13 +292,16 @@ def _sized_with_the_global_batch(analysis: ScriptAnalysis, split: dict[cst.CSTNo
 
 
 def _meets_the_batch(analysis: ScriptAnalysis, call: cst.Call, scope: cst.CSTNode) -> bool:
-    """Whether the tensor a call makes is used together with a value of a training batch: in its own statement, or,
-    assigned to a name, in a statement of the scope that reads both (``output, hidden = model(x, hidden)``). A
-    tensor that meets no batch (``fixed_noise = torch.randn(B, nz)`` for sample images only) keeps its size.
+    """Whether the tensor a call makes is step data: made in a training loop, or used together with a value of a
+    training batch, in its own statement or, assigned to a name, in a statement of the scope that reads both
+    (``output, hidden = model(x, hidden)``). A tensor made outside the loop that meets no batch (``fixed_noise =
+    torch.randn(B, nz)`` for sample images only) keeps its size.
     Where the analysis cannot follow it (an attribute, no training batch seen), it counts as meeting one."""
     values = training_batch_values(analysis)
     if values is None:
         return True
+    if any(loop.trains and analysis.is_inside(call, loop.loop.body) for loop in analysis.loader_loops):
+        return True  # made anew for each step: the step's data (a GAN's ``z = torch.randn(B, nz)``, then ``G(z)``)
     statement = analysis.statement(call)
     target = analysis.assigned_to(call)  # (``hidden = model.init_hidden(B).to(device)`` too)
     if target is None:

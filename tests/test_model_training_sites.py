@@ -219,3 +219,28 @@ def test_the_replicas_of_a_model_with_its_own_optimizer_stay_alike_under_torchru
     launch = run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, timeout=120)
     weights = re.findall(r"weights (-?\d+\.\d+)", launch.output)
     assert len(weights) == 2 and weights[0] == weights[1], launch.output
+
+
+@pytest.mark.parametrize(
+    ("change", "wrapped"),
+    [
+        # An agent object that only forwards parameters() to its network: no module, never wrapped itself.
+        (("class Net(nn.Module):\n    def __init__(self, lr):\n        super().__init__()\n        self.fc = nn.Linear(4, 1)\n",
+          "class Net:\n    def __init__(self, lr):\n        self.fc = nn.Linear(4, 1)\n"), False),
+        # A second instance whose own optimizer is never stepped (a DQN's target network): only the trained one.
+        (("    model = Net(0.1)\n", "    model = Net(0.1)\n    target = Net(0.0)\n"), True),
+    ],
+    ids=["not-a-module", "a-copy-never-stepped"],
+)
+def test_only_modules_whose_own_optimizer_is_stepped_are_wrapped_where_they_are_made(tmp_path: Path, change: tuple[str, str], wrapped: bool) -> None:
+    """A review of the change above: an ``Agent`` whose ``__init__`` built ``SGD(self.parameters())`` over a
+    ``parameters()`` of its own was wrapped in DDP (AttributeError: no named_parameters), and a DQN's never-stepped
+    target network got a wrap too."""
+    source = OWN_OPTIMIZER.replace(*change)
+    if not wrapped:
+        source = source.replace("    def forward(self, x):", "    def parameters(self):\n        return self.fc.parameters()\n\n    def __call__(self, x):")
+    (tmp_path / "train.py").write_text(source)
+    CliRunner().invoke(cli, [str(tmp_path / "train.py")], catch_exceptions=False)
+    migrated = (tmp_path / "train.py").read_text()
+    assert ("model = DistributedDataParallel(model" in migrated) is wrapped, migrated
+    assert "DistributedDataParallel(target" not in migrated, migrated

@@ -146,3 +146,26 @@ def test_the_method_of_a_class_in_another_module_is_left_to_a_human_too(tmp_path
     report = CliRunner().invoke(cli, [str(tmp_path)], catch_exceptions=False).output
     migrated = (tmp_path / "train.py").read_text()
     assert "model.module.fit(" not in migrated and "fit() runs a training step of the model itself" in report, report
+
+
+ATTACK = '''
+    def attack(self, x, y, steps=3):
+        delta = torch.zeros_like(x, requires_grad=True)
+        opt = torch.optim.Adam([delta], lr=0.01)
+        for _ in range(steps):
+            loss = -nn.functional.mse_loss(self(x + delta), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        return (x + delta).detach()
+'''
+
+
+def test_a_method_that_steps_an_optimizer_over_an_input_goes_through_module(tmp_path: Path) -> None:
+    """A review's adversarial attack (``Adam([delta])`` over the input, after training): it steps no parameter of
+    the model, so ``model.module.attack(x, y)`` is right; a TODO left the call on the wrapper (AttributeError)."""
+    body = USES["predict"][0].replace("print(model.predict(x))", "print(model.attack(x, y).sum())")
+    source = HEAD + ATTACK + MAIN.format(body=body)
+    migrated, report, _ = migrate_script(tmp_path, source)
+    assert "print0(model.module.attack(x, y).sum())" in migrated, migrated
+    assert "a training step of the model itself" not in report, report

@@ -591,3 +591,15 @@ def test_a_tensor_sized_with_the_global_batch_that_meets_no_batch_keeps_its_size
     _, report, _ = migrate_script(tmp_path, source)
     assert "`torch.zeros(1, batch_size, 4)` is sized with batch_size" in report, report
     assert report.count("is sized with batch_size, the global batch size") == 1, report
+
+
+def test_a_tensor_sized_with_the_global_batch_made_in_the_training_loop_is_reviewed(tmp_path: Path) -> None:
+    """A review of the change above: a GAN's ``z = torch.randn(batch_size, 4)`` drawn each step and handed to the
+    generator (``fake = G(z)``, which then meets the batch) lost its review: each process made 16 fakes for 8 real
+    samples. A tensor made anew in the training loop is that step's data."""
+    source = HIDDEN_STATE.replace(
+        "        out, hidden = rnn(x, hidden.detach())\n",
+        "        z = torch.randn(batch_size, 8, 4)\n        fake, _ = rnn(z)\n        out, hidden = rnn(x + fake.mean(), hidden.detach())\n",
+    )
+    _, report, _ = migrate_script(tmp_path, source)
+    assert "`torch.randn(batch_size, 8, 4)` is sized with batch_size, the global batch size" in report, report

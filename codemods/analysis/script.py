@@ -2455,6 +2455,47 @@ class ScriptAnalysis:
                 return True
         return False
 
+    def _steps_the_optimizer_it_makes(self, init: cst.FunctionDef, home: ScriptAnalysis, made: cst.Call) -> bool:
+        """Whether the object a call makes (``model = Net(0.1)``) is a module (its class derives from a ``torch.nn``
+        class) whose ``__init__`` keeps an optimizer of its own (``self.optimizer = SGD(self.parameters())``) that
+        the caller's module steps (``model.optimizer.step()``): a trained model. (Not an agent object that only
+        forwards ``parameters()``, nor a copy that is never stepped: a DQN's target network.)"""
+        cls = self.enclosing_class(init)
+        if cls is None or not self._is_module_class(cls, set()):
+            return False
+        optimizers = set(self.optimizer_calls)
+        kept = {
+            name[len("self."):]
+            for assign in self.assignments_in(init)
+            if assign.value in optimizers
+            for name in (dotted_name(target) for target in assignment_targets(assign))
+            if name is not None and name.startswith("self.") and name.count(".") == 1
+        }
+        held = dotted_name(home.assigned_to(made)) if home.assigned_to(made) is not None else None  # type: ignore[arg-type]
+        if not kept or held is None:
+            return False
+        stepped = {f"{held}.{attribute}" for attribute in kept}
+        return any(
+            dotted_name(call.func.value) in stepped or any(dotted_name(arg.value) in stepped for arg in call.args)  # type: ignore[attr-defined]
+            for call in home.method_calls("step")
+        )
+
+    def _is_module_class(self, cls: cst.ClassDef, seen: set[cst.ClassDef]) -> bool:
+        """Whether a class of the program derives from a ``torch.nn`` class (``nn.Module``, ``nn.Sequential``),
+        through the program's classes."""
+        if cls in seen:
+            return False
+        seen.add(cls)
+        home = self.shared.analysis_of(cls) or self
+        for base in cls.bases:
+            if any(q.startswith("torch.nn.") for q in home.qualified_names(base.value)):
+                return True
+            name = (dotted_name(base.value) or "").rsplit(".", 1)[-1]
+            candidates = [c for module in self.shared.analyses for c in module.classes if c.name.value == name]
+            if len(candidates) == 1 and self._is_module_class(candidates[0], seen):
+                return True
+        return False
+
     def _derives_from_torch_optimizer(self, cls: cst.ClassDef) -> bool:
         """Whether a class of the program derives, through the program's classes, from a ``torch.optim`` class."""
         for ancestor in self.shared.ancestors_of(cls):
@@ -2562,8 +2603,8 @@ class ScriptAnalysis:
                 home = self.shared.analysis_of(caller) or self
                 if root == "self":
                     passed = caller.func.value if type(caller.func) is cst.Attribute else None  # type: ignore[attr-defined]
-                    if passed is None and function.name.value == "__init__":
-                        # ``model = Net(lr)`` of a class whose ``__init__`` builds its optimizer: the object made
+                    if passed is None and function.name.value == "__init__" and analysis._steps_the_optimizer_it_makes(function, home, caller):
+                        # ``model = Net(lr)`` of a module whose ``__init__`` builds its optimizer: the object made
                         passed = home.assigned_to(caller)
                 else:
                     passed = home.argument_for(caller, function, root)
@@ -2600,7 +2641,23 @@ class ScriptAnalysis:
         forward never passes the wrapper's, so DDP never all-reduces its gradients. (A backward that steps
         nothing, for the gradients of an input, trains nothing.)"""
         home = self.shared.analysis_of(method) or self
-        return home._trains_itself(method) and home.reaches(method, home.method_calls("step"))
+        steps = [step for step in home.method_calls("step") if not home._steps_an_input(step, method)]
+        return home._trains_itself(method) and home.reaches(method, steps)
+
+    def _steps_an_input(self, step: cst.Call, method: cst.FunctionDef) -> bool:
+        """Whether a ``step()`` in the method steps an optimizer the method builds over values that are none of its
+        object's (``opt = Adam([delta])`` of an adversarial attack, a feature visualisation): no training of the
+        model."""
+        if not self.is_inside(step, method) or type(step.func) is not cst.Attribute:
+            return False
+        origins = self.origins(step.func.value)  # type: ignore[attr-defined]
+        optimizers = set(self.optimizer_calls) | set(self.torch_optimizer_calls)
+        return bool(origins) and all(
+            origin in optimizers
+            and self.is_inside(origin, method)
+            and not any(type(node) is cst.Name and node.value == "self" for node in walk(origin))  # type: ignore[attr-defined]
+            for origin in origins
+        )
 
     def _trains_itself(self, function: cst.FunctionDef) -> bool:
         """Whether the method runs a ``backward()`` of its own class (in it, or in a method it calls): the object runs
