@@ -770,7 +770,7 @@ class ScriptAnalysis:
         """Whether a class of the program derives from one of the classes named (qualified names), through its
         bases: classes of the program are followed by their name, in any module of the program
         (``class ExponentialMovingAverage(AveragedModel)``, ``class Synthetic(Base)`` of a ``Base(IterableDataset)``)."""
-        return self._derives_from(cls, bases, set())
+        return self._derives(cls, lambda qualified: bool(qualified & bases), set())
 
     def copies_a_model(self, call: cst.Call) -> bool:
         """Whether the call makes a new model from the one it is given (:data:`names.MODEL_COPIES`:
@@ -781,17 +781,19 @@ class ScriptAnalysis:
         built = self.shared.constructed.get(call)
         return built is not None and self.derives_from(built, names.MODEL_COPIES)
 
-    def _derives_from(self, cls: cst.ClassDef, bases: frozenset[str], seen: set[cst.ClassDef]) -> bool:
+    def _derives(self, cls: cst.ClassDef, named: Callable[[set[str]], bool], seen: set[cst.ClassDef]) -> bool:
+        """Whether a base of the class, or of a class of the program it derives from, has qualified names ``named``
+        accepts."""
         if cls in seen:
             return False
         seen.add(cls)
         home = self.shared.analysis_of(cls) or self
         for base in cls.bases:
-            if home.qualified_names(base.value) & bases:
+            if named(home.qualified_names(base.value)):
                 return True
             name = (dotted_name(base.value) or "").rsplit(".", 1)[-1]
             candidates = [c for module in self.shared.analyses for c in module.classes if c.name.value == name]
-            if len(candidates) == 1 and self._derives_from(candidates[0], bases, seen):
+            if len(candidates) == 1 and self._derives(candidates[0], named, seen):
                 return True
         return False
 
@@ -2461,7 +2463,7 @@ class ScriptAnalysis:
         the caller's module steps (``model.optimizer.step()``): a trained model. (Not an agent object that only
         forwards ``parameters()``, nor a copy that is never stepped: a DQN's target network.)"""
         cls = self.enclosing_class(init)
-        if cls is None or not self._is_module_class(cls, set()):
+        if cls is None or not self._derives(cls, lambda qualified: any(q.startswith("torch.nn.") for q in qualified), set()):
             return False
         optimizers = set(self.optimizer_calls)
         kept = {
@@ -2471,7 +2473,8 @@ class ScriptAnalysis:
             for name in (dotted_name(target) for target in assignment_targets(assign))
             if name is not None and name.startswith("self.") and name.count(".") == 1
         }
-        held = dotted_name(home.assigned_to(made)) if home.assigned_to(made) is not None else None  # type: ignore[arg-type]
+        target = home.assigned_to(made)
+        held = dotted_name(target) if target is not None else None
         if not kept or held is None:
             return False
         stepped = {f"{held}.{attribute}" for attribute in kept}
@@ -2479,22 +2482,6 @@ class ScriptAnalysis:
             dotted_name(call.func.value) in stepped or any(dotted_name(arg.value) in stepped for arg in call.args)  # type: ignore[attr-defined]
             for call in home.method_calls("step")
         )
-
-    def _is_module_class(self, cls: cst.ClassDef, seen: set[cst.ClassDef]) -> bool:
-        """Whether a class of the program derives from a ``torch.nn`` class (``nn.Module``, ``nn.Sequential``),
-        through the program's classes."""
-        if cls in seen:
-            return False
-        seen.add(cls)
-        home = self.shared.analysis_of(cls) or self
-        for base in cls.bases:
-            if any(q.startswith("torch.nn.") for q in home.qualified_names(base.value)):
-                return True
-            name = (dotted_name(base.value) or "").rsplit(".", 1)[-1]
-            candidates = [c for module in self.shared.analyses for c in module.classes if c.name.value == name]
-            if len(candidates) == 1 and self._is_module_class(candidates[0], seen):
-                return True
-        return False
 
     def _derives_from_torch_optimizer(self, cls: cst.ClassDef) -> bool:
         """Whether a class of the program derives, through the program's classes, from a ``torch.optim`` class."""
