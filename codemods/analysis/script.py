@@ -2459,20 +2459,25 @@ class ScriptAnalysis:
 
     def _steps_the_optimizer_it_makes(self, init: cst.FunctionDef, home: ScriptAnalysis, made: cst.Call) -> bool:
         """Whether the object a call makes (``model = Net(0.1)``) is a module (its class derives from a ``torch.nn``
-        class) whose ``__init__`` keeps an optimizer of its own (``self.optimizer = SGD(self.parameters())``) that
+        class) whose ``__init__`` (or a base class's) keeps an optimizer of its own (``self.optimizer = SGD(self.parameters())``) that
         the caller's module steps (``model.optimizer.step()``): a trained model. (Not an agent object that only
         forwards ``parameters()``, nor a copy that is never stepped: a DQN's target network.)"""
         cls = self.enclosing_class(init)
         if cls is None or not self._derives(cls, lambda qualified: any(q.startswith("torch.nn.") for q in qualified), set()):
             return False
-        optimizers = set(self.optimizer_calls)
-        kept = {
-            name[len("self."):]
-            for assign in self.assignments_in(init)
-            if assign.value in optimizers
-            for name in (dotted_name(target) for target in assignment_targets(assign))
-            if name is not None and name.startswith("self.") and name.count(".") == 1
-        }
+        kept: set[str] = set()
+        for ancestor in self.shared.ancestors_of(cls):  # (an ``__init__`` of a base class the subclass's calls)
+            owner = self.shared.analysis_of(ancestor) or self
+            optimizers = set(owner.optimizer_calls)
+            for method in ancestor.body.body:
+                if type(method) is cst.FunctionDef and method.name.value == "__init__":
+                    kept |= {
+                        name[len("self."):]
+                        for assign in owner.assignments_in(method)
+                        if assign.value in optimizers
+                        for name in (dotted_name(target) for target in assignment_targets(assign))
+                        if name is not None and name.startswith("self.") and name.count(".") == 1
+                    }
         target = home.assigned_to(made)
         held = dotted_name(target) if target is not None else None
         if not kept or held is None:
@@ -2590,6 +2595,12 @@ class ScriptAnalysis:
                 home = self.shared.analysis_of(caller) or self
                 if root == "self":
                     passed = caller.func.value if type(caller.func) is cst.Attribute else None  # type: ignore[attr-defined]
+                    outer = home.enclosing_function(caller)
+                    if type(passed) is cst.Call and dotted_name(passed.func) == "super":  # type: ignore[attr-defined]
+                        # ``super().__init__(lr)`` of a subclass: its objects are made where the subclass is
+                        if depth < 3 and outer is not None and outer.name.value == function.name.value == "__init__":
+                            pending.append((home, outer, "self", depth + 1, method))
+                        continue
                     if passed is None and function.name.value == "__init__" and analysis._steps_the_optimizer_it_makes(function, home, caller):
                         # ``model = Net(lr)`` of a module whose ``__init__`` builds its optimizer: the object made
                         passed = home.assigned_to(caller)
