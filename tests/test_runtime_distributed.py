@@ -132,8 +132,9 @@ def main():
     print(f"PLAIN rank={r}")
     runtime.silence_non_main_logging()
     runtime.silence_non_main_logging()
-    logging.getLogger("worker.late").error("LATE-LOG rank=%d", r)
-    logging.getLogger("created.after.silencing").critical("NEW-LOGGER-LOG rank=%d", r)
+    logging.getLogger("worker.late").warning("LATE-LOG rank=%d", r)
+    logging.getLogger("created.after.silencing").warning("NEW-LOGGER-LOG rank=%d", r)
+    logging.getLogger("worker.failing").error("ERROR-LOG rank=%d", r)
 
     runtime.barrier()
     runtime.cleanup()
@@ -276,11 +277,13 @@ def _check_common(job: Job, world: int) -> None:
     for r in range(world):
         assert f"PLAIN rank={r}" in job.stdout
         assert f"EARLY-LOG rank={r}" in job.stderr
-    # Logging is silenced on every rank but 0, also for loggers created afterwards.
+    # Logging below ERROR is silenced on every rank but 0, also for loggers created afterwards; errors show on all.
     assert "LATE-LOG rank=0" in job.stderr and "NEW-LOGGER-LOG rank=0" in job.stderr
     for r in range(1, world):
         assert f"LATE-LOG rank={r}" not in job.stderr
         assert f"NEW-LOGGER-LOG rank={r}" not in job.stderr
+    for r in range(world):
+        assert f"ERROR-LOG rank={r}" in job.stderr
 
 
 def test_plain_python_runs_a_world_of_one(single: Job) -> None:
