@@ -9,7 +9,7 @@ from typing import Iterator, Sequence
 import libcst as cst
 
 from . import names
-from .analysis import ScriptAnalysis, call_method_name, dotted_name, walk
+from .analysis import ScriptAnalysis, call_method_name, dotted_name, tree, walk
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Severity, Valid
 from .edits import Edits, code_of, statement
 from .runtime_calls import nullcontext_name
@@ -638,5 +638,5 @@ def _walk_except(node: cst.CSTNode, skip: cst.CSTNode) -> Iterator[cst.CSTNode]:
     if node is skip:
         return
     yield node
-    for child in node.children:
+    for child in tree.children(node):
         yield from _walk_except(child, skip)

@@ -7,7 +7,7 @@ from typing import Iterator
 import libcst as cst
 
 from . import names
-from .analysis import ScriptAnalysis, call_method_name, dotted_name, walk
+from .analysis import ScriptAnalysis, call_method_name, dotted_name, tree, walk
 from .analysis.per_rank import SHAPE_QUERIES
 from .analysis.script import callee_name
 from .base import Example, Match, Phase, Rule, Severity, Valid
@@ -319,5 +319,5 @@ def _reads(expr: cst.CSTNode | list[cst.CSTNode], derived: set[str]) -> bool:
             continue
         if kind is cst.Call and (call_method_name(node) in SHAPE_QUERIES or (type(node.func) is cst.Name and node.func.value == "len")):  # type: ignore[arg-type,attr-defined]
             continue
-        stack.extend(node.children)
+        stack.extend(tree.children(node))
     return False

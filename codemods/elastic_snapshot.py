@@ -8,7 +8,7 @@ from typing import Iterator
 import libcst as cst
 
 from . import names
-from .analysis import ScriptAnalysis, call_method_name, dotted_name, statements_of, walk
+from .analysis import ScriptAnalysis, call_method_name, dotted_name, statements_of, tree, walk
 from .analysis.loaders import loader_facts
 from .base import (
     BatchSizePolicy,
@@ -471,7 +471,7 @@ def _epoch_exit(loop: cst.For) -> str | None:
     """``continue`` / ``break`` / ``return`` / ``yield`` that leaves the epoch body before its end
     (those inside nested loops and functions do not count)."""
     def search(node: cst.CSTNode, in_loop: bool) -> str | None:
-        for child in node.children:
+        for child in tree.children(node):
             if isinstance(child, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
                 continue
             if isinstance(child, (cst.Return, cst.Yield)):

@@ -8,7 +8,7 @@ from typing import Iterator
 import libcst as cst
 
 from . import names
-from .analysis import ScriptAnalysis, call_method_name, dotted_name
+from .analysis import ScriptAnalysis, call_method_name, dotted_name, tree
 from .analysis.script import binding_name, literal_dict_items, subscript_key
 from .analysis.ranks import Kind, rank_facts
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
@@ -24,7 +24,7 @@ def _mentions_cuda(node: cst.CSTNode) -> bool:
         return bool(CUDA_LITERAL.match(str(node.evaluated_value)))
     if isinstance(node, cst.FormattedString):
         return any(isinstance(p, cst.FormattedStringText) and p.value.startswith("cuda") for p in node.parts)
-    return any(_mentions_cuda(child) for child in node.children)
+    return any(_mentions_cuda(child) for child in tree.children(node))
 
 
 def _user_choice(analysis: ScriptAnalysis, call: cst.Call) -> cst.IfExp | None:

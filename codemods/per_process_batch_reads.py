@@ -7,7 +7,7 @@ from typing import Iterator
 import libcst as cst
 
 from . import names
-from .analysis import LoaderLoop, ScriptAnalysis, call_method_name, dotted_name, loader_argument, walk
+from .analysis import LoaderLoop, ScriptAnalysis, call_method_name, dotted_name, loader_argument, tree, walk
 from .analysis.per_rank import PerRankValues, divides_a_shard_sum, training_batch_values
 from .analysis.script import assignment_targets, is_parameter_group, subscript_key
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
@@ -498,7 +498,7 @@ def _own_nodes(body: cst.CSTNode) -> list[cst.CSTNode]:
     while stack:
         node = stack.pop()
         found.append(node)
-        for child in node.children:
+        for child in tree.children(node):
             if type(child) not in _NESTED:
                 stack.append(child)
     return found

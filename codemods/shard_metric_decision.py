@@ -10,7 +10,7 @@ from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name, keyword_argument, leaves_early, walk
 from .analysis.script import PROCESS_EXITS, exits_with_success, sets_learning_rate
 from .analysis.per_rank import per_rank_values
-from .analysis.ranks import Kind, rank_facts, seeds_alike
+from .analysis.ranks import RANK_SEED_PATTERN, Kind, rank_facts, seeds_alike
 from .base import Example, Match, Phase, Rule, Severity, Valid
 from .edits import code_of
 
@@ -59,6 +59,8 @@ class ShardMetricDecision(Rule):
     severity = Severity.ERROR
     # A sharded loader, or draws a program seeds from the rank (``torch.manual_seed(1337 + rank)``).
     triggers = ("DistributedSampler", "manual_seed")
+    requires = ("DistributedSampler",)
+    requires_pattern = RANK_SEED_PATTERN  # (a seed that may differ between ranks)
     manual_fix = "reduce the value across ranks (runtime.reduce_mean) on every rank before deciding on it"
     examples = (
         Example(
@@ -164,11 +166,12 @@ for epoch in range(100):
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
         # The decisions first: most programs take none, and then the per-rank values are not solved at all.
+        exiting_ifs = _ifs_ending_the_process(analysis)
         exits = [
             branch
             for branch in analysis.ifs
             if (analysis.nearest_loop(branch) is not None and (_goes_on_without(branch.body) or _goes_on_without(branch.orelse)))
-            or _exits_the_process(branch)  # (in a helper the training loop calls: ``if acc >= target: sys.exit(0)``)
+            or branch in exiting_ifs  # (in a helper the training loop calls: ``if acc >= target: sys.exit(0)``)
         ]
         # ``scheduler.step(val_loss)``: a library's step (a program's own ``step`` method is no scheduler);
         # and a function of the program that sets a learning rate (``adjust_lr(loss)``, ``__call__`` of a
@@ -192,8 +195,8 @@ for epoch in range(100):
             if (
                 loop is not None
                 and _leaves_the_loop(branch, raises=False)  # (a raise on one rank stops the job: no hang)
+                and analysis.reaches_backward(loop)  # (before the ranks: solving a test costs more than the walk)
                 and facts.kind(branch.test) is Kind.RANK
-                and analysis.reaches_backward(loop)
             ):
                 reported.add(branch)
                 yield Match(
@@ -491,12 +494,19 @@ def _goes_on_without(side: cst.CSTNode | None) -> bool:
     return any(type(n) in (cst.Break, cst.Continue, cst.Return) or _successful_exit(n) for n in walk(side))
 
 
-def _exits_the_process(branch: cst.If) -> bool:
-    """Whether either side of the ``if`` ends the process with success (``sys.exit()``, ``sys.exit(0)``,
-    ``raise SystemExit(0)``): the others then wait for it. (A failing exit makes torchrun stop them all.)"""
-    return any(
-        _successful_exit(node) for side in (branch.body, branch.orelse) if side is not None for node in walk(side)
-    )
+def _ifs_ending_the_process(analysis: ScriptAnalysis) -> set[cst.If]:
+    """The ``if`` statements of the module one of whose sides ends the process with success (``sys.exit()``,
+    ``sys.exit(0)``, ``raise SystemExit(0)``): the others then wait for it. (A failing exit makes torchrun stop
+    them all.) Read up from each exit, once per module: walking down every ``if`` walks nested ones again."""
+    found: set[cst.If] = set()
+    for node in analysis.preorder:
+        if (type(node) is cst.Call or type(node) is cst.Raise) and _successful_exit(node):
+            child = node
+            for ancestor in analysis.ancestors(node):
+                if type(ancestor) is cst.If and child is not ancestor.test:  # type: ignore[attr-defined]
+                    found.add(ancestor)  # type: ignore[arg-type]
+                child = ancestor
+    return found
 
 
 def _successful_exit(node: cst.CSTNode) -> bool:

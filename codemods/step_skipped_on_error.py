@@ -7,7 +7,7 @@ from typing import Iterator
 import libcst as cst
 
 from . import names
-from .analysis import ScriptAnalysis, dotted_name
+from .analysis import ScriptAnalysis, dotted_name, tree
 from .analysis.script import PROCESS_EXITS, exits_with_success
 from .base import Example, Match, Phase, Rule, Severity, Valid
 from .edits import code_of
@@ -61,7 +61,7 @@ def _skips(body: cst.CSTNode) -> bool:
             return True
         if isinstance(node, (cst.For, cst.While, cst.FunctionDef, cst.ClassDef, cst.Lambda)):
             continue
-        stack.extend(node.children)
+        stack.extend(tree.children(node))
     return False
 
 

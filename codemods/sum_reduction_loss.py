@@ -7,7 +7,7 @@ from typing import Iterator
 import libcst as cst
 
 from . import names
-from .analysis import ScriptAnalysis, call_method_name, dotted_name, keyword_argument, walk
+from .analysis import ScriptAnalysis, call_method_name, dotted_name, keyword_argument, tree, walk
 from .analysis.legacy import int_value
 from .analysis.per_rank import per_rank_values, shards_training_data
 from .analysis.ranks import per_rank_draws
@@ -315,7 +315,7 @@ def _loss_terms(analysis: ScriptAnalysis, expr: cst.BaseExpression) -> Iterator[
         if isinstance(node, cst.Call) and analysis.is_call_to(node, _GRADIENT_CALLS):
             continue
         yield node
-        stack.extend(reversed(node.children))
+        stack.extend(reversed(tree.children(node)))
 
 
 def _is_zero(expr: cst.BaseExpression) -> bool:

@@ -24,6 +24,7 @@ Computed once per :class:`~ddp_migrate.codemods.analysis.ScriptAnalysis` (:func:
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Optional, Union
 
@@ -228,6 +229,10 @@ class _Stores:
             self._add(item.name, ("unknown", None))
 
 
+#: Values the same on every rank whatever they hold (an exact ``type() in`` test, see :meth:`RankFacts._compute`).
+_CONSTANT_TYPES = frozenset({cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.Ellipsis, cst.Lambda})
+
+
 class _OverBudget(Exception):
     """An exhaustive rank query went past its budget (it is answered again in bounded mode)."""
 
@@ -271,6 +276,11 @@ class RankFacts:
             if name:
                 self._made_common.setdefault(self.legacy.key(first, name), []).append(call)  # type: ignore[arg-type]
         self._memo: dict[cst.CSTNode, Kind] = {}
+        #: The answer of every query asked from outside (:meth:`kind`). A query inside a cycle of the data
+        #: flow keeps no partial result in :attr:`_memo`, so the same test asked again (for every statement
+        #: under one ``if``) would walk the whole cycle again: its final answer is kept instead.
+        self._answers: dict[cst.CSTNode, Kind] = {}
+        self._returns: dict[cst.FunctionDef, list[cst.BaseExpression]] = {}
         #: Per block: for each of its statements, the early exits before it (:meth:`_early_exits`).
         self._exits_of: dict[cst.CSTNode, dict[cst.CSTNode, tuple[Condition, ...]]] = {}
         self._active: set[object] = set()
@@ -293,6 +303,13 @@ class RankFacts:
         """
         if self._steps_left is not None or self._query_memo is not None:  # asked while answering another query
             return self._kind(expr, 0)
+        answer = self._answers.get(expr)
+        if answer is None:
+            answer = self._answers[expr] = self._query(expr)
+        return answer
+
+    def _query(self, expr: cst.CSTNode) -> Kind:
+        """One query's answer (:meth:`kind`): exhaustive within the budget, else bounded."""
         self._steps_left = self.MAX_EXHAUSTIVE_STEPS
         try:
             return self._kind(expr, 0)
@@ -519,27 +536,36 @@ class RankFacts:
         return result
 
     def _compute(self, expr: cst.CSTNode, depth: int) -> Kind:
-        if isinstance(expr, (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.Ellipsis, cst.Lambda)):
+        kind = type(expr)  # (exact classes: none of these has a subclass, and ``isinstance`` goes through ``abc``)
+        if kind in _CONSTANT_TYPES:
             return Kind.UNIFORM
-        if isinstance(expr, cst.Arg):
-            return self._kind(expr.value, depth)
-        if isinstance(expr, cst.Call):
-            return self._call(expr, depth)
-        if isinstance(expr, (cst.Name, cst.Attribute)):
-            return self._variable(expr, depth)
-        if isinstance(expr, cst.Subscript):
+        if kind is cst.Arg:
+            return self._kind(expr.value, depth)  # type: ignore[attr-defined]
+        if kind is cst.Call:
+            return self._call(expr, depth)  # type: ignore[arg-type]
+        if kind is cst.Name or kind is cst.Attribute:
+            return self._variable(expr, depth)  # type: ignore[arg-type]
+        if kind is cst.Subscript:
             variable = self.legacy.env_read(expr)
             if variable is not None:
                 return Kind.RANK if variable in RANK_VARIABLES else Kind.UNIFORM
             # An item read also reads what the program stores into the container's items anywhere.
             stored = self._item_stores.get(dotted_name(expr.value) or "", [])
             return self._join([expr.value, *(e.slice for e in expr.slice), *stored], depth)
-        if isinstance(expr, cst.Comparison):
-            if all(_is_minus_one_or_none(c.comparator) for c in expr.comparisons) and self._holds_rank_number(expr.left):
+        if kind is cst.Comparison:
+            if all(_is_minus_one_or_none(c.comparator) for c in expr.comparisons) and self._holds_rank_number(expr.left):  # type: ignore[attr-defined]
                 # ``local_rank != -1``, ``args.gpu is not None``: "is this run distributed", which all ranks agree on.
                 return Kind.UNIFORM
-            return self._join([expr.left, *(c.comparator for c in expr.comparisons)], depth)
-        return self._join(expr.children, depth)
+            return self._join([expr.left, *(c.comparator for c in expr.comparisons)], depth)  # type: ignore[attr-defined]
+        return self._join([child for child in tree.children(expr) if type(child) not in tree.TOKEN_NODES], depth)
+
+    def _returned_values(self, function: cst.FunctionDef) -> list[cst.BaseExpression]:
+        """What the function's own ``return`` statements return (read once per function: a query asks for
+        a helper's returns at every call of it)."""
+        found = self._returns.get(function)
+        if found is None:
+            found = self._returns[function] = [r.value for r in returns_of(function) if r.value is not None]
+        return found
 
     def _holds_rank_number(self, expr: cst.BaseExpression) -> bool:
         """Whether the expression is the rank itself (not an object that is ``None`` off rank 0)."""
@@ -580,7 +606,7 @@ class RankFacts:
                 return Kind.UNIFORM
             self._active.add(key)
             try:
-                returns = [r.value for r in returns_of(target) if r.value is not None]
+                returns = self._returned_values(target)
                 owner = analysis.shared.analysis_of(target)
                 if owner is not None and owner is not analysis:  # a helper of another module, read by its facts
                     return max((self._other_module_kind(owner, value) for value in returns), default=Kind.UNIFORM)
@@ -670,7 +696,7 @@ class RankFacts:
             if target is None or target.name.value == "__init__" or ("returns", target) in self._active:
                 return []
             place = next((p for t in statement.targets if (p := _place_in_tuple(t.target, name)) is not None), None)  # type: ignore[attr-defined]
-            returns = [r.value for r in returns_of(target) if r.value is not None]
+            returns = self._returned_values(target)
             if place is None or not returns:
                 return []
             index, count = place
@@ -1070,6 +1096,13 @@ def _torch_seeded_per_rank(analysis: ScriptAnalysis) -> bool:
     """Whether a random seed that flows from the rank reaches draws, in any module of the program (see
     :func:`_seeds_draws`), read once per module."""
     return analysis.derived("torch seeded per rank", _find_torch_seeded_per_rank)
+
+
+#: A text that may seed torch's random state from the rank: ``manual_seed`` other than with a whole number
+#: (``torch.manual_seed(0)`` is the same seed on every rank). The gate of the rules whose per-rank values may
+#: come from such a seed (:func:`per_rank_draws`) where no ``DistributedSampler`` shards the data: a library
+#: file that seeds its tests with a constant is never parsed for them.
+RANK_SEED_PATTERN = re.compile(r"manual_seed(?!(?:_all)?\(\s*\d+\s*\))")
 
 
 def _find_torch_seeded_per_rank(analysis: ScriptAnalysis) -> bool:

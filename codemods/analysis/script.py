@@ -1139,22 +1139,24 @@ class ScriptAnalysis:
             if len(bound) < 2:
                 return set(bound)
             # ``ds = Stream()`` in the ``else`` of the ``if`` whose body builds the loader from ``ds``: not its value there
-            return {origin for origin in bound if not self._in_exclusive_branches(origin, node)}
+            around = {node, *self.ancestors(node)}
+            return {origin for origin in bound if not self._in_exclusive_branches(origin, around)}
         found: set[cst.CSTNode] = set()
         for cls in self.shared.hierarchy_line(owner):  # type: ignore[arg-type]
             found |= self._bindings.get((cls, name), set())
         return found
 
-    def _in_exclusive_branches(self, first: cst.CSTNode, second: cst.CSTNode) -> bool:
+    def _in_exclusive_branches(self, first: cst.CSTNode, second: set[cst.CSTNode]) -> bool:
         """Whether two nodes sit in different branches of one ``if`` (its body, its ``else`` or ``elif``) that no loop
-        of their function repeats: one run of the function passes through one of them only."""
+        of their function repeats: one run of the function passes through one of them only. ``second``: the
+        other node and its ancestors (read once for all the bindings of a name)."""
         child: cst.CSTNode = first
         for ancestor in self.ancestors(first):
             if type(ancestor) in (cst.FunctionDef, cst.ClassDef, cst.Module):
                 return False
             if type(ancestor) is cst.If and child is not ancestor.test:  # type: ignore[attr-defined]
                 other = ancestor.orelse if child is ancestor.body else ancestor.body  # type: ignore[attr-defined]
-                if other is not None and self.is_inside(second, other):
+                if other is not None and other in second:
                     return not self._repeated(ancestor)
             child = ancestor
         return False

@@ -35,6 +35,18 @@ LAYOUT_NODES = frozenset(
     {cst.SimpleWhitespace, cst.ParenthesizedWhitespace, cst.TrailingWhitespace, cst.Newline, cst.EmptyLine, cst.Comment}
 )
 
+#: Nodes that hold no value: layout, punctuation and operators (none of them has an expression below it).
+TOKEN_NODES = LAYOUT_NODES | frozenset(
+    t
+    for t in NODE_TYPES
+    if issubclass(t, (cst.BaseBinaryOp, cst.BaseBooleanOp, cst.BaseCompOp, cst.BaseUnaryOp, cst.BaseAugOp))
+    or t.__name__
+    in {
+        "Comma", "Colon", "Dot", "Semicolon", "AssignEqual", "ImportStar", "Asynchronous",
+        "LeftParen", "RightParen", "LeftSquareBracket", "RightSquareBracket", "LeftCurlyBrace", "RightCurlyBrace",
+    }
+)
+
 #: The nodes a module's index leaves out: layout, and the dot of an attribute. libcst gives every ``Attribute``
 #: built without a ``dot=`` the same ``Dot`` object (a dataclass default), so a fix that builds two attributes
 #: puts one node at two places of the tree; no fact of the analysis is about a dot.
