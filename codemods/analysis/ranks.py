@@ -233,6 +233,10 @@ class _Stores:
 _CONSTANT_TYPES = frozenset({cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.Ellipsis, cst.Lambda})
 
 
+#: :attr:`RankFacts._lowest` of a walk no cycle cut.
+_NO_CYCLE = 1 << 62
+
+
 class _OverBudget(Exception):
     """An exhaustive rank query went past its budget (it is answered again in bounded mode)."""
 
@@ -283,8 +287,10 @@ class RankFacts:
         self._returns: dict[cst.FunctionDef, list[cst.BaseExpression]] = {}
         #: Per block: for each of its statements, the early exits before it (:meth:`_early_exits`).
         self._exits_of: dict[cst.CSTNode, dict[cst.CSTNode, tuple[Condition, ...]]] = {}
-        self._active: set[object] = set()
-        self._cycles = 0
+        #: The values being computed, each with its place on the walk's stack (:meth:`_enter`).
+        self._active: dict[object, int] = {}
+        #: The highest place on the stack a cycle cut the current value's walk at (:meth:`_cut`).
+        self._lowest = _NO_CYCLE
         self._steps_left: int | None = None  # the exhaustive query's budget (``None`` between queries)
         #: In bounded mode: results the query found inside a cycle, reused within the query (never kept).
         self._query_memo: dict[cst.CSTNode, Kind] | None = None
@@ -310,6 +316,7 @@ class RankFacts:
 
     def _query(self, expr: cst.CSTNode) -> Kind:
         """One query's answer (:meth:`kind`): exhaustive within the budget, else bounded."""
+        self._lowest = _NO_CYCLE
         self._steps_left = self.MAX_EXHAUSTIVE_STEPS
         try:
             return self._kind(expr, 0)
@@ -504,7 +511,7 @@ class RankFacts:
         if self._query_memo is not None:
             memo = self._query_memo.get(expr)
             if memo is not None:
-                self._cycles += 1  # a partial result: nothing computed from it is kept beyond the query
+                self._lowest = -1  # a partial result: nothing computed from it is kept beyond the query
                 return memo
         if depth > self.MAX_DEPTH:
             return Kind.UNKNOWN
@@ -512,20 +519,41 @@ class RankFacts:
             self._steps_left -= 1
             if self._steps_left < 0:
                 raise _OverBudget
-        if expr in self._active:
-            self._cycles += 1
+        if self._cut(expr):
             return Kind.UNIFORM  # a value that flows into itself adds nothing new
-        self._active.add(expr)
-        cycles = self._cycles
+        position = self._enter(expr)
+        outer = self._lowest
+        self._lowest = _NO_CYCLE
         try:
             result = self._compute(expr, depth + 1)
         finally:
-            self._active.discard(expr)
-        if self._cycles == cycles:  # results computed inside a cycle may be partial: keep only final ones
+            del self._active[expr]
+            inner = self._lowest
+            self._lowest = min(outer, inner)
+        # A result is final unless the walk below it was cut at a value still being computed above it (a
+        # cycle through a caller): a cycle closed within its own walk leaves it whole (Tarjan's test of a
+        # component's root), and those are kept.
+        if inner >= position:
             self._memo[expr] = result
         elif self._query_memo is not None:
             self._query_memo[expr] = result
         return result
+
+    def _cut(self, key: object) -> bool:
+        """Whether the value (a node, or a function's returns, another module's value) is being computed
+        already, further up this walk: the walk is cut there, and the values computed since are partial
+        unless that value is their own or below them."""
+        position = self._active.get(key)
+        if position is None:
+            return False
+        if position < self._lowest:
+            self._lowest = position
+        return True
+
+    def _enter(self, key: object) -> int:
+        """Mark the value as being computed (its place on the walk's stack)."""
+        position = self._active[key] = len(self._active)
+        return position
 
     def _join(self, nodes: Iterable[cst.CSTNode], depth: int) -> Kind:
         result = Kind.UNIFORM
@@ -601,10 +629,9 @@ class RankFacts:
             if target.name.value == "__init__":
                 return Kind.UNKNOWN  # an object of the file's own class: its attributes are followed one by one
             key = ("returns", target)
-            if key in self._active:
-                self._cycles += 1
+            if self._cut(key):
                 return Kind.UNIFORM
-            self._active.add(key)
+            self._enter(key)
             try:
                 returns = self._returned_values(target)
                 owner = analysis.shared.analysis_of(target)
@@ -612,7 +639,7 @@ class RankFacts:
                     return max((self._other_module_kind(owner, value) for value in returns), default=Kind.UNIFORM)
                 return self._join(returns, depth)
             finally:
-                self._active.discard(key)
+                del self._active[key]
         root = (dotted_name(call.func) or "").split(".")[0]
         if (root and root in self.legacy.imported_names) or (isinstance(call.func, cst.Name) and any(q.startswith("builtins.") for q in qualified)):
             return Kind.UNKNOWN  # an imported or built-in function the analysis knows nothing about
@@ -706,14 +733,14 @@ class RankFacts:
                     return []
                 elements.append(returned.elements[index].value)  # type: ignore[attr-defined]
             owner = analysis.shared.analysis_of(target)
-            self._active.add(("returns", target))
+            self._enter(("returns", target))
             try:
                 if owner is not None and owner is not analysis:
                     kinds.extend(self._other_module_kind(owner, element) for element in elements)
                 else:
                     kinds.append(self._join(elements, depth))
             finally:
-                self._active.discard(("returns", target))
+                del self._active[("returns", target)]
         return kinds
 
     def _made_common_before(self, expr: cst.CSTNode, key: Key, values: list[object]) -> bool:
@@ -757,14 +784,13 @@ class RankFacts:
         """The kind of a value written in another module of the program, by that module's facts (a query of
         its own; a value that leads back here while it is asked counts as the same on every rank)."""
         key = ("module", source)
-        if key in self._active:
-            self._cycles += 1
+        if self._cut(key):
             return Kind.UNIFORM
-        self._active.add(key)
+        self._enter(key)
         try:
             return rank_facts(owner).kind(source)
         finally:
-            self._active.discard(key)
+            del self._active[key]
 
     def _store_kind(self, store: Store, depth: int) -> Kind:
         how, value = store
