@@ -207,7 +207,7 @@ for epoch in range(100):
                     fixable=False,
                 )
                 continue
-            clock = _clock_in(analysis, branch.test)
+            clock = _clock_in(analysis, branch.test) if _reads_a_clock(analysis) else None
             if clock is not None and loop is not None and analysis.reaches_backward(loop):
                 reported.add(branch)
                 yield Match(
@@ -537,7 +537,7 @@ def _clock_in(analysis: ScriptAnalysis, test: cst.BaseExpression, depth: int = 2
     for node in walk(test):
         if type(node) is cst.Call and analysis.is_call_to(node, names.CLOCKS):  # type: ignore[arg-type]
             return f"{code_of(node)}"
-        if depth > 0 and type(node) is cst.Name and not _shared(analysis, node.value):  # type: ignore[attr-defined]
+        if depth > 0 and type(node) is cst.Name and node.value not in _shared_names(analysis):  # type: ignore[attr-defined]
             for value in analysis.flows_into(node, node.value):  # type: ignore[attr-defined]
                 if isinstance(value, cst.BaseExpression) and _clock_in(analysis, value, depth - 1) is not None:
                     return f"`{node.value}`"  # type: ignore[attr-defined]
@@ -554,10 +554,22 @@ def _leaves_the_loop(branch: cst.If, raises: bool = True) -> bool:
     return False
 
 
-def _shared(analysis: ScriptAnalysis, name: str) -> bool:
-    """Whether a collective of the program takes the name (``dist.all_reduce(stop)``): its value is then
-    every rank's."""
-    return any(
-        analysis.is_call_to(call, names.COLLECTIVES) and any(n.value == name for arg in call.args for n in walk(arg.value) if type(n) is cst.Name)  # type: ignore[attr-defined]
-        for call in analysis.calls
+def _reads_a_clock(analysis: ScriptAnalysis) -> bool:
+    """Whether some module of the program calls a clock (:func:`_clock_in` finds nothing elsewhere)."""
+    return any(module.calls_to(names.CLOCKS) for module in analysis.shared.analyses)
+
+
+def _shared_names(analysis: ScriptAnalysis) -> frozenset[str]:
+    """The names a collective of the module takes (``dist.all_reduce(stop)``): their values are then every
+    rank's. Read once per module."""
+    return analysis.derived("names a collective takes", _find_shared_names)
+
+
+def _find_shared_names(analysis: ScriptAnalysis) -> frozenset[str]:
+    return frozenset(
+        n.value  # type: ignore[attr-defined]
+        for call in analysis.calls_to(names.COLLECTIVES)
+        for arg in call.args
+        for n in walk(arg.value)
+        if type(n) is cst.Name
     )

@@ -111,6 +111,8 @@ class PerRankValues:
         ``data_only``, none that is per-rank only because one rank alone assigns it (what that rank prints of
         it is its own, whole value)."""
         functions = self.functions
+        if not (self.names or self.sized or functions):
+            return None  # (nothing is per-rank yet: the expression's uses are not read)
         for use in self._uses(expr):
             if data_only and use.key in self.one_rank:
                 continue
