@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import libcst as cst
 import pytest
@@ -157,6 +158,22 @@ def test_values_in_a_cycle_get_the_kind_of_what_flows_into_the_cycle(seed: str, 
     assert {facts.kind(node.test) for node in facts.analysis.ifs} == {kind}
 
 
+def _count_steps(monkeypatch: pytest.MonkeyPatch) -> Callable[[], int]:
+    """Count the values rank queries compute from here on (``RankFacts._compute`` calls): the count so far."""
+    from ddp_migrate.codemods.analysis import ranks
+
+    computed = 0
+    compute = ranks.RankFacts._compute
+
+    def counting(self: ranks.RankFacts, expr: cst.CSTNode, depth: int) -> Kind:
+        nonlocal computed
+        computed += 1
+        return compute(self, expr, depth)
+
+    monkeypatch.setattr(ranks.RankFacts, "_compute", counting)
+    return lambda: computed
+
+
 def test_a_cyclic_data_flow_costs_each_query_a_bounded_number_of_steps(monkeypatch: pytest.MonkeyPatch) -> None:
     """Past its exhaustive budget a query reuses the results it found inside a cycle: without that, a query
     followed every path through the ring (exponential in its width: 16 values took 150,000 steps and 15 s,
@@ -164,20 +181,12 @@ def test_a_cyclic_data_flow_costs_each_query_a_bounded_number_of_steps(monkeypat
     from ddp_migrate.codemods.analysis import ranks
 
     facts = rank_facts(ScriptAnalysis(cst.parse_module(_cyclic_module(20, "3"))))
-    computed = 0
-    compute = ranks.RankFacts._compute
-
-    def counting(self: ranks.RankFacts, expr: cst.CSTNode, depth: int) -> Kind:
-        nonlocal computed
-        computed += 1
-        return compute(self, expr, depth)
-
-    monkeypatch.setattr(ranks.RankFacts, "_compute", counting)
+    steps_taken = _count_steps(monkeypatch)
     values = len(facts.analysis.assignments) + len(facts.analysis.ifs)
     for node in facts.analysis.ifs:
-        before = computed
+        before = steps_taken()
         assert facts.kind(node.test) is Kind.UNIFORM
-        assert computed - before <= ranks.RankFacts.MAX_EXHAUSTIVE_STEPS + 10 * values
+        assert steps_taken() - before <= ranks.RankFacts.MAX_EXHAUSTIVE_STEPS + 10 * values
 
 
 def test_a_value_read_from_a_cycle_is_kept_once_the_cycle_is_closed(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -185,26 +194,16 @@ def test_a_value_read_from_a_cycle_is_kept_once_the_cycle_is_closed(monkeypatch:
     it, so its answer is final and kept. Every later test of ``x`` is then a look-up: when any cycle met
     on the way kept nothing, each of torch's test modules asked the same ring again for every statement
     (common_utils.py: 232,000 steps for 1,182 queries)."""
-    from ddp_migrate.codemods.analysis import ranks
-
     code = _cyclic_module(12, "3") + "x = v0 * 2\n" + "".join(f"if x > {i}:\n    dist.barrier()\n" for i in range(20))
     facts = rank_facts(ScriptAnalysis(cst.parse_module(code)))
-    computed = 0
-    compute = ranks.RankFacts._compute
-
-    def counting(self: ranks.RankFacts, expr: cst.CSTNode, depth: int) -> Kind:
-        nonlocal computed
-        computed += 1
-        return compute(self, expr, depth)
-
-    monkeypatch.setattr(ranks.RankFacts, "_compute", counting)
+    steps_taken = _count_steps(monkeypatch)
     tests = [branch.test for branch in facts.analysis.ifs if cst.Module([]).code_for_node(branch.test).startswith("x > ")]
     assert len(tests) == 20
     steps = []
     for test in tests:
-        before = computed
+        before = steps_taken()
         assert facts.kind(test) is Kind.UNIFORM
-        steps.append(computed - before)
+        steps.append(steps_taken() - before)
     assert steps[0] > 20  # the first query walks the ring
     assert max(steps[1:]) <= 4  # the test, its two sides, ``x``: the rest is kept
 
