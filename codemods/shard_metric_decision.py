@@ -10,7 +10,7 @@ from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name, keyword_argument, leaves_early, walk
 from .analysis.script import PROCESS_EXITS, exits_with_success, sets_learning_rate
 from .analysis.per_rank import per_rank_values
-from .analysis.ranks import RANK_SEED_PATTERN, Kind, rank_facts, seeds_alike
+from .analysis.ranks import Kind, rank_facts, seeds_alike
 from .base import Example, Match, Phase, Rule, Severity, Valid
 from .edits import code_of
 
@@ -59,8 +59,6 @@ class ShardMetricDecision(Rule):
     severity = Severity.ERROR
     # A sharded loader, or draws a program seeds from the rank (``torch.manual_seed(1337 + rank)``).
     triggers = ("DistributedSampler", "manual_seed")
-    requires = ("DistributedSampler",)
-    requires_pattern = RANK_SEED_PATTERN  # (a seed that may differ between ranks)
     manual_fix = "reduce the value across ranks (runtime.reduce_mean) on every rank before deciding on it"
     examples = (
         Example(

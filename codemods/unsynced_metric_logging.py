@@ -9,7 +9,7 @@ import libcst as cst
 from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name
 from .analysis.per_rank import per_rank_values
-from .analysis.ranks import RANK_SEED_PATTERN, rank_facts
+from .analysis.ranks import rank_facts
 from .base import Example, Match, Phase, Rule, Severity, Valid
 
 #: ``SummaryWriter`` methods that record a metric.
@@ -46,8 +46,6 @@ class UnsyncedMetricLogging(Rule):
     severity = Severity.INFO
     # A sharded loader, or draws a program seeds from the rank (``torch.manual_seed(1337 + rank)``).
     triggers = ("DistributedSampler", "manual_seed")
-    requires = ("DistributedSampler",)
-    requires_pattern = RANK_SEED_PATTERN  # (a seed that may differ between ranks)
     manual_fix = "reduce the value across ranks (runtime.reduce_mean) on every rank before printing it on rank 0"
     enabled_by_default = False
     examples = (

@@ -24,7 +24,6 @@ Computed once per :class:`~ddp_migrate.codemods.analysis.ScriptAnalysis` (:func:
 from __future__ import annotations
 
 import enum
-import re
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Optional, Union
 
@@ -1122,13 +1121,6 @@ def _torch_seeded_per_rank(analysis: ScriptAnalysis) -> bool:
     """Whether a random seed that flows from the rank reaches draws, in any module of the program (see
     :func:`_seeds_draws`), read once per module."""
     return analysis.derived("torch seeded per rank", _find_torch_seeded_per_rank)
-
-
-#: A text that may seed torch's random state from the rank: ``manual_seed`` other than with a whole number
-#: (``torch.manual_seed(0)`` is the same seed on every rank). The gate of the rules whose per-rank values may
-#: come from such a seed (:func:`per_rank_draws`) where no ``DistributedSampler`` shards the data: a library
-#: file that seeds its tests with a constant is never parsed for them.
-RANK_SEED_PATTERN = re.compile(r"manual_seed(?!(?:_all)?\(\s*\d+\s*\))")
 
 
 def _find_torch_seeded_per_rank(analysis: ScriptAnalysis) -> bool:
