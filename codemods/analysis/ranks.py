@@ -279,9 +279,10 @@ class RankFacts:
             if name:
                 self._made_common.setdefault(self.legacy.key(first, name), []).append(call)  # type: ignore[arg-type]
         self._memo: dict[cst.CSTNode, Kind] = {}
-        #: The answer of every query asked from outside (:meth:`kind`). A query inside a cycle of the data
-        #: flow keeps no partial result in :attr:`_memo`, so the same test asked again (for every statement
-        #: under one ``if``) would walk the whole cycle again: its final answer is kept instead.
+        #: The answer of every query asked from outside (:meth:`kind`). An exhaustive query's answer is in
+        #: :attr:`_memo` already (its root closes every cycle of its walk); this keeps the answers of queries
+        #: answered in bounded mode, which :attr:`_memo` does not, so a test asked again for every statement
+        #: under one ``if`` is not walked again.
         self._answers: dict[cst.CSTNode, Kind] = {}
         self._returns: dict[cst.FunctionDef, list[cst.BaseExpression]] = {}
         #: Per block: for each of its statements, the early exits before it (:meth:`_early_exits`).
