@@ -1,0 +1,140 @@
+"""Big tables of constants, which a lint that writes nothing parses as empty literals.
+
+Generated data sits in real code bases as Python literals: kernel tuning tables, vocabularies, class-name
+lists, lookup tables of hundreds of kilobytes. libcst needs well over a kilobyte of memory per character
+of such a table (torch's 0.5 MB ``sparse/_triton_ops_meta.py`` takes 680 MB and seconds to parse), while
+no rule can find anything inside it: a literal made of constants only (numbers, strings, ``True``,
+``None``, and lists, tuples, sets and dicts of them) holds no call, no name, no statement.
+
+So a lint that only reports (never ``--fix``, ``--diff`` or a migration: those print the module they
+parsed) parses a lone module (a script, a library file: :func:`ddp_migrate.engine.process`) with each
+such table of at least :data:`MIN_TABLE` characters blanked (:func:`blank_constant_tables`): its
+brackets kept, the inside replaced by as many line breaks as it spanned and spaces up to the closing
+bracket's column. Every line and column outside the table stays where it was, so findings, ``# noqa``
+comments (read from the original text) and the source lines a report shows are the original's. The
+modules of a program analysed together are parsed whole (their code is generated again from the tree).
+"""
+
+from __future__ import annotations
+
+import ast
+
+from ddp_migrate.codemods.analysis.lines import LINE_BREAK
+
+#: The size, in characters of source, from which a table of constants is blanked: far above any literal a
+#: rule reads (a loader's keyword dict, a device list), far below the tables that cost memory.
+MIN_TABLE = 32 * 1024
+
+_CONTAINERS = (ast.Dict, ast.List, ast.Tuple, ast.Set)
+_SIGNS = (ast.USub, ast.UAdd)
+
+
+def _constants(tree: ast.AST) -> tuple[list[ast.AST], set[ast.AST]]:
+    """The nodes of a tree in preorder (a node's descendants right after it; not into f-strings, whose
+    positions older Pythons get wrong), and those that are constants or literals made of constants only."""
+    order: list[ast.AST] = []
+    stack: list[ast.AST] = [tree]
+    while stack:
+        node = stack.pop()
+        order.append(node)
+        if not isinstance(node, ast.JoinedStr):
+            stack.extend(reversed(list(ast.iter_child_nodes(node))))
+    constant: set[ast.AST] = set()
+    for node in reversed(order):  # every child before its parent
+        if isinstance(node, ast.Constant):
+            constant.add(node)
+        elif isinstance(node, ast.UnaryOp):
+            if isinstance(node.op, _SIGNS) and node.operand in constant:
+                constant.add(node)
+        elif isinstance(node, ast.Dict):
+            if all(key is not None and key in constant for key in node.keys) and all(v in constant for v in node.values):
+                constant.add(node)
+        elif isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+            if all(element in constant for element in node.elts):
+                constant.add(node)
+    return order, constant
+
+
+class _Offsets:
+    """Character offsets of the compiler's positions (line from 1, column in UTF-8 bytes)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.starts = [0, *(match.end() for match in LINE_BREAK.finditer(text))]
+
+    def of(self, line: int, byte_column: int) -> int:
+        start = self.starts[line - 1]
+        end = self.starts[line] if line < len(self.starts) else len(self.text)
+        row = self.text[start:end]
+        if row.isascii():
+            return start + byte_column
+        return start + len(row.encode("utf-8")[:byte_column].decode("utf-8", errors="ignore"))
+
+
+def _brackets_its_own(node: ast.AST) -> bool:
+    """Whether the literal's span is its own brackets around its elements (a tuple written without
+    parentheses, ``1, 2``, or whose first element is parenthesized, ``(1, 2), (3, 4)``, is not)."""
+    if not isinstance(node, ast.Tuple):
+        return True
+    if not node.elts:
+        return True
+    first, last = node.elts[0], node.elts[-1]
+    return (first.lineno, first.col_offset) > (node.lineno, node.col_offset) and (
+        last.end_lineno,
+        last.end_col_offset,
+    ) < (node.end_lineno, node.end_col_offset)
+
+
+def constant_tables(text: str, minimum: int = MIN_TABLE) -> list[tuple[int, int]]:
+    """The spans (start, end: character offsets, end excluded) of the outermost literals made of constants
+    only that are at least ``minimum`` characters long, in source order. None for a shorter source, or one
+    Python cannot parse (its error is reported elsewhere)."""
+    if len(text) < minimum:
+        return []
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return []
+    order, constant = _constants(tree)
+    offsets = _Offsets(text)
+    spans: list[tuple[int, int]] = []
+    covered = -1  # the end of the last table taken: the nodes inside it come right after it in preorder
+    for node in order:
+        if not isinstance(node, _CONTAINERS) or node not in constant:
+            continue
+        if node.end_lineno is None or node.end_col_offset is None:
+            continue
+        start = offsets.of(node.lineno, node.col_offset)
+        if start < covered:
+            continue
+        end = offsets.of(node.end_lineno, node.end_col_offset)
+        if end - start >= minimum and _brackets_its_own(node) and text[start] in "([{" and text[end - 1] in ")]}":
+            spans.append((start, end))
+            covered = end
+    return spans
+
+
+def _blank(segment: str) -> str:
+    """A bracketed literal emptied: its brackets, its line breaks, and spaces up to its closing bracket."""
+    breaks = list(LINE_BREAK.finditer(segment))
+    if not breaks:
+        return segment[0] + " " * (len(segment) - 2) + segment[-1]
+    last_line = len(segment) - breaks[-1].end()  # the closing bracket's line: its characters before it, and it
+    return segment[0] + "".join(match.group() for match in breaks) + " " * (last_line - 1) + segment[-1]
+
+
+def blank_constant_tables(text: str, minimum: int = MIN_TABLE) -> str:
+    """The source with every table of constants of at least ``minimum`` characters emptied
+    (:func:`constant_tables`), every line and column outside them unchanged; the source itself when it has
+    none."""
+    spans = constant_tables(text, minimum)
+    if not spans:
+        return text
+    parts: list[str] = []
+    done = 0
+    for start, end in spans:
+        parts.append(text[done:start])
+        parts.append(_blank(text[start:end]))
+        done = end
+    parts.append(text[done:])
+    return "".join(parts)

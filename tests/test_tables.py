@@ -1,0 +1,150 @@
+"""Big tables of constants, parsed empty by a lint that writes nothing (issue 11, goal 5: memory).
+
+- The blanked source keeps every line and column outside the tables, non-ASCII text on the closing line
+  included, and parses; a literal holding anything but constants, or too small, is left as it is.
+- A lint reports the same findings, at the same places, as with the whole table parsed, and libcst reads the
+  blanked text; a migration and ``lint --fix`` parse, and write back, the whole table.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from ddp_migrate import engine, tables
+from ddp_migrate.codemods.base import Options
+from ddp_migrate.engine import process
+from ddp_migrate.registry import all_rules
+from ddp_migrate.tables import MIN_TABLE, blank_constant_tables, constant_tables
+
+ROWS = "\n".join(f"    ({i}, {i * 3}, 'é{i}'): ({i % 7}, -{i}, 1e-3, None, True, b'x')," for i in range(1000))
+#: A training script with a kernel-style table before it; the table's closing line goes on with code
+#: after non-ASCII text, so a column counted in bytes instead of characters would show.
+SCRIPT = f"""\
+import torch
+import torch.nn as nn
+
+TUNED = {{  # generated: do not edit
+{ROWS}
+    ('ünïcode', 2): (0,)}}; model = nn.DataParallel(nn.Linear(4, 4)).cuda()
+
+
+def train(loader):
+    opt = torch.optim.SGD(model.parameters(), lr=TUNED[(0, 0, 'é0')][2])
+    for x, y in loader:
+        loss = ((model(x.cuda()) - y.cuda()) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    torch.save(model.state_dict(), "m.pt")
+"""
+
+
+def _table_lines(source: str) -> tuple[int, int]:
+    """The first and the last line (from 1) of the table ``TUNED`` in a source."""
+    lines = source.splitlines()
+    first = next(n for n, line in enumerate(lines, 1) if line.startswith("TUNED = {"))
+    last = next(n for n, line in enumerate(lines, 1) if line.startswith("    ('ünïcode'"))
+    return first, last
+
+
+def test_the_table_is_emptied_and_every_other_line_and_column_kept() -> None:
+    assert len(SCRIPT) > MIN_TABLE
+    blanked = blank_constant_tables(SCRIPT)
+    before, after = SCRIPT.splitlines(), blanked.splitlines()
+    assert len(after) == len(before)
+    first, last = _table_lines(SCRIPT)
+    assert after[: first - 1] == before[: first - 1] and after[last:] == before[last:]
+    assert after[first - 1] == "TUNED = {"  # the comment after the bracket is inside the table: gone
+    assert all(not line.strip() for line in after[first : last - 1])
+    closing = before[last - 1]
+    assert after[last - 1] == " " * closing.index("}") + closing[closing.index("}") :]
+    assert len(blanked) < len(SCRIPT) // 10
+    cst.parse_module(blanked)
+
+
+@pytest.mark.parametrize(
+    "table",
+    [
+        "[" + ", ".join(f"torch.float{i % 2}" for i in range(MIN_TABLE // 10)) + "]",  # a name in it
+        "[" + ", ".join(f"f({i})" for i in range(MIN_TABLE // 4)) + "]",  # calls
+        "{" + ", ".join(f"'k{i}': {i}" for i in range(MIN_TABLE // 12)) + ", **defaults}",  # an unpacked dict
+        "(1, 2), " + ", ".join(f"({i}, {i})" for i in range(MIN_TABLE // 8)),  # a tuple without its own parentheses
+        "[" + ", ".join(str(i) for i in range(100)) + "]",  # too small
+    ],
+)
+def test_a_literal_that_is_not_a_big_table_of_constants_is_kept(table: str) -> None:
+    source = f"import torch\nx = {table}\n" + "y = [1, 2]\n" * (MIN_TABLE // 10)  # a file long enough to be looked at
+    assert constant_tables(source) == []
+    assert blank_constant_tables(source) == source
+
+
+def test_the_tables_inside_a_literal_that_holds_a_name_are_emptied() -> None:
+    inner = "{" + ", ".join(f"({i}, {i}): ({i}, 4)" for i in range(MIN_TABLE // 12)) + "}"
+    source = f"import torch\nx = {{('mm', torch.int8): {inner},\n     ('mm', torch.half): {inner}}}\n"
+    spans = constant_tables(source)
+    assert [source[start:end] for start, end in spans] == [inner, inner]
+    blanked = blank_constant_tables(source)
+    assert blanked == "import torch\nx = {('mm', torch.int8): {" + " " * (len(inner) - 2) + "},\n     ('mm', torch.half): {" + " " * (len(inner) - 2) + "}}\n"
+
+
+def _lint(source: str, fix: bool = False) -> engine.FileResult:
+    result = process("train.py", source.encode(), tuple(all_rules()), Options(), fix=fix)
+    assert result.error is None
+    return result
+
+
+def test_a_lint_reports_the_same_findings_with_the_table_parsed_empty(monkeypatch: pytest.MonkeyPatch) -> None:
+    parsed: list[str] = []
+    real_parse = engine.parse_checked
+    monkeypatch.setattr(engine, "parse_checked", lambda text: parsed.append(text) or real_parse(text))
+    blanked = _lint(SCRIPT)
+    assert parsed == [blank_constant_tables(SCRIPT)]
+    monkeypatch.setattr(engine, "blank_constant_tables", lambda text: text)
+    whole = _lint(SCRIPT)
+    assert parsed[1] == SCRIPT
+    found = [(f.code, f.line, f.column, f.end_line, f.end_column, f.message) for f in blanked.findings]
+    assert found == [(f.code, f.line, f.column, f.end_line, f.end_column, f.message) for f in whole.findings]
+    _, last = _table_lines(SCRIPT)
+    assert ("DDP001", last, SCRIPT.splitlines()[last - 1].index("nn.DataParallel")) in {f[:3] for f in found}
+    assert {"DDP004", "DDP007"} <= {f[0] for f in found}
+
+
+def test_a_migration_and_a_lint_fix_parse_and_write_the_whole_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    parsed: list[str] = []
+    real_parse = engine.parse_checked
+    monkeypatch.setattr(engine, "parse_checked", lambda text: parsed.append(text) or real_parse(text))
+    migrated = _lint(SCRIPT, fix=True)
+    assert parsed == [SCRIPT]
+    assert migrated.output is not None
+    written = migrated.output.decode()
+    assert "DistributedDataParallel" in written
+    first, last = _table_lines(SCRIPT)
+    assert "\n".join(SCRIPT.splitlines()[first : last - 1]) in written  # every row of the table, as it was
+
+
+def test_a_file_python_cannot_parse_has_no_tables() -> None:
+    source = "x = [" + "1, " * MIN_TABLE + "]\ndef (:\n"
+    assert constant_tables(source) == []
+    assert blank_constant_tables(source) == source
+
+
+def test_a_short_file_is_not_parsed_twice(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("ast.parse called on a short file")
+
+    monkeypatch.setattr(tables.ast, "parse", refuse)
+    assert blank_constant_tables("x = [1, 2, 3]\n") == "x = [1, 2, 3]\n"
+
+
+def test_the_torch_kernel_table_is_parsed_small_where_torch_has_it() -> None:
+    torch = pytest.importorskip("torch")
+    path = Path(torch.__file__).parent / "sparse" / "_triton_ops_meta.py"
+    if not path.exists():
+        pytest.skip("this torch has no sparse/_triton_ops_meta.py")
+    source = path.read_text(encoding="utf-8")
+    blanked = blank_constant_tables(source)
+    assert blanked.count("\n") == source.count("\n")
+    assert len(blanked) < len(source) // 3
