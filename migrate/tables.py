@@ -18,6 +18,7 @@ modules of a program analysed together are parsed whole (their code is generated
 from __future__ import annotations
 
 import ast
+import re
 
 from ddp_migrate.codemods.analysis.lines import LINE_BREAK
 
@@ -85,11 +86,33 @@ def _brackets_its_own(node: ast.AST) -> bool:
     ) < (node.end_lineno, node.end_col_offset)
 
 
+#: The start of a line that looks like code, not like the inside of a table of constants: it starts with
+#: something else than an element (a bracket, a quote or a string prefix, a number, a sign, ``True``,
+#: ``False``, ``None``), a separator, a comment or nothing.
+_CODE_LINE = re.compile(r"^[ \t]*(?![ \t(\[{)\]}'\"0-9.+\-#,:\r\n]|(?:True|False|None)\b|[rRbBuU]{1,2}['\"])", re.MULTILINE)
+
+
+def may_hold_a_table(text: str, minimum: int = MIN_TABLE) -> bool:
+    """The cheap look before :func:`constant_tables` parses a source: whether a stretch of at least
+    ``minimum`` characters runs from one line that looks like code to the next (a table's lines after its
+    first start with its elements; a table on one line is a line that long). A table this misses (one whose
+    lines start with a multi-line string's text) is only parsed whole: this decides the cost, not a finding."""
+    if len(text) < minimum:
+        return False
+    previous = 0
+    for match in _CODE_LINE.finditer(text):
+        if match.start() - previous >= minimum:
+            return True
+        previous = match.start()
+    return len(text) - previous >= minimum
+
+
 def constant_tables(text: str, minimum: int = MIN_TABLE) -> list[tuple[int, int]]:
     """The spans (start, end: character offsets, end excluded) of the outermost literals made of constants
-    only that are at least ``minimum`` characters long, in source order. None for a shorter source, or one
-    Python cannot parse (its error is reported elsewhere)."""
-    if len(text) < minimum:
+    only that are at least ``minimum`` characters long, in source order. None for a source with no stretch
+    that long between lines that look like code (:func:`may_hold_a_table`), or one Python cannot parse (its
+    error is reported elsewhere)."""
+    if not may_hold_a_table(text, minimum):
         return []
     try:
         tree = ast.parse(text)

@@ -131,12 +131,31 @@ def test_a_file_python_cannot_parse_has_no_tables() -> None:
     assert blank_constant_tables(source) == source
 
 
-def test_a_short_file_is_not_parsed_twice(monkeypatch: pytest.MonkeyPatch) -> None:
+#: A long file of code and no table: every few lines start like code.
+CODE = "".join(f"def f{i}(x):\n    y = [x, {i}, 'a']\n    return (y,\n            {i})\n\n\n" for i in range(MIN_TABLE // 40))
+
+
+def test_a_file_without_a_long_stretch_of_table_lines_is_not_parsed_twice(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: object, **kwargs: object) -> None:
-        raise AssertionError("ast.parse called on a short file")
+        raise AssertionError("ast.parse called on a file with no table")
 
     monkeypatch.setattr(tables.ast, "parse", refuse)
-    assert blank_constant_tables("x = [1, 2, 3]\n") == "x = [1, 2, 3]\n"
+    assert len(CODE) > MIN_TABLE
+    for source in ("x = [1, 2, 3]\n", CODE):
+        assert blank_constant_tables(source) == source
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        SCRIPT,
+        "import torch\nNAMES = [" + ", ".join(f"'class {i}'" for i in range(MIN_TABLE // 10)) + "]\n",  # one long line
+        "W = (\n" + "".join(f"    -{i}.5e-3, +{i}, True, None, b'{i}', r'x', u'y',  # row {i}\n" for i in range(MIN_TABLE // 40)) + ")\n",
+    ],
+)
+def test_a_file_with_a_long_stretch_of_table_lines_is_looked_at(source: str) -> None:
+    assert tables.may_hold_a_table(source)
+    assert constant_tables(source)
 
 
 def test_the_torch_kernel_table_is_parsed_small_where_torch_has_it() -> None:
