@@ -11,7 +11,6 @@ from .analysis import ScriptAnalysis, call_method_name, dotted_name, keyword_arg
 from .analysis.legacy import int_value
 from .analysis.per_rank import per_rank_values, shards_training_data
 from .analysis.ranks import per_rank_draws
-from .analysis.script import returns_of
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression
 from .runtime_calls import runtime_name
@@ -227,7 +226,7 @@ total = nn.functional.l1_loss(a, b, reduction="sum")
         if function is None:
             return None
         home = analysis.shared.analysis_of(function) or analysis
-        returned = [r for r in returns_of(function) if r.value is not None]
+        returned = [r for r in analysis.shared.returns(function) if r.value is not None]
         kinds = {self._sums(home, r.value, r, depth + 1) for r in returned}  # type: ignore[arg-type]
         if not returned or not kinds <= {"sum", "summed"}:
             return None

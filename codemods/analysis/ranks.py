@@ -44,7 +44,6 @@ from .script import (
     leaves_function,
     loader_argument,
     name_root,
-    returns_of,
     walk,
 )
 
@@ -284,7 +283,6 @@ class RankFacts:
         #: answered in bounded mode, which :attr:`_memo` does not, so a test asked again for every statement
         #: under one ``if`` is not walked again.
         self._answers: dict[cst.CSTNode, Kind] = {}
-        self._returns: dict[cst.FunctionDef, list[cst.BaseExpression]] = {}
         #: Per block: for each of its statements, the early exits before it (:meth:`_early_exits`).
         self._exits_of: dict[cst.CSTNode, dict[cst.CSTNode, tuple[Condition, ...]]] = {}
         #: The values being computed, each with its place on the walk's stack (:meth:`_enter`).
@@ -587,14 +585,6 @@ class RankFacts:
             return self._join([expr.left, *(c.comparator for c in expr.comparisons)], depth)  # type: ignore[attr-defined]
         return self._join([child for child in tree.children(expr) if type(child) not in tree.TOKEN_NODES], depth)
 
-    def _returned_values(self, function: cst.FunctionDef) -> list[cst.BaseExpression]:
-        """What the function's own ``return`` statements return (read once per function: a query asks for
-        a helper's returns at every call of it)."""
-        found = self._returns.get(function)
-        if found is None:
-            found = self._returns[function] = [r.value for r in returns_of(function) if r.value is not None]
-        return found
-
     def _holds_rank_number(self, expr: cst.BaseExpression) -> bool:
         """Whether the expression is the rank itself (not an object that is ``None`` off rank 0)."""
         if isinstance(expr, (cst.Name, cst.Attribute)):
@@ -633,7 +623,7 @@ class RankFacts:
                 return Kind.UNIFORM
             self._enter(key)
             try:
-                returns = self._returned_values(target)
+                returns = self.analysis.shared.returned_values(target)
                 owner = analysis.shared.analysis_of(target)
                 if owner is not None and owner is not analysis:  # a helper of another module, read by its facts
                     return max((self._other_module_kind(owner, value) for value in returns), default=Kind.UNIFORM)
@@ -723,7 +713,7 @@ class RankFacts:
             if target is None or target.name.value == "__init__" or ("returns", target) in self._active:
                 return []
             place = next((p for t in statement.targets if (p := _place_in_tuple(t.target, name)) is not None), None)  # type: ignore[attr-defined]
-            returns = self._returned_values(target)
+            returns = self.analysis.shared.returned_values(target)
             if place is None or not returns:
                 return []
             index, count = place
@@ -831,7 +821,7 @@ class RankFacts:
                 # A helper of another module (``dist_helpers.is_master(cfg)``) is read with that module's facts.
                 owner = self.analysis.shared.analysis_of(target)
                 facts = self if owner is None or owner is self.analysis else rank_facts(owner)
-                sides = {facts._zero_side(r.value, seen) for r in returns_of(target) if r.value is not None}
+                sides = {facts._zero_side(value, seen) for value in facts.analysis.shared.returned_values(target)}
                 return sides.pop() if len(sides) == 1 else None
         if isinstance(test, (cst.Name, cst.Attribute)):
             sources = [s for s in self.legacy.sources(test) if s is not test and isinstance(s, cst.BaseExpression)]
@@ -943,7 +933,7 @@ def is_world_size(analysis: ScriptAnalysis, expr: cst.BaseExpression, depth: int
         target = analysis.shared.call_targets.get(expr)
         home = analysis.shared.analysis_of(target) if target is not None else None
         if target is not None and home is not None:
-            return any(ret.value is not None and is_world_size(home, ret.value, depth + 1) for ret in returns_of(target))
+            return any(is_world_size(home, value, depth + 1) for value in analysis.shared.returned_values(target))
     if any(isinstance(n, cst.SimpleString) and n.evaluated_value == "WORLD_SIZE" for n in walk(expr)):
         return True
     if isinstance(expr, (cst.Name, cst.Attribute)):

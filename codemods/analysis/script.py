@@ -376,6 +376,23 @@ class SharedFlow:
         self._stepped: frozenset[cst.CSTNode] | None = None
         self._called: frozenset[str] | None = None
         self._set_later: frozenset[str] | None = None
+        self._returns_of: dict[cst.FunctionDef, list[cst.Return]] = {}
+        self._returned_values: dict[cst.FunctionDef, list[cst.BaseExpression]] = {}
+
+    def returns(self, function: cst.FunctionDef) -> list[cst.Return]:
+        """The function's own ``return`` statements (:func:`returns_of`), read once per program: the
+        analyses and rules ask for a helper's returns at every call of it."""
+        found = self._returns_of.get(function)
+        if found is None:
+            found = self._returns_of[function] = returns_of(function)
+        return found
+
+    def returned_values(self, function: cst.FunctionDef) -> list[cst.BaseExpression]:
+        """What the function's own ``return`` statements return (:meth:`returns`, a bare ``return`` left out)."""
+        found = self._returned_values.get(function)
+        if found is None:
+            found = self._returned_values[function] = [r.value for r in self.returns(function) if r.value is not None]
+        return found
 
     def add(self, analysis: ScriptAnalysis) -> None:
         """Register a module of the program."""
@@ -2333,11 +2350,11 @@ class ScriptAnalysis:
                 if function is None or function in found:
                     continue
                 reduced = {dotted_name(c.args[0].value) for c in module.calls_to(names.REDUCTIONS) if c.args and module.is_inside(c, function)} - {None}
-                for ret in returns_of(function):
-                    if ret.value is not None and any(
+                for value in self.shared.returned_values(function):
+                    if any(
                         (type(n) is cst.Call and module.is_call_to(n, names.REDUCTIONS))  # type: ignore[arg-type]
                         or (type(n) in (cst.Name, cst.Attribute) and dotted_name(n) in reduced)  # type: ignore[arg-type]
-                        for n in tree.walk(ret.value)
+                        for n in tree.walk(value)
                     ):
                         found.add(function)
                         break
@@ -2855,7 +2872,7 @@ class ScriptAnalysis:
                     seen_functions.add(function)
                     if part not in shared.constructed:
                         # A helper of the program: what it returns.
-                        pending.extend((ret.value, left - 1) for ret in returns_of(function) if ret.value is not None)
+                        pending.extend((value, left - 1) for value in shared.returned_values(function))
                     elif constructors and function.name.value == "__init__":
                         pending.append((function.body, left - 1))
                 elif (
@@ -3137,7 +3154,7 @@ class ScriptAnalysis:
             target = self.call_target(value)
             if target is None or target in reading:
                 return True  # (a library's helper; one that calls itself: ``return unwrap(m.module) if ... else m``)
-            returned = [r.value for r in returns_of(target) if r.value is not None]
+            returned = self.shared.returned_values(target)
             home = self.shared.analysis_of(target) or self
             return bool(returned) and all(home._unwrapped(r, reading | {target}) or _returns_its_parameter(target, r) for r in returned)
         if isinstance(value, cst.IfExp):

@@ -26,7 +26,6 @@ from .script import (
     keyword_argument,
     leaves_function,
     own_method,
-    returns_of,
     subscript_key,
     walk,
 )
@@ -477,7 +476,7 @@ def _returned_dict_items(analysis: ScriptAnalysis, call: cst.Call) -> dict[str, 
     items: dict[str, bool] = {}
     for cls in {constructed[o] for o in origins}:  # type: ignore[index]
         forward = own_method(cls, "forward")
-        returned = [r.value for r in returns_of(forward) if r.value is not None] if forward is not None else []
+        returned = analysis.shared.returned_values(forward) if forward is not None else []
         if not returned or not all(type(v) is cst.Dict for v in returned):
             return {}
         for value in returned:
@@ -512,7 +511,7 @@ def _outputs_share_layers(analysis: ScriptAnalysis, call: cst.Call, discarded: i
         forward = own_method(cls, "forward")
         if forward is None:
             return False
-        returned = [r.value for r in returns_of(forward) if r.value is not None]
+        returned = analysis.shared.returned_values(forward)
         if not returned:
             return False
         for value in returned:
