@@ -141,8 +141,9 @@ def scan(path: Path, text: str) -> SourceFacts:
         elif may_train and isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None and _trains_or_wraps(stmt.value):
             facts.works_at_module_level = True  # ``model = nn.DataParallel(model)`` at module level
     folders: dict[str, Path] = {}  # names bound at module level to a path from ``__file__`` (``ROOT = ...``)
+    adds_paths = "sys.path" in text  # (looked for once: the text is long, its assignments many)
     for node in nested_statements(tree.body):
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and "sys.path" in text:
+        if adds_paths and isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             bound = _path_of(node.value, path.resolve(), folders)
             if bound is not None:
                 folders[node.targets[0].id] = bound
