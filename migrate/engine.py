@@ -30,7 +30,7 @@ from .layout import Wrapped, line_length_for, wrap_new_lines
 from .noqa import noqa_comments, suppress
 from .source import SourceError, decode
 from .todos import TodoAuthors, statement_start, unreported_todos
-from .tables import blank_constant_tables
+from .tables import blank_number_tables
 from .vocabulary import Vocabulary
 
 T = TypeVar("T")
@@ -426,7 +426,7 @@ def process(
             return result
         # A lint writes nothing: its module is only read, so the big tables of constants, where no rule finds
         # anything, are parsed empty (lines and columns kept; :mod:`ddp_migrate.tables`).
-        parsed = source.text if fix else blank_constant_tables(source.text)
+        parsed = source.text if fix else blank_number_tables(source.text)
         module = parse_checked(parsed)
         rules = [_instance(cls, options) for cls in rule_classes]
         authors = TodoAuthors()

@@ -1,18 +1,25 @@
-"""Big tables of constants, which a lint that writes nothing parses as empty literals.
+"""Big tables of numbers inside other literals, which a lint that writes nothing parses as empty literals.
 
-Generated data sits in real code bases as Python literals: kernel tuning tables, vocabularies, class-name
-lists, lookup tables of hundreds of kilobytes. libcst needs well over a kilobyte of memory per character
-of such a table (torch's 0.5 MB ``sparse/_triton_ops_meta.py`` takes 680 MB and seconds to parse), while
-no rule can find anything inside it: a literal made of constants only (numbers, strings, ``True``,
-``None``, and lists, tuples, sets and dicts of them) holds no call, no name, no statement.
+Generated data sits in real code bases as Python literals: kernel tuning tables, lookup tables of hundreds
+of kilobytes. libcst needs well over a kilobyte of memory per character of such a table (torch's 0.5 MB
+``sparse/_triton_ops_meta.py`` takes 680 MB and seconds to parse), while no rule finds anything in it.
 
-So a lint that only reports (never ``--fix``, ``--diff`` or a migration: those print the module they
-parsed) parses a lone module (a script, a library file: :func:`ddp_migrate.engine.process`) with each
-such table of at least :data:`MIN_TABLE` characters blanked (:func:`blank_constant_tables`): its
-brackets kept, the inside replaced by as many line breaks as it spanned and spaces up to the closing
-bracket's column. Every line and column outside the table stays where it was, so findings, ``# noqa``
-comments (read from the original text) and the source lines a report shows are the original's. The
-modules of a program analysed together are parsed whole (their code is generated again from the tree).
+Which literals: a list, tuple, set or dict display made of numbers only (``int``, ``float``, ``complex``,
+``True``, ``False``, ``None``, signed numbers, and displays of them: no string, no name, no call) that is
+itself an element, key or value of another display (``{("mm", torch.int8): {(16, 32): (1, 4), ...}}``),
+at least :data:`MIN_TABLE` characters long. Rules do read literals the code reads directly (a loader's
+keyword dict, the environment a dict sets, ``local_rank in (-1, 0)``, the values a ``for`` loop takes, a
+literal quoted in a message), so a literal in such a place is never blanked, whatever its size, nor one
+that holds a string (a key a rule looks for); a block of numbers one level down in another literal is
+data no rule reads.
+
+A lint that only reports (never ``--fix``, ``--diff`` or a migration: those print the module they parsed)
+parses a lone module (a script, a library file: :func:`ddp_migrate.engine.process`) with each such table
+blanked (:func:`blank_number_tables`): its brackets kept, the inside replaced by as many line breaks as
+it spanned and spaces up to the closing bracket's column. Every line and column outside the table stays
+where it was, so findings, ``# noqa`` comments (read from the original text) and the source lines a report
+shows are the original's. The modules of a program analysed together are parsed whole (their code is
+generated again from the tree).
 """
 
 from __future__ import annotations
@@ -22,17 +29,20 @@ import re
 
 from ddp_migrate.codemods.analysis.lines import LINE_BREAK
 
-#: The size, in characters of source, from which a table of constants is blanked: far above any literal a
-#: rule reads (a loader's keyword dict, a device list), far below the tables that cost memory.
+#: The size, in characters of source, from which a table of numbers is blanked: far above any literal a
+#: rule reads, far below the tables that cost memory.
 MIN_TABLE = 32 * 1024
 
 _CONTAINERS = (ast.Dict, ast.List, ast.Tuple, ast.Set)
 _SIGNS = (ast.USub, ast.UAdd)
+#: The constants a table of numbers holds (``bool`` is an ``int``).
+_NUMBERS = (int, float, complex, type(None))
 
 
-def _constants(tree: ast.AST) -> tuple[list[ast.AST], set[ast.AST]]:
+def _tables(tree: ast.AST) -> tuple[list[ast.AST], set[ast.AST]]:
     """The nodes of a tree in preorder (a node's descendants right after it; not into f-strings, whose
-    positions older Pythons get wrong), and those that are constants or literals made of constants only."""
+    positions older Pythons get wrong), and the displays made of numbers only that are an element, key or
+    value of another display."""
     order: list[ast.AST] = []
     stack: list[ast.AST] = [tree]
     while stack:
@@ -40,20 +50,25 @@ def _constants(tree: ast.AST) -> tuple[list[ast.AST], set[ast.AST]]:
         order.append(node)
         if not isinstance(node, ast.JoinedStr):
             stack.extend(reversed(list(ast.iter_child_nodes(node))))
-    constant: set[ast.AST] = set()
+    numbers: set[ast.AST] = set()
+    nested: set[ast.AST] = set()
     for node in reversed(order):  # every child before its parent
         if isinstance(node, ast.Constant):
-            constant.add(node)
+            if isinstance(node.value, _NUMBERS):
+                numbers.add(node)
         elif isinstance(node, ast.UnaryOp):
-            if isinstance(node.op, _SIGNS) and node.operand in constant:
-                constant.add(node)
+            if isinstance(node.op, _SIGNS) and node.operand in numbers:
+                numbers.add(node)
         elif isinstance(node, ast.Dict):
-            if all(key is not None and key in constant for key in node.keys) and all(v in constant for v in node.values):
-                constant.add(node)
+            parts = [*node.keys, *node.values]
+            nested.update(part for part in parts if part is not None)
+            if all(part is not None and part in numbers for part in parts):
+                numbers.add(node)
         elif isinstance(node, (ast.List, ast.Tuple, ast.Set)):
-            if all(element in constant for element in node.elts):
-                constant.add(node)
-    return order, constant
+            nested.update(node.elts)
+            if all(element in numbers for element in node.elts):
+                numbers.add(node)
+    return order, {node for node in numbers & nested if isinstance(node, _CONTAINERS)}
 
 
 class _Offsets:
@@ -93,7 +108,7 @@ _CODE_LINE = re.compile(r"^[ \t]*(?![ \t(\[{)\]}'\"0-9.+\-#,:\r\n]|(?:True|False
 
 
 def may_hold_a_table(text: str, minimum: int = MIN_TABLE) -> bool:
-    """The cheap look before :func:`constant_tables` parses a source: whether a stretch of at least
+    """The cheap look before :func:`number_tables` parses a source: whether a stretch of at least
     ``minimum`` characters runs from one line that looks like code to the next (a table's lines after its
     first start with its elements; a table on one line is a line that long). A table this misses (one whose
     lines start with a multi-line string's text) is only parsed whole: this decides the cost, not a finding."""
@@ -107,9 +122,10 @@ def may_hold_a_table(text: str, minimum: int = MIN_TABLE) -> bool:
     return len(text) - previous >= minimum
 
 
-def constant_tables(text: str, minimum: int = MIN_TABLE) -> list[tuple[int, int]]:
-    """The spans (start, end: character offsets, end excluded) of the outermost literals made of constants
-    only that are at least ``minimum`` characters long, in source order. None for a source with no stretch
+def number_tables(text: str, minimum: int = MIN_TABLE) -> list[tuple[int, int]]:
+    """The spans (start, end: character offsets, end excluded) of the outermost tables of numbers nested in
+    another literal (see the module's docstring) that are at least ``minimum`` characters long, in source
+    order. None for a source with no stretch
     that long between lines that look like code (:func:`may_hold_a_table`), or one Python cannot parse (its
     error is reported elsewhere)."""
     if not may_hold_a_table(text, minimum):
@@ -118,12 +134,12 @@ def constant_tables(text: str, minimum: int = MIN_TABLE) -> list[tuple[int, int]
         tree = ast.parse(text)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return []
-    order, constant = _constants(tree)
+    order, tables = _tables(tree)
     offsets = _Offsets(text)
     spans: list[tuple[int, int]] = []
     covered = -1  # the end of the last table taken: the nodes inside it come right after it in preorder
     for node in order:
-        if not isinstance(node, _CONTAINERS) or node not in constant:
+        if node not in tables:
             continue
         if node.end_lineno is None or node.end_col_offset is None:
             continue
@@ -146,11 +162,11 @@ def _blank(segment: str) -> str:
     return segment[0] + "".join(match.group() for match in breaks) + " " * (last_line - 1) + segment[-1]
 
 
-def blank_constant_tables(text: str, minimum: int = MIN_TABLE) -> str:
-    """The source with every table of constants of at least ``minimum`` characters emptied
-    (:func:`constant_tables`), every line and column outside them unchanged; the source itself when it has
+def blank_number_tables(text: str, minimum: int = MIN_TABLE) -> str:
+    """The source with every table of numbers of at least ``minimum`` characters emptied
+    (:func:`number_tables`), every line and column outside them unchanged; the source itself when it has
     none."""
-    spans = constant_tables(text, minimum)
+    spans = number_tables(text, minimum)
     if not spans:
         return text
     parts: list[str] = []
