@@ -424,8 +424,8 @@ def process(
             return result
         if not fix and _find_in_text(result, live):
             return result
-        # A lint writes nothing: its module is only read, so the big tables of constants, where no rule finds
-        # anything, are parsed empty (lines and columns kept; :mod:`ddp_migrate.tables`).
+        # A lint writes nothing: its module is only read, so the big tables of numbers nested in other literals,
+        # where no rule finds anything, are parsed empty (lines and columns kept; :mod:`ddp_migrate.tables`).
         parsed = source.text if fix else blank_number_tables(source.text)
         module = parse_checked(parsed)
         rules = [_instance(cls, options) for cls in rule_classes]

@@ -101,7 +101,7 @@ def _brackets_its_own(node: ast.AST) -> bool:
     ) < (node.end_lineno, node.end_col_offset)
 
 
-#: The start of a line that looks like code, not like the inside of a table of constants: it starts with
+#: The start of a line that looks like code, not like the inside of a table of literals: it starts with
 #: something else than an element (a bracket, a quote or a string prefix, a number, a sign, ``True``,
 #: ``False``, ``None``), a separator, a comment or nothing.
 _CODE_LINE = re.compile(r"^[ \t]*(?![ \t(\[{)\]}'\"0-9.+\-#,:\r\n]|(?:True|False|None)\b|[rRbBuU]{1,2}['\"])", re.MULTILINE)
@@ -125,9 +125,8 @@ def may_hold_a_table(text: str, minimum: int = MIN_TABLE) -> bool:
 def number_tables(text: str, minimum: int = MIN_TABLE) -> list[tuple[int, int]]:
     """The spans (start, end: character offsets, end excluded) of the outermost tables of numbers nested in
     another literal (see the module's docstring) that are at least ``minimum`` characters long, in source
-    order. None for a source with no stretch
-    that long between lines that look like code (:func:`may_hold_a_table`), or one Python cannot parse (its
-    error is reported elsewhere)."""
+    order. None for a source with no stretch that long between lines that look like code
+    (:func:`may_hold_a_table`), or one Python cannot parse (its error is reported elsewhere)."""
     if not may_hold_a_table(text, minimum):
         return []
     try:
