@@ -4,7 +4,7 @@ Generated data sits in real code bases as Python literals: kernel tuning tables,
 of kilobytes. libcst needs well over a kilobyte of memory per character of such a table (torch's 0.5 MB
 ``sparse/_triton_ops_meta.py`` takes 680 MB and seconds to parse), while no rule finds anything in it.
 
-Which literals: a list, tuple, set or dict display made of numbers only (``int``, ``float``, ``complex``,
+Which literals: a list, tuple or dict display made of numbers only (not a set: emptied, it would read as a dict) (``int``, ``float``, ``complex``,
 ``True``, ``False``, ``None``, signed numbers, and displays of them: no string, no name, no call) that is
 itself an element, key or value of another display (``{("mm", torch.int8): {(16, 32): (1, 4), ...}}``),
 at least :data:`MIN_TABLE` characters long. Rules do read literals the code reads directly (a loader's
@@ -33,7 +33,8 @@ from ddp_migrate.codemods.analysis.lines import LINE_BREAK
 #: rule reads, far below the tables that cost memory.
 MIN_TABLE = 32 * 1024
 
-_CONTAINERS = (ast.Dict, ast.List, ast.Tuple, ast.Set)
+#: The displays a table may be (a set is left whole: emptied, ``{}`` would be a dict).
+_CONTAINERS = (ast.Dict, ast.List, ast.Tuple)
 _SIGNS = (ast.USub, ast.UAdd)
 #: The constants a table of numbers holds (``bool`` is an ``int``).
 _NUMBERS = (int, float, complex, type(None))

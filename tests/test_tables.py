@@ -88,6 +88,7 @@ PAD = "x" * MIN_TABLE
         "{'k': {" + ", ".join(f"{i}: {i}" for i in range(MIN_TABLE // 8)) + ", **defaults}}",  # an unpacked dict
         "(1, 2), " + ", ".join(f"({i}, {i})" for i in range(MIN_TABLE // 8)),  # a tuple without its own parentheses
         "[[" + ", ".join(str(i) for i in range(100)) + "]]",  # too small
+        f"[{{{NUMBERS}}}]",  # a set: emptied, it would read as a dict
     ],
 )
 def test_a_literal_that_is_not_a_big_table_of_numbers_inside_another_is_kept(table: str) -> None:
