@@ -27,7 +27,7 @@ from __future__ import annotations
 import ast
 import re
 
-from ddp_migrate.codemods.analysis.lines import LINE_BREAK
+from ddp_migrate.codemods.analysis.lines import LINE_BREAK, line_starts
 
 #: The size, in characters of source, from which a table of numbers is blanked: far above any literal a
 #: rule reads, far below the tables that cost memory.
@@ -77,7 +77,7 @@ class _Offsets:
 
     def __init__(self, text: str) -> None:
         self.text = text
-        self.starts = [0, *(match.end() for match in LINE_BREAK.finditer(text))]
+        self.starts = line_starts(text)
 
     def of(self, line: int, byte_column: int) -> int:
         start = self.starts[line - 1]

@@ -19,3 +19,8 @@ def split_lines(text: str, keepends: bool = False) -> list[str]:
     """``text.splitlines(keepends)``, with Python's line breaks only (see the module's docstring)."""
     lines = _LINE.findall(text)
     return lines if keepends else [line.rstrip("\r\n") for line in lines]
+
+
+def line_starts(text: str) -> list[int]:
+    """The offset of every line's first character, as Python counts lines (``\\r\\n``, ``\\r``, ``\\n``)."""
+    return [0, *(match.end() for match in LINE_BREAK.finditer(text))]

@@ -22,7 +22,7 @@ from typing import Mapping, Sequence
 import libcst as cst
 from libcst._nodes.internal import CodegenState
 
-from .lines import LINE_BREAK
+from .lines import LINE_BREAK, line_starts
 from .project import nested_statements
 from .tree import NODE_TYPES
 
@@ -261,11 +261,6 @@ if _libcst_block_codegen_is_the_expected():
     cst.IndentedBlock._codegen_impl = _indented_block_codegen  # type: ignore[method-assign]
 
 
-def _line_starts(source: str) -> list[int]:
-    """The offset of every line's first character, as Python counts lines (``\\r\\n``, ``\\r``, ``\\n``)."""
-    return [0, *(match.end() for match in LINE_BREAK.finditer(source))]
-
-
 class _Lines:
     """Where each statement of a module starts, from ``ast``: libcst's statements in source order (one per
     small statement of a line, one per compound statement) are ``ast``'s statements in source order."""
@@ -278,7 +273,7 @@ class _Lines:
         except (SyntaxError, ValueError):
             theirs = []
         self.by_statement: dict[cst.CSTNode, ast.stmt] = dict(zip(ours, theirs)) if len(ours) == len(theirs) else {}
-        self.starts = _line_starts(source)
+        self.starts = line_starts(source)
 
     def first_line(self, stmt: cst.BaseStatement) -> int | None:
         """The line a statement's code starts on, its leading blank and comment lines included (``None``:
