@@ -4,14 +4,14 @@ Generated data sits in real code bases as Python literals: kernel tuning tables,
 of kilobytes. libcst needs well over a kilobyte of memory per character of such a table (torch's 0.5 MB
 ``sparse/_triton_ops_meta.py`` takes 680 MB and seconds to parse), while no rule finds anything in it.
 
-Which literals: a list, tuple or dict display made of numbers only (not a set: emptied, it would read as a dict) (``int``, ``float``, ``complex``,
+Which literals: a list, tuple or dict display made of numbers only (``int``, ``float``, ``complex``,
 ``True``, ``False``, ``None``, signed numbers, and displays of them: no string, no name, no call) that is
 itself an element, key or value of another display (``{("mm", torch.int8): {(16, 32): (1, 4), ...}}``),
-at least :data:`MIN_TABLE` characters long. Rules do read literals the code reads directly (a loader's
-keyword dict, the environment a dict sets, ``local_rank in (-1, 0)``, the values a ``for`` loop takes, a
-literal quoted in a message), so a literal in such a place is never blanked, whatever its size, nor one
-that holds a string (a key a rule looks for); a block of numbers one level down in another literal is
-data no rule reads.
+at least :data:`MIN_TABLE` characters long. Not a set: emptied, ``{}`` would read as a dict. Rules do read
+literals the code reads directly (a loader's keyword dict, the environment a dict sets, ``local_rank in
+(-1, 0)``, the values a ``for`` loop takes, a literal quoted in a message), so a literal in such a place is
+never blanked, whatever its size, nor one that holds a string (a key a rule looks for); a block of numbers
+one level down in another literal is data no rule reads.
 
 A lint that only reports (never ``--fix``, ``--diff`` or a migration: those print the module they parsed)
 parses a lone module (a script, a library file: :func:`ddp_migrate.engine.process`) with each such table
