@@ -239,8 +239,11 @@ def _stdin_excluded(settings: Settings) -> bool:
     return is_excluded(resolved, settings.excludes, base)
 
 
-def _stdin_result(settings: Settings, fix: bool) -> FileResult:
-    """Process standard input under its ``--stdin-filename`` (or ``-``); a notebook's code cells if it is one."""
+def _stdin_result(settings: Settings, fix: bool, fixable: frozenset[type[Rule]] | None = None) -> FileResult:
+    """Process standard input under its ``--stdin-filename`` (or ``-``); a notebook's code cells if it is one.
+
+    ``fixable``: the rules whose fixes may run (``None``: all), as for a file.
+    """
     from .engine import process
     from .runner import is_notebook
 
@@ -250,8 +253,19 @@ def _stdin_result(settings: Settings, fix: bool) -> FileResult:
     if is_notebook(name):
         from .notebook import process_notebook_bytes
 
-        return process_notebook_bytes(name, data, tuple(rules), settings.options, fix)
-    return process(name, data, tuple(rules), settings.options, fix)
+        return process_notebook_bytes(name, data, tuple(rules), settings.options, fix, fixable=fixable)
+    return process(name, data, tuple(rules), settings.options, fix, fixable=fixable)
+
+
+def _write_code(data: bytes) -> None:
+    """Write code to standard output as bytes (its own encoding and newlines)."""
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
+
+
+def _fixed_code(result: FileResult) -> bytes:
+    """What a fix of standard input writes back: the new code, or the input as it came (unchanged, or an error)."""
+    return result.output if result.output is not None and not result.error else result.original
 
 
 def _discover(flags: Flags, settings: Settings) -> tuple[list[Path], list[str], int]:
@@ -388,8 +402,7 @@ def _migrate_stdin(settings: Settings, show_diff: bool, write: bool, color: bool
     if _stdin_excluded(settings):
         data = sys.stdin.buffer.read()
         if write:
-            sys.stdout.buffer.write(data)
-            sys.stdout.buffer.flush()
+            _write_code(data)
         return FileResult(path=settings.stdin_filename or "-", original=data, skipped=True)
     result = _stdin_result(settings, fix=True)
     if result.error:
@@ -397,8 +410,7 @@ def _migrate_stdin(settings: Settings, show_diff: bool, write: bool, color: bool
     if show_diff:
         click.echo(report.unified_diff(result, color), nl=False, color=color)
     elif write:
-        sys.stdout.buffer.write(result.output if result.output is not None else result.original)
-        sys.stdout.buffer.flush()
+        _write_code(_fixed_code(result))
     return result
 
 
@@ -517,17 +529,24 @@ def lint_command(fix: bool, unsafe_fixes: bool, output_format: str, statistics: 
     errors: list[str] = []
     results: list[FileResult] = []
     checked = 0
+    fixable = None if unsafe_fixes else frozenset(r for r in all_rules() if r.fix_safety is FixSafety.SAFE)
+    # As ``ruff check --fix -``: standard output carries the code (fixed, or as it came when nothing was
+    # fixed, on an error, or excluded), so the findings and the summary go to standard error.
+    code_on_stdout = fix and flags.reads_stdin
     if flags.reads_stdin and not _stdin_excluded(settings):
-        results.append(_stdin_result(settings, fix=False))
+        results.append(_stdin_result(settings, fix, fixable))
+        if fix:
+            _write_code(_fixed_code(results[-1]))
     elif flags.reads_stdin:
-        sys.stdin.buffer.read()
+        data = sys.stdin.buffer.read()
+        if fix:
+            _write_code(data)
     if flags.file_paths:
         files, discovery_errors, _ = _discover(flags, settings)
         errors.extend(discovery_errors)
         progress = progress_for("fixing" if fix else "linting", settings.quiet)
         written = 0
         try:
-            fixable = None if unsafe_fixes else frozenset(r for r in all_rules() if r.fix_safety is FixSafety.SAFE)
             stream_of = run(
                 files, _rules_for(settings), settings.options, fix, settings.jobs, settings.follow_imports, progress, fixable, sources=fix
             )
@@ -548,10 +567,10 @@ def lint_command(fix: bool, unsafe_fixes: bool, output_format: str, statistics: 
     unsafe = 0 if unsafe_fixes else _count_unsafe(located)
     fix_command = "ddp-migrate lint --fix --unsafe-fixes" if unsafe_fixes else "ddp-migrate lint --fix"
     to_terminal = output_file is None
-    color = to_terminal and use_color(flags.color, sys.stdout)
+    color = to_terminal and use_color(flags.color, sys.stderr if code_on_stdout else sys.stdout)
     out = _render(located, output_format, statistics, errors, color)
     if output_file is None:
-        click.echo(out, nl=False, color=color)
+        click.echo(out, nl=False, color=color, err=code_on_stdout)
     else:
         try:
             Path(output_file).write_text(out, encoding="utf-8")

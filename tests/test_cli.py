@@ -5,6 +5,7 @@ Everything goes through the real ``ddp_migrate.cli.cli`` (click's ``CliRunner``)
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -209,6 +210,92 @@ def test_real_process_keeps_code_on_stdout_and_report_on_stderr(tmp_path: Path) 
     assert "migrated" not in out and not ANSI.search(out)
     assert b"1 file(s) migrated" in done.stderr and b"\x1b[" not in done.stderr
     compile(out, "stdout", "exec")
+
+
+#: One safe fix (DDP004, ``.cuda()``) and one unsafe one (DDP001, ``nn.DataParallel``).
+SAFE_AND_UNSAFE = """\
+import torch
+import torch.nn as nn
+model = nn.Linear(2, 2).cuda()
+model = nn.DataParallel(model)
+"""
+
+
+def test_lint_fix_on_stdin_writes_the_safely_fixed_code_to_stdout_and_the_report_to_stderr(tmp_path: Path) -> None:
+    path = write(tmp_path / "train.py", SAFE_AND_UNSAFE)
+    result = invoke("lint", "--fix", "--select", "DDP001,DDP004", "-", input=SAFE_AND_UNSAFE.encode())
+    assert result.exit_code == 1, result.output  # DDP001 is left: its fix is unsafe
+    compile(result.stdout, "stdout", "exec")
+    assert ".to(runtime.device())" in result.stdout and "nn.DataParallel(model)" in result.stdout
+    assert invoke("lint", "--fix", "--select", "DDP001,DDP004", "train.py").exit_code == 1
+    assert result.stdout_bytes == path.read_bytes(), "stdin gets exactly what lint --fix writes to a file"
+    assert "-:" not in result.stdout and "Found" not in result.stdout
+    assert re.findall(r"^-:\d+:\d+: (\w+) ", result.stderr, flags=re.M) == ["DDP001"]
+    assert "(1 file(s) checked, 1 fixed, 1 more fixable with: ddp-migrate lint --fix --unsafe-fixes)." in result.stderr
+
+
+def test_lint_fix_unsafe_fixes_on_stdin_applies_both(tmp_path: Path) -> None:
+    result = invoke("lint", "--fix", "--unsafe-fixes", "--select", "DDP001,DDP004", "-", input=SAFE_AND_UNSAFE)
+    assert result.exit_code == 0, result.output
+    compile(result.stdout, "stdout", "exec")
+    assert ".to(runtime.device())" in result.stdout
+    assert "DistributedDataParallel(model, device_ids=runtime.device_ids())" in result.stdout
+    assert "nn.DataParallel" not in result.stdout
+    assert "Found 0 problem(s) in 0 file(s) (1 file(s) checked, 2 fixed)." in result.stderr
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        b"import torch.nn as nn\r\nmodel = nn.DataParallel(model)\r\n",  # only an unsafe fix: nothing fixed
+        b"print('hi')\n",  # nothing to report
+    ],
+)
+def test_lint_fix_on_stdin_with_nothing_fixed_echoes_the_input(source: bytes) -> None:
+    result = invoke("lint", "--fix", "-", input=source)
+    assert result.stdout_bytes == source
+    assert "0 fixed" in result.stderr
+
+
+def test_lint_fix_on_stdin_with_a_syntax_error_echoes_the_input_and_exits_2() -> None:
+    source = b"import torch.nn as nn\ndef f(:\n    nn.DataParallel(m)\n"
+    result = invoke("lint", "--fix", "-", input=source)
+    assert result.exit_code == 2
+    assert result.stdout_bytes == source, "never a partial text: the input as it came"
+    assert error_lines(result) == ["-:2:7: cannot parse: invalid syntax"]
+
+
+def test_lint_fix_on_stdin_sends_a_json_report_to_stderr_or_to_the_output_file(tmp_path: Path) -> None:
+    args = ("lint", "--fix", "--format", "json", "--select", "DDP001,DDP004", "--stdin-filename", "train.py")
+    result = invoke(*args, input=SAFE_AND_UNSAFE)
+    compile(result.stdout, "stdout", "exec")
+    report, _ = json.JSONDecoder().raw_decode(result.stderr)
+    assert [(item["path"], item["code"]) for item in report] == [("train.py", "DDP001")]
+    to_file = invoke(*args, "-o", "report.json", input=SAFE_AND_UNSAFE)
+    assert to_file.stdout == result.stdout
+    assert [item["code"] for item in json.loads((tmp_path / "report.json").read_text())] == ["DDP001"]
+    assert (result.exit_code, to_file.exit_code) == (1, 1)
+    assert invoke(*args, "--exit-zero", input=SAFE_AND_UNSAFE).exit_code == 0
+
+
+def test_lint_fix_on_excluded_stdin_echoes_it_untouched(tmp_path: Path) -> None:
+    write(tmp_path / "pyproject.toml", '[tool.ddp-migrate]\nexclude = ["legacy/*"]\n')
+    result = invoke("lint", "--fix", "--stdin-filename", "legacy/old.py", "-", input=SAFE_AND_UNSAFE)
+    assert (result.exit_code, result.stdout) == (0, SAFE_AND_UNSAFE)
+
+
+def test_real_process_lint_fix_keeps_code_on_stdout_and_findings_on_stderr() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "ddp_migrate", "lint", "--fix", "--select", "DDP001,DDP004", "-"],
+        input=SAFE_AND_UNSAFE.encode(),
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == 1, done.stderr
+    out = done.stdout.decode()
+    compile(out, "stdout", "exec")
+    assert ".to(runtime.device())" in out and "nn.DataParallel(model)" in out and not ANSI.search(out)
+    assert b"-:5:9: DDP001 " in done.stderr and b"1 fixed" in done.stderr
 
 
 # -------------------------------------------------------------------------------------- --select

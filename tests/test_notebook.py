@@ -171,6 +171,16 @@ def test_notebook_on_stdin(tmp_path: Path) -> None:
     compile(migrated.stdout, "stdout", "exec")
 
 
+def test_lint_fix_of_a_notebook_on_stdin_writes_its_script_to_stdout(tmp_path: Path) -> None:
+    source = standard(tmp_path).read_text()  # DDP001 and DDP007: both unsafe fixes
+    safe = invoke("lint", "--fix", "--stdin-filename", "train.ipynb", "-", input=source)
+    assert safe.stdout == source, "nothing fixed: the notebook as it came"
+    assert "train.ipynb:cell 2:3:9: DDP001 " in safe.stderr
+    unsafe = invoke("lint", "--fix", "--unsafe-fixes", "--stdin-filename", "train.ipynb", "-", input=source)
+    invoke("lint", "--fix", "--unsafe-fixes", "train.ipynb")
+    assert unsafe.stdout == (tmp_path / "train_ddp.py").read_text(), "what lint --fix writes beside the notebook, as migrate - does"
+
+
 def test_notebook_without_anything_to_migrate(tmp_path: Path) -> None:
     notebook(tmp_path / "plot.ipynb", ("code", "import math\nprint(math.pi)\n"))
     result = invoke("-v", "plot.ipynb")
