@@ -108,10 +108,17 @@ def test_a_rewritten_module_reuses_what_the_fix_kept_and_gets_the_same_code_and_
     real = positions.generate
     reused: list[int] = []
 
-    def checked(module: cst.Module, earlier: positions.Generated | None = None) -> tuple[str, dict, positions.Generated]:
-        code, spans, made = real(module, earlier)
+    def checked(
+        module: cst.Module, earlier: positions.Generated | None = None, parents: dict | None = None
+    ) -> tuple[str, positions.Spans, positions.Generated]:
+        code, spans, made = real(module, earlier, parents)
         whole_code, whole_spans, _ = real(module)
-        assert code == whole_code and spans == whole_spans
+        assert code == whole_code
+        if parents is not None:  # every node of the index, answered through its statement (nothing moved at once)
+            assert all(spans[node] == whole_spans[node] for node in [*parents, module])
+            assert spans._whole is None or not spans._moved
+        assert spans == whole_spans
+        code, spans, made = real(module, earlier, parents)  # (a fresh one for the caller)
         if earlier is not None:
             reused.append(sum(1 for stmt, done in made.statements.items() if earlier.statements.get(stmt) is done))
         return code, spans, made

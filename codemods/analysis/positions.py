@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ast
 import inspect
-from typing import Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import libcst as cst
 from libcst._nodes.internal import CodegenState
@@ -72,6 +72,11 @@ class _PositionState(CodegenState):
         #: (``made``), for the statements of indented blocks as for those of the module's body.
         self.reuse: dict[cst.BaseStatement, _Statement] = {}
         self.made: dict[cst.BaseStatement, _Statement] | None = None
+        #: The statements replayed in the statement (or module) being generated, each with how many lines
+        #: it moved: the spans of the nodes inside them are moved when asked for (:class:`Spans`).
+        self.moved: dict[cst.CSTNode, tuple[_Statement, int]] = {}
+        #: The statement last replayed and how many tokens there were after it (its code is one token).
+        self.replayed: tuple[_Statement, int] | None = None
 
     def statement(self, stmt: cst.BaseStatement) -> None:
         """Generate a statement of a body (the module's, or an indented block's), or replay it when an
@@ -79,7 +84,7 @@ class _PositionState(CodegenState):
         indent = tuple(self.indent_tokens)
         done = self.reuse.get(stmt)
         if done is not None and done.indent == indent and self.column == 0:
-            _replay(self, done)
+            _replay(self, stmt, done)
         else:
             done = _generate_statement(self, stmt, indent)
         if done is not None and self.made is not None:
@@ -117,16 +122,26 @@ class _PositionState(CodegenState):
 
 
 class _Statement:
-    """What generating one statement of a body gave: its tokens, the spans of its nodes, the line it started
-    on, how many lines it spans and the column it ends at."""
+    """What generating one statement of a body gave: its code, the spans of the nodes it generated, the
+    statements it replayed inside it (each with the lines it moved them by), the line it started on, how
+    many lines it spans and the column it ends at."""
 
-    __slots__ = ("tokens", "spans", "line", "lines", "column", "indent")
+    __slots__ = ("code", "last", "spans", "moved", "line", "lines", "column", "indent")
 
     def __init__(
-        self, tokens: tuple[str, ...], spans: dict[cst.CSTNode, Span], line: int, lines: int, column: int, indent: tuple[str, ...]
+        self,
+        tokens: list[str],
+        spans: dict[cst.CSTNode, Span],
+        moved: dict[cst.CSTNode, tuple[_Statement, int]],
+        line: int,
+        lines: int,
+        column: int,
+        indent: tuple[str, ...],
     ) -> None:
-        self.tokens, self.spans, self.line, self.lines, self.column = tokens, spans, line, lines, column
-        #: The indentation it was generated under (its tokens start with it): replayed only under the same.
+        #: Its tokens joined, and the last of them (a module without a trailing newline drops that one).
+        self.code, self.last = "".join(tokens), tokens[-1] if tokens else ""
+        self.spans, self.moved, self.line, self.lines, self.column = spans, moved, line, lines, column
+        #: The indentation it was generated under (its code starts with it): replayed only under the same.
         self.indent = indent
 
 
@@ -149,32 +164,101 @@ class Generated:
 def _generate_statement(state: _PositionState, stmt: cst.BaseStatement, indent: tuple[str, ...]) -> _Statement | None:
     """Generate a statement of a body; what to reuse (``None``: it did not start a line)."""
     line, column, first = state.line, state.column, len(state.tokens)
-    outer = state.computed
-    state.computed = {}
+    outer, outer_moved = state.computed, state.moved
+    state.computed, state.moved = {}, {}
     stmt._codegen(state)
-    spans, state.computed = state.computed, outer
+    spans, moved = state.computed, state.moved
+    state.computed, state.moved = outer, outer_moved
     outer.update(spans)
+    outer_moved.update(moved)
     if column != 0:
         return None
-    return _Statement(tuple(state.tokens[first:]), spans, line, state.line - line, state.column, indent)
+    return _Statement(state.tokens[first:], spans, moved, line, state.line - line, state.column, indent)
 
 
-def _replay(state: _PositionState, done: _Statement) -> None:
-    """Add a statement generated before, its spans moved to the line it now starts on."""
+def _replay(state: _PositionState, stmt: cst.BaseStatement, done: _Statement) -> None:
+    """Add a statement generated before at the line it now starts on: its own span is moved now, those of
+    the nodes inside it when asked for (:class:`Spans`)."""
     shift = state.line - done.line
-    state.tokens.extend(done.tokens)
-    if shift:
-        state.computed.update({node: (a + shift, b, c + shift, d) for node, (a, b, c, d) in done.spans.items()})
-    else:
-        state.computed.update(done.spans)
+    state.tokens.append(done.code)
+    state.replayed = (done, len(state.tokens))
+    a, b, c, d = done.spans[stmt]
+    state.computed[stmt] = (a + shift, b, c + shift, d)
+    state.moved[stmt] = (done, shift)
     state.line += done.lines
     state.column = done.column
 
 
-def generate(module: cst.Module, earlier: Generated | None = None) -> tuple[str, dict[cst.CSTNode, Span], Generated]:
+class Spans(Mapping[cst.CSTNode, Span]):
+    """The span of every node of a generated module. The nodes of a statement replayed from an earlier
+    generation keep their spans there, moved by as many lines as the statement moved when one is asked
+    for: the statement is found among the node's ancestors (``parents``, the module's index), and within it
+    the statements it replayed in turn. A node the index does not hold (layout, which one object may stand
+    for at several places) is answered from a generation of the whole module afresh, as are iteration and
+    length: the spans are always those of that generation."""
+
+    __slots__ = ("_module", "_own", "_moved", "_parents", "_whole")
+
+    def __init__(
+        self,
+        module: cst.Module,
+        own: dict[cst.CSTNode, Span],
+        moved: dict[cst.CSTNode, tuple[_Statement, int]],
+        parents: Mapping[cst.CSTNode, cst.CSTNode] | None,
+    ) -> None:
+        self._module, self._own, self._moved = module, own, moved
+        self._parents: Mapping[cst.CSTNode, cst.CSTNode] = parents if parents is not None else {}
+        self._whole: dict[cst.CSTNode, Span] | None = None if moved else own
+
+    def __getitem__(self, node: cst.CSTNode) -> Span:
+        if node not in self._parents and node is not self._module:
+            return self._whole_generation()[node]
+        found = self._own.get(node)  # (an indexed node has one place: in the code generated now, or replayed)
+        if found is not None:
+            return found
+        chain = [node]  # the node and its ancestors, up to the nearest statement replayed here
+        current = node
+        moved = self._moved
+        while current not in moved:
+            current = self._parents.get(current)  # type: ignore[assignment]
+            if current is None:
+                return self._whole_generation()[node]
+            chain.append(current)
+        done, shift = moved[current]
+        found = done.spans.get(node)
+        for inner in reversed(chain[:-1]):  # down through the statements it replayed in turn
+            if found is not None:
+                break
+            nested = done.moved.get(inner)
+            if nested is not None:
+                done, by = nested
+                shift += by
+                found = done.spans.get(node)
+        if found is None:
+            return self._whole_generation()[node]
+        a, b, c, d = found
+        return (a + shift, b, c + shift, d)
+
+    def _whole_generation(self) -> dict[cst.CSTNode, Span]:
+        if self._whole is None:
+            self._whole = generate(self._module)[1]._own
+        return self._whole
+
+    def __iter__(self) -> Iterator[cst.CSTNode]:
+        return iter(self._whole_generation())
+
+    def __len__(self) -> int:
+        return len(self._whole_generation())
+
+
+def generate(
+    module: cst.Module, earlier: Generated | None = None, parents: Mapping[cst.CSTNode, cst.CSTNode] | None = None
+) -> tuple[str, Spans, Generated]:
     """The module's code and the span of every node in it, from one code generation pass; and what the
     next generation may reuse. ``earlier``: what the generation of a module this one was rewritten from
-    gave (its statements still in this module's body are not generated again).
+    gave (its statements still in this module's body are not generated again). ``parents``: the module's
+    index, where the statement a replayed node sits in is found (:class:`Spans`; without it, the spans of
+    replayed statements are all moved at the first look-up of one).
 
     The pass is libcst's ``Module._codegen`` with the body's statements taken one by one, and so are the
     statements of every indented block (:func:`_indented_block_codegen`)."""
@@ -192,10 +276,13 @@ def generate(module: cst.Module, earlier: Generated | None = None) -> tuple[str,
     if module.has_trailing_newline:
         if not state.tokens:
             state.add_token(state.default_newline)
+    elif state.replayed is not None and state.replayed[1] == len(state.tokens):
+        done = state.replayed[0]  # the last token is a replayed statement's code: its own last token goes
+        state.tokens[-1] = done.code[: len(done.code) - len(done.last)]
     else:
         state.pop_trailing_newline()
     state.after_codegen(module)
-    return "".join(state.tokens), state.computed, made
+    return "".join(state.tokens), Spans(module, state.computed, state.moved, parents), made
 
 
 _LIBCST_INDENTED_BLOCK_CODEGEN = cst.IndentedBlock._codegen_impl

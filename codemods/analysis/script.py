@@ -615,7 +615,7 @@ class ModuleIndex:
     def positions(self) -> Mapping[cst.CSTNode, Span]:
         """Start and end of every node, from one code generation pass over the whole module that also gives
         its code (:func:`positions.generate`)."""
-        code, spans, self.generated = positions.generate(self.module, self._earlier)
+        code, spans, self.generated = positions.generate(self.module, self._earlier, self.parents)
         self._earlier = None
         self.__dict__.setdefault("code", code)
         return spans
