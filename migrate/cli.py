@@ -534,7 +534,11 @@ def lint_command(fix: bool, unsafe_fixes: bool, output_format: str, statistics: 
     # fixed, on an error, or excluded), so the findings and the summary go to standard error.
     code_on_stdout = fix and flags.reads_stdin
     if flags.reads_stdin and not _stdin_excluded(settings):
-        results.append(_stdin_result(settings, fix, fixable))
+        from .runner import is_notebook
+
+        # A notebook is never rewritten (its migration is a script of its own, written beside it): one read on
+        # standard input comes back as it came, and is linted.
+        results.append(_stdin_result(settings, fix and not is_notebook(settings.stdin_filename or "-"), fixable))
         if fix:
             _write_code(_fixed_code(results[-1]))
     elif flags.reads_stdin:
