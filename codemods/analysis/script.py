@@ -435,7 +435,7 @@ class SharedFlow:
         if self._set_later is None:
             found: set[str] = set()
             for analysis in self.analyses:
-                for node in tree.walk(analysis.module):
+                for node in analysis.index.preorder:  # (every node but layout: no assignment is left out)
                     kind = type(node)
                     if kind is cst.AugAssign:
                         targets = [node.target]  # type: ignore[attr-defined]
@@ -3243,7 +3243,7 @@ class ScriptAnalysis:
         for analysis in self.shared.analyses:
             if name not in analysis.used_names:
                 continue
-            for found in tree.walk(analysis.module):
+            for found in analysis.index.preorder:
                 if type(found) is cst.Name and found.value == name and found is not function.name:  # type: ignore[attr-defined]
                     if not any(type(a) in (cst.Import, cst.ImportFrom) for a in analysis.ancestors(found)):
                         return True
