@@ -46,6 +46,21 @@ def test_children_and_walk_match_libcst(path: Path) -> None:
     assert [id(n) for n in tree.walk(module)] == [id(n) for n in expected]
 
 
+@pytest.mark.parametrize("path", SOURCES[::11] + SOURCES[-2:], ids=lambda p: p.name)
+def test_the_nodes_below_a_node_are_its_walk_without_layout(path: Path) -> None:
+    """``ModuleIndex.below``: a slice of the index's pre-order walk for every node of the module, the same
+    nodes in the same order as libcst's walk of the node with layout and dots left out; ``None`` for a node
+    of another tree (the analysis then walks it)."""
+    module = cst.parse_module(path.read_text(encoding="utf-8"))
+    analysis = ScriptAnalysis(module)
+    for node in analysis.preorder:
+        expected = [id(n) for n in _libcst_walk(node) if type(n) not in tree.UNINDEXED_NODES]
+        assert [id(n) for n in analysis.index.below(node)] == expected, type(node).__name__
+    other = cst.parse_expression("f(a, (b  .c))")
+    assert analysis.index.below(other) is None
+    assert analysis.nodes_below(other) == [n for n in _libcst_walk(other) if type(n) not in tree.UNINDEXED_NODES]
+
+
 class _Recorder(cst.CSTVisitor):
     """Records every hook call; skips the body of functions named ``skipped``."""
 

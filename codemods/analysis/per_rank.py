@@ -328,8 +328,8 @@ class PerRankValues:
             self._seed_nodes.add(node)
             self._mark(self._targets(node, target))
         modules = analysis.shared.analyses
-        for assign in (assign for module in modules for assign in module.assignments):
-            if any(isinstance(n, cst.Call) and analysis.is_call_to(n, names.REDUCTIONS) for n in walk(assign.value)):  # type: ignore[arg-type]
+        for module, assign in ((module, assign) for module in modules for assign in module.assignments):
+            if any(type(n) is cst.Call and analysis.is_call_to(n, names.REDUCTIONS) for n in module.nodes_below(assign.value)):  # type: ignore[arg-type]
                 targets = [t.target for t in assign.targets] if isinstance(assign, cst.Assign) else [assign.target]
                 for target in targets:
                     name = dotted_name(target)

@@ -418,7 +418,7 @@ class SharedFlow:
             for analysis in self.analyses
             for assign in analysis.assignments
             for target in _assign_targets(assign)
-            for node in tree.walk(target)
+            for node in analysis.nodes_below(target)
             if type(node) is cst.Attribute and type(node.value) is cst.Name and node.value.value == "self"  # type: ignore[attr-defined]
         )
         for _ in range(12):
@@ -581,6 +581,31 @@ class ModuleIndex:
             positions.StatementSpans(module, source, self.parents, self.preorder) if source is not None and not self.shares_nodes else None
         )
 
+    def below(self, node: cst.CSTNode) -> list[cst.CSTNode] | None:
+        """The node and every indexed node below it (layout and dots left out), in pre-order: a slice of
+        :attr:`preorder`, whose subtrees are ranges (found on first use, in one pass); ``None`` for a node this
+        index does not hold."""
+        ranges = self.__dict__.get("_ranges")
+        if ranges is None:
+            ranges = self.__dict__["_ranges"] = self._subtree_ranges()
+        start = ranges[0].get(node)
+        return None if start is None else self.preorder[start : ranges[1][start]]
+
+    def _subtree_ranges(self) -> tuple[dict[cst.CSTNode, int], list[int]]:
+        """Where each node is in :attr:`preorder`, and where its subtree ends there (by the node's place):
+        a node's subtree closes where the next node whose parent is not inside it comes."""
+        preorder, parents = self.preorder, self.parents
+        places: dict[cst.CSTNode, int] = {}
+        ends = [len(preorder)] * len(preorder)
+        open_places: list[int] = []
+        for place, node in enumerate(preorder):
+            places[node] = place
+            parent = parents.get(node)
+            while open_places and preorder[open_places[-1]] is not parent:
+                ends[open_places.pop()] = place
+            open_places.append(place)
+        return places, ends
+
     def qualified_names(self, node: cst.CSTNode) -> frozenset[str]:
         """The qualified names a name or attribute chain may refer to: its root resolved through the
         imports of its function(s) and module (``nn.DataParallel`` → ``torch.nn.DataParallel``),
@@ -707,6 +732,15 @@ class ScriptAnalysis:
     def preorder(self) -> list[cst.CSTNode]:
         """Every node of the module in source order (pre-order): the index's walk, kept, instead of another."""
         return self.index.preorder
+
+    def nodes_below(self, node: cst.CSTNode) -> list[cst.CSTNode]:
+        """The node and every node below it in pre-order, as :func:`walk` yields them but without layout
+        (whitespace, comments) and dots: a slice of the index's walk for a node of this module (the nodes
+        of another module's are walked)."""
+        found = self.index.below(node)
+        if found is None:
+            found = [n for n in tree.walk(node) if type(n) not in tree.UNINDEXED_NODES]
+        return found
 
     @cached_property
     def subscripts(self) -> list[cst.Subscript]:
@@ -1743,7 +1777,7 @@ class ScriptAnalysis:
         """The calls inside a node, found once per node."""
         cache: dict[cst.CSTNode, list[cst.Call]] = self.__dict__.setdefault("_calls_in_cache", {})
         if scope not in cache:
-            cache[scope] = [n for n in tree.walk(scope) if type(n) is cst.Call]  # type: ignore[misc]
+            cache[scope] = [n for n in self.nodes_below(scope) if type(n) is cst.Call]  # type: ignore[misc]
         return cache[scope]
 
     def _assignments_in_callees(self, scope: cst.CSTNode, root: str, rest: str, depth: int) -> list[tuple[ScriptAnalysis, cst.Assign]]:
@@ -3032,7 +3066,7 @@ class ScriptAnalysis:
         target itself (``decay`` of ``decay.append(p)``, ``self.best``) and the names inside a tuple of
         them, not the parts of an attribute chain (``self`` of ``self.best``)."""
         found = []
-        for part in tree.walk(target):
+        for part in self.nodes_below(target):
             name = dotted_name(part) if type(part) in (cst.Name, cst.Attribute) else None
             if name is not None and (part is target or type(self._parents.get(part)) is not cst.Attribute):
                 found.append((part, name))
