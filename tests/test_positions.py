@@ -152,3 +152,24 @@ def test_statements_of_an_edited_function_are_replayed_only_at_the_indentation_t
     assert made.statements[kept_a] is first.statements[kept_a] and made.statements[loop] is first.statements[loop]
     assert made.statements[kept_c] is not first.statements[kept_c]
     assert made.statements[kept_c].indent == ("    ", "    ")
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n", "\r"])
+def test_a_module_without_a_final_newline_keeps_the_last_statement_of_a_replayed_block(newline: str) -> None:
+    """The last statement of a module without a trailing newline ends in a block whose last statement an
+    earlier generation replayed: when the whole compound statement is replayed in turn, only the final line
+    break goes, not that inner statement (found by a review: ``y = 2`` was lost)."""
+    first = cst.parse_module(newline.join(["if a:", "    x = 1", "    y = 2"]))
+    _, _, made = positions.generate(first)
+    branch = first.body[0]
+    assert isinstance(branch, cst.If) and isinstance(branch.body, cst.IndentedBlock)
+    edited = first.with_changes(
+        body=[branch.with_changes(body=branch.body.with_changes(body=[cst.parse_statement("x = 3" + newline), branch.body.body[1]]))]
+    )
+    code, _, made = positions.generate(edited, made, ModuleIndex(edited).parents)
+    assert code == edited.code
+    moved = edited.with_changes(body=[cst.parse_statement("z = 0" + newline), *edited.body])
+    code, spans, _ = positions.generate(moved, made, ModuleIndex(moved).parents)
+    assert code == moved.code and code.endswith("y = 2")
+    _, whole, _ = positions.generate(moved)
+    assert all(spans[node] == whole[node] for node in ModuleIndex(moved).preorder)

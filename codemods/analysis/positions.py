@@ -138,7 +138,8 @@ class _Statement:
         column: int,
         indent: tuple[str, ...],
     ) -> None:
-        #: Its tokens joined, and the last of them (a module without a trailing newline drops that one).
+        #: Its tokens joined, and the last token it generated (a module without a trailing newline drops that
+        #: one), a statement's it replayed at its end included.
         self.code, self.last = "".join(tokens), tokens[-1] if tokens else ""
         self.spans, self.moved, self.line, self.lines, self.column = spans, moved, line, lines, column
         #: The indentation it was generated under (its code starts with it): replayed only under the same.
@@ -173,7 +174,10 @@ def _generate_statement(state: _PositionState, stmt: cst.BaseStatement, indent: 
     outer_moved.update(moved)
     if column != 0:
         return None
-    return _Statement(state.tokens[first:], spans, moved, line, state.line - line, state.column, indent)
+    made = _Statement(state.tokens[first:], spans, moved, line, state.line - line, state.column, indent)
+    if state.replayed is not None and state.replayed[1] == len(state.tokens):
+        made.last = state.replayed[0].last  # (it ends with a statement it replayed: that one's own last token)
+    return made
 
 
 def _replay(state: _PositionState, stmt: cst.BaseStatement, done: _Statement) -> None:
