@@ -256,6 +256,10 @@ def fix_to_fixed_point(
             module, text, analysis = rewritten.module, new_text, rewritten
             changed_this_pass.append(rule.code)
         if not changed_this_pass:
+            if changes and module.code != text:
+                # The analysis generates a rewritten module's code reusing the statements kept from before
+                # (:mod:`~ddp_migrate.codemods.analysis.positions`): checked once against libcst's own printout.
+                raise FileError("internal error: the generated code of the migrated module differs from libcst's; file left unchanged, please report this")
             return module, sort_changes(changes), analysis, words
     involved = ", ".join(dict.fromkeys(changed_this_pass))
     raise FileError(f"fixes did not settle after {MAX_PASSES} passes (rules still changing the file: {involved}); file left unchanged")

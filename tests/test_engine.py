@@ -558,3 +558,22 @@ def test_ctrl_c_during_a_write_waits_for_the_write(tmp_path: Path) -> None:
         writer.tempfile.mkstemp = real_mkstemp  # type: ignore[assignment]
     assert target.read_bytes() == b"new\n"
     assert [p.name for p in tmp_path.iterdir()] == ["train.py"]
+
+
+def test_a_migration_whose_generated_code_differs_from_libcsts_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The analysis generates each rewritten module's code reusing the statements kept from before; should that
+    ever print other than libcst does (a review once found a dropped last statement), the file is left
+    unchanged with a one-line error instead of a silently shorter migration."""
+    from ddp_migrate.codemods.analysis import positions
+    from ddp_migrate.engine import process
+
+    real = positions.generate
+
+    def printing_a_line_more(module: cst.Module, *args: object) -> tuple[str, object, object]:
+        code, spans, made = real(module, *args)  # type: ignore[arg-type]
+        return code.replace("\n", "\n# not libcst's\n", 1), spans, made  # (it still compiles)
+
+    monkeypatch.setattr(positions, "generate", printing_a_line_more)
+    source = (Path(__file__).resolve().parents[1] / "fixtures" / "scripts" / "dp_multi_gpu.py").read_bytes()
+    result = process("train.py", source, [r for r in codemods.ALL_RULES if r.enabled_by_default], Options(), fix=True)
+    assert result.output is None and "generated code of the migrated module differs" in (result.error or "")
