@@ -75,7 +75,8 @@ class _PositionState(CodegenState):
         #: The statements replayed in the statement (or module) being generated, each with how many lines
         #: it moved: the spans of the nodes inside them are moved when asked for (:class:`Spans`).
         self.moved: dict[cst.CSTNode, tuple[_Statement, int]] = {}
-        #: The statement last replayed and how many tokens there were after it (its code is one token).
+        #: The statement last replayed, and the number of tokens once its code (one token) was added: while
+        #: that number holds, its code is the last token.
         self.replayed: tuple[_Statement, int] | None = None
 
     def statement(self, stmt: cst.BaseStatement) -> None:
@@ -261,8 +262,8 @@ def generate(
     """The module's code and the span of every node in it, from one code generation pass; and what the
     next generation may reuse. ``earlier``: what the generation of a module this one was rewritten from
     gave (its statements still in this module's body are not generated again). ``parents``: the module's
-    index, where the statement a replayed node sits in is found (:class:`Spans`; without it, the spans of
-    replayed statements are all moved at the first look-up of one).
+    index, where the statement a replayed node sits in is found (:class:`Spans`; without it, every look-up
+    is answered from a generation of the whole module afresh).
 
     The pass is libcst's ``Module._codegen`` with the body's statements taken one by one, and so are the
     statements of every indented block (:func:`_indented_block_codegen`)."""
