@@ -104,6 +104,11 @@ class Settings:
     stdin_filename: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def stdin_name(self) -> str:
+        """The name standard input is processed under: ``--stdin-filename``, else ``-``."""
+        return self.stdin_filename or "-"
+
 
 def _fail(message: str) -> None:
     click.echo(f"ddp-migrate: error: {message}", err=True)
@@ -248,7 +253,7 @@ def _stdin_result(settings: Settings, fix: bool, fixable: frozenset[type[Rule]] 
     from .runner import is_notebook
 
     data = sys.stdin.buffer.read()
-    name = settings.stdin_filename or "-"
+    name = settings.stdin_name
     rules = _rules_for(settings)(Path(name)) if settings.stdin_filename else settings.rules
     if is_notebook(name):
         from .notebook import process_notebook_bytes
@@ -403,7 +408,7 @@ def _migrate_stdin(settings: Settings, show_diff: bool, write: bool, color: bool
         data = sys.stdin.buffer.read()
         if write:
             _write_code(data)
-        return FileResult(path=settings.stdin_filename or "-", original=data, skipped=True)
+        return FileResult(path=settings.stdin_name, original=data, skipped=True)
     result = _stdin_result(settings, fix=True)
     if result.error:
         return result
@@ -538,7 +543,7 @@ def lint_command(fix: bool, unsafe_fixes: bool, output_format: str, statistics: 
 
         # A notebook is never rewritten (its migration is a script of its own, written beside it): one read on
         # standard input comes back as it came, and is linted.
-        results.append(_stdin_result(settings, fix and not is_notebook(settings.stdin_filename or "-"), fixable))
+        results.append(_stdin_result(settings, fix and not is_notebook(settings.stdin_name), fixable))
         if fix:
             _write_code(_fixed_code(results[-1]))
     elif flags.reads_stdin:

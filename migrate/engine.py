@@ -225,6 +225,7 @@ def fix_to_fixed_point(
     changes: list[Change] = []
     ordered = sorted((r for r in rules if r.can_fix() and (fixable is None or type(r) in fixable)), key=lambda r: (r.phase, r.code))
     analysis = analyse(module, is_entry, options)
+    parsed = module
     text = analysis.code  # libcst's printout, which every fix's output is compared with
     # The printout differs from the source in layout only (a leading form feed, trailing blanks): the same names.
     words = vocabulary.reprinted(text) if vocabulary is not None else vocabulary_of(text, path)
@@ -256,7 +257,7 @@ def fix_to_fixed_point(
             module, text, analysis = rewritten.module, new_text, rewritten
             changed_this_pass.append(rule.code)
         if not changed_this_pass:
-            if changes and module.code != text:
+            if module is not parsed and module.code != text:
                 # The analysis generates a rewritten module's code reusing the statements kept from before
                 # (:mod:`~ddp_migrate.codemods.analysis.positions`): checked once against libcst's own printout.
                 raise FileError("internal error: the generated code of the migrated module differs from libcst's; file left unchanged, please report this")

@@ -76,7 +76,7 @@ class _PositionState(CodegenState):
         #: it moved: the spans of the nodes inside them are moved when asked for (:class:`Spans`).
         self.moved: dict[cst.CSTNode, tuple[_Statement, int]] = {}
         #: The statement last replayed, and the number of tokens once its code (one token) was added: while
-        #: that number holds, its code is the last token.
+        #: that number holds, its code is the last token (:meth:`ends_with_replay`).
         self.replayed: tuple[_Statement, int] | None = None
 
     def statement(self, stmt: cst.BaseStatement) -> None:
@@ -90,6 +90,11 @@ class _PositionState(CodegenState):
             done = _generate_statement(self, stmt, indent)
         if done is not None and self.made is not None:
             self.made[stmt] = done
+
+    def ends_with_replay(self) -> _Statement | None:
+        """The statement replayed last when its code is the last token so far, else ``None``."""
+        replayed = self.replayed
+        return replayed[0] if replayed is not None and replayed[1] == len(self.tokens) else None
 
     def _advance(self, value: str) -> None:
         if "\n" not in value and "\r" not in value:
@@ -176,8 +181,9 @@ def _generate_statement(state: _PositionState, stmt: cst.BaseStatement, indent: 
     if column != 0:
         return None
     made = _Statement(state.tokens[first:], spans, moved, line, state.line - line, state.column, indent)
-    if state.replayed is not None and state.replayed[1] == len(state.tokens):
-        made.last = state.replayed[0].last  # (it ends with a statement it replayed: that one's own last token)
+    replayed = state.ends_with_replay()
+    if replayed is not None:
+        made.last = replayed.last  # (it ends with a statement it replayed: that one's own last token)
     return made
 
 
@@ -281,8 +287,7 @@ def generate(
     if module.has_trailing_newline:
         if not state.tokens:
             state.add_token(state.default_newline)
-    elif state.replayed is not None and state.replayed[1] == len(state.tokens):
-        done = state.replayed[0]  # the last token is a replayed statement's code: its own last token goes
+    elif (done := state.ends_with_replay()) is not None:  # its code is the last token: its own last token goes
         state.tokens[-1] = done.code[: len(done.code) - len(done.last)]
     else:
         state.pop_trailing_newline()

@@ -585,12 +585,11 @@ class ModuleIndex:
         """The node and every indexed node below it (layout and dots left out), in pre-order: a slice of
         :attr:`preorder`, whose subtrees are ranges (found on first use, in one pass); ``None`` for a node this
         index does not hold."""
-        ranges = self.__dict__.get("_ranges")
-        if ranges is None:
-            ranges = self.__dict__["_ranges"] = self._subtree_ranges()
-        start = ranges[0].get(node)
-        return None if start is None else self.preorder[start : ranges[1][start]]
+        places, ends = self._subtree_ranges
+        start = places.get(node)
+        return None if start is None else self.preorder[start : ends[start]]
 
+    @cached_property
     def _subtree_ranges(self) -> tuple[dict[cst.CSTNode, int], list[int]]:
         """Where each node is in :attr:`preorder`, and where its subtree ends there (by the node's place):
         a node's subtree closes where the next node whose parent is not inside it comes."""
