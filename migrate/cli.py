@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import sys
+from collections import Counter
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -524,7 +525,7 @@ def lint_command(fix: bool, unsafe_fixes: bool, output_format: str, statistics: 
     from . import formats
     from .progress import progress_for
     from .registry import all_rules
-    from .runner import run, write_result
+    from .runner import is_notebook, run, write_result
 
     flags = Flags.take(kwargs)
     if statistics and output_format not in formats.STATISTICS_FORMATS:
@@ -539,8 +540,6 @@ def lint_command(fix: bool, unsafe_fixes: bool, output_format: str, statistics: 
     # fixed, on an error, or excluded), so the findings and the summary go to standard error.
     code_on_stdout = fix and flags.reads_stdin
     if flags.reads_stdin and not _stdin_excluded(settings):
-        from .runner import is_notebook
-
         # A notebook is never rewritten (its migration is a script of its own, written beside it): one read on
         # standard input comes back as it came, and is linted.
         results.append(_stdin_result(settings, fix and not is_notebook(settings.stdin_name), fixable))
@@ -573,7 +572,11 @@ def lint_command(fix: bool, unsafe_fixes: bool, output_format: str, statistics: 
     checked = len(results)
     errors[:0] = [r.error for r in sorted(results, key=lambda r: r.path) if r.error]
     located = formats.locate(results)
-    unsafe = 0 if unsafe_fixes else _count_unsafe(located)
+    # A notebook on standard input is never rewritten (its migration is a script beside the file): its
+    # findings are not fixable there, whatever the flags.
+    stdin_notebook = settings.stdin_name if flags.reads_stdin and is_notebook(settings.stdin_name) else None
+    fixable_here = [item for item in located if item.path != stdin_notebook]
+    unsafe = 0 if unsafe_fixes else _count_unsafe(fixable_here)
     fix_command = "ddp-migrate lint --fix --unsafe-fixes" if unsafe_fixes else "ddp-migrate lint --fix"
     to_terminal = output_file is None
     color = to_terminal and use_color(flags.color, sys.stderr if code_on_stdout else sys.stdout)
@@ -588,7 +591,8 @@ def lint_command(fix: bool, unsafe_fixes: bool, output_format: str, statistics: 
     for error in errors:
         click.echo(error, err=True)
     if not flags.quiet:
-        click.echo(_lint_summary(results, located, fix, settings.verbose, checked, unsafe, fix_command), err=True)
+        summary = _lint_summary(results, located, fix, settings.verbose, checked, unsafe, fix_command, fixable_here)
+        click.echo(summary, err=True)
     if errors:
         sys.exit(EXIT_ERROR)
     sys.exit(EXIT_FINDINGS if located and not exit_zero else EXIT_CLEAN)
@@ -634,21 +638,36 @@ def _count_unsafe(located: Sequence[formats.Located]) -> int:
 
 
 def _lint_summary(
-    results: Sequence[FileResult], located: Sequence[formats.Located], fix: bool, verbose: bool, checked: int, unsafe: int = 0, fix_command: str = "ddp-migrate lint --fix"
+    results: Sequence[FileResult],
+    located: Sequence[formats.Located],
+    fix: bool,
+    verbose: bool,
+    checked: int,
+    unsafe: int = 0,
+    fix_command: str = "ddp-migrate lint --fix",
+    fixable_here: Sequence[formats.Located] | None = None,
 ) -> str:
-    """``Found N problem(s) in M file(s)`` (files with problems), with what was checked, fixed and fixable."""
+    """``Found N problem(s) in M file(s)`` (files with problems), with what was checked, fixed and fixable.
+
+    ``fixable_here``: the findings a fix could reach (``None``: all; a notebook on standard input is never
+    rewritten, so its findings are left out of the fixable counts)."""
+    fixable_here = located if fixable_here is None else fixable_here
     details = [f"{checked} file(s) checked"]
     if fix:
         details.append(f"{sum(len(r.changes) for r in results)} fixed")
         if unsafe:
             details.append(f"{unsafe} more fixable with: ddp-migrate lint --fix --unsafe-fixes")
     else:
-        fixable = sum(item.finding.fixable for item in located) - unsafe
+        fixable = sum(item.finding.fixable for item in fixable_here) - unsafe
         if fixable:
             details.append(f"{fixable} fixable with: {fix_command}")
         if unsafe:
             more = "more " if fixable else ""
             details.append(f"{unsafe} {more}fixable with: ddp-migrate lint --fix --unsafe-fixes")
+    reachable = {id(item) for item in fixable_here}
+    held = Counter(item.path for item in located if item.finding.fixable and id(item) not in reachable)
+    for path, count in sorted(held.items()):
+        details.append(f"{count} fixable in the file {path} itself, not on standard input: a notebook's fixes go to a script beside it")
     if verbose:
         details.append(f"{sum(r.skipped for r in results)} skipped by the quick text check")
     with_problems = len({item.path for item in located})

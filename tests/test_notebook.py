@@ -182,6 +182,20 @@ def test_lint_fix_of_a_notebook_on_stdin_gives_the_notebook_back_as_it_came(tmp_
         assert "train.ipynb:cell 2:3:9: DDP001 " in result.stderr and " 0 fixed" in result.stderr
 
 
+def test_the_summary_of_a_notebook_on_stdin_offers_no_fix_that_stdin_cannot_apply(tmp_path: Path) -> None:
+    """Standard input never rewrites a notebook, so the summary does not send the user to a ``--fix`` or
+    ``--unsafe-fixes`` run on standard input that would fix nothing: it points to the file itself."""
+    source = standard(tmp_path).read_text()  # DDP001 and DDP007: both fixable (unsafe)
+    for args in (["lint"], ["lint", "--fix"], ["lint", "--fix", "--unsafe-fixes"]):
+        result = invoke(*args, "--stdin-filename", "nb/train.ipynb", "-", input=source)
+        summary = result.stderr.splitlines()[-1]
+        assert summary.startswith("Found 2 problem(s) in 1 file(s)"), summary
+        assert "fixable with" not in summary, summary
+        assert "2 fixable in the file nb/train.ipynb itself, not on standard input" in summary, summary
+    on_file = invoke("lint", "train.ipynb")
+    assert "2 fixable with: ddp-migrate lint --fix --unsafe-fixes" in on_file.stderr
+
+
 def test_notebook_without_anything_to_migrate(tmp_path: Path) -> None:
     notebook(tmp_path / "plot.ipynb", ("code", "import math\nprint(math.pi)\n"))
     result = invoke("-v", "plot.ipynb")
