@@ -17,7 +17,8 @@ class DataParallelCheckpointKeys(Rule):
     """Keep the ``module.`` keys of a wrapped model's ``state_dict()`` through the migration.
 
     What it finds: ``model.state_dict()`` on a model that an unconditional ``nn.DataParallel(...)`` or
-    ``DistributedDataParallel(...)`` of the original program wraps. Its keys start with ``module.``
+    ``DistributedDataParallel(...)`` of the original program wraps (held in a name, an attribute, or an
+    entry of a container: ``state["model"].state_dict()``). Its keys start with ``module.``
     (``module.fc.weight``), and that is the format of every checkpoint the program ever wrote.
 
     Why it is a problem: the migration replaces DataParallel by DistributedDataParallel and reaches the
@@ -126,8 +127,9 @@ torch.save(net.state_dict(), "either.pt")
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
         for call in analysis.method_calls("state_dict"):
             receiver = call.func.value  # type: ignore[union-attr]
-            if call.args or dotted_name(receiver) is None or analysis.holds_unwrapped(receiver):
+            if call.args or (dotted_name(receiver) is None and type(receiver) is not cst.Subscript) or analysis.holds_unwrapped(receiver):
                 continue  # (``raw = model.module if hasattr(model, "module") else model``: plain keys already)
+            # (``state["model"].state_dict()``: a container that holds the wrapped model, as a name does)
             wrap = analysis.wrapped_at(receiver)
             if wrap is None and _saved_here(analysis, call):
                 # A copy's keys are kept only in what is saved (an EMA updated key by key from the model's own

@@ -249,6 +249,66 @@ def test_the_migrated_ema_resumes_from_the_originals_checkpoint(tmp_path: Path) 
     assert "ema keys ['module.bias', 'module.weight']" in run.output, run.output
 
 
+MODEL_IN_A_DICT = '''
+import copy
+import os
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+x = torch.randn(32, 4)
+loader = DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8)
+net = nn.Linear(4, 1)
+ema = copy.deepcopy(net)
+state = {"model": nn.DataParallel(net), "ema": ema}
+opt = torch.optim.SGD(state["model"].parameters(), lr=0.1)
+if os.path.exists("ckpt.pt"):
+    ckpt = torch.load("ckpt.pt")
+    state["model"].load_state_dict(ckpt["model"])
+    state["ema"].load_state_dict(ckpt["ema"])
+for epoch in range(2):
+    for xb, yb in loader:
+        opt.zero_grad()
+        nn.functional.mse_loss(state["model"](xb), yb).backward()
+        opt.step()
+torch.save({"model": state["model"].state_dict(), "ema": state["ema"].state_dict()}, "ckpt.pt")
+saved = torch.load("ckpt.pt")
+print("keys", sorted(saved["model"]), sorted(saved["ema"]))
+'''
+
+
+def test_a_wrapped_model_held_in_a_dict_keeps_its_keys_and_loads_through_unwrap(tmp_path: Path) -> None:
+    """``state["model"]`` holds the DataParallel model: its save keeps the ``module.`` keys (as a name's does)
+    and its load reaches the model through ``runtime.unwrap``, accepting both formats (a trial's migration
+    unwrapped the save alone and left the load on the DDP wrapper: missing keys "module.weight" at once);
+    ``state["ema"]``, a plain model beside it, is left as it was."""
+    migrated, report, code = migrate_script(tmp_path, MODEL_IN_A_DICT)
+    assert code == 0, report
+    flat = " ".join(migrated.split()).replace("( ", "(").replace(" )", ")")  # (long lines are wrapped)
+    assert '"model": runtime.unwrap(state["model"]).state_dict(prefix="module.")' in flat, migrated
+    assert 'runtime.unwrap(state["model"]).load_state_dict({k.removeprefix("module."): v for k, v in ckpt["model"].items()})' in flat, migrated
+    assert 'state["ema"].load_state_dict(ckpt["ema"])' in flat and '"ema": state["ema"].state_dict()' in flat, migrated
+
+
+@pytest.mark.distributed
+def test_the_migrated_model_in_a_dict_resumes_from_the_originals_checkpoint(tmp_path: Path) -> None:
+    """The original writes ``ckpt.pt`` (``module.`` keys for the wrapped model); the migrated program runs as
+    plain python, then resumes from it under torchrun and writes the same keys."""
+    pytest.importorskip("torch")
+    from launch import run_python, run_torchrun
+
+    (tmp_path / "original.py").write_text(MODEL_IN_A_DICT)
+    run_python(tmp_path / "original.py", cwd=tmp_path, timeout=120)
+    migrate_script(tmp_path, MODEL_IN_A_DICT)
+    expected = "keys ['module.bias', 'module.weight'] ['bias', 'weight']"
+    alone = run_python(tmp_path / "train.py", cwd=tmp_path, timeout=120)
+    assert expected in alone.output, alone.output
+    run = run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, timeout=120)
+    assert expected in run.output, run.output
+
+
 EXPORTS = '''
 import io
 
