@@ -604,10 +604,14 @@ loss.backward()
             skipped = skipped_in_some_steps(analysis, creations[0]) if creations else None
             call = ddp_call(analysis, edits, expression(model), [find_unused_parameters_argument()] if skipped else None)
             wrap = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(expression(model))], call)])
-            edits.insert_after(anchor, wrap)
+            aliases = _aliases_left_unwrapped(analysis, model, anchor)
+            edits.insert_after(anchor, wrap, *(statement(f"{alias} = {model}") for alias in aliases))
             message = f"{model} wrapped in DistributedDataParallel"
             if skipped is not None:
                 message += f", with find_unused_parameters=True: {skipped.why}"
+            if aliases:
+                held = ", ".join(aliases)
+                message += f"; {held}, bound to the same model before the wrap and used after it, now hold{'s' if len(aliases) == 1 else ''} the wrapped model too"
             edits.changes.append(Change(self.code, analysis.line(anchor) + 1, message))
         for guard, switch, sites, setup, _ in self._switches(analysis):
             if setup is not None:
@@ -637,6 +641,39 @@ SELF_DISTRIBUTING = (
     "torch.distributed.autograd", "torch.distributed.optim", "torch.distributed.pipelining", "deepspeed",
     "accelerate", "lightning", "pytorch_lightning", "horovod", "fairscale", "colossalai",
 )
+
+
+def _aliases_left_unwrapped(analysis: ScriptAnalysis, model: str, anchor: cst.BaseStatement) -> list[str]:
+    """Names bound to the model's object before the wrap (``net = model`` between its creation and the wrap,
+    or ``model = net`` that creates it) and read after the wrap: they would keep the unwrapped model, and a
+    forward run through one of them (``train(net, ...)``) would bypass DDP, each process training alone."""
+    if "." in model:
+        return []
+    scope = analysis.scope_of(anchor)
+    aliases: list[str] = []
+    for stmt in analysis.nodes_below(scope):
+        if type(stmt) is not cst.Assign or analysis.scope_of(stmt) is not scope or analysis.comes_before(anchor, stmt):
+            continue
+        targets = [dotted_name(t.target) for t in stmt.targets]  # type: ignore[attr-defined]
+        value = dotted_name(stmt.value) if type(stmt.value) is cst.Name else None  # type: ignore[attr-defined]
+        if value == model:
+            found = [t for t in targets if t and t != model and "." not in t]
+        elif value is not None and model in targets:
+            found = [value]
+        else:
+            continue
+        aliases.extend(name for name in found if name not in aliases)
+    return [name for name in aliases if _read_after(analysis, scope, name, anchor)]
+
+
+def _read_after(analysis: ScriptAnalysis, scope: cst.CSTNode, name: str, anchor: cst.BaseStatement) -> bool:
+    """Whether the scope reads the name after the statement."""
+    for node in analysis.nodes_below(scope):
+        if type(node) is cst.Name and node.value == name and analysis.comes_before(anchor, node) and not analysis.is_inside(node, anchor):  # type: ignore[attr-defined]
+            parent = analysis.parent(node)
+            if not (type(parent) is cst.AssignTarget and parent.target is node):  # type: ignore[attr-defined]
+                return True
+    return False
 
 
 def _runs_forward(stmt: cst.BaseStatement, model: str) -> bool:

@@ -2625,7 +2625,9 @@ class ScriptAnalysis:
             # (``self`` in a method no call of the program runs, ``configure_optimizers`` a library calls: no
             # object of this module to wrap)
             if not self._handed_in(function, name) and name != "self":
-                found.setdefault(name, []).append(optimizer)
+                # ``model_without_ddp = model`` then ``SGD(model_without_ddp.parameters())``, the forward run as
+                # ``model(x)``: the model to wrap is the name its forward runs through.
+                found.setdefault(self._model_named_behind(optimizer, name), []).append(optimizer)
         # A model handed in is trained where the function's callers hand it: followed up the calls, through
         # functions that are handed it in turn (``model.configure_optimizers()`` in a Trainer's ``__init__``
         # of another module, the Trainer built in ``train.py``), a few calls deep.
@@ -2745,8 +2747,10 @@ class ScriptAnalysis:
         if hasattr(model, "module") else model``: the wrap belongs to ``model``, which runs the forward), else
         the name itself."""
         name = dotted_name(passed)
-        if name is None:
-            return None
+        return None if name is None else self._model_named_behind(at, name)
+
+    def _model_named_behind(self, at: cst.CSTNode, name: str) -> str:
+        """:meth:`_model_behind` of a name."""
         called = self.shared.called_names()
         if name in called or "." in name:
             return name
@@ -2849,11 +2853,36 @@ class ScriptAnalysis:
             return []
         root, dot, rest = receiver.partition(".")
         function = self.enclosing_function(call)
+        owner = self.shared.analysis_of(call) or self
+        walked = owner._module_walked(function or owner.module_of(call), root)
+        if walked is not None:
+            # ``for m in model.modules(): m.named_parameters(recurse=False)``: the parameters are the model's
+            receiver, at = walked
+            root, dot, rest = receiver.partition(".")
+        else:
+            at = call.func.value if not dot else _root_of(call.func.value)  # type: ignore[attr-defined]
         if function is None or function is home or root in ("self", "cls") or not self.is_parameter(function, root):
             return [receiver]
-        owner = self.shared.analysis_of(call) or self
-        passed = [dotted_name(value) for value in owner.flows_into(call.func.value if not dot else _root_of(call.func.value), root)]  # type: ignore[attr-defined]
+        passed = [dotted_name(value) for value in owner.flows_into(at, root)]
         return [f"{name}{dot}{rest}" for name in passed if name is not None]
+
+    def _module_walked(self, scope: cst.CSTNode, name: str) -> tuple[str, cst.BaseExpression] | None:
+        """The model whose submodules a loop of the scope binds the name to (``model`` of ``for m in
+        model.modules()``, ``for _, m in model.named_children()``), with its expression; ``None`` where no such
+        loop binds it."""
+        for node in self.nodes_below(scope):
+            if type(node) is not cst.For or self.scope_of(node) is not scope:
+                continue
+            iterated = node.iter  # type: ignore[attr-defined]
+            if type(iterated) is not cst.Call or call_method_name(iterated) not in SUBMODULE_WALKS:
+                continue
+            target = node.target  # type: ignore[attr-defined]
+            bound = [e.value for e in target.elements] if type(target) is cst.Tuple else [target]
+            if any(type(b) is cst.Name and b.value == name for b in bound):  # type: ignore[attr-defined]
+                model = iterated.func.value  # type: ignore[attr-defined]
+                owner = dotted_name(model)
+                return (owner, model) if owner is not None else None
+        return None
 
     def _model_indexed(self, expr: cst.BaseExpression) -> str | None:
         """``model`` of ``model[0]`` where the container is itself run as a model (``model(x)``: an
@@ -3571,6 +3600,10 @@ def _assign_targets(assign: cst.Assign | cst.AnnAssign) -> list[cst.BaseExpressi
     if type(assign) is cst.AnnAssign:
         return [assign.target]  # type: ignore[union-attr]
     return [t.target for t in assign.targets]
+
+
+#: Methods whose loop walks a model's submodules (``for m in model.modules()``): their parameters are the model's.
+SUBMODULE_WALKS = frozenset({"modules", "children", "named_modules", "named_children"})
 
 
 def _root_of(expr: cst.BaseExpression) -> cst.BaseExpression:

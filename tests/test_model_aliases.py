@@ -1,0 +1,109 @@
+"""The model a single-GPU program trains, reached through more than one name (a trial of reference-style
+trainers): the wrap goes to the name the forward runs through, and every name that holds the same model
+after the wrap holds the wrapper.
+
+- ``model_without_ddp = model`` (torchvision's references), the optimizer built from the alias and the
+  forward run as ``model(x)``: the alias was wrapped, ``model`` trained unwrapped, each rank alone, with a
+  clean report.
+- ``net = model`` bound before the wrap's place (after ``model.to(device)``) and trained through ``net``:
+  ``net`` kept the unwrapped model.
+- parameter groups built by walking the submodules (``for m in model.modules(): m.named_parameters(
+  recurse=False)``, torchvision's ``set_weight_decay``): ``m`` was taken for the trained model, nothing
+  was wrapped (a review line naming ``m``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from launch import run_python
+from migrated import migrate_script, train_original_and_migrated
+
+HEAD = """import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def train_one_epoch(model, optimizer, loader):
+    for x, y in loader:
+        loss = nn.functional.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+def param_groups(model, wd):
+    decay, no_decay = [], []
+    for m in model.modules():
+        for name, p in m.named_parameters(recurse=False):
+            (no_decay if name == "bias" else decay).append(p)
+    return [{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def main():
+    torch.manual_seed(0)
+    ds = TensorDataset(torch.randn(64, 10), torch.randint(0, 3, (64,)))
+    loader = DataLoader(ds, batch_size=16, shuffle=False)
+    model = nn.Sequential(nn.Linear(10, 16), nn.ReLU(), nn.Linear(16, 3))
+"""
+
+TAIL = """
+
+if __name__ == "__main__":
+    main()
+"""
+
+ALIAS_FOR_THE_OPTIMIZER = HEAD + """    model_without_ddp = model
+    optimizer = torch.optim.SGD(model_without_ddp.parameters(), lr=0.1)
+    for epoch in range(3):
+        train_one_epoch(model, optimizer, loader)
+    torch.save(model_without_ddp.state_dict(), "final.pt")
+""" + TAIL
+
+ALIAS_TRAINED_BEFORE_THE_SET_UP = HEAD + """    net = model
+    model.to("cpu")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(3):
+        train_one_epoch(net, optimizer, loader)
+    torch.save(model.state_dict(), "final.pt")
+""" + TAIL
+
+GROUPS_OF_SUBMODULES = HEAD + """    model.to("cpu")
+    optimizer = torch.optim.SGD(param_groups(model, 1e-4), lr=0.1)
+    for epoch in range(3):
+        train_one_epoch(model, optimizer, loader)
+    torch.save(model.state_dict(), "final.pt")
+""" + TAIL
+
+SHAPES = [ALIAS_FOR_THE_OPTIMIZER, ALIAS_TRAINED_BEFORE_THE_SET_UP, GROUPS_OF_SUBMODULES]
+IDS = ["alias-for-the-optimizer", "alias-trained", "groups-of-submodules"]
+
+
+@pytest.mark.parametrize("source", SHAPES, ids=IDS)
+def test_the_model_whose_forward_trains_is_wrapped_with_nothing_left_to_a_human(tmp_path: Path, source: str) -> None:
+    migrated, report, code = migrate_script(tmp_path, source)
+    assert code == 0 and "0 item(s) need a human" in report, report
+    assert migrated.count("DistributedDataParallel(") == 1 and "    model = DistributedDataParallel(model, " in migrated, migrated
+    if source is ALIAS_TRAINED_BEFORE_THE_SET_UP:
+        wrap = migrated.index("    model = DistributedDataParallel(model, ")
+        assert migrated.index("    net = model\n", wrap) > wrap, migrated
+        assert "net, bound to the same model before the wrap and used after it, now holds the wrapped model too" in report, report
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("source", SHAPES, ids=IDS)
+def test_the_migrated_program_trains_the_original_weights_under_torchrun_and_alone(tmp_path: Path, source: str) -> None:
+    """Two processes with half the batch each compute the original's steps (no shuffle, 64 samples): the
+    weights match the original's; a rank training alone would not."""
+    torch = pytest.importorskip("torch")
+    original, migrated, _ = train_original_and_migrated(tmp_path, source)
+    expected = torch.load(original / "final.pt", weights_only=True)
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    run_python(migrated / "train.py", cwd=plain, timeout=120)
+    for folder in (migrated, plain):
+        actual = torch.load(folder / "final.pt", weights_only=True)
+        assert sorted(actual) == sorted(expected), sorted(actual)
+        for key in expected:
+            torch.testing.assert_close(actual[key], expected[key], atol=1e-5, rtol=0)
