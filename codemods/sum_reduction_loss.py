@@ -10,8 +10,8 @@ from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name, keyword_argument, tree, walk
 from .analysis.legacy import int_value
 from .analysis.per_rank import per_rank_values, shards_training_data
-from .analysis.ranks import per_rank_draws
-from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
+from .analysis.ranks import calls_feeding_the_losses, per_rank_draws
+from .base import Change, Example, FixResult, FixSafety, Match, Note, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression
 from .runtime_calls import runtime_name
 
@@ -52,6 +52,11 @@ class SumReductionLoss(Rule):
     A summed loss divided by this process's own batch size (``/ len(x)``, ``/ x.size(0)``) is a mean and
     is left alone. Divided by anything else (``/ args.batch_size``: the global batch, or not?) it is
     reported with a TODO: a human must say which.
+
+    A note (no finding): a training loss that averages over the targets it does not ignore
+    (``F.cross_entropy(..., ignore_index=pad)``, ``nn.CrossEntropyLoss(ignore_index=-100)``) divides by each
+    shard's own count of kept targets; where the shards hold different numbers of them (padding), DDP's
+    average of the processes' means differs a little from the original's mean over the whole batch.
 
     Fix safety: with the global batch kept (the default), the migrated run computes the original's update;
     with ``--batch-size per-process`` it computes the sum over the N times larger global batch.
@@ -247,6 +252,20 @@ total = nn.functional.l1_loss(a, b, reduction="sum")
                 fixable=kind == "sum",
             )
 
+    def notes(self, analysis: ScriptAnalysis, options: Options) -> list[Note]:
+        """A training loss that is a mean over the targets it does not ignore (``ignore_index=``): each process
+        divides by its own count, which differs between shards."""
+        if not any(analysis.is_call_to(w, names.DISTRIBUTED_DATA_PARALLEL) for w in analysis.program_wrap_calls):
+            return []
+        if not shards_training_data(analysis):
+            return []
+        feeding = calls_feeding_the_losses(analysis)
+        return [
+            Note(self.code, analysis.line(call), IGNORED_TARGETS.format(call=code_of(call.func)))
+            for call in analysis.calls
+            if call in feeding and _mean_over_counted_targets(analysis, call)
+        ]
+
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         edits = Edits(analysis)
         for backward, loss, kind in self._cases(analysis):
@@ -263,6 +282,29 @@ total = nn.functional.l1_loss(a, b, reduction="sum")
             edits.replace(loss, lambda _updated, scaled=scaled: scaled)
             edits.changes.append(Change(self.code, analysis.line(backward), "summed loss scaled by runtime.world_size() before backward()"))
         return edits.apply(analysis.module) if edits else None
+
+
+#: The note of a mean over the targets not ignored.
+IGNORED_TARGETS = (
+    "{call}(..., ignore_index=...) averages over the targets this process does not ignore, and DDP then averages "
+    "the processes' means alike: where the shards hold different numbers of ignored targets (padding), each "
+    "update differs a little from the original's mean over the whole batch; for the exact mean, sum the loss "
+    "(reduction=\"sum\"), divide by the count of targets kept summed across processes (runtime.reduce_sum) and "
+    "multiply by runtime.world_size()"
+)
+#: Losses that skip the targets equal to ``ignore_index`` when they average.
+_IGNORING_LOSSES = frozenset({
+    "torch.nn.functional.cross_entropy", "torch.nn.functional.nll_loss", "torch.nn.CrossEntropyLoss", "torch.nn.NLLLoss",
+})
+
+
+def _mean_over_counted_targets(analysis: ScriptAnalysis, call: cst.Call) -> bool:
+    """Whether a call is a loss (or builds a loss module) that averages over the targets it does not ignore:
+    ``F.cross_entropy(..., ignore_index=-100)``, ``nn.CrossEntropyLoss(ignore_index=pad)``, reduction mean."""
+    if keyword_argument(call, "ignore_index") is None or not analysis.is_call_to(call, _IGNORING_LOSSES):
+        return False
+    reduction = keyword_argument(call, "reduction")
+    return reduction is None or (isinstance(reduction.value, cst.SimpleString) and reduction.value.evaluated_value == "mean")
 
 
 def _counts_this_batch(divisor: cst.BaseExpression) -> bool:

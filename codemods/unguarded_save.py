@@ -48,6 +48,10 @@ class UnguardedSave(Rule):
       call, where the ranks meet again. A save read back with no such place is left for review: a rank could
       read the file before rank 0 wrote it (a trial's shards: 4 runs of 6 crashed, one trained on part).
 
+    Also a save already on rank 0 only that pickles the DistributedDataParallel wrapper whole
+    (``if rank == 0: torch.save(model, path)``): the file loads only where a process group exists. The fix
+    saves ``runtime.unwrap(model)``, the model itself, as ``runtime.save`` does.
+
     Fix safety: the checkpoint keeps its contents; a save written on rank 0 only under a per-rank
     condition follows rank 0's decision (``acc`` of rank 0's shard).
     """
@@ -243,7 +247,24 @@ torch.save(sampler.state_dict(), f=f"sampler_{os.environ['RANK']}.pt")
                 continue  # each rank's own file (``f"rng_rank{rank}.pt"``): every rank must write it
             yield call, facts.unsafe_condition(call)
 
+    @staticmethod
+    def _guarded_wrapper_pickles(analysis: ScriptAnalysis) -> Iterator[cst.Call]:
+        """Saves already on rank 0 only (``if rank == 0: torch.save(model, path)``) that pickle a
+        DistributedDataParallel wrapper whole."""
+        if not analysis.is_training_code:
+            return
+        facts = rank_facts(analysis)
+        for call in analysis.calls_to(names.TORCH_SAVE):
+            if facts.guard(call) is not None and any(
+                analysis.is_call_to(wrap, names.DISTRIBUTED_DATA_PARALLEL)
+                for value in _wrapped_models_saved_whole(analysis, call)
+                if (wrap := analysis.wrapped_at(value)) is not None
+            ):
+                yield call
+
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
+        for call in self._guarded_wrapper_pickles(analysis):
+            yield Match(call, WRAPPER_PICKLED)
         loads: list[cst.Call] | None = None
         for call, condition in self._cases(analysis):
             if condition is None:
@@ -274,6 +295,9 @@ torch.save(sampler.state_dict(), f=f"sampler_{os.environ['RANK']}.pt")
         loads = _loads(analysis)
         barriers: set[cst.CSTNode] = set()
         prepared: set[cst.CSTNode] = set()
+        for call in self._guarded_wrapper_pickles(analysis):
+            self._unwrap_whole_models(analysis, edits, call, runtime_name(analysis, edits))
+            edits.changes.append(Change(self.code, analysis.line(call), "the whole model saved through runtime.unwrap (the file holds the model, not its wrapper)"))
         for call, condition in self._cases(analysis):
             rt = runtime_name(analysis, edits)
             if condition is None:
@@ -364,6 +388,13 @@ def _wrapped_models_saved_whole(analysis: ScriptAnalysis, call: cst.Call) -> lis
     saved = call.args[0].value
     values = [element.value for element in saved.elements if isinstance(element, cst.DictElement)] if isinstance(saved, cst.Dict) else [saved]
     return [value for value in values if isinstance(value, (cst.Name, cst.Attribute)) and analysis.wrapped_at(value) is not None]
+
+
+#: What a save on rank 0 of the DDP wrapper itself writes.
+WRAPPER_PICKLED = (
+    "torch.save pickles the DistributedDataParallel wrapper: the file loads only where a process group exists "
+    "(torch.load elsewhere fails: \"Default process group has not been initialized\"); save the model itself (runtime.unwrap(model))"
+)
 
 
 #: The review line of a file the program reads back, where no barrier can go on a path every rank takes.

@@ -374,7 +374,12 @@ class PerRankValues:
             read = [node.value, *(c.test for c in conditions if type(c.owner) is cst.If and not c.early_exit)]  # type: ignore[attr-defined]
             return lambda: any(mention(value) for value in read) and self._mark(keys)
         if kind is cst.For:
-            value, keys = node.iter, self._targets(node, node.target)  # type: ignore[attr-defined]
+            # ``for step, batch in enumerate(...)``: the index counts the passes, the same on every rank at the
+            # same pass (ranks that make different numbers of passes fail in their collectives whatever the index).
+            value, target = node.iter, node.target  # type: ignore[attr-defined]
+            if type(value) is cst.Call and dotted_name(value.func) == "enumerate" and type(target) in (cst.Tuple, cst.List) and len(target.elements) == 2:  # type: ignore[attr-defined]
+                target = target.elements[1].value  # type: ignore[attr-defined]
+            keys = self._targets(node, target)
             return lambda: bool(mention(value)) and self._mark(keys)
         if kind is cst.Return and node.value is not None:  # type: ignore[attr-defined]
             value, function = node.value, analysis.enclosing_function(node)  # type: ignore[attr-defined]

@@ -1226,7 +1226,26 @@ def _seeds_draws(analysis: ScriptAnalysis, seed: cst.Call, seeds: list[cst.Call]
             and not any(facts.kind(arg.value) is Kind.RANK for arg in later.args)
         ):
             return False
-    return any(_torch_draws(module) for module in analysis.shared.analyses)
+    feeding = calls_feeding_the_losses(analysis)
+    return any(draw in feeding for module in analysis.shared.analyses for draw in _torch_draws(module))
+
+
+def calls_feeding_the_losses(analysis: ScriptAnalysis) -> frozenset[cst.Call]:
+    """The calls of the program whose values may reach a loss ``backward()`` is called on (see
+    :meth:`ScriptAnalysis.feeding_calls`): a draw among them makes the training data, or picks it (``ix =
+    torch.randint(...)`` then ``model(data[ix])``); one that does not (noise for a plot, a random tensor of a
+    test) changes no batch, whatever seeds it. Found once per program."""
+    cache = analysis.shared.__dict__.setdefault("_feeding_the_training", {})
+    if "calls" not in cache:
+        losses: list[cst.CSTNode] = []
+        for module in analysis.shared.analyses:
+            for call in module.backward_calls:
+                loss = call.func.value  # type: ignore[attr-defined]
+                name = dotted_name(loss)
+                # (``loss.backward()``: what the name holds; ``model(x).sum().backward()``: the expression)
+                losses.extend(module.flows_into(call, name) if name is not None else [loss])
+        cache["calls"] = frozenset(analysis.feeding_calls(losses)) if losses else frozenset()
+    return cache["calls"]
 
 
 def per_rank_draws(analysis: ScriptAnalysis) -> list[cst.Call]:
@@ -1513,4 +1532,4 @@ def rank_facts(analysis: ScriptAnalysis) -> RankFacts:
     return analysis.derived("ranks", RankFacts)
 
 
-__all__ = ["GENERATOR", "counts_the_processes", "SEEDS", "Condition", "Kind", "RankFacts", "draws_per_rank", "generator_seeded_alike", "more_than_one", "rank_facts", "seeds_alike", "torch_seed_before", "torch_seeds"]
+__all__ = ["GENERATOR", "calls_feeding_the_losses", "counts_the_processes", "SEEDS", "Condition", "Kind", "RankFacts", "draws_per_rank", "generator_seeded_alike", "more_than_one", "rank_facts", "seeds_alike", "torch_seed_before", "torch_seeds"]
