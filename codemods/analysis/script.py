@@ -2870,19 +2870,29 @@ class ScriptAnalysis:
         """The model whose submodules a loop of the scope binds the name to (``model`` of ``for m in
         model.modules()``, ``for _, m in model.named_children()``), with its expression; ``None`` where no such
         loop binds it."""
-        for node in self.nodes_below(scope):
-            if type(node) is not cst.For or self.scope_of(node) is not scope:
+        return self._submodule_loops.get((scope, name))
+
+    @cached_property
+    def _submodule_loops(self) -> dict[tuple[cst.CSTNode, str], tuple[str, cst.BaseExpression]]:
+        """:meth:`_module_walked` of every loop of the module, by scope and name bound (the first loop wins)."""
+        found: dict[tuple[cst.CSTNode, str], tuple[str, cst.BaseExpression]] = {}
+        for node in self.preorder:
+            if type(node) is not cst.For:
                 continue
             iterated = node.iter  # type: ignore[attr-defined]
             if type(iterated) is not cst.Call or call_method_name(iterated) not in SUBMODULE_WALKS:
                 continue
+            model = iterated.func.value  # type: ignore[attr-defined]
+            owner = dotted_name(model)
+            if owner is None:
+                continue
             target = node.target  # type: ignore[attr-defined]
             bound = [e.value for e in target.elements] if type(target) is cst.Tuple else [target]
-            if any(type(b) is cst.Name and b.value == name for b in bound):  # type: ignore[attr-defined]
-                model = iterated.func.value  # type: ignore[attr-defined]
-                owner = dotted_name(model)
-                return (owner, model) if owner is not None else None
-        return None
+            scope = self.scope_of(node)
+            for b in bound:
+                if type(b) is cst.Name:
+                    found.setdefault((scope, b.value), (owner, model))  # type: ignore[attr-defined]
+        return found
 
     def _model_indexed(self, expr: cst.BaseExpression) -> str | None:
         """``model`` of ``model[0]`` where the container is itself run as a model (``model(x)``: an
