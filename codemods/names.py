@@ -22,6 +22,8 @@ MODEL_WRAPPERS = DATA_PARALLEL | DISTRIBUTED_DATA_PARALLEL
 #: A copy of a model with parameters of its own (``copy.deepcopy(model)``), and the averaging wrappers that
 #: make one (``AveragedModel(model)``).
 DEEP_COPY = frozenset({"copy.deepcopy"})
+#: Calls that hand back a module running the model they are given (same parameters, same forward).
+MODEL_COMPILERS = frozenset({"torch.compile"})
 MODEL_COPIES = DEEP_COPY | {"torch.optim.swa_utils.AveragedModel"}
 #: A trainable tensor (``nn.Parameter(torch.zeros(1))``): a module's own when assigned to its attribute.
 PARAMETER = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter"})

@@ -320,16 +320,30 @@ AUX_HEAD = NANOGPT.replace("        self.lm_head = nn.Linear(8, 3)\n", "        
 )
 
 
-@pytest.mark.parametrize("source", [NANOGPT, LSTM], ids=["loss-from-logits", "recurrent-state"])
+#: nanoGPT's ``if compile: model = torch.compile(model)``: the compiled model runs the same forward.
+def compiled(source: str) -> str:
+    """The program with nanoGPT's ``if compile: model = torch.compile(model)`` (the same forward runs)."""
+    return source.replace("def main():\n", "COMPILE = False\n\n\ndef main():\n").replace(
+        "    model = GPT()\n", "    model = GPT()\n    if COMPILE:\n        model = torch.compile(model)\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "source",
+    [NANOGPT, LSTM, compiled(NANOGPT)],
+    ids=["loss-from-logits", "recurrent-state", "loss-from-logits-compiled"],
+)
 def test_a_discarded_output_computed_by_the_same_layers_needs_no_search(tmp_path: Path, source: str) -> None:
     """A trial: ``_, loss = model(x, y)`` (nanoGPT: the loss is computed from the logits) and ``out, _ = lstm(x)``
-    got ``find_unused_parameters=True``, which costs every step and makes torch warn that nothing was unused."""
+    got ``find_unused_parameters=True``, which costs every step and makes torch warn that nothing was unused;
+    so did the same model behind ``torch.compile`` (a later trial)."""
     text, _ = migrate(tmp_path, source)
     assert "DistributedDataParallel(" in text and "find_unused_parameters" not in text, text
 
 
-def test_a_discarded_output_of_a_head_of_its_own_looks_for_unused_parameters(tmp_path: Path) -> None:
-    text, output = migrate(tmp_path, AUX_HEAD)
+@pytest.mark.parametrize("source", [AUX_HEAD, compiled(AUX_HEAD)], ids=["plain", "compiled"])
+def test_a_discarded_output_of_a_head_of_its_own_looks_for_unused_parameters(tmp_path: Path, source: str) -> None:
+    text, output = migrate(tmp_path, source)
     assert "find_unused_parameters=True" in text, text
 
 

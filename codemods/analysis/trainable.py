@@ -436,12 +436,20 @@ def _output_used_on_some_steps(analysis: ScriptAnalysis, model: cst.BaseExpressi
 
 def _built_models(analysis: ScriptAnalysis, model: cst.BaseExpression) -> list[cst.Call]:
     """The calls that build the model a name holds: not its device moves (``LM().to(device)`` hands back the
-    model ``LM()`` built, among the origins too) nor the DDP wrap the migration put around it."""
-    return [
-        o  # type: ignore[misc]
-        for o in analysis.origins(model)
-        if type(o) is cst.Call and call_method_name(o) not in SELF_RETURNING_METHODS and not analysis.is_call_to(o, names.MODEL_WRAPPERS)  # type: ignore[arg-type]
-    ]
+    model ``LM()`` built, among the origins too) nor the DDP wrap the migration put around it; through
+    ``torch.compile(model)``, the model compiled."""
+    found: list[cst.Call] = []
+    pending, seen = [model], set()
+    while pending:
+        for origin in analysis.origins(pending.pop()):
+            if type(origin) is not cst.Call or origin in seen or call_method_name(origin) in SELF_RETURNING_METHODS or analysis.is_call_to(origin, names.MODEL_WRAPPERS):  # type: ignore[arg-type]
+                continue
+            seen.add(origin)
+            if analysis.is_call_to(origin, names.MODEL_COMPILERS) and origin.args:  # type: ignore[arg-type, attr-defined]
+                pending.append(origin.args[0].value)  # type: ignore[attr-defined]  (``model = torch.compile(model)``)
+            else:
+                found.append(origin)  # type: ignore[arg-type]
+    return found
 
 
 def _dict_output_read_on_some_steps(analysis: ScriptAnalysis, assign: cst.Assign, backward: cst.CSTNode, loop: cst.CSTNode) -> str | None:
