@@ -713,12 +713,38 @@ def _state_set_in(analysis: ScriptAnalysis, block: cst.CSTNode) -> list[str]:
 
 
 def _guard_statement(edits: Edits, stmt: cst.CSTNode, test: str) -> None:
-    """Put a statement under ``if <test>:``, keeping its comments and blank lines above the ``if``."""
+    """Put a statement under ``if <test>:``, keeping its comments and blank lines above the ``if``; the same
+    guard already inside it (``torch.save(model, f)`` of the ``with open(...)`` block, guarded by DDP007) is
+    dropped: under the outer one it always holds."""
     guard = cst.If(test=expression(test), body=cst.IndentedBlock(body=[]))
     edits.replace(stmt, lambda updated, guard=guard: guard.with_changes(
         leading_lines=updated.leading_lines,
-        body=cst.IndentedBlock(body=[updated.with_changes(leading_lines=[])]),
+        body=cst.IndentedBlock(body=[updated.with_changes(leading_lines=[]).visit(_SameGuardsDropped(test))]),
     ))
+
+
+class _SameGuardsDropped(cst.CSTTransformer):
+    """Replaces each ``if <test>:`` without ``else`` by its body (not inside functions or classes, which may
+    run elsewhere)."""
+
+    def __init__(self, test: str) -> None:
+        super().__init__()
+        self.test = test
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return False
+
+    def leave_If(self, original_node: cst.If, updated_node: cst.If) -> cst.BaseStatement | cst.FlattenSentinel[cst.BaseStatement]:
+        body = updated_node.body
+        if updated_node.orelse is not None or code_of(updated_node.test) != self.test or not isinstance(body, cst.IndentedBlock) or not body.body:
+            return updated_node
+        if body.header.comment is not None or body.footer:
+            return updated_node  # (a comment of the user's on the guard's line, or closing its block: kept)
+        first, *rest = body.body
+        return cst.FlattenSentinel([first.with_changes(leading_lines=[*updated_node.leading_lines, *first.leading_lines]), *rest])
 
 
 def _runs_once_on_every_rank(analysis: ScriptAnalysis, point: cst.CSTNode, guarded: list[cst.BaseStatement]) -> bool:

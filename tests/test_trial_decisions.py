@@ -225,3 +225,44 @@ def test_a_mean_over_the_targets_kept_is_noted_as_a_mean_per_process(tmp_path: P
     assert "note DDP039 line" in report and "nn.CrossEntropyLoss(..., ignore_index=...) averages over the targets this process does not ignore" in report, report
     _, report, code = migrate_script(tmp_path / "b", PADDED_TOKENS.replace("LOSS_ARGS", ""))
     assert code == 0 and "DDP039" not in report, report
+
+
+SAVE_THROUGH_AN_OPEN_FILE = """import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8, shuffle=True)
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    best = None
+    for epoch in range(2):
+        for x, y in loader:
+            loss = nn.functional.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        if best is None or loss.item() < best:
+            best = loss.item()
+            with open("model.pt", "wb") as f:
+                torch.save(model.state_dict(), f)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_save_into_a_file_opened_by_a_with_block_is_guarded_once(tmp_path: Path) -> None:
+    """The ``with open(...)`` block goes under the rank-0 guard (every rank truncated the file) and the save
+    inside it had its own guard too (DDP007): one guard is left (a trial's migration had both)."""
+    from migrated import migrate_script
+
+    migrated, report, _ = migrate_script(tmp_path, SAVE_THROUGH_AN_OPEN_FILE)  # (the decision on the loss: a review)
+    assert "DDP012 line 19: file written on rank 0 only" in report, report
+    assert migrated.count("is_main_process()") == 1, migrated
+    assert (
+        '            if runtime.is_main_process():\n                with open("model.pt", "wb") as f:\n'
+        "                    torch.save(model.module.state_dict(), f)\n"
+    ) in migrated, migrated
