@@ -501,13 +501,15 @@ torch.save(state, "last.pt")
             if attr in WRAPPER_ATTRIBUTES and attr != "no_sync" or attr in DDP_ATTRIBUTES:
                 continue
             if dotted_name(attribute.value) is None:
-                if attr in ("state_dict", "load_state_dict") and type(attribute.value) is cst.Subscript and analysis.wrapped_at(attribute.value) is not None:
+                held = analysis.wrapped_at(attribute.value) if attr in ("state_dict", "load_state_dict") and type(attribute.value) is cst.Subscript else None
+                if held is not None:
                     # ``state["model"].state_dict()``, ``models[0]``: a container holds the wrapper (unwrapped whatever it holds)
+                    kind = "DDP" if analysis.is_call_to(held, names.DISTRIBUTED_DATA_PARALLEL) else "DataParallel"
                     call = analysis.parent(attribute)
                     if attr == "state_dict":
-                        yield _Case("access", attribute, attribute, True, "state_dict() of a model held in a container that holds its DDP wrapper: every key gains module.; use runtime.unwrap(...).state_dict()")
+                        yield _Case("access", attribute, attribute, True, f"state_dict() of a model held in a container that holds its {kind} wrapper: every key gains module.; use runtime.unwrap(...).state_dict()")
                     elif type(call) is cst.Call and call.func is attribute:  # type: ignore[attr-defined]
-                        yield _Case("load", call, attribute, True, "load_state_dict on a model held in a container that holds its DDP wrapper takes only module.-prefixed keys: load into runtime.unwrap(...), accepting keys with and without the prefix")
+                        yield _Case("load", call, attribute, True, f"load_state_dict on a model held in a container that holds its {kind} wrapper takes only module.-prefixed keys: load into runtime.unwrap(...), accepting keys with and without the prefix")
                 continue
             parent = analysis.parent(attribute)
             assigned = isinstance(parent, cst.AssignTarget)
