@@ -8,6 +8,7 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, dotted_name, walk
+from .analysis.script import PROCESS_EXITS
 from .analysis.ranks import Condition, Kind, RankFacts, rank_facts
 from .base import Example, Match, Phase, Rule, Severity, Valid
 from .edits import code_of
@@ -269,12 +270,30 @@ for epoch in range(args.epochs):
         return None
 
 
+def _always_leaves(condition: Condition) -> bool:
+    """Whether the branch of an early exit's ``if`` that leaves ends by leaving (``if not nodes: return``),
+    rather than only may leave (a ``break`` under an ``if`` of its own)."""
+    branch = condition.owner.orelse if condition.in_body else condition.owner.body  # type: ignore[union-attr]
+    if type(branch) is cst.Else:
+        branch = branch.body  # type: ignore[union-attr]
+    body = getattr(branch, "body", None)
+    if type(branch) is not cst.IndentedBlock or not body:
+        return False
+    last = body[-1]
+    if type(last) is not cst.SimpleStatementLine:
+        return False
+    small = last.body[-1]  # type: ignore[attr-defined]
+    if type(small) in (cst.Return, cst.Break, cst.Continue, cst.Raise):
+        return True
+    return type(small) is cst.Expr and type(small.value) is cst.Call and dotted_name(small.value.func) in PROCESS_EXITS  # type: ignore[attr-defined]
+
+
 def _where(condition: Condition) -> str:
     """Which ranks get to a place under the condition, for a message."""
     test = code_of(condition.test)
     if condition.in_body is None:
         return f"runs only where `{test}` lets it, which may differ between ranks: the others never call it and the job hangs"
-    if condition.early_exit:
+    if condition.early_exit and not _always_leaves(condition):
         # ``if val < best: ... else: if bad >= patience: break`` before it: the place is skipped only where the
         # leaving branch leaves, not wherever the test goes that way.
         branch = "its else branch" if condition.in_body else "its body"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from ddp_migrate.cli import cli
@@ -266,3 +267,76 @@ def test_a_save_into_a_file_opened_by_a_with_block_is_guarded_once(tmp_path: Pat
         '            if runtime.is_main_process():\n                with open("model.pt", "wb") as f:\n'
         "                    torch.save(model.module.state_dict(), f)\n"
     ) in migrated, migrated
+
+
+def test_a_collective_after_an_exit_that_always_leaves_names_the_test(tmp_path: Path) -> None:
+    """``if val >= best: break`` before it: the barrier runs exactly where the test is false, as said."""
+    source = BARRIER_AFTER_PATIENCE.replace(
+        "    if val < best:\n        best = val\n    else:\n        bad += 1\n        if bad >= 3:\n            break\n",
+        "    if val >= best:\n        break\n    best = val\n",
+    )
+    found = lint(tmp_path, source, "DDP033")
+    assert len(found) == 1 and "dist.barrier() is a collective but runs only where `val >= best` is false" in found[0], found
+
+
+CALLBACK_MODULE = """class EarlyStopping:
+    def __init__(self, patience=1):
+        self.patience, self.best, self.wait = patience, float("inf"), 0
+
+    def on_epoch_end(self, trainer, logs):
+        if logs["loss"] < self.best:
+            self.best, self.wait = logs["loss"], 0
+        else:
+            self.wait += 1
+            if self.wait >= self.patience:
+                trainer.stop_training = True
+"""
+
+TRAINER_WITH_CALLBACKS = """import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+from callbacks import EarlyStopping
+
+
+class Trainer:
+    def __init__(self, model, opt, callbacks=None):
+        self.model, self.opt = model, opt
+        self.callbacks = CALLBACKS
+        self.stop_training = False
+
+    def fit(self, loader, epochs):
+        for epoch in range(epochs):
+            loader.sampler.set_epoch(epoch)
+            total = 0.0
+            for x, y in loader:
+                loss = nn.functional.mse_loss(self.model(x), y)
+                self.opt.zero_grad()
+                loss.backward()
+                self.opt.step()
+                total += loss.item()
+            for cb in self.callbacks:
+                cb.on_epoch_end(self, {"loss": total / len(loader)})
+            if self.stop_training:
+                break
+
+
+dist.init_process_group("gloo")
+ds = TensorDataset(torch.randn(256, 4), torch.randn(256, 1))
+model = DDP(nn.Linear(4, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+Trainer(model, opt, [EarlyStopping(patience=1)]).fit(DataLoader(ds, batch_size=32, sampler=DistributedSampler(ds)), 50)
+"""
+
+
+@pytest.mark.parametrize(
+    "held", ["callbacks", "callbacks or []", "callbacks if callbacks is not None else []", "list(callbacks or [])"]
+)
+def test_a_stop_decided_in_a_callback_of_a_list_given_with_a_default_is_reported(tmp_path: Path, held: str) -> None:
+    """``self.callbacks = callbacks or []`` hid the callbacks from the analysis: the early stop on each rank's own
+    loss (in another module) went unreported, and a trial's migrated run crashed (gloo) where NCCL hangs."""
+    (tmp_path / "callbacks.py").write_text(CALLBACK_MODULE)
+    found = lint(tmp_path, TRAINER_WITH_CALLBACKS.replace("CALLBACKS", held), "DDP041")
+    assert any("`self.stop_training` decides on self.stop_training" in line for line in found), found

@@ -1155,6 +1155,8 @@ class ScriptAnalysis:
             return {expr}
         if kind is cst.IfExp:
             return self.origins(expr.body) | self.origins(expr.orelse)  # type: ignore[attr-defined]
+        if kind is cst.BooleanOperation:  # ``callbacks or []``: either side's value
+            return self.origins(expr.left) | self.origins(expr.right)  # type: ignore[attr-defined]
         name = dotted_name(expr) if kind is not cst.Subscript else item_name(expr)
         if name is None:
             return set()
@@ -1411,6 +1413,14 @@ class ScriptAnalysis:
         """What a dict-valued expression holds at each string key, where the analysis can read it: a dict
         written out, a name whose dict got its keys so, or a call of a function returning such a dict."""
         kind = type(value)
+        if kind is cst.BooleanOperation or kind is cst.IfExp:
+            # ``self.callbacks = callbacks or []``, ``cbs if cbs is not None else []``: what either side holds
+            sides = (value.left, value.right) if kind is cst.BooleanOperation else (value.body, value.orelse)  # type: ignore[attr-defined]
+            merged: dict[str, set[cst.CSTNode]] = {}
+            for side in sides:
+                for key, found in (self._items_of(side) or {}).items():
+                    merged.setdefault(key, set()).update(found)
+            return merged or None
         if kind is cst.List or kind is cst.Tuple or kind is cst.Set:
             items: dict[str, set[cst.CSTNode]] = {}
             elements: set[cst.CSTNode] = set()
