@@ -519,6 +519,8 @@ loss.backward()
             yield Match(node, f"{model} is trained but never wrapped in DistributedDataParallel", fixable=anchor is not None)
             if kept is not None:
                 yield Match(kept, _kept_unwrapped(model), fixable=False)
+            for alias in _aliases_left_unwrapped(analysis, model, anchor)[1] if anchor is not None else ():
+                yield Match(anchor, _ALIAS_LEFT.format(alias=alias, model=model), fixable=False)
         for optimizer, receiver in self._trained_through_items(analysis):
             yield Match(
                 optimizer,
@@ -604,8 +606,10 @@ loss.backward()
             skipped = skipped_in_some_steps(analysis, creations[0]) if creations else None
             call = ddp_call(analysis, edits, expression(model), [find_unused_parameters_argument()] if skipped else None)
             wrap = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(expression(model))], call)])
-            aliases = _aliases_left_unwrapped(analysis, model, anchor)
+            aliases, unsure = _aliases_left_unwrapped(analysis, model, anchor)
             edits.insert_after(anchor, wrap, *(statement(f"{alias} = {model}") for alias in aliases))
+            for alias in unsure:
+                edits.todo(anchor, _ALIAS_LEFT.format(alias=alias, model=model))
             message = f"{model} wrapped in DistributedDataParallel"
             if skipped is not None:
                 message += f", with find_unused_parameters=True: {skipped.why}"
@@ -634,6 +638,14 @@ loss.backward()
         return edits.apply(analysis.module) if edits else None
 
 
+#: The review line of a name that may still hold the unwrapped model after the wrap and is run or handed on.
+_ALIAS_LEFT = (
+    "{alias} holds the same model as {model} before the wrap, and is bound elsewhere too: where it still holds "
+    "the unwrapped model after the wrap and runs its forward (called, or handed to a call), DDP never sees that "
+    "step and each process trains alone; use {model} there, or bind {alias} after the wrap"
+)
+
+
 #: Libraries that distribute a model themselves (FSDP, DeepSpeed, Accelerate, Lightning, Horovod, ...): a
 #: program that uses one wraps its model its own way.
 SELF_DISTRIBUTING = (
@@ -643,14 +655,16 @@ SELF_DISTRIBUTING = (
 )
 
 
-def _aliases_left_unwrapped(analysis: ScriptAnalysis, model: str, anchor: cst.BaseStatement) -> list[str]:
+def _aliases_left_unwrapped(analysis: ScriptAnalysis, model: str, anchor: cst.BaseStatement) -> tuple[list[str], list[str]]:
     """Names bound to the model's object before the wrap (``net = model`` between its creation and the wrap,
-    or ``model = net`` that creates it) and read after the wrap: they would keep the unwrapped model, and a
-    forward run through one of them (``train(net, ...)``) would bypass DDP, each process training alone."""
+    or ``model = net`` that creates it) and run after it (called, or handed to a call: ``train(net, ...)``):
+    they would keep the unwrapped model, and a forward through one of them bypasses DDP, each process
+    training alone. Those bound once, in the wrap's own block (rebound to the wrapper after it), and the
+    others (bound again elsewhere, or under a condition: left to a human)."""
     if "." in model:
-        return []
+        return [], []
     scope = analysis.scope_of(anchor)
-    aliases: list[str] = []
+    candidates: list[str] = []
     for stmt in analysis.nodes_below(scope):
         if type(stmt) is not cst.Assign or analysis.scope_of(stmt) is not scope or analysis.comes_before(anchor, stmt):
             continue
@@ -662,17 +676,47 @@ def _aliases_left_unwrapped(analysis: ScriptAnalysis, model: str, anchor: cst.Ba
             found = [value]
         else:
             continue
-        aliases.extend(name for name in found if name not in aliases)
-    return [name for name in aliases if _read_after(analysis, scope, name, anchor)]
+        candidates.extend(name for name in found if name not in candidates)
+    clean: list[str] = []
+    unsure: list[str] = []
+    block = analysis.parent(anchor)
+    for name in candidates:
+        if not _run_after(analysis, scope, name, anchor):
+            continue  # (``model_without_ddp = model`` read for its state only: the model itself, as meant)
+        bindings = [node for node in analysis.nodes_below(scope) if type(node) is cst.Name and node.value == name and _binds(analysis, node)]  # type: ignore[attr-defined]
+        statements = {analysis.statement(node) for node in bindings}
+        only = next(iter(statements)) if len(statements) == 1 else None
+        if only is not None and analysis.parent(only) is block and analysis.comes_before(only, anchor):
+            clean.append(name)
+        else:
+            unsure.append(name)
+    return clean, unsure
 
 
-def _read_after(analysis: ScriptAnalysis, scope: cst.CSTNode, name: str, anchor: cst.BaseStatement) -> bool:
-    """Whether the scope reads the name after the statement."""
+def _binds(analysis: ScriptAnalysis, name: cst.Name) -> bool:
+    """Whether a name node is bound where it stands (an assignment's target, a loop's or a ``with``'s, a
+    parameter), through tuple targets."""
+    node: cst.CSTNode = name
+    parent = analysis.parent(node)
+    while type(parent) in (cst.Element, cst.StarredElement, cst.Tuple, cst.List):
+        node, parent = parent, analysis.parent(parent)
+    if type(parent) in (cst.AssignTarget, cst.AsName, cst.Param):
+        return True
+    if type(parent) in (cst.AugAssign, cst.AnnAssign):
+        return parent.target is node  # type: ignore[attr-defined]
+    if type(parent) in (cst.For, cst.CompFor):
+        return parent.target is node  # type: ignore[attr-defined]
+    return False
+
+
+def _run_after(analysis: ScriptAnalysis, scope: cst.CSTNode, name: str, anchor: cst.BaseStatement) -> bool:
+    """Whether the scope calls the name, or hands it to a call, after the statement."""
     for node in analysis.nodes_below(scope):
-        if type(node) is cst.Name and node.value == name and analysis.comes_before(anchor, node) and not analysis.is_inside(node, anchor):  # type: ignore[attr-defined]
-            parent = analysis.parent(node)
-            if not (type(parent) is cst.AssignTarget and parent.target is node):  # type: ignore[attr-defined]
-                return True
+        if type(node) is not cst.Name or node.value != name or not analysis.comes_before(anchor, node) or analysis.is_inside(node, anchor):  # type: ignore[attr-defined]
+            continue
+        parent = analysis.parent(node)
+        if (type(parent) is cst.Call and parent.func is node) or type(parent) is cst.Arg:  # type: ignore[attr-defined]
+            return True
     return False
 
 

@@ -107,3 +107,65 @@ def test_the_migrated_program_trains_the_original_weights_under_torchrun_and_alo
         assert sorted(actual) == sorted(expected), sorted(actual)
         for key in expected:
             torch.testing.assert_close(actual[key], expected[key], atol=1e-5, rtol=0)
+
+
+EMA_BOUND_ON_ONE_BRANCH = HEAD + """    use_ema = True
+    if use_ema:
+        ema = copy.deepcopy(model)
+    else:
+        ema = model
+    model.to("cpu")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(3):
+        train_one_epoch(model, optimizer, loader)
+        with torch.no_grad():
+            for pe, pm in zip(ema.parameters(), model.parameters()):
+                pe.mul_(0.5).add_(pm, alpha=0.5)
+    torch.save(ema.state_dict(), "final.pt")
+""" + TAIL
+
+TRAINED_THROUGH_AN_ALIAS_BOUND_TWICE = HEAD + """    net = model
+    model.to("cpu")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(3):
+        train_one_epoch(net, optimizer, loader)
+        net = model
+    torch.save(model.state_dict(), "final.pt")
+""" + TAIL
+
+
+def test_an_alias_only_read_for_its_state_is_left_as_it_is(tmp_path: Path) -> None:
+    """``ema`` holds a copy on one branch and the model on the other, and is never run: it is not rebound to
+    the wrapper (a review's migration rebound it, and the EMA update then scaled the live weights)."""
+    migrated, report, code = migrate_script(tmp_path, "import copy\n" + EMA_BOUND_ON_ONE_BRANCH)
+    assert code == 0, report
+    assert "ema = model\n    model = Dist" not in migrated and "    ema = model\n" not in migrated.split("DistributedDataParallel(model")[1], migrated
+
+
+def test_an_alias_bound_again_elsewhere_and_trained_after_the_wrap_is_left_to_a_human(tmp_path: Path) -> None:
+    migrated, report, code = migrate_script(tmp_path, TRAINED_THROUGH_AN_ALIAS_BOUND_TWICE)
+    assert code == 1, report
+    assert "DDP011 net holds the same model as model before the wrap, and is bound elsewhere too" in report, report
+    assert "# TODO(ddp-migrate): net holds the same model as model before the wrap" in migrated, migrated
+
+
+GROUPS_OF_A_PART = HEAD.replace(
+    "    model = nn.Sequential(nn.Linear(10, 16), nn.ReLU(), nn.Linear(16, 3))\n",
+    "    backbone = nn.Sequential(nn.Linear(10, 16), nn.ReLU())\n    head = nn.Linear(16, 3)\n"
+    "    model = nn.Sequential(backbone, head)\n",
+) + """    slow = []
+    for m in backbone.modules():
+        slow.extend(m.parameters(recurse=False))
+    optimizer = torch.optim.SGD([{"params": slow, "lr": 0.01}, {"params": head.parameters()}], lr=0.1)
+    for epoch in range(3):
+        train_one_epoch(model, optimizer, loader)
+    torch.save(model.state_dict(), "final.pt")
+""" + TAIL
+
+
+def test_groups_walked_through_a_part_of_the_model_are_left_to_a_human(tmp_path: Path) -> None:
+    """``for m in backbone.modules()`` where the program runs ``model = nn.Sequential(backbone, head)``: the
+    walked part is no model the program runs, so ``backbone`` is not wrapped on its own (a review's migration
+    wrapped the parts, and the model's keys became ``0.module.0.weight``); the review line stays."""
+    migrated, report, code = migrate_script(tmp_path, GROUPS_OF_A_PART)
+    assert code == 1 and "DistributedDataParallel(backbone" not in migrated, report

@@ -2865,6 +2865,8 @@ class ScriptAnalysis:
         function = self.enclosing_function(call)
         owner = self.shared.analysis_of(call) or self
         walked = owner._module_walked(function or owner.module_of(call), root)
+        if walked is not None and not owner._runs_or_is_handed(walked[0], function):
+            walked = None  # (``for m in backbone.modules()`` of a part that ``model = Sequential(backbone, head)`` runs)
         if walked is not None:
             # ``for m in model.modules(): m.named_parameters(recurse=False)``: the parameters are the model's
             receiver, at = walked
@@ -2875,6 +2877,13 @@ class ScriptAnalysis:
             return [receiver]
         passed = [dotted_name(value) for value in owner.flows_into(at, root)]
         return [f"{name}{dot}{rest}" for name in passed if name is not None]
+
+    def _runs_or_is_handed(self, name: str, function: cst.FunctionDef | None) -> bool:
+        """Whether a model name is run by the program (``model(x)``, somewhere) or is a parameter of the
+        function (its callers say which model)."""
+        parts = name.split(".")
+        root = ".".join(parts[:2] if parts[0] == "self" else parts[:1])
+        return root in self.shared.called_names() or (function is not None and "." not in root and self.is_parameter(function, root))
 
     def _module_walked(self, scope: cst.CSTNode, name: str) -> tuple[str, cst.BaseExpression] | None:
         """The model whose submodules a loop of the scope binds the name to (``model`` of ``for m in
