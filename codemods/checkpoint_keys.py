@@ -8,6 +8,7 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name, walk
+from .analysis.script import assignment_targets, item_name
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Severity, Valid
 from .edits import Edits, accepting_both_key_formats, accepts_both_key_formats, expression, state_dict_argument
 from .runtime_calls import runtime_name
@@ -137,6 +138,8 @@ torch.save(net.state_dict(), "either.pt")
                 wrap = _copy_of_a_wrap(analysis, receiver)
             if wrap is None or not analysis.is_call_to(wrap, names.MODEL_WRAPPERS) or _conditional(analysis, wrap):
                 continue
+            if _rebound_unwrapped(analysis, receiver, wrap, call):
+                continue  # (``state["model"] = net`` after the training: the plain model's keys, as the original's)
             if _kept_in_memory(analysis, call):
                 continue  # (an EMA's update from the model's weights: its keys must match the EMA's own)
             wrapper = "DataParallel" if analysis.is_call_to(wrap, names.DATA_PARALLEL) else "DistributedDataParallel"
@@ -191,6 +194,23 @@ def _copy_of_a_wrap(analysis: ScriptAnalysis, receiver: cst.BaseExpression) -> c
     return None
 
 
+
+
+def _rebound_unwrapped(analysis: ScriptAnalysis, receiver: cst.BaseExpression, wrap: cst.Call, call: cst.Call) -> bool:
+    """Whether the name (or container entry) the ``state_dict()`` is read from is assigned, after the wrap and
+    before the call, a value that is not the wrapped model (``state["model"] = net``)."""
+    name = dotted_name(receiver) or item_name(receiver)
+    if name is None:
+        return False
+    for assign in analysis.assignments:
+        if not analysis.comes_before(wrap, assign) or not analysis.comes_before(assign, call):
+            continue
+        if not any((dotted_name(t) or item_name(t)) == name for t in assignment_targets(assign)):
+            continue
+        value = getattr(assign, "value", None)
+        if value is not None and wrap not in analysis.origins(value):
+            return True
+    return False
 
 
 def _saved_here(analysis: ScriptAnalysis, call: cst.Call) -> bool:

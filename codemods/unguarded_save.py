@@ -7,7 +7,7 @@ from typing import Iterator
 import libcst as cst
 
 from . import names
-from .analysis import ScriptAnalysis, keyword_argument, walk
+from .analysis import ScriptAnalysis, dotted_name, keyword_argument, walk
 from .analysis.script import into_memory, leaves_function
 from .analysis.ranks import Condition, rank_facts
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
@@ -254,13 +254,20 @@ torch.save(sampler.state_dict(), f=f"sampler_{os.environ['RANK']}.pt")
         if not analysis.is_training_code:
             return
         facts = rank_facts(analysis)
+        loaded: set[str] | None = None
         for call in analysis.calls_to(names.TORCH_SAVE):
-            if facts.guard(call) is not None and any(
-                analysis.is_call_to(wrap, names.DISTRIBUTED_DATA_PARALLEL)
-                for value in _wrapped_models_saved_whole(analysis, call)
-                if (wrap := analysis.wrapped_at(value)) is not None
-            ):
-                yield call
+            if facts.guard(call) is None:
+                continue
+            pickled = [
+                value for value in _wrapped_models_saved_whole(analysis, call)
+                if (wrap := analysis.wrapped_at(value)) is not None and analysis.is_call_to(wrap, names.DISTRIBUTED_DATA_PARALLEL)
+            ]
+            if not pickled:
+                continue
+            loaded = _names_loaded_into(analysis) if loaded is None else loaded
+            if any(dotted_name(value) in loaded for value in pickled):
+                continue  # ``model = torch.load("whole.pt")`` resumes the wrapper itself: the file is the program's own
+            yield call
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
         for call in self._guarded_wrapper_pickles(analysis):
@@ -378,6 +385,17 @@ torch.save(sampler.state_dict(), f=f"sampler_{os.environ['RANK']}.pt")
     def _same_loop(analysis: ScriptAnalysis, load: cst.Call, call: cst.Call) -> bool:
         """Whether a loop runs both calls (the load may run after the save of an earlier iteration)."""
         return any(isinstance(a, (cst.For, cst.While)) and analysis.is_inside(load, a) for a in analysis.ancestors(call))
+
+
+def _names_loaded_into(analysis: ScriptAnalysis) -> set[str]:
+    """The names the program assigns what ``torch.load`` reads (``model = torch.load(path)``), in any module."""
+    found: set[str] = set()
+    for module in analysis.shared.analyses:
+        for call in module.calls_to(names.TORCH_LOAD):
+            assign = module.parent(call)
+            if type(assign) is cst.Assign:
+                found.update(name for t in assign.targets if (name := dotted_name(t.target)) is not None)  # type: ignore[attr-defined]
+    return found
 
 
 def _wrapped_models_saved_whole(analysis: ScriptAnalysis, call: cst.Call) -> list[cst.BaseExpression]:

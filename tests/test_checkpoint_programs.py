@@ -292,6 +292,22 @@ def test_a_wrapped_model_held_in_a_dict_keeps_its_keys_and_loads_through_unwrap(
     assert 'state["ema"].load_state_dict(ckpt["ema"])' in flat and '"ema": state["ema"].state_dict()' in flat, migrated
 
 
+@pytest.mark.parametrize("holder", ['state["model"]', "model"])
+def test_a_holder_given_the_plain_model_back_before_the_save_keeps_plain_keys(tmp_path: Path, holder: str) -> None:
+    """``state["model"] = net`` after the training: the original saved the plain model's keys, and so does the
+    migrated program (a review's migration kept ``module.`` there)."""
+    source = (
+        "import torch\nimport torch.nn as nn\n\nnet = nn.Linear(4, 1)\nHOLDER = nn.DataParallel(net)\n"
+        "opt = torch.optim.SGD(HOLDER.parameters(), lr=0.1)\nfor _ in range(2):\n    opt.zero_grad()\n"
+        "    HOLDER(torch.randn(8, 4)).sum().backward()\n    opt.step()\nHOLDER = net\n"
+        'torch.save(HOLDER.state_dict(), "final.pt")\n'
+    ).replace("HOLDER", holder)
+    if holder != "model":
+        source = source.replace("net = nn.Linear(4, 1)\n", "net = nn.Linear(4, 1)\nstate = {}\n")
+    migrated, report, _ = migrate_script(tmp_path, source)
+    assert 'prefix="module."' not in migrated and f"runtime.unwrap({holder}).state_dict()" in migrated, migrated
+
+
 @pytest.mark.distributed
 def test_the_migrated_model_in_a_dict_resumes_from_the_originals_checkpoint(tmp_path: Path) -> None:
     """The original writes ``ckpt.pt`` (``module.`` keys for the wrapped model); the migrated program runs as

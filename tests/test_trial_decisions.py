@@ -340,3 +340,26 @@ def test_a_stop_decided_in_a_callback_of_a_list_given_with_a_default_is_reported
     (tmp_path / "callbacks.py").write_text(CALLBACK_MODULE)
     found = lint(tmp_path, TRAINER_WITH_CALLBACKS.replace("CALLBACKS", held), "DDP041")
     assert any("`self.stop_training` decides on self.stop_training" in line for line in found), found
+
+
+def test_the_index_read_after_the_loop_counts_this_ranks_passes(tmp_path: Path) -> None:
+    """After ``for n, v in enumerate(hard, 1):`` over this rank's own list, ``n`` is that list's length: a
+    decision on it is per rank (a review's program hung once the index was taken as common everywhere)."""
+    source = LOGGED_STEPS.replace(
+        '    return logger.meters["loss"]\n',
+        '    hard = [v for v in logger.meters.values() if v > 1.0]\n    n = 0\n    for n, v in enumerate(hard, 1):\n'
+        '        print(n, v)\n    return n\n',
+    )
+    found = lint(tmp_path, source, "DDP041")
+    assert any("`last < 0.01` decides on last" in line for line in found), found
+    assert not any("(step + 1) % accum == 0" in line for line in found), found
+
+
+def test_a_ddp_wrapper_the_program_loads_back_whole_is_its_own_format(tmp_path: Path) -> None:
+    """``model = torch.load("m.pt")`` resumes the wrapper itself: saving the unwrapped model would hand the
+    next run a plain module where it expects the wrapper (a review: ``'Linear' object has no attribute
+    'module'``, or each rank training alone)."""
+    source = WRAPPER_SAVED_ON_RANK_0.replace(
+        "opt = torch.optim.SGD", 'import os\nif os.path.exists("m.pt"):\n    model = torch.load("m.pt", weights_only=False)\nopt = torch.optim.SGD'
+    )
+    assert lint(tmp_path, source, "DDP007") == []

@@ -374,10 +374,18 @@ class PerRankValues:
             read = [node.value, *(c.test for c in conditions if type(c.owner) is cst.If and not c.early_exit)]  # type: ignore[attr-defined]
             return lambda: any(mention(value) for value in read) and self._mark(keys)
         if kind is cst.For:
-            # ``for step, batch in enumerate(...)``: the index counts the passes, the same on every rank at the
-            # same pass (ranks that make different numbers of passes fail in their collectives whatever the index).
+            # ``for step, batch in enumerate(...)``: inside the loop the index counts the passes, the same on
+            # every rank at the same pass. After the loop it is how many passes this rank made (a per-rank list, a
+            # per-rank break): read there, it stays per-rank.
             value, target = node.iter, node.target  # type: ignore[attr-defined]
-            if type(value) is cst.Call and dotted_name(value.func) == "enumerate" and type(target) in (cst.Tuple, cst.List) and len(target.elements) == 2:  # type: ignore[attr-defined]
+            if (
+                type(value) is cst.Call
+                and dotted_name(value.func) == "enumerate"  # type: ignore[attr-defined]
+                and type(target) in (cst.Tuple, cst.List)
+                and len(target.elements) == 2  # type: ignore[attr-defined]
+                and type(index := target.elements[0].value) is cst.Name  # type: ignore[attr-defined]
+                and not self._used_outside(node, index.value)  # type: ignore[attr-defined]
+            ):
                 target = target.elements[1].value  # type: ignore[attr-defined]
             keys = self._targets(node, target)
             return lambda: bool(mention(value)) and self._mark(keys)
@@ -424,6 +432,15 @@ class PerRankValues:
             return changed
 
         return step
+
+    def _used_outside(self, loop: cst.For, name: str) -> bool:
+        """Whether the loop's scope uses the name outside the loop."""
+        home = self.analysis.shared.analysis_of(loop) or self.analysis
+        scope = home.scope_of(loop)
+        return any(
+            type(node) is cst.Name and node.value == name and not home.is_inside(node, loop) and home.scope_of(node) is scope  # type: ignore[attr-defined]
+            for node in home.nodes_below(scope)
+        )
 
     def _add_function(self, function: cst.FunctionDef) -> bool:
         if function in self.functions:
