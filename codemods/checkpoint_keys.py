@@ -138,7 +138,7 @@ torch.save(net.state_dict(), "either.pt")
                 wrap = _copy_of_a_wrap(analysis, receiver)
             if wrap is None or not analysis.is_call_to(wrap, names.MODEL_WRAPPERS) or _conditional(analysis, wrap):
                 continue
-            if _rebound_unwrapped(analysis, receiver, wrap, call):
+            if analysis.wrapped_at(receiver) is wrap and _rebound_unwrapped(analysis, receiver, wrap, call):
                 continue  # (``state["model"] = net`` after the training: the plain model's keys, as the original's)
             if _kept_in_memory(analysis, call):
                 continue  # (an EMA's update from the model's weights: its keys must match the EMA's own)
@@ -208,7 +208,11 @@ def _rebound_unwrapped(analysis: ScriptAnalysis, receiver: cst.BaseExpression, w
         if not any((dotted_name(t) or item_name(t)) == name for t in assignment_targets(assign)):
             continue
         value = getattr(assign, "value", None)
-        if value is not None and wrap not in analysis.origins(value):
+        if value is None:
+            continue
+        origins = analysis.origins(value)
+        # (``else: model = DDP(model)`` of a wrap on every path, a wrap moved to its device: wrapped still)
+        if not any(type(o) is cst.Call and analysis.is_call_to(o, names.MODEL_WRAPPERS) for o in origins):  # type: ignore[arg-type]
             return True
     return False
 
