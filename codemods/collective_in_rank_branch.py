@@ -297,11 +297,15 @@ def _where(condition: Condition) -> str:
         # ``if val < best: ... else: if bad >= patience: break`` before it: the place is skipped only where the
         # leaving branch leaves, not wherever the test goes that way.
         branch = "its else branch" if condition.in_body else "its body"
-        ranks = "on the ranks" if condition.kind is Kind.RANK else "where"
-        proof = "" if condition.kind is Kind.RANK else ", which the analysis cannot prove is the same on every rank"
+        if condition.kind is Kind.RANK:
+            return (
+                f"runs only on the ranks that do not leave early at the `if {test}:` before it ({branch} may leave "
+                "the loop or the function): the others never call it and the job hangs"
+            )
         return (
-            f"runs only {ranks} the `if {test}:` before it does not leave early ({branch} may leave the loop or the "
-            f"function){proof}: if it differs, the others never call it and the job hangs"
+            f"runs only where the `if {test}:` before it does not leave early ({branch} may leave the loop or the "
+            "function), which the analysis cannot prove is the same on every rank: if it differs, the others never "
+            "call it and the job hangs"
         )
     value = "true" if condition.in_body else "false"
     if condition.kind is Kind.RANK:
