@@ -32,6 +32,20 @@ def train_original_and_migrated(folder: Path, source: str, nproc: int = 2, timeo
     return original, migrated, launch
 
 
+def saved_states(folder: Path, source: str, saved: str = "final.pt") -> tuple[dict, list[dict]]:
+    """Train ``source`` as the original (plain python), its migrated copy under torchrun with 2 processes and
+    alone (plain python, in a folder of its own); what the original saved to ``saved`` and what each migrated
+    run saved there (torchrun's, then the lone run's)."""
+    import torch
+
+    original, migrated, _ = train_original_and_migrated(folder, source)
+    plain = folder / "plain"
+    plain.mkdir()
+    run_python(migrated / "train.py", cwd=plain, timeout=120)
+    load = lambda at: torch.load(at / saved, weights_only=True)  # noqa: E731
+    return load(original), [load(migrated), load(plain)]
+
+
 #: A ``say`` that writes each line in one ``write``, so the lines of the ranks of a torchrun launch do not
 #: interleave (``print`` writes its parts one by one to an unbuffered stream).
 _SAY = (

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from launch import run_python, run_torchrun
-from migrated import migrate_script, train_original_and_migrated
+from migrated import migrate_script, saved_states, train_original_and_migrated
 
 BOTH_BRANCHES = '''
 import torch
@@ -188,13 +188,8 @@ def test_each_shape_trains_the_original_weights_under_torchrun_and_alone(tmp_pat
     """The plain keys and the weights of the original (one process, batches of 16 or 8), under torchrun with
     2 processes and as plain ``python``."""
     torch = pytest.importorskip("torch")
-    original, migrated, _ = train_original_and_migrated(tmp_path, source)
-    expected = torch.load(original / "final.pt", weights_only=True)
-    plain = tmp_path / "plain"
-    plain.mkdir()
-    run_python(migrated / "train.py", cwd=plain, timeout=120)
-    for folder in (migrated, plain):
-        actual = torch.load(folder / "final.pt", weights_only=True)
+    expected, runs = saved_states(tmp_path, source)
+    for actual in runs:
         assert sorted(actual) == ["bias", "weight"], sorted(actual)
         # The launch switches keep their own distributed path: their own sampler (which shuffles in one) and a
         # batch per process, as the original's own distributed runs had.
