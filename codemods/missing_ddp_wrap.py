@@ -19,7 +19,7 @@ from .analysis import (
 )
 from .analysis.legacy import legacy_facts
 from .analysis.ranks import counts_the_processes, rank_facts
-from .analysis.script import SELF_RETURNING_METHODS
+from .analysis.script import SELF_RETURNING_METHODS, item_name
 from .analysis.trainable import frozen_models, skipped_in_some_steps
 from .base import (
     Change,
@@ -521,6 +521,8 @@ loss.backward()
                 yield Match(kept, _kept_unwrapped(model), fixable=False)
             for alias in _aliases_left_unwrapped(analysis, model, anchor)[1] if anchor is not None else ():
                 yield Match(anchor, _ALIAS_LEFT.format(alias=alias, model=model), fixable=False)
+            for call, held in _forwards_past_the_wrap(analysis, model, anchor) if anchor is not None else ():
+                yield Match(call, _FORWARD_PAST.format(held=held, model=model), fixable=False)
         for optimizer, receiver in self._trained_through_items(analysis):
             yield Match(
                 optimizer,
@@ -610,6 +612,10 @@ loss.backward()
             edits.insert_after(anchor, wrap, *(statement(f"{alias} = {model}") for alias in aliases))
             for alias in unsure:
                 edits.todo(anchor, _ALIAS_LEFT.format(alias=alias, model=model))
+            for forward, held in _forwards_past_the_wrap(analysis, model, anchor):
+                home = analysis.shared.analysis_of(forward) or analysis
+                if home is analysis:
+                    edits.todo(analysis.statement(forward), _FORWARD_PAST.format(held=held, model=model))
             message = f"{model} wrapped in DistributedDataParallel"
             if skipped is not None:
                 message += f", with find_unused_parameters=True: {skipped.why}"
@@ -644,6 +650,41 @@ _ALIAS_LEFT = (
     "the unwrapped model after the wrap and runs its forward (called, or handed to a call), DDP never sees that "
     "step and each process trains alone; use {model} there, or bind {alias} after the wrap"
 )
+
+
+#: The review line of a training forward run through a holder of the model that the wrap does not reach.
+_FORWARD_PAST = (
+    "`{held}(...)` runs the model of `{model}` in a training step, but {held} holds it apart from {model} (taken "
+    "before the wrap): its forward bypasses DDP and each process trains alone; run {model}(...) there, or give "
+    "{held} the wrapped model"
+)
+
+
+def _forwards_past_the_wrap(analysis: ScriptAnalysis, model: str, anchor: cst.BaseStatement) -> list[tuple[cst.Call, str]]:
+    """Calls in the training steps of the program's modules that run the model through another holder than
+    the wrapped name: ``self.net(x)`` of ``self.net = self.model``, ``state["model"](x)`` of a dict filled before
+    the wrap. (Names the fix binds to the wrapper after it are no such holders.)"""
+    targets = _model_targets(analysis, model)
+    if not targets:
+        return []
+    built = {o for o in analysis.origins(targets[0]) if type(o) is cst.Call}
+    if not built:
+        return []
+    rebound = set(_aliases_left_unwrapped(analysis, model, anchor)[0])
+    found: list[tuple[cst.Call, str]] = []
+    for module in analysis.shared.analyses:
+        for call in module.calls:
+            func = call.func
+            held = dotted_name(func) or (item_name(func) if type(func) is cst.Subscript else None)
+            if held is None or held == model or held in rebound or held.split(".")[0] == model.split(".")[0] and "." not in model:
+                continue
+            origins = module.origins(func)
+            if not origins or not origins <= built:
+                continue  # (a copy, another model, or a holder that may take other values too)
+            loop = module.nearest_loop(call)
+            if loop is not None and module.reaches_backward(loop):
+                found.append((call, code_of(func)))
+    return found
 
 
 #: Libraries that distribute a model themselves (FSDP, DeepSpeed, Accelerate, Lightning, Horovod, ...): a
