@@ -613,9 +613,7 @@ loss.backward()
             for alias in unsure:
                 edits.todo(anchor, _ALIAS_LEFT.format(alias=alias, model=model))
             for forward, held in _forwards_past_the_wrap(analysis, model, anchor):
-                home = analysis.shared.analysis_of(forward) or analysis
-                if home is analysis:
-                    edits.todo(analysis.statement(forward), _FORWARD_PAST.format(held=held, model=model))
+                edits.todo(analysis.statement(forward), _FORWARD_PAST.format(held=held, model=model))
             message = f"{model} wrapped in DistributedDataParallel"
             if skipped is not None:
                 message += f", with find_unused_parameters=True: {skipped.why}"
@@ -672,18 +670,20 @@ def _forwards_past_the_wrap(analysis: ScriptAnalysis, model: str, anchor: cst.Ba
         return []
     rebound = set(_aliases_left_unwrapped(analysis, model, anchor)[0])
     found: list[tuple[cst.Call, str]] = []
-    for module in analysis.shared.analyses:
-        for call in module.calls:
-            func = call.func
-            held = dotted_name(func) or (item_name(func) if type(func) is cst.Subscript else None)
-            if held is None or held == model or held in rebound or held.split(".")[0] == model.split(".")[0] and "." not in model:
-                continue
-            origins = module.origins(func)
-            if not origins or not origins <= built:
-                continue  # (a copy, another model, or a holder that may take other values too)
-            loop = module.nearest_loop(call)
-            if loop is not None and module.reaches_backward(loop):
-                found.append((call, code_of(func)))
+    for call in analysis.calls:  # (this module's: a holder in another module is handed the model where it is built)
+        func = call.func
+        held = dotted_name(func) or (item_name(func) if type(func) is cst.Subscript else None)
+        if held is None or held == model or held in rebound or held.split(".")[0] == model.split(".")[0] and "." not in model:
+            continue
+        origins = analysis.origins(func)
+        if not origins or not origins <= built:
+            continue  # (a copy, another model, or a holder that may take other values too)
+        base = dotted_name(func.value) if type(func) is cst.Subscript else held  # type: ignore[attr-defined]
+        if base is None or not _took_before(analysis, base, model, anchor):
+            continue  # (a holder filled after the wrap, or elsewhere: ``Trainer(model)`` gets the wrapper)
+        loop = analysis.nearest_loop(call)
+        if loop is not None and analysis.reaches_backward(loop):
+            found.append((call, code_of(func)))
     return found
 
 
@@ -694,6 +694,20 @@ SELF_DISTRIBUTING = (
     "torch.distributed.autograd", "torch.distributed.optim", "torch.distributed.pipelining", "deepspeed",
     "accelerate", "lightning", "pytorch_lightning", "horovod", "fairscale", "colossalai",
 )
+
+
+def _took_before(analysis: ScriptAnalysis, holder: str, model: str, anchor: cst.BaseStatement) -> bool:
+    """Whether, in the wrap's scope and before it, a statement assigns ``holder`` a value that names the model
+    (``self.net = self.model``, ``state = {"model": model}``)."""
+    scope = analysis.scope_of(anchor)
+    for stmt in analysis.nodes_below(scope):
+        if type(stmt) is not cst.Assign or analysis.scope_of(stmt) is not scope or not analysis.comes_before(stmt, anchor):
+            continue
+        if not any(dotted_name(t.target) == holder for t in stmt.targets):  # type: ignore[attr-defined]
+            continue
+        if any(type(n) in (cst.Name, cst.Attribute) and dotted_name(n) == model for n in analysis.nodes_below(stmt.value)):  # type: ignore[attr-defined]
+            return True
+    return False
 
 
 def _aliases_left_unwrapped(analysis: ScriptAnalysis, model: str, anchor: cst.BaseStatement) -> tuple[list[str], list[str]]:

@@ -219,3 +219,31 @@ def test_a_training_forward_through_a_holder_the_wrap_misses_is_left_to_a_human(
     migrated, report, code = migrate_script(tmp_path, source)
     assert code == 1 and "runs the model of" in report and "its forward bypasses DDP and each process trains alone" in report, report
     assert "# TODO(ddp-migrate): `" in migrated, migrated
+
+
+def test_a_holder_in_another_module_gets_the_wrapped_model_and_lint_reads_it(tmp_path: Path) -> None:
+    """``holder = Holder(model)`` of a class of ``engine.py`` that runs ``self.net(x)``: the wrap comes before the
+    holder takes the model, and the check for forwards past the wrap reads this module only (a first version
+    asked for the other module's lines: an internal error in lint)."""
+    from click.testing import CliRunner
+
+    from ddp_migrate.cli import cli
+
+    (tmp_path / "engine.py").write_text(
+        "import torch.nn as nn\n\n\nclass Holder:\n    def __init__(self, model):\n        self.net = model\n\n"
+        "    def fit(self, loader, opt):\n        for epoch in range(2):\n            for x, y in loader:\n"
+        "                loss = nn.functional.mse_loss(self.net(x), y)\n                opt.zero_grad()\n"
+        "                loss.backward()\n                opt.step()\n"
+    )
+    source = (
+        "import torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\n\nfrom engine import Holder\n\n\n"
+        "def main():\n    loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8)\n"
+        "    model = nn.Linear(4, 1)\n    holder = Holder(model)\n    model.to('cpu')\n"
+        "    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n    holder.fit(loader, opt)\n\n\nif __name__ == '__main__':\n    main()\n"
+    )
+    (tmp_path / "train.py").write_text(source)
+    lint = CliRunner().invoke(cli, ["lint", str(tmp_path / "train.py"), str(tmp_path / "engine.py")])
+    assert "internal error" not in lint.output and "DDP011 model is trained but never wrapped" in lint.output, lint.output
+    migrated, report, code = migrate_script(tmp_path, source)
+    assert code == 0, report
+    assert migrated.index("model = DistributedDataParallel(model") < migrated.index("holder = Holder(model)"), migrated
