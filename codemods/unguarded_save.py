@@ -304,7 +304,7 @@ torch.save(sampler.state_dict(), f=f"sampler_{os.environ['RANK']}.pt")
         prepared: set[cst.CSTNode] = set()
         for call in self._guarded_wrapper_pickles(analysis):
             self._unwrap_whole_models(analysis, edits, call, runtime_name(analysis, edits))
-            edits.changes.append(Change(self.code, analysis.line(call), "the whole model saved through runtime.unwrap (the file holds the model, not its wrapper)"))
+            edits.changes.append(Change(self.code, analysis.line(call), UNWRAPPED_WHOLE))
         for call, condition in self._cases(analysis):
             rt = runtime_name(analysis, edits)
             if condition is None:
@@ -347,7 +347,7 @@ torch.save(sampler.state_dict(), f=f"sampler_{os.environ['RANK']}.pt")
             ))
             message = "torch.save on rank 0 only, without a barrier (the ranks may not all get here)"
             if unwrapped:
-                message += "; the whole model saved through runtime.unwrap (the file holds the model, not its wrapper)"
+                message += f"; {UNWRAPPED_WHOLE}"
             if read_back and outer is not None:
                 if outer not in barriers:
                     barriers.add(outer)
@@ -408,6 +408,8 @@ def _wrapped_models_saved_whole(analysis: ScriptAnalysis, call: cst.Call) -> lis
     return [value for value in values if isinstance(value, (cst.Name, cst.Attribute)) and analysis.wrapped_at(value) is not None]
 
 
+#: What the report says of a wrapped model a kept ``torch.save`` now writes through ``runtime.unwrap``.
+UNWRAPPED_WHOLE = "the whole model saved through runtime.unwrap (the file holds the model, not its wrapper)"
 #: What a save on rank 0 of the DDP wrapper itself writes.
 WRAPPER_PICKLED = (
     "torch.save pickles the DistributedDataParallel wrapper: the file loads only where a process group exists "
