@@ -407,7 +407,9 @@ with open("config.yaml") as f:
             if facts.guard(call) is not None:
                 continue
             if path in written:
-                if not self._waited_before(analysis, call, written[path], waits):
+                # (a resume's read before the training loop that saves: no write of this run comes first)
+                before = [(module, write) for module, write in written[path] if analysis.may_run_before(write, call)]
+                if before and not self._waited_before(analysis, call, before, waits):
                     stmt = analysis.statement(call)
                     yield _Case(call, "read", stmt if facts.collective_safe_at(stmt) else None)
                 continue

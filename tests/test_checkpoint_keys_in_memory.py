@@ -130,3 +130,33 @@ def test_the_copy_an_ema_holder_keeps_saves_the_originals_keys(tmp_path: Path) -
     migrated, report, _ = migrate_script(tmp_path, EMA_HOLDER)
     assert "copy.deepcopy(model.module)" in migrated, report
     assert '"ema": runtime.unwrap(ema.module).state_dict(prefix="module.")' in migrated, migrated
+
+
+ONE_ADVICE = """import torch
+import torch.nn as nn
+
+model = nn.DataParallel(nn.Linear(4, 1))
+state = {"model": model}
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    nn.functional.mse_loss(model(x), y).backward()
+    opt.step()
+torch.save(model.state_dict(), "dp.pt")
+torch.save({"m": state["model"].state_dict()}, "dp2.pt")
+shadow = nn.Linear(4, 1)
+shadow.load_state_dict(model.state_dict())
+"""
+
+
+def test_lint_gives_one_advice_for_a_saved_state_dict(tmp_path: Path) -> None:
+    """Lint said both "use .module.state_dict()" (DDP008) and "keep the module. keys" (DDP016) on one call: the
+    saved state dicts get DDP016's advice alone; the one kept in memory gets DDP008's."""
+    from click.testing import CliRunner
+
+    from ddp_migrate.cli import cli
+
+    path = tmp_path / "train.py"
+    path.write_text(ONE_ADVICE)
+    result = CliRunner().invoke(cli, ["lint", "-q", "--select", "DDP008,DDP016", str(path)])
+    found = sorted(line.split(": ", 1)[1].split(" ", 1)[0] + "@" + line.split(":")[1] for line in result.output.splitlines() if "DDP0" in line)
+    assert found == ["DDP008@13", "DDP016@10", "DDP016@11"], result.output

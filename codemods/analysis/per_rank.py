@@ -10,7 +10,7 @@ import libcst as cst
 from .. import names
 from . import tree
 from .loaders import loader_facts
-from .ranks import Kind, per_rank_draws, rank_facts, seeds_alike
+from .ranks import Kind, per_rank_draws, rank_facts, rank_seeded_instances, seeds_alike
 from .script import (
     COMPREHENSIONS,
     LoaderLoop,
@@ -67,6 +67,9 @@ class PerRankValues:
         self._deciding_functions: set[cst.FunctionDef] = set()
         #: Where the seeds of the per-rank values are (a helper holding one is per-rank whatever its arguments).
         self._seed_nodes: set[cst.CSTNode] = set()
+        #: For each per-rank name, the statements that made it so (``None``: a way with no place, a parameter
+        #: given a per-rank argument): a use no such statement can run before reads another value of the name.
+        self._marked_at: dict[tuple[Owner, str], set[cst.CSTNode] | None] = {}
 
     def key(self, node: cst.CSTNode, name: str) -> tuple[Owner, str]:
         if name.startswith("self."):
@@ -90,9 +93,6 @@ class PerRankValues:
             return None
         owner = found.pop()
         return owner if len(home.shared.instances_of(owner)) == 1 else None
-
-    def holds(self, node: cst.CSTNode, name: str) -> bool:
-        return self._holds(self.key(node, name), (self.analysis.module_of(node), name))
 
     def _holds(self, key: tuple[Owner, str], at_module: tuple[Owner, str]) -> bool:
         if key in self.reduced or at_module in self.reduced:
@@ -126,9 +126,21 @@ class PerRankValues:
                     and not self._whole_by_its_arguments(use.call, use.function)  # type: ignore[arg-type]
                 ):
                     return use.shown
-            elif self._holds(use.key, use.at_module):  # type: ignore[arg-type]
+            elif self._holds(use.key, use.at_module) and self._reached(use):  # type: ignore[arg-type]
                 return use.shown
         return None
+
+    def _reached(self, use: _Use) -> bool:
+        """Whether a statement that made the used name per-rank may run before the use: not where every such
+        statement of the use's own function (or module body) comes after it with no loop around both
+        (``ck = torch.load(path); step = ck["step"]`` before the training loop that later rebinds ``ck`` to a
+        dict built on a per-rank test: the resumed ``step`` is the same on every rank)."""
+        key = use.key if use.key in self.names else use.at_module
+        markers = self._marked_at.get(key)  # type: ignore[arg-type]
+        if markers is None or use.node is None:
+            return True
+        home = self.analysis.shared.analysis_of(use.node) or self.analysis
+        return any(home.may_run_before(marker, use.node) for marker in markers)
 
     def _whole_by_its_arguments(self, call: cst.Call, function: cst.FunctionDef) -> bool:
         """Whether this call of a helper whose result may be per-rank computes from whole values: the helper's
@@ -259,7 +271,7 @@ class PerRankValues:
             if name is not None:
                 if self._bound_by_a_whole_pass(expr, name.split(".")[0]):
                     return  # ``for x, y in val_loader:`` binds x here: a batch every rank sees whole
-                found.append(_Use(name, key=self.key(expr, name), at_module=(analysis.module_of(expr), name)))
+                found.append(_Use(name, key=self.key(expr, name), at_module=(analysis.module_of(expr), name), node=expr))
         for child in tree.children(expr):
             self._collect_uses(child, found)
 
@@ -306,27 +318,46 @@ class PerRankValues:
         """The keys an assignment to ``target`` marks (the names in it, not the attributes' parts)."""
         return [self.key(node, name) for _, name in self.analysis.names_in_target(target)]
 
-    def _mark(self, keys: list[tuple[Owner, str]]) -> bool:
+    def _mark(self, keys: list[tuple[Owner, str]], at: cst.CSTNode | None = None) -> bool:
+        """Mark names per-rank, made so by the statement ``at`` (``None``: by no one place)."""
         changed = False
         for key in keys:
             self.one_rank.discard(key)  # (computed from per-rank data too)
             if key not in self.names:
                 self.names.add(key)
                 changed = True
+            changed |= self._marked_by(key, at)
         return changed
 
-    def _mark_on_one_rank(self, keys: list[tuple[Owner, str]]) -> bool:
+    def _marked_by(self, key: tuple[Owner, str], at: cst.CSTNode | None) -> bool:
+        """Record the statement that made a name per-rank; whether that is news."""
+        markers = self._marked_at.get(key, set())
+        if markers is None or (at is not None and at in markers):
+            return False
+        if at is None:
+            self._marked_at[key] = None
+        else:
+            markers.add(at)
+            self._marked_at[key] = markers
+        return True
+
+    def _mark_on_one_rank(self, keys: list[tuple[Owner, str]], at: cst.CSTNode) -> bool:
         """Mark names one rank alone assigns (:attr:`one_rank`), unless the data already made them per-rank."""
-        fresh = [key for key in keys if key not in self.names]
-        self.names.update(fresh)
-        self.one_rank.update(fresh)
-        return bool(fresh)
+        changed = False
+        for key in keys:
+            if key not in self.names:
+                self.names.add(key)
+                self.one_rank.add(key)
+                changed = True
+            if key in self.one_rank:
+                changed |= self._marked_by(key, at)
+        return changed
 
     def solve(self, seeds: list[tuple[cst.CSTNode, cst.BaseExpression]]) -> None:
         analysis = self.analysis
         for node, target in seeds:
             self._seed_nodes.add(node)
-            self._mark(self._targets(node, target))
+            self._mark(self._targets(node, target), node)
         modules = analysis.shared.analyses
         for module, assign in ((module, assign) for module in modules for assign in module.assignments):
             if any(type(n) is cst.Call and analysis.is_call_to(n, names.REDUCTIONS) for n in module.nodes_below(assign.value)):  # type: ignore[arg-type]
@@ -369,10 +400,10 @@ class PerRankValues:
             keys = [key for target in targets for key in self._targets(node, target)]
             conditions = list(rank_facts(analysis.shared.analysis_of(node) or analysis).conditions(node))
             if any(c.kind is Kind.RANK and c.in_body is not None for c in conditions):
-                return lambda: self._mark_on_one_rank(keys)  # ``if is_main: ... stop = bad >= patience``: rank 0's value alone
+                return lambda: self._mark_on_one_rank(keys, node)  # ``if is_main: ... stop = bad >= patience``: rank 0's value alone
             # The tests of the ``if`` statements around it (not the early exits before it).
             read = [node.value, *(c.test for c in conditions if type(c.owner) is cst.If and not c.early_exit)]  # type: ignore[attr-defined]
-            return lambda: any(mention(value) for value in read) and self._mark(keys)
+            return lambda: any(mention(value) for value in read) and self._mark(keys, node)
         if kind is cst.For:
             # ``for step, batch in enumerate(...)``: inside the loop the index counts the passes, the same on
             # every rank at the same pass. After the loop it is how many passes this rank made (a per-rank list, a
@@ -388,7 +419,7 @@ class PerRankValues:
             ):
                 target = target.elements[1].value  # type: ignore[attr-defined]
             keys = self._targets(node, target)
-            return lambda: bool(mention(value)) and self._mark(keys)
+            return lambda: bool(mention(value)) and self._mark(keys, node)
         if kind is cst.Return and node.value is not None:  # type: ignore[attr-defined]
             value, function = node.value, analysis.enclosing_function(node)  # type: ignore[attr-defined]
             if function is None:
@@ -420,15 +451,14 @@ class PerRankValues:
         def step() -> bool:
             if collected is not None and tests and not set(collected[1]) <= self.sized and any(mention(t) for t in tests):
                 self.sized.update(collected[1])
-                self._mark(collected[1])
+                self._mark(collected[1], node)
                 return True
             if collected is not None and any(mention(value) for value in collected[0]):
-                return self._mark(collected[1])
+                return self._mark(collected[1], node)
             changed = False
             for key, argument in passed:
-                if mention(argument) and key not in self.names:
-                    self.names.add(key)
-                    changed = True
+                if mention(argument):
+                    changed |= self._mark([key])
             return changed
 
         return step
@@ -453,7 +483,7 @@ class _Use:
     """One thing an expression uses that may hold a per-rank value: a name (with its keys) or a call of one
     of this file's functions."""
 
-    __slots__ = ("shown", "function", "call", "key", "at_module", "sized")
+    __slots__ = ("shown", "function", "call", "key", "at_module", "sized", "node")
 
     def __init__(
         self,
@@ -463,8 +493,10 @@ class _Use:
         at_module: tuple[Owner, str] | None = None,
         sized: bool = False,
         call: cst.Call | None = None,
+        node: cst.CSTNode | None = None,
     ) -> None:
         self.shown = shown
+        self.node = node
         self.sized = sized
         self.function = function
         self.call = call
@@ -489,13 +521,35 @@ def _seeds(analysis: ScriptAnalysis) -> list[tuple[cst.CSTNode, cst.BaseExpressi
             seeds.extend(_assigned_from(home, draw))
     draws = per_rank_draws(analysis)
     for draw in draws:  # ``ix = torch.randint(...)`` seeded from the rank: each rank's own batch
-        seeds.extend(_assigned_from(analysis.shared.analysis_of(draw) or analysis, draw))
+        seeds.extend(_draw_seeds(analysis, draw))
     sharded = shards_training_data(analysis)
     for module in modules:
         for call in module.backward_calls:
             receiver = call.func.value  # type: ignore[union-attr]
             if isinstance(receiver, (cst.Name, cst.Attribute)) and sharded:
                 seeds.append((call, receiver))
+    return seeds
+
+
+def _draw_seeds(analysis: ScriptAnalysis, draw: cst.Call) -> list[tuple[cst.CSTNode, cst.BaseExpression]]:
+    """What a draw seeded from the rank makes per-rank: what it is assigned to; for a draw through a generator an
+    object keeps, seeded alike in some of the objects of its class (``Windows(data, seed=rank)`` for training,
+    ``Windows(data, seed=123)`` for validation), what the calls of its method on the rank-seeded objects are
+    assigned to (``x, y = train.batch(8)``), where every call of the method names its object."""
+    home = analysis.shared.analysis_of(draw) or analysis
+    split = rank_seeded_instances(analysis, draw)
+    if split is None or len(split[1]) == split[2]:
+        return _assigned_from(home, draw)
+    method, from_rank, _ = split
+    seeds: list[tuple[cst.CSTNode, cst.BaseExpression]] = []
+    for call in home.callers_in_program(method):
+        caller = analysis.shared.analysis_of(call) or home
+        receiver = call.func.value if type(call.func) is cst.Attribute else None  # type: ignore[attr-defined]
+        objects = caller.origins(receiver) if receiver is not None else set()
+        if not objects or not objects <= caller.shared.constructed.keys():
+            return _assigned_from(home, draw)  # (``self.batch()``, an object of unknown origin: any of them)
+        if objects & from_rank:
+            seeds.extend(_assigned_from(caller, call))
     return seeds
 
 

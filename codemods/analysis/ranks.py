@@ -1257,7 +1257,59 @@ def per_rank_draws(analysis: ScriptAnalysis) -> list[cst.Call]:
     generators = [draw for module in analysis.shared.analyses for draw in _rank_generator_draws(module)]
     if generators and not _torch_seeded_per_rank(analysis):
         return generators
-    return [draw for module in analysis.shared.analyses for draw in _torch_draws(module)] + generators
+    # (a draw from torch's own state, where every rank seeds it alike, is the same on every rank: only a
+    # generator of the program is seeded from the rank)
+    return [
+        draw
+        for module in analysis.shared.analyses
+        for draw in _torch_draws(module)
+        if keyword_argument(draw, "generator") is not None or not seeds_alike(module, "torch", before=draw)
+    ] + generators
+
+
+def rank_seeded_instances(analysis: ScriptAnalysis, draw: cst.Call) -> tuple[cst.FunctionDef, frozenset[cst.Call], int] | None:
+    """For a draw (of :func:`per_rank_draws`) through a generator an object keeps, seeded from a parameter of its
+    class's ``__init__`` (``self.gen = torch.Generator().manual_seed(seed)``, ``self.rng =
+    np.random.default_rng(seed)``): the method the draw is in, the constructions of the class that pass a seed
+    from the rank (``Windows(data, seed=rank)``, not ``Windows(data, seed=123)``) and how many constructions there
+    are: the draws are each rank's own through those objects only. ``None`` for any other draw (per rank
+    wherever it runs)."""
+    home = analysis.shared.analysis_of(draw) or analysis
+    method = home.enclosing_function(draw)
+    if method is None or home.enclosing_class(draw) is None:
+        return None
+    if home.is_call_to(draw, TORCH_DRAWS) or call_method_name(draw) in IN_PLACE_DRAWS:
+        given = keyword_argument(draw, "generator")
+        generator = given.value if given is not None else None
+    else:
+        generator = draw.func.value if type(draw.func) is cst.Attribute else None  # type: ignore[attr-defined]
+    if generator is None or not (dotted_name(generator) or "").startswith("self."):
+        return None
+    init: cst.FunctionDef | None = None
+    parameter: str | None = None
+    for origin in home.origins(generator):
+        seed = origin.args[0].value if type(origin) is cst.Call and origin.args else None  # type: ignore[attr-defined]
+        where = home.enclosing_function(origin)
+        if (
+            type(seed) is not cst.Name
+            or where is None
+            or where.name.value != "__init__"
+            or not home.is_parameter(where, seed.value)  # type: ignore[attr-defined]
+            or (init is not None and (where, seed.value) != (init, parameter))  # type: ignore[attr-defined]
+        ):
+            return None
+        init, parameter = where, seed.value  # type: ignore[attr-defined]
+    owner = home.enclosing_class(init) if init is not None else None
+    if owner is None or parameter is None:
+        return None
+    built = home.shared.instances_of(owner)
+    from_rank = set()
+    for construction in built:
+        builder = analysis.shared.analysis_of(construction) or home
+        argument = builder.argument_for(construction, init, parameter)  # type: ignore[arg-type]
+        if argument is not None and rank_facts(builder).kind(argument) is Kind.RANK:
+            from_rank.add(construction)
+    return method, frozenset(from_rank), len(built)
 
 
 #: The seeding calls of each process-wide random state: torch's, Python's ``random`` module's and numpy's
@@ -1293,7 +1345,7 @@ def seeds_alike(analysis: ScriptAnalysis, state: str = "torch", before: cst.CSTN
             _same_on_every_rank(module, kind, call)
             and (
                 before is None
-                or (module is analysis and _may_run_before(analysis, call, before))
+                or (module is analysis and analysis.may_run_before(call, before))
                 or (module is not analysis and (not at_import or _seeds_before_importing(module, call, analysis)))
             )
             for call, kind in kinds
@@ -1473,18 +1525,6 @@ def _drawn_per_process(analysis: ScriptAnalysis, expr: cst.BaseExpression) -> bo
         for value in analysis.flows_into(expr, name)
         for node in walk(value)
     )
-
-
-def _may_run_before(analysis: ScriptAnalysis, first: cst.CSTNode, second: cst.CSTNode) -> bool:
-    """Whether ``first`` may run before ``second`` (both of the module): compared where their chains of
-    calls meet (each climbs to the one call site of its function, a few calls up); ``True`` where the
-    analysis cannot tell."""
-    second_path = _call_path(analysis, second)
-    for function, at_first in _call_path(analysis, first):
-        for other, at_second in second_path:
-            if other is function:
-                return at_first is at_second or analysis.comes_before(at_first, at_second)
-    return True
 
 
 def _call_path(analysis: ScriptAnalysis, node: cst.CSTNode, depth: int = 4) -> list[tuple[cst.FunctionDef | None, cst.CSTNode]]:

@@ -3111,6 +3111,61 @@ class ScriptAnalysis:
                     return True
         return False
 
+    def may_run_before(self, first: cst.CSTNode, second: cst.CSTNode) -> bool:
+        """Whether a run may get to ``first`` before it gets to ``second`` (or again after it): ``False`` only
+        where, up the calls (each function on the way called at one place), both run in one function (or module
+        body), ``first``'s place comes after ``second``'s there with no loop of that function around both, and
+        that function runs once (one call, in no loop, up to the module): the training loop's ``torch.save(ck,
+        path)`` after the resume's ``torch.load(path)``, both in ``main``."""
+        seconds = self._call_chain(second)
+        levels = {(home, home.enclosing_function(place)): place for home, place in seconds}
+        for home, place in self._call_chain(first):
+            function = home.enclosing_function(place)
+            other = levels.get((home, function))
+            if other is None:
+                continue
+            if home.is_inside(other, place) or home.is_inside(place, other) or home.comes_before(place, other):
+                return True
+            if any(type(a) in (cst.For, cst.While) and home.is_inside(other, a) for a in home.ancestors(place) if function is None or home.is_inside(a, function)):
+                return True  # (the loop's next round)
+            return not home.runs_once(function)
+        return True
+
+    def runs_once(self, function: cst.FunctionDef | None) -> bool:
+        """Whether a run goes through the function at most once, as far as the calls show: one call of it in the
+        program, in no loop, in a function that runs once, up to the module's body (``None``: the body)."""
+        home: ScriptAnalysis = self
+        for _ in range(self.MAX_CALL_DEPTH + 1):
+            if function is None:
+                return True
+            home = self.shared.analysis_of(function) or home
+            callers = home.callers_in_program(function)
+            if len(callers) != 1:
+                return False
+            home = self.shared.analysis_of(callers[0]) or home
+            if home.nearest_loop(callers[0]) is not None:
+                return False
+            function = home.enclosing_function(callers[0])
+        return False
+
+    def _call_chain(self, node: cst.CSTNode) -> list[tuple[ScriptAnalysis, cst.CSTNode]]:
+        """Where the node runs, up the calls, while each function on the way has one call in the program: the
+        node, its function's call, that call's function's call, ... (a few levels). Kept per node."""
+        chains = self.shared.__dict__.setdefault("_call_chains", {})
+        found = chains.get(node)
+        if found is None:
+            home: ScriptAnalysis = self.shared.analysis_of(node) or self
+            found = chains[node] = [(home, node)]
+            for _ in range(self.MAX_CALL_DEPTH):
+                function = home.enclosing_function(node)
+                callers = home.callers_in_program(function) if function is not None else ()
+                if len(callers) != 1:
+                    break
+                node = callers[0]
+                home = self.shared.analysis_of(node) or home
+                found.append((home, node))
+        return found
+
     @cached_property
     def _program_callers(self) -> dict[cst.FunctionDef, list[cst.Call]]:
         grouped: dict[cst.FunctionDef, list[cst.Call]] = {}

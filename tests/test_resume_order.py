@@ -1,0 +1,147 @@
+"""Values and files a run reads before anything of that run could have changed them: the resume of a training
+program reads a checkpoint before the training loop that saves one.
+
+- DDP041 took ``iter_num = ck["iter_num"]`` of the resume for a per-rank value because the training loop later
+  rebinds ``ck`` to a dict built under a test on the loss: every decision on ``iter_num`` (``if iter_num >=
+  max_iters: break``) became an error. A name is per-rank at a use only where a statement that made it so may
+  run before the use (in its function, up one call at each level, or in a loop around both).
+- DDP012 asked for a barrier before the resume's ``torch.load(path)`` because rank 0 alone writes ``path``
+  later in the run: no write of this run can come before that read.
+Each case keeps its counterpart: the same names read after the per-rank statement, the same file read back
+after the training loop, still reported.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from ddp_migrate.cli import cli
+
+
+def lint(tmp_path: Path, source: str, codes: str) -> list[str]:
+    path = tmp_path / "train.py"
+    path.write_text(source)
+    result = CliRunner().invoke(cli, ["lint", "-q", "--select", codes, str(path)])
+    assert result.exit_code in (0, 1), result.output
+    return [line for line in result.output.splitlines() if line.strip()]
+
+
+HEAD = """import os
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+dist.init_process_group("gloo")
+model = DDP(nn.Linear(4, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+loader = DataLoader(data, batch_size=8, sampler=DistributedSampler(data))
+"""
+
+RESUMED_COUNTER = HEAD + """iter_num, best = 0, 1e9
+if os.path.exists("ck.pt"):
+    ck = torch.load("ck.pt", map_location="cpu")
+    model.module.load_state_dict(ck["model"])
+    iter_num = ck["iter_num"]
+while True:
+    for x, y in loader:
+        loss = nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        iter_num += 1
+        if loss.item() < best:
+            best = loss.item()
+            ck = {"model": model.module.state_dict(), "iter_num": iter_num, "best": best}
+            if dist.get_rank() == 0:
+                torch.save(ck, "ck.pt")
+        if iter_num >= 20:
+            break
+    if iter_num >= 20:
+        break
+"""
+
+
+def test_a_counter_resumed_before_the_loop_is_the_same_on_every_rank(tmp_path: Path) -> None:
+    found = lint(tmp_path, RESUMED_COUNTER, "DDP041")
+    # The best-loss test decides on this rank's loss (rightly reported); the counter's tests do not.
+    assert [line.split(":")[1] for line in found] == ["25"], found
+
+
+def test_a_counter_read_from_the_per_rank_dict_after_it_is_built_stays_per_rank(tmp_path: Path) -> None:
+    source = RESUMED_COUNTER.replace(
+        "        if iter_num >= 20:\n            break\n    if iter_num >= 20:",
+        "        if ck[\"iter_num\"] >= 20:\n            break\n    if iter_num >= 20:",
+    )
+    assert 'ck["iter_num"] >= 20' in source
+    found = lint(tmp_path, source, "DDP041")
+    assert sorted(line.split(":")[1] for line in found) == ["25", "30"], found
+
+
+def test_a_name_rebound_per_rank_inside_the_loop_is_per_rank_at_the_next_round(tmp_path: Path) -> None:
+    # The test reads ``ck`` before the per-rank rebinding in the loop's body: the next round reads that dict.
+    source = HEAD + """ck = {"iter_num": 0}
+best = 1e9
+for epoch in range(5):
+    if ck["iter_num"] > 12:
+        break
+    for x, y in loader:
+        loss = nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if loss.item() < best:
+            best = loss.item()
+            ck = {"iter_num": epoch * 8}
+"""
+    found = lint(tmp_path, source, "DDP041")
+    assert any(":16:" in line for line in found), found
+
+
+SAVES_LATER = HEAD + """
+def resume(path):
+    if os.path.exists(path):
+        model.module.load_state_dict(torch.load(path, map_location="cpu"))
+
+
+def save(path):
+    if dist.get_rank() == 0:
+        torch.save(model.module.state_dict(), path)
+
+
+def main():
+    resume("last.pt")
+    for epoch in range(3):
+        loader.sampler.set_epoch(epoch)
+        for x, y in loader:
+            loss = nn.functional.mse_loss(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        save("last.pt")
+    TAIL
+
+
+main()
+"""
+
+
+def test_the_resume_read_before_the_loop_that_saves_needs_no_barrier(tmp_path: Path) -> None:
+    assert lint(tmp_path, SAVES_LATER.replace("    TAIL\n", ""), "DDP012") == []
+
+
+def test_the_same_file_read_back_after_the_loop_still_needs_one(tmp_path: Path) -> None:
+    source = SAVES_LATER.replace("    TAIL\n", '    model.module.load_state_dict(torch.load("last.pt", map_location="cpu"))\n')
+    line = source.splitlines().index('    model.module.load_state_dict(torch.load("last.pt", map_location="cpu"))') + 1
+    found = lint(tmp_path, source, "DDP012")
+    assert len(found) == 1 and "DDP012" in found[0] and f":{line}:" in found[0], found
+
+
+def test_a_resume_called_inside_the_loop_that_saves_still_needs_one(tmp_path: Path) -> None:
+    source = SAVES_LATER.replace("    TAIL\n", "").replace('    resume("last.pt")\n    for epoch in range(3):\n', '    for epoch in range(3):\n        resume("last.pt")\n')
+    found = lint(tmp_path, source, "DDP012")
+    assert len(found) == 1 and "DDP012" in found[0], found
