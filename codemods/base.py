@@ -189,6 +189,10 @@ class Rule(abc.ABC):
     #: correct but worth a look, which every migration writes on purpose (the rank-0 ``print0`` of a shard's
     #: loss); it runs only when ``--select`` names it (or ``ALL``).
     enabled_by_default: ClassVar[bool] = True
+    #: Codes of rules whose finding at the same place this rule's finding stands for in a report: this rule's
+    #: fix runs first in a migration and leaves theirs nothing to do (DDP016 keeps the ``module.`` keys of a
+    #: ``state_dict()`` that DDP008 would otherwise read through ``.module``): one piece of advice per call.
+    supersedes: ClassVar[tuple[str, ...]] = ()
     #: Whether the fix may change behaviour beyond the mechanical migration (documented in the docstring's
     #: "Fix safety" paragraph); ``lint --fix`` runs ``UNSAFE`` fixes only with ``--unsafe-fixes``.
     fix_safety: ClassVar[FixSafety] = FixSafety.SAFE

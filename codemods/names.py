@@ -203,7 +203,7 @@ SUMMARY_WRITER = frozenset({"torch.utils.tensorboard.SummaryWriter", "torch.util
 WRITERS: dict[str, str] = {
     **{name: "checkpoint" for name in TORCH_SAVE},
     "builtins.open": "open",
-    "io.open": "open",
+    **{name: "open" for name in ("io.open", "gzip.open", "bz2.open", "lzma.open", "codecs.open")},
     "os.mkdir": "folder",
     "os.makedirs": "folder",
     **{
@@ -249,7 +249,8 @@ WRITERS: dict[str, str] = {
     },
 }
 #: Methods that write whatever object they are called on (``fig.savefig``, ``path.write_text``,
-#: ``model.save_pretrained``, ``df.to_csv``); ``mkdir`` is ``pathlib.Path.mkdir``.
+#: ``model.save_pretrained``, ``df.to_csv``); ``mkdir`` is ``pathlib.Path.mkdir``. (A path's ``open(mode)`` is an
+#: ``open`` whose mode decides, read apart.)
 WRITER_METHODS: dict[str, str] = {
     "savefig": "file",
     "write_text": "file",

@@ -25,12 +25,15 @@ LOG_CONFIGS = frozenset({"logging.basicConfig"})
 PATH_MKDIR = frozenset({f"pathlib.{cls}.mkdir" for cls in ("Path", "PosixPath", "WindowsPath")})
 
 
-def _write_mode(call: cst.Call) -> bool:
-    """Whether an ``open(...)`` call opens for writing (``w``, ``a``, ``x`` or ``+`` in a literal mode)."""
+def _write_mode(call: cst.Call, mode_first: bool = False) -> bool:
+    """Whether an ``open(...)`` call opens for writing (``w``, ``a``, ``x`` or ``+`` in a literal mode): the
+    mode is the second argument of ``open(file, mode)``, the first of a path's (``Path(p).open(mode)``:
+    ``mode_first``)."""
     mode = keyword_argument(call, "mode")
     if mode is None:
         positional = [a for a in call.args if a.keyword is None]
-        mode = positional[1] if len(positional) > 1 else None
+        at = 0 if mode_first else 1
+        mode = positional[at] if len(positional) > at else None
     if mode is None or not isinstance(mode.value, cst.SimpleString):
         return False
     return any(flag in str(mode.value.evaluated_value) for flag in "wax+")
@@ -66,8 +69,12 @@ def _path_mkdir(analysis: ScriptAnalysis, call: cst.Call) -> bool:
     method on an object (``Path(p).mkdir()``, ``out_dir.mkdir()``, ``args.output_dir.mkdir()``)."""
     if analysis.call_target(call) is not None:
         return False
-    if analysis.is_call_to(call, PATH_MKDIR):
-        return True
+    return analysis.is_call_to(call, PATH_MKDIR) or _on_an_object(analysis, call)
+
+
+def _on_an_object(analysis: ScriptAnalysis, call: cst.Call) -> bool:
+    """Whether an ``x.method(...)`` call is a method of an object, not a function of an imported module (``out_dir.
+    mkdir()``, ``Path(p).open("w")``; not ``utils.mkdir(p)``, ``Image.open(p)``)."""
     receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
     if receiver is None:
         return False
@@ -294,6 +301,10 @@ with open("config.yaml") as f:
         if kind is None:
             method = call_method_name(call)
             receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
+            if method == "open":
+                # ``Path(p).open("wt")``: a method of an object (not ``Image.open(p)``, a module's), its mode first
+                on_object = analysis.call_target(call) is None and _on_an_object(analysis, call)
+                return "open" if on_object and _write_mode(call, mode_first=True) else None
             if method in names.WRITER_METHODS:
                 if analysis.call_target(call) is not None:
                     return None  # a function or method of the program: its body's writes are found there
@@ -320,7 +331,7 @@ with open("config.yaml") as f:
             return
         facts = rank_facts(analysis)
         blocking = analysis.calls_to(BLOCKING)
-        write_opens = [c for c in analysis.calls_to({"builtins.open", "io.open"}) if _write_mode(c)]
+        write_opens = [c for c in analysis.calls if call_method_name(c) == "open" and self._writer(analysis, c) == "open"]
         for call in analysis.calls:
             kind = self._writer(analysis, call)
             if kind is None and keyword_argument(call, "filename") is not None and analysis.is_call_to(call, LOG_CONFIGS):

@@ -12,7 +12,6 @@ from .analysis import WRAPPER_ATTRIBUTES, ScriptAnalysis, call_method_name, dott
 from .analysis.loaders import without_gradients
 from .analysis.script import callee_name
 from .analysis.ranks import Kind, rank_facts
-from .analysis.wrapped_keys import prefixed_keys_wrap
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, accepting_both_key_formats, code_of, expression, state_dict_argument
 from .runtime_calls import DDP_CLASS, DDP_MODULE, imported_name, nullcontext_name, runtime_name
@@ -508,8 +507,6 @@ torch.save(state, "last.pt")
                     kind = "DDP" if analysis.is_call_to(held, names.DISTRIBUTED_DATA_PARALLEL) else "DataParallel"
                     call = analysis.parent(attribute)
                     if attr == "state_dict":
-                        if type(call) is cst.Call and prefixed_keys_wrap(analysis, call) is not None:  # type: ignore[arg-type]
-                            continue  # (DDP016 keeps the original's module. keys)
                         yield _Case("access", attribute, attribute, True, f"state_dict() of a model held in a container that holds its {kind} wrapper: every key gains module.; use runtime.unwrap(...).state_dict()")
                     elif type(call) is cst.Call and call.func is attribute:  # type: ignore[attr-defined]
                         yield _Case("load", call, attribute, True, f"load_state_dict on a model held in a container that holds its {kind} wrapper takes only module.-prefixed keys: load into runtime.unwrap(...), accepting keys with and without the prefix")
@@ -561,8 +558,6 @@ torch.save(state, "last.pt")
                             "its own replica; move the step out of the model's class and call the wrapped model",
                         )
                         continue
-            if attr == "state_dict" and prefixed_keys_wrap(analysis, parent) is not None:  # type: ignore[arg-type]
-                continue  # (DDP016 keeps the original's module. keys: one piece of advice for the call)
             if attr == "state_dict":
                 message = f"state_dict() of the {kind} wrapper prefixes every key with module. (a checkpoint the plain model cannot load): use .module.state_dict()"
             else:

@@ -387,6 +387,11 @@ def find_all(analysis: ScriptAnalysis, rules: Sequence[Rule], vocabulary: Vocabu
         if _applies(rule, vocabulary):
             found = _run_rule(rule, "checking", lambda: rule.find_in_text(text))
             findings.extend(found if found is not None else _run_rule(rule, "checking", lambda: rule.find(analysis)))
+    superseded = {
+        (code, finding.line, finding.column) for rule in rules if rule.supersedes for finding in findings if finding.code == rule.code for code in rule.supersedes
+    }
+    if superseded:
+        findings = [finding for finding in findings if (finding.code, finding.line, finding.column) not in superseded]
     return sorted(findings, key=Finding.sort_key)
 
 

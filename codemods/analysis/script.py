@@ -1033,7 +1033,13 @@ class ScriptAnalysis:
                             found[alias.asname.name.value] = (full, None)
                     elif full.split(".")[0] in known:
                         found[full.split(".")[0]] = (full.split(".")[0], None)
-            elif isinstance(node, cst.ImportFrom) and not isinstance(node.names, cst.ImportStar):
+            elif isinstance(node, cst.ImportFrom) and isinstance(node.names, cst.ImportStar):
+                # ``from .trainer import *`` in a package's ``__init__.py``: each name the module exports
+                base = self.imported_from(node)
+                if base in known:
+                    for name in known[base].exported_names():
+                        found[name] = (base, name)
+            elif isinstance(node, cst.ImportFrom):
                 base = self.imported_from(node)
                 for alias in node.names:
                     symbol = dotted_name(alias.name) or ""
@@ -1043,6 +1049,46 @@ class ScriptAnalysis:
                         found[local] = (submodule, None)
                     elif base in known:
                         found[local] = (base, symbol)
+        return found
+
+    def exported_names(self, seen: frozenset[str] = frozenset()) -> frozenset[str]:
+        """The names ``from <this module> import *`` binds: those of ``__all__`` where the module spells it as a
+        list or tuple of strings, else its public top-level names (its functions, classes, assigned names and
+        imports, and what its own star imports of program modules bind). Kept once computed."""
+        cached = self.__dict__.get("_exported_names")
+        if cached is not None:
+            return cached
+        names: set[str] = set()
+        listed: set[str] | None = None
+        for stmt in self.module.body:
+            if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+                names.add(stmt.name.value)
+            elif isinstance(stmt, cst.SimpleStatementLine):
+                for small in stmt.body:
+                    if isinstance(small, (cst.Assign, cst.AnnAssign)):
+                        targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
+                        for target in targets:
+                            names.update(_target_names(target))
+                            if dotted_name(target) == "__all__" and small.value is not None:
+                                listed = _listed_strings(small.value)
+                    elif isinstance(small, cst.Import):
+                        names.update(
+                            a.asname.name.value if a.asname is not None and isinstance(a.asname.name, cst.Name) else (dotted_name(a.name) or "").split(".")[0]
+                            for a in small.names
+                        )
+                    elif isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
+                        names.update(
+                            a.asname.name.value if a.asname is not None and isinstance(a.asname.name, cst.Name) else dotted_name(a.name) or ""
+                            for a in small.names
+                        )
+                    elif isinstance(small, cst.ImportFrom):
+                        base = self.imported_from(small)
+                        other = self.shared.by_name.get(base)
+                        if other is not None and base not in seen:
+                            names.update(other.exported_names(seen | {self.module_name}))
+        found = frozenset(listed if listed is not None else {n for n in names if n and not n.startswith("_")})
+        if not seen:
+            self.__dict__["_exported_names"] = found
         return found
 
     def imported_from(self, node: cst.ImportFrom) -> str:
@@ -3744,6 +3790,19 @@ def _tuple_elements(expr: cst.BaseExpression) -> list[cst.BaseExpression] | None
     if type(expr) in _SEQUENCE_DISPLAYS:
         return [e.value for e in expr.elements if type(e) is not cst.StarredElement]  # type: ignore[attr-defined]
     return None
+
+
+def _listed_strings(value: cst.BaseExpression) -> set[str] | None:
+    """The strings of a list or tuple literal of strings (``__all__ = ["Trainer", "build"]``), ``None`` for any
+    other value."""
+    if not isinstance(value, (cst.List, cst.Tuple)):
+        return None
+    found: set[str] = set()
+    for element in value.elements:
+        if not isinstance(element.value, cst.SimpleString):
+            return None
+        found.add(element.value.evaluated_value)  # type: ignore[arg-type]
+    return found
 
 
 def _unpacked_pairs(target: cst.CSTNode, value: cst.CSTNode) -> list[tuple[cst.BaseExpression, cst.BaseExpression]] | None:

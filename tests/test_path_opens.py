@@ -1,0 +1,73 @@
+"""DDP012 and files opened for writing through a path's own ``open`` (``Path(fname).open("wt")``, PyTorch-Template's
+``write_json``) or a compressing module's (``gzip.open(p, "wt")``).
+
+The rule knew ``open(...)`` alone: it guarded the ``json.dump`` inside ``with fname.open("wt") as handle:`` and left the
+``open`` on every rank. Rank 1, starting a moment later, truncated the file rank 0 had written: ``config.json`` ended
+empty, with the report saying "file written on rank 0 only". The whole ``with`` block is rank 0's now, as for
+``open``; reads (``p.open()``, ``p.open("r")``, ``Image.open(p)``) stay every rank's.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from launch import run_torchrun
+from migrated import migrate_script
+
+PROGRAM = """import gzip
+import json
+import time
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def write_json(content, fname):
+    fname = Path(fname)
+    with fname.open("wt") as handle:
+        json.dump(content, handle, indent=4)
+
+
+def read_json(fname):
+    with Path(fname).open("rt") as handle:
+        return json.load(handle)
+
+
+def main():
+    write_json({"lr": 0.1}, "config.json")
+    with gzip.open("log.gz", "wt") as g:
+        g.write("start")
+    time.sleep(0.2)
+    lr = read_json("config.json")["lr"]
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8)
+    for x, y in loader:
+        loss = nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    with Path("done.txt").open(mode="a") as f:
+        f.write("done")
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_the_whole_with_block_of_a_path_open_for_writing_is_rank_zeros(tmp_path: Path) -> None:
+    text, report, _ = migrate_script(tmp_path, PROGRAM)
+    assert 'if runtime.is_main_process():\n        with fname.open("wt") as handle:' in text, report + text
+    assert 'if runtime.is_main_process():\n        with gzip.open("log.gz", "wt") as g:' in text, report + text
+    assert 'if runtime.is_main_process():\n        with Path("done.txt").open(mode="a") as f:' in text, report + text
+    assert 'with Path(fname).open("rt") as handle:\n        return json.load(handle)' in text, report + text
+    # Rank 1 starts later here: before the fix it truncated the file rank 0 had written.
+    launch = run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, timeout=120)
+    assert launch.returncode == 0, launch.output
+    assert json.loads((tmp_path / "config.json").read_text()) == {"lr": 0.1}
+    assert (tmp_path / "done.txt").read_text() == "done"
