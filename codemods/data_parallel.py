@@ -378,6 +378,8 @@ else:
             node = node.orelse
         if any(rank_facts(analysis).mentions_rank(test) for test in tests):
             return False
+        if any(analysis.wrapper_tested(test) is not None for test in tests):
+            return False  # (``if isinstance(module, nn.DataParallel): copy = DP(copy)``: the other branch has no wrapper)
         model = wrapped_argument(call)
         target = stmt.body[0].targets[0].target if self._assigns(stmt) and len(stmt.body[0].targets) == 1 else None  # type: ignore[attr-defined]
         if (

@@ -36,10 +36,18 @@ def _user_choice(analysis: ScriptAnalysis, call: cst.Call) -> cst.IfExp | None:
     test = choice.test
     if isinstance(test, cst.Call) and analysis.is_call_to(test, {"torch.cuda.is_available"}):
         return None
-    sides = [choice.body, choice.orelse]
-    if not any(isinstance(s, cst.SimpleString) and CUDA_LITERAL.match(str(s.evaluated_value)) for s in sides):
+    if not (_cuda_side(choice.body) or _cuda_side(choice.orelse)):
         return None
     return choice
+
+
+def _cuda_side(side: cst.BaseExpression) -> bool:
+    """Whether a side of a device choice names a CUDA device: ``"cuda"``, ``"cuda:0"``, ``f"cuda:{args.gpu}"``."""
+    if isinstance(side, cst.SimpleString):
+        return bool(CUDA_LITERAL.match(str(side.evaluated_value)))
+    if isinstance(side, cst.FormattedString) and side.parts and isinstance(side.parts[0], cst.FormattedStringText):
+        return side.parts[0].value == "cuda" if len(side.parts) == 1 else side.parts[0].value == "cuda:"
+    return False
 
 
 def _is_literal_index(node: cst.BaseExpression) -> bool:
@@ -498,7 +506,7 @@ with torch.autocast(device_type="cuda", enabled=False):
                 message = ".cuda() replaced by .to(runtime.device())"
             elif isinstance(node, cst.Call) and (choice := _user_choice(analysis, node)) is not None:
                 # Keep the user's choice: the CUDA side becomes this process's device, the other side stays.
-                cuda_in_body = isinstance(choice.body, cst.SimpleString) and bool(CUDA_LITERAL.match(str(choice.body.evaluated_value)))
+                cuda_in_body = _cuda_side(choice.body)
                 other = choice.orelse if cuda_in_body else choice.body
                 kept = f"{code_of(node.func)}({code_of(other)})"
                 test = code_of(choice.test)

@@ -201,8 +201,8 @@ total = nn.functional.l1_loss(a, b, reduction="sum")
         if not found:
             function = analysis.enclosing_function(at)
             for node in _loss_terms(analysis, expr):
-                if not isinstance(node, cst.Name):
-                    continue
+                if not isinstance(node, cst.Name) or _called(analysis, node):
+                    continue  # (``criterion(out, y)``: its reduction was read above, its weights sum no loss)
                 for assign in analysis.assignments_in(function):
                     if not isinstance(assign, cst.Assign):
                         continue
@@ -357,6 +357,12 @@ def _loss_terms(analysis: ScriptAnalysis, expr: cst.BaseExpression) -> Iterator[
             continue
         yield node
         stack.extend(reversed(tree.children(node)))
+
+
+def _called(analysis: ScriptAnalysis, name: cst.Name) -> bool:
+    """Whether the name is what a call calls (``criterion`` of ``criterion(out, y)``)."""
+    parent = analysis.parent(name)
+    return isinstance(parent, cst.Call) and parent.func is name
 
 
 def _is_zero(expr: cst.BaseExpression) -> bool:

@@ -344,8 +344,12 @@ with open("config.yaml") as f:
                 continue  # a file of each rank's own (its name or contents carry the rank)
             if kind == "folder":
                 exist_ok = keyword_argument(call, "exist_ok")
-                if _is_false(exist_ok.value if exist_ok is not None else None):
+                value = exist_ok.value if exist_ok is not None else None
+                if _is_false(value):
                     yield _Case(call, kind, call)
+                elif not (isinstance(value, cst.Name) and value.value == "True"):
+                    # ``exist_ok=run_id == ""``: false on some runs, when each rank's mkdir races the others'
+                    yield _Case(call, "folder-sometimes", None)
             elif kind == "handler":
                 if keyword_argument(call, "delay") is None:
                     yield _Case(call, kind, call)
@@ -492,6 +496,10 @@ with open("config.yaml") as f:
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
         messages = {
             "folder": "every rank creates this folder: a race (FileExistsError); create it with exist_ok=True",
+            "folder-sometimes": (
+                "every rank creates this folder, and exist_ok may be False: a race (FileExistsError on every rank but "
+                "one); create it on rank 0 only, the others waiting at a barrier, from a name every rank agrees on"
+            ),
             "handler": "every rank opens this log file at start-up: open it lazily (delay=True)",
             "open": "every rank writes this file: write it on rank 0 only",
             "open-with-state": (
@@ -530,6 +538,10 @@ with open("config.yaml") as f:
             if case.block is None:
                 what = {
                     "read": "wait for rank 0's write of this file before reading it (runtime.barrier() on a path every rank takes)",
+                    "folder-sometimes": (
+                        "every rank creates this folder and exist_ok may be False (FileExistsError): create it on rank 0 "
+                        "only, then runtime.barrier() on a path every rank takes"
+                    ),
                     "read-after": "wait for rank 0's writes before reading this file (runtime.barrier() on a path every rank takes)",
                     "download": "download on rank 0 first while the others wait at a barrier on a path every rank takes",
                     "open-with-state": (

@@ -594,6 +594,13 @@ torch.save(state, "last.pt")
                     "none of the model's own attributes: ask the model itself (runtime.unwrap(...))",
                 )
                 continue
+            if _type_of_a_wrapped_model(analysis, call):
+                # ``type(self.model).__name__`` saved as a checkpoint's architecture: "DistributedDataParallel"
+                yield _Case(
+                    "reflect", call.args[0].value, call.args[0].value, True,
+                    "type() of the model asks the DDP wrapper (DistributedDataParallel): ask the model itself (runtime.unwrap(...))",
+                )
+                continue
             if dotted_name(call.func) == "getattr" and len(call.args) >= 2 and code_of(call.args[1].value).strip("'\"") == "module":
                 alias = _alias_trained_past_ddp(analysis, call, call.args[0].value)
                 if alias is not None:
@@ -697,7 +704,9 @@ torch.save(state, "last.pt")
                 assert isinstance(model, cst.BaseExpression)
                 inner = self._inner(analysis, edits, model, True)
                 edits.replace(model, lambda _updated, inner=inner: inner)
-                edits.changes.append(Change(self.code, line, "getattr/hasattr asks the model itself (runtime.unwrap(...)), not its wrapper"))
+                asker = analysis.parent(analysis.parent(model))
+                what = code_of(asker.func) if isinstance(asker, cst.Call) else "getattr/hasattr"  # type: ignore[union-attr]
+                edits.changes.append(Change(self.code, line, f"{what} asks the model itself (runtime.unwrap(...)), not its wrapper"))
                 continue
             if case.kind in ("handoff", "rank_forward"):
                 model = case.node
@@ -781,6 +790,14 @@ def _reflected_attribute(analysis: ScriptAnalysis, call: cst.Call) -> str | None
     if dotted_name(model) is None or analysis.wrapped_at(model) is None:
         return None
     return attribute
+
+
+def _type_of_a_wrapped_model(analysis: ScriptAnalysis, call: cst.Call) -> bool:
+    """``type(model)`` of a name (or attribute) that holds a wrapped model there."""
+    if dotted_name(call.func) != "type" or len(call.args) != 1 or call.args[0].keyword or call.args[0].star:
+        return False
+    model = call.args[0].value
+    return dotted_name(model) is not None and analysis.wrapped_at(model) is not None and not analysis.holds_unwrapped(model)
 
 
 def _parameters_of(analysis: ScriptAnalysis, call: cst.Call) -> bool:

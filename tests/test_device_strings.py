@@ -239,3 +239,38 @@ def test_visible_devices_set_by_the_program_are_left_to_a_human(tmp_path: Path, 
     (tmp_path / "guarded").mkdir()
     _, report, _ = migrate_script(tmp_path / "guarded", guarded)
     assert "CUDA_VISIBLE_DEVICES" not in report, report
+
+
+GPU_OPTION = '''
+import argparse
+
+import torch
+import torch.nn as nn
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--gpu", type=int, default=None)
+args = parser.parse_args()
+device = torch.device(CHOICE)
+model = nn.Linear(4, 1).to(device)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(3):
+    loss = model(torch.randn(8, 4, device=device)).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+'''
+
+
+@pytest.mark.parametrize(
+    "choice, kept",
+    [
+        ('f"cuda:{args.gpu}" if args.gpu is not None else "cpu"', 'runtime.device() if args.gpu is not None else torch.device("cpu")'),
+        ('"cpu" if args.gpu is None else f"cuda:{args.gpu}"', 'torch.device("cpu") if args.gpu is None else runtime.device()'),
+    ],
+)
+def test_a_gpu_option_s_cpu_default_is_kept(tmp_path: Path, choice: str, kept: str) -> None:
+    """MoCo's ``--gpu`` (default ``None``: the CPU) chose ``f"cuda:{args.gpu}"`` or ``"cpu"``: the whole choice
+    became ``runtime.device()``, and on a GPU machine the run moved to CUDA with ``--gpu`` ignored. The CUDA side
+    (an f-string too) becomes this process's device; the CPU side stays."""
+    text, report, _ = migrate_script(tmp_path, GPU_OPTION.replace("CHOICE", choice))
+    assert f"device = {kept}\n" in text, report + text

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from ddp_migrate.cli import cli
@@ -83,3 +84,40 @@ def test_validation_drawn_from_the_training_windows_is_each_ranks_own(tmp_path: 
 def test_data_drawn_from_torchs_unseeded_state_is_each_ranks_own(tmp_path: Path) -> None:
     # No torch.manual_seed: ``data = torch.randn(...)`` differs between the processes, and so does every loss.
     assert len(decisions(tmp_path, head="# unseeded\n")) == 1
+
+
+HAND_SHARDED = """import torch
+import torch.distributed as dist
+
+torch.manual_seed(0)
+dist.init_process_group("gloo")
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+rank = dist.get_rank()
+devices = ["cpu", "cpu"]
+device = devices[rank]
+data = torch.randn(1000, 4)
+shard = PART
+val = torch.randn(100, 4).to(device)
+for epoch in range(100):
+    for x in shard.split(32):
+        loss = model(x.to(device)).pow(2).mean()
+        loss.backward()
+        optimizer.step()
+    if model(val).pow(2).mean().item() < 0.01:
+        break
+    if loss.item() < 0.01:
+        break
+"""
+
+
+@pytest.mark.parametrize("part", ["data[rank::dist.get_world_size()]", "torch.chunk(data, dist.get_world_size())[rank]"])
+def test_a_part_of_the_data_taken_by_hand_is_each_ranks_own(tmp_path: Path, part: str) -> None:
+    """With torch's draws seeded alike no longer taken as per rank, the data a rank takes by hand (a slice from the
+    rank, its part of a split) is what makes its losses its own; an item picked by the rank that is no data
+    (``devices[rank]``) makes nothing per rank: the validation loss moved there is the same on every rank."""
+    path = tmp_path / "train.py"
+    path.write_text(HAND_SHARDED.replace("PART", part))
+    result = CliRunner().invoke(cli, ["lint", "-q", "--select", "DDP041", str(path)])
+    found = [line for line in result.output.splitlines() if "DDP041" in line]
+    assert len(found) == 1 and ":21:" in found[0] and "loss.item()" in found[0], result.output

@@ -71,3 +71,35 @@ def test_the_whole_with_block_of_a_path_open_for_writing_is_rank_zeros(tmp_path:
     assert launch.returncode == 0, launch.output
     assert json.loads((tmp_path / "config.json").read_text()) == {"lr": 0.1}
     assert (tmp_path / "done.txt").read_text() == "done"
+
+
+FOLDER = """from pathlib import Path
+
+import torch
+
+
+def main(run_id=""):
+    save_dir = Path("saved") / (run_id or "default")
+    save_dir.mkdir(parents=True, exist_ok=EXIST_OK)
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss = model(torch.randn(8, 4)).pow(2).mean()
+    loss.backward()
+    opt.step()
+
+
+main()
+"""
+
+
+def test_a_folder_made_with_an_exist_ok_that_may_be_false_is_for_a_human(tmp_path: Path) -> None:
+    """PyTorch-Template's ``save_dir.mkdir(parents=True, exist_ok=run_id == "")``: every rank created the run's
+    folder and all but one died with FileExistsError under torchrun, with nothing to review (only a literal
+    ``False`` or no ``exist_ok`` was seen)."""
+    text, report, _ = migrate_script(tmp_path, FOLDER.replace("EXIST_OK", 'run_id == ""'))
+    assert "review" in report and "exist_ok may be False" in report, report
+    assert 'save_dir.mkdir(parents=True, exist_ok=run_id == "")' in text  # (left to a human: not made True)
+    text, report, _ = migrate_script(tmp_path, FOLDER.replace("EXIST_OK", "True"))
+    assert "DDP012" not in report, report
+    text, report, _ = migrate_script(tmp_path, FOLDER.replace("EXIST_OK", "False"))
+    assert "save_dir.mkdir(parents=True, exist_ok=True)" in text, report + text

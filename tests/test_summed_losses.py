@@ -148,3 +148,35 @@ def test_sum_of_a_local_name_is_a_batch_sum(tmp_path: Path) -> None:
     )
     migrated, report, _ = migrate_script(tmp_path, source)
     assert "a .sum() over this process's share of the batch" in report, report
+
+
+WEIGHTED = '''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,))), batch_size=16, shuffle=True)
+model = nn.Linear(8, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+counts = torch.zeros(2)
+for _, yb in loader:
+    counts += torch.bincount(yb, minlength=2)
+criterion = nn.CrossEntropyLoss(weight=counts.sum() / (2 * counts)REDUCTION)
+for epoch in range(2):
+    for x, y in loader:
+        loss = criterion(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+'''
+
+
+def test_class_weights_computed_with_a_sum_make_no_summed_loss(tmp_path: Path) -> None:
+    """A trial's class-weighted mean loss (weights from a pass over the loader: ``counts.sum() / (2 * counts)``)
+    got "a summed loss divided by a fixed number: multiply by runtime.world_size()": following it would have
+    scaled the gradients by N. The criterion's reduction decides, not what its weights are computed from."""
+    text, report, _ = migrate_script(tmp_path, WEIGHTED.replace("REDUCTION", ""))
+    assert "DDP039" not in report and "summed loss" not in text, report
+    summed, report, _ = migrate_script(tmp_path, WEIGHTED.replace("REDUCTION", ', reduction="sum"'))
+    assert "DDP039" in report and "runtime.world_size()" in summed, report

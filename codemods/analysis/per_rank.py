@@ -10,7 +10,7 @@ import libcst as cst
 from .. import names
 from . import tree
 from .loaders import loader_facts
-from .ranks import Kind, per_rank_draws, rank_facts, rank_seeded_instances, seeds_alike
+from .ranks import Kind, draws_per_rank, per_rank_draws, rank_facts, rank_seeded_instances, seeds_alike
 from .script import (
     COMPREHENSIONS,
     LoaderLoop,
@@ -140,6 +140,12 @@ class PerRankValues:
         if markers is None or use.node is None:
             return True
         home = self.analysis.shared.analysis_of(use.node) or self.analysis
+        name = key[1]  # type: ignore[index]
+        if "." not in name and all(type(marker) in _BINDINGS for marker in markers):
+            # (no ``append`` changes the value in place: the binding in effect at the use says it all)
+            binding = home.binding_in_effect(use.node, name)
+            if binding is not None:
+                return binding in markers
         return any(home.may_run_before(marker, use.node) for marker in markers)
 
     def _whole_by_its_arguments(self, call: cst.Call, function: cst.FunctionDef) -> bool:
@@ -357,7 +363,10 @@ class PerRankValues:
         analysis = self.analysis
         for node, target in seeds:
             self._seed_nodes.add(node)
-            self._mark(self._targets(node, target), node)
+            marker = node
+            if type(node) is cst.Call and type(target) is cst.Name:  # ``loss.backward()``: the ``loss`` bound there
+                marker = (analysis.shared.analysis_of(node) or analysis).binding_in_effect(node, target.value) or node  # type: ignore[attr-defined]
+            self._mark(self._targets(node, target), marker)
         modules = analysis.shared.analyses
         for module, assign in ((module, assign) for module in modules for assign in module.assignments):
             if any(type(n) is cst.Call and analysis.is_call_to(n, names.REDUCTIONS) for n in module.nodes_below(assign.value)):  # type: ignore[arg-type]
@@ -479,6 +488,10 @@ class PerRankValues:
         return True
 
 
+#: The statements that bind a name (what :meth:`PerRankValues._reached` compares with the binding in effect).
+_BINDINGS = (cst.Assign, cst.AnnAssign, cst.AugAssign, cst.For)
+
+
 class _Use:
     """One thing an expression uses that may hold a per-rank value: a name (with its keys) or a call of one
     of this file's functions."""
@@ -522,6 +535,9 @@ def _seeds(analysis: ScriptAnalysis) -> list[tuple[cst.CSTNode, cst.BaseExpressi
     draws = per_rank_draws(analysis)
     for draw in draws:  # ``ix = torch.randint(...)`` seeded from the rank: each rank's own batch
         seeds.extend(_draw_seeds(analysis, draw))
+    if draws_per_rank(analysis):
+        for module in modules:
+            seeds.extend(seed for node in module.preorder if type(node) is cst.Subscript for seed in _rank_part_seeds(module, node))  # type: ignore[arg-type]
     sharded = shards_training_data(analysis)
     for module in modules:
         for call in module.backward_calls:
@@ -551,6 +567,31 @@ def _draw_seeds(analysis: ScriptAnalysis, draw: cst.Call) -> list[tuple[cst.CSTN
         if objects & from_rank:
             seeds.extend(_assigned_from(caller, call))
     return seeds
+
+
+#: Calls that cut data into parts, one of which a rank takes (``torch.chunk(data, world_size)[rank]``).
+_SPLITS = frozenset({"chunk", "split", "tensor_split", "array_split"})
+
+
+def _rank_part_seeds(module: ScriptAnalysis, subscript: cst.Subscript) -> list[tuple[cst.CSTNode, cst.BaseExpression]]:
+    """What is assigned the part of the data a rank takes by hand: a slice from the rank (``shard = data[rank::
+    world_size]``, ``data[rank * n:(rank + 1) * n]``) or the rank's item of a split (``torch.chunk(data, ws)[rank]``);
+    not any item picked by the rank (``devices[local_rank]`` is no data)."""
+    if len(subscript.slice) != 1:
+        return []
+    element = subscript.slice[0].slice
+    facts = rank_facts(module)
+    if type(element) is cst.Slice:
+        parts = [p for p in (element.lower, element.upper, element.step) if p is not None]
+        ranked = any(facts.kind(p) is Kind.RANK for p in parts)
+    else:
+        value = subscript.value
+        ranked = (
+            type(value) is cst.Call
+            and (dotted_name(value.func) or "").rpartition(".")[2] in _SPLITS  # type: ignore[attr-defined]
+            and facts.kind(element.value) is Kind.RANK  # type: ignore[attr-defined]
+        )
+    return _assigned_from(module, subscript) if ranked else []
 
 
 def _batch_seed(loop: LoaderLoop) -> tuple[cst.CSTNode, cst.BaseExpression]:

@@ -3177,6 +3177,78 @@ class ScriptAnalysis:
             return not home.runs_once(function)
         return True
 
+    def binding_in_effect(self, node: cst.CSTNode, name: str) -> cst.CSTNode | None:
+        """The statement whose binding of a plain name is the one in effect at the node, where straight-line code
+        shows it: the last assignment of the name (``cst.Assign``, ``cst.AnnAssign``) before the node's statement
+        in its block or a block around it, within its function (or the module's body), or the ``for`` loop whose
+        target binds it when the node is in that loop. ``None`` where a statement before it may rebind the name
+        on some paths only (an ``if``, a loop, ``+=``), a loop around the node rebinds it later in its body (the
+        next round reads that), or nothing binds it there (a parameter, a global). Kept per node and name."""
+        cache = self.derived("bindings in effect", lambda _: {})
+        key = (node, name)
+        if key not in cache:
+            cache[key] = self._find_binding_in_effect(node, name)
+        return cache[key]
+
+    def _find_binding_in_effect(self, node: cst.CSTNode, name: str) -> cst.CSTNode | None:
+        current: cst.CSTNode = self.statement(node)
+        while True:
+            block = self.parent(current)
+            if block is None:
+                return None
+            if isinstance(block, (cst.IndentedBlock, cst.Module)):
+                body = block.body
+                for earlier in reversed(body[: body.index(current)]):  # type: ignore[arg-type]
+                    if isinstance(earlier, cst.SimpleStatementLine):
+                        for small in reversed(earlier.body):
+                            if isinstance(small, (cst.Assign, cst.AnnAssign)) and small.value is not None:
+                                targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
+                                if any(name in _target_names(t) for t in targets):
+                                    return small
+                            if name in self._names_bound_in(small):
+                                return None  # (``x += 1``, ``del x``, an import, ``global x``)
+                    elif name in self._names_bound_in(earlier):
+                        return None
+                owner = self.parent(block)
+                if owner is None or isinstance(owner, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                    return None
+                if isinstance(owner, (cst.For, cst.While)):
+                    if isinstance(owner, cst.For) and block is owner.body and name in _target_names(owner.target):
+                        return owner
+                    if name in self._names_bound_in(owner):
+                        return None  # (a binding later in the loop's body reaches the next round)
+                current = owner
+                continue
+            if isinstance(block, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                return None
+            current = block
+
+    def _names_bound_in(self, stmt: cst.CSTNode) -> frozenset[str]:
+        """The plain names a statement binds anywhere inside it (assignments, loop and ``with`` targets,
+        ``except ... as``, ``:=``, definitions, imports, ``global``/``nonlocal``, ``del``), read once per statement."""
+        cache = self.derived("names bound in", lambda _: {})
+        found = cache.get(stmt)
+        if found is None:
+            bound: set[str] = set()
+            for part in walk(stmt):
+                kind = type(part)
+                if kind is cst.AssignTarget or kind is cst.AsName:
+                    bound.update(_target_names(part.target if kind is cst.AssignTarget else part.name))  # type: ignore[attr-defined]
+                elif kind in (cst.AugAssign, cst.AnnAssign, cst.NamedExpr):
+                    bound.update(_target_names(part.target))  # type: ignore[attr-defined]
+                elif kind is cst.For or kind is cst.CompFor:
+                    bound.update(_target_names(part.target))  # type: ignore[attr-defined]
+                elif kind is cst.FunctionDef or kind is cst.ClassDef:
+                    bound.add(part.name.value)  # type: ignore[attr-defined]
+                elif kind is cst.ImportAlias:
+                    bound.add((dotted_name(part.name) or "").split(".")[0])  # type: ignore[attr-defined]
+                elif kind is cst.Global or kind is cst.Nonlocal:
+                    bound.update(item.name.value for item in part.names)  # type: ignore[attr-defined]
+                elif kind is cst.Del:
+                    bound.update(_target_names(part.target))  # type: ignore[attr-defined]
+            found = cache[stmt] = frozenset(bound)
+        return found
+
     def runs_once(self, function: cst.FunctionDef | None) -> bool:
         """Whether a run goes through the function at most once, as far as the calls show: one call of it in the
         program, in no loop, in a function that runs once, up to the module's body (``None``: the body)."""
@@ -3318,8 +3390,43 @@ class ScriptAnalysis:
         name = dotted_name(expr)
         if name is None:
             return False
+        if "." not in name and self._unwrapped_by_a_test(expr, name):
+            return True
         values = self.assigned_values(self.enclosing_function(expr), name)
         return bool(values) and all(v is not None and self.is_unwrapped(v) for v in values)
+
+    def _unwrapped_by_a_test(self, expr: cst.BaseExpression, name: str) -> bool:
+        """Whether the name is used where a test that it is a wrapper failed (``else: copy.deepcopy(module)`` of ``if
+        isinstance(module, nn.DataParallel):``, the body of ``if not hasattr(model, "module"):``) and that branch
+        does not bind it again: the model itself is there (the migration extends such a test to DDP)."""
+        child: cst.CSTNode = expr
+        for ancestor in self.ancestors(expr):
+            kind = type(ancestor)
+            if kind is cst.FunctionDef or kind is cst.ClassDef or kind is cst.Lambda:
+                return False
+            if (kind is cst.If or kind is cst.IfExp) and child is not ancestor.test:  # type: ignore[attr-defined]
+                test, negated = ancestor.test, False  # type: ignore[attr-defined]
+                if type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:  # type: ignore[attr-defined]
+                    test, negated = test.expression, True  # type: ignore[attr-defined]
+                if self.wrapper_tested(test) == name and (child is ancestor.orelse) != negated:  # type: ignore[attr-defined]
+                    return kind is cst.IfExp or name not in self._names_bound_in(child)
+            child = ancestor
+        return False
+
+    def wrapper_tested(self, test: cst.BaseExpression) -> str | None:
+        """The name a test asks whether it holds a wrapper: ``isinstance(name, nn.DataParallel)`` (any wrapper class
+        among those tested) or ``hasattr(name, "module")``; ``None`` for any other test."""
+        if type(test) is not cst.Call or len(test.args) != 2:  # type: ignore[attr-defined]
+            return None
+        name = dotted_name(test.args[0].value)  # type: ignore[attr-defined]
+        callee = dotted_name(test.func)  # type: ignore[attr-defined]
+        second = test.args[1].value  # type: ignore[attr-defined]
+        if callee == "hasattr":
+            return name if type(second) is cst.SimpleString and second.evaluated_value == "module" else None  # type: ignore[attr-defined]
+        if callee != "isinstance":
+            return None
+        classes = [e.value for e in second.elements] if type(second) is cst.Tuple else [second]  # type: ignore[attr-defined]
+        return name if any(self.qualified_names(c) & names.MODEL_WRAPPERS for c in classes) else None
 
     def assigned_values(self, function: cst.FunctionDef | None, name: str) -> list[cst.BaseExpression]:
         """The values the function (``None``: the module's top level) itself assigns to a dotted name."""
