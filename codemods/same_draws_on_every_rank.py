@@ -8,6 +8,7 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name, keyword_argument, walk
+from .analysis.script import own_method
 from .analysis.loaders import without_gradients
 from .analysis.per_rank import PerRankValues, per_rank_values, training_batch_values
 from .analysis.ranks import draws_per_rank, generator_seeded_alike, seeds_alike
@@ -200,14 +201,12 @@ for x, y in loader:
         # The batches of every training loader count, sharded or not yet (a sampler of its own is left to a human,
         # and noise drawn alike stays alike once it is sharded).
         values = training_batch_values(analysis)
-        if not analysis.backward_calls or values is None:
+        if values is None:
             return
         for call in [*draws, *numpy_draws]:
-            if (
-                analysis.nearest_loop(call) is not None
-                and analysis.reaches_backward(analysis.nearest_loop(call))  # type: ignore[arg-type]
-                and not without_gradients(analysis, call)
-                and _sized_by_the_batch(analysis, values, call)
+            if not without_gradients(analysis, call) and (
+                (_in_a_training_step(analysis, call) and _sized_by_the_batch(analysis, values, call))
+                or (_in_a_trained_forward(analysis, call) and _sized_like_an_activation(analysis, call))
             ):
                 generator = keyword_argument(call, "generator")
                 seeding = "np.random.seed" if call in numpy_draws else "torch.manual_seed"
@@ -229,6 +228,47 @@ for x, y in loader:
                     "runtime.rank())), or draw from a generator seeded per rank",
                     fixable=False,
                 )
+
+
+def _in_a_training_step(analysis: ScriptAnalysis, call: cst.Call) -> bool:
+    """Whether the draw runs in a loop that trains: its own, or one around a call of its function up the calls (the
+    VAE's ``eps = torch.randn_like(std)`` in ``reparameterize``, run by the model's ``forward``)."""
+    for home, place in analysis.places_up_the_calls(call):
+        loop = home.nearest_loop(place)
+        if loop is not None and home.reaches_backward(loop):
+            return True
+    return False
+
+
+def _in_a_trained_forward(analysis: ScriptAnalysis, call: cst.Call) -> bool:
+    """Whether the draw runs in the ``forward`` of a model class of the program (or a method it calls) in a program
+    that trains: the VAE's ``eps = torch.randn_like(std)`` of ``reparameterize``, which the model's ``forward`` runs
+    on every training step (a call of the model is no call of ``forward`` the call graph follows)."""
+    owner = analysis.enclosing_class(call)
+    forward = own_method(owner, "forward")
+    if forward is None or not analysis.program_backward_calls or not analysis.shared.instances_of(owner):  # type: ignore[arg-type]
+        return False
+    return analysis.reaches(forward, [call])
+
+
+def _sized_like_an_activation(analysis: ScriptAnalysis, call: cst.Call) -> bool:
+    """Whether a draw in a forward takes its shape from a value the forward computes, not from the model's own
+    state: ``torch.randn_like(std)``, ``torch.randn(h.size(0), d)``; not ``torch.randn_like(self.weight)`` (noise
+    on the weights, rightly the same on every rank) nor a shape of constants."""
+    arguments = [a.value for a in call.args if a.keyword is None or a.keyword.value in ("size", "sample_shape")]
+    if call_method_name(call) in FILLING_DRAWS:
+        return False
+    if arguments and analysis.is_call_to(call, _SHAPED_LIKE_FIRST):
+        root = (dotted_name(arguments[0]) or "").split(".")[0]
+        return bool(root) and root != "self"
+    for argument in arguments:
+        for node in walk(argument):
+            counted = node.func.value if type(node) is cst.Call and call_method_name(node) == "size" else None  # type: ignore[attr-defined]
+            if type(node) is cst.Attribute and node.attr.value == "shape":  # type: ignore[attr-defined]
+                counted = node.value  # type: ignore[attr-defined]
+            if counted is not None and (dotted_name(counted) or "self").split(".")[0] != "self":
+                return True
+    return False
 
 
 def _augmentations_drawn_alike(analysis: ScriptAnalysis) -> list[tuple[cst.FunctionDef, cst.Call, str]]:

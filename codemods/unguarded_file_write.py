@@ -433,7 +433,7 @@ with open("config.yaml") as f:
             if not unnamed:
                 continue
             family = _family(analysis, call)
-            earlier = [(m, w) for m, w in unnamed if _family(m, w) == family and analysis.runs_before(w, call)]
+            earlier = [(m, w) for m, w in unnamed if _family(m, w) == family and analysis.runs_before(w, call) and analysis.may_run_before(w, call)]
             if earlier and not self._waited_before(analysis, call, earlier, waits):
                 stmt = analysis.statement(call)
                 yield _Case(call, "read-after", stmt if facts.collective_safe_at(stmt) else None)

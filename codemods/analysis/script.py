@@ -3153,7 +3153,13 @@ class ScriptAnalysis:
             stmt = home.statement(place)
             function = home.enclosing_function(place)
             for other_home, other in seconds:
-                if other_home is home and home.enclosing_function(other) is function and home.comes_before(stmt, other) and not home.is_inside(other, stmt):
+                if (
+                    other_home is home
+                    and home.enclosing_function(other) is function
+                    and home.comes_before(stmt, other)
+                    and not home.is_inside(other, stmt)
+                    and not home._in_exclusive_branches(stmt, {other, *home.ancestors(other)})  # (``if d: f() else: f()``)
+                ):
                     return True
         return False
 
@@ -3251,19 +3257,30 @@ class ScriptAnalysis:
 
     def runs_once(self, function: cst.FunctionDef | None) -> bool:
         """Whether a run goes through the function at most once, as far as the calls show: one call of it in the
-        program, in no loop, in a function that runs once, up to the module's body (``None``: the body)."""
+        program (or one in each branch of one ``if``), in no loop, in a function that runs once, up to the module's
+        body (``None``: the body)."""
         home: ScriptAnalysis = self
         for _ in range(self.MAX_CALL_DEPTH + 1):
             if function is None:
                 return True
             home = self.shared.analysis_of(function) or home
             callers = home.callers_in_program(function)
-            if len(callers) != 1:
+            if not callers:
                 return False
             home = self.shared.analysis_of(callers[0]) or home
-            if home.nearest_loop(callers[0]) is not None:
-                return False
             function = home.enclosing_function(callers[0])
+            if any(home.nearest_loop(call) is not None for call in callers):
+                return False
+            # Several calls in one function, each in its own branch of one ``if`` (``mp.spawn(main_worker, ...)`` made
+            # a call, and ``else: main_worker(...)``): a run takes one of them.
+            if len(callers) > 1 and not all(
+                (self.shared.analysis_of(other) or home) is home
+                and home.enclosing_function(other) is function
+                and home._in_exclusive_branches(other, {first, *home.ancestors(first)})
+                for i, first in enumerate(callers)
+                for other in callers[i + 1 :]
+            ):
+                return False
         return False
 
     def _call_chain(self, node: cst.CSTNode) -> list[tuple[ScriptAnalysis, cst.CSTNode]]:
