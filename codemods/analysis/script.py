@@ -1543,7 +1543,9 @@ class ScriptAnalysis:
             owner: cst.ClassDef | None = None
             if isinstance(call.func, cst.Name):
                 name = call.func.value
-                if name in top_functions:
+                if (built := self._built_by_a_classmethod(call, name)) is not None:
+                    owner = built  # ``return cls(config)`` of ``def from_args(cls, ...)``: an instance of its class
+                elif name in top_functions:
                     target = top_functions[name]
                 elif name in classes:
                     owner = classes[name]
@@ -1591,6 +1593,17 @@ class ScriptAnalysis:
                 target = self.method_of(owner, "__init__")
             if target is not None:
                 self._call_targets[call] = target
+
+    def _built_by_a_classmethod(self, call: cst.Call, name: str) -> cst.ClassDef | None:
+        """The class whose classmethod calls its own first parameter (``cls(config)`` in ``@classmethod def
+        from_args(cls, args)``): the call builds an instance of that class (or of the subclass it is called on)."""
+        function = self.enclosing_function(call)
+        if function is None or not function.params.params or function.params.params[0].name.value != name:
+            return None
+        if not any(dotted_name(d.decorator) == "classmethod" for d in function.decorators):
+            return None
+        owner = self.parent(self.parent(function))  # (the class's body, then the class)
+        return owner if isinstance(owner, cst.ClassDef) else None
 
     def _resolve_method_calls(self) -> bool:
         """Resolve ``obj.method(...)`` where ``obj`` holds an instance of a class of the program
