@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Iterator
 
 from . import names
-from .analysis import ScriptAnalysis
-from .analysis.trainable import after_a_wrap, requires_grad_changes
+import libcst as cst
+
+from .analysis import ScriptAnalysis, call_method_name, dotted_name
+from .analysis.trainable import RequiresGradChange, after_a_wrap, requires_grad_changes
 from .base import Example, Match, Phase, Rule, Severity, Valid
 from .edits import code_of
 
@@ -23,6 +25,10 @@ class RequiresGradAfterWrap(Rule):
     step ("Expected to have finished reduction in the prior iteration ..."). A parameter unfrozen after a
     wrap that saw it frozen trains on every rank, but its gradients are never averaged: the ranks' copies
     drift apart without an error. DataParallel copies the model at every step and never noticed.
+
+    Not reported: every parameter of a wrapped model set alike (``for p in D.parameters(): p.requires_grad = False``
+    around a GAN's generator step) where the model was wrapped with all of them training: while all are frozen no
+    gradient hook of them fires and DDP has nothing to reduce.
 
     What a human must do: freeze before the wrap and leave it frozen; for a schedule that changes what
     trains (unfreeze at epoch N), wrap while every parameter that will ever train requires gradients and
@@ -65,14 +71,31 @@ for x, y in loader:
     loss_fn(model(x), y).backward()
 """
         ),
+        # The whole discriminator frozen for the generator's step, unfrozen for its own: no hook of it fires while
+        # frozen, and unfrozen it is what DDP wrapped.
+        Valid(
+            """\
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+G, D = DDP(Generator()), DDP(Discriminator())
+for real in loader:
+    for p in D.parameters():
+        p.requires_grad = True
+    d_loss(D(real), D(G(z).detach())).backward()
+    for p in D.parameters():
+        p.requires_grad = False
+    g_loss(D(G(z))).backward()
+"""
+        ),
     )
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
         if not analysis.program_wrap_calls:
             return
-        for change in requires_grad_changes(analysis):
+        changes = requires_grad_changes(analysis)
+        for change in changes:
             found = after_a_wrap(analysis, change.node)
-            if found is not None:
+            if found is not None and not _toggles_a_whole_wrapped_model(analysis, change, changes):
                 owner, node = found
                 # (another module's line numbers may be those of a version the migration has rewritten since)
                 where = f"line {owner.line(node)}" if owner is analysis else f"in {owner.module_name}"
@@ -85,3 +108,34 @@ for x, y in loader:
                     "the wrap, or wrap with find_unused_parameters=True while every parameter trains",
                     fixable=False,
                 )
+
+
+def _toggles_a_whole_wrapped_model(analysis: ScriptAnalysis, change: RequiresGradChange, changes: list[RequiresGradChange]) -> bool:
+    """Whether the change sets every parameter of a wrapped model alike (``for p in D.parameters(): p.requires_grad =
+    False`` around a GAN's generator step, and ``True`` again before the discriminator's), where no change of that
+    model's parameters runs before a wrap (it was wrapped with all of them training): while all are frozen none of
+    their gradient hooks fires and DDP has nothing to reduce; unfrozen, they are what DDP wrapped."""
+    loop = _parameter_loop(analysis, change)
+    if loop is None:
+        return False
+    model = loop.iter.func.value  # type: ignore[attr-defined]
+    if analysis.wrapped_at(model) is None:
+        return False
+    name = dotted_name(model)
+    return all(
+        after_a_wrap(analysis, other.node) is not None
+        for other in changes
+        if (other_loop := _parameter_loop(analysis, other)) is not None and dotted_name(other_loop.iter.func.value) == name  # type: ignore[attr-defined]
+    )
+
+
+def _parameter_loop(analysis: ScriptAnalysis, change: RequiresGradChange) -> cst.For | None:
+    """The ``for p in model.parameters():`` whose variable the change sets, its whole body (a plain model name)."""
+    block = analysis.parent(change.statement)
+    loop = analysis.parent(block) if isinstance(block, cst.IndentedBlock) else None
+    if not isinstance(loop, cst.For) or len(block.body) != 1 or dotted_name(loop.target) != dotted_name(change.receiver):  # type: ignore[union-attr]
+        return None
+    source = loop.iter
+    if not (isinstance(source, cst.Call) and call_method_name(source) == "parameters" and not source.args):
+        return None
+    return loop if isinstance(source.func, cst.Attribute) and isinstance(source.func.value, cst.Name) else None
