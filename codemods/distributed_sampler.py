@@ -397,6 +397,8 @@ with torch.no_grad():
                 yield Match(loader, ITERABLE_MESSAGE, fixable=False)
             elif _yields_batches(loader):
                 yield Match(loader, UNBATCHED_MESSAGE, fixable=False)
+            elif kwargs is None and dataset is not None and _whole_set_sampler(analysis, loader) is not None:
+                yield Match(loader, "training DataLoader without a DistributedSampler (its sampler draws from the whole set on every process)")
             elif given_loader_argument(loader, "sampler") or given_loader_argument(loader, "batch_sampler"):
                 own = "batch sampler" if given_loader_argument(loader, "batch_sampler") and not given_loader_argument(loader, "sampler") else "sampler"
                 yield Match(loader, f"training DataLoader with its own {own} is not sharded across processes: shard it by hand", fixable=False)
@@ -477,8 +479,12 @@ with torch.no_grad():
                 edits.replace(loader, self._rewrite_kwargs(analysis, edits, loader, dataset_expr, kwargs, options))
             else:
                 edits.replace(loader, self._rewrite(analysis, edits, loader, dataset_expr, options))
+            whole = _whole_set_sampler(analysis, loader) if kwargs is None else None
+            if whole is not None:
+                edits.drop_unused_imports()  # (``RandomSampler`` of the import line)
+            replaced = f" in place of its {code_of(whole[2].func)}" if whole is not None else ""
             edits.changes.append(
-                Change(self.code, analysis.line(loader), "DistributedSampler added to the training DataLoader" + kept + _unseeded(analysis, loader, kwargs))
+                Change(self.code, analysis.line(loader), "DistributedSampler added to the training DataLoader" + replaced + kept + _unseeded(analysis, loader, kwargs))
             )
         return edits.apply(analysis.module) if edits else None
 
@@ -500,6 +506,9 @@ with torch.no_grad():
         original_dataset = loader_argument(loader, "dataset")
         shuffle = loader_argument(loader, "shuffle")
         shuffle_code = code_of(shuffle.value) if shuffle is not None else "False"
+        whole = _whole_set_sampler(analysis, loader)
+        if whole is not None:  # ``sampler=RandomSampler(ds)``: ``shuffle=True`` spelled out; its place goes to the sampler
+            shuffle, shuffle_code, _ = whole
         seed = _seed_argument(analysis, loader, shuffle_code)
         sampler = expression(f"{sampler_class}({code_of(dataset)}, {self._replicas(analysis, edits)}shuffle={shuffle_code}{seed})")
         args: list[cst.Arg] = []
@@ -644,6 +653,35 @@ with torch.no_grad():
         return notes
 
 
+#: Samplers of torch that, given the loader's data set alone, draw every sample once per pass: ``shuffle=True``
+#: and ``shuffle=False`` spelled out.
+_WHOLE_SET_SAMPLERS = {"torch.utils.data.RandomSampler": "True", "torch.utils.data.sampler.RandomSampler": "True",
+                       "torch.utils.data.SequentialSampler": "False", "torch.utils.data.sampler.SequentialSampler": "False"}
+
+
+def _whole_set_sampler(analysis: ScriptAnalysis, loader: cst.Call) -> tuple[cst.Arg, str, cst.Call] | None:
+    """The loader's ``sampler=`` argument when it is ``RandomSampler(dataset)`` or ``SequentialSampler(dataset)`` of
+    the loader's own data set and nothing else (no ``replacement``, ``num_samples`` nor ``generator``), written there
+    or held in a name, with the ``shuffle`` it stands for and the sampler's call; ``None`` for any other sampler."""
+    given = loader_argument(loader, "sampler")
+    dataset = loader_argument(loader, "dataset")
+    if given is None or dataset is None or loader_argument(loader, "batch_sampler") is not None:
+        return None
+    value = given.value
+    origins = [value] if isinstance(value, cst.Call) else list(analysis.origins(value)) if isinstance(value, cst.Name) else []
+    if len(origins) != 1 or not isinstance(origins[0], cst.Call):
+        return None
+    sampler = origins[0]
+    shuffles = next((_WHOLE_SET_SAMPLERS[q] for q in analysis.qualified_names(sampler.func) if q in _WHOLE_SET_SAMPLERS), None)
+    if shuffles is None or len(sampler.args) != 1 or sampler.args[0].star:
+        return None
+    keyword = sampler.args[0].keyword
+    if keyword is not None and keyword.value != "data_source":
+        return None
+    same = code_of(sampler.args[0].value).strip() == code_of(dataset.value).strip()
+    return (given, shuffles, sampler) if same else None
+
+
 def _batches_of_one(loader: cst.Call) -> bool:
     """Whether a loader takes the default batch of one sample (no ``batch_size``, no batch sampler, no ``**``)."""
     return (
@@ -680,6 +718,9 @@ def _unseeded(analysis: ScriptAnalysis, loader: cst.Call, kwargs: KwargsDict | N
     shuffles from its own seed."""
     shuffle = loader_argument(loader, "shuffle")
     shuffles = shuffle is not None and code_of(shuffle.value) != "False" or (kwargs is not None and "shuffle" in (kwargs.keys or ()))
+    whole = _whole_set_sampler(analysis, loader) if kwargs is None else None
+    if whole is not None:
+        shuffles = whole[1] == "True"
     if not shuffles:
         return ""
     own_order = "; it shuffles in an order of its own, so even one process sees other batches than the original did"
