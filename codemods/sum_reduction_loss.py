@@ -201,11 +201,12 @@ total = nn.functional.l1_loss(a, b, reduction="sum")
         if not found:
             function = analysis.enclosing_function(at)
             for node in _loss_terms(analysis, expr):
-                if not isinstance(node, cst.Name) or _called(analysis, node):
-                    continue  # (``criterion(out, y)``: its reduction was read above, its weights sum no loss)
+                if not isinstance(node, cst.Name):
+                    continue
+                called = _called(analysis, node)
                 for assign in analysis.assignments_in(function):
-                    if not isinstance(assign, cst.Assign):
-                        continue
+                    if not isinstance(assign, cst.Assign) or (called and isinstance(assign.value, cst.Call)):
+                        continue  # (``criterion = nn.CrossEntropyLoss(weight=w)``: its reduction was read above, its weights sum no loss)
                     if not any(dotted_name(t.target) == node.value for t in assign.targets) or not analysis.comes_before(assign, at):
                         continue
                     if _scaled(assign.value) or _scaled_by_a_name(analysis, assign.value):

@@ -72,6 +72,28 @@ def _path_mkdir(analysis: ScriptAnalysis, call: cst.Call) -> bool:
     return analysis.is_call_to(call, PATH_MKDIR) or _on_an_object(analysis, call)
 
 
+#: The classes of ``pathlib`` whose objects are paths, and the methods of a path that give a path.
+_PATH_CLASSES = frozenset(f"pathlib.{cls}" for cls in ("Path", "PurePath", "PosixPath", "WindowsPath"))
+_PATH_METHODS = frozenset({"with_suffix", "with_name", "with_stem", "joinpath", "resolve", "absolute", "expanduser"})
+
+
+def _a_path(analysis: ScriptAnalysis, expr: cst.BaseExpression, depth: int = 3) -> bool:
+    """Whether an expression holds a ``pathlib`` path: ``Path(p)``, ``out_dir / "log.txt"`` of a path, a path's
+    ``with_suffix(...)`` or ``.parent``, or a name assigned such a value (a few assignments deep)."""
+    if isinstance(expr, cst.Call):
+        if analysis.is_call_to(expr, _PATH_CLASSES):
+            return True
+        return call_method_name(expr) in _PATH_METHODS and _a_path(analysis, expr.func.value, depth)  # type: ignore[attr-defined]
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Divide):
+        return _a_path(analysis, expr.left, depth)
+    if isinstance(expr, cst.Attribute) and expr.attr.value == "parent":
+        return _a_path(analysis, expr.value, depth)
+    name = dotted_name(expr)
+    if name is None or depth <= 0:
+        return False
+    return any(_a_path(analysis, value, depth - 1) for value in analysis.flows_into(expr, name))  # type: ignore[arg-type]
+
+
 def _on_an_object(analysis: ScriptAnalysis, call: cst.Call) -> bool:
     """Whether an ``x.method(...)`` call is a method of an object, not a function of an imported module (``out_dir.
     mkdir()``, ``Path(p).open("w")``; not ``utils.mkdir(p)``, ``Image.open(p)``)."""
@@ -302,9 +324,9 @@ with open("config.yaml") as f:
             method = call_method_name(call)
             receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
             if method == "open":
-                # ``Path(p).open("wt")``: a method of an object (not ``Image.open(p)``, a module's), its mode first
-                on_object = analysis.call_target(call) is None and _on_an_object(analysis, call)
-                return "open" if on_object and _write_mode(call, mode_first=True) else None
+                # ``Path(p).open("wt")``: a path's (not ``Image.open(p)``, a module's, nor ``zf.open("train.csv")``)
+                on_path = analysis.call_target(call) is None and _a_path(analysis, call.func.value)  # type: ignore[union-attr]
+                return "open" if on_path and _write_mode(call, mode_first=True) else None
             if method in names.WRITER_METHODS:
                 if analysis.call_target(call) is not None:
                     return None  # a function or method of the program: its body's writes are found there
@@ -347,7 +369,7 @@ with open("config.yaml") as f:
                 value = exist_ok.value if exist_ok is not None else None
                 if _is_false(value):
                     yield _Case(call, kind, call)
-                elif not (isinstance(value, cst.Name) and value.value == "True"):
+                elif not (isinstance(value, cst.Name) and value.value == "True") and not (isinstance(value, cst.Integer) and value.evaluated_value):
                     # ``exist_ok=run_id == ""``: false on some runs, when each rank's mkdir races the others'
                     yield _Case(call, "folder-sometimes", None)
             elif kind == "handler":

@@ -793,8 +793,13 @@ def _reflected_attribute(analysis: ScriptAnalysis, call: cst.Call) -> str | None
 
 
 def _type_of_a_wrapped_model(analysis: ScriptAnalysis, call: cst.Call) -> bool:
-    """``type(model)`` of a name (or attribute) that holds a wrapped model there."""
+    """``type(model).__name__`` (or ``__qualname__``) of a name (or attribute) that holds a wrapped model there: the
+    model's class name is meant (a checkpoint's ``arch``); not ``type(model) == nn.DataParallel``, a test of the
+    wrapper."""
     if dotted_name(call.func) != "type" or len(call.args) != 1 or call.args[0].keyword or call.args[0].star:
+        return False
+    parent = analysis.parent(call)
+    if not (isinstance(parent, cst.Attribute) and parent.value is call and parent.attr.value in ("__name__", "__qualname__")):
         return False
     model = call.args[0].value
     return dotted_name(model) is not None and analysis.wrapped_at(model) is not None and not analysis.holds_unwrapped(model)

@@ -103,3 +103,28 @@ def test_a_folder_made_with_an_exist_ok_that_may_be_false_is_for_a_human(tmp_pat
     assert "DDP012" not in report, report
     text, report, _ = migrate_script(tmp_path, FOLDER.replace("EXIST_OK", "False"))
     assert "save_dir.mkdir(parents=True, exist_ok=True)" in text, report + text
+
+
+def test_a_member_opened_from_an_archive_is_read_on_every_rank(tmp_path: Path) -> None:
+    """The review of the path change: ``archive.open("train.csv")`` took its member's name for a mode ("a" in it):
+    the read went to rank 0 alone and rank 1 had no data. Only a path's ``open`` takes its mode first."""
+    source = """import zipfile
+
+import torch
+
+
+def main():
+    archive = zipfile.ZipFile("data.zip")
+    with archive.open("train.csv") as f:
+        rows = f.read()
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss = model(torch.randn(8, 4)).pow(2).mean()
+    loss.backward()
+    opt.step()
+
+
+main()
+"""
+    text, report, _ = migrate_script(tmp_path, source)
+    assert '    with archive.open("train.csv") as f:\n        rows = f.read()' in text and "DDP012" not in report, report + text

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from ddp_migrate.cli import cli
@@ -207,5 +208,21 @@ def test_a_resume_in_a_worker_called_from_either_branch_needs_no_barrier(tmp_pat
 
 def test_a_read_after_the_epoch_loop_of_the_worker_still_needs_one(tmp_path: Path) -> None:
     source = BRANCHED_WORKER.replace("    TAIL\n", '    best = torch.load(os.path.join(".", "model_best.pth.tar"), map_location="cpu")\n')
+    found = lint(tmp_path, source, "DDP012")
+    assert len(found) == 1 and "DDP012" in found[0], found
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        'if __name__ == "__main__":\n    [main(seed) for seed in range(3)]\n',  # a run per seed, in a comprehension
+        'if __name__ == "__main__":\n    run = lambda: main(0)\n    run()\n    run()\n',  # called through a lambda, twice
+    ],
+)
+def test_a_function_run_again_from_a_comprehension_or_a_lambda_reads_the_last_runs_file(tmp_path: Path, shape: str) -> None:
+    """The review of this change: ``main`` called from a comprehension (or a lambda) runs again, and its resume then
+    reads the file rank 0 saved in the run before: the barrier is needed."""
+    source = SAVES_LATER.replace("    TAIL\n", "").replace("\n\nmain()\n", "\n\n" + shape)
+    source = source.replace('def main():\n    resume("last.pt")', 'def main(seed=0):\n    resume("last.pt")')
     found = lint(tmp_path, source, "DDP012")
     assert len(found) == 1 and "DDP012" in found[0], found

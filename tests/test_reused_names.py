@@ -75,3 +75,40 @@ def test_an_evaluation_over_the_training_shard_is_still_each_ranks_own(tmp_path:
 )
 def test_a_binding_that_may_not_replace_the_trainings_keeps_it_per_rank(tmp_path: Path, logits: str) -> None:
     assert len(reviews(tmp_path, logits=logits)) == 1
+
+
+RUNNING = """import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+model = nn.DataParallel(nn.Linear(8, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=16, shuffle=True)
+for epoch in range(30):
+    INIT
+    BODY
+"""
+
+
+@pytest.mark.parametrize(
+    "init, body",
+    [
+        # changed in place: the binding of ``stats`` in effect is no longer the whole story
+        ("stats = torch.zeros(2)", "for x, y in loader:\n        loss = nn.functional.mse_loss(model(x), y)\n        opt.zero_grad()\n        loss.backward()\n        opt.step()\n        stats[0] = loss.item()\n    if stats[0] < 1.0:\n        break"),
+        ('logs = {"loss": 0.0}', 'for x, y in loader:\n        loss = nn.functional.mse_loss(model(x), y)\n        opt.zero_grad()\n        loss.backward()\n        opt.step()\n        logs["loss"] += loss.item()\n    if logs["loss"] < 1.0:\n        break'),
+        # read in the try's else: the try body bound it
+        ("last = 0.0", "try:\n        for x, y in loader:\n            loss = nn.functional.mse_loss(model(x), y)\n            opt.zero_grad()\n            loss.backward()\n            opt.step()\n            last = loss.item()\n    except KeyboardInterrupt:\n        pass\n    else:\n        if last < 1.0:\n            break"),
+        # read in a finally
+        ("last = 0.0", "try:\n        for x, y in loader:\n            loss = nn.functional.mse_loss(model(x), y)\n            opt.zero_grad()\n            loss.backward()\n            opt.step()\n            last = loss.item()\n    finally:\n        if last < 1.0:\n            break"),
+    ],
+)
+def test_a_value_changed_in_place_or_bound_in_a_try_stays_per_rank(tmp_path: Path, init: str, body: str) -> None:
+    """The review of this change: ``stats[0] = loss.item()`` (a running value kept in a tensor or a dict) and a
+    ``try`` body's binding read in its ``else`` or ``finally`` were taken past: the binding in effect was the one
+    before (``stats = torch.zeros(2)``) and the early stop on this rank's loss went silent (rank 1 left the loop, rank
+    0 died with "Connection closed by peer")."""
+    path = tmp_path / "train.py"
+    path.write_text(RUNNING.replace("INIT", init).replace("BODY", body))
+    result = CliRunner().invoke(cli, ["--diff", str(path)])
+    assert sum(1 for line in result.output.splitlines() if line.strip().startswith("review") and "DDP041" in line) == 1, result.output

@@ -180,3 +180,13 @@ def test_class_weights_computed_with_a_sum_make_no_summed_loss(tmp_path: Path) -
     assert "DDP039" not in report and "summed loss" not in text, report
     summed, report, _ = migrate_script(tmp_path, WEIGHTED.replace("REDUCTION", ', reduction="sum"'))
     assert "DDP039" in report and "runtime.world_size()" in summed, report
+
+
+def test_a_summed_loss_of_a_lambda_criterion_is_still_scaled(tmp_path: Path) -> None:
+    """The review of the class-weights change: ``loss_fn = lambda out, y: F.mse_loss(out, y, reduction="sum")``
+    is called too, but its body is the loss: it is read (2 ranks trained W = 0.533 where the original had 0.285)."""
+    source = WEIGHTED.replace("REDUCTION", "").replace(
+        "loss = criterion(model(x), y)", 'loss_fn = lambda out, t: nn.functional.cross_entropy(out, t, reduction="sum")\n        loss = loss_fn(model(x), y)'
+    )
+    text, report, _ = migrate_script(tmp_path, source)
+    assert "DDP039" in report and "runtime.world_size()" in text, report

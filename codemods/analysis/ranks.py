@@ -1257,14 +1257,31 @@ def per_rank_draws(analysis: ScriptAnalysis) -> list[cst.Call]:
     generators = [draw for module in analysis.shared.analyses for draw in _rank_generator_draws(module)]
     if generators and not _torch_seeded_per_rank(analysis):
         return generators
-    # (a draw from torch's own state, where every rank seeds it alike, is the same on every rank: only a
-    # generator of the program is seeded from the rank)
+    # (a draw from a process-wide state that every rank seeds alike is the same on every rank: torch's where
+    # only a generator of the program, or Python's or numpy's state, is seeded from the rank)
     return [
         draw
         for module in analysis.shared.analyses
         for draw in _torch_draws(module)
         if keyword_argument(draw, "generator") is not None or not seeds_alike(module, "torch", before=draw)
+    ] + [
+        draw
+        for module in analysis.shared.analyses
+        for state, draws in _STATE_DRAWS.items()
+        for draw in module.calls_to(draws)
+        if not seeds_alike(module, state, before=draw)
     ] + generators
+
+
+#: Draws from Python's and numpy's process-wide random states (``random.sample(range(n), bs)``,
+#: ``np.random.choice(n, bs)``): each rank's own where the program seeds that state from the rank.
+_STATE_DRAWS: dict[str, frozenset[str]] = {
+    "random": frozenset(f"random.{n}" for n in ("random", "randint", "randrange", "choice", "choices", "sample", "shuffle", "uniform", "gauss")),
+    "numpy": frozenset(
+        f"numpy.random.{n}"
+        for n in ("rand", "randn", "randint", "random", "random_sample", "choice", "permutation", "shuffle", "normal", "uniform", "standard_normal")
+    ),
+}
 
 
 def rank_seeded_instances(analysis: ScriptAnalysis, draw: cst.Call) -> tuple[cst.FunctionDef, frozenset[cst.Call], int] | None:

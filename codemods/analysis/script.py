@@ -3183,18 +3183,32 @@ class ScriptAnalysis:
         that function runs once (one call, in no loop, up to the module): the training loop's ``torch.save(ck,
         path)`` after the resume's ``torch.load(path)``, both in ``main``."""
         seconds = self._call_chain(second)
+        firsts = self._call_chain(first)
+        if any(home._repeats(place, lambdas_only=True) for home, place in (*firsts, *seconds)):
+            return True  # (a lambda runs whenever it is called: no place in the text says when)
         levels = {(home, home.enclosing_function(place)): place for home, place in seconds}
-        for home, place in self._call_chain(first):
+        for home, place in firsts:
             function = home.enclosing_function(place)
             other = levels.get((home, function))
             if other is None:
                 continue
             if home.is_inside(other, place) or home.is_inside(place, other) or home.comes_before(place, other):
                 return True
-            if any(type(a) in (cst.For, cst.While) and home.is_inside(other, a) for a in home.ancestors(place) if function is None or home.is_inside(a, function)):
+            if any(type(a) in _REPEATING and home.is_inside(other, a) for a in home.ancestors(place) if function is None or home.is_inside(a, function)):
                 return True  # (the loop's next round)
             return not home.runs_once(function)
         return True
+
+    def _repeats(self, node: cst.CSTNode, lambdas_only: bool = False) -> bool:
+        """Whether the node sits, within its function (or the module's body), in a lambda or (``lambdas_only``
+        aside) in a loop or a comprehension: it may run more than once, or at another time than its place says."""
+        for ancestor in self.ancestors(node):
+            kind = type(ancestor)
+            if kind is cst.FunctionDef or kind is cst.ClassDef:
+                return False
+            if kind is cst.Lambda or (not lambdas_only and kind in _REPEATING):
+                return True
+        return False
 
     def binding_in_effect(self, node: cst.CSTNode, name: str) -> cst.CSTNode | None:
         """The statement whose binding of a plain name is the one in effect at the node, where straight-line code
@@ -3211,13 +3225,19 @@ class ScriptAnalysis:
 
     def _find_binding_in_effect(self, node: cst.CSTNode, name: str) -> cst.CSTNode | None:
         current: cst.CSTNode = self.statement(node)
+        for ancestor in self.ancestors(node):
+            if ancestor is current:
+                break
+            if type(ancestor) is cst.Lambda or type(ancestor) in COMPREHENSIONS:
+                return None  # (a lambda runs later; a comprehension binds names of its own)
+        if isinstance(current, (cst.While, cst.For)) and name in self._names_bound_in(current):
+            return None  # (a loop's test or iterable read again after its body)
         while True:
-            block = self.parent(current)
-            if block is None:
+            parent = self.parent(current)
+            if parent is None or isinstance(parent, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
                 return None
-            if isinstance(block, (cst.IndentedBlock, cst.Module)):
-                body = block.body
-                for earlier in reversed(body[: body.index(current)]):  # type: ignore[arg-type]
+            if isinstance(parent, (cst.IndentedBlock, cst.Module)):
+                for earlier in reversed(parent.body[: parent.body.index(current)]):  # type: ignore[arg-type]
                     if isinstance(earlier, cst.SimpleStatementLine):
                         for small in reversed(earlier.body):
                             if isinstance(small, (cst.Assign, cst.AnnAssign)) and small.value is not None:
@@ -3225,22 +3245,28 @@ class ScriptAnalysis:
                                 if any(name in _target_names(t) for t in targets):
                                     return small
                             if name in self._names_bound_in(small):
-                                return None  # (``x += 1``, ``del x``, an import, ``global x``)
+                                return None  # (``x += 1``, ``x[0] = v``, ``del x``, an import, ``global x``)
                     elif name in self._names_bound_in(earlier):
                         return None
-                owner = self.parent(block)
-                if owner is None or isinstance(owner, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                if isinstance(parent, cst.Module):
                     return None
-                if isinstance(owner, (cst.For, cst.While)):
-                    if isinstance(owner, cst.For) and block is owner.body and name in _target_names(owner.target):
-                        return owner
-                    if name in self._names_bound_in(owner):
-                        return None  # (a binding later in the loop's body reaches the next round)
-                current = owner
-                continue
-            if isinstance(block, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-                return None
-            current = block
+            elif isinstance(parent, (cst.For, cst.While)):
+                if isinstance(parent, cst.For) and current is parent.body and name in _target_names(parent.target):
+                    return parent
+                if name in self._names_bound_in(parent):
+                    return None  # (a binding later in the loop's body reaches the next round; its ``else`` follows it)
+            elif isinstance(parent, cst.If):
+                if name in self._names_bound_in(parent.test):
+                    return None  # (``if (x := f()) > 0:``)
+            elif isinstance(parent, (cst.Try, cst.TryStar)):
+                if current is not parent.body and name in self._names_bound_in(parent):
+                    return None  # (an ``except``, ``else`` or ``finally`` after a try body that may have bound it)
+            elif isinstance(parent, cst.With):
+                if any(name in self._names_bound_in(item) for item in parent.items):
+                    return None
+            elif not isinstance(parent, (cst.Else, cst.ExceptHandler, cst.ExceptStarHandler, cst.Finally)):
+                return None  # (a ``match`` statement, anything else: not straight-line code this reads)
+            current = parent
 
     def _names_bound_in(self, stmt: cst.CSTNode) -> frozenset[str]:
         """The plain names a statement binds anywhere inside it (assignments, loop and ``with`` targets,
@@ -3252,9 +3278,12 @@ class ScriptAnalysis:
             for part in walk(stmt):
                 kind = type(part)
                 if kind is cst.AssignTarget or kind is cst.AsName:
-                    bound.update(_target_names(part.target if kind is cst.AssignTarget else part.name))  # type: ignore[attr-defined]
+                    target = part.target if kind is cst.AssignTarget else part.name  # type: ignore[attr-defined]
+                    bound.update(_target_names(target))
+                    bound.update(_changed_roots(target))
                 elif kind in (cst.AugAssign, cst.AnnAssign, cst.NamedExpr):
                     bound.update(_target_names(part.target))  # type: ignore[attr-defined]
+                    bound.update(_changed_roots(part.target))  # type: ignore[attr-defined]
                 elif kind is cst.For or kind is cst.CompFor:
                     bound.update(_target_names(part.target))  # type: ignore[attr-defined]
                 elif kind is cst.FunctionDef or kind is cst.ClassDef:
@@ -3282,8 +3311,8 @@ class ScriptAnalysis:
                 return False
             home = self.shared.analysis_of(callers[0]) or home
             function = home.enclosing_function(callers[0])
-            if any(home.nearest_loop(call) is not None for call in callers):
-                return False
+            if any(home._repeats(call) for call in callers):
+                return False  # (``for``, ``while``, ``[main(s) for s in seeds]``, a lambda)
             # Several calls in one function, each in its own branch of one ``if`` (``mp.spawn(main_worker, ...)`` made
             # a call, and ``else: main_worker(...)``): a run takes one of them.
             if len(callers) > 1 and not all(
@@ -3921,12 +3950,28 @@ def returns_of(function: cst.FunctionDef) -> list[cst.Return]:
 _SEQUENCE_DISPLAYS = (cst.Tuple, cst.List)
 #: The comprehension nodes (each binds the variables of its ``for`` clauses in a scope of its own).
 COMPREHENSIONS = frozenset({cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp})
+#: What runs its body again and again: loops and comprehensions.
+_REPEATING = frozenset({cst.For, cst.While}) | COMPREHENSIONS
 
 
 def _tuple_elements(expr: cst.BaseExpression) -> list[cst.BaseExpression] | None:
     if type(expr) in _SEQUENCE_DISPLAYS:
         return [e.value for e in expr.elements if type(e) is not cst.StarredElement]  # type: ignore[attr-defined]
     return None
+
+
+def _changed_roots(target: cst.BaseExpression) -> list[str]:
+    """The names whose values an assignment target changes in place: ``stats`` of ``stats[0] = v``, ``logs`` of
+    ``logs["loss"] += v`` (and of such targets in a tuple)."""
+    elements = _tuple_elements(target)
+    if elements is not None:
+        return [name for element in elements for name in _changed_roots(element)]
+    if isinstance(target, (cst.Subscript, cst.Attribute)):
+        root = target
+        while isinstance(root, (cst.Subscript, cst.Attribute)):
+            root = root.value
+        return [root.value] if isinstance(root, cst.Name) else []
+    return []
 
 
 def _listed_strings(value: cst.BaseExpression) -> set[str] | None:
