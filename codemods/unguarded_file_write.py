@@ -10,7 +10,7 @@ import libcst as cst
 from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name, keyword_argument, leaves_function, statements_of, walk
 from .analysis.ranks import rank_facts
-from .analysis.script import assignment_targets, into_memory
+from .analysis.script import assignment_targets, callee_name, into_memory
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression, statement, with_keyword
 from .runtime_calls import runtime_name
@@ -19,6 +19,8 @@ FILE_HANDLER = frozenset({"logging.FileHandler", "logging.handlers.RotatingFileH
 #: Calls that, reached from a block this rule puts on rank 0, make that guard a deadlock.
 BLOCKING = names.COLLECTIVES | names.RUNTIME_SAVE
 BARRIER = frozenset({names.runtime("barrier")}) | names.distributed("barrier")
+#: The module functions that open a file, whose mode decides whether they write (``open``, ``gzip.open``).
+_OPENS = frozenset(name for name, kind in names.WRITERS.items() if kind == "open")
 #: ``logging``'s one-call set-up, which opens its ``filename=`` at once.
 LOG_CONFIGS = frozenset({"logging.basicConfig"})
 #: ``Path.mkdir`` spelled through the class (``Path.mkdir(p)``, ``pathlib.Path.mkdir(p)``).
@@ -353,7 +355,7 @@ with open("config.yaml") as f:
             return
         facts = rank_facts(analysis)
         blocking = analysis.calls_to(BLOCKING)
-        write_opens = [c for c in analysis.calls if call_method_name(c) == "open" and self._writer(analysis, c) == "open"]
+        write_opens = [c for c in analysis.calls if (callee_name(c) == "open" or analysis.is_call_to(c, _OPENS)) and self._writer(analysis, c) == "open"]
         for call in analysis.calls:
             kind = self._writer(analysis, call)
             if kind is None and keyword_argument(call, "filename") is not None and analysis.is_call_to(call, LOG_CONFIGS):
