@@ -109,3 +109,19 @@ def test_a_name_left_out_of_all_is_not_bound(tmp_path: Path) -> None:
     write_program(tmp_path, '["_Helper"]')
     result = CliRunner().invoke(cli, [str(tmp_path / "train.py")], catch_exceptions=False)
     assert "DistributedSampler(" not in (tmp_path / "train.py").read_text(), result.output
+
+
+def test_a_name_the_importing_module_binds_itself_stays_its_own() -> None:
+    """``from utils import *`` then ``loader = DataLoader(...)``: the module's own ``loader`` (and what it defines) is
+    its own, not the one ``utils`` exports; what it does not bind comes from ``utils`` (``__all__`` absent: its
+    public names, not ``_private``)."""
+    import libcst as cst
+
+    from ddp_migrate.codemods.analysis.program import ModuleInfo, Program
+
+    utils = "import torch\n\nloader = None\nEPOCHS = 2\n_private = 1\n\n\ndef accuracy(out, y):\n    return out\n"
+    train = "from utils import *\n\nloader = make()\n\n\ndef accuracy(out, y):\n    return y\n\n\nfor epoch in range(EPOCHS):\n    pass\n"
+    program = Program({"utils.py": (cst.parse_module(utils), ModuleInfo("utils", False)), "train.py": (cst.parse_module(train), ModuleInfo("train", True))})
+    imports = program.analysis("train.py").local_imports
+    assert imports.get("EPOCHS") == ("utils", "EPOCHS") and imports.get("torch") == ("utils", "torch")
+    assert "loader" not in imports and "accuracy" not in imports and "_private" not in imports

@@ -1037,8 +1037,10 @@ class ScriptAnalysis:
                 # ``from .trainer import *`` in a package's ``__init__.py``: each name the module exports
                 base = self.imported_from(node)
                 if base in known:
+                    own = self._top_level_names
                     for name in known[base].exported_names():
-                        found[name] = (base, name)
+                        if name not in own:  # (a name the module binds itself is its own: ``model = Net()``)
+                            found[name] = (base, name)
             elif isinstance(node, cst.ImportFrom):
                 base = self.imported_from(node)
                 for alias in node.names:
@@ -1050,6 +1052,20 @@ class ScriptAnalysis:
                     elif base in known:
                         found[local] = (base, symbol)
         return found
+
+    @cached_property
+    def _top_level_names(self) -> frozenset[str]:
+        """The names the module's own top-level statements bind (not its imports), ``if``/``for``/``with`` blocks
+        there included."""
+        bound: set[str] = set()
+        for stmt in self.module.body:
+            if isinstance(stmt, cst.SimpleStatementLine) and all(isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body):
+                continue
+            if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+                bound.add(stmt.name.value)
+                continue
+            bound |= self._names_bound_in(stmt)
+        return frozenset(bound)
 
     def exported_names(self, seen: frozenset[str] = frozenset()) -> frozenset[str]:
         """The names ``from <this module> import *`` binds: those of ``__all__`` where the module spells it as a
