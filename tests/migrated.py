@@ -18,6 +18,16 @@ def migrate_script(folder: Path, source: str, name: str = "train.py") -> tuple[s
     return script.read_text(), result.output, result.exit_code
 
 
+def lint_findings(folder: Path, source: str, codes: str, name: str = "train.py") -> list[str]:
+    """Write ``source`` as ``folder/name`` and lint it for the rules ``codes`` selects (``DDP041``, ``DDP008,DDP016``):
+    the finding lines (the linter itself must not fail)."""
+    path = folder / name
+    path.write_text(source)
+    result = CliRunner().invoke(cli, ["lint", "-q", "--select", codes, str(path)])
+    assert result.exit_code in (0, 1), result.output
+    return [line for line in result.output.splitlines() if line.strip()]
+
+
 def train_original_and_migrated(folder: Path, source: str, nproc: int = 2, timeout: float = 120) -> tuple[Path, Path, LaunchResult]:
     """Run ``source`` as ``train.py`` with plain python in ``folder/original``; migrate a copy in
     ``folder/migrated`` and run it under torchrun with ``nproc`` processes. The two folders and the torchrun

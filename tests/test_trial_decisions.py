@@ -17,14 +17,9 @@ import pytest
 from click.testing import CliRunner
 
 from ddp_migrate.cli import cli
+from migrated import lint_findings
 
-
-def lint(tmp_path: Path, source: str, codes: str) -> list[str]:
-    path = tmp_path / "train.py"
-    path.write_text(source)
-    result = CliRunner().invoke(cli, ["lint", "-q", "--select", codes, str(path)])
-    assert result.exit_code in (0, 1), result.output
-    return [line for line in result.output.splitlines() if line.strip()]
+lint = lint_findings
 
 
 LOGGED_STEPS = """import torch
