@@ -46,6 +46,7 @@ from .per_process_batch_reads import PerProcessBatchReads
 from .set_order_data import SetOrderData
 from .step_skipped_on_error import StepSkippedOnError
 from .shard_sum_over_whole_set import ShardSumOverWholeSet
+from .reentrant_checkpoint import ReentrantCheckpointReused
 
 #: Every rule, in code order. The engine runs their fixes in phase order.
 ALL_RULES: tuple[type[Rule], ...] = tuple(
@@ -94,6 +95,7 @@ ALL_RULES: tuple[type[Rule], ...] = tuple(
             StepSkippedOnError,
             BatchComparedWithItself,
             SameDrawsOnEveryRank,
+            ReentrantCheckpointReused,
         ),
         key=lambda rule: rule.code,
     )

@@ -1064,7 +1064,7 @@ class ScriptAnalysis:
             if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
                 bound.add(stmt.name.value)
                 continue
-            bound |= self._names_bound_in(stmt)
+            bound |= self.names_bound_in(stmt)
         return frozenset(bound)
 
     def exported_names(self, seen: frozenset[str] = frozenset()) -> frozenset[str]:
@@ -1259,6 +1259,11 @@ class ScriptAnalysis:
         for cls in self.shared.hierarchy_line(owner):  # type: ignore[arg-type]
             found |= self._bindings.get((cls, name), set())
         return found
+
+    def in_exclusive_branches(self, first: cst.CSTNode, second: cst.CSTNode) -> bool:
+        """Whether two nodes sit in different branches of one ``if`` that no loop of their function repeats:
+        one run of the function passes through one of them only."""
+        return self._in_exclusive_branches(first, {second, *self.ancestors(second)})
 
     def _in_exclusive_branches(self, first: cst.CSTNode, second: set[cst.CSTNode]) -> bool:
         """Whether two nodes sit in different branches of one ``if`` (its body, its ``else`` or ``elif``) that no loop
@@ -3246,7 +3251,7 @@ class ScriptAnalysis:
                 break
             if type(ancestor) is cst.Lambda or type(ancestor) in COMPREHENSIONS:
                 return None  # (a lambda runs later; a comprehension binds names of its own)
-        if isinstance(current, (cst.While, cst.For)) and name in self._names_bound_in(current):
+        if isinstance(current, (cst.While, cst.For)) and name in self.names_bound_in(current):
             return None  # (a loop's test or iterable read again after its body)
         while True:
             parent = self.parent(current)
@@ -3260,31 +3265,31 @@ class ScriptAnalysis:
                                 targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
                                 if any(name in _target_names(t) for t in targets):
                                     return small
-                            if name in self._names_bound_in(small):
+                            if name in self.names_bound_in(small):
                                 return None  # (``x += 1``, ``x[0] = v``, ``del x``, an import, ``global x``)
-                    elif name in self._names_bound_in(earlier):
+                    elif name in self.names_bound_in(earlier):
                         return None
                 if isinstance(parent, cst.Module):
                     return None
             elif isinstance(parent, (cst.For, cst.While)):
                 if isinstance(parent, cst.For) and current is parent.body and name in _target_names(parent.target):
                     return parent
-                if name in self._names_bound_in(parent):
+                if name in self.names_bound_in(parent):
                     return None  # (a binding later in the loop's body reaches the next round; its ``else`` follows it)
             elif isinstance(parent, cst.If):
-                if name in self._names_bound_in(parent.test):
+                if name in self.names_bound_in(parent.test):
                     return None  # (``if (x := f()) > 0:``)
             elif isinstance(parent, (cst.Try, cst.TryStar)):
-                if current is not parent.body and name in self._names_bound_in(parent):
+                if current is not parent.body and name in self.names_bound_in(parent):
                     return None  # (an ``except``, ``else`` or ``finally`` after a try body that may have bound it)
             elif isinstance(parent, cst.With):
-                if any(name in self._names_bound_in(item) for item in parent.items):
+                if any(name in self.names_bound_in(item) for item in parent.items):
                     return None
             elif not isinstance(parent, (cst.Else, cst.ExceptHandler, cst.ExceptStarHandler, cst.Finally)):
                 return None  # (a ``match`` statement, anything else: not straight-line code this reads)
             current = parent
 
-    def _names_bound_in(self, stmt: cst.CSTNode) -> frozenset[str]:
+    def names_bound_in(self, stmt: cst.CSTNode) -> frozenset[str]:
         """The plain names a statement binds anywhere inside it (assignments, loop and ``with`` targets,
         ``except ... as``, ``:=``, definitions, imports, ``global``/``nonlocal``, ``del``), read once per statement."""
         cache = self.derived("names bound in", lambda _: {})
@@ -3484,7 +3489,7 @@ class ScriptAnalysis:
                 if type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:  # type: ignore[attr-defined]
                     test, negated = test.expression, True  # type: ignore[attr-defined]
                 if self.wrapper_tested(test) == name and (child is ancestor.orelse) != negated:  # type: ignore[attr-defined]
-                    return kind is cst.IfExp or name not in self._names_bound_in(child)
+                    return kind is cst.IfExp or name not in self.names_bound_in(child)
             child = ancestor
         return False
 

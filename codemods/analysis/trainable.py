@@ -348,13 +348,9 @@ def skipped_in_some_steps(analysis: ScriptAnalysis, model: cst.BaseExpression) -
             return None  # reentrant activation checkpointing cannot run with find_unused_parameters=True
     for owner, cls, forward in searched:
         if forward is not None:
-            found = _conditional_layer_call(owner, cls, forward)
-            if found is not None:
-                return SkippedLayer(owner, *found)
-            picked = _layer_picked_by_input(owner, cls, forward)
-            if picked is not None:
-                container = dotted_name(picked.func.value)  # type: ignore[attr-defined]
-                return SkippedLayer(owner, picked, f"its forward() picks an entry of `{container}` by an input: the others get no gradient on that step")
+            changing = _graph_changes(owner, cls, forward)
+            if changing is not None:
+                return changing
             gradless = _gradless_layer(owner, cls, forward)
             if gradless is not None:
                 return SkippedLayer(owner, gradless, f"its forward() runs `{dotted_name(gradless.func)}` only without gradients (no_grad or detach)")
@@ -362,6 +358,131 @@ def skipped_in_some_steps(analysis: ScriptAnalysis, model: cst.BaseExpression) -
             if unused is not None:
                 attribute, layer = unused
                 return SkippedLayer(owner, layer, f"`self.{attribute}` ({dotted_name(layer.func) or 'a layer'}) is never used")
+    return None
+
+
+def _graph_changes(analysis: ScriptAnalysis, cls: cst.ClassDef, forward: cst.FunctionDef) -> SkippedLayer | None:
+    """A layer the class's ``forward`` calls on some steps only: under a test that can change from step to
+    step, or picked from a container by an input."""
+    found = _conditional_layer_call(analysis, cls, forward)
+    if found is not None:
+        return SkippedLayer(analysis, *found)
+    picked = _layer_picked_by_input(analysis, cls, forward)
+    if picked is not None:
+        container = dotted_name(picked.func.value)  # type: ignore[attr-defined]
+        return SkippedLayer(analysis, picked, f"its forward() picks an entry of `{container}` by an input: the others get no gradient on that step")
+    return None
+
+
+class ReenteredLayer(NamedTuple):
+    """Parameters that one step reaches through more than one reentrant activation checkpoint (or through one
+    and a plain call): the analysis of the model's module, the checkpoint call, why (for a report), and
+    whether the model's graph is otherwise the same on every step (DDP's ``static_graph=True`` fits then)."""
+
+    analysis: ScriptAnalysis
+    node: cst.Call
+    why: str
+    static: bool
+
+
+def reentered_in_one_step(analysis: ScriptAnalysis, model: cst.BaseExpression) -> ReenteredLayer | None:
+    """Where the model's ``forward()`` (or that of a class whose instances it builds) checkpoints a part of
+    itself the reentrant way more than once per step: ``checkpoint(self.block, h, use_reentrant=True)`` on
+    each pass of a loop that does not change ``self.block`` (a block whose weights are shared across depth),
+    two checkpoints of the same callable, or a checkpoint of a layer that ``forward()`` also calls plainly.
+    Each reentrant checkpoint runs a backward pass of its own, so DDP's hooks mark those parameters ready
+    once per checkpoint, and DDP stops at the first ``backward()`` ("Expected to mark a variable ready only
+    once") unless the wrap passes ``static_graph=True``, which holds only for a graph that is the same on
+    every step."""
+    classes = [analysis.shared.constructed[origin] for origin in analysis.origins(model) if origin in analysis.shared.constructed]
+    searched = _model_classes(analysis, classes)
+    for owner, cls, forward in searched:
+        if forward is None:
+            continue
+        found = _reentered_checkpoint(owner, cls, forward)
+        if found is not None:
+            static = (
+                _forwards_per_step(analysis, model) <= 1
+                and _output_used_on_some_steps(analysis, model) is None
+                and all(f is None or _graph_changes(o, c, f) is None for o, c, f in searched)
+            )
+            return ReenteredLayer(owner, *found, static)
+    return None
+
+
+def _reentered_checkpoint(analysis: ScriptAnalysis, cls: cst.ClassDef, forward: cst.FunctionDef) -> tuple[cst.Call, str] | None:
+    """The first reentrant checkpoint in ``forward`` whose callable (read from the model: ``self.block``, a
+    lambda or ``partial`` over it) runs more than once per forward pass, with why."""
+    checkpoints = [
+        node
+        for node in walk(forward.body)
+        if type(node) is cst.Call and analysis.is_call_to(node, CHECKPOINTS) and _reentrant(node) and node.args and node.args[0].keyword is None  # type: ignore[arg-type, attr-defined]
+    ]
+    owner = cls.name.value
+    for call in checkpoints:
+        function = call.args[0].value
+        read = {n.value for n in walk(function) if type(n) is cst.Name}  # type: ignore[attr-defined]
+        if not _reads_the_model(analysis, function, read, forward):
+            continue  # a function of the module's own, not a part of the model
+        text = " ".join(cst.Module([]).code_for_node(function).split())
+        loop = _repeating_loop(analysis, call, forward, read)
+        if loop is not None:
+            return call, f"{owner}.forward() checkpoints `{text}` the reentrant way on each pass of {loop}, so DDP marks its parameters ready once per pass"
+        callee = dotted_name(function)
+        for other in walk(forward.body):
+            if other is call or type(other) is not cst.Call or analysis.in_exclusive_branches(other, call):
+                continue
+            if other in checkpoints and " ".join(cst.Module([]).code_for_node(other.args[0].value).split()) == text:  # type: ignore[attr-defined]
+                return call, f"{owner}.forward() checkpoints `{text}` the reentrant way twice, so DDP marks its parameters ready twice"
+            if callee is not None and dotted_name(other.func) == callee:  # type: ignore[attr-defined]
+                return call, f"{owner}.forward() checkpoints `{text}` the reentrant way and also calls it plainly, so DDP marks its parameters ready twice"
+    return None
+
+
+def _reads_the_model(analysis: ScriptAnalysis, function: cst.BaseExpression, read: set[str], forward: cst.FunctionDef) -> bool:
+    """Whether a checkpointed callable is (a part of) the model: it reads ``self``, or a loop variable of
+    ``forward`` over the model's own containers (``block`` of ``for block in self.blocks``)."""
+    if "self" in read:
+        return True
+    for ancestor in analysis.ancestors(function):
+        if ancestor is forward:
+            return False
+        if type(ancestor) is cst.For and read & {n.value for n in walk(ancestor.target) if type(n) is cst.Name}:  # type: ignore[attr-defined]
+            if any(type(n) is cst.Name and n.value == "self" for n in walk(ancestor.iter)):  # type: ignore[attr-defined]
+                return True
+    return False
+
+
+def _repeating_loop(analysis: ScriptAnalysis, call: cst.Call, forward: cst.FunctionDef, read: set[str]) -> str | None:
+    """A loop (or comprehension) of ``forward`` around the checkpoint call that runs it again with the same
+    callable, said for a report (``a loop``); ``None`` when each pass takes a callable of its own (``for block
+    in self.blocks: checkpoint(block, h)``, ``self.blocks[i]``). A callable that is not a layer of the model
+    itself (a method taking the layer as an argument) repeats only when no argument reads the loop's
+    variables."""
+    function = call.args[0].value
+    layer = dotted_name(function)
+    own_layer = layer is not None and layer.startswith("self.") and layer.count(".") == 1
+    every = read if own_layer else {n.value for n in walk(call) if type(n) is cst.Name}  # type: ignore[attr-defined]
+    for ancestor in analysis.ancestors(call):
+        if ancestor is forward:
+            return None
+        kind = type(ancestor)
+        if kind is cst.For:
+            if not every & {n.value for n in walk(ancestor.target) if type(n) is cst.Name}:  # type: ignore[attr-defined]
+                return "a loop"
+        elif kind is cst.While:
+            if not every & analysis.names_bound_in(ancestor.body):
+                return "a loop"
+        elif kind in (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp):
+            targets: set[str] = set()
+            clause = ancestor.for_in  # type: ignore[attr-defined]
+            while clause is not None:
+                targets |= {n.value for n in walk(clause.target) if type(n) is cst.Name}  # type: ignore[attr-defined]
+                clause = clause.inner_for_in
+            if not every & targets:
+                return "a comprehension"
+        elif kind in (cst.FunctionDef, cst.Lambda):
+            return None
     return None
 
 
@@ -561,12 +682,14 @@ CHECKPOINTS = frozenset({"torch.utils.checkpoint.checkpoint", "torch.utils.check
 def _checkpoints_reentrantly(analysis: ScriptAnalysis, forward: cst.FunctionDef) -> bool:
     """Whether ``forward`` checkpoints activations the reentrant way (``checkpoint(f, x)`` or
     ``use_reentrant=True``): DDP with ``find_unused_parameters=True`` then marks a parameter ready twice."""
-    for node in walk(forward.body):
-        if type(node) is cst.Call and analysis.is_call_to(node, CHECKPOINTS):  # type: ignore[arg-type]
-            flag = keyword_argument(node, "use_reentrant")  # type: ignore[arg-type]
-            if flag is None or not (type(flag.value) is cst.Name and flag.value.value == "False"):  # type: ignore[attr-defined]
-                return True
-    return False
+    return any(type(node) is cst.Call and analysis.is_call_to(node, CHECKPOINTS) and _reentrant(node) for node in walk(forward.body))  # type: ignore[arg-type]
+
+
+def _reentrant(checkpoint: cst.Call) -> bool:
+    """Whether a checkpoint call runs the reentrant way: without ``use_reentrant`` (torch's default is
+    ``True``) or with anything but a literal ``False``."""
+    flag = keyword_argument(checkpoint, "use_reentrant")
+    return flag is None or not (type(flag.value) is cst.Name and flag.value.value == "False")  # type: ignore[attr-defined]
 
 
 def _forwards_per_step(analysis: ScriptAnalysis, model: cst.BaseExpression) -> int:
@@ -760,8 +883,8 @@ class _Paths:
         return {dotted_name(call.func) for call, held in self.holders.items() if held == holder}
 
     def _calls(self, node: cst.CSTNode, holder: str) -> bool:
-        """Whether the node runs the layer whatever its values: calls it, or hands it to a call that runs it
-        (``checkpoint(self.block, x)``, ``data_parallel(self.main, x, ids)``); in a conditional expression on
+        """Whether the node runs the layer whatever its values: calls it, or hands it (or a lambda that calls it)
+        to a call that runs it (``checkpoint(self.block, x)``, ``data_parallel(self.main, x, ids)``); in a conditional expression on
         the side a setting's known value takes, or on both sides, not right of an ``and`` / ``or``, nor in a nested function,
         lambda or comprehension."""
         stack = [node]
@@ -782,6 +905,9 @@ class _Paths:
                 continue
             if kind is cst.BooleanOperation:
                 stack.append(current.left)  # type: ignore[attr-defined]
+                continue
+            if kind is cst.Arg and type(current.value) is cst.Lambda:  # type: ignore[attr-defined]
+                stack.append(current.value.body)  # type: ignore[attr-defined]  # (``checkpoint(lambda t: self.block(t), x)``)
                 continue
             if kind in (cst.FunctionDef, cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp):
                 continue
