@@ -8,6 +8,7 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, call_method_name, walk
+from .analysis.batch_axis import NONLINEAR_REDUCTIONS, reduced_axis_zero, used_nonlinearly
 from .analysis.loaders import without_gradients
 from .analysis.per_rank import PerRankValues, per_rank_values
 from .base import Example, Match, Phase, Rule, Severity, Valid
@@ -36,7 +37,7 @@ def _transposed(expr: cst.BaseExpression) -> cst.BaseExpression | None:
 
 
 class BatchComparedWithItself(Rule):
-    """Review a loss that compares each sample with the other samples of its batch.
+    """Review a loss that compares each sample with the other samples of its batch, or uses a batch statistic.
 
     What it finds, in a program that trains a ``DistributedDataParallel`` model on sharded data: a matrix
     product of two values computed from this process's batch, the second with its samples turned into
@@ -44,24 +45,31 @@ class BatchComparedWithItself(Rule):
     ``torch.einsum("id,jd->ij", a, b)``), or the distances between every pair of their rows
     (``torch.cdist(a, b)``, ``F.cosine_similarity(a.unsqueeze(1), b.unsqueeze(0), dim=-1)``), where gradients are taken (not under
     ``torch.no_grad()``): the similarity matrix of a contrastive loss (SimCLR's NT-Xent, CLIP, InfoNCE with
-    in-batch negatives) or of in-batch hard-negative mining.
+    in-batch negatives) or of in-batch hard-negative mining. Also a statistic over the batch axis (``g.mean(0)``,
+    ``z.var(dim=0)``) of such a value that enters a non-linear function on its way to a loss term: a mixture of
+    experts' load-balancing loss (``(usage ** 2).sum()``), VICReg's variance term, a centred square. The
+    model's own ``forward()`` counts: a call of the model hands it the step's batch.
 
     Why it is a problem: under DDP each process holds its share of the batch only, so each sample is
     compared with 1/N of the samples it met in the original: the loss sees N times fewer negatives, and
     the training computes something else, without an error (a trial's SimCLR: loss 1.86 against 2.52, the
     weights off by 6e-3 after 3 epochs). DDP averages gradients; it does not join batches.
 
+    A batch statistic is the statistic of the rank's share: a mean used linearly is still right (DDP averages
+    the gradients of the shares' means), a squared or normalised one is not.
+
     What a human must do: gather the embeddings of every rank before the comparison, with a gather that
     keeps the gradient (``torch.distributed.nn.functional.all_gather``), and compare the local samples with
-    the gathered ones (the labels of the positives shift by this rank's offset); or accept the smaller
-    comparison set (and say so).
+    the gathered ones (the labels of the positives shift by this rank's offset); all-reduce a batch statistic
+    before its non-linear use (``torch.distributed.nn.functional.all_reduce``, divided by the world size); or
+    accept the smaller comparison set or the per-process statistic (and say so).
     """
 
     code = "DDP050"
     name = "batch-compared-with-itself"
     phase = Phase.OUTPUT
     severity = Severity.WARNING
-    triggers = ("@", "mm(", "matmul(", "cdist(", "einsum(", "cosine_similarity(", "pairwise_distance(")
+    triggers = ("@", "mm(", "matmul(", "cdist(", "einsum(", "cosine_similarity(", "pairwise_distance(", "(0", "dim=0", "axis=0")
     requires = ("backward",)
     needs_names = (names.DISTRIBUTED_DATA_PARALLEL,)
     manual_fix = "all_gather the embeddings of every rank (torch.distributed.nn.functional.all_gather) before comparing"
@@ -114,6 +122,38 @@ for v1, v2 in loader:
     loss.backward()
 """,
         ),
+        # A load-balancing term of a mixture of experts: the square of the batch's mean gate usage.
+        Example(
+            before="""\
+import torch
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler
+
+model = DistributedDataParallel(net)
+loader = DataLoader(data, batch_size=32, sampler=DistributedSampler(data))
+for x, y in loader:
+    out, gates = model(x)
+    loss = F.mse_loss(out, y) + 0.01 * (gates.mean(0) ** 2).sum()
+    loss.backward()
+""",
+        ),
+        # A mean over the batch used linearly: the shares' means average to the batch's.
+        Valid(
+            """\
+import torch
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler
+
+model = DistributedDataParallel(net)
+loader = DataLoader(data, batch_size=32, sampler=DistributedSampler(data))
+for x, y in loader:
+    errors = (model(x) - y).pow(2)
+    loss = errors.mean(0).sum()
+    loss.backward()
+"""
+        ),
         Valid(
             """\
 import torch
@@ -153,6 +193,23 @@ for x, y in loader:
                 "holds 1/N of the batch, so the loss compares every sample with N times fewer others than the "
                 "original did; all_gather the embeddings of every rank first (torch.distributed.nn.functional.all_gather "
                 "keeps the gradient), or accept the smaller comparison set",
+                fixable=False,
+            )
+        for call in analysis.calls:
+            reduction = reduced_axis_zero(analysis, call)
+            if reduction is None or without_gradients(analysis, call):
+                continue
+            reduced = call.func.value if isinstance(call.func, cst.Attribute) and f"torch.{reduction}" not in analysis.qualified_names(call.func) else call.args[0].value
+            if values.mention(reduced) is None or _detached(reduced) or _only_measured(analysis, call) or _per_sample(analysis, values, call):
+                continue
+            if not used_nonlinearly(analysis, call, reduction in NONLINEAR_REDUCTIONS):
+                continue  # a mean of this process's share used linearly, or no loss term: DDP's averaged gradients are the original's
+            yield Match(
+                call,
+                f"`{code_of(call)}` is a statistic of this process's batch that the loss uses non-linearly: under DDP "
+                "each rank holds 1/N of the batch, so the statistic (a load-balancing or variance term, a normalisation) "
+                "is that of the rank's share, not of the batch the original saw; all_reduce it across ranks first "
+                "(torch.distributed.nn.functional.all_reduce keeps the gradient), or accept the per-process statistic",
                 fixable=False,
             )
 

@@ -8,6 +8,7 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name, keyword_argument, tree, walk
+from .analysis.batch_axis import batch_axis_reduced
 from .analysis.legacy import int_value
 from .analysis.per_rank import per_rank_values, shards_training_data
 from .analysis.ranks import calls_feeding_the_losses, per_rank_draws
@@ -393,6 +394,8 @@ def _sums_the_batch(analysis: ScriptAnalysis, call: cst.Call) -> bool:
         return False
     if dims and not (len(dims) == 1 and _over_the_batch(dims[0])):
         return False
+    if batch_axis_reduced(analysis, summed) is not None:
+        return False  # ``(usage.mean(0) ** 2).sum()``: the batch axis is gone, the sum is over what is left
     if _holds_means(analysis, summed, call):
         return False
     values = per_rank_values(analysis)

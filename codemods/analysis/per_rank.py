@@ -443,7 +443,8 @@ class PerRankValues:
             conditions = rank_facts(analysis.shared.analysis_of(node) or analysis).conditions(node)
             tests = [c.test for c in conditions if type(c.owner) is cst.If and not c.early_exit]  # type: ignore[misc]
         passed: list[tuple[tuple[Owner, str], cst.BaseExpression]] = []
-        function = analysis.call_target(node)  # type: ignore[arg-type]
+        # ``model(x)`` runs the model's ``forward(self, x)``: its inputs are the step's batch.
+        function = analysis.call_target(node) or analysis.model_forward(node)  # type: ignore[arg-type]
         if function is not None:
             # ``clip_loss(*model(x, y))``: what the unpacked value holds fills the parameters no argument names
             # (those without a default: a default is more often left alone).

@@ -1819,6 +1819,44 @@ class ScriptAnalysis:
         """The function of this file a call runs, if the analysis can tell."""
         return self._call_targets.get(call)
 
+    def model_forward(self, call: cst.Call) -> cst.FunctionDef | None:
+        """The ``forward`` a call of a model runs (``model(x)`` where ``model`` holds an instance of a class of the
+        program, itself or through a DistributedDataParallel / DataParallel wrap): the class's own ``forward`` or
+        the nearest one it inherits; ``None`` when the callee is no such instance or may be of classes with
+        different forwards. Found once per call."""
+        cache = self.derived("model forwards", lambda _: {})
+        if call not in cache:
+            cache[call] = self._model_forward(call)
+        return cache[call]
+
+    def _model_forward(self, call: cst.Call) -> cst.FunctionDef | None:
+        if type(call.func) not in (cst.Name, cst.Attribute) or call in self._call_targets:
+            return None
+        found: set[cst.FunctionDef] = set()
+        pending, seen = list(self.origins(call.func)), set()  # type: ignore[arg-type]
+        while pending:
+            origin = pending.pop()
+            if origin in seen:
+                continue  # (``model = DDP(model)``: the name's bindings are read flow-insensitively)
+            if len(seen) > 8:
+                return None
+            seen.add(origin)
+            if origin in self.program_wrap_calls:
+                model = wrapped_argument(origin)  # type: ignore[arg-type]
+                home = self.shared.analysis_of(origin) or self
+                if model is None:
+                    return None
+                pending.extend(home.origins(model))
+                continue
+            owner = self.shared.constructed.get(origin)  # type: ignore[call-overload]
+            if owner is None:
+                return None
+            forward = next((m for cls in self.shared.ancestors_of(owner) if (m := own_method(cls, "forward")) is not None), None)
+            if forward is None:
+                return None
+            found.add(forward)
+        return found.pop() if len(found) == 1 else None
+
     def callers_of(self, function: cst.FunctionDef) -> list[cst.Call]:
         """Calls in this file that run the function."""
         return [call for call, target in self._call_targets.items() if target is function]
