@@ -7,7 +7,7 @@ from typing import Iterator
 import libcst as cst
 
 from . import names
-from .analysis import ScriptAnalysis, call_method_name, walk
+from .analysis import ScriptAnalysis, call_method_name, dotted_name, walk
 from .analysis.batch_axis import NONLINEAR_REDUCTIONS, reduced_axis_zero, used_nonlinearly
 from .analysis.loaders import without_gradients
 from .analysis.per_rank import PerRankValues, per_rank_values
@@ -187,6 +187,8 @@ for x, y in loader:
                 continue
             if _detached(left) or _detached(right) or _only_measured(analysis, node) or _per_sample(analysis, values, node):
                 continue
+            if _stored_state(left) or _stored_state(right):
+                continue  # ``z @ self.memory.clone().t()``: a bank the model keeps (its writes are DDP046's), not this batch
             yield Match(
                 node,
                 f"`{code_of(node)}` {how} the samples of this process's batch with each other: under DDP each rank "
@@ -303,6 +305,15 @@ _MEASURES = frozenset({"item", "argmax", "argmin", "tolist", "topk"})
 def _detached(expr: cst.BaseExpression) -> bool:
     """Whether an operand is cut from the graph (``a.detach()``): no gradient flows through the comparison."""
     return any(isinstance(n, cst.Call) and call_method_name(n) == "detach" for n in walk(expr))
+
+
+def _stored_state(expr: cst.BaseExpression) -> bool:
+    """Whether an operand is state the model keeps between steps (``self.memory``, ``self.queue.clone()``), read
+    through methods that keep its rows: not the samples of this batch."""
+    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
+        expr = expr.func.value
+    name = dotted_name(expr) or ""
+    return name.startswith("self.") and name.count(".") == 1
 
 
 def _only_measured(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:

@@ -387,6 +387,18 @@ with torch.no_grad():
                     fixable=False,
                 )
                 continue
+            if loader in facts.evaluation_loaders and not analysis.has_distributed_sampler(loader):
+                combining = combined_evaluation(analysis, loader)
+                if combining is not None:
+                    yield Match(
+                        loader,
+                        f"evaluation DataLoader left unsharded, but its evaluation combines values across processes "
+                        f"(`{code_of(combining)}`): every process evaluates the whole set, so a combined sum or count is N "
+                        "times the set's; shard it with DistributedSampler(shuffle=False) so each process evaluates its "
+                        "share, or do not combine",
+                        fixable=False,
+                    )
+                    continue
             if loader not in facts.training_loaders or analysis.has_distributed_sampler(loader):
                 continue
             if facts.sharded_by_hand(loader):
@@ -462,6 +474,8 @@ with torch.no_grad():
                     edits.todo(stmt, UNBATCHED_TODO)
                 elif self._own_sampler(analysis, loader):
                     edits.todo(stmt, OWN_SAMPLER_TODO)
+                elif loader in loader_facts(analysis).evaluation_loaders:
+                    edits.todo(stmt, match.message)
                 else:
                     edits.todo(stmt, "shard this training loader across processes (DistributedSampler) and call set_epoch")
                 continue
@@ -632,7 +646,7 @@ with torch.no_grad():
                         "ranks' metrics differ; seed torch alike on every rank, or evaluate without shuffling",
                     )
                 )
-            elif loader in facts.evaluation_loaders and not analysis.has_distributed_sampler(loader):
+            elif loader in facts.evaluation_loaders and not analysis.has_distributed_sampler(loader) and combined_evaluation(analysis, loader) is None:
                 notes.append(
                     Note(
                         self.code,
@@ -651,6 +665,26 @@ with torch.no_grad():
                         Note(self.code, line, "batch_size kept per process: the effective batch is batch_size × the number of processes")
                     )
         return notes
+
+
+def combined_evaluation(analysis: ScriptAnalysis, loader: cst.Call) -> cst.Call | None:
+    """In a distributed program, the first call that combines values across processes (``dist.all_reduce(t)``, a
+    helper returning a reduction, ``meter.all_reduce()``) in a function of the program that loops over the
+    evaluation loader: the evaluation was written for shards (torchvision's ``reduce_across_processes`` of
+    the number of samples seen), so a whole set on every process is counted N times. ``None`` otherwise."""
+    if not analysis.program_wrap_calls:
+        return None
+    for loop in analysis.program_loader_loops:
+        if loader not in loop.loader_calls:
+            continue
+        home = analysis.shared.analysis_of(loop.loop) or analysis
+        function = home.enclosing_function(loop.loop)
+        if function is None:
+            continue
+        for node in home.nodes_below(function):
+            if type(node) is cst.Call and (home.is_reduction(node) or (type(node.func) is cst.Attribute and home.reduces_in_place(node))):  # type: ignore[arg-type, attr-defined]
+                return node  # type: ignore[return-value]
+    return None
 
 
 #: Samplers of torch that, given the loader's data set alone, draw every sample once per pass: ``shuffle=True``
