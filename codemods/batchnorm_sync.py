@@ -8,7 +8,8 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, dotted_name, walk
-from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Severity, Valid
+from .analysis.devices import trains_on_the_cpu_only
+from .base import Change, Example, FixResult, FixSafety, Match, Note, Options, Phase, Rule, Severity, Valid
 from .edits import Edits, code_of, expression, statement
 from .runtime_calls import runtime_name
 
@@ -235,6 +236,24 @@ plain = DDP(nn.Linear(4, 4))
                     f"model with BatchNorm layers ({sorted(set(sources))[0]}) wrapped in DDP without SyncBatchNorm: "
                     "each process normalises with the statistics of its own shard of the batch",
                 )
+
+    def notes(self, analysis: ScriptAnalysis, options: Options) -> list[Note]:
+        """Where the migration converted BatchNorm through the runtime: what a run on CPUs keeps (SyncBatchNorm
+        does not run there), said once per conversion."""
+        notes = []
+        for call in analysis.calls_to(frozenset({names.runtime("convert_sync_batchnorm")})):
+            where = "the program trains on the CPU, where" if trains_on_the_cpu_only(analysis) else "on a CPU run"
+            notes.append(
+                Note(
+                    self.code,
+                    analysis.line(call),
+                    f"{where} SyncBatchNorm does not run: each process normalises with the statistics of its own share of "
+                    "the batch (the numbers differ from the original's), and a share whose last batch holds one sample "
+                    "fails in training (\"Expected more than 1 value per channel\"); pass drop_last=True to the training "
+                    "DataLoader if it does",
+                )
+            )
+        return notes
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         edits = Edits(analysis)

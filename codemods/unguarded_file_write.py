@@ -41,6 +41,28 @@ def _write_mode(call: cst.Call, mode_first: bool = False) -> bool:
     return any(flag in str(mode.value.evaluated_value) for flag in "wax+")
 
 
+#: Exceptions a folder that exists already raises as (``FileExistsError`` and what it derives from).
+_EXISTING_FOLDER_ERRORS = frozenset({"FileExistsError", "OSError", "IOError", "EnvironmentError", "Exception", "BaseException"})
+
+
+def _existing_folder_caught(analysis: ScriptAnalysis, call: cst.Call) -> bool:
+    """Whether a folder's creation runs in the body of a ``try`` that catches the error of a folder that exists
+    already (``except OSError as e: if e.errno != errno.EEXIST: raise``, ``except FileExistsError: pass``, a bare
+    ``except:``): the race between ranks is handled."""
+    child: cst.CSTNode = call
+    for ancestor in analysis.ancestors(call):
+        if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+            return False
+        if isinstance(ancestor, cst.Try) and child is ancestor.body:
+            for handler in ancestor.handlers:
+                caught = handler.type
+                names_ = [dotted_name(e.value) for e in caught.elements] if isinstance(caught, cst.Tuple) else [dotted_name(caught) if caught is not None else None]
+                if caught is None or any((name or "").split(".")[-1] in _EXISTING_FOLDER_ERRORS for name in names_):
+                    return True
+        child = ancestor
+    return False
+
+
 def _is_false(expr: cst.BaseExpression | None) -> bool:
     return expr is None or (isinstance(expr, cst.Name) and expr.value == "False")
 
@@ -367,6 +389,8 @@ with open("config.yaml") as f:
             if kind != "folder" and any(facts.is_rank_dependent(a.value) for a in call.args if a.keyword is None or a.keyword.value != "mode"):
                 continue  # a file of each rank's own (its name or contents carry the rank)
             if kind == "folder":
+                if _existing_folder_caught(analysis, call):
+                    continue  # ``try: os.makedirs(p) except OSError as e: if e.errno != errno.EEXIST: raise``
                 exist_ok = keyword_argument(call, "exist_ok")
                 value = exist_ok.value if exist_ok is not None else None
                 if _is_false(value):

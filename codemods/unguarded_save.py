@@ -9,7 +9,8 @@ import libcst as cst
 from . import names
 from .analysis import ScriptAnalysis, dotted_name, keyword_argument, walk
 from .analysis.script import into_memory, leaves_function
-from .analysis.ranks import Condition, rank_facts
+from .analysis.per_rank import per_rank_values
+from .analysis.ranks import Condition, Kind, rank_facts
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression, statement
 from .runtime_calls import runtime_name
@@ -288,12 +289,12 @@ torch.save(sampler.state_dict(), f=f"sampler_{os.environ['RANK']}.pt")
                     f"folder another made and writes nothing); run `{code_of(helper)}` on rank 0 only, then wait on every rank",
                 )
             elif read_back and _after_an_early_return(analysis, call):
-                yield Match(call, f"torch.save runs on every process that gets here, and `{code_of(condition.test)}` may differ between ranks: {UNSYNCHRONISED_READ}", fixable=False)
+                yield Match(call, f"torch.save runs on every process that gets here, and {_how_it_splits(analysis, condition)}: {UNSYNCHRONISED_READ}", fixable=False)
             else:
                 yield Match(
                     call,
-                    f"torch.save runs on every process that gets here, and `{code_of(condition.test)}` may differ "
-                    "between ranks: save on rank 0 only, without a barrier here",
+                    f"torch.save runs on every process that gets here, and {_how_it_splits(analysis, condition)}: "
+                    "save on rank 0 only, without a barrier here",
                     fixable=_expression_line(analysis, call) is not None,
                 )
 
@@ -418,6 +419,17 @@ WRAPPER_PICKLED = (
 
 
 #: The review line of a file the program reads back, where no barrier can go on a path every rank takes.
+def _how_it_splits(analysis: ScriptAnalysis, condition: Condition) -> str:
+    """What a report says of a test that may keep some ranks from a save: it reads the rank or a value computed
+    from this process's share of the data, or the analysis cannot tell (a value read from a file or an object
+    it does not follow: a step counter kept on ``self``, a checkpoint's epoch)."""
+    test = code_of(condition.test)
+    values = per_rank_values(analysis) if condition.kind is not Kind.RANK else None
+    if condition.kind is Kind.RANK or (values is not None and values.mention(condition.test) is not None):
+        return f"`{test}` may differ between ranks"
+    return f"the analysis cannot tell whether `{test}` is the same on every rank"
+
+
 UNSYNCHRONISED_READ = (
     "the file is read back later, so rank 0 alone should write it and the others wait for it, but no place every "
     "rank passes was found for a barrier (runtime.barrier()); save it on rank 0 and make the ranks wait before they read it"

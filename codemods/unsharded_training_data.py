@@ -137,34 +137,40 @@ loss.backward()
                 # steps no loader feeds (a fine-tuning pass over tensors indexed by hand after a loader's
                 # pre-training, unlabelled draws beside a labelled loader).
                 steps = [call for call in steps if not _fed_by_a_loader(analysis, call)]
-        # A step of another module is reported at the call of this module that runs it.
-        found = next(((call, at) for call in steps if (at := analysis.first_call_running(call)) is not None), None)
-        if found is None:
-            return
-        backward, reported = found
-        home = analysis.shared.analysis_of(backward) or analysis
-        if draws_per_rank(analysis) or (home is not analysis and draws_per_rank(home)):
-            return
-        unfollowed = _loaders_not_followed(analysis)
-        if unfollowed:
-            owner, loader = unfollowed[0]
-            where = f"line {owner.line(loader)}" + ("" if owner is analysis else f" of module {owner.module_name}")
-            yield Match(
-                reported,
-                "training batches here come from no DataLoader the analysis can follow, while the program builds "
-                f"one it never sees iterated ({where}, handed to something it "
-                "cannot see through, such as a wrapper class with __next__): if the batches come from it, shard it "
-                "by hand (DistributedSampler, and set_epoch at each new pass); otherwise every process trains on "
-                "the same data unless each rank draws its own (seed with runtime.rank())",
-                fixable=False,
+        # A step of another module is reported at the call of this module that runs it; each training loop once
+        # (a second loop of the same ``main()``, a fine-tuning pass after pre-training, is as unsharded as the first).
+        reported_at: set[cst.CSTNode] = set()
+        loops: set[cst.CSTNode] = set()
+        for backward in steps:
+            reported = analysis.first_call_running(backward)
+            home = analysis.shared.analysis_of(backward) or analysis
+            loop = home.nearest_loop(backward)
+            if reported is None or reported in reported_at or loop in loops:
+                continue
+            if draws_per_rank(analysis) or (home is not analysis and draws_per_rank(home)):
+                return
+            reported_at.add(reported)
+            loops.add(loop)  # type: ignore[arg-type]
+            unfollowed = _loaders_not_followed(analysis)
+            if unfollowed:
+                owner, loader = unfollowed[0]
+                where = f"line {owner.line(loader)}" + ("" if owner is analysis else f" of module {owner.module_name}")
+                yield Match(
+                    reported,
+                    "training batches here come from no DataLoader the analysis can follow, while the program builds "
+                    f"one it never sees iterated ({where}, handed to something it "
+                    "cannot see through, such as a wrapper class with __next__): if the batches come from it, shard it "
+                    "by hand (DistributedSampler, and set_epoch at each new pass); otherwise every process trains on "
+                    "the same data unless each rank draws its own (seed with runtime.rank())",
+                    fixable=False,
+                )
+                continue
+            what = (
+                "training batches here come from"
+                if home is analysis
+                else f"this call trains (backward() at line {home.line(backward)} of module {home.module_name}) on batches from"
             )
-            return
-        what = (
-            "training batches here come from"
-            if home is analysis
-            else f"this call trains (backward() at line {home.line(backward)} of module {home.module_name}) on batches from"
-        )
-        yield Match(reported, f"{what} {_NO_LOADER}", fixable=False)
+            yield Match(reported, f"{what} {_NO_LOADER}", fixable=False)
 
 
 #: What DDP040 says of batches that no DataLoader gives, and what a human does about it.

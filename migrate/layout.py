@@ -330,12 +330,21 @@ DELIMITERS = (frozenset({"if", "else"}), frozenset({"or"}), frozenset({"and"}))
 
 
 def _delimiter_split(content: str, tokens: list[_Token], inside: set[int]) -> list[str] | None:
-    """An expression inside brackets split before its highest-priority operator (``if``/``else``, ``or``,
-    ``and``) at depth 0, each part on a line of its own; ``[content]`` when it must stay whole (a lambda or
-    a comprehension); ``None`` when it has no such operator (the bracket split applies)."""
+    """An expression inside brackets split before its highest-priority operator at depth 0 (a comprehension's
+    ``for`` and filtering ``if``, then ``if``/``else``, ``or``, ``and``), each part on a line of its own;
+    ``[content]`` when it must stay whole (a lambda); ``None`` when it has no such operator (the bracket split
+    applies)."""
     words = [(i, t.string) for i, t in enumerate(tokens) if i not in inside and t.type == tokenize.NAME]
-    if any(word in ("lambda", "for") for _, word in words):
+    if any(word == "lambda" for _, word in words):
         return [content]
+    fors = [i - 1 if i > 0 and tokens[i - 1].string == "async" else i for i, word in words if word == "for"]
+    if any(word == "for" for _, word in words):
+        # A comprehension: black cuts before each ``for`` and each ``if`` that filters (the highest priority).
+        cuts = [i for i in fors if i > 0] + [i for i, word in words if word == "if" and fors and i > fors[0]]
+        if not cuts:
+            return None  # (``for k, v in state.items()``, a clause already on its own line: the bracket split applies)
+        bounds = [0, *(tokens[i].start for i in sorted(cuts)), len(content)]
+        return [content[a:b].strip() for a, b in zip(bounds, bounds[1:])]
     for delimiters in DELIMITERS:
         cuts = [i for i, word in words if word in delimiters and i > 0]
         if cuts:

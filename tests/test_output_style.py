@@ -190,6 +190,32 @@ def test_an_implicitly_concatenated_string_keeps_a_line_per_part() -> None:
     assert '"a part " "and another part", x\n' in wrap_new_lines("", short, 88).text  # (a part that fits stays whole)
 
 
+def test_a_comprehension_is_split_at_its_clauses() -> None:
+    """A trial's resume line (``load_state_dict({k.removeprefix("module."): v for k, v in torch.load(...)...})``) stayed
+    151 columns long: comprehensions were kept whole. black cuts before each ``for`` and filtering ``if``, then splits a
+    clause still too long at its last bracket."""
+    text = 'def resume(self, path):\n        self.model.load_state_dict({k.removeprefix("module."): v for k, v in torch.load(path, map_location=runtime.device())["model_state"].items()})\n'
+    assert wrap_new_lines("", text, 88).text == (
+        "def resume(self, path):\n"
+        "        self.model.load_state_dict(\n"
+        "            {\n"
+        '                k.removeprefix("module."): v\n'
+        "                for k, v in torch.load(path, map_location=runtime.device())[\n"
+        '                    "model_state"\n'
+        "                ].items()\n"
+        "            }\n"
+        "        )\n"
+    )
+    text = "total = sum(very_long_function_name(element, another_argument) for element in some_iterable_name if element is not None)\n"
+    assert wrap_new_lines("", text, 88).text == (
+        "total = sum(\n"
+        "    very_long_function_name(element, another_argument)\n"
+        "    for element in some_iterable_name\n"
+        "    if element is not None\n"
+        ")\n"
+    )
+
+
 def test_the_users_lines_comments_and_lambdas_are_left_alone() -> None:
     long_user_line = "x = some_function_with_a_long_name(first_argument, second_argument, third_argument_here, 4)\n"
     assert wrap_new_lines(long_user_line, long_user_line, 88).text == long_user_line

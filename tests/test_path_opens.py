@@ -128,3 +128,38 @@ main()
 """
     text, report, _ = migrate_script(tmp_path, source)
     assert '    with archive.open("train.csv") as f:\n        rows = f.read()' in text and "DDP012" not in report, report + text
+
+
+CAUGHT = """import errno
+import os
+
+import torch
+
+
+def mkdir(path):
+    try:
+        os.makedirs(path)
+    except CAUGHT:
+        HANDLED
+
+
+def main():
+    mkdir("out")
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model(torch.randn(8, 4)).pow(2).mean().backward()
+    opt.step()
+
+
+main()
+"""
+
+
+def test_a_folder_made_under_a_try_that_catches_an_existing_one_is_fine(tmp_path: Path) -> None:
+    """torchvision's references' ``utils.mkdir``: ``os.makedirs(path)`` in a ``try`` whose ``except OSError`` re-raises
+    anything but EEXIST. The race between ranks is handled; a trial saw DDP012 report it (and ``exist_ok=True`` added)."""
+    for caught, handled in [("OSError as e", "if e.errno != errno.EEXIST:\n            raise"), ("FileExistsError", "pass")]:
+        text, report, _ = migrate_script(tmp_path, CAUGHT.replace("CAUGHT", caught).replace("HANDLED", handled))
+        assert "DDP012" not in report and "os.makedirs(path)\n" in text, report + text
+    text, report, _ = migrate_script(tmp_path, CAUGHT.replace("CAUGHT", "ValueError").replace("HANDLED", "pass"))
+    assert "os.makedirs(path, exist_ok=True)" in text, report + text

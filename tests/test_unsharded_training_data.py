@@ -44,6 +44,18 @@ def test_batches_drawn_with_no_loader_are_reported_at_the_training_step_and_left
     assert "# TODO(ddp-migrate): training batches here come from no DataLoader" in Path("drawn.py").read_text()
 
 
+def test_each_training_loop_without_a_loader_is_reported(tmp_path: Path) -> None:
+    """A trial's program pre-trained on one hand-drawn loop and fine-tuned on another in the same ``main()``: only the
+    first was reviewed, the second trained every rank on the same data without a word. One of two steps of one loop
+    (a GAN's) is one report."""
+    two = HEAD.format(imports="") + LOOP.format(batch="torch.randn(8, 4)") + LOOP.format(batch="torch.randn(8, 4) * 2") + TAIL
+    (tmp_path / "two.py").write_text(two)
+    assert _lint("two.py") == [("two.py", 10, "DDP040"), ("two.py", 14, "DDP040")]
+    gan = LOOP.format(batch="torch.randn(8, 4)").replace("        opt.step()\n", "        model(-x).sum().backward()\n        opt.step()\n")
+    (tmp_path / "gan.py").write_text(HEAD.format(imports="") + gan + TAIL)
+    assert _lint("gan.py") == [("gan.py", 10, "DDP040")]
+
+
 def test_draws_seeded_by_the_rank_are_each_ranks_own() -> None:
     assert _lint("seeded.py") == []
 
