@@ -71,6 +71,8 @@ REVIEWED = {
         return self.head(z), torch.mean(F.relu(1 - std))""",
     "centred-square": """        z = self.body(x)
         return self.head(z), (z - z.mean(0)).pow(2).mean()""",
+    "mean-into-a-loss": """        g = F.softmax(self.gate(x), dim=1)
+        return self.head(self.body(x)), F.mse_loss(g.mean(0), torch.full((self.n_experts,), 1 / self.n_experts))""",
     "in-batch-negatives": """        u, i = F.normalize(self.body(x), dim=1), F.normalize(self.body(-x), dim=1)
         return self.head(self.body(x)), F.cross_entropy(u @ i.t() / 0.1, torch.arange(len(x)))""",
 }
@@ -120,3 +122,12 @@ def test_a_sequence_first_pooling_feeding_the_output_is_fine(tmp_path: Path) -> 
 
 def test_lint_on_the_single_process_program_reports_nothing(tmp_path: Path) -> None:
     assert lint_findings(tmp_path, program(REVIEWED["balance-through-a-name"]), "DDP050") == []
+
+
+def test_a_model_converted_for_batchnorm_still_runs_its_forward(tmp_path: Path) -> None:
+    """The migration converts a model with BatchNorm (``model = runtime.convert_sync_batchnorm(model)``) before the
+    wrap: the model's calls still run its ``forward()``."""
+    source = program(REVIEWED["balance-through-a-name"]).replace("self.body = nn.Linear(8, 16)", "self.body = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16))")
+    migrated, report, _ = migrate_script(tmp_path, source)
+    assert "runtime.convert_sync_batchnorm(model)" in migrated
+    assert "DDP050" in report and "`g.mean(0)` is a statistic" in report, report

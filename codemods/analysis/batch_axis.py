@@ -99,7 +99,8 @@ NONLINEAR = frozenset(
 def used_nonlinearly(analysis: ScriptAnalysis, reduction: cst.BaseExpression, nonlinear: bool = False, depth: int = 2) -> bool:
     """Whether the value of a reduction over axis 0 enters a non-linear function (``(m ** 2)``, ``torch.log(m)``,
     ``m * other``, ``(x - m).pow(2)``, ``x / m``; ``nonlinear``: the reduction is one already, ``std(0)``) on its
-    way to a scalar term: a full reduction (``.sum()``, ``.mean()``) or a loss function, in its statement or,
+    way to a scalar term: a full reduction (``.sum()``, ``.mean()``) or a loss function (no linear function itself),
+    in its statement or,
     bound whole to a name (``usage = g.mean(0)``), in a statement after it in its function that reads the name.
     A mean of a share of the batch is a share of the batch's mean, so a linear use gives DDP's averaged
     gradients the original's value; a non-linear one does not. A value that goes on as a tensor (a sequence-first
@@ -118,7 +119,9 @@ def used_nonlinearly(analysis: ScriptAnalysis, reduction: cst.BaseExpression, no
             name = call_method_name(ancestor)  # type: ignore[arg-type]
             if name in NONLINEAR:
                 nonlinear = True  # ``torch.log(m)``, ``m.pow(2)``, ``(x - m).abs()``
-            if _a_scalar_term(analysis, ancestor):  # type: ignore[arg-type]
+            if _a_loss(analysis, ancestor):  # type: ignore[arg-type]
+                return True  # ``F.mse_loss(m, target)``, ``F.cross_entropy(head(x - m), y)``: a loss is no linear function
+            if _a_full_reduction(analysis, ancestor):  # type: ignore[arg-type]
                 return nonlinear
         elif kind is cst.Assign and child is ancestor.value and depth > 0:  # type: ignore[attr-defined]
             targets = [t.target for t in ancestor.targets]  # type: ignore[attr-defined]
@@ -131,12 +134,19 @@ def used_nonlinearly(analysis: ScriptAnalysis, reduction: cst.BaseExpression, no
     return False
 
 
-def _a_scalar_term(analysis: ScriptAnalysis, call: cst.Call) -> bool:
-    """A call that makes a loss term of what it takes: a full reduction (``t.sum()``, ``t.mean()``,
-    ``torch.sum(t)``) or a loss function of ``torch.nn.functional``."""
+def _a_full_reduction(analysis: ScriptAnalysis, call: cst.Call) -> bool:
+    """``t.sum()``, ``t.mean()``, ``torch.sum(t)``: a reduction over every axis, a loss term of what it takes."""
     name = call_method_name(call)
-    if name in ("sum", "mean") and not any(a.keyword is None and not a.star for a in call.args[1 if f"torch.{name}" in analysis.qualified_names(call.func) else 0 :]):
-        return not any(a.keyword is not None and a.keyword.value in ("dim", "axis") for a in call.args)
+    if name not in ("sum", "mean"):
+        return False
+    skip = 1 if f"torch.{name}" in analysis.qualified_names(call.func) else 0
+    return not any(a.keyword is None and not a.star for a in call.args[skip:]) and not any(
+        a.keyword is not None and a.keyword.value in ("dim", "axis") for a in call.args
+    )
+
+
+def _a_loss(analysis: ScriptAnalysis, call: cst.Call) -> bool:
+    """A loss function of ``torch.nn.functional`` (``F.mse_loss``, ``F.cross_entropy``)."""
     return any(q.startswith("torch.nn.functional.") and (q.endswith("_loss") or q.endswith("cross_entropy")) for q in analysis.qualified_names(call.func))
 
 

@@ -1841,6 +1841,9 @@ class ScriptAnalysis:
             if len(seen) > 8:
                 return None
             seen.add(origin)
+            if type(origin) is cst.Call and self.is_call_to(origin, _MODEL_PASSING) and origin.args:  # type: ignore[arg-type, attr-defined]
+                pending.extend(self.origins(origin.args[0].value))  # type: ignore[attr-defined]  # (``convert_sync_batchnorm(model)``)
+                continue
             if origin in self.program_wrap_calls:
                 model = wrapped_argument(origin)  # type: ignore[arg-type]
                 home = self.shared.analysis_of(origin) or self
@@ -4210,6 +4213,10 @@ def leaves_function(branch: cst.CSTNode) -> bool:
         type(node) is cst.Return or (type(node) is cst.Call and dotted_name(node.func) in PROCESS_EXITS)  # type: ignore[attr-defined]
         for node in tree.walk(branch)
     )
+
+
+#: Calls that hand back the model they are given, converted in place or wrapped to run the same ``forward``.
+_MODEL_PASSING = names.CONVERT_SYNC_BATCHNORM | names.MODEL_COMPILERS
 
 
 def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
