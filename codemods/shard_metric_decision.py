@@ -252,6 +252,8 @@ for epoch in range(100):
         for branch in analysis.ifs:  # (in source order: an outer decision comes before the ones inside it)
             if branch in reported or (branch not in exiting and branch not in gates):
                 continue
+            if branch in exiting and branch not in exiting_ifs and not _loop_syncs(analysis, branch):
+                continue  # ``x = block(x); if x.abs().mean() < eps: break`` in forward: a loop of no step, no collective
             shown = values.mention(branch.test)
             # A decision inside a reported one on what that one sets (``if loss > best: bad += 1; if bad >= 2:
             # break``) follows from it: once the outer test reads a reduced value, so does the inner one.
@@ -292,6 +294,20 @@ for epoch in range(100):
                     "ranks' learning rates drift apart; reduce it across ranks first (runtime.reduce_mean)",
                     fixable=False,
                 )
+
+
+def _loop_syncs(analysis: ScriptAnalysis, branch: cst.If) -> bool:
+    """Whether the loop a decision leaves runs something every rank must run alike: a training step, a
+    collective, or a forward of a DDP model (which broadcasts its buffers); leaving a loop of none of them apart
+    (a model's adaptive depth over its layers) keeps the ranks together."""
+    loop = analysis.nearest_loop(branch)
+    if loop is None or analysis.reaches_backward(loop):
+        return True
+    synced = analysis.derived(
+        "calls every rank runs alike",
+        lambda module: [c for m in module.shared.analyses for c in m.calls_to(names.COLLECTIVES)] + list(module.program_ddp_forward_calls),
+    )
+    return analysis.reaches(loop, synced)
 
 
 #: What a branch of a training program may do on one side of a decision only, and what follows when the

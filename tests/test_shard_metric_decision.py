@@ -690,3 +690,66 @@ def test_a_best_checkpoint_copied_on_a_shard_metric_is_reviewed(tmp_path: Path) 
     script.write_text(BEST_COPY)
     result = CliRunner().invoke(cli, [str(script)], catch_exceptions=False)
     assert "DDP041 `is_best`" in result.output and "whether a checkpoint is saved" in result.output, result.output
+
+
+LOOPS_IN_A_FORWARD = '''
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Adaptive(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Linear(4, 4) for _ in range(3))
+        self.out = nn.Linear(4, 1)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = torch.tanh(block(x))
+            if x.abs().mean() < 0.35:
+                break
+        return self.out(x)
+
+
+def evaluate(model, loader):
+    total = torch.zeros(())
+    with torch.no_grad():
+        for x, y in loader:
+            total += y.abs().mean()
+            SYNC
+            if total > 10:
+                break
+    return total
+
+
+def main():
+    data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    loader = DataLoader(data, batch_size=8, shuffle=True)
+    model = Adaptive()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            opt.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+        evaluate(model, loader)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+@pytest.mark.parametrize(("sync", "reported"), [("pass", []), ("dist.barrier()", ["total > 10"])], ids=["no-collective", "collective"])
+def test_a_loop_left_apart_matters_only_where_it_runs_a_step_or_a_collective(sync: str, reported: list[str], tmp_path: Path) -> None:
+    """The adaptive depth of a model's ``forward()`` (``if x.abs().mean() < eps: break`` over its layers) runs no step
+    and no collective: ranks that leave it apart stay together (DDP looks for unused parameters); so does a pass that
+    only sums. A pass that waits at a barrier on every batch does not: a rank that leaves it early leaves the others
+    waiting."""
+    path = tmp_path / "train.py"
+    path.write_text(LOOPS_IN_A_FORWARD.replace("SYNC", sync))
+    result = CliRunner().invoke(cli, [str(path)], catch_exceptions=False)
+    found = [test for test in ("x.abs().mean() < 0.35", "total > 10") if f"DDP041 `{test}`" in result.output]
+    assert found == reported, result.output
