@@ -218,3 +218,41 @@ def test_a_function_run_again_from_a_comprehension_or_a_lambda_reads_the_last_ru
     source = source.replace('def main():\n    resume("last.pt")', 'def main(seed=0):\n    resume("last.pt")')
     found = lint(tmp_path, source, "DDP012")
     assert len(found) == 1 and "DDP012" in found[0], found
+
+
+STAGED = """import sys
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+model = DDP(nn.Linear(4, 1))
+
+
+def stage(epoch, path):
+    if epoch == 0:
+        if rank == 0:
+            torch.save(model.module.state_dict(), path)
+    else:
+        state = torch.load(path, map_location="cpu")
+        model.module.load_state_dict(state)
+
+
+CALLS
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.parametrize(
+    ("calls", "reported"),
+    [("for epoch in range(2):\n    stage(epoch, sys.argv[1])", True), ("stage(0, sys.argv[1])", False)],
+    ids=["called-in-a-loop", "called-once"],
+)
+def test_a_write_and_a_read_on_exclusive_branches_of_a_function_run_again_are_ordered(tmp_path: Path, calls: str, reported: bool) -> None:
+    """A review's case: the save on the first pass of ``stage`` and the read on the next sit on exclusive branches of
+    one ``if``, but the function runs on every pass of a loop: the read comes after rank 0's write, without a barrier
+    (rank 1 failed with FileNotFoundError). The branches exclude each other only within one call."""
+    lines = lint_findings(tmp_path, STAGED.replace("CALLS", calls), "DDP012")
+    assert any("every rank reads a file after rank 0 alone wrote" in line for line in lines) is reported, lines

@@ -3233,7 +3233,8 @@ class ScriptAnalysis:
                     and home.enclosing_function(other) is function
                     and home.comes_before(stmt, other)
                     and not home.is_inside(other, stmt)
-                    and not home._in_exclusive_branches(stmt, {other, *home.ancestors(other)})  # (``if d: f() else: f()``)
+                    # (``if d: f() else: f()``; not in a function run again: ``stage(epoch)`` saves on the first pass, reads after)
+                    and not (home._in_exclusive_branches(stmt, {other, *home.ancestors(other)}) and home.runs_once(function))
                 ):
                     return True
         return False
