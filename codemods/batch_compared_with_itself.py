@@ -198,10 +198,10 @@ for x, y in loader:
                 fixable=False,
             )
         for call in analysis.calls:
-            reduction = reduced_axis_zero(analysis, call)
-            if reduction is None or without_gradients(analysis, call):
+            found = reduced_axis_zero(analysis, call)
+            if found is None or without_gradients(analysis, call):
                 continue
-            reduced = call.func.value if isinstance(call.func, cst.Attribute) and f"torch.{reduction}" not in analysis.qualified_names(call.func) else call.args[0].value
+            reduction, reduced = found
             if values.mention(reduced) is None or _detached(reduced) or _only_measured(analysis, call) or _per_sample(analysis, values, call):
                 continue
             if not used_nonlinearly(analysis, call, reduction in NONLINEAR_REDUCTIONS):

@@ -11,7 +11,7 @@ from .analysis import ScriptAnalysis, is_true, keyword_argument, wrapped_argumen
 from .analysis.script import call_method_name
 from .analysis.trainable import reentered_in_one_step
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Severity, Valid
-from .edits import Edits
+from .edits import Edits, with_keyword
 
 
 class ReentrantCheckpointReused(Rule):
@@ -160,10 +160,7 @@ model = DDP(Shared().to(device), device_ids=[local_rank])
             if flag is not None:
                 edits.replace(flag.value, cst.Name("True"))
             else:
-                args = [*wrap.args[:-1], wrap.args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)]
-                equal = cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))
-                args.append(cst.Arg(cst.Name("True"), keyword=cst.Name("static_graph"), equal=equal))
-                edits.replace(wrap, wrap.with_changes(args=args))
+                edits.replace(wrap, with_keyword(wrap, "static_graph", cst.Name("True")))
             why = reentered_in_one_step(analysis, wrapped_argument(wrap))  # type: ignore[arg-type]
             reason = f": {why.why}" if why is not None else ""
             edits.changes.append(Change(self.code, analysis.line(wrap), f"static_graph=True passed to DistributedDataParallel{reason}"))

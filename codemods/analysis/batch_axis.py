@@ -22,23 +22,29 @@ NONLINEAR_REDUCTIONS = frozenset({"std", "var", "logsumexp", "amax", "amin", "pr
 _ELEMENTWISE = frozenset({"pow", "abs", "square", "sqrt", "exp", "log", "clamp", "float", "double", "half", "to", "contiguous"})
 
 
-def reduced_axis_zero(analysis: ScriptAnalysis, call: cst.Call) -> str | None:
+def reduced_axis_zero(analysis: ScriptAnalysis, call: cst.Call) -> tuple[str, cst.BaseExpression] | None:
     """The reduction a call makes over axis 0 and axis 0 only (``x.mean(0)``, ``x.std(dim=0)``,
-    ``torch.mean(x, 0)``), by name; ``None`` for any other call (``x.mean()``, ``x.mean(1)``, ``x.sum((0, 1))``)."""
+    ``torch.mean(x, 0)``), by name, with the tensor it reduces; ``None`` for any other call (``x.mean()``,
+    ``x.mean(1)``, ``x.sum((0, 1))``)."""
     method = call_method_name(call)
     if method not in REDUCTIONS or not isinstance(call.func, cst.Attribute):
         return None
     positional = [a.value for a in call.args if a.keyword is None and not a.star]
     dims = [a.value for a in call.args if a.keyword is not None and a.keyword.value in ("dim", "axis")]
     qualified = analysis.qualified_names(call.func)
+    reduced: cst.BaseExpression = call.func.value
     if f"torch.{method}" in qualified:
-        positional = positional[1:]  # (``torch.mean(x, 0)``: the tensor first)
+        given = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "input"), None)
+        if given is None and not positional:
+            return None
+        # (``torch.mean(x, 0)``: the tensor first, or ``input=``)
+        reduced, positional = (given, positional) if given is not None else (positional[0], positional[1:])
     elif any(q.startswith(("torch.", "numpy.", "math.", "builtins.")) for q in qualified):
         return None
     axes = dims or positional[:1]
     if len(axes) != 1 or int_value(axes[0]) != 0:
         return None
-    return method
+    return method, reduced
 
 
 def batch_axis_reduced(analysis: ScriptAnalysis, expr: cst.BaseExpression, depth: int = 3) -> cst.Call | None:
@@ -100,8 +106,8 @@ def used_nonlinearly(analysis: ScriptAnalysis, reduction: cst.BaseExpression, no
     """Whether the value of a reduction over axis 0 enters a non-linear function (``(m ** 2)``, ``torch.log(m)``,
     ``m * other``, ``(x - m).pow(2)``, ``x / m``; ``nonlinear``: the reduction is one already, ``std(0)``) on its
     way to a scalar term: a full reduction (``.sum()``, ``.mean()``) or a loss function (no linear function itself),
-    in its statement or,
-    bound whole to a name (``usage = g.mean(0)``), in a statement after it in its function that reads the name.
+    in its statement or, bound whole to a name (``usage = g.mean(0)``), in a statement after it in its function
+    that reads the name.
     A mean of a share of the batch is a share of the batch's mean, so a linear use gives DDP's averaged
     gradients the original's value; a non-linear one does not. A value that goes on as a tensor (a sequence-first
     model's ``h.mean(0)`` pooling over positions into a head) is no term of the loss here."""
