@@ -141,6 +141,7 @@ loss.backward()
         # (a second loop of the same ``main()``, a fine-tuning pass after pre-training, is as unsharded as the first).
         reported_at: set[cst.CSTNode] = set()
         loops: set[cst.CSTNode] = set()
+        unfollowed: list[tuple[ScriptAnalysis, cst.Call]] | None = None  # (the loaders no loop is seen to iterate: looked for once, when a step is reported)
         for backward in steps:
             reported = analysis.first_call_running(backward)
             home = analysis.shared.analysis_of(backward) or analysis
@@ -151,7 +152,7 @@ loss.backward()
                 return
             reported_at.add(reported)
             loops.add(loop)  # type: ignore[arg-type]
-            unfollowed = _loaders_not_followed(analysis)
+            unfollowed = _loaders_not_followed(analysis) if unfollowed is None else unfollowed
             if unfollowed:
                 owner, loader = unfollowed[0]
                 where = f"line {owner.line(loader)}" + ("" if owner is analysis else f" of module {owner.module_name}")
