@@ -338,7 +338,7 @@ def _delimiter_split(content: str, tokens: list[_Token], inside: set[int]) -> li
     if any(word == "lambda" for _, word in words):
         return [content]
     fors = [i - 1 if i > 0 and tokens[i - 1].string == "async" else i for i, word in words if word == "for"]
-    if any(word == "for" for _, word in words):
+    if fors:
         # A comprehension: black cuts before each ``for`` and each ``if`` that filters (the highest priority).
         cuts = [i for i in fors if i > 0] + [i for i, word in words if word == "if" and fors and i > fors[0]]
         if not cuts:

@@ -3234,7 +3234,7 @@ class ScriptAnalysis:
                     and home.comes_before(stmt, other)
                     and not home.is_inside(other, stmt)
                     # (``if d: f() else: f()``; not in a function run again: ``stage(epoch)`` saves on the first pass, reads after)
-                    and not (home._in_exclusive_branches(stmt, {other, *home.ancestors(other)}) and home.runs_once(function))
+                    and not (home.in_exclusive_branches(stmt, other) and home.runs_once(function))
                 ):
                     return True
         return False
