@@ -7,8 +7,8 @@ from typing import Iterator
 from . import names
 import libcst as cst
 
-from .analysis import ScriptAnalysis, call_method_name, dotted_name
-from .analysis.trainable import RequiresGradChange, after_a_wrap, requires_grad_changes
+from .analysis import SELF_RETURNING_METHODS, ScriptAnalysis, call_method_name, dotted_name, walk
+from .analysis.trainable import RequiresGradChange, after_a_wrap, frozen_models, requires_grad_changes
 from .base import Example, Match, Phase, Rule, Severity, Valid
 from .edits import code_of
 
@@ -119,7 +119,8 @@ def _toggles_a_whole_wrapped_model(analysis: ScriptAnalysis, change: RequiresGra
     if loop is None:
         return False
     model = loop.iter.func.value  # type: ignore[attr-defined]
-    if analysis.wrapped_at(model) is None:
+    wrap = analysis.wrapped_at(model)
+    if wrap is None or _frozen_before(analysis, wrap, model):
         return False
     name = dotted_name(model)
     return all(
@@ -127,6 +128,66 @@ def _toggles_a_whole_wrapped_model(analysis: ScriptAnalysis, change: RequiresGra
         for other in changes
         if (other_loop := _parameter_loop(analysis, other)) is not None and dotted_name(other_loop.iter.func.value) == name  # type: ignore[attr-defined]
     )
+
+
+def _frozen_before(analysis: ScriptAnalysis, wrap: cst.Call, wrapper: cst.BaseExpression) -> bool:
+    """Whether a statement that runs before the wrap, in its function, may change ``requires_grad`` of the model
+    it wraps (``net[0].requires_grad_(False)`` then ``D = DDP(net)``, or a helper handed ``net``): the wrap then
+    saw part of it frozen, and unfreezing the whole wrapper later trains parameters DDP never averages. A
+    statement whose changes the analysis cannot place counts, unless it only builds another model
+    (``features = VGGFeatures()`` freezing itself)."""
+    if not wrap.args or not analysis.owns(wrap):
+        return True
+    wrapped = {dotted_name(wrapper), dotted_name(_built_from(wrap.args[0].value))}
+    names_of_model = {name.split(".")[0] for name in wrapped if name is not None}
+    for statement in _statements_before(analysis, wrap):
+        frozen = frozen_models(analysis, statement)
+        if frozen is None:
+            if not _builds_another_model(statement, names_of_model):
+                return True
+        elif frozen & names_of_model:
+            return True
+    return False
+
+
+def _built_from(value: cst.BaseExpression) -> cst.BaseExpression:
+    """The model under the self-returning calls of ``net.to(device)``."""
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in SELF_RETURNING_METHODS:
+        value = value.func.value
+    return value
+
+
+def _statements_before(analysis: ScriptAnalysis, node: cst.CSTNode) -> Iterator[cst.BaseStatement]:
+    """The statements of the node's function (or module) that run before it: the one holding it (``D =
+    DDP(build())`` builds first), and the earlier statements of its block and of each block around it."""
+    function = analysis.enclosing_function(node)
+    yield analysis.statement(node)
+    below: cst.CSTNode = node
+    for above in analysis.ancestors(node):
+        if above is function:
+            return
+        if type(above) in (cst.IndentedBlock, cst.Module):
+            for earlier in above.body:  # type: ignore[attr-defined]
+                if earlier is below:
+                    break
+                yield earlier
+        below = above
+
+
+def _builds_another_model(statement: cst.BaseStatement, model_names: set[str]) -> bool:
+    """Whether the statement only binds a new object to a name that is not the model's, built from arguments
+    that do not name it (``features = Features(layers)``): what its constructor freezes is its own."""
+    if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and isinstance(statement.body[0], cst.Assign)):
+        return False
+    assign = statement.body[0]
+    targets = {dotted_name(target.target) for target in assign.targets}
+    if None in targets or any(target.split(".")[0] in model_names for target in targets):  # type: ignore[union-attr]
+        return False
+    value = _built_from(assign.value)
+    if not isinstance(value, cst.Call):
+        return False
+    used = {part.value for part in walk(value) if isinstance(part, cst.Name)}
+    return not used & model_names
 
 
 def _parameter_loop(analysis: ScriptAnalysis, change: RequiresGradChange) -> cst.For | None:

@@ -64,3 +64,24 @@ def test_a_part_of_the_model_toggled_after_the_wrap_is_reported(tmp_path: Path) 
 def test_a_model_wrapped_while_frozen_is_reported(tmp_path: Path) -> None:
     frozen = "for p in D.parameters():\n    p.requires_grad = False\n"
     assert len(findings(tmp_path, before=frozen)) == 2
+
+
+def test_a_model_partly_frozen_before_the_wrap_then_toggled_whole_is_reported(tmp_path: Path) -> None:
+    """Unfreezing the whole wrapper unfreezes what the wrap saw frozen: those gradients are never averaged."""
+    assert len(findings(tmp_path, before="D[0].requires_grad_(False)\n")) == 2
+    loop = "for p in D[1].parameters():\n    p.requires_grad = False\n"
+    assert len(findings(tmp_path, before=loop)) == 2
+
+
+def test_a_model_frozen_under_another_name_before_the_wrap_is_reported(tmp_path: Path) -> None:
+    path = tmp_path / "train.py"
+    renamed = GAN.replace("D = nn.Sequential(", "net = nn.Sequential(").replace("D = DDP(D)", "D = DDP(net)")
+    path.write_text(renamed.replace("PARAMETERS", "D.parameters()").replace("BEFORE\n", "net[0].weight.requires_grad = False\n"))
+    result = CliRunner().invoke(cli, ["lint", "-q", "--select", "DDP042", str(path)])
+    assert len([line for line in result.output.splitlines() if "DDP042" in line]) == 2
+
+
+def test_another_model_frozen_before_the_wrap_leaves_the_toggle_alone(tmp_path: Path) -> None:
+    """A frozen feature network beside the GAN (a perceptual loss) is not the discriminator."""
+    frozen = "features = nn.Linear(4, 4)\nfeatures.requires_grad_(False)\n"
+    assert findings(tmp_path, before=frozen) == []

@@ -68,21 +68,26 @@ def holds_model_state(analysis: ScriptAnalysis, expr: cst.BaseExpression, depth:
     (``model.backbone``) or from ``self`` in a method, or holding what ``parameters()``, ``modules()`` and the
     like hand out (``for p in model.parameters()``), followed through names ``depth`` steps deep. A batch of
     inputs (``x.requires_grad_()`` for input gradients) is none of these."""
-    name = dotted_name(expr) or _through_unwrap(expr)
+    name = part_name(expr) or _through_unwrap(expr)
     if name is None or name.split(".")[-1] == "grad":  # a parameter's gradient is a tensor of its own
         return False
     root = name.split(".")[0]
     if root == "self" or root in {model.split(".")[0] for model in analysis.trained_models}:
         return True
-    # Reached from a wrapped model, in any module (``trainer.model.module.backbone`` in a hook).
+    # Reached from a wrapped model, in any module (``trainer.model.module.backbone`` in a hook), or from what a
+    # wrap takes (``net[0]`` of ``D = DDP(net)``).
     wraps = set(analysis.program_wrap_calls)
-    part = expr
-    while wraps and type(part) is cst.Attribute:
-        part = part.value  # type: ignore[attr-defined]
-        if type(part) is cst.Call and callee_name(part) == "unwrap" and len(part.args) == 1:  # type: ignore[arg-type, attr-defined]
-            part = part.args[0].value  # type: ignore[attr-defined]  (``runtime.unwrap(trainer.model).backbone``)
-        if wraps & analysis.origins(part):
-            return True
+    if wraps and type(expr) in (cst.Attribute, cst.Subscript, cst.Name):
+        wrapped = wraps | _wrapped_origins(analysis)
+        part = expr
+        while True:
+            if type(part) is cst.Call and callee_name(part) == "unwrap" and len(part.args) == 1:  # type: ignore[arg-type, attr-defined]
+                part = part.args[0].value  # type: ignore[attr-defined]  (``runtime.unwrap(trainer.model).backbone``)
+            if type(part) in (cst.Name, cst.Attribute) and wrapped & analysis.origins(part):  # type: ignore[arg-type]
+                return True
+            if type(part) not in (cst.Attribute, cst.Subscript):
+                break
+            part = part.value  # type: ignore[attr-defined]
     if depth <= 0:
         return False
     for value in analysis.flows_into(expr, name):
@@ -100,6 +105,17 @@ def holds_model_state(analysis: ScriptAnalysis, expr: cst.BaseExpression, depth:
                 if part is not expr and holds_model_state(analysis, part, depth - 1):  # type: ignore[arg-type]
                     return True
     return False
+
+
+def part_name(expr: cst.BaseExpression) -> str | None:
+    """The dotted name of a model's part with its indexing left out: ``model.blocks.attn`` for
+    ``model.blocks[3].attn``, ``net`` for ``net[0]`` (``nn.Sequential`` and ``nn.ModuleList`` items)."""
+    if type(expr) is cst.Subscript:
+        return part_name(expr.value)  # type: ignore[attr-defined]
+    if type(expr) is cst.Attribute:
+        base = part_name(expr.value)  # type: ignore[attr-defined]
+        return f"{base}.{expr.attr.value}" if base is not None else None  # type: ignore[attr-defined]
+    return dotted_name(expr)
 
 
 def _a_copy(analysis: ScriptAnalysis, expr: cst.BaseNode) -> bool:
@@ -215,7 +231,7 @@ def _changes_a_copy(analysis: ScriptAnalysis, function: cst.FunctionDef, receive
     itself: ``self.ema = deepcopy(model)`` then ``for p in self.ema.parameters(): p.requires_grad_(False)``
     (timm's and YOLOv5's EMA: ``deepcopy(de_parallel(model)).eval()``), or a local ``ema = copy.deepcopy(model)``,
     an ``AveragedModel(model)``. The caller's model keeps its gradients."""
-    name = dotted_name(receiver)
+    name = part_name(receiver)
     if name is None:
         return False
     sources = _parameter_sources(analysis, receiver, name) or [name]
@@ -270,7 +286,7 @@ def _parameter_sources(analysis: ScriptAnalysis, receiver: cst.BaseExpression, n
 def _frozen_names(analysis: ScriptAnalysis, receiver: cst.BaseExpression) -> set[str]:
     """The dotted names a ``requires_grad`` write reaches: the receiver's (``self.target.weight``), and for a
     parameter taken from a loop, what it comes from (``self.target`` of ``for p in self.target.parameters()``)."""
-    name = dotted_name(receiver)
+    name = part_name(receiver)
     if name is None:
         return set()
     return {name, *(source for source in _parameter_sources(analysis, receiver, name) if source is not None)}
@@ -279,7 +295,7 @@ def _frozen_names(analysis: ScriptAnalysis, receiver: cst.BaseExpression) -> set
 def _model_roots(analysis: ScriptAnalysis, receiver: cst.BaseExpression) -> set[str] | None:
     """The root names of the models a ``requires_grad`` write reaches: the receiver's own (``model.head``),
     or, for a parameter taken from a loop (``for p in teacher.parameters()``), the model it comes from."""
-    name = dotted_name(receiver)
+    name = part_name(receiver)
     if name is None:
         return None
     sources = _parameter_sources(analysis, receiver, name)
