@@ -712,8 +712,30 @@ def _whole_set_sampler(analysis: ScriptAnalysis, loader: cst.Call) -> tuple[cst.
     keyword = sampler.args[0].keyword
     if keyword is not None and keyword.value != "data_source":
         return None
-    same = code_of(sampler.args[0].value).strip() == code_of(dataset.value).strip()
-    return (given, shuffles, sampler) if same else None
+    return (given, shuffles, sampler) if _same_data_set(analysis, sampler.args[0].value, dataset.value) else None
+
+
+def _same_data_set(analysis: ScriptAnalysis, sampled: cst.BaseExpression, loaded: cst.BaseExpression) -> bool:
+    """Whether a sampler's data set is the loader's: the same name bound by the same statement at both places
+    (``ds`` not rebound between ``RandomSampler(ds)`` and ``DataLoader(ds, ...)``), a parameter neither rebinds,
+    or the same expression written within the loader's own call."""
+    if code_of(sampled).strip() != code_of(loaded).strip():
+        return False
+    if analysis.is_inside(sampled, analysis.statement(loaded)):
+        return True
+    if type(sampled) is not cst.Name:
+        return False
+    name = sampled.value  # type: ignore[attr-defined]
+    binding = analysis.binding_in_effect(sampled, name)
+    if binding is not None:
+        return binding is analysis.binding_in_effect(loaded, name)
+    function = analysis.enclosing_function(sampled)
+    return (
+        function is not None
+        and function is analysis.enclosing_function(loaded)
+        and analysis.is_parameter(function, name)
+        and name not in analysis.names_bound_in(function.body)
+    )
 
 
 def _batches_of_one(loader: cst.Call) -> bool:

@@ -62,3 +62,12 @@ def test_a_sequential_sampler_trains_as_the_original_under_torchrun(tmp_path: Pa
     for name, weight in original.items():
         assert torch.allclose(distributed[name], weight, atol=1e-6), name
         assert torch.allclose(plain[name], weight, atol=1e-6), name
+
+
+def test_a_sampler_of_a_data_set_the_name_no_longer_holds_is_left_to_a_human(tmp_path: Path) -> None:
+    """The same text is not the same data set: ``ds`` is rebound between the sampler and the loader."""
+    source = program("RandomSampler(ds)", held=True).replace(
+        "\nloader = DataLoader(", "\nds = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))\nloader = DataLoader("
+    )
+    text, report, _ = migrate_script(tmp_path, source)
+    assert "review" in report and "DDP005" in report and "DistributedSampler(" not in text, report + text
