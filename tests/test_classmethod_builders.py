@@ -64,3 +64,57 @@ def test_a_logger_of_an_object_built_by_a_classmethod_is_silenced_off_rank_0(tmp
     result = CliRunner().invoke(cli, [str(tmp_path / "train.py")], catch_exceptions=False)
     text = (tmp_path / "train.py").read_text()
     assert "runtime.silence_non_main_logging()" in text, result.output + text
+
+
+INHERITED = """import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class BaseTrainer:
+    def __init__(self, cfg):
+        self.cfg = cfg
+
+    @classmethod
+    def from_config(cls, cfg):
+        return cls(cfg)
+
+
+class Trainer(BaseTrainer):
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.model = nn.Linear(4, 1)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+        self.loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
+
+    def fit(self):
+        for epoch in range(self.cfg["epochs"]):
+            for x, y in self.loader:
+                loss = nn.functional.mse_loss(self.model(x), y)
+                self.opt.zero_grad()
+                loss.backward()
+                self.opt.step()
+
+
+def main():
+    trainer = Trainer.from_config({"epochs": 2})
+    trainer.fit()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_an_inherited_classmethod_builds_the_subclass_it_is_called_on(tmp_path: Path) -> None:
+    """``Trainer.from_config(cfg)`` of a base class's ``return cls(cfg)`` runs ``Trainer.__init__``, which builds the
+    model: the process group is set up in ``main()`` before it (it was not placed at all: the analysis took the
+    object for a ``BaseTrainer``, whose ``__init__`` builds nothing)."""
+    (tmp_path / "train.py").write_text(INHERITED)
+    result = CliRunner().invoke(cli, [str(tmp_path / "train.py")])
+    text = (tmp_path / "train.py").read_text()
+    assert result.exit_code == 0, result.output
+    assert "never sets up a process group" not in text, text
+    main = text[text.index("def main():") :]
+    assert main.index("runtime.setup(") < main.index("Trainer.from_config("), main
+    assert "self.loader.sampler.set_epoch(epoch)" in text, text

@@ -144,6 +144,18 @@ def subscript_key(node: cst.CSTNode | None) -> str | None:
     return text if isinstance(text, str) else None
 
 
+def _builds_its_class(function: cst.FunctionDef) -> bool:
+    """Whether a classmethod returns an instance of the class it is called on (``return cls(config)`` in
+    ``@classmethod def from_config(cls, config)``)."""
+    if not function.params.params or not any(dotted_name(d.decorator) == "classmethod" for d in function.decorators):
+        return False
+    first = function.params.params[0].name.value
+    return any(
+        type(node) is cst.Return and type(node.value) is cst.Call and dotted_name(node.value.func) == first  # type: ignore[attr-defined]
+        for node in walk(function.body)
+    )
+
+
 def item_name(node: cst.CSTNode | None) -> str | None:
     """``loaders['train']`` for a subscript of a dotted name by one string literal (the name under which the
     analysis binds what a dict holds at that key); ``None`` for anything else."""
@@ -1566,6 +1578,10 @@ class ScriptAnalysis:
                 name = call.func.value
                 if (built := self._built_by_a_classmethod(call, name)) is not None:
                     owner = built  # ``return cls(config)`` of ``def from_args(cls, ...)``: an instance of its class
+                    # ... or of the subclass it is called on (``Trainer.from_config(cfg)``, inherited): its ``__init__``.
+                    inits = [init for sub in self.shared.subclasses_of(built) if (init := own_method(sub, "__init__")) is not None]
+                    if inits:
+                        self.shared.other_targets[call] = inits
                 elif name in top_functions:
                     target = top_functions[name]
                 elif name in classes:
@@ -1592,6 +1608,8 @@ class ScriptAnalysis:
                         self.shared.other_targets[call] = overrides
                 elif receiver in classes:
                     target = self.method_of(classes[receiver], method)
+                    if target is not None and _builds_its_class(target):
+                        self.shared.constructed[call] = classes[receiver]  # ``Trainer.from_config(cfg)``: a Trainer
                 else:
                     imported = self.imported_definition(f"{receiver}.{method}")
                     if isinstance(imported, cst.FunctionDef):
@@ -1602,6 +1620,8 @@ class ScriptAnalysis:
                         imported_class = self.imported_definition(receiver)
                         if isinstance(imported_class, cst.ClassDef):
                             target = self.method_of(imported_class, method)
+                            if target is not None and _builds_its_class(target):
+                                self.shared.constructed[call] = imported_class
             elif isinstance(call.func, cst.Attribute) and type(call.func.value) is cst.Call and callee_name(call.func.value) == "super":  # type: ignore[arg-type]
                 # ``super().__init__(model, loader)``: the method of the first base of the program that has it.
                 enclosing = self.enclosing_class(call)
