@@ -111,23 +111,69 @@ for real in loader:
 
 
 def _toggles_a_whole_wrapped_model(analysis: ScriptAnalysis, change: RequiresGradChange, changes: list[RequiresGradChange]) -> bool:
-    """Whether the change sets every parameter of a wrapped model alike (``for p in D.parameters(): p.requires_grad =
-    False`` around a GAN's generator step, and ``True`` again before the discriminator's), where no change of that
-    model's parameters runs before a wrap (it was wrapped with all of them training): while all are frozen none of
-    their gradient hooks fires and DDP has nothing to reduce; unfrozen, they are what DDP wrapped."""
-    loop = _parameter_loop(analysis, change)
-    if loop is None:
+    """Whether the change sets every parameter of wrapped models alike (``for p in D.parameters(): p.requires_grad =
+    False`` or ``D.requires_grad_(False)`` around a GAN's generator step, ``True`` again before the
+    discriminator's; pix2pix's ``set_requires_grad(nets, flag)`` handed wrapped models), each wrapped with all
+    of its parameters training (nothing changed them before the wrap): while all are frozen none of their
+    gradient hooks fires and DDP has nothing to reduce; unfrozen, they are what DDP wrapped."""
+    model = _whole_model(analysis, change)
+    held = _models_held(analysis, model) if model is not None else None
+    if not held:
         return False
-    model = loop.iter.func.value  # type: ignore[attr-defined]
-    wrap = analysis.wrapped_at(model)
-    if wrap is None or _frozen_before(analysis, wrap, model):
-        return False
-    name = dotted_name(model)
+    for owner, expr in held:
+        wrap = owner.wrapped_at(expr)
+        if wrap is None or _frozen_before(owner, wrap, expr):
+            return False
+    name = dotted_name(model)  # type: ignore[arg-type]
     return all(
         after_a_wrap(analysis, other.node) is not None
         for other in changes
-        if (other_loop := _parameter_loop(analysis, other)) is not None and dotted_name(other_loop.iter.func.value) == name  # type: ignore[attr-defined]
+        if (other_model := _whole_model(analysis, other)) is not None and dotted_name(other_model) == name
     )
+
+
+def _whole_model(analysis: ScriptAnalysis, change: RequiresGradChange) -> cst.Name | None:
+    """The model a change sets every parameter of: ``D`` of ``for p in D.parameters(): p.requires_grad = ...``
+    (the loop's whole body), of ``D.requires_grad_(...)`` and ``D.module.requires_grad_(...)``."""
+    loop = _parameter_loop(analysis, change)
+    if loop is not None:
+        return loop.iter.func.value  # type: ignore[attr-defined, no-any-return]
+    receiver = change.receiver
+    if type(change.node) is not cst.Call:
+        return None
+    if type(receiver) is cst.Attribute and receiver.attr.value == "module":  # type: ignore[attr-defined]
+        receiver = receiver.value  # type: ignore[attr-defined]
+    return receiver if type(receiver) is cst.Name else None  # type: ignore[return-value]
+
+
+def _models_held(analysis: ScriptAnalysis, model: cst.Name) -> list[tuple[ScriptAnalysis, cst.BaseExpression]] | None:
+    """The expressions, each with its module's analysis, whose models a name holds: the name itself where it holds
+    a wrapped model; for a parameter of a function (or a loop over one: ``for net in nets``), what every call of
+    the program hands it (each item of a list or tuple written there); ``None`` where the analysis cannot tell."""
+    if analysis.wrapped_at(model) is not None:
+        return [(analysis, model)]
+    function = analysis.enclosing_function(model)
+    if function is None:
+        return None
+    parameter = model.value
+    loop = next((a for a in analysis.ancestors(model) if type(a) is cst.For and dotted_name(a.target) == parameter), None)  # type: ignore[attr-defined]
+    if loop is not None:
+        if type(loop.iter) is not cst.Name:  # type: ignore[attr-defined]
+            return None
+        parameter = loop.iter.value  # type: ignore[attr-defined]
+    if not analysis.is_parameter(function, parameter):
+        return None
+    held: list[tuple[ScriptAnalysis, cst.BaseExpression]] = []
+    for call in analysis.callers_in_program(function):
+        owner = analysis.shared.analysis_of(call)
+        argument = owner.argument_for(call, function, parameter) if owner is not None else None
+        if owner is None or argument is None:
+            return None
+        items = [element.value for element in argument.elements] if type(argument) in (cst.List, cst.Tuple) else [argument]  # type: ignore[attr-defined]
+        if loop is None and len(items) > 1:
+            return None
+        held.extend((owner, item) for item in items)
+    return held or None
 
 
 def _frozen_before(analysis: ScriptAnalysis, wrap: cst.Call, wrapper: cst.BaseExpression) -> bool:

@@ -85,3 +85,51 @@ def test_another_model_frozen_before_the_wrap_leaves_the_toggle_alone(tmp_path: 
     """A frozen feature network beside the GAN (a perceptual loss) is not the discriminator."""
     frozen = "features = nn.Linear(4, 4)\nfeatures.requires_grad_(False)\n"
     assert findings(tmp_path, before=frozen) == []
+
+
+def test_a_whole_wrapped_model_toggled_by_requires_grad_underscore_is_left_alone(tmp_path: Path) -> None:
+    path = tmp_path / "train.py"
+    direct = GAN.replace("BEFORE\n", "")
+    direct = direct.replace("    for p in PARAMETERS:\n        p.requires_grad = True\n", "    D.requires_grad_(True)\n")
+    direct = direct.replace("    for p in PARAMETERS:\n        p.requires_grad = False\n", "    D.module.requires_grad_(False)\n")
+    path.write_text(direct)
+    result = CliRunner().invoke(cli, ["lint", "-q", "--select", "DDP042", str(path)])
+    assert "DDP042" not in result.output, result.output
+    path.write_text(direct.replace("D.module.requires_grad_(False)", "D.module[0].requires_grad_(False)"))
+    result = CliRunner().invoke(cli, ["lint", "-q", "--select", "DDP042", str(path)])
+    assert "DDP042" in result.output, result.output
+
+
+HELPER = """def set_requires_grad(nets, requires_grad=False):
+    if not isinstance(nets, list):
+        nets = [nets]
+    for net in nets:
+        if net is not None:
+            for param in net.parameters():
+                param.requires_grad = requires_grad
+
+
+"""
+
+
+def helper_program(first: str, second: str, before: str = "") -> str:
+    program = GAN.replace("BEFORE\n", before).replace("G = DDP(", HELPER.replace("\n\n\n", "\n\n") + "G = DDP(")
+    program = program.replace("    for p in PARAMETERS:\n        p.requires_grad = True\n", f"    set_requires_grad({first}, True)\n")
+    return program.replace("    for p in PARAMETERS:\n        p.requires_grad = False\n", f"    set_requires_grad({second}, False)\n")
+
+
+def test_a_helper_toggling_whole_wrapped_models_is_left_alone(tmp_path: Path) -> None:
+    """pix2pix's ``set_requires_grad(self.netD, False)``: every parameter of the models it is handed."""
+    path = tmp_path / "train.py"
+    for first, second in (("D", "D"), ("[D]", "[D, G]")):
+        path.write_text(helper_program(first, second))
+        result = CliRunner().invoke(cli, ["lint", "-q", "--select", "DDP042", str(path)])
+        assert "DDP042" not in result.output, (first, second, result.output)
+
+
+def test_a_helper_handed_a_part_or_a_model_frozen_before_the_wrap_is_reported(tmp_path: Path) -> None:
+    path = tmp_path / "train.py"
+    for program in (helper_program("D", "D.module[0]"), helper_program("D", "D", before="D[0].requires_grad_(False)\n")):
+        path.write_text(program)
+        result = CliRunner().invoke(cli, ["lint", "-q", "--select", "DDP042", str(path)])
+        assert "DDP042" in result.output, (program, result.output)
