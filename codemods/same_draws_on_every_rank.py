@@ -12,6 +12,7 @@ from .analysis.script import own_method
 from .analysis.loaders import without_gradients
 from .analysis.per_rank import PerRankValues, per_rank_values, training_batch_values
 from .analysis.ranks import draws_per_rank, generator_seeded_alike, seeds_alike
+from .analysis.trainable import wrapped_model_classes
 from .base import Example, Match, Note, Options, Phase, Rule, Severity, Valid
 from .edits import code_of
 
@@ -241,13 +242,16 @@ def _in_a_training_step(analysis: ScriptAnalysis, call: cst.Call) -> bool:
 
 
 def _in_a_trained_forward(analysis: ScriptAnalysis, call: cst.Call) -> bool:
-    """Whether the draw runs in the ``forward`` of a model class of the program (or a method it calls) in a program
-    that trains: the VAE's ``eps = torch.randn_like(std)`` of ``reparameterize``, which the model's ``forward`` runs
+    """Whether the draw runs in the ``forward`` of a model class of the program (or a method it calls) that a wrap
+    takes, or a wrapped model builds, in a program that trains: the VAE's ``eps = torch.randn_like(std)`` of ``reparameterize``, which the model's ``forward`` runs
     on every training step (a call of the model is no call of ``forward`` the call graph follows)."""
     owner = analysis.enclosing_class(call)
     forward = own_method(owner, "forward")
-    if forward is None or not analysis.program_backward_calls or not analysis.shared.instances_of(owner):  # type: ignore[arg-type]
+    if forward is None or not analysis.program_backward_calls:
         return False
+    trained = wrapped_model_classes(analysis)
+    if owner not in trained and not trained.intersection(analysis.shared.subclasses_of(owner)):  # type: ignore[arg-type]
+        return False  # (a model no wrap takes, nor builds: a frozen sampler, a teacher)
     return analysis.reaches(forward, [call])
 
 
@@ -259,16 +263,24 @@ def _sized_like_an_activation(analysis: ScriptAnalysis, call: cst.Call) -> bool:
     if call_method_name(call) in FILLING_DRAWS:
         return False
     if arguments and analysis.is_call_to(call, _SHAPED_LIKE_FIRST):
-        root = (dotted_name(arguments[0]) or "").split(".")[0]
-        return bool(root) and root != "self"
+        return not _the_models_own(analysis, arguments[0])
     for argument in arguments:
         for node in walk(argument):
-            counted = node.func.value if type(node) is cst.Call and call_method_name(node) == "size" else None  # type: ignore[attr-defined]
-            if type(node) is cst.Attribute and node.attr.value == "shape":  # type: ignore[attr-defined]
-                counted = node.value  # type: ignore[attr-defined]
-            if counted is not None and (dotted_name(counted) or "self").split(".")[0] != "self":
+            counted = _batch_axis_read(analysis, node)
+            if counted is not None and not _the_models_own(analysis, counted):
                 return True
     return False
+
+
+def _the_models_own(analysis: ScriptAnalysis, expr: cst.BaseExpression) -> bool:
+    """Whether an expression holds the model's own state: reached from ``self`` (``self.enc.weight``), directly
+    or through a name every value of which is (``w = self.enc.weight``); an expression the analysis cannot name
+    counts as such."""
+    name = dotted_name(expr)
+    if name is None or name.split(".")[0] == "self":
+        return True
+    values = analysis.flows_into(expr, name) if type(expr) is cst.Name else []
+    return bool(values) and all((dotted_name(value) or "").split(".")[0] == "self" for value in values)
 
 
 def _augmentations_drawn_alike(analysis: ScriptAnalysis) -> list[tuple[cst.FunctionDef, cst.Call, str]]:
@@ -385,18 +397,42 @@ def _sized_by_the_batch(analysis: ScriptAnalysis, values: PerRankValues, call: c
             name = dotted_name(node) if type(node) is cst.Name else None
             if name is not None:
                 reads.extend(analysis.flows_into(node, name))
-        if any(_counts(values, node) for read in reads for node in walk(read)):
+        if any(_counts(analysis, values, node) for read in reads for node in walk(read)):
             return True
     return False
 
 
-def _counts(values: PerRankValues, node: cst.CSTNode) -> bool:
+def _counts(analysis: ScriptAnalysis, values: PerRankValues, node: cst.CSTNode) -> bool:
     """``x.size(0)``, ``x.shape[0]``, ``x.shape``, ``len(x)`` of a value of this process's batch."""
+    counted = _batch_axis_read(analysis, node)
+    return counted is not None and values.mention(counted) is not None
+
+
+def _batch_axis_read(analysis: ScriptAnalysis, node: cst.CSTNode) -> cst.BaseExpression | None:
+    """The tensor whose first (batch) axis the node reads the length of: ``x`` of ``x.size(0)``, ``x.size()``,
+    ``x.shape``, ``x.shape[0]``, ``x.shape[:1]``, ``len(x)``; ``None`` for another axis (``x.size(1)``,
+    ``x.shape[1:]``, ``x.shape[-1]``) or anything else. An axis the code computes counts as the first."""
     if type(node) is cst.Call:
         if call_method_name(node) == "size":  # type: ignore[arg-type]
-            return values.mention(node.func.value) is not None  # type: ignore[attr-defined]
+            axis = node.args[0].value if node.args else None  # type: ignore[attr-defined]
+            return node.func.value if axis is None or _may_be_zero(axis) else None  # type: ignore[attr-defined]
         if dotted_name(node.func) == "len" and len(node.args) == 1:  # type: ignore[attr-defined]
-            return values.mention(node.args[0].value) is not None  # type: ignore[attr-defined]
-    if type(node) is cst.Attribute and node.attr.value == "shape":  # type: ignore[attr-defined]
-        return values.mention(node.value) is not None  # type: ignore[attr-defined]
-    return False
+            return node.args[0].value  # type: ignore[attr-defined, no-any-return]
+        return None
+    if type(node) is not cst.Attribute or node.attr.value != "shape":  # type: ignore[attr-defined]
+        return None
+    parent = analysis.parent(node)
+    if type(parent) is cst.Subscript and parent.value is node and len(parent.slice) == 1:  # type: ignore[attr-defined]
+        index = parent.slice[0].slice  # type: ignore[attr-defined]
+        if type(index) is cst.Index and not _may_be_zero(index.value):
+            return None
+        if type(index) is cst.Slice and index.lower is not None and not _may_be_zero(index.lower):
+            return None
+    return node.value  # type: ignore[attr-defined, no-any-return]
+
+
+def _may_be_zero(axis: cst.BaseExpression) -> bool:
+    """Whether an axis may be the first: ``0``, or one the code computes; not another literal (``1``, ``-1``)."""
+    if type(axis) is cst.Integer:
+        return int(axis.value, 0) == 0  # type: ignore[attr-defined]
+    return not (type(axis) is cst.UnaryOperation and type(axis.expression) is cst.Integer)  # type: ignore[attr-defined]

@@ -80,3 +80,35 @@ def test_noise_drawn_in_the_forward_for_each_sample_is_reviewed(tmp_path: Path, 
 @pytest.mark.parametrize("draw", ["torch.randn_like(self.enc.weight)[0, :2]", "torch.randn(2)"])
 def test_noise_shaped_by_the_models_own_state_or_constants_is_left_alone(tmp_path: Path, draw: str) -> None:
     assert reviews(tmp_path, draw) == []
+
+
+@pytest.mark.parametrize(
+    "draw",
+    [
+        "torch.randn(std.size(1))",  # one value per feature: the same on every rank, as in the original
+        "torch.randn(std.shape[1:])",
+        "torch.randn_like(w)[0, :2]",  # ``w = self.enc.weight``: noise on the weights
+    ],
+)
+def test_noise_not_sized_by_the_batch_axis_is_left_alone(tmp_path: Path, draw: str) -> None:
+    (tmp_path / "model.py").write_text(MODEL.replace("        eps = DRAW", f"        w = self.enc.weight\n        eps = {draw}"))
+    (tmp_path / "train.py").write_text(TRAIN)
+    result = CliRunner().invoke(cli, ["--diff", str(tmp_path / "train.py")])
+    assert "DDP051" not in result.output, result.output
+
+
+@pytest.mark.parametrize("draw", ["torch.randn(std.shape[:1] + (2,))", "torch.randn(std.shape[0], 2)", "torch.randn(*std.shape)"])
+def test_noise_sized_by_the_batch_axis_spelled_otherwise_is_reviewed(tmp_path: Path, draw: str) -> None:
+    assert len(reviews(tmp_path, draw)) == 1
+
+
+def test_noise_in_the_forward_of_a_model_no_wrap_takes_is_left_alone(tmp_path: Path) -> None:
+    """A second model built but never trained (a frozen copy used for sampling elsewhere) is not what DDP wraps:
+    its forward runs in no training step."""
+    model = MODEL.replace("DRAW", "torch.randn(2)") + MODEL.replace("class VAE(", "class Sampler(").replace("DRAW", "torch.randn_like(std)")
+    (tmp_path / "model.py").write_text(model)
+    (tmp_path / "train.py").write_text(TRAIN.replace("from model import VAE", "from model import VAE, Sampler").replace(
+        "    model = VAE()\n", "    model = VAE()\n    sampler = Sampler()\n"
+    ))
+    result = CliRunner().invoke(cli, ["--diff", str(tmp_path / "train.py")])
+    assert "DDP051" not in result.output, result.output

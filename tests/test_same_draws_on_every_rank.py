@@ -74,8 +74,11 @@ def test_noise_per_sample_from_a_state_seeded_alike_is_reviewed(tmp_path: Path, 
             "fake = netG(torch.randn(real.size(0), 4, generator=gen))",
         ),
         ("pass", "fake = netG(torch.randn(real.size(0), 4, generator=gen_of_unknown_origin))"),
+        # One value per feature, the same for every sample: alike on every rank, as in the original.
+        ("torch.manual_seed(0)", "fake = netG(real[:, :4] + torch.randn(real.size(1))[:4])"),
+        ("torch.manual_seed(0)", "fake = netG(real[:, :4] * torch.rand(real.shape[1:])[:4])"),
     ],
-    ids=["unseeded", "fixed-size-and-batch-decision", "generator-seeded-per-rank", "generator-not-made-here"],
+    ids=["unseeded", "fixed-size-and-batch-decision", "generator-seeded-per-rank", "generator-not-made-here", "feature-axis", "feature-shape"],
 )
 def test_draws_that_differ_between_ranks_or_decide_for_the_batch_are_fine(tmp_path: Path, seed: str, draw: str) -> None:
     migrated, report, _ = migrate_script(tmp_path, GAN.replace("SEED", seed).replace("DRAW", draw))

@@ -502,6 +502,18 @@ def _repeating_loop(analysis: ScriptAnalysis, call: cst.Call, forward: cst.Funct
     return None
 
 
+def wrapped_model_classes(analysis: ScriptAnalysis) -> frozenset[cst.ClassDef]:
+    """The classes of the program whose instances the program's wraps take, and those whose instances they build
+    (three levels deep): the classes whose ``forward`` runs in a wrapped model's step. Found once per analysis."""
+
+    def find(_: ScriptAnalysis) -> frozenset[cst.ClassDef]:
+        constructed = analysis.shared.constructed
+        wrapped = [constructed[o] for o in _wrapped_origins(analysis) if type(o) is cst.Call and o in constructed]  # type: ignore[index]
+        return frozenset(cls for _, cls, _ in _model_classes(analysis, wrapped))
+
+    return analysis.derived("wrapped model classes", find)
+
+
 def _model_classes(analysis: ScriptAnalysis, classes: list[cst.ClassDef]) -> list[tuple[ScriptAnalysis, cst.ClassDef, cst.FunctionDef | None]]:
     """The model's classes and those whose instances they build, three levels deep, each with the analysis
     of its module and its own ``forward`` (nearest first)."""
