@@ -626,11 +626,15 @@ with torch.no_grad():
                     Note(
                         self.code,
                         line,
-                        "training DataLoader left without a DistributedSampler: its data set is already this rank's "
+                        "training DataLoader left without a DistributedSampler: "
                         + (
-                            f"share (its IterableDataset {stream.name.value} cuts the stream by the rank)"
+                            f"its own sampler, `{code_of(sampler.func)}(...)`, already draws this rank's share (it is built "
+                            "with the rank, or cuts its indices by it)"
+                            if (sampler := facts.sampler_drawn_by_rank(loader)) is not None
+                            else f"its data set is already this rank's share (its IterableDataset {stream.name.value} cuts the "
+                            "stream by the rank)"
                             if (stream := facts.stream_cut_by_rank(loader)) is not None
-                            else "share (indices computed from the rank)"
+                            else "its data set is already this rank's share (indices computed from the rank)"
                         ),
                     )
                 )

@@ -95,6 +95,7 @@ class LoaderFacts:
 
     def __post_init__(self) -> None:
         self._hand_sharded: dict[cst.Call, bool] = {}
+        self._rank_samplers: dict[cst.Call, cst.Call | None] = {}
         self._epoch_calls: dict[cst.Call, list[cst.Call]] = {}
         a = self.analysis
         self._loader_set = set(a.program_loader_calls)
@@ -153,8 +154,34 @@ class LoaderFacts:
         A ``DistributedSampler`` there would shard the share again (half the data never trained on). Read
         once per loader (the rule's findings and its notes both ask)."""
         if loader not in self._hand_sharded:
-            self._hand_sharded[loader] = self._cut_by_rank(loader) or bool(self.stream_cut_by_rank(loader))
+            self._hand_sharded[loader] = (
+                self._cut_by_rank(loader) or bool(self.stream_cut_by_rank(loader)) or self.sampler_drawn_by_rank(loader) is not None
+            )
         return self._hand_sharded[loader]
+
+    def sampler_drawn_by_rank(self, loader: cst.Call) -> cst.Call | None:
+        """The call that builds the loader's own sampler or batch sampler so that it draws this rank's share:
+        with the rank as an argument (``BucketBatchSampler(lengths, 32, rank=rank, num_replicas=world)``, a
+        distributed sampler of a library), or of a class of the program whose methods cut the indices by the
+        rank (``indices[self.rank :: self.world]`` in ``__iter__``, ``if i % world != rank: continue``), followed
+        back through names and the program's functions. ``None``: no such sampler."""
+        if loader not in self._rank_samplers:
+            self._rank_samplers[loader] = self._sampler_drawn_by_rank(loader)
+        return self._rank_samplers[loader]
+
+    def _sampler_drawn_by_rank(self, loader: cst.Call) -> cst.Call | None:
+        a = self.analysis
+        home = a.shared.analysis_of(loader) or a
+        given = [arg.value for parameter in ("sampler", "batch_sampler") if (arg := loader_argument(loader, parameter)) is not None]
+        for call in home.feeding_calls(given, depth=4) if given else ():
+            owner = a.shared.analysis_of(call) or home
+            facts = rank_facts(owner)
+            if any(facts.kind(arg.value) is Kind.RANK and not self._through_parameters(owner, arg.value) for arg in call.args):
+                return call
+            built = owner.shared.constructed.get(call)
+            if built is not None and self._cuts_by_rank(built):
+                return call
+        return None
 
     def sharded_at_a_call_site(self, loader: cst.Call) -> bool:
         """Whether every call site whose loader trains hands the function that builds it a ``DistributedSampler``
@@ -199,25 +226,29 @@ class LoaderFacts:
         stream by rank: a ``range``/``islice`` or a slice bounded by the rank (``range(rank, n, world)``), or
         a test on it that skips samples (``if i % world != rank: continue``). Such a stream yields each
         process its own share: a second split would lose data. ``None``: no such class."""
-        a = self.analysis
-        for cls in self._stream_classes(loader):
-            home = a.shared.analysis_of(cls) or a
-            facts = rank_facts(home)
-            for node in walk(cls):
-                kind = type(node)
-                if kind is cst.Call and home.is_call_to(node, _STREAM_CUTS):  # type: ignore[arg-type]
-                    parts: list[cst.CSTNode] = [arg.value for arg in node.args]  # type: ignore[attr-defined]
-                elif kind is cst.Slice:
-                    parts = [p for p in (node.lower, node.upper, node.step) if p is not None]  # type: ignore[attr-defined]
-                elif kind is cst.CompIf or (kind is cst.If and _skips_or_yields(node.body)):  # type: ignore[attr-defined]
-                    # (``if i % world != rank: continue``, ``if i % world == rank: yield x``; not ``if rank == 0:
-                    # print(...)``, which every rank passes over to stream the same samples)
-                    parts = [node.test]  # type: ignore[attr-defined]
-                else:
-                    continue
-                if any(facts.kind(part) is Kind.RANK for part in parts):
-                    return cls
-        return None
+        return next((cls for cls in self._stream_classes(loader) if self._cuts_by_rank(cls)), None)
+
+    def _cuts_by_rank(self, cls: cst.ClassDef) -> bool:
+        """Whether a class of the program cuts what it yields by the rank: a ``range``/``islice`` or a slice
+        bounded by the rank (``range(rank, n, world)``), or a test on it that skips or yields
+        (``if i % world != rank: continue``)."""
+        home = self.analysis.shared.analysis_of(cls) or self.analysis
+        facts = rank_facts(home)
+        for node in walk(cls):
+            kind = type(node)
+            if kind is cst.Call and home.is_call_to(node, _STREAM_CUTS):  # type: ignore[arg-type]
+                parts: list[cst.CSTNode] = [arg.value for arg in node.args]  # type: ignore[attr-defined]
+            elif kind is cst.Slice:
+                parts = [p for p in (node.lower, node.upper, node.step) if p is not None]  # type: ignore[attr-defined]
+            elif kind is cst.CompIf or (kind is cst.If and _skips_or_yields(node.body)):  # type: ignore[attr-defined]
+                # (``if i % world != rank: continue``, ``if i % world == rank: yield x``; not ``if rank == 0:
+                # print(...)``, which every rank passes over to stream the same samples)
+                parts = [node.test]  # type: ignore[attr-defined]
+            else:
+                continue
+            if any(facts.kind(part) is Kind.RANK for part in parts):
+                return True
+        return False
 
     def _cut_by_rank(self, loader: cst.Call) -> bool:
         dataset = loader_argument(loader, "dataset")
