@@ -10,7 +10,7 @@ from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name, keyword_argument, tree, walk
 from .analysis.batch_axis import batch_axis_reduced
 from .analysis.legacy import int_value
-from .analysis.per_rank import per_rank_values, shards_training_data
+from .analysis.per_rank import per_rank_values, shards_training_data, training_batch_values
 from .analysis.ranks import calls_feeding_the_losses, per_rank_draws
 from .base import Change, Example, FixResult, FixSafety, Match, Note, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression
@@ -259,8 +259,8 @@ total = nn.functional.l1_loss(a, b, reduction="sum")
         divides by its own count, which differs between shards."""
         if not any(analysis.is_call_to(w, names.DISTRIBUTED_DATA_PARALLEL) for w in analysis.program_wrap_calls):
             return []
-        if not shards_training_data(analysis):
-            return []
+        if not shards_training_data(analysis) and training_batch_values(analysis) is None:
+            return []  # (a training loader left to a human counts: sharded by hand, each shard's mean is its own)
         feeding = calls_feeding_the_losses(analysis)
         return [
             Note(self.code, analysis.line(call), IGNORED_TARGETS.format(call=code_of(call.func)))

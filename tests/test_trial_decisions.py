@@ -358,3 +358,16 @@ def test_a_ddp_wrapper_the_program_loads_back_whole_is_its_own_format(tmp_path: 
         "opt = torch.optim.SGD", 'import os\nif os.path.exists("m.pt"):\n    model = torch.load("m.pt", weights_only=False)\nopt = torch.optim.SGD'
     )
     assert lint(tmp_path, source, "DDP007") == []
+
+
+def test_a_mean_over_the_targets_kept_is_noted_where_the_sampler_is_left_to_a_human(tmp_path: Path) -> None:
+    """A loader with a weighted sampler of its own is left to a human (DDP005), who will shard it: each shard's
+    mean over its own kept targets is still what DDP averages (a trial: the note went missing)."""
+    from migrated import migrate_script
+
+    weighted = PADDED_TOKENS.replace("LOSS_ARGS", "ignore_index=0").replace(
+        "batch_size=8, shuffle=True)", "batch_size=8, sampler=WeightedRandomSampler([1.0] * 64, 64))"
+    ).replace("DataLoader, TensorDataset", "DataLoader, TensorDataset, WeightedRandomSampler")
+    _, report, _ = migrate_script(tmp_path, weighted)
+    assert "review" in report and "DDP005" in report, report
+    assert "note DDP039 line" in report and "ignore_index=...) averages over the targets this process does not ignore" in report, report
