@@ -43,6 +43,8 @@ def test_a_cpu_program_with_batchnorm_is_told_what_its_shares_keep(tmp_path: Pat
     assert "runtime.convert_sync_batchnorm(model)" in migrated
     note = next(line for line in report.splitlines() if line.strip().startswith("note DDP030"))
     assert "the program trains on the CPU, where SyncBatchNorm does not run" in note and "drop_last=True" in note
+    # A trial: an EMA copied each rank's own running statistics, and the metric evaluated on it differed per rank.
+    assert "the running statistics differ between processes too" in note and "runtime.reduce_mean" in note, note
 
 
 def test_a_cuda_program_is_told_about_its_cpu_runs(tmp_path: Path) -> None:
