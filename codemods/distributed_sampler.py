@@ -675,7 +675,15 @@ def combined_evaluation(analysis: ScriptAnalysis, loader: cst.Call) -> cst.Call 
     """In a distributed program, the first call that combines values across processes (``dist.all_reduce(t)``, a
     helper returning a reduction, ``meter.all_reduce()``) in a function of the program that loops over the
     evaluation loader: the evaluation was written for shards (torchvision's ``reduce_across_processes`` of
-    the number of samples seen), so a whole set on every process is counted N times. ``None`` otherwise."""
+    the number of samples seen), so a whole set on every process is counted N times. ``None`` otherwise. Found
+    once per loader (the rule's findings and its notes both ask)."""
+    found = analysis.derived("combined evaluations", lambda _: {})
+    if loader not in found:
+        found[loader] = _combined_evaluation(analysis, loader)
+    return found[loader]
+
+
+def _combined_evaluation(analysis: ScriptAnalysis, loader: cst.Call) -> cst.Call | None:
     if not analysis.program_wrap_calls:
         return None
     for loop in analysis.program_loader_loops:

@@ -10,7 +10,7 @@ from . import names
 from .analysis import ScriptAnalysis, dotted_name
 from .analysis.script import callee_name
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
-from .edits import Edits, expression
+from .edits import Edits, expression, with_keyword
 from .analysis.devices import trains_on_the_cpu_only
 from .runtime_calls import runtime_name
 
@@ -123,9 +123,7 @@ checkpoint = torch.load(path, map_location="cpu")
             assert isinstance(call, cst.Call)
             rng = _holds_random_state(analysis, call)
             target = '"cpu"' if rng or on_the_cpu else f"{runtime_name(analysis, edits)}.device()"
-            args = [*call.args[:-1], call.args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)] if call.args else []
-            args.append(cst.Arg(expression(target), keyword=cst.Name("map_location"), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
-            edits.replace(call, call.with_changes(args=args))
+            edits.replace(call, with_keyword(call, "map_location", expression(target)))
             if rng:
                 message = "torch.load maps onto the CPU (it holds a random state, which set_rng_state takes on the CPU only)"
             elif on_the_cpu:

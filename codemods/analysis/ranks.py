@@ -1351,11 +1351,9 @@ def seeds_alike(analysis: ScriptAnalysis, state: str = "torch", before: cst.CSTN
     # ``data.py``) runs before the entry's ``main()`` seeds anything.
     at_import = before is not None and not analysis.is_entry and _call_path(analysis, before)[-1][0] is None
     for module in analysis.shared.analyses:
-        seeds = _seed_calls(module, state)
-        if not seeds:
+        kinds = _seed_kinds(module, state)
+        if not kinds:
             continue
-        facts = rank_facts(module)
-        kinds = [(call, facts.kind(arg.value)) for call in seeds for arg in call.args]
         if any(kind is Kind.RANK for _, kind in kinds):
             return False
         uniform = uniform or any(
@@ -1371,8 +1369,21 @@ def seeds_alike(analysis: ScriptAnalysis, state: str = "torch", before: cst.CSTN
 
 
 def _seed_calls(analysis: ScriptAnalysis, state: str) -> list[cst.Call]:
-    """The module's calls with arguments that seed a process-wide random state (:func:`_states_seeded`)."""
-    return [call for call in analysis.calls if call.args and state in _states_seeded(analysis, call)]
+    """The module's calls with arguments that seed a process-wide random state (:func:`_states_seeded`), found
+    once per module and state (every draw asks)."""
+    return analysis.derived(
+        f"seed calls of {state}", lambda _: [call for call in analysis.calls if call.args and state in _states_seeded(analysis, call)]
+    )
+
+
+def _seed_kinds(analysis: ScriptAnalysis, state: str) -> list[tuple[cst.Call, Kind]]:
+    """Each argument of the module's seeding calls of a state, as the call and the argument's rank kind."""
+
+    def find(_: ScriptAnalysis) -> list[tuple[cst.Call, Kind]]:
+        facts = rank_facts(analysis)
+        return [(call, facts.kind(arg.value)) for call in _seed_calls(analysis, state) for arg in call.args]
+
+    return analysis.derived(f"seed kinds of {state}", find)
 
 
 def torch_seeds(analysis: ScriptAnalysis) -> list[cst.BaseExpression]:

@@ -409,7 +409,14 @@ def reentered_in_one_step(analysis: ScriptAnalysis, model: cst.BaseExpression) -
     Each reentrant checkpoint runs a backward pass of its own, so DDP's hooks mark those parameters ready
     once per checkpoint, and DDP stops at the first ``backward()`` ("Expected to mark a variable ready only
     once") unless the wrap passes ``static_graph=True``, which holds only for a graph that is the same on
-    every step."""
+    every step. Found once per model expression (the rule's findings and its fix both ask)."""
+    found = analysis.derived("reentered in one step", lambda _: {})
+    if model not in found:
+        found[model] = _reentered_in_one_step(analysis, model)
+    return found[model]  # type: ignore[no-any-return]
+
+
+def _reentered_in_one_step(analysis: ScriptAnalysis, model: cst.BaseExpression) -> ReenteredLayer | None:
     classes = [analysis.shared.constructed[origin] for origin in analysis.origins(model) if origin in analysis.shared.constructed]
     searched = _model_classes(analysis, classes)
     for owner, cls, forward in searched:
