@@ -257,3 +257,11 @@ def test_dropout_seeded_alike_is_noted(tmp_path: Path, seed: str, layer: str, no
     _, report, _ = migrate_script(tmp_path, DROPOUT.replace("SEED", seed).replace("LAYER", layer))
     assert ("draws its masks from torch's random state, which every rank seeds alike" in report) is noted, report
     assert "0 item(s) need a human" in report, report
+
+
+def test_an_item_picked_by_the_rank_is_no_data_of_its_own(tmp_path: Path) -> None:
+    """``device_ids[local_rank]`` picks a device, not a part of the data: the ranks' draws are still alike (it
+    silenced the review: any subscript computed from the rank counted as data cut by hand)."""
+    seed = "torch.manual_seed(0)\n    device_ids = [0, 1]\n    device_id = device_ids[int(os.environ.get('LOCAL_RANK', '0')) % 2]"
+    migrated, report, _ = migrate_script(tmp_path, GAN.replace("SEED", seed).replace("DRAW", PER_SAMPLE["noise-vectors"]))
+    assert "DDP051" in report and "every rank draws the same numbers" in report, report

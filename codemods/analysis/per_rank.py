@@ -10,7 +10,7 @@ import libcst as cst
 from .. import names
 from . import tree
 from .loaders import loader_facts
-from .ranks import Kind, draws_per_rank, per_rank_draws, rank_facts, rank_seeded_instances, seeds_alike
+from .ranks import Kind, draws_per_rank, per_rank_draws, rank_facts, rank_seeded_instances, seeds_alike, takes_a_rank_part
 from .script import (
     COMPREHENSIONS,
     LoaderLoop,
@@ -570,29 +570,9 @@ def _draw_seeds(analysis: ScriptAnalysis, draw: cst.Call) -> list[tuple[cst.CSTN
     return seeds
 
 
-#: Calls that cut data into parts, one of which a rank takes (``torch.chunk(data, world_size)[rank]``).
-_SPLITS = frozenset({"chunk", "split", "tensor_split", "array_split"})
-
-
 def _rank_part_seeds(module: ScriptAnalysis, subscript: cst.Subscript) -> list[tuple[cst.CSTNode, cst.BaseExpression]]:
-    """What is assigned the part of the data a rank takes by hand: a slice from the rank (``shard = data[rank::
-    world_size]``, ``data[rank * n:(rank + 1) * n]``) or the rank's item of a split (``torch.chunk(data, ws)[rank]``);
-    not any item picked by the rank (``devices[local_rank]`` is no data)."""
-    if len(subscript.slice) != 1:
-        return []
-    element = subscript.slice[0].slice
-    facts = rank_facts(module)
-    if type(element) is cst.Slice:
-        parts = [p for p in (element.lower, element.upper, element.step) if p is not None]
-        ranked = any(facts.kind(p) is Kind.RANK for p in parts)
-    else:
-        value = subscript.value
-        ranked = (
-            type(value) is cst.Call
-            and (dotted_name(value.func) or "").rpartition(".")[2] in _SPLITS  # type: ignore[attr-defined]
-            and facts.kind(element.value) is Kind.RANK  # type: ignore[attr-defined]
-        )
-    return _assigned_from(module, subscript) if ranked else []
+    """What is assigned the part of the data a rank takes by hand (:func:`takes_a_rank_part`)."""
+    return _assigned_from(module, subscript) if takes_a_rank_part(module, subscript) else []
 
 
 def _batch_seed(loop: LoaderLoop) -> tuple[cst.CSTNode, cst.BaseExpression]:

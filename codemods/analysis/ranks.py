@@ -1100,11 +1100,29 @@ def _draws_per_rank(analysis: ScriptAnalysis) -> bool:
     calls are looked at in the other modules: a program may hold a hundred of them.)"""
     if _torch_seeded_per_rank(analysis) or any(_rank_generator_draws(module) for module in analysis.shared.analyses):
         return True
+    return any(type(node) is cst.Subscript and takes_a_rank_part(analysis, node) for node in analysis.preorder)  # type: ignore[arg-type]
+
+
+#: Calls that cut data into parts, one of which a rank takes (``torch.chunk(data, world_size)[rank]``).
+_SPLITS = frozenset({"chunk", "split", "tensor_split", "array_split"})
+
+
+def takes_a_rank_part(analysis: ScriptAnalysis, subscript: cst.Subscript) -> bool:
+    """Whether a subscript takes the part of the data a rank takes by hand: a slice from the rank (``data[rank::
+    world_size]``, ``data[rank * n:(rank + 1) * n]``) or the rank's item of a split (``torch.chunk(data, ws)[rank]``);
+    not any item picked by the rank (``devices[local_rank]`` is no data)."""
+    if len(subscript.slice) != 1:
+        return False
+    element = subscript.slice[0].slice
     facts = rank_facts(analysis)
-    return any(
-        facts.kind(node.slice) is Kind.RANK
-        for node in analysis.preorder
-        if type(node) is cst.SubscriptElement and not isinstance(getattr(node.slice, "value", None), (cst.Integer, cst.SimpleString))
+    if type(element) is cst.Slice:
+        parts = [p for p in (element.lower, element.upper, element.step) if p is not None and type(p) not in _CONSTANT_TYPES]  # type: ignore[attr-defined]
+        return any(facts.kind(p) is Kind.RANK for p in parts)
+    value = subscript.value
+    return (
+        type(value) is cst.Call
+        and (dotted_name(value.func) or "").rpartition(".")[2] in _SPLITS  # type: ignore[attr-defined]
+        and facts.kind(element.value) is Kind.RANK  # type: ignore[attr-defined]
     )
 
 
