@@ -2401,7 +2401,17 @@ class ScriptAnalysis:
             return None
         root = name_root(name)
         if root == "self":
-            return expr if self.enclosing_class(call) is self.enclosing_class(function) else None
+            # ``self.run_epoch(epoch)`` in the method of a class whose object runs ``function``: its own class, one it
+            # derives from, or one derived from it (a base class's ``fit`` running a subclass's ``run_epoch``).
+            caller_class, own_class = self.enclosing_class(call), self.enclosing_class(function)
+            same_object = caller_class is own_class or (
+                caller_class is not None
+                and own_class is not None
+                and type(call.func) is cst.Attribute
+                and dotted_name(call.func.value) == "self"  # type: ignore[attr-defined]
+                and caller_class in self.shared.hierarchy_line(own_class)
+            )
+            return expr if same_object else None
         if self.is_parameter(function, root):
             argument = self.argument_for(call, function, root)
             if argument is None or root != name:
