@@ -1,4 +1,5 @@
-"""A base class's epoch loop running a subclass's epoch (the template method of mmcv-style trainers).
+"""Epoch loops that run an epoch through an object: a base class's loop running a subclass's epoch (the template
+method of mmcv-style trainers), and a script's loop running ``trainer.fit_epoch(epoch)`` of another module.
 
 ``BaseTrainer.fit`` loops over epochs and calls ``self.run_epoch(epoch)``, which only the subclass ``Trainer``
 defines, iterating ``self.loader`` that the subclass's ``__init__`` builds. The epoch loop was not found (the
@@ -69,3 +70,62 @@ def test_a_call_on_another_object_of_the_hierarchy_is_not_followed(tmp_path: Pat
     )
     migrated, _, _ = migrate_script(tmp_path, source)
     assert "self.loader.sampler.set_epoch(epoch)" not in migrated.split("    def fit(self):")[1].split("class Trainer")[0], migrated
+
+
+TRAINER = '''import torch.nn as nn
+
+
+class Trainer:
+    def __init__(self, model, loader, optimizer):
+        self.model = model
+        self.loader = loader
+        self.optimizer = optimizer
+
+    def fit_epoch(self, epoch):
+        total = 0.0
+        for step, (x, y) in enumerate(self.loader):
+            loss = nn.functional.mse_loss(self.model(x), y)
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+            total += loss.item()
+        return total
+'''
+
+RUN = '''import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from trainer import Trainer
+
+
+def main():
+    torch.manual_seed(0)
+    net = nn.Linear(4, 1)
+    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    trainer = Trainer(net, loader, opt)
+    for epoch in range(3):
+        loss = trainer.fit_epoch(epoch)
+        print(epoch, loss)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_set_epoch_goes_into_the_loop_that_runs_an_objects_epoch_in_another_module(tmp_path: Path) -> None:
+    """``trainer.fit_epoch(epoch)`` in ``run.py`` of a ``Trainer`` (``trainer.py``) that stores the loader it is built
+    with as ``self.loader``: the loader is named ``loader`` at the epoch loop (a trial: "no epoch loop found")."""
+    from click.testing import CliRunner
+
+    from ddp_migrate.cli import cli
+
+    (tmp_path / "trainer.py").write_text(TRAINER)
+    (tmp_path / "run.py").write_text(RUN)
+    result = CliRunner().invoke(cli, [str(tmp_path / "run.py")])
+    assert result.exit_code == 0 and "0 item(s) need a human" in result.output, result.output
+    run = (tmp_path / "run.py").read_text()
+    loop = run[run.index("for epoch in range(3):") :]
+    assert loop.index("loader.sampler.set_epoch(epoch)") < loop.index("trainer.fit_epoch(epoch)"), run

@@ -2411,13 +2411,35 @@ class ScriptAnalysis:
                 and dotted_name(call.func.value) == "self"  # type: ignore[attr-defined]
                 and caller_class in self.shared.hierarchy_line(own_class)
             )
-            return expr if same_object else None
+            return expr if same_object else self._spelled_for_the_receiver(call, function, expr, name)
         if self.is_parameter(function, root):
             argument = self.argument_for(call, function, root)
             if argument is None or root != name:
                 return None
             return argument
         return expr if not self.binds_locally(function, root) else None
+
+    def _spelled_for_the_receiver(
+        self, call: cst.Call, function: cst.FunctionDef, expr: cst.BaseExpression, name: str
+    ) -> cst.BaseExpression | None:
+        """``self.loader`` read in a method run as ``trainer.fit_epoch(epoch)``, where ``trainer`` holds the one
+        object built by ``Trainer(net, loader, opt)`` and ``__init__`` stores its parameter ``loader`` there and
+        nothing else does: that argument of the construction (``loader``). ``None`` otherwise."""
+        own_class = self.enclosing_class(function)
+        if own_class is None or name.count(".") != 1 or type(call.func) is not cst.Attribute:
+            return None
+        origins = self.origins(call.func.value)  # type: ignore[attr-defined]
+        construction = next(iter(origins)) if len(origins) == 1 else None
+        if type(construction) is not cst.Call or self.shared.constructed.get(construction) not in self.shared.hierarchy_line(own_class):  # type: ignore[arg-type]
+            return None
+        home = self.shared.analysis_of(function) or self
+        values = home.attribute_flows(expr, name)
+        stored = values[0] if len(values) == 1 else None
+        init = home.enclosing_function(stored) if type(stored) is cst.Name else None
+        if init is None or init.name.value != "__init__" or not home.is_parameter(init, stored.value):  # type: ignore[union-attr]
+            return None
+        builder = self.shared.analysis_of(construction) or self
+        return builder.argument_for(construction, init, stored.value)  # type: ignore[arg-type, union-attr]
 
     # ------------------------------------------------------------------------ models
 
