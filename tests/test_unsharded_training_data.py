@@ -338,3 +338,62 @@ def test_a_step_in_a_trainer_of_another_module_is_the_entrys_training(seed: str,
         migrated = CliRunner().invoke(cli, ["."], catch_exceptions=False)
         assert "DDP040 this call trains (backward() at line 16 of module trainer)" in migrated.output
         assert "1 item(s) need a human" in migrated.output
+
+
+FAR_DRAWS = '''import os
+
+import torch
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+ddp = int(os.environ.get("RANK", -1)) != -1
+seed_offset = int(os.environ["RANK"]) if ddp else 0
+device = "cpu"
+data = torch.randint(0, 32, (5000,))
+
+
+def get_batch():
+    ix = torch.randint(len(data) - 16, (8,))
+    x = torch.stack([data[i : i + 16] for i in ix])
+    y = torch.stack([data[i + 1 : i + 17] for i in ix])
+    return x.to(device), y.to(device)
+
+
+class Tiny(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(32, 16)
+        self.head = nn.Linear(16, 32)
+
+    def forward(self, idx, targets):
+        logits = self.head(self.emb(idx))
+        return logits, nn.functional.cross_entropy(logits.view(-1, 32), targets.view(-1))
+
+
+torch.manual_seed(1337)
+model = Tiny()
+if ddp:
+    model = DDP(model)
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+torch.manual_seed(1337 + seed_offset)
+X, Y = get_batch()
+for it in range(10):
+    for micro_step in range(4):
+        logits, loss = model(X, Y)
+        loss = loss / 4
+        X, Y = get_batch()
+        loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+'''
+
+
+def test_a_rank_seed_reaches_draws_several_steps_from_the_loss() -> None:
+    """nanoGPT's shape (a trial): the batch drawn in ``get_batch`` reaches the loss through its returned
+    ``x.to(device)``, the prefetched ``X, Y`` and the model's call; the draws were not seen to feed the loss (the
+    walk's first, longer path used up the names, and a method's receiver was not followed), so DDP040 asked a
+    human to shard data each rank already draws for itself."""
+    Path("gpt.py").write_text(FAR_DRAWS)
+    assert _lint("gpt.py") == []
+    Path("gpt_alike.py").write_text(FAR_DRAWS.replace("torch.manual_seed(1337 + seed_offset)", "torch.manual_seed(1337)"))
+    assert [code for _, _, code in _lint("gpt_alike.py")] == ["DDP040"]

@@ -3119,8 +3119,10 @@ class ScriptAnalysis:
         what the program's functions they call return. With ``constructors``, a class of the program built
         on the way adds the calls its ``__init__`` makes (``Pairs(ids)`` whose ``__init__`` shuffles)."""
         found: list[cst.Call] = []
-        seen: set[tuple[object, str]] = set()
-        seen_functions: set[cst.FunctionDef] = set()
+        # What was followed, with the most steps it had left then: reached again with more (a shorter path, taken
+        # later), it is followed again, so the answer does not depend on the order of the walk.
+        seen: dict[tuple[object, str], int] = {}
+        seen_functions: dict[cst.FunctionDef, int] = {}
         pending: list[tuple[cst.CSTNode, int]] = [(root, depth) for root in roots]
         shared = self.shared
         while pending:
@@ -3131,9 +3133,9 @@ class ScriptAnalysis:
                 if kind is cst.Call:
                     found.append(part)  # type: ignore[arg-type]
                     function = shared.call_targets.get(part) if left > 0 else None  # type: ignore[arg-type]
-                    if function is None or function in seen_functions:
+                    if function is None or seen_functions.get(function, -1) >= left:
                         continue
-                    seen_functions.add(function)
+                    seen_functions[function] = left
                     if part not in shared.constructed:
                         # A helper of the program: what it returns.
                         pending.extend((value, left - 1) for value in shared.returned_values(function))
@@ -3142,13 +3144,17 @@ class ScriptAnalysis:
                 elif (
                     left > 0
                     and (kind is cst.Name or kind is cst.Attribute)
-                    and type(home._parents.get(part)) is not cst.Attribute
+                    and type(parent := home._parents.get(part)) is not cst.Attribute
                     and not home.bound_in_expression(part)
                 ):
+                    if kind is cst.Attribute and type(parent) is cst.Call and parent.func is part:  # type: ignore[attr-defined]
+                        part = part.value  # type: ignore[attr-defined]  (``x.to(device)``: what ``x`` holds)
+                        if type(part) not in (cst.Name, cst.Attribute) or home.bound_in_expression(part):
+                            continue
                     name = dotted_name(part)
                     key = (home.scope_of(part), name or "")
-                    if name is not None and key not in seen:
-                        seen.add(key)
+                    if name is not None and seen.get(key, -1) < left:
+                        seen[key] = left
                         pending.extend((value, left - 1) for value in home.flows_into(part, name))
         return found
 
