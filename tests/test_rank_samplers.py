@@ -20,7 +20,7 @@ PROGRAM = '''import os
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-from torch.utils.data import DataLoader, Sampler, TensorDataset
+from torch.utils.data import DataLoader, RandomSampler, Sampler, TensorDataset
 
 
 class BucketBatchSampler(Sampler):
@@ -98,3 +98,21 @@ def test_a_sampler_that_draws_by_the_rank_is_noted_not_reviewed(tmp_path: Path, 
 def test_the_same_sampler_built_without_the_rank_is_reviewed(tmp_path: Path) -> None:
     output = report(tmp_path, "loader = DataLoader(ds, batch_sampler=BucketBatchSampler(lengths, 8))")
     assert "review" in output and "DDP005" in output and "its own batch sampler is not sharded" in output, output
+
+
+def test_a_sampler_seeded_from_the_rank_orders_the_whole_set_and_is_reviewed(tmp_path: Path) -> None:
+    """A generator seeded from the rank gives each rank its own order of the whole set: no share of it."""
+    output = report(tmp_path, "loader = DataLoader(ds, batch_size=8, sampler=RandomSampler(ds, generator=torch.Generator().manual_seed(rank)))")
+    assert "review" in output and "DDP005" in output and "already draws this rank's share" not in output, output
+
+
+def test_the_calls_that_build_the_data_set_are_not_the_samplers(tmp_path: Path) -> None:
+    """A rank read while the data set is built (``rank == 0`` for a flag) says nothing of how the sampler draws: a
+    review found the note ("its own sampler, `TensorDataset(...)`, already draws this rank's share") and no
+    DistributedSampler, every rank training on the whole set."""
+    loader = (
+        "ds = TensorDataset(torch.full((64, 4), float(rank == 0)), torch.randn(64, 1))\n"
+        "    loader = DataLoader(ds, batch_size=8, sampler=RandomSampler(ds))"
+    )
+    output = report(tmp_path, loader)
+    assert "already draws this rank's share" not in output and "in place of its RandomSampler" in output, output

@@ -43,6 +43,8 @@ from .script import (
     wrapper_inside,
 )
 
+#: Torch's batch samplers, which wrap a sampler (``BatchSampler(sampler, batch_size, drop_last)``).
+_BATCH_SAMPLERS = frozenset({"torch.utils.data.BatchSampler", "torch.utils.data.sampler.BatchSampler"})
 #: ``DataLoader`` keywords that bring their own sampling: sharding must not replace them.
 SAMPLING_KEYS = frozenset({"sampler", "batch_sampler"})
 
@@ -160,11 +162,13 @@ class LoaderFacts:
         return self._hand_sharded[loader]
 
     def sampler_drawn_by_rank(self, loader: cst.Call) -> cst.Call | None:
-        """The call that builds the loader's own sampler or batch sampler so that it draws this rank's share:
-        with the rank as an argument (``BucketBatchSampler(lengths, 32, rank=rank, num_replicas=world)``, a
-        distributed sampler of a library), or of a class of the program whose methods cut the indices by the
-        rank (``indices[self.rank :: self.world]`` in ``__iter__``, ``if i % world != rank: continue``), followed
-        back through names and the program's functions. ``None``: no such sampler."""
+        """The call that builds the loader's own sampler or batch sampler so that it draws this rank's share: of a
+        class of the program whose methods cut the indices by the rank (``indices[self.rank :: self.world]`` in
+        ``__iter__``, ``if i % world != rank: continue``, the rank handed to its constructor), or of a library's
+        class given the rank as torch's samplers take it (``rank=``); the sampler a ``BatchSampler`` wraps too.
+        Only the sampler's own call counts, not those that build its data set (``DS(n, verbose=rank == 0)``), nor a
+        seed or generator from the rank (each rank then orders the whole set its own way). ``None``: no such
+        sampler."""
         if loader not in self._rank_samplers:
             self._rank_samplers[loader] = self._sampler_drawn_by_rank(loader)
         return self._rank_samplers[loader]
@@ -172,15 +176,26 @@ class LoaderFacts:
     def _sampler_drawn_by_rank(self, loader: cst.Call) -> cst.Call | None:
         a = self.analysis
         home = a.shared.analysis_of(loader) or a
-        given = [arg.value for parameter in ("sampler", "batch_sampler") if (arg := loader_argument(loader, parameter)) is not None]
-        for call in home.feeding_calls(given, depth=4) if given else ():
-            owner = a.shared.analysis_of(call) or home
-            facts = rank_facts(owner)
-            if any(facts.kind(arg.value) is Kind.RANK and not self._through_parameters(owner, arg.value) for arg in call.args):
-                return call
-            built = owner.shared.constructed.get(call)
-            if built is not None and self._cuts_by_rank(built):
-                return call
+        pending = [(home, arg.value, 0) for parameter in ("sampler", "batch_sampler") if (arg := loader_argument(loader, parameter)) is not None]
+        while pending:
+            owner, expr, depth = pending.pop()
+            calls = [expr] if type(expr) is cst.Call else [o for o in owner.origins(expr) if type(o) is cst.Call] if type(expr) in (cst.Name, cst.Attribute) else []
+            for call in calls:
+                builder = a.shared.analysis_of(call) or owner
+                built = builder.shared.constructed.get(call)  # type: ignore[arg-type]
+                if built is not None:
+                    if self._cuts_by_rank(built):
+                        return call  # type: ignore[return-value]
+                    continue
+                # A library's sampler says so through torch's own keyword (``DistributedSampler``'s ``rank=``); a seed
+                # or a generator from the rank only orders the whole set differently on each rank.
+                rank = keyword_argument(call, "rank")  # type: ignore[arg-type]
+                if rank is not None and rank_facts(builder).kind(rank.value) is Kind.RANK and not self._through_parameters(builder, rank.value):
+                    return call  # type: ignore[return-value]
+                if builder.is_call_to(call, _BATCH_SAMPLERS) and call.args:  # type: ignore[arg-type, attr-defined]
+                    inner = keyword_argument(call, "sampler") or (call.args[0] if call.args[0].keyword is None else None)  # type: ignore[arg-type, attr-defined]
+                    if inner is not None and depth < 2:
+                        pending.append((builder, inner.value, depth + 1))  # ``BatchSampler(MySampler(ds, rank), 32, False)``
         return None
 
     def sharded_at_a_call_site(self, loader: cst.Call) -> bool:
