@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from migrated import migrate_script
 
 PROGRAM = '''import torch
@@ -129,3 +131,41 @@ def test_set_epoch_goes_into_the_loop_that_runs_an_objects_epoch_in_another_modu
     run = (tmp_path / "run.py").read_text()
     loop = run[run.index("for epoch in range(3):") :]
     assert loop.index("loader.sampler.set_epoch(epoch)") < loop.index("trainer.fit_epoch(epoch)"), run
+
+
+@pytest.mark.parametrize(
+    "between",
+    ["    loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=8)\n", "    trainer.loader = None\n"],
+    ids=["name-rebound", "attribute-set-outside"],
+)
+def test_a_name_that_no_longer_holds_the_objects_loader_is_not_used(tmp_path: Path, between: str) -> None:
+    """A review: ``loader`` rebound to an evaluation loader after ``Trainer(net, loader, opt)`` got
+    ``loader.sampler.set_epoch(epoch)`` (the wrong loader, no review line); so did a loader stored in the
+    attribute from outside the class. Both keep the TODO and the review line."""
+    from click.testing import CliRunner
+
+    from ddp_migrate.cli import cli
+
+    (tmp_path / "trainer.py").write_text(TRAINER)
+    (tmp_path / "run.py").write_text(RUN.replace("    for epoch in range(3):\n", between + "    for epoch in range(3):\n"))
+    result = CliRunner().invoke(cli, ["--diff", str(tmp_path / "run.py")])
+    assert "loader.sampler.set_epoch(epoch)" not in result.output and "DDP006" in result.output and "review" in result.output, result.output
+
+
+def test_a_base_loop_running_several_subclasses_epochs_is_left_to_a_human(tmp_path: Path) -> None:
+    """Two subclasses keep their loaders under different attributes: ``self.loader.sampler.set_epoch(epoch)`` in
+    the base's loop failed on the other one (AttributeError, a review's probe)."""
+    other = (
+        "\n\nclass Other(BaseTrainer):\n    def __init__(self, cfg):\n        super().__init__(cfg)\n"
+        "        self.model = nn.Linear(4, 1)\n        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)\n"
+        "        self.train_loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)\n\n"
+        "    def run_epoch(self, epoch):\n        for x, y in self.train_loader:\n"
+        "            loss = nn.functional.mse_loss(self.model(x), y)\n            self.opt.zero_grad()\n            loss.backward()\n"
+        "            self.opt.step()\n"
+    )
+    source = PROGRAM.replace('\n\nif __name__ == "__main__":', other + '\n\nif __name__ == "__main__":').replace(
+        'trainer = Trainer.from_config({"epochs": 2})', 'trainer = (Trainer if len(sys.argv) > 1 else Other).from_config({"epochs": 2})'
+    ).replace("import torch\n", "import sys\n\nimport torch\n", 1)
+    migrated, report, _ = migrate_script(tmp_path, source)
+    fit = migrated.split("    def fit(self):")[1].split("class Trainer")[0]
+    assert "set_epoch" not in fit and "DDP006" in report and "review" in report, migrated + report

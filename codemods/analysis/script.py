@@ -2410,6 +2410,9 @@ class ScriptAnalysis:
                 and type(call.func) is cst.Attribute
                 and dotted_name(call.func.value) == "self"  # type: ignore[attr-defined]
                 and caller_class in self.shared.hierarchy_line(own_class)
+                # (one method only: where the call runs several subclasses' overrides, each may keep its loader
+                # under another attribute, and a set_epoch placed for one fails on the others)
+                and not self.shared.other_targets.get(call)
             )
             return expr if same_object else self._spelled_for_the_receiver(call, function, expr, name)
         if self.is_parameter(function, root):
@@ -2424,7 +2427,8 @@ class ScriptAnalysis:
     ) -> cst.BaseExpression | None:
         """``self.loader`` read in a method run as ``trainer.fit_epoch(epoch)``, where ``trainer`` holds the one
         object built by ``Trainer(net, loader, opt)`` and ``__init__`` stores its parameter ``loader`` there and
-        nothing else does: that argument of the construction (``loader``). ``None`` otherwise."""
+        nothing else does: that argument of the construction (``loader``), a name that still holds the same value
+        at the call. ``None`` otherwise."""
         own_class = self.enclosing_class(function)
         if own_class is None or name.count(".") != 1 or type(call.func) is not cst.Attribute:
             return None
@@ -2439,7 +2443,21 @@ class ScriptAnalysis:
         if init is None or init.name.value != "__init__" or not home.is_parameter(init, stored.value):  # type: ignore[union-attr]
             return None
         builder = self.shared.analysis_of(construction) or self
-        return builder.argument_for(construction, init, stored.value)  # type: ignore[arg-type, union-attr]
+        argument = builder.argument_for(construction, init, stored.value)  # type: ignore[arg-type, union-attr]
+        if builder is not self or type(argument) is not cst.Name:
+            return None
+        # The name still holds that value at the call (``loader = DataLoader(eval_set)`` between them: not the
+        # trainer's), and nothing outside the class stores another in the attribute (``trainer.loader = ...``).
+        held = self.binding_in_effect(argument, argument.value)  # type: ignore[attr-defined]
+        if held is None or held is not self.binding_in_effect(call, argument.value):  # type: ignore[attr-defined]
+            return None
+        attribute = name.split(".")[1]
+        for module in self.shared.analyses:
+            for assign in module.assignments:
+                for target in _assign_targets(assign):
+                    if type(target) is cst.Attribute and target.attr.value == attribute and dotted_name(target.value) != "self":  # type: ignore[attr-defined]
+                        return None
+        return argument
 
     # ------------------------------------------------------------------------ models
 
