@@ -247,3 +247,38 @@ def test_a_holder_in_another_module_gets_the_wrapped_model_and_lint_reads_it(tmp
     migrated, report, code = migrate_script(tmp_path, source)
     assert code == 0, report
     assert migrated.index("model = DistributedDataParallel(model") < migrated.index("holder = Holder(model)"), migrated
+
+
+FINETUNE = '''import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def train_model(model, criterion, optimizer, loader, epochs):
+    for epoch in range(epochs):
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = criterion(model(x), y)
+            loss.backward()
+            optimizer.step()
+    return model
+
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    model_ft = nn.Linear(4, 2)
+    criterion = nn.CrossEntropyLoss()
+    optimizer_ft = torch.optim.SGD(model_ft.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(32, 4), torch.randint(0, 2, (32,))), batch_size=8, shuffle=True)
+    model_ft = train_model(model_ft, criterion, optimizer_ft, loader, 2)
+    torch.save(model_ft.state_dict(), "final.pt")
+'''
+
+
+def test_the_model_handed_to_a_training_function_and_rebound_to_its_result_is_wrapped(tmp_path: Path) -> None:
+    """torchvision's fine-tuning tutorial: ``model_ft = train_model(model_ft, criterion, ...)``. The loss function,
+    an argument of the call the model's name is rebound from, was taken for the model behind it and wrapped:
+    "DistributedDataParallel is not needed when a module doesn't have any parameter" on every rank (a trial)."""
+    text, report, code = migrate_script(tmp_path, FINETUNE)
+    assert code == 0, report
+    assert "model_ft = DistributedDataParallel(" in text and "criterion = DistributedDataParallel(" not in text, text

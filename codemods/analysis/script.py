@@ -144,6 +144,19 @@ def subscript_key(node: cst.CSTNode | None) -> str | None:
     return text if isinstance(text, str) else None
 
 
+def _copied_names(value: cst.CSTNode) -> list[cst.CSTNode]:
+    """The names and attributes a value copies: itself (``model``, ``model.module``), or either side of a
+    conditional (``model.module if ddp else model``, ``ema or model``); none for anything computed."""
+    kind = type(value)
+    if kind is cst.Name or kind is cst.Attribute:
+        return [value]
+    if kind is cst.IfExp:
+        return _copied_names(value.body) + _copied_names(value.orelse)  # type: ignore[attr-defined]
+    if kind is cst.BooleanOperation:
+        return _copied_names(value.left) + _copied_names(value.right)  # type: ignore[attr-defined]
+    return []
+
+
 def _builds_its_class(function: cst.FunctionDef) -> bool:
     """Whether a classmethod returns an instance of the class it is called on (``return cls(config)`` in
     ``@classmethod def from_config(cls, config)``)."""
@@ -2957,13 +2970,8 @@ class ScriptAnalysis:
             return name
         behind: set[str] = set()
         for value in self.flows_into(at, name):
-            for node in tree.walk(value):
-                if type(node) not in (cst.Name, cst.Attribute):
-                    continue
-                parent = self.parent(node)
-                if type(parent) is cst.Attribute or (type(parent) is cst.Call and parent.func is node):  # type: ignore[attr-defined]
-                    continue  # (whole dotted names only, not a callee's: ``hasattr``, ``torch.nn.parallel...``)
-                parts = (dotted_name(node) or "").split(".")  # type: ignore[arg-type]
+            for node in _copied_names(value):  # (``model_without_ddp = model.module if ddp else model``; not the
+                parts = (dotted_name(node) or "").split(".")  # arguments of a call: ``net = fit(net, criterion)``)
                 root = ".".join(parts[:2] if parts[0] == "self" else parts[:1])
                 if root in called:
                     behind.add(root)
