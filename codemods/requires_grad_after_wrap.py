@@ -8,7 +8,7 @@ from . import names
 import libcst as cst
 
 from .analysis import SELF_RETURNING_METHODS, ScriptAnalysis, call_method_name, dotted_name, walk
-from .analysis.trainable import RequiresGradChange, after_a_wrap, frozen_models, requires_grad_changes
+from .analysis.trainable import RequiresGradChange, after_a_wrap, frozen_models, requires_grad_changes, within_a_wrapped_model
 from .base import Example, Match, Phase, Rule, Severity, Valid
 from .edits import code_of
 
@@ -122,7 +122,11 @@ def _toggles_a_whole_wrapped_model(analysis: ScriptAnalysis, change: RequiresGra
         return False
     for owner, expr in held:
         wrap = owner.wrapped_at(expr)
-        if wrap is None or _frozen_before(owner, wrap, expr):
+        if wrap is None:
+            if within_a_wrapped_model(owner, expr):
+                return False  # (a part of a wrapped model: ``set_requires_grad(D.module.head, False)``)
+            continue  # a model no wrap holds (``set_requires_grad([D, vgg], False)``): DDP has no say in it
+        if _frozen_before(owner, wrap, expr):
             return False
     name = dotted_name(model)  # type: ignore[arg-type]
     return all(
@@ -158,9 +162,10 @@ def _models_held(analysis: ScriptAnalysis, model: cst.Name) -> list[tuple[Script
     parameter = model.value
     loop = next((a for a in analysis.ancestors(model) if type(a) is cst.For and dotted_name(a.target) == parameter), None)  # type: ignore[attr-defined]
     if loop is not None:
-        if type(loop.iter) is not cst.Name:  # type: ignore[attr-defined]
+        iterated = _iterated_name(loop.iter)  # type: ignore[attr-defined]
+        if iterated is None:
             return None
-        parameter = loop.iter.value  # type: ignore[attr-defined]
+        parameter = iterated
     if not analysis.is_parameter(function, parameter):
         return None
     held: list[tuple[ScriptAnalysis, cst.BaseExpression]] = []
@@ -176,22 +181,71 @@ def _models_held(analysis: ScriptAnalysis, model: cst.Name) -> list[tuple[Script
     return held or None
 
 
+def _iterated_name(iterated: cst.BaseExpression) -> str | None:
+    """The one name a loop goes over the items of, however it is wrapped in a list: ``nets`` of ``for net in
+    nets``, ``for net in nets if isinstance(nets, list) else [nets]``; ``None`` for anything else."""
+    kind = type(iterated)
+    if kind is cst.Name:
+        return iterated.value  # type: ignore[attr-defined, no-any-return]
+    if kind is cst.IfExp:
+        sides = {_iterated_name(iterated.body), _iterated_name(iterated.orelse)}  # type: ignore[attr-defined]
+    elif kind in (cst.List, cst.Tuple):
+        sides = {_iterated_name(element.value) for element in iterated.elements}  # type: ignore[attr-defined]
+    else:
+        return None
+    return sides.pop() if len(sides) == 1 else None
+
+
 def _frozen_before(analysis: ScriptAnalysis, wrap: cst.Call, wrapper: cst.BaseExpression) -> bool:
-    """Whether a statement that runs before the wrap, in its function, may change ``requires_grad`` of the model
-    it wraps (``net[0].requires_grad_(False)`` then ``D = DDP(net)``, or a helper handed ``net``): the wrap then
-    saw part of it frozen, and unfreezing the whole wrapper later trains parameters DDP never averages. A
-    statement whose changes the analysis cannot place counts, unless it only builds another model
-    (``features = VGGFeatures()`` freezing itself)."""
-    if not wrap.args or not analysis.owns(wrap):
+    """Whether a statement that runs before the wrap may change ``requires_grad`` of the model it wraps
+    (``net[0].requires_grad_(False)`` then ``D = DDP(net)``, or a helper handed ``net``), in the wrap's function or,
+    up the calls that run it, before each call (``D = wrap(net)`` of ``def wrap(model): return DDP(model)``, a
+    global model frozen at the top of the module before ``main()`` wraps it): the wrap then saw part of it frozen,
+    and unfreezing the whole wrapper later trains parameters DDP never averages. A statement whose changes the
+    analysis cannot place counts, unless it only builds another model (``features = VGGFeatures()`` freezing
+    itself)."""
+    home = analysis if analysis.owns(wrap) else analysis.shared.analysis_of(wrap)
+    if not wrap.args or home is None:
         return True
-    wrapped = {dotted_name(wrapper), dotted_name(_built_from(wrap.args[0].value))}
-    names_of_model = {name.split(".")[0] for name in wrapped if name is not None}
-    for statement in _statements_before(analysis, wrap):
+    wrapped = {dotted_name(_built_from(wrap.args[0].value))}
+    if home is analysis and analysis.enclosing_function(wrapper) is analysis.enclosing_function(wrap):
+        wrapped.add(dotted_name(wrapper))
+    return _changed_before(home, wrap, {name.split(".")[0] for name in wrapped if name is not None}, depth=3, own=True)
+
+
+def _changed_before(analysis: ScriptAnalysis, node: cst.CSTNode, names_of_model: set[str], depth: int, own: bool = False) -> bool:
+    """Whether what runs before the node may change ``requires_grad`` of the model the names hold there: the
+    statements before it in its function, then before each call of the program that runs the function, the
+    model named there by the argument a parameter takes (a global by its own name; a local of the function was
+    built in it). ``own``: the node's own statement runs before it too (``D = DDP(build())``; not a call's, which
+    runs the function the walk came from)."""
+    for statement in _statements_before(analysis, node, own):
         frozen = frozen_models(analysis, statement)
         if frozen is None:
             if not _builds_another_model(statement, names_of_model):
                 return True
         elif frozen & names_of_model:
+            return True
+    function = analysis.enclosing_function(node)
+    if function is None:
+        return False
+    handed = {name for name in names_of_model if analysis.is_parameter(function, name)}
+    kept = {name for name in names_of_model if not analysis.binds_locally(function, name)}
+    if not handed and not kept:
+        return False
+    callers = analysis.callers_in_program(function)
+    if depth <= 0:
+        return bool(callers)
+    for call in callers:
+        owner = analysis.shared.analysis_of(call) or analysis
+        there = set(kept) if owner is analysis else set()
+        for parameter in handed:
+            argument = owner.argument_for(call, function, parameter)
+            name = dotted_name(_built_from(argument)) if argument is not None else None
+            if name is None:
+                return True
+            there.add(name.split(".")[0])
+        if there and _changed_before(owner, call, there, depth - 1):  # (the call's own statement runs the rest)
             return True
     return False
 
@@ -203,11 +257,12 @@ def _built_from(value: cst.BaseExpression) -> cst.BaseExpression:
     return value
 
 
-def _statements_before(analysis: ScriptAnalysis, node: cst.CSTNode) -> Iterator[cst.BaseStatement]:
-    """The statements of the node's function (or module) that run before it: the one holding it (``D =
-    DDP(build())`` builds first), and the earlier statements of its block and of each block around it."""
+def _statements_before(analysis: ScriptAnalysis, node: cst.CSTNode, own: bool) -> Iterator[cst.BaseStatement]:
+    """The statements of the node's function (or module) that run before it: the earlier statements of its block
+    and of each block around it, and with ``own`` the one holding it."""
     function = analysis.enclosing_function(node)
-    yield analysis.statement(node)
+    if own:
+        yield analysis.statement(node)
     below: cst.CSTNode = node
     for above in analysis.ancestors(node):
         if above is function:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from ddp_migrate.cli import cli
@@ -133,3 +134,85 @@ def test_a_helper_handed_a_part_or_a_model_frozen_before_the_wrap_is_reported(tm
         path.write_text(program)
         result = CliRunner().invoke(cli, ["lint", "-q", "--select", "DDP042", str(path)])
         assert "DDP042" in result.output, (program, result.output)
+
+
+def test_a_helper_that_lists_a_lone_model_itself_is_followed(tmp_path: Path) -> None:
+    """``for net in nets if isinstance(nets, list) else [nets]:`` (a trial's GAN): every parameter of what it is
+    handed; and a model no wrap holds among them (a frozen feature network) is DDP's business neither way."""
+    path = tmp_path / "train.py"
+    helper = HELPER.replace(
+        "    if not isinstance(nets, list):\n        nets = [nets]\n    for net in nets:\n",
+        "    for net in nets if isinstance(nets, list) else [nets]:\n",
+    )
+    program = helper_program("D", "[D, features]", before="features = nn.Linear(4, 4)\n").replace(HELPER.replace("\n\n\n", "\n\n"), helper.replace("\n\n\n", "\n\n"))
+    assert "for net in nets if isinstance" in program
+    path.write_text(program)
+    result = CliRunner().invoke(cli, ["lint", "-q", "--select", "DDP042", str(path)])
+    assert "DDP042" not in result.output, result.output
+
+
+GLOBAL_MODEL = '''import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+net = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 1))
+FREEZE
+
+
+def main():
+    dist.init_process_group("gloo")
+    D = DDP(net)
+    opt = torch.optim.SGD(D.parameters(), lr=0.1)
+    for step in range(6):
+        D.requires_grad_(step % 2 == 0)
+        loss = D(torch.randn(8, 4)).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+WRAPPED_BY_A_HELPER = '''import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+def wrap(model):
+    model = model.to("cpu")
+    return DDP(model)
+
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+net = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 1))
+net[0].requires_grad_(False)
+D = wrap(net)
+opt = torch.optim.SGD(D.parameters(), lr=0.1)
+for step in range(6):
+    if step == 3:
+        D.requires_grad_(True)
+    loss = D(torch.randn(8, 4) + dist.get_rank()).pow(2).mean()
+    opt.zero_grad(); loss.backward(); opt.step()
+w = D.module[0].weight.detach().clone()
+ws = [torch.zeros_like(w) for _ in range(2)]
+dist.all_gather(ws, w)
+print(dist.get_rank(), "frozen part equal:", torch.equal(ws[0], ws[1]))
+dist.destroy_process_group()
+'''
+
+
+@pytest.mark.parametrize("program", ["global", "helper"])
+def test_a_part_frozen_before_a_wrap_in_another_function_is_found(tmp_path: Path, program: str) -> None:
+    """A review: the freeze sat at the module's top level (the wrap in ``main()``), or before ``D = wrap(net)`` of
+    ``def wrap(model): return DDP(model)``; only the wrap's own function was searched, and unfreezing the whole
+    wrapper went unreported (under torchrun the part's weights then differed between the ranks)."""
+    path = tmp_path / "train.py"
+    frozen = GLOBAL_MODEL.replace("FREEZE", "net[0].requires_grad_(False)") if program == "global" else WRAPPED_BY_A_HELPER
+    whole = GLOBAL_MODEL.replace("FREEZE\n", "") if program == "global" else WRAPPED_BY_A_HELPER.replace("net[0].requires_grad_(False)\n", "")
+    path.write_text(frozen)
+    assert "DDP042" in CliRunner().invoke(cli, ["lint", "-q", "--select", "DDP042", str(path)]).output
+    path.write_text(whole)
+    assert "DDP042" not in CliRunner().invoke(cli, ["lint", "-q", "--select", "DDP042", str(path)]).output

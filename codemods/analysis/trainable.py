@@ -74,20 +74,8 @@ def holds_model_state(analysis: ScriptAnalysis, expr: cst.BaseExpression, depth:
     root = name.split(".")[0]
     if root == "self" or root in {model.split(".")[0] for model in analysis.trained_models}:
         return True
-    # Reached from a wrapped model, in any module (``trainer.model.module.backbone`` in a hook), or from what a
-    # wrap takes (``net[0]`` of ``D = DDP(net)``).
-    wraps = set(analysis.program_wrap_calls)
-    if wraps and type(expr) in (cst.Attribute, cst.Subscript, cst.Name):
-        wrapped = wraps | _wrapped_origins(analysis)
-        part = expr
-        while True:
-            if type(part) is cst.Call and callee_name(part) == "unwrap" and len(part.args) == 1:  # type: ignore[arg-type, attr-defined]
-                part = part.args[0].value  # type: ignore[attr-defined]  (``runtime.unwrap(trainer.model).backbone``)
-            if type(part) in (cst.Name, cst.Attribute) and wrapped & analysis.origins(part):  # type: ignore[arg-type]
-                return True
-            if type(part) not in (cst.Attribute, cst.Subscript):
-                break
-            part = part.value  # type: ignore[attr-defined]
+    if within_a_wrapped_model(analysis, expr):
+        return True
     if depth <= 0:
         return False
     for value in analysis.flows_into(expr, name):
@@ -105,6 +93,25 @@ def holds_model_state(analysis: ScriptAnalysis, expr: cst.BaseExpression, depth:
                 if part is not expr and holds_model_state(analysis, part, depth - 1):  # type: ignore[arg-type]
                     return True
     return False
+
+
+def within_a_wrapped_model(analysis: ScriptAnalysis, expr: cst.BaseExpression) -> bool:
+    """Whether an expression is a wrapped model or a part of one, in any module: reached from a wrap
+    (``trainer.model.module.backbone`` in a hook, ``runtime.unwrap(trainer.model).backbone``) or from what a wrap
+    takes (``net[0]`` of ``D = DDP(net)``)."""
+    wraps = set(analysis.program_wrap_calls)
+    if not wraps or type(expr) not in (cst.Attribute, cst.Subscript, cst.Name):
+        return False
+    wrapped = wraps | _wrapped_origins(analysis)
+    part = expr
+    while True:
+        if type(part) is cst.Call and callee_name(part) == "unwrap" and len(part.args) == 1:  # type: ignore[arg-type, attr-defined]
+            part = part.args[0].value  # type: ignore[attr-defined]
+        if type(part) in (cst.Name, cst.Attribute) and wrapped & analysis.origins(part):  # type: ignore[arg-type]
+            return True
+        if type(part) not in (cst.Attribute, cst.Subscript):
+            return False
+        part = part.value  # type: ignore[attr-defined]
 
 
 def part_name(expr: cst.BaseExpression) -> str | None:
@@ -178,7 +185,13 @@ def after_a_wrap(analysis: ScriptAnalysis, node: cst.CSTNode, depth: int = 3) ->
         before = all(analysis.comes_before(node, wrap) and not _loop_around_both(analysis, node, wrap) for wrap in here)
         return None if before or _wrapped_again(analysis, node, here) or _frozen_under_search(analysis, node, here) else (analysis, node)
     if scope is None:
-        return None  # module level, every wrap inside a function: it runs when the module is imported
+        # Module level, every wrap inside a function: it runs when the module is imported, before the wraps, unless
+        # a call at the module's top level before it runs one (``D = wrap(net)`` of ``def wrap(m): return DDP(m)``).
+        for wrap in wraps:
+            for owner, place in analysis.places_up_the_calls(wrap):
+                if owner is analysis and place is not wrap and analysis.enclosing_function(place) is None and analysis.comes_before(place, node):
+                    return (analysis, node)
+        return None
     callers = [(owner, call) for call in analysis.callers_in_program(scope) if (owner := analysis.shared.analysis_of(call)) is not None]
     if depth <= 0 or not callers:
         return (analysis, node)
