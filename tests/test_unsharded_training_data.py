@@ -397,3 +397,13 @@ def test_a_rank_seed_reaches_draws_several_steps_from_the_loss() -> None:
     assert _lint("gpt.py") == []
     Path("gpt_alike.py").write_text(FAR_DRAWS.replace("torch.manual_seed(1337 + seed_offset)", "torch.manual_seed(1337)"))
     assert [code for _, _, code in _lint("gpt_alike.py")] == ["DDP040"]
+
+
+@pytest.mark.parametrize("cut", ["torch.chunk(data, runtime.world_size())[runtime.rank()]", "shards[runtime.rank()]"])
+def test_the_ranks_item_of_a_split_is_its_own_data(cut: str) -> None:
+    """``shards = torch.chunk(data, world)`` then ``shards[rank]``: the split held in a name first (a review: reported)."""
+    program = HEAD.format(imports="from ddp_migrate import runtime\n").replace(
+        "    model =", f"    data = torch.randn(64, 4)\n    shards = torch.chunk(data, runtime.world_size())\n    mine = {cut}\n    model ="
+    )
+    Path("split.py").write_text(program + LOOP.format(batch="mine[step * 8 : step * 8 + 8]") + TAIL)
+    assert _lint("split.py") == []

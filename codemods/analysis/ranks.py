@@ -1109,8 +1109,9 @@ _SPLITS = frozenset({"chunk", "split", "tensor_split", "array_split"})
 
 def takes_a_rank_part(analysis: ScriptAnalysis, subscript: cst.Subscript) -> bool:
     """Whether a subscript takes the part of the data a rank takes by hand: a slice from the rank (``data[rank::
-    world_size]``, ``data[rank * n:(rank + 1) * n]``) or the rank's item of a split (``torch.chunk(data, ws)[rank]``);
-    not any item picked by the rank (``devices[local_rank]`` is no data)."""
+    world_size]``, ``data[rank * n:(rank + 1) * n]``) or the rank's item of a split (``torch.chunk(data, ws)[rank]``,
+    also held in a name first: ``shards = torch.chunk(data, ws)``; ``shards[rank]``); not any item picked by the rank
+    (``devices[local_rank]`` is no data)."""
     if len(subscript.slice) != 1:
         return False
     element = subscript.slice[0].slice
@@ -1119,11 +1120,10 @@ def takes_a_rank_part(analysis: ScriptAnalysis, subscript: cst.Subscript) -> boo
         parts = [p for p in (element.lower, element.upper, element.step) if p is not None and type(p) not in _CONSTANT_TYPES]  # type: ignore[attr-defined]
         return any(facts.kind(p) is Kind.RANK for p in parts)
     value = subscript.value
-    return (
-        type(value) is cst.Call
-        and (dotted_name(value.func) or "").rpartition(".")[2] in _SPLITS  # type: ignore[attr-defined]
-        and facts.kind(element.value) is Kind.RANK  # type: ignore[attr-defined]
-    )
+    splits = [value] if type(value) is cst.Call else analysis.flows_into(value, value.value) if type(value) is cst.Name else []  # type: ignore[attr-defined]
+    return any(
+        type(split) is cst.Call and (dotted_name(split.func) or "").rpartition(".")[2] in _SPLITS for split in splits  # type: ignore[attr-defined]
+    ) and facts.kind(element.value) is Kind.RANK  # type: ignore[attr-defined]
 
 
 def _torch_seeded_per_rank(analysis: ScriptAnalysis) -> bool:
