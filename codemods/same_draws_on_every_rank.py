@@ -205,10 +205,12 @@ for x, y in loader:
         if values is None:
             return
         for call in [*draws, *numpy_draws]:
-            if not without_gradients(analysis, call) and (
-                (_in_a_training_step(analysis, call) and _sized_by_the_batch(analysis, values, call))
-                or (_in_a_trained_forward(analysis, call) and _sized_like_an_activation(analysis, call))
-            ):
+            if without_gradients(analysis, call):
+                continue
+            sizing = (_sized_by_the_batch(analysis, values, call) if _in_a_training_step(analysis, call) else None) or (
+                _sized_like_an_activation(analysis, call) if _in_a_trained_forward(analysis, call) else None
+            )
+            if sizing is not None:
                 generator = keyword_argument(call, "generator")
                 seeding = "np.random.seed" if call in numpy_draws else "torch.manual_seed"
                 if call in numpy_draws:
@@ -221,12 +223,19 @@ for x, y in loader:
                     state = f"the generator `{code_of(generator.value)}`"
                 else:
                     continue
+                if sizing == _FIRST_AXIS:
+                    drawn = f"draws noise for each sample of this process's batch from {state}, which every rank seeds alike: every rank"
+                else:  # (``torch.randn(x.size(1))``: per feature, or per sample of a sequence-first tensor)
+                    drawn = (
+                        f"draws noise sized by an axis of this process's batch other than the first from {state}, which "
+                        "every rank seeds alike: if that axis holds the samples (a sequence-first tensor, as nn.LSTM and "
+                        "nn.Transformer take without batch_first), every rank"
+                    )
                 yield Match(
                     call,
-                    f"`{code_of(call)}` draws noise for each sample of this process's batch from {state}, "
-                    "which every rank seeds alike: every rank draws the same numbers, so the global batch holds N "
-                    f"copies of the same noise; seed each rank differently after the wrap ({seeding}(seed + "
-                    "runtime.rank())), or draw from a generator seeded per rank",
+                    f"`{code_of(call)}` {drawn} draws the same numbers, so the global batch holds N copies of the same "
+                    f"noise; seed each rank differently after the wrap ({seeding}(seed + runtime.rank())), or draw from a "
+                    "generator seeded per rank",
                     fixable=False,
                 )
 
@@ -255,21 +264,25 @@ def _in_a_trained_forward(analysis: ScriptAnalysis, call: cst.Call) -> bool:
     return analysis.reaches(forward, [call])
 
 
-def _sized_like_an_activation(analysis: ScriptAnalysis, call: cst.Call) -> bool:
-    """Whether a draw in a forward takes its shape from a value the forward computes, not from the model's own
-    state: ``torch.randn_like(std)``, ``torch.randn(h.size(0), d)``; not ``torch.randn_like(self.weight)`` (noise
-    on the weights, rightly the same on every rank) nor a shape of constants."""
+def _sized_like_an_activation(analysis: ScriptAnalysis, call: cst.Call) -> str | None:
+    """How a draw in a forward takes its shape from a value the forward computes, not from the model's own state:
+    by its first axis (:data:`_FIRST_AXIS`: ``torch.randn_like(std)``, ``torch.randn(h.size(0), d)``) or only by
+    another (:data:`_OTHER_AXIS`: ``torch.randn(h.size(1))``); ``None`` for ``torch.randn_like(self.weight)``
+    (noise on the weights, rightly the same on every rank) and a shape of constants."""
     arguments = [a.value for a in call.args if a.keyword is None or a.keyword.value in ("size", "sample_shape")]
     if call_method_name(call) in FILLING_DRAWS:
-        return False
+        return None
     if arguments and analysis.is_call_to(call, _SHAPED_LIKE_FIRST):
-        return not _the_models_own(analysis, arguments[0])
+        return None if _the_models_own(analysis, arguments[0]) else _FIRST_AXIS
+    found: str | None = None
     for argument in arguments:
         for node in walk(argument):
-            counted = _batch_axis_read(analysis, node)
-            if counted is not None and not _the_models_own(analysis, counted):
-                return True
-    return False
+            read = _axis_read(analysis, node)
+            if read is not None and not _the_models_own(analysis, read[0]):
+                if read[1] == _FIRST_AXIS:
+                    return _FIRST_AXIS
+                found = _OTHER_AXIS
+    return found
 
 
 def _the_models_own(analysis: ScriptAnalysis, expr: cst.BaseExpression) -> bool:
@@ -365,21 +378,24 @@ def _random_items(analysis: ScriptAnalysis, draws: list[cst.Call], reading_index
             yield function, draw
 
 
-def _sized_by_the_batch(analysis: ScriptAnalysis, values: PerRankValues, call: cst.Call) -> bool:
-    """Whether the draw's shape follows a value of this process's batch: ``torch.randn_like(x)``, or a size
-    argument reading ``x.size(0)``, ``x.shape[0]`` or ``len(x)`` of one (directly or through a name assigned
-    from it: ``b_size = real.size(0)``)."""
+def _sized_by_the_batch(analysis: ScriptAnalysis, values: PerRankValues, call: cst.Call) -> str | None:
+    """How the draw's shape follows a value of this process's batch: by its first axis (:data:`_FIRST_AXIS`:
+    ``torch.randn_like(x)``, a size argument reading ``x.size(0)``, ``x.shape[0]`` or ``len(x)`` of one, directly or
+    through a name assigned from it: ``b_size = real.size(0)``) or only by another (:data:`_OTHER_AXIS`:
+    ``x.size(1)``); ``None`` where it does not."""
     method = call_method_name(call)
     if method in FILLING_DRAWS:  # the tensor filled: ``torch.empty(x.size(0), nz).normal_()``
         receiver = call.func.value  # type: ignore[attr-defined]
-        return any(
-            type(origin) is cst.Call and analysis.is_call_to(origin, _FACTORIES) and _sized_by_the_batch(analysis, values, origin)  # type: ignore[arg-type]
+        sizings = {
+            _sized_by_the_batch(analysis, values, origin)  # type: ignore[arg-type]
             for origin in analysis.origins(receiver)
-        )
+            if type(origin) is cst.Call and analysis.is_call_to(origin, _FACTORIES)  # type: ignore[arg-type]
+        }
+        return _FIRST_AXIS if _FIRST_AXIS in sizings else _OTHER_AXIS if _OTHER_AXIS in sizings else None
     if method in DISTRIBUTION_DRAWS and not analysis.is_call_to(call, VALUE_DRAWS):  # parameters of this process's batch
         origins = [o for o in analysis.origins(call.func.value) if type(o) is cst.Call]  # type: ignore[attr-defined]
         if any(values.mention(arg.value) is not None for origin in origins for arg in origin.args):  # type: ignore[attr-defined]
-            return True
+            return _FIRST_AXIS
         # or a sample shape of its size (``Normal(0, 1).sample((x.size(0), nz))``), read below
     arguments = [a.value for a in call.args if a.keyword is None or a.keyword.value in ("size", "sample_shape")]
     numpy = next((q.rsplit(".", 1)[-1] for q in analysis.qualified_names(call.func) if q in NUMPY_DRAWS), None)  # type: ignore[arg-type]
@@ -390,34 +406,43 @@ def _sized_by_the_batch(analysis: ScriptAnalysis, values: PerRankValues, call: c
         arguments = [a.value for a in call.args if a.keyword is not None and a.keyword.value == "size"]
         arguments += positional[position : position + 1]  # type: ignore[operator]
     if arguments and analysis.is_call_to(call, _SHAPED_LIKE_FIRST) and values.mention(arguments[0]) is not None:
-        return True
+        return _FIRST_AXIS
+    found: str | None = None
     for argument in arguments:
         reads = [argument]
         for node in walk(argument):
             name = dotted_name(node) if type(node) is cst.Name else None
             if name is not None:
                 reads.extend(analysis.flows_into(node, name))
-        if any(_counts(analysis, values, node) for read in reads for node in walk(read)):
-            return True
-    return False
+        for read in reads:
+            for node in walk(read):
+                axis = _axis_read(analysis, node)
+                if axis is not None and values.mention(axis[0]) is not None:
+                    if axis[1] == _FIRST_AXIS:
+                        return _FIRST_AXIS
+                    found = _OTHER_AXIS
+    return found
 
 
-def _counts(analysis: ScriptAnalysis, values: PerRankValues, node: cst.CSTNode) -> bool:
-    """``x.size(0)``, ``x.shape[0]``, ``x.shape``, ``len(x)`` of a value of this process's batch."""
-    counted = _batch_axis_read(analysis, node)
-    return counted is not None and values.mention(counted) is not None
+#: A draw sized by a value's first axis (``x.size(0)``, ``x.shape``, ``len(x)``, ``torch.randn_like(x)``, an axis the
+#: code computes): one value per sample where the batch is the first axis, as it is but for sequence-first tensors.
+_FIRST_AXIS = "first axis"
+#: A draw sized only by another axis (``x.size(1)``, ``x.shape[-1]``, ``x.shape[1:]``): per feature, or per sample of
+#: a sequence-first tensor (the analysis knows no tensor's layout).
+_OTHER_AXIS = "other axis"
 
 
-def _batch_axis_read(analysis: ScriptAnalysis, node: cst.CSTNode) -> cst.BaseExpression | None:
-    """The tensor whose first (batch) axis the node reads the length of: ``x`` of ``x.size(0)``, ``x.size()``,
-    ``x.shape``, ``x.shape[0]``, ``x.shape[:1]``, ``len(x)``; ``None`` for another axis (``x.size(1)``,
-    ``x.shape[1:]``, ``x.shape[-1]``) or anything else. An axis the code computes counts as the first."""
+def _axis_read(analysis: ScriptAnalysis, node: cst.CSTNode) -> tuple[cst.BaseExpression, str] | None:
+    """The tensor whose axis length the node reads, and whether the axis is the first (:data:`_FIRST_AXIS`: ``x`` of
+    ``x.size(0)``, ``x.size()``, ``x.shape``, ``x.shape[0]``, ``x.shape[:1]``, ``len(x)``, an axis the code computes)
+    or another (:data:`_OTHER_AXIS`: ``x.size(1)``, ``x.shape[1:]``, ``x.shape[-1]``, which is the first of a tensor
+    of one axis); ``None`` for anything else."""
     if type(node) is cst.Call:
         if call_method_name(node) == "size":  # type: ignore[arg-type]
             axis = node.args[0].value if node.args else None  # type: ignore[attr-defined]
-            return node.func.value if axis is None or _may_be_zero(axis) else None  # type: ignore[attr-defined]
+            return node.func.value, _FIRST_AXIS if axis is None or _may_be_zero(axis) else _OTHER_AXIS  # type: ignore[attr-defined]
         if dotted_name(node.func) == "len" and len(node.args) == 1:  # type: ignore[attr-defined]
-            return node.args[0].value  # type: ignore[attr-defined, no-any-return]
+            return node.args[0].value, _FIRST_AXIS  # type: ignore[attr-defined]
         return None
     if type(node) is not cst.Attribute or node.attr.value != "shape":  # type: ignore[attr-defined]
         return None
@@ -425,10 +450,10 @@ def _batch_axis_read(analysis: ScriptAnalysis, node: cst.CSTNode) -> cst.BaseExp
     if type(parent) is cst.Subscript and parent.value is node and len(parent.slice) == 1:  # type: ignore[attr-defined]
         index = parent.slice[0].slice  # type: ignore[attr-defined]
         if type(index) is cst.Index and not _may_be_zero(index.value):
-            return None
+            return node.value, _OTHER_AXIS  # type: ignore[attr-defined]
         if type(index) is cst.Slice and index.lower is not None and not _may_be_zero(index.lower):
-            return None
-    return node.value  # type: ignore[attr-defined, no-any-return]
+            return node.value, _OTHER_AXIS  # type: ignore[attr-defined]
+    return node.value, _FIRST_AXIS  # type: ignore[attr-defined]
 
 
 def _may_be_zero(axis: cst.BaseExpression) -> bool:

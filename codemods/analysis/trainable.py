@@ -523,12 +523,25 @@ def _repeating_loop(analysis: ScriptAnalysis, call: cst.Call, forward: cst.Funct
 
 
 def wrapped_model_classes(analysis: ScriptAnalysis) -> frozenset[cst.ClassDef]:
-    """The classes of the program whose instances the program's wraps take, and those whose instances they build
-    (three levels deep): the classes whose ``forward`` runs in a wrapped model's step. Found once per analysis."""
+    """The classes of the program whose instances the program's wraps take (themselves, or in a container of
+    torch's: ``DDP(nn.Sequential(VAE()))``), and those whose instances they build (three levels deep): the classes
+    whose ``forward`` runs in a wrapped model's step. Found once per analysis."""
 
     def find(_: ScriptAnalysis) -> frozenset[cst.ClassDef]:
         constructed = analysis.shared.constructed
-        wrapped = [constructed[o] for o in _wrapped_origins(analysis) if type(o) is cst.Call and o in constructed]  # type: ignore[index]
+        wrapped: list[cst.ClassDef] = []
+        for origin in _wrapped_origins(analysis):
+            if type(origin) is not cst.Call:
+                continue
+            if origin in constructed:
+                wrapped.append(constructed[origin])  # type: ignore[index]
+                continue
+            # A container of torch's (``nn.Sequential(VAE(), head)``, ``nn.ModuleList([...])``): the models in it.
+            home = analysis.shared.analysis_of(origin) or analysis
+            for arg in origin.args:  # type: ignore[attr-defined]
+                for part in walk(arg.value):
+                    parts = [part] if type(part) is cst.Call else home.origins(part) if type(part) is cst.Name else set()  # type: ignore[arg-type]
+                    wrapped.extend(constructed[o] for o in parts if o in constructed)  # type: ignore[index]
         return frozenset(cls for _, cls, _ in _model_classes(analysis, wrapped))
 
     return analysis.derived("wrapped model classes", find)
