@@ -27,6 +27,19 @@ def _mentions_cuda(node: cst.CSTNode) -> bool:
     return any(_mentions_cuda(child) for child in tree.children(node))
 
 
+def _configured_defaults(call: cst.Call) -> list[cst.BaseExpression]:
+    """The CUDA strings inside ``torch.device(<value>)`` where the value is looked up and CUDA is only its default
+    (``cfg.get("device", "cuda")``, ``os.environ.get("DEVICE", "cuda" if ... else "cpu")``, ``args.device or
+    "cuda"``): the strings to replace, keeping the lookup; empty for a device written out."""
+    if len(call.args) != 1 or type(call.args[0].value) not in (cst.Call, cst.BooleanOperation):
+        return []
+    return [
+        node  # type: ignore[misc]
+        for node in tree.walk(call.args[0].value)
+        if type(node) in (cst.SimpleString, cst.FormattedString) and _mentions_cuda(node)
+    ]
+
+
 def _user_choice(analysis: ScriptAnalysis, call: cst.Call) -> cst.IfExp | None:
     """The ``"cuda" if use_cuda else "cpu"`` inside ``torch.device(...)`` when its test is the user's
     choice (a flag, ``--no-cuda``), not merely ``torch.cuda.is_available()``."""
@@ -520,6 +533,16 @@ with torch.autocast(device_type="cuda", enabled=False):
                         " (a model kept on the CPU is wrapped there; to start more processes than the machine has "
                         "GPUs, launch with DDP_MIGRATE_DEVICE=cpu: every process then stays on the CPU)"
                     )
+            elif isinstance(node, cst.Call) and (defaults := _configured_defaults(node)):
+                # ``torch.device(cfg.get("device", "cuda" if ... else "cpu"))``: the configured value wins, as before;
+                # only its CUDA default becomes this process's device.
+                for literal in defaults:
+                    edits.replace(literal, expression(f"str({rt}.device())"))
+                message = (
+                    "CUDA default of a configured device replaced by str(runtime.device()); the configured value is kept "
+                    "(a CPU configured on a machine with GPUs: launch with DDP_MIGRATE_DEVICE=cpu, so that every process "
+                    "stays on the CPU)"
+                )
             elif isinstance(node, cst.SimpleString) and (
                 isinstance(parent := analysis.parent(node), (cst.Assign, cst.AnnAssign, cst.IfExp, cst.DictElement))
                 or (isinstance(parent, cst.Arg) and parent.keyword is not None and parent.keyword.value == "default")

@@ -274,3 +274,21 @@ def test_a_gpu_option_s_cpu_default_is_kept(tmp_path: Path, choice: str, kept: s
     (an f-string too) becomes this process's device; the CPU side stays."""
     text, report, _ = migrate_script(tmp_path, GPU_OPTION.replace("CHOICE", choice))
     assert f"device = {kept}\n" in text, report + text
+
+
+@pytest.mark.parametrize(
+    ("use", "expected"),
+    [
+        ('torch.device(cfg.get("device", "cuda" if torch.cuda.is_available() else "cpu"))',
+         'torch.device(cfg.get("device", str(runtime.device()) if torch.cuda.is_available() else "cpu"))'),
+        ('torch.device(os.environ.get("DEVICE", "cuda"))', 'torch.device(os.environ.get("DEVICE", str(runtime.device())))'),
+    ],
+    ids=["dict-default", "environment-default"],
+)
+def test_a_configured_device_keeps_its_value_and_only_its_cuda_default_changes(tmp_path: Path, use: str, expected: str) -> None:
+    """A trial: ``torch.device(cfg.get("device", "cuda" if ... else "cpu"))`` became ``runtime.device()``, dropping
+    the configured ``"cpu"`` on a machine with GPUs; now only the default is this process's device."""
+    source = TRAIN.replace("CHOICE", 'import os\n\ncfg = {"device": "cpu"}').replace("USE", use)
+    migrated, report, _ = migrate_script(tmp_path, source)
+    assert expected in " ".join(migrated.split()).replace("( ", "(").replace(" )", ")"), migrated
+    assert "the configured value is kept" in report and "DDP_MIGRATE_DEVICE=cpu" in report, report
