@@ -603,3 +603,35 @@ def test_a_tensor_sized_with_the_global_batch_made_in_the_training_loop_is_revie
     )
     _, report, _ = migrate_script(tmp_path, source)
     assert "`torch.randn(batch_size, 8, 4)` is sized with batch_size, the global batch size" in report, report
+
+
+PEEK = '''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+loader = DataLoader(data, batch_size=8, shuffle=True)
+model = nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def run_epoch(epoch):
+    size = len(next(iter(loader))[0])
+    print(f"epoch {epoch} | batch size {size}")
+    for x, y in loader:
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+
+
+for epoch in range(3):
+    run_epoch(epoch)
+'''
+
+
+def test_a_look_at_one_batch_beside_the_epoch_loop_starts_no_pass(tmp_path: Path) -> None:
+    """The DDP tutorial's ``b_sz = len(next(iter(self.train_data))[0])`` for a log line: its batch trains nothing,
+    so it got no ``set_epoch(sampler.epoch + 1)`` of its own beside the epoch loop's ``set_epoch(epoch)`` (a trial)."""
+    migrated, report, _ = migrate_script(tmp_path, PEEK)
+    assert "loader.sampler.set_epoch(epoch)" in migrated and "sampler.epoch + 1" not in migrated, report + migrated

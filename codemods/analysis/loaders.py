@@ -22,7 +22,7 @@ from typing import Iterator
 import libcst as cst
 
 from .. import names
-from .ranks import Kind, rank_facts
+from .ranks import Kind, calls_feeding_the_losses, rank_facts
 from .values import UNKNOWN, evaluate, flip, literal_value, truth, value_at
 from .script import (
     ScriptAnalysis,
@@ -455,10 +455,13 @@ class LoaderFacts:
         runs again and again in a loop (``x, y = next(iter(loader))`` each step, ``it = iter(loader)`` at
         the top of each epoch), which starts a pass each time."""
         found = []
+        trained_in_a_loop = any(loop.trains and loader in loop.loader_calls for loop in self.analysis.program_loader_loops)
         for analysis, call in self._passes_started(loader):
             spelled = call.args[0].value
             if dotted_name(spelled) is None:
                 continue
+            if trained_in_a_loop and call not in calls_feeding_the_losses(analysis):
+                continue  # a look at a batch (``len(next(iter(loader))[0])`` for a log line): no pass the training takes
             handler = next((n for n in analysis.ancestors(call) if isinstance(n, cst.ExceptHandler)), None)
             if not (handler is not None and _catches_stop_iteration(handler)) and not _runs_in_a_loop(analysis, call):
                 continue
