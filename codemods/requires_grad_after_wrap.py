@@ -7,8 +7,8 @@ from typing import Iterator
 from . import names
 import libcst as cst
 
-from .analysis import SELF_RETURNING_METHODS, ScriptAnalysis, call_method_name, dotted_name, walk
-from .analysis.trainable import RequiresGradChange, after_a_wrap, frozen_models, requires_grad_changes, within_a_wrapped_model
+from .analysis import ScriptAnalysis, call_method_name, dotted_name
+from .analysis.trainable import RequiresGradChange, after_a_wrap, frozen_before_the_wrap, requires_grad_changes, within_a_wrapped_model
 from .base import Example, Match, Phase, Rule, Severity, Valid
 from .edits import code_of
 
@@ -126,7 +126,7 @@ def _toggles_a_whole_wrapped_model(analysis: ScriptAnalysis, change: RequiresGra
             if within_a_wrapped_model(owner, expr):
                 return False  # (a part of a wrapped model: ``set_requires_grad(D.module.head, False)``)
             continue  # a model no wrap holds (``set_requires_grad([D, vgg], False)``): DDP has no say in it
-        if _frozen_before(owner, wrap, expr):
+        if frozen_before_the_wrap(owner, wrap, expr):
             return False
     name = dotted_name(model)  # type: ignore[arg-type]
     return all(
@@ -194,101 +194,6 @@ def _iterated_name(iterated: cst.BaseExpression) -> str | None:
     else:
         return None
     return sides.pop() if len(sides) == 1 else None
-
-
-def _frozen_before(analysis: ScriptAnalysis, wrap: cst.Call, wrapper: cst.BaseExpression) -> bool:
-    """Whether a statement that runs before the wrap may change ``requires_grad`` of the model it wraps
-    (``net[0].requires_grad_(False)`` then ``D = DDP(net)``, or a helper handed ``net``), in the wrap's function or,
-    up the calls that run it, before each call (``D = wrap(net)`` of ``def wrap(model): return DDP(model)``, a
-    global model frozen at the top of the module before ``main()`` wraps it): the wrap then saw part of it frozen,
-    and unfreezing the whole wrapper later trains parameters DDP never averages. A statement whose changes the
-    analysis cannot place counts, unless it only builds another model (``features = VGGFeatures()`` freezing
-    itself)."""
-    home = analysis if analysis.owns(wrap) else analysis.shared.analysis_of(wrap)
-    if not wrap.args or home is None:
-        return True
-    wrapped = {dotted_name(_built_from(wrap.args[0].value))}
-    if home is analysis and analysis.enclosing_function(wrapper) is analysis.enclosing_function(wrap):
-        wrapped.add(dotted_name(wrapper))
-    return _changed_before(home, wrap, {name.split(".")[0] for name in wrapped if name is not None}, depth=3, own=True)
-
-
-def _changed_before(analysis: ScriptAnalysis, node: cst.CSTNode, names_of_model: set[str], depth: int, own: bool = False) -> bool:
-    """Whether what runs before the node may change ``requires_grad`` of the model the names hold there: the
-    statements before it in its function, then before each call of the program that runs the function, the
-    model named there by the argument a parameter takes (a global by its own name; a local of the function was
-    built in it). ``own``: the node's own statement runs before it too (``D = DDP(build())``; not a call's, which
-    runs the function the walk came from)."""
-    for statement in _statements_before(analysis, node, own):
-        frozen = frozen_models(analysis, statement)
-        if frozen is None:
-            if not _builds_another_model(statement, names_of_model):
-                return True
-        elif frozen & names_of_model:
-            return True
-    function = analysis.enclosing_function(node)
-    if function is None:
-        return False
-    handed = {name for name in names_of_model if analysis.is_parameter(function, name)}
-    kept = {name for name in names_of_model if not analysis.binds_locally(function, name)}
-    if not handed and not kept:
-        return False
-    callers = analysis.callers_in_program(function)
-    if depth <= 0:
-        return bool(callers)
-    for call in callers:
-        owner = analysis.shared.analysis_of(call) or analysis
-        there = set(kept) if owner is analysis else set()
-        for parameter in handed:
-            argument = owner.argument_for(call, function, parameter)
-            name = dotted_name(_built_from(argument)) if argument is not None else None
-            if name is None:
-                return True
-            there.add(name.split(".")[0])
-        if there and _changed_before(owner, call, there, depth - 1):  # (the call's own statement runs the rest)
-            return True
-    return False
-
-
-def _built_from(value: cst.BaseExpression) -> cst.BaseExpression:
-    """The model under the self-returning calls of ``net.to(device)``."""
-    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in SELF_RETURNING_METHODS:
-        value = value.func.value
-    return value
-
-
-def _statements_before(analysis: ScriptAnalysis, node: cst.CSTNode, own: bool) -> Iterator[cst.BaseStatement]:
-    """The statements of the node's function (or module) that run before it: the earlier statements of its block
-    and of each block around it, and with ``own`` the one holding it."""
-    function = analysis.enclosing_function(node)
-    if own:
-        yield analysis.statement(node)
-    below: cst.CSTNode = node
-    for above in analysis.ancestors(node):
-        if above is function:
-            return
-        if type(above) in (cst.IndentedBlock, cst.Module):
-            for earlier in above.body:  # type: ignore[attr-defined]
-                if earlier is below:
-                    break
-                yield earlier
-        below = above
-
-
-def _builds_another_model(statement: cst.BaseStatement, model_names: set[str]) -> bool:
-    """Whether the statement only binds a new object to a name that is not the model's, built from arguments
-    that do not name it (``features = Features(layers)``): what its constructor freezes is its own."""
-    if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and isinstance(statement.body[0], cst.Assign)):
-        return False
-    assign = statement.body[0]
-    targets = {dotted_name(target.target) for target in assign.targets}
-    if None in targets or any(target.split(".")[0] in model_names for target in targets):  # type: ignore[union-attr]
-        return False
-    value = _built_from(assign.value)
-    if not isinstance(value, cst.Call):
-        return False
-    used = {part.value for part in walk(value) if isinstance(part, cst.Name)}
-    return not used & model_names
 
 
 def _parameter_loop(analysis: ScriptAnalysis, change: RequiresGradChange) -> cst.For | None:

@@ -6,7 +6,7 @@ placement of the wrap the migration inserts (computed once per analysis: :func:`
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple, Sequence
+from typing import Iterator, NamedTuple, Sequence
 
 import libcst as cst
 
@@ -130,16 +130,9 @@ def _a_copy(analysis: ScriptAnalysis, expr: cst.BaseNode) -> bool:
     .eval()``, or a name every value of which is one) that no wrap of the program takes: its parameters are
     its own."""
     if type(expr) is cst.Call:
-        return _is_model_copy(analysis, expr) and _copied_call(expr) not in _wrapped_origins(analysis)  # type: ignore[arg-type]
+        return _is_model_copy(analysis, expr) and _built_from(expr) not in _wrapped_origins(analysis)  # type: ignore[arg-type]
     origins = analysis.origins(expr) if isinstance(expr, (cst.Name, cst.Attribute)) else set()
     return bool(origins) and all(type(o) is cst.Call and _a_copy(analysis, o) for o in origins)
-
-
-def _copied_call(value: cst.Call) -> cst.CSTNode:
-    """The call under the self-returning methods of ``copy.deepcopy(model).eval().to(device)``: the copying one."""
-    while type(value) is cst.Call and call_method_name(value) in SELF_RETURNING_METHODS:
-        value = value.func.value  # type: ignore[attr-defined, assignment]
-    return value
 
 
 def _wrapped_origins(analysis: ScriptAnalysis) -> frozenset[cst.CSTNode]:
@@ -239,6 +232,102 @@ def frozen_models(analysis: ScriptAnalysis, statement: cst.BaseStatement) -> set
     return found
 
 
+def frozen_before_the_wrap(analysis: ScriptAnalysis, wrap: cst.Call, wrapper: cst.BaseExpression) -> bool:
+    """Whether a statement that runs before the wrap may change ``requires_grad`` of the model it wraps
+    (``net[0].requires_grad_(False)`` then ``D = DDP(net)``, or a helper handed ``net``), in the wrap's function or,
+    up the calls that run it, before each call (``D = wrap(net)`` of ``def wrap(model): return DDP(model)``, a
+    global model frozen at the top of the module before ``main()`` wraps it): the wrap then saw part of it frozen,
+    and unfreezing the whole wrapper later trains parameters DDP never averages. A statement whose changes the
+    analysis cannot place counts, unless it only builds another model (``features = VGGFeatures()`` freezing
+    itself)."""
+    home = analysis if analysis.owns(wrap) else analysis.shared.analysis_of(wrap)
+    if not wrap.args or home is None:
+        return True
+    wrapped = {dotted_name(_built_from(wrap.args[0].value))}
+    if home is analysis and analysis.enclosing_function(wrapper) is analysis.enclosing_function(wrap):
+        wrapped.add(dotted_name(wrapper))
+    return _changed_before(home, wrap, {name.split(".")[0] for name in wrapped if name is not None}, depth=3, own=True)
+
+
+def _changed_before(analysis: ScriptAnalysis, node: cst.CSTNode, names_of_model: set[str], depth: int, own: bool = False) -> bool:
+    """Whether what runs before the node may change ``requires_grad`` of the model the names hold there: the
+    statements before it in its function, then before each call of the program that runs the function, the
+    model named there by the argument a parameter takes (a global by its own name; a local of the function was
+    built in it). ``own``: the node's own statement runs before it too (``D = DDP(build())``; not a call's, which
+    runs the function the walk came from)."""
+    for statement in _statements_before(analysis, node, own):
+        frozen = frozen_models(analysis, statement)
+        if frozen is None:
+            if not _builds_another_model(statement, names_of_model):
+                return True
+        elif frozen & names_of_model:
+            return True
+    function = analysis.enclosing_function(node)
+    if function is None:
+        return False
+    handed = {name for name in names_of_model if analysis.is_parameter(function, name)}
+    kept = {name for name in names_of_model if not analysis.binds_locally(function, name)}
+    if not handed and not kept:
+        return False
+    callers = analysis.callers_in_program(function)
+    if depth <= 0:
+        return bool(callers)
+    for call in callers:
+        owner = analysis.shared.analysis_of(call) or analysis
+        there = set(kept) if owner is analysis else set()
+        for parameter in handed:
+            argument = owner.argument_for(call, function, parameter)
+            name = dotted_name(_built_from(argument)) if argument is not None else None
+            if name is None:
+                return True
+            there.add(name.split(".")[0])
+        if there and _changed_before(owner, call, there, depth - 1):  # (the call's own statement runs the rest)
+            return True
+    return False
+
+
+def _built_from(value: cst.BaseExpression) -> cst.BaseExpression:
+    """The model under the self-returning calls of ``net.to(device)`` (``copy.deepcopy(model).eval().to(device)``:
+    the copying call)."""
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in SELF_RETURNING_METHODS:
+        value = value.func.value
+    return value
+
+
+def _statements_before(analysis: ScriptAnalysis, node: cst.CSTNode, own: bool) -> Iterator[cst.BaseStatement]:
+    """The statements of the node's function (or module) that run before it: the earlier statements of its block
+    and of each block around it, and with ``own`` the one holding it."""
+    function = analysis.enclosing_function(node)
+    if own:
+        yield analysis.statement(node)
+    below: cst.CSTNode = node
+    for above in analysis.ancestors(node):
+        if above is function:
+            return
+        if type(above) in (cst.IndentedBlock, cst.Module):
+            for earlier in above.body:  # type: ignore[attr-defined]
+                if earlier is below:
+                    break
+                yield earlier
+        below = above
+
+
+def _builds_another_model(statement: cst.BaseStatement, model_names: set[str]) -> bool:
+    """Whether the statement only binds a new object to a name that is not the model's, built from arguments
+    that do not name it (``features = Features(layers)``): what its constructor freezes is its own."""
+    if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and isinstance(statement.body[0], cst.Assign)):
+        return False
+    assign = statement.body[0]
+    targets = {dotted_name(target.target) for target in assign.targets}
+    if None in targets or any(target.split(".")[0] in model_names for target in targets):  # type: ignore[union-attr]
+        return False
+    value = _built_from(assign.value)
+    if not isinstance(value, cst.Call):
+        return False
+    used = {part.value for part in walk(value) if isinstance(part, cst.Name)}
+    return not used & model_names
+
+
 def _changes_a_copy(analysis: ScriptAnalysis, function: cst.FunctionDef, receiver: cst.BaseExpression) -> bool:
     """Whether a ``requires_grad`` write in a function of the program reaches only models the function copies
     itself: ``self.ema = deepcopy(model)`` then ``for p in self.ema.parameters(): p.requires_grad_(False)``
@@ -261,7 +350,7 @@ def _changes_a_copy(analysis: ScriptAnalysis, function: cst.FunctionDef, receive
 
 def _is_model_copy(analysis: ScriptAnalysis, value: cst.CSTNode) -> bool:
     """A new model made from one (:data:`names.MODEL_COPIES`), also moved or put in a mode (``.eval()``)."""
-    value = _copied_call(value) if type(value) is cst.Call else value  # type: ignore[arg-type]
+    value = _built_from(value) if type(value) is cst.Call else value  # type: ignore[arg-type]
     return type(value) is cst.Call and analysis.copies_a_model(value)  # type: ignore[arg-type]
 
 
