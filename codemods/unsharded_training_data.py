@@ -19,7 +19,9 @@ def _in_a_loop(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
     if analysis.nearest_loop(node) is not None:
         return True
     function = analysis.enclosing_function(node)
-    return function is not None and any(analysis.nearest_loop(call) is not None for call in analysis.callers_of(function))
+    return function is not None and any(
+        (analysis.shared.analysis_of(call) or analysis).nearest_loop(call) is not None for call in analysis.callers_in_program(function)
+    )  # (in any module: a base class's ``fit`` runs the subclass's ``train_step``)
 
 
 class UnshardedTrainingData(Rule):
@@ -142,11 +144,15 @@ loss.backward()
         reported_at: set[cst.CSTNode] = set()
         loops: set[cst.CSTNode] = set()
         unfollowed: list[tuple[ScriptAnalysis, cst.Call]] | None = None  # (the loaders no loop is seen to iterate: looked for once, when a step is reported)
+        unseen: list[cst.Call] = []  # steps no call of this module is seen to run (an object of a class built by name)
         for backward in steps:
             reported = analysis.first_call_running(backward)
             home = analysis.shared.analysis_of(backward) or analysis
             loop = home.nearest_loop(backward)
-            if reported is None or reported in reported_at or loop in loops:
+            if reported is None:
+                unseen.append(backward)
+                continue
+            if reported in reported_at or loop in loops:
                 continue
             if draws_per_rank(analysis) or (home is not analysis and draws_per_rank(home)):
                 return
@@ -172,6 +178,21 @@ loss.backward()
                 else f"this call trains (backward() at line {home.line(backward)} of module {home.module_name}) on batches from"
             )
             yield Match(reported, f"{what} {_NO_LOADER}", fixable=False)
+        if unseen and not reported_at and not draws_per_rank(analysis):
+            # The program trains where the analysis cannot see this script run it (``cls = getattr(trainers, name)``;
+            # ``cls(model, train_loader, ...).fit()``): the loaders it builds and never sees drawn from may be what trains.
+            home = analysis.shared.analysis_of(unseen[0]) or analysis
+            for owner, loader in _loaders_not_followed(analysis) if unfollowed is None else unfollowed:
+                if owner is analysis:
+                    yield Match(
+                        loader,
+                        "this DataLoader is handed to code the analysis cannot follow, while the program trains "
+                        f"(backward() at line {home.line(unseen[0])} of module {home.module_name}) where no call of this "
+                        "script is seen to run it (an object of a class picked by name, say): if its batches train, shard "
+                        "it by hand (sampler=DistributedSampler(dataset), set_epoch(epoch) each epoch, "
+                        "batch_size=runtime.per_process_batch_size(batch_size))",
+                        fixable=False,
+                    )
 
 
 #: What DDP040 says of batches that no DataLoader gives, and what a human does about it.

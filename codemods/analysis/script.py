@@ -1417,7 +1417,8 @@ class ScriptAnalysis:
                 continue
             for function in (function, *other_targets.get(call, ())):
                 for param, arg in self.bound_arguments(call, function):
-                    changed |= self._bind(self._key(function, param), self.origins(arg))
+                    home = self if self.owns(arg) else self.shared.analysis_of(arg) or self  # (passed on from another module)
+                    changed |= self._bind(self._key(function, param), home.origins(arg))
                     items = self._items_of(arg)
                     if items:
                         changed |= self._bind_items(function, param, items)
@@ -1834,19 +1835,66 @@ class ScriptAnalysis:
 
     def bound_arguments(self, call: cst.Call, function: cst.FunctionDef) -> Iterator[tuple[str, cst.BaseExpression]]:
         """Each parameter of the function a call runs, with the argument the call gives it (positional or
-        by keyword; none past a ``*args``)."""
+        by keyword; none past a ``*args`` the analysis cannot follow). A call that passes on its own function's
+        ``*args`` / ``**kwargs`` (``super().__init__(*args, **kwargs)``) gives what each call of that function in
+        the program hands them: a parameter may then come once per such call."""
+        params = self._positional_names(function)
+        kwonly = {p.name.value for p in function.params.kwonly_params}
+        for args in self._passed_on(call, depth=2):
+            for index, arg in enumerate(args):
+                if arg.star:
+                    break
+                if arg.keyword is None:
+                    if index < len(params):
+                        yield params[index], arg.value
+                elif arg.keyword.value in params or arg.keyword.value in kwonly:
+                    yield arg.keyword.value, arg.value
+
+    def _positional_names(self, function: cst.FunctionDef) -> list[str]:
+        """The names of a function's positional parameters, a method's ``self`` / ``cls`` left out."""
         params = [p.name.value for p in (*function.params.posonly_params, *function.params.params)]
         if params and params[0] in ("self", "cls") and self.enclosing_class(function) is not None:
             params = params[1:]
-        kwonly = {p.name.value for p in function.params.kwonly_params}
-        for index, arg in enumerate(call.args):
-            if arg.star:
-                break
-            if arg.keyword is None:
-                if index < len(params):
-                    yield params[index], arg.value
-            elif arg.keyword.value in params or arg.keyword.value in kwonly:
-                yield arg.keyword.value, arg.value
+        return params
+
+    def _passed_on(self, call: cst.Call, depth: int) -> list[Sequence[cst.Arg]]:
+        """The call's arguments, with its function's own ``*args`` / ``**kwargs`` passed on replaced by what each
+        call of that function in the program gives them (one list per such call); the arguments as written where
+        the call passes on nothing, or something else."""
+        if not any(arg.star for arg in call.args):
+            return [call.args]
+        function = self.enclosing_function(call)
+        star = function.params.star_arg if function is not None else None
+        star_name = star.name.value if isinstance(star, cst.Param) else None
+        double = function.params.star_kwarg if function is not None else None
+        double_name = double.name.value if isinstance(double, cst.Param) else None
+        passed = {arg.star: dotted_name(arg.value) for arg in call.args if arg.star}
+        if function is None or depth <= 0 or any(name is None or name != (star_name if kind == "*" else double_name) for kind, name in passed.items()):
+            return [call.args]
+        own = [arg for arg in call.args if not arg.star]
+        versions: list[Sequence[cst.Arg]] = []
+        for outer in self.callers_in_program(function):
+            owner = self.shared.analysis_of(outer) or self
+            for outer_args in owner._passed_on(outer, depth - 1):
+                positional, keywords = owner._left_to_stars(outer_args, function)
+                versions.append(
+                    [*(a for a in own if a.keyword is None), *(positional if "*" in passed else []),
+                     *(a for a in own if a.keyword is not None), *(keywords if "**" in passed else [])]
+                )
+        return versions or [call.args]
+
+    def _left_to_stars(self, args: Sequence[cst.Arg], function: cst.FunctionDef) -> tuple[list[cst.Arg], list[cst.Arg]]:
+        """The arguments of a call that the function's ``*args`` and ``**kwargs`` take (those its named parameters
+        do not), in order; a ``*`` or ``**`` the call spreads of its own stays among them (a binding stops there)."""
+        named = {*self._positional_names(function), *(p.name.value for p in function.params.kwonly_params)}
+        count = len(self._positional_names(function))
+        positional = [arg for arg in args if arg.keyword is None and arg.star != "**"]
+        if any(arg.star for arg in positional[:count]):
+            positional = [next(arg for arg in positional if arg.star)]  # (where the spread lands is unknown)
+        else:
+            positional = positional[count:]
+        keywords = [arg for arg in args if (arg.keyword is not None and arg.keyword.value not in named) or arg.star == "**"]
+        return positional, keywords
 
     def call_target(self, call: cst.Call) -> cst.FunctionDef | None:
         """The function of this file a call runs, if the analysis can tell."""
@@ -3495,6 +3543,9 @@ class ScriptAnalysis:
         grouped: dict[cst.FunctionDef, list[cst.Call]] = {}
         for call, target in self.shared.call_targets.items():
             grouped.setdefault(target, []).append(call)
+        for call, others in self.shared.other_targets.items():  # (``self.train_step(b)`` of a base class: each override)
+            for target in others:
+                grouped.setdefault(target, []).append(call)
         return grouped
 
     def names_in_target(self, target: cst.CSTNode) -> list[tuple[cst.CSTNode, str]]:
