@@ -425,16 +425,16 @@ loss.backward()
     @staticmethod
     def _wrapped_elsewhere(analysis: ScriptAnalysis, model: str) -> bool:
         """Whether the model object is wrapped under another name: the DDP tutorial builds ``model`` in one
-        function and wraps ``self.model = DDP(model.to(gpu_id))`` in its ``Trainer``; or the name holds a
+        function and wraps ``self.model = DDP(model.to(gpu_id))`` in its ``Trainer`` (of any module); or the name holds a
         wrap made elsewhere (``model = build_model()`` of a factory that returns ``DataParallel(net)``)."""
         if any(_distributes_itself(analysis, origin) for site in analysis.model_training_sites.get(model, ()) for origin in analysis.name_origins(site, model)):
             return True  # (``FSDP(model)``, ``deepspeed.initialize(...)``: distributed by the library)
         wraps = set(analysis.program_wrap_calls)
         wrapped: set[cst.CSTNode] = set()
-        for wrap in analysis.wrap_calls:
+        for wrap in wraps:  # (in any module: a Trainer of another module wraps the model it is handed)
             inner = wrapped_argument(wrap)
             if inner is not None:
-                wrapped |= analysis.origins(inner)
+                wrapped |= (analysis.shared.analysis_of(wrap) or analysis).origins(inner)
         for optimizer in analysis.optimizer_calls:
             for call in walk(optimizer):
                 if isinstance(call, cst.Call) and call_method_name(call) in ("parameters", "named_parameters"):
