@@ -75,12 +75,21 @@ class PerRankValues:
         if name.startswith("self."):
             owner = self.analysis.enclosing_class(node)
             if owner is not None:
-                return (owner, name)
+                return (self._attribute_home(owner, name), name)
         elif "." in name:
             owner = self._instance_class(node, name.split(".", 1)[0])
             if owner is not None:  # ``trainer.train_loss`` in a callback: the Trainer's ``self.train_loss``
-                return (owner, "self." + name.split(".", 1)[1])
+                attribute = "self." + name.split(".", 1)[1]
+                return (self._attribute_home(owner, attribute), attribute)
         return (self.analysis.scope_of(node), name)
+
+    def _attribute_home(self, owner: cst.ClassDef, name: str) -> cst.ClassDef:
+        """The class an attribute of ``self`` is keyed by: the nearest of the class and those it derives from that
+        stores it (``self.metrics`` of a ``BaseTrainer``, read through a ``ClassifierTrainer`` in a callback and
+        written in the base's ``fit``: one key); the class itself where none does."""
+        attribute = ".".join(name.split(".")[:2])
+        bindings = self.analysis.shared.bindings
+        return next((cls for cls in self.analysis.shared.ancestors_of(owner) if (cls, attribute) in bindings), owner)
 
     def _instance_class(self, node: cst.CSTNode, root: str) -> cst.ClassDef | None:
         """The class of the program whose one instance the name ``root`` holds where ``node`` is: one class,

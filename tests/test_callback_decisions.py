@@ -1,0 +1,99 @@
+"""An early stop decided in a callback on a metric of this rank's shard (a trial of multi-file repositories).
+
+``EarlyStopping.__call__(self, trainer)`` reads ``trainer.metrics[self.key]`` and sets ``trainer.stop_training``;
+the base Trainer's ``fit`` leaves its epoch loop on ``if self.stop_training: break``. The metric was keyed by
+the subclass the callback's ``trainer`` holds, while ``fit`` stored it under the base class that defines it:
+the flag was not seen to be per-rank, DDP041 said nothing, and under torchrun one rank stopped while the other
+went on into the next all-reduce (gloo: "Connection closed by peer").
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from ddp_migrate.cli import cli
+
+BASE = '''class BaseTrainer:
+    def __init__(self, model, optimizer, loader, callbacks=()):
+        self.model = model
+        self.optimizer = optimizer
+        self.loader = loader
+        self.callbacks = list(callbacks)
+        self.metrics = {}
+        self.stop_training = False
+
+    def train_step(self, batch):
+        raise NotImplementedError
+
+    def fit(self, epochs):
+        for epoch in range(epochs):
+            losses = []
+            for batch in self.loader:
+                losses.append(self.train_step(batch))
+            self.metrics["train_loss"] = sum(losses) / len(losses)
+            for callback in self.callbacks:
+                callback(self)
+            if self.stop_training:
+                break
+'''
+
+TRAINER = '''import torch.nn.functional as F
+
+from base import BaseTrainer
+
+
+class Trainer(BaseTrainer):
+    def train_step(self, batch):
+        x, y = batch
+        loss = F.mse_loss(self.model(x), y)
+        self.optimizer.zero_grad()
+        loss.backward()
+        self.optimizer.step()
+        return loss.item()
+'''
+
+CALLBACKS = '''class EarlyStopping:
+    def __init__(self, key, patience=1):
+        self.key = key
+        self.patience = patience
+        self.best = float("inf")
+        self.bad = 0
+
+    def __call__(self, trainer):
+        current = trainer.metrics[self.key]
+        if current < self.best:
+            self.best, self.bad = current, 0
+        else:
+            self.bad += 1
+            if self.bad >= self.patience:
+                trainer.stop_training = True
+'''
+
+RUN = '''import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from callbacks import EarlyStopping
+from trainer import Trainer
+
+
+def main():
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
+    Trainer(model, optimizer, loader, callbacks=[EarlyStopping("train_loss")]).fit(5)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_an_early_stop_a_callback_decides_on_this_ranks_metric_is_reviewed(tmp_path: Path) -> None:
+    for name, text in (("base.py", BASE), ("trainer.py", TRAINER), ("callbacks.py", CALLBACKS), ("run.py", RUN)):
+        (tmp_path / name).write_text(text)
+    result = CliRunner().invoke(cli, ["--diff", str(tmp_path / "run.py")])
+    reviews = [line for line in result.output.splitlines() if line.strip().startswith("review") and "DDP041" in line]
+    assert any("base.py" in line and "`self.stop_training` decides on self.stop_training" in line for line in reviews), result.output
