@@ -625,7 +625,7 @@ class LegacyFacts:
 
     @cached_property
     def environment_inits(self) -> list[cst.Call]:
-        """``init_process_group`` calls of a ``torch.distributed.launch`` script (it takes ``--local_rank``)
+        """``init_process_group`` calls of a ``torch.distributed.launch`` program (it takes ``--local_rank``)
         that read everything from the launcher's environment (``env://``, the default) on a path every run
         takes: run as plain ``python`` they fail for want of ``RANK``.
 
@@ -633,9 +633,10 @@ class LegacyFacts:
         ``return`` under such a test, as reference scripts' ``init_distributed_mode`` does) is the script's
         own single-process fallback and is left alone.
         """
-        if not self.local_rank_options:
+        if not self.program_local_rank_options:
             # A torchrun-native script is correct as it is; only a torch.distributed.launch script (its
-            # ``--local_rank`` option) is being migrated off its launcher.
+            # ``--local_rank`` option, in any module of the program: a helper module sets up the group of the
+            # entry's parser) is being migrated off its launcher.
             return []
         explicit = set(self.explicit_inits)
         found = []
