@@ -128,7 +128,18 @@ for x, y in loader:
             batches = _batch_names(loop)
             for node in _own_nodes(loop.loop.body):
                 if type(node) is cst.Comparison:
-                    for side in _compared_with_global_batch(node, batches, sizes):  # type: ignore[arg-type]
+                    for side, first_axis in _compared_with_global_batch(node, batches, sizes):  # type: ignore[arg-type]
+                        if not first_axis:
+                            yield Match(
+                                side,
+                                f"a size of this process's batch on an axis other than the first is compared with "
+                                f"{code_of(side)}, the global batch size: if that axis holds the samples (a "
+                                f"sequence-first batch), each process now loads runtime.per_process_batch_size("
+                                f"{code_of(side)}) of them a step and every batch looks incomplete; compare with the "
+                                "per-process size there",
+                                fixable=False,
+                            )
+                            continue
                         guarded = analysis.parent(node)
                         if type(guarded) is cst.If and guarded.test is node and _reads_code(guarded.body, code_of(side)):  # type: ignore[attr-defined]
                             # ``if x.size(0) < B: pad x up to B``: the body builds a global batch too
@@ -236,12 +247,15 @@ def _batch_names(loop: LoaderLoop) -> set[str]:
     return {node.value for node in walk(target) if type(node) is cst.Name}  # type: ignore[attr-defined]
 
 
-def _batch_size_read(expr: cst.BaseExpression, batches: set[str], tokens: bool = False) -> bool:
+def _batch_size_read(expr: cst.BaseExpression, batches: set[str], tokens: bool = False, any_axis: bool = False) -> bool:
     """``x.size(0)``, ``x.shape[0]``, ``len(x)`` of a batch (or of a part of one: ``batch["ids"]``); with
-    ``tokens``, ``x.numel()`` too (a count of tokens). Another dimension (``x.size(-1)``) is no batch size."""
+    ``tokens``, ``x.numel()`` too (a count of tokens). Another dimension (``x.size(-1)``) is no batch size, but
+    with ``any_axis`` (the size is compared with the batch size itself: ``src.size(1) != batch_size`` of a
+    sequence-first batch) any one axis is."""
+    is_axis = _is_axis if any_axis else _is_zero
     if type(expr) is cst.Call:
         method = call_method_name(expr)  # type: ignore[arg-type]
-        if method == "size" and len(expr.args) == 1 and _is_zero(expr.args[0].value):  # type: ignore[attr-defined]
+        if method == "size" and len(expr.args) == 1 and is_axis(expr.args[0].value):  # type: ignore[attr-defined]
             return _reads_batch(expr.func.value, batches)  # type: ignore[attr-defined]
         if method == "numel" and tokens:
             return _reads_batch(expr.func.value, batches)  # type: ignore[attr-defined]
@@ -249,9 +263,16 @@ def _batch_size_read(expr: cst.BaseExpression, batches: set[str], tokens: bool =
             return _reads_batch(expr.args[0].value, batches)  # type: ignore[attr-defined]
     if type(expr) is cst.Subscript and type(expr.value) is cst.Attribute and expr.value.attr.value == "shape":  # type: ignore[attr-defined]
         elements = expr.slice  # type: ignore[attr-defined]
-        if len(elements) == 1 and type(elements[0].slice) is cst.Index and _is_zero(elements[0].slice.value):
+        if len(elements) == 1 and type(elements[0].slice) is cst.Index and is_axis(elements[0].slice.value):
             return _reads_batch(expr.value.value, batches)  # type: ignore[attr-defined]
     return False
+
+
+def _is_axis(expr: cst.BaseExpression) -> bool:
+    """Whether an expression is one axis written out (``0``, ``1``, ``-1``)."""
+    if type(expr) is cst.UnaryOperation and type(expr.operator) is cst.Minus:  # type: ignore[attr-defined]
+        expr = expr.expression  # type: ignore[attr-defined]
+    return type(expr) is cst.Integer
 
 
 def _length_taken(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
@@ -335,14 +356,17 @@ def _reads_batch(expr: cst.BaseExpression, batches: set[str]) -> bool:
     return type(expr) is cst.Name and expr.value in batches  # type: ignore[attr-defined]
 
 
-def _compared_with_global_batch(node: cst.Comparison, batches: set[str], sizes: list[str]) -> Iterator[cst.BaseExpression]:
-    """The sides of ``x.size(0) < B`` that spell the global batch size ``B`` opposite a batch's size."""
+def _compared_with_global_batch(node: cst.Comparison, batches: set[str], sizes: list[str]) -> Iterator[tuple[cst.BaseExpression, bool]]:
+    """The sides of ``x.size(0) < B`` that spell the global batch size ``B`` opposite a batch's size, each with
+    whether that size is of the batch's first axis (another axis: ``src.size(1) != B`` of a sequence-first batch,
+    or a feature axis the analysis cannot tell from it)."""
     sides = [node.left, *(c.comparator for c in node.comparisons)]
-    if not any(_batch_size_read(side, batches) for side in sides):
+    if not any(_batch_size_read(side, batches, any_axis=True) for side in sides):
         return
+    first_axis = any(_batch_size_read(side, batches) for side in sides)
     for side in sides:
-        if not _batch_size_read(side, batches) and code_of(side) in sizes:
-            yield side
+        if not _batch_size_read(side, batches, any_axis=True) and code_of(side) in sizes:
+            yield side, first_axis
 
 
 def _shape_names(loop: LoaderLoop, batches: set[str]) -> tuple[set[str], set[str]]:

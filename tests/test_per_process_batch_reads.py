@@ -172,3 +172,14 @@ def test_a_learning_rate_logged_from_a_sample_count_sets_nothing(tmp_path: Path)
     ).replace("range(100)", "range(3)")
     _, report, _ = migrate_script(tmp_path, source)
     assert "sets the learning rate from it" not in report, report
+
+
+def test_a_batch_compared_on_another_axis_is_reviewed(tmp_path: Path) -> None:
+    """A sequence-first batch (``pad_sequence`` without batch_first): ``if src.size(1) != BATCH_SIZE: continue``
+    skipped every batch under torchrun, with nothing to review (a trial); a feature axis looks the same to the
+    analysis, so it is a review line, not a rewrite."""
+    source = SKIP_INCOMPLETE.replace("if xb.size(0) < BATCH_SIZE:", "if xb.size(1) != BATCH_SIZE:")
+    migrated, report, _ = migrate_script(tmp_path, source)
+    assert "if xb.size(1) != BATCH_SIZE:" in migrated, migrated
+    reviews = [line for line in report.splitlines() if line.strip().startswith("review") and "DDP047" in line]
+    assert len(reviews) == 1 and "if that axis holds the samples" in reviews[0], report
