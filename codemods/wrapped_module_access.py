@@ -64,7 +64,9 @@ OWN_STEP_TODO = (
 UNFIXABLE = frozenset({"step", "own_step"})
 TRAINING_STEP_TODO = (
     "this model method runs in the training step: through .module it would skip DDP's gradient all-reduce; "
-    "call the model (its forward) instead, e.g. make forward() return the loss"
+    "call the model (its forward) instead, e.g. make forward() return the loss (where the gradients this call "
+    "gives the model train nothing, as a critic's Q-value in the actor's loss that only the actor's optimizer "
+    "steps, .module is right)"
 )
 
 
