@@ -361,7 +361,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 model = DistributedDataParallel(net, device_ids=None)
 for x, y in loader:
-    # TODO(ddp-migrate): this model method runs in the training step: through .module it would skip DDP's gradient all-reduce; call the model (its forward) instead, e.g. make forward() return the loss
+    # TODO(ddp-migrate): this model method runs in the training step: through .module it would skip DDP's gradient all-reduce; call the model (its forward) instead, e.g. make forward() return the loss (where the gradients this call gives the model train nothing, as a critic's Q-value in the actor's loss that only the actor's optimizer steps, .module is right)
     loss = model.compute_loss(x, y)
     loss.backward()
     optimizer.step()
@@ -413,7 +413,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 model = DistributedDataParallel(net, device_ids=None)
 for (x,) in loader:
-    # TODO(ddp-migrate): this model method runs in the training step: through .module it would skip DDP's gradient all-reduce; call the model (its forward) instead, e.g. make forward() return the loss
+    # TODO(ddp-migrate): this model method runs in the training step: through .module it would skip DDP's gradient all-reduce; call the model (its forward) instead, e.g. make forward() return the loss (where the gradients this call gives the model train nothing, as a critic's Q-value in the actor's loss that only the actor's optimizer steps, .module is right)
     loss = model.module.compute_loss(x)
     loss.backward()
 """,
