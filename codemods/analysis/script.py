@@ -1873,8 +1873,13 @@ class ScriptAnalysis:
             return [call.args]
         own = [arg for arg in call.args if not arg.star]
         versions: list[Sequence[cst.Arg]] = []
-        for outer in self.callers_in_program(function):
-            owner = self.shared.analysis_of(outer) or self
+        # (the calls as resolved so far: this runs while the bindings are solved, before the program's callers,
+        # which are kept once asked for, are complete)
+        shared = self.shared
+        callers = [c for c, target in shared.call_targets.items() if target is function]
+        callers += [c for c, others in shared.other_targets.items() if function in others]
+        for outer in callers:
+            owner = shared.analysis_of(outer) or self
             for outer_args in owner._passed_on(outer, depth - 1):
                 positional, keywords = owner._left_to_stars(outer_args, function)
                 versions.append(
