@@ -97,3 +97,18 @@ def test_an_early_stop_a_callback_decides_on_this_ranks_metric_is_reviewed(tmp_p
     result = CliRunner().invoke(cli, ["--diff", str(tmp_path / "run.py")])
     reviews = [line for line in result.output.splitlines() if line.strip().startswith("review") and "DDP041" in line]
     assert any("base.py" in line and "`self.stop_training` decides on self.stop_training" in line for line in reviews), result.output
+
+
+def test_an_early_stop_on_losses_a_base_class_collects_in_a_comprehension_is_reviewed(tmp_path: Path) -> None:
+    """``losses = [self.train_step(batch) for batch in self.loader]`` in the base class: the call runs the subclass's
+    override, whose returned loss is this rank's; the mean of the list was not seen to be per-rank."""
+    base = BASE.replace(
+        "            losses = []\n            for batch in self.loader:\n                losses.append(self.train_step(batch))\n",
+        "            losses = [self.train_step(batch) for batch in self.loader]\n",
+    )
+    assert base != BASE
+    for name, text in (("base.py", base), ("trainer.py", TRAINER), ("callbacks.py", CALLBACKS), ("run.py", RUN)):
+        (tmp_path / name).write_text(text)
+    result = CliRunner().invoke(cli, ["--diff", str(tmp_path / "run.py")])
+    reviews = [line for line in result.output.splitlines() if line.strip().startswith("review") and "DDP041" in line]
+    assert any("`self.stop_training` decides on self.stop_training" in line for line in reviews), result.output

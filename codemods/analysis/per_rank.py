@@ -278,7 +278,9 @@ class PerRankValues:
                 return
             target = analysis.call_target(expr)  # type: ignore[arg-type]
             if target is not None:
-                found.append(_Use(dotted_name(expr.func) or "a per-rank value", function=target, call=expr))  # type: ignore[attr-defined, arg-type]
+                # (each function the call may run: ``self.train_step(b)`` of a base class runs a subclass's override)
+                for function in (target, *analysis.shared.other_targets.get(expr, ())):  # type: ignore[call-overload]
+                    found.append(_Use(dotted_name(expr.func) or "a per-rank value", function=function, call=expr))  # type: ignore[attr-defined, arg-type]
         elif kind is cst.Attribute and expr.attr.value in SHAPE_QUERIES:  # type: ignore[attr-defined]
             return
         if kind is cst.Name or kind is cst.Attribute:
