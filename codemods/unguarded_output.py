@@ -7,7 +7,7 @@ from typing import Iterator
 import libcst as cst
 
 from . import names
-from .analysis import ScriptAnalysis
+from .analysis import ScriptAnalysis, walk
 from .analysis.ranks import rank_facts
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Severity, Valid
 from .edits import Edits, code_of, expression, statement
@@ -167,6 +167,8 @@ if master_process:
                     continue  # the script's own rank-aware print (``setup_for_distributed``): its choice
                 if any(facts.is_rank_dependent(a.value) for a in call.args if a.keyword is None):
                     continue  # it says which rank speaks: meant for every rank
+                if _before_the_process_ends(analysis, call):
+                    continue  # why this process stops (``print("Loss is nan"); sys.exit(1)``): on whichever rank it does
                 yield Match(call, "print runs on every process: print on rank 0 only (runtime.print0)")
             elif analysis.is_call_to(call, _WRITES) and type(analysis.parent(call)) is cst.Expr:
                 if facts.guard(call) is not None or any(facts.is_rank_dependent(a.value) for a in call.args if a.keyword is None):
@@ -256,3 +258,25 @@ def _printed(analysis: ScriptAnalysis, call: cst.Call, rt: str) -> cst.Call:
 def _disable_argument(call: cst.Call) -> cst.Arg | None:
     """The ``disable=`` argument of a progress bar, if given."""
     return next((a for a in call.args if a.keyword is not None and a.keyword.value == "disable"), None)
+
+
+#: Calls that end the process.
+_PROCESS_ENDS = frozenset({"sys.exit", "os._exit", "builtins.exit", "builtins.quit"})
+
+
+def _before_the_process_ends(analysis: ScriptAnalysis, call: cst.Call) -> bool:
+    """Whether the print says why the process stops: a later statement of its block raises or ends the process
+    (``print(f"Loss is {loss}, stopping training"); sys.exit(1)``). Only the rank that gets there prints it, and
+    rank 0 may never: on rank 0 alone, another rank's reason would never be seen."""
+    statement = analysis.statement(call)
+    block = analysis.parent(statement)
+    body = getattr(block, "body", None)
+    if not isinstance(body, (list, tuple)) or statement not in body:
+        return False
+    for later in body[body.index(statement) + 1 :]:
+        for node in walk(later):
+            if type(node) is cst.Raise or (type(node) is cst.Call and analysis.is_call_to(node, _PROCESS_ENDS)):  # type: ignore[arg-type]
+                return True
+            if type(node) in (cst.FunctionDef, cst.ClassDef):
+                break
+    return False

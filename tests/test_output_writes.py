@@ -62,3 +62,40 @@ def test_a_write_to_a_stream_given_by_position_is_left_to_a_human(tmp_path: Path
     pytest.importorskip("tqdm")
     migrated, report, _ = migrate_script(tmp_path, SCRIPT.replace('tqdm.write(f"epoch {epoch}")', 'tqdm.write(f"epoch {epoch}", sys.stderr)'))
     assert 'tqdm.write(f"epoch {epoch}", sys.stderr)' in migrated and "DDP010 tqdm.write() writes on every process" in report, report
+
+
+NAN_STOP = '''import math
+import sys
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
+    for epoch in range(2):
+        for x, y in loader:
+            loss = nn.functional.mse_loss(model(x), y)
+            if not math.isfinite(loss.item()):
+                print(f"Loss is {loss.item()}, stopping training")
+                sys.exit(1)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        print(f"epoch {epoch} loss {loss.item():.4f}")
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_a_print_that_says_why_the_process_stops_stays_on_every_rank(tmp_path: Path) -> None:
+    """torchvision's ``print(f"Loss is {loss_value}, stopping training"); sys.exit(1)``: on rank 0 alone, the rank that
+    stops would die without a word (a trial). The epoch's progress line still goes to rank 0."""
+    migrated, report, _ = migrate_script(tmp_path, NAN_STOP)
+    assert '                print(f"Loss is {loss.item()}, stopping training")' in migrated, migrated
+    assert 'runtime.print0(f"epoch {epoch} loss {loss.item():.4f}")' in migrated, migrated
