@@ -30,7 +30,10 @@ class UnshardedTrainingData(Rule):
     What it finds: a training loop (``backward()`` called once per iteration of a loop) in a program with no
     training ``DataLoader`` (none at all, or only loaders that evaluate): its batches come from something else (``get_batch()`` drawing random
     offsets into a tensor or a memory-mapped file, slices of a tensor, a data set's own iterator), and
-    nothing in the program draws or indexes them by rank (a seed or an index computed from the rank).
+    nothing in the program draws or indexes them by rank (a seed or an index computed from the rank). Also a
+    ``DataLoader`` the entry builds and hands to code the analysis cannot follow (a Trainer class picked by
+    name: ``getattr(trainers, cfg["type"])(model, train_loader, ...)``) while the program trains where no call
+    of the entry is seen to run it: it may be the loader that trains, left unsharded.
 
     Why it is a problem: the migration shards training data by giving each ``DataLoader`` a
     ``DistributedSampler``; batches made any other way are left as they are. Every process then trains on
