@@ -7,7 +7,7 @@ from typing import Iterator
 import libcst as cst
 
 from . import names
-from .analysis import ScriptAnalysis, walk
+from .analysis import ScriptAnalysis
 from .analysis.ranks import rank_facts
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Severity, Valid
 from .edits import Edits, code_of, expression, statement
@@ -265,8 +265,8 @@ _PROCESS_ENDS = frozenset({"sys.exit", "os._exit", "builtins.exit", "builtins.qu
 
 
 def _before_the_process_ends(analysis: ScriptAnalysis, call: cst.Call) -> bool:
-    """Whether the print says why the process stops: a later statement of its block raises or ends the process
-    (``print(f"Loss is {loss}, stopping training"); sys.exit(1)``). Only the rank that gets there prints it, and
+    """Whether the print says why the process stops: a later simple statement of its block raises or ends the
+    process (``print(f"Loss is {loss}, stopping training"); sys.exit(1)``), so every path past the print does. Only the rank that gets there prints it, and
     rank 0 may never: on rank 0 alone, another rank's reason would never be seen."""
     statement = analysis.statement(call)
     block = analysis.parent(statement)
@@ -274,9 +274,11 @@ def _before_the_process_ends(analysis: ScriptAnalysis, call: cst.Call) -> bool:
     if not isinstance(body, (list, tuple)) or statement not in body:
         return False
     for later in body[body.index(statement) + 1 :]:
-        for node in walk(later):
-            if type(node) is cst.Raise or (type(node) is cst.Call and analysis.is_call_to(node, _PROCESS_ENDS)):  # type: ignore[arg-type]
+        if type(later) is not cst.SimpleStatementLine:
+            continue  # (a raise inside a later loop or branch ends the process on some paths only)
+        for small in later.body:  # type: ignore[attr-defined]
+            if type(small) is cst.Raise:
                 return True
-            if type(node) in (cst.FunctionDef, cst.ClassDef):
-                break
+            if type(small) is cst.Expr and type(small.value) is cst.Call and analysis.is_call_to(small.value, _PROCESS_ENDS):  # type: ignore[attr-defined, arg-type]
+                return True
     return False

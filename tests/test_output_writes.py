@@ -99,3 +99,13 @@ def test_a_print_that_says_why_the_process_stops_stays_on_every_rank(tmp_path: P
     migrated, report, _ = migrate_script(tmp_path, NAN_STOP)
     assert '                print(f"Loss is {loss.item()}, stopping training")' in migrated, migrated
     assert 'runtime.print0(f"epoch {epoch} loss {loss.item():.4f}")' in migrated, migrated
+
+
+def test_a_print_before_a_loop_that_may_raise_is_no_reason_to_stop(tmp_path: Path) -> None:
+    """A raise inside a later loop's branch ends the process on some paths only: the print is progress output."""
+    source = NAN_STOP.replace(
+        '        print(f"epoch {epoch} loss {loss.item():.4f}")\n',
+        '        print(f"epoch {epoch} loss {loss.item():.4f}")\n        for p in model.parameters():\n            if p.isnan().any():\n                raise RuntimeError("nan")\n',
+    )
+    migrated, _, _ = migrate_script(tmp_path, source)
+    assert 'runtime.print0(f"epoch {epoch} loss {loss.item():.4f}")' in migrated, migrated
