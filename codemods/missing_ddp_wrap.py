@@ -19,7 +19,7 @@ from .analysis import (
 )
 from .analysis.legacy import legacy_facts
 from .analysis.ranks import counts_the_processes, rank_facts
-from .analysis.script import SELF_RETURNING_METHODS, item_name
+from .analysis.script import item_name, under_self_returning_calls
 from .analysis.trainable import frozen_models, skipped_in_some_steps
 from .base import (
     Change,
@@ -883,10 +883,7 @@ def _binds_unwrapped(analysis: ScriptAnalysis, block: cst.CSTNode, models: set[s
         return False
     for node in walk(block):
         if isinstance(node, cst.Assign) and any(dotted_name(t.target) in models for t in node.targets):
-            value = node.value
-            while isinstance(value, cst.Call) and call_method_name(value) in SELF_RETURNING_METHODS:
-                value = value.func.value  # type: ignore[attr-defined]
-            if dotted_name(value) in models:
+            if dotted_name(under_self_returning_calls(node.value)) in models:
                 return True
     return False
 

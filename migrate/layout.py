@@ -340,7 +340,7 @@ def _delimiter_split(content: str, tokens: list[_Token], inside: set[int]) -> li
     fors = [i - 1 if i > 0 and tokens[i - 1].string == "async" else i for i, word in words if word == "for"]
     if fors:
         # A comprehension: black cuts before each ``for`` and each ``if`` that filters (the highest priority).
-        cuts = [i for i in fors if i > 0] + [i for i, word in words if word == "if" and fors and i > fors[0]]
+        cuts = [i for i in fors if i > 0] + [i for i, word in words if word == "if" and i > fors[0]]
         if not cuts:
             return None  # (``for k, v in state.items()``, a clause already on its own line: the bracket split applies)
         bounds = [0, *(tokens[i].start for i in sorted(cuts)), len(content)]

@@ -144,6 +144,14 @@ def subscript_key(node: cst.CSTNode | None) -> str | None:
     return text if isinstance(text, str) else None
 
 
+def under_self_returning_calls(value: cst.BaseExpression) -> cst.BaseExpression:
+    """The value under the self-returning methods called on it: ``net`` of ``net.to(device).train()``, the copying
+    call of ``copy.deepcopy(model).eval().to(device)``."""
+    while type(value) is cst.Call and call_method_name(value) in SELF_RETURNING_METHODS:  # type: ignore[arg-type]
+        value = value.func.value  # type: ignore[attr-defined]
+    return value
+
+
 def _copied_names(value: cst.CSTNode) -> list[cst.CSTNode]:
     """The names and attributes a value copies: itself (``model``, ``model.module``), or either side of a
     conditional (``model.module if ddp else model``, ``ema or model``); none for anything computed."""
@@ -1419,7 +1427,7 @@ class ScriptAnalysis:
                 for param, arg in self.bound_arguments(call, function):
                     home = self if self.owns(arg) else self.shared.analysis_of(arg) or self  # (passed on from another module)
                     changed |= self._bind(self._key(function, param), home.origins(arg))
-                    items = self._items_of(arg)
+                    items = home._items_of(arg)
                     if items:
                         changed |= self._bind_items(function, param, items)
         return changed
@@ -1876,9 +1884,7 @@ class ScriptAnalysis:
         # (the calls as resolved so far: this runs while the bindings are solved, before the program's callers,
         # which are kept once asked for, are complete)
         shared = self.shared
-        callers = [c for c, target in shared.call_targets.items() if target is function]
-        callers += [c for c, others in shared.other_targets.items() if function in others]
-        for outer in callers:
+        for outer in [c for c, target in self._program_call_targets() if target is function]:
             owner = shared.analysis_of(outer) or self
             for outer_args in owner._passed_on(outer, depth - 1):
                 positional, keywords = owner._left_to_stars(outer_args, function)
@@ -1891,8 +1897,9 @@ class ScriptAnalysis:
     def _left_to_stars(self, args: Sequence[cst.Arg], function: cst.FunctionDef) -> tuple[list[cst.Arg], list[cst.Arg]]:
         """The arguments of a call that the function's ``*args`` and ``**kwargs`` take (those its named parameters
         do not), in order; a ``*`` or ``**`` the call spreads of its own stays among them (a binding stops there)."""
-        named = {*self._positional_names(function), *(p.name.value for p in function.params.kwonly_params)}
-        count = len(self._positional_names(function))
+        params = self._positional_names(function)
+        named = {*params, *(p.name.value for p in function.params.kwonly_params)}
+        count = len(params)
         positional = [arg for arg in args if arg.keyword is None and arg.star != "**"]
         if any(arg.star for arg in positional[:count]):
             positional = [next(arg for arg in positional if arg.star)]  # (where the spread lands is unknown)
@@ -3235,7 +3242,7 @@ class ScriptAnalysis:
                     if name is not None and seen.get(key, -1) < left:
                         seen[key] = left
                         pending.extend((value, left - 1) for value in home.flows_into(part, name))
-        return found
+        return list(dict.fromkeys(found))  # (a part followed again with more steps left is found again)
 
     def bound_in_expression(self, node: cst.CSTNode) -> bool:
         """Whether a name is bound by a comprehension or a lambda around it (``p`` in ``[p for p in
@@ -3546,12 +3553,17 @@ class ScriptAnalysis:
     @cached_property
     def _program_callers(self) -> dict[cst.FunctionDef, list[cst.Call]]:
         grouped: dict[cst.FunctionDef, list[cst.Call]] = {}
-        for call, target in self.shared.call_targets.items():
+        for call, target in self._program_call_targets():
             grouped.setdefault(target, []).append(call)
-        for call, others in self.shared.other_targets.items():  # (``self.train_step(b)`` of a base class: each override)
-            for target in others:
-                grouped.setdefault(target, []).append(call)
         return grouped
+
+    def _program_call_targets(self) -> Iterator[tuple[cst.Call, cst.FunctionDef]]:
+        """Each call of the program with each function it may run, as resolved so far (``self.train_step(b)`` of a
+        base class runs each override)."""
+        yield from self.shared.call_targets.items()
+        for call, others in self.shared.other_targets.items():
+            for target in others:
+                yield call, target
 
     def names_in_target(self, target: cst.CSTNode) -> list[tuple[cst.CSTNode, str]]:
         """The names and attribute chains a value stored into ``target`` lands in, with their nodes: the

@@ -27,6 +27,7 @@ from .script import (
     leaves_function,
     own_method,
     subscript_key,
+    under_self_returning_calls,
     walk,
 )
 from .values import SOME_OBJECT, UNKNOWN, literal_value, truth, value_at
@@ -130,7 +131,7 @@ def _a_copy(analysis: ScriptAnalysis, expr: cst.BaseNode) -> bool:
     .eval()``, or a name every value of which is one) that no wrap of the program takes: its parameters are
     its own."""
     if type(expr) is cst.Call:
-        return _is_model_copy(analysis, expr) and _built_from(expr) not in _wrapped_origins(analysis)  # type: ignore[arg-type]
+        return _is_model_copy(analysis, expr) and under_self_returning_calls(expr) not in _wrapped_origins(analysis)  # type: ignore[arg-type]
     origins = analysis.origins(expr) if isinstance(expr, (cst.Name, cst.Attribute)) else set()
     return bool(origins) and all(type(o) is cst.Call and _a_copy(analysis, o) for o in origins)
 
@@ -243,7 +244,7 @@ def frozen_before_the_wrap(analysis: ScriptAnalysis, wrap: cst.Call, wrapper: cs
     home = analysis if analysis.owns(wrap) else analysis.shared.analysis_of(wrap)
     if not wrap.args or home is None:
         return True
-    wrapped = {dotted_name(_built_from(wrap.args[0].value))}
+    wrapped = {dotted_name(under_self_returning_calls(wrap.args[0].value))}
     if home is analysis and analysis.enclosing_function(wrapper) is analysis.enclosing_function(wrap):
         wrapped.add(dotted_name(wrapper))
     return _changed_before(home, wrap, {name.split(".")[0] for name in wrapped if name is not None}, depth=3, own=True)
@@ -277,21 +278,13 @@ def _changed_before(analysis: ScriptAnalysis, node: cst.CSTNode, names_of_model:
         there = set(kept) if owner is analysis else set()
         for parameter in handed:
             argument = owner.argument_for(call, function, parameter)
-            name = dotted_name(_built_from(argument)) if argument is not None else None
+            name = dotted_name(under_self_returning_calls(argument)) if argument is not None else None
             if name is None:
                 return True
             there.add(name.split(".")[0])
         if there and _changed_before(owner, call, there, depth - 1):  # (the call's own statement runs the rest)
             return True
     return False
-
-
-def _built_from(value: cst.BaseExpression) -> cst.BaseExpression:
-    """The model under the self-returning calls of ``net.to(device)`` (``copy.deepcopy(model).eval().to(device)``:
-    the copying call)."""
-    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in SELF_RETURNING_METHODS:
-        value = value.func.value
-    return value
 
 
 def _statements_before(analysis: ScriptAnalysis, node: cst.CSTNode, own: bool) -> Iterator[cst.BaseStatement]:
@@ -321,7 +314,7 @@ def _builds_another_model(statement: cst.BaseStatement, model_names: set[str]) -
     targets = {dotted_name(target.target) for target in assign.targets}
     if None in targets or any(target.split(".")[0] in model_names for target in targets):  # type: ignore[union-attr]
         return False
-    value = _built_from(assign.value)
+    value = under_self_returning_calls(assign.value)
     if not isinstance(value, cst.Call):
         return False
     used = {part.value for part in walk(value) if isinstance(part, cst.Name)}
@@ -350,7 +343,7 @@ def _changes_a_copy(analysis: ScriptAnalysis, function: cst.FunctionDef, receive
 
 def _is_model_copy(analysis: ScriptAnalysis, value: cst.CSTNode) -> bool:
     """A new model made from one (:data:`names.MODEL_COPIES`), also moved or put in a mode (``.eval()``)."""
-    value = _built_from(value) if type(value) is cst.Call else value  # type: ignore[arg-type]
+    value = under_self_returning_calls(value) if type(value) is cst.Call else value  # type: ignore[arg-type]
     return type(value) is cst.Call and analysis.copies_a_model(value)  # type: ignore[arg-type]
 
 
