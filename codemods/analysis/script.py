@@ -165,13 +165,19 @@ def _copied_names(value: cst.CSTNode) -> list[cst.CSTNode]:
     return []
 
 
+def _class_parameter(function: cst.FunctionDef) -> str | None:
+    """The name a classmethod takes its class by (``cls`` of ``@classmethod def from_config(cls, config)``);
+    ``None`` for any other function."""
+    if not function.params.params or not any(dotted_name(d.decorator) == "classmethod" for d in function.decorators):
+        return None
+    return function.params.params[0].name.value
+
+
 def _builds_its_class(function: cst.FunctionDef) -> bool:
     """Whether a classmethod returns an instance of the class it is called on (``return cls(config)`` in
     ``@classmethod def from_config(cls, config)``)."""
-    if not function.params.params or not any(dotted_name(d.decorator) == "classmethod" for d in function.decorators):
-        return False
-    first = function.params.params[0].name.value
-    return any(
+    first = _class_parameter(function)
+    return first is not None and any(
         type(node) is cst.Return and type(node.value) is cst.Call and dotted_name(node.value.func) == first  # type: ignore[attr-defined]
         for node in walk(function.body)
     )
@@ -1661,9 +1667,7 @@ class ScriptAnalysis:
         """The class whose classmethod calls its own first parameter (``cls(config)`` in ``@classmethod def
         from_args(cls, args)``): the call builds an instance of that class (or of the subclass it is called on)."""
         function = self.enclosing_function(call)
-        if function is None or not function.params.params or function.params.params[0].name.value != name:
-            return None
-        if not any(dotted_name(d.decorator) == "classmethod" for d in function.decorators):
+        if function is None or _class_parameter(function) != name:
             return None
         owner = self.parent(self.parent(function))  # (the class's body, then the class)
         return owner if isinstance(owner, cst.ClassDef) else None
