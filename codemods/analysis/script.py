@@ -173,6 +173,11 @@ def _class_parameter(function: cst.FunctionDef) -> str | None:
     return function.params.params[0].name.value
 
 
+def _is_a_method(function: cst.FunctionDef) -> bool:
+    """Whether a function takes its object as ``self`` (a method of a class)."""
+    return bool(function.params.params) and function.params.params[0].name.value == "self"
+
+
 def _builds_its_class(function: cst.FunctionDef) -> bool:
     """Whether a classmethod returns an instance of the class it is called on (``return cls(config)`` in
     ``@classmethod def from_config(cls, config)``)."""
@@ -2679,9 +2684,41 @@ class ScriptAnalysis:
         for module in self.shared.analyses:
             for call in module.calls_to(names.REDUCTIONS):
                 function = module.enclosing_function(call)
-                if function is not None and function.params.params and function.params.params[0].name.value == "self":
+                if function is not None and _is_a_method(function):
                     found.add(function)
+        # ``MetricLogger.synchronize_between_processes`` running ``meter.synchronize_between_processes()`` for each
+        # meter it holds: a method that runs a reducing method on its own object's parts reduces its object too.
+        # The part's class is rarely known (``defaultdict(SmoothedValue)``): a reducing method's name is enough.
+        while found:
+            reducing_names = {function.name.value for function in found}
+            more = {
+                function
+                for module in self.shared.analyses
+                for call in module.calls
+                if type(call.func) is cst.Attribute and call.func.attr.value in reducing_names  # type: ignore[attr-defined]
+                and (function := module.enclosing_function(call)) is not None and function not in found and _is_a_method(function)
+                and module.held_by_self(call.func.value, function)  # type: ignore[attr-defined]
+            }
+            if not more:
+                break
+            found |= more
         return frozenset(found)
+
+    def held_by_self(self, expr: cst.BaseExpression, method: cst.FunctionDef) -> bool:
+        """Whether an expression in a method is its object or a part of it: rooted at ``self``
+        (``self.meters["loss"]``), or a loop variable over such a part (``meter`` of ``for meter in
+        self.meters.values()``, ``for name, meter in self.meters.items()``)."""
+        while type(expr) in (cst.Attribute, cst.Subscript, cst.Call):
+            expr = expr.func if type(expr) is cst.Call else expr.value  # type: ignore[attr-defined]
+        if type(expr) is not cst.Name:
+            return False
+        if expr.value == "self":  # type: ignore[attr-defined]
+            return True
+        return any(
+            expr.value in _target_names(loop.target) and self.held_by_self(loop.iter, method)  # type: ignore[attr-defined]
+            for loop in (n for n in self.ancestors(expr) if type(n) is cst.For)
+            if self.is_inside(loop, method)
+        )
 
     def is_reduction(self, call: cst.Call) -> bool:
         """Whether a call's value is combined across ranks: a reduction of torch or the runtime, or a call of
