@@ -148,10 +148,15 @@ model.module.hyp = {"lr": 0.1}
             if wrapper is None or stmt not in siblings:
                 continue
             between: list[cst.BaseStatement] = []
+            uses = {wrapper.split(".")[0]} | ({inner_name.split(".")[0]} if inner_name else set())
+            holding: list[str] = [name for name in (wrapper, inner_name) if name is not None]
             for later in siblings[siblings.index(stmt) + 1 :]:
-                target = _layer_target(analysis, later, wrapper, inner_name)
+                # ``model = model.module`` (then ``model.fc = ...`` and a new wrap): the name no longer holds this wrap.
+                holding = [name for name in holding if "." in name or not analysis.rebinds(later, name)]
+                if not holding:
+                    break
+                target = _layer_target(analysis, later, holding)
                 if target is not None:
-                    uses = {wrapper.split(".")[0]} | ({inner_name.split(".")[0]} if inner_name else set())
                     movable = not any(
                         isinstance(n, cst.Name) and n.value in uses for s in between for n in walk(s)
                     )
@@ -203,9 +208,9 @@ def _under_device_moves(value: cst.BaseExpression) -> cst.BaseExpression:
     return value
 
 
-def _layer_target(analysis: ScriptAnalysis, stmt: cst.BaseStatement, wrapper: str, inner: str | None) -> cst.Attribute | None:
-    """The attribute ``stmt`` assigns a new layer to, when it is an attribute of the wrapper (``model.fc``,
-    ``model.module.fc``) or of the wrapped model (``net.fc``)."""
+def _layer_target(analysis: ScriptAnalysis, stmt: cst.BaseStatement, holding: list[str]) -> cst.Attribute | None:
+    """The attribute ``stmt`` assigns a new layer to, when it is an attribute of a name still holding the wrapper
+    (``model.fc``, ``model.module.fc``) or the wrapped model (``net.fc``): ``holding``."""
     if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1 or not isinstance(stmt.body[0], cst.Assign):
         return None
     assign = stmt.body[0]
@@ -213,7 +218,7 @@ def _layer_target(analysis: ScriptAnalysis, stmt: cst.BaseStatement, wrapper: st
         return None
     target = assign.targets[0].target
     name = dotted_name(target)
-    if name is None or not any(name.startswith(prefix + ".") for prefix in (wrapper, inner) if prefix):
+    if name is None or not any(name.startswith(prefix + ".") for prefix in holding):
         return None
     if name.split(".")[-1] == "module" or not analysis.builds_layer(assign.value):
         return None

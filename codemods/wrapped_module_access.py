@@ -1112,6 +1112,9 @@ def _alias_trained_past_ddp(
             name, layer = next(((a, called[len(a) + 1 :]) for a in aliases if called.startswith(a + ".")), (called, ""))
         if name not in aliases or layer in _NOT_A_FORWARD | {"zero_grad"}:
             continue
+        in_effect = analysis.binding_in_effect(call, name) if "." not in name else None
+        if in_effect is not None and in_effect is not statement_:
+            continue  # (``model = model.module`` later, then wrapped again: the call runs before or after, on the wrap)
         if (
             (
                 value in analysis.flows_into(call.func if not layer else call.func.value, name)  # type: ignore[attr-defined]

@@ -3516,6 +3516,18 @@ class ScriptAnalysis:
                 return None  # (a ``match`` statement, anything else: not straight-line code this reads)
             current = parent
 
+    def rebinds(self, stmt: cst.CSTNode, name: str) -> bool:
+        """Whether a statement binds a plain name to a new value (an assignment, a loop or ``with`` target, ``:=``),
+        not only changes what it holds (``model.fc = ...``, ``model[2] = ...``)."""
+        for part in walk(stmt):
+            kind = type(part)
+            if kind is cst.AssignTarget or kind is cst.AnnAssign or kind is cst.NamedExpr or kind is cst.For or kind is cst.CompFor:
+                if name in _target_names(part.target):  # type: ignore[attr-defined]
+                    return True
+            elif kind is cst.AsName and name in _target_names(part.name):  # type: ignore[attr-defined]
+                return True
+        return False
+
     def names_bound_in(self, stmt: cst.CSTNode) -> frozenset[str]:
         """The plain names a statement binds anywhere inside it (assignments, loop and ``with`` targets,
         ``except ... as``, ``:=``, definitions, imports, ``global``/``nonlocal``, ``del``), read once per statement."""
@@ -3673,8 +3685,22 @@ class ScriptAnalysis:
                 continue
             if same_scope and self._copied_unwrapped(expr, wrap):
                 continue
+            if same_scope and self._unwrapped_in_effect(expr, wrap):
+                continue
             return wrap
         return None
+
+    def _unwrapped_in_effect(self, expr: cst.BaseExpression, wrap: cst.Call) -> bool:
+        """Whether straight-line code shows a name holding another value than the wrap where it is read: the
+        binding in effect there unwraps (``model = model.module``, then ``model.fc = ...`` before the model is
+        wrapped again) or takes a value the wrap does not reach."""
+        if type(expr) is not cst.Name:
+            return False
+        binding = self.binding_in_effect(expr, expr.value)  # type: ignore[attr-defined]
+        if type(binding) is not cst.Assign or len(binding.targets) != 1 or type(binding.targets[0].target) is not cst.Name:  # type: ignore[attr-defined]
+            return False
+        value = binding.value  # type: ignore[attr-defined]
+        return self.is_unwrapped(value) or wrap not in self.origins(value)
 
     def _copied_unwrapped(self, expr: cst.BaseExpression, wrap: cst.Call) -> bool:
         """Whether a local name takes its values only from names that did not hold the wrap yet where they
