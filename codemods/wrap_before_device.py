@@ -68,6 +68,9 @@ def _moved_elsewhere(analysis: ScriptAnalysis, wrap: cst.Call, before: list[cst.
     inner = wrapped_argument(wrap)
     if inner is None or not analysis.is_call_to(wrap, names.DISTRIBUTED_DATA_PARALLEL):  # DataParallel moves it itself
         return None
+    # ``convert_sync_batchnorm(model.to(device))``: the converted model stays on the device its argument is on.
+    while type(inner) is cst.Call and inner.args and analysis.is_call_to(inner, names.CONVERT_SYNC_BATCHNORM):  # type: ignore[attr-defined]
+        inner = inner.args[0].value  # type: ignore[attr-defined]
     if any(type(o) is cst.Call and call_method_name(o) in MOVES for o in analysis.origins(inner) | {inner}):  # type: ignore[arg-type]
         return None
     name = dotted_name(inner)
@@ -75,7 +78,7 @@ def _moved_elsewhere(analysis: ScriptAnalysis, wrap: cst.Call, before: list[cst.
         return None
     scope = analysis.enclosing_function(wrap)
     for module, call, moved in _program_moves(analysis):
-        if wrap not in moved:
+        if wrap not in moved or analysis.is_inside(call, wrap):
             continue
         if module is analysis and analysis.enclosing_function(call) is scope and not analysis.comes_before(wrap, call):
             continue  # a move earlier in the wrap's own function (of another branch's model)

@@ -519,3 +519,30 @@ def test_a_wrap_that_leaves_the_models_set_up_behind_keeps_its_branch(tmp_path: 
     migrated, report, _ = migrate_script(tmp_path, source)
     assert "if torch.cuda.device_count() > 1:\n" + kept in migrated, report + migrated
     assert migrated.count("DistributedDataParallel(") == 2 and "pass" not in migrated, migrated
+
+
+#: ``nn.DataParallel(model).to(device)`` on a model with BatchNorm: the move goes inside the wrap, the conversion to
+#: SyncBatchNorm around it. A trial: the report listed DDP002 twice and the model was moved twice
+#: (``convert_sync_batchnorm(model.to(device)).to(runtime.device())``).
+MOVED_AFTER_THE_WRAP_WITH_BATCHNORM = '''
+import torch
+import torch.nn as nn
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 1))
+model = nn.DataParallel(model).to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(32, 4)), batch_size=8, drop_last=True)
+for (x,) in loader:
+    optimizer.zero_grad()
+    model(x.to(device)).mean().backward()
+    optimizer.step()
+'''
+
+
+def test_a_move_chained_on_the_wrap_of_a_batchnorm_model_is_made_once(tmp_path: Path) -> None:
+    text, report, code = migrate_script(tmp_path, MOVED_AFTER_THE_WRAP_WITH_BATCHNORM)
+    assert code == 0, report
+    assert "runtime.convert_sync_batchnorm(model.to(device)), device_ids" in text, text
+    assert text.count(".to(") == 2, text  # the model's move and the batch's
+    assert report.count("DDP002") == 1, report
