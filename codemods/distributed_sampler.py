@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from typing import Iterator
 
 import libcst as cst
 
 from . import names
-from .analysis import LOADER_PARAMETERS, ScriptAnalysis, given_loader_argument, is_none, loader_argument
+from .analysis import LOADER_PARAMETERS, ScriptAnalysis, given_loader_argument, is_none, keyword_argument, loader_argument
+from .analysis.legacy import legacy_facts, string_value
 from .analysis.loaders import SAMPLING_KEYS, KwargsDict, loader_facts
 from .analysis.per_rank import partial_random_pass
+from .analysis.script import subscript_key
 from .analysis.ranks import seeds_alike, steps_scaled_by_world_size, torch_seed_before, torch_seeds
 from .base import BatchSizePolicy, Change, Example, FixResult, FixSafety, Match, Note, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression, statement, with_keyword
@@ -95,7 +98,9 @@ class MissingDistributedSampler(Rule):
     Fix safety: the batch is split: with the default ``global`` policy each process loads ``batch_size /
     world size`` (a batch that the world size does not divide stops the run with a message), the last
     partial batch of each process differs from the original's, and the sample order is the sampler's
-    (seeded per epoch) instead of the loader's own shuffle.
+    (seeded per epoch) instead of the loader's own shuffle. A batch size the program says is each device's own
+    (``args.per_device_train_batch_size``, an option whose help says "per GPU") is split all the same, with a
+    note that says so and how to keep it per process (``--batch-size per-process``).
     """
 
     code = "DDP005"
@@ -668,7 +673,44 @@ with torch.no_grad():
                     notes.append(
                         Note(self.code, line, "batch_size kept per process: the effective batch is batch_size × the number of processes")
                     )
+                elif (said := _said_per_device(analysis, loader)) is not None:
+                    notes.append(
+                        Note(
+                            self.code,
+                            line,
+                            f"the batch size comes from {said}, which says it is per device: the migration keeps the "
+                            "original's global batch, so each process now takes 1/N of it; to keep it per process "
+                            "(the global batch N times the original's), migrate with --batch-size per-process",
+                        )
+                    )
         return notes
+
+
+#: How a name or an option's help says a batch size is each device's (``per_device_train_batch_size``,
+#: ``per_gpu_batch``, "batch size per GPU").
+_PER_DEVICE = re.compile(r"per[_ -]?(device|gpu|process|rank|replica|core|worker)", re.IGNORECASE)
+
+
+def _said_per_device(analysis: ScriptAnalysis, loader: cst.Call) -> str | None:
+    """Where a loader's batch size, split by the migration (``runtime.per_process_batch_size(X)``), is said to be
+    each device's own: ``X`` named so (``args.per_device_train_batch_size``), or a command-line option whose help
+    says so. How to name it in a note; ``None`` otherwise."""
+    size = loader_argument(loader, "batch_size")
+    value = size.value if size is not None else None
+    if type(value) is not cst.Call or not analysis.is_call_to(value, names.RUNTIME_PER_PROCESS_BATCH_SIZE) or not value.args:  # type: ignore[attr-defined]
+        return None
+    given = value.args[0].value  # type: ignore[attr-defined]
+    leaf = given.attr.value if type(given) is cst.Attribute else given.value if type(given) is cst.Name else subscript_key(given)  # type: ignore[attr-defined]
+    if leaf is None:
+        return None
+    if _PER_DEVICE.search(leaf):
+        return f"`{code_of(given)}`"
+    for module in analysis.shared.analyses:
+        for option in legacy_facts(module).options:
+            help_text = keyword_argument(option.call, "help")
+            if option.dest == leaf and help_text is not None and _PER_DEVICE.search(string_value(help_text.value) or ""):
+                return f"the option {option.flags[-1]}"
+    return None
 
 
 def combined_evaluation(analysis: ScriptAnalysis, loader: cst.Call) -> cst.Call | None:

@@ -119,6 +119,8 @@ RUNTIME_EPOCH_CALLS = frozenset({runtime("set_epoch"), runtime("next_epoch")})
 RUNTIME_SILENCE_LOGGING = frozenset({runtime("silence_non_main_logging")})
 RUNTIME_MAIN_CHECK = frozenset({runtime("is_main_process")})
 RUNTIME_RANK = frozenset({runtime("rank"), *GET_RANK})
+#: The runtime's split of the global batch: ``batch_size=runtime.per_process_batch_size(B)``.
+RUNTIME_PER_PROCESS_BATCH_SIZE = frozenset({runtime("per_process_batch_size")})
 
 
 # ------------------------------------------------------------------ collectives (DDP033, DDP035, DDP037)

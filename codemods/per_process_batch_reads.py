@@ -14,7 +14,6 @@ from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, 
 from .edits import Edits, code_of, expression
 from .runtime_calls import runtime_name
 
-_SPLIT = frozenset({f"{names.RUNTIME_MODULE}.per_process_batch_size", f"{names.VENDORED_RUNTIME}.per_process_batch_size"})
 
 
 #: What a count of this process's samples should be instead.
@@ -233,7 +232,7 @@ def _split_loaders(analysis: ScriptAnalysis) -> dict[cst.CSTNode, str]:
         for loader in module.loader_calls:
             size = loader_argument(loader, "batch_size")
             value = size.value if size is not None else None
-            if type(value) is cst.Call and module.is_call_to(value, _SPLIT) and value.args:  # type: ignore[arg-type]
+            if type(value) is cst.Call and module.is_call_to(value, names.RUNTIME_PER_PROCESS_BATCH_SIZE) and value.args:  # type: ignore[arg-type]
                 found[loader] = code_of(value.args[0].value)  # type: ignore[attr-defined]
     return found
 
