@@ -140,7 +140,11 @@ torch.save(net.state_dict(), "either.pt")
                 # A copy's keys are kept only in what is saved (an EMA updated key by key from the model's own
                 # state dict must keep the keys the migrated copy has).
                 wrap = _copy_of_a_wrap(analysis, receiver)
-            if wrap is None or not analysis.is_call_to(wrap, names.MODEL_WRAPPERS) or _conditional(analysis, wrap):
+            if wrap is not None and _conditional(analysis, wrap):
+                # ``if many_gpus: model = DP(model)``, then ``model = DP(model) if not isinstance(model, DP) else model``:
+                # a later wrap on every path makes the keys ``module.`` whatever the first did.
+                wrap = _unconditional_wrap_reaching(analysis, receiver, call)
+            if wrap is None or not analysis.is_call_to(wrap, names.MODEL_WRAPPERS):
                 continue
             if analysis.wrapped_at(receiver) is wrap and _rebound_unwrapped(analysis, receiver, wrap, call):
                 continue  # (``state["model"] = net`` after the training: the plain model's keys, as the original's)
@@ -200,6 +204,22 @@ def _copy_of_a_wrap(analysis: ScriptAnalysis, receiver: cst.BaseExpression) -> c
 
 
 
+def _unconditional_wrap_reaching(analysis: ScriptAnalysis, receiver: cst.BaseExpression, call: cst.Call) -> cst.Call | None:
+    """A wrap on every path (:func:`_conditional`) whose model the receiver may hold at the call, in the call's
+    own function before it; ``None`` if there is none."""
+    scope = analysis.scope_of(call)
+    for origin in analysis.origins(receiver):
+        if (
+            type(origin) is cst.Call
+            and analysis.is_call_to(origin, names.MODEL_WRAPPERS)  # type: ignore[arg-type]
+            and analysis.scope_of(origin) is scope
+            and analysis.comes_before(origin, call)
+            and not _conditional(analysis, origin)  # type: ignore[arg-type]
+        ):
+            return origin  # type: ignore[return-value]
+    return None
+
+
 def _rebound_unwrapped(analysis: ScriptAnalysis, receiver: cst.BaseExpression, wrap: cst.Call, call: cst.Call) -> bool:
     """Whether the name (or container entry) the ``state_dict()`` is read from is assigned, after the wrap and
     before the call, a value that is not the wrapped model (``state["model"] = net``)."""
@@ -239,10 +259,22 @@ def _conditional(analysis: ScriptAnalysis, wrap: cst.Call, within: cst.CSTNode |
             return False
         if isinstance(ancestor, (cst.If, cst.IfExp)) and child is not ancestor.test and ancestor is not home.main_guard:
             other = ancestor.orelse if child is ancestor.body else ancestor.body
-            if not _wraps_too(analysis, other, _wrap_target(analysis, wrap)):
+            if not _wraps_too(analysis, other, _wrap_target(analysis, wrap)) and not _a_wrapper_by_the_test(analysis, ancestor, other):
                 return True
         child = ancestor
     return False
+
+
+def _a_wrapper_by_the_test(analysis: ScriptAnalysis, choice: cst.CSTNode, other: cst.CSTNode | None) -> bool:
+    """Whether the other side of a conditional expression is a model its test found to be a wrapper already
+    (``model`` of ``DP(model) if not isinstance(model, DP) else model``): the expression is a wrapper either way."""
+    if type(choice) is not cst.IfExp or other is None:
+        return False
+    test, wrapper_side = choice.test, choice.body  # type: ignore[attr-defined]
+    if type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:  # type: ignore[attr-defined]
+        test, wrapper_side = test.expression, choice.orelse  # type: ignore[attr-defined]
+    tested = analysis.wrapper_tested(test)
+    return other is wrapper_side and tested is not None and dotted_name(other) == tested  # type: ignore[arg-type]
 
 
 def _wrap_target(analysis: ScriptAnalysis, wrap: cst.Call) -> str | None:

@@ -253,7 +253,14 @@ else:
         replacements = {call: new_call for call, _, new_call, _ in plans}
         for call, model, new_call, skipped in plans:
             parent = analysis.parent(call)
-            if isinstance(parent, cst.IfExp) and code_of(model).strip() in (
+            tested = _wrapper_classes_tested(analysis, parent.test) if isinstance(parent, cst.IfExp) else []
+            if tested and _may_hold_a_wrap_already(analysis, call, model):
+                # ``DP(model) if not isinstance(model, DP) else model`` after a wrap of the same model (``if many_gpus:
+                # model = DP(model)``, which every process now takes): the test keeps asking, of the new wrapper.
+                edits.replace(call, new_call)
+                for tested_class in tested:
+                    edits.replace(tested_class, new_call.func)
+            elif isinstance(parent, cst.IfExp) and code_of(model).strip() in (
                 code_of(parent.orelse).strip(),
                 code_of(parent.body).strip(),
             ):
@@ -518,6 +525,31 @@ def _conditional_wrap(analysis: ScriptAnalysis, call: cst.Call, model: cst.BaseE
 #: Methods that move or cast a model and hand it back (``net.to(device)``, ``net.cuda()``): the analysis's
 #: self-returning methods, less the mode switches.
 _MOVES = SELF_RETURNING_METHODS - {"train", "eval"}
+
+
+def _wrapper_classes_tested(analysis: ScriptAnalysis, test: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The ``DataParallel`` classes a test asks a value's type of (``nn.DataParallel`` of ``not isinstance(model,
+    nn.DataParallel)``, of ``isinstance(m, (nn.DataParallel, DDP))``)."""
+    found = []
+    for node in walk(test):
+        if type(node) is cst.Call and dotted_name(node.func) == "isinstance" and len(node.args) == 2:  # type: ignore[attr-defined]
+            second = node.args[1].value  # type: ignore[attr-defined]
+            classes = [e.value for e in second.elements] if type(second) is cst.Tuple else [second]  # type: ignore[attr-defined]
+            found.extend(c for c in classes if analysis.is_call_to(cst.Call(c), names.DATA_PARALLEL) or analysis.qualified_names(c) & names.DATA_PARALLEL)
+    return found
+
+
+def _may_hold_a_wrap_already(analysis: ScriptAnalysis, call: cst.Call, model: cst.BaseExpression) -> bool:
+    """Whether the model a wrap takes may already be a wrapper there: a parameter of its function (a caller may
+    hand a wrapped model), or a name another wrap of the program may have set."""
+    name = dotted_name(model)
+    function = analysis.enclosing_function(call)
+    if name is not None and function is not None and "." not in name and analysis.is_parameter(function, name):
+        return True
+    return any(
+        origin is not call and type(origin) is cst.Call and analysis.is_call_to(origin, names.DATA_PARALLEL | names.DISTRIBUTED_DATA_PARALLEL)  # type: ignore[arg-type]
+        for origin in analysis.origins(model)
+    )
 
 
 def _in_a_lambda(analysis: ScriptAnalysis, call: cst.Call) -> bool:

@@ -108,6 +108,18 @@ def _read_names(stmt: cst.CSTNode) -> set[str]:
     return {n.value for n in nodes if type(n) is cst.Name and id(n) not in attributes}  # type: ignore[attr-defined]
 
 
+def _rewraps(analysis: ScriptAnalysis, stmt: cst.CSTNode, target: str) -> bool:
+    """Whether a statement only binds ``target`` again to a wrap of it (``model = DDP(model) if not
+    isinstance(model, DDP) else model``): a move of either value moves the same parameters."""
+    if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1 or type(stmt.body[0]) is not cst.Assign:
+        return False
+    assign = stmt.body[0]
+    return [dotted_name(t.target) for t in assign.targets] == [target] and any(  # type: ignore[attr-defined]
+        type(node) is cst.Call and node in analysis.wrap_calls and dotted_name(wrapped_argument(node)) == target  # type: ignore[arg-type]
+        for node in walk(assign.value)  # type: ignore[attr-defined]
+    )
+
+
 def _bound_names(stmt: cst.CSTNode) -> set[str]:
     """The plain names a statement binds: assignment and loop targets, definitions, imports."""
     found: set[str] = set()
@@ -272,6 +284,7 @@ model = DDP(model, device_ids=[local_rank])
     def _cases(self, analysis: ScriptAnalysis) -> Iterator[tuple[cst.Call, cst.Call | None, cst.BaseStatement | None, cst.Call | None]]:
         """(wrap, chained move, later move statement, move elsewhere) for every wrap moved after wrapping;
         one of the last three is set."""
+        claimed: set[cst.BaseStatement] = set()  # moves found after an earlier wrap of the same model: moved once
         for wrap in analysis.wrap_calls:
             outer = analysis.parent(wrap)
             if isinstance(outer, cst.Attribute) and outer.attr.value in MOVES:
@@ -289,7 +302,9 @@ model = DDP(model, device_ids=[local_rank])
                 continue
             for later in siblings[siblings.index(stmt) + 1 :]:
                 if _move_of(later, target) is not None or _conditional_move(later, target):
-                    yield wrap, None, later, None
+                    if later not in claimed:
+                        claimed.add(later)
+                        yield wrap, None, later, None
                     break
             else:
                 elsewhere = _moved_elsewhere(analysis, wrap, siblings[: siblings.index(stmt)])
@@ -332,7 +347,9 @@ model = DDP(model, device_ids=[local_rank])
                 else:
                     siblings = list(statements_of(analysis.parent(stmt)))  # type: ignore[arg-type]
                     between = siblings[siblings.index(stmt) + 1 : siblings.index(later)]
-                    if _read_names(later) & {name for s in between for name in _bound_names(s)}:
+                    # (``model = DDP(model) if not isinstance(model, DDP) else model`` between: the move moves either)
+                    between_bound = {name for s in between if not _rewraps(analysis, s, target) for name in _bound_names(s)}
+                    if _read_names(later) & between_bound:
                         # ``device = ...`` between the wrap and ``model.to(device)``: the wrap goes after the move
                         # instead (when the statements between do not use the model), not the move above its device.
                         if any(target.split(".")[0] in _read_names(s) for s in between):

@@ -546,3 +546,64 @@ def test_a_move_chained_on_the_wrap_of_a_batchnorm_model_is_made_once(tmp_path: 
     assert "runtime.convert_sync_batchnorm(model.to(device)), device_ids" in text, text
     assert text.count(".to(") == 2, text  # the model's move and the batch's
     assert report.count("DDP002") == 1, report
+
+
+#: "Wrap unless wrapped already" after a wrap on many GPUs (a trial): the migration made both DDP wraps, and the
+#: model was a DDP of a DDP (``model.module.fc`` failed). With no wrap before it, the checkpoint's keys lost their
+#: ``module.`` prefix, and the program's own reload into a DataParallel failed.
+WRAPPED_UNLESS_WRAPPED = '''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+def main():
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    torch.manual_seed(0)
+    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,))), batch_size=8)
+    model = Net()
+    MANY_GPUS
+    model = nn.DataParallel(model) if not isinstance(model, nn.DataParallel) else model
+    model.to(device)
+    opt = torch.optim.SGD(model.module.fc.parameters(), lr=0.1)
+    for x, y in loader:
+        loss = nn.functional.cross_entropy(model(x.to(device)), y.to(device))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    torch.save(model.state_dict(), "final.pth")
+    fresh = nn.DataParallel(Net())
+    fresh.load_state_dict(torch.load("final.pth"))
+    print("reloaded", fresh.module.fc.weight.sum().item())
+
+
+if __name__ == "__main__":
+    main()
+'''
+MANY_GPUS = "if torch.cuda.device_count() > 1:\n        model = nn.DataParallel(model)"
+
+
+@pytest.mark.parametrize("many_gpus", [MANY_GPUS, "pass"], ids=["after-a-wrap", "alone"])
+def test_a_wrap_unless_wrapped_is_one_wrap_keeping_its_keys(tmp_path: Path, many_gpus: str) -> None:
+    text, report, code = migrate_script(tmp_path, WRAPPED_UNLESS_WRAPPED.replace("MANY_GPUS", many_gpus))
+    assert code == 0, report
+    assert "TODO" not in text, text
+    assert 'runtime.save(runtime.unwrap(model).state_dict(prefix="module."), "final.pth")' in text, text
+    assert report.count("DDP002") == 1, report
+    if many_gpus == "pass":
+        assert "model = DistributedDataParallel(model, device_ids=runtime.device_ids())\n    model.to" not in text
+
+
+def test_a_wrap_unless_wrapped_after_a_wrap_trains_and_reloads_under_torchrun(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    original, migrated, launch = train_original_and_migrated(tmp_path, WRAPPED_UNLESS_WRAPPED.replace("MANY_GPUS", MANY_GPUS))
+    assert launch.output.count("reloaded") == 1, launch.output
