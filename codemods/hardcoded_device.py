@@ -8,7 +8,7 @@ from typing import Iterator
 import libcst as cst
 
 from . import names
-from .analysis import ScriptAnalysis, call_method_name, dotted_name, tree
+from .analysis import ScriptAnalysis, call_method_name, dotted_name, tree, walk
 from .analysis.script import binding_name, literal_dict_items, subscript_key
 from .analysis.ranks import Kind, rank_facts
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
@@ -61,6 +61,15 @@ def _cuda_side(side: cst.BaseExpression) -> bool:
     if isinstance(side, cst.FormattedString) and side.parts and isinstance(side.parts[0], cst.FormattedStringText):
         return side.parts[0].value == "cuda" if len(side.parts) == 1 else side.parts[0].value == "cuda:"
     return False
+
+
+def _may_run_on_the_cpu(init: cst.Call) -> bool:
+    """Whether a process group set up by this call may use gloo: no backend named (torch picks gloo for the CPU),
+    or one that names gloo (``backend="nccl" if torch.cuda.is_available() else "gloo"``)."""
+    backend = next((a.value for a in init.args if (a.keyword is None and a is init.args[0]) or (a.keyword is not None and a.keyword.value == "backend")), None)
+    if backend is None:
+        return True
+    return any(type(node) is cst.SimpleString and "gloo" in node.evaluated_value.lower() for node in walk(backend))  # type: ignore[attr-defined, union-attr]
 
 
 def _is_literal_index(node: cst.BaseExpression) -> bool:
@@ -456,7 +465,9 @@ with torch.autocast(device_type="cuda", enabled=False):
         # Only a program that sets up its process group by hand (in any of its modules: ``init_distributed_mode``
         # of a helper module) keeps plain ``.cuda()``; the runtime's own setup (added by DDP003 in the same run)
         # does not count.
-        strict = not any(module.calls_to(names.INIT_PROCESS_GROUP) for module in analysis.shared.analyses)
+        # A set-up that may take gloo (``"nccl" if torch.cuda.is_available() else "gloo"``, no backend given) runs on
+        # CPU machines too, where ``device="cuda"`` in a path only the process group opens fails as elsewhere.
+        strict = all(_may_run_on_the_cpu(call) for module in analysis.shared.analyses for call in module.calls_to(names.INIT_PROCESS_GROUP))
         for call in analysis.calls:
             if analysis.is_call_to(call, names.TORCH_DEVICE):
                 literal = any(_is_literal_index(a.value) for a in call.args) or (
