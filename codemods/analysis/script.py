@@ -3687,8 +3687,31 @@ class ScriptAnalysis:
                 continue
             if same_scope and self._unwrapped_in_effect(expr, wrap):
                 continue
+            if not same_scope and self._read_before_the_wrap_in_init(expr, wrap):
+                continue
             return wrap
         return None
+
+    def _read_before_the_wrap_in_init(self, expr: cst.BaseExpression, wrap: cst.Call) -> bool:
+        """Whether ``self.model`` is read in a method that only ``__init__`` runs, before it stores the wrap
+        there (``self._load_snapshot(path)`` and then ``self.model = DDP(self.model)``, the DDP tutorial's
+        Trainer): the object is new, and its attribute still holds the model itself."""
+        name = dotted_name(expr)
+        method = self.enclosing_function(expr)
+        if name is None or not name.startswith("self.") or method is None or method.name.value == "__init__":
+            return False
+        home = self.shared.analysis_of(wrap) or self
+        init = home.enclosing_function(wrap)
+        statement = home.parent(wrap)
+        if (
+            init is None or init.name.value != "__init__" or home.enclosing_class(init) is not self.enclosing_class(method)
+            or type(statement) is not cst.Assign or [dotted_name(t.target) for t in statement.targets] != [name]  # type: ignore[attr-defined]
+        ):
+            return False
+        callers = self.callers_in_program(method)
+        return bool(callers) and all(
+            (self.shared.analysis_of(call) or self).enclosing_function(call) is init and home.comes_before(call, wrap) for call in callers
+        )
 
     def _unwrapped_in_effect(self, expr: cst.BaseExpression, wrap: cst.Call) -> bool:
         """Whether straight-line code shows a name holding another value than the wrap where it is read: the
