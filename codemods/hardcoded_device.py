@@ -63,6 +63,21 @@ def _cuda_side(side: cst.BaseExpression) -> bool:
     return False
 
 
+def _under_a_cuda_test(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
+    """Whether a node runs only where a test found CUDA (``if torch.cuda.is_available():``, ``x if t.is_cuda else
+    y``), in its function."""
+    for ancestor in analysis.ancestors(node):
+        if type(ancestor) is cst.FunctionDef:
+            return False
+        if type(ancestor) in (cst.If, cst.IfExp) and any(
+            (type(n) is cst.Call and analysis.is_call_to(n, {"torch.cuda.is_available", "torch.cuda.device_count"}))  # type: ignore[arg-type]
+            or (type(n) is cst.Attribute and n.attr.value == "is_cuda")  # type: ignore[attr-defined]
+            for n in walk(ancestor.test)  # type: ignore[attr-defined]
+        ):
+            return True
+    return False
+
+
 def _may_run_on_the_cpu(init: cst.Call) -> bool:
     """Whether a process group set up by this call may use gloo: no backend named (torch picks gloo for the CPU),
     or one that names gloo (``backend="nccl" if torch.cuda.is_available() else "gloo"``)."""
@@ -232,7 +247,8 @@ class HardcodedDevice(Rule):
     torch.cuda.is_available() else "cpu"``) that the program hands to ``.to(...)`` or ``device=``, also through
     copies (``device = DEVICE`` of a module-level ``DEVICE``) and a dict written out (``CFG["device"]``). In a
     script that already sets up a process group only literal indices (``cuda:0``, ``.cuda(0)``,
-    ``set_device(0)``) are reported: there ``.cuda()`` follows the current device.
+    ``set_device(0)``) are reported: there ``.cuda()`` follows the current device; where that set-up may take
+    gloo (it runs on CPU machines too), so is a ``device="cuda"`` no CUDA test guards.
 
     Why it is a problem: with one process per GPU, every process that says ``cuda`` or ``cuda:0`` piles
     onto GPU 0 (out of memory, or NCCL errors about duplicate GPUs), and none of it runs on a CPU-only
@@ -465,9 +481,11 @@ with torch.autocast(device_type="cuda", enabled=False):
         # Only a program that sets up its process group by hand (in any of its modules: ``init_distributed_mode``
         # of a helper module) keeps plain ``.cuda()``; the runtime's own setup (added by DDP003 in the same run)
         # does not count.
+        setups = [call for module in analysis.shared.analyses for call in module.calls_to(names.INIT_PROCESS_GROUP)]
+        strict = not setups
         # A set-up that may take gloo (``"nccl" if torch.cuda.is_available() else "gloo"``, no backend given) runs on
-        # CPU machines too, where ``device="cuda"`` in a path only the process group opens fails as elsewhere.
-        strict = all(_may_run_on_the_cpu(call) for module in analysis.shared.analyses for call in module.calls_to(names.INIT_PROCESS_GROUP))
+        # CPU machines too, where a ``device="cuda"`` that no CUDA test guards fails (a path only the group opens).
+        on_cpus_too = bool(setups) and all(_may_run_on_the_cpu(call) for call in setups)
         for call in analysis.calls:
             if analysis.is_call_to(call, names.TORCH_DEVICE):
                 literal = any(_is_literal_index(a.value) for a in call.args) or (
@@ -493,7 +511,8 @@ with torch.autocast(device_type="cuda", enabled=False):
                     yield Match(first, "hard-coded CUDA device: use this process's device (runtime.device())")
             for arg in call.args:
                 if arg.keyword is not None and arg.keyword.value in names.DEVICE_KEYWORDS and isinstance(arg.value, cst.SimpleString):
-                    if _mentions_cuda(arg.value) and (strict or _is_literal_index(arg.value)):
+                    unguarded = on_cpus_too and not _under_a_cuda_test(analysis, arg.value)
+                    if _mentions_cuda(arg.value) and (strict or _is_literal_index(arg.value) or unguarded):
                         yield Match(arg.value, "hard-coded CUDA device: use this process's device (runtime.device())")
         for statement in _visible_devices_set(analysis):
             yield Match(

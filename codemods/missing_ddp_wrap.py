@@ -394,8 +394,8 @@ loss.backward()
         return anchor, kept
 
     def _cases(self, analysis: ScriptAnalysis) -> Iterator[tuple[str, cst.BaseStatement | None, cst.BaseStatement | None]]:
-        if not analysis.is_training_script:
-            return
+        if not analysis.is_training_script or analysis.imports_out_of_sight:
+            return  # (read alone, its program too large: a module it imports may wrap the model)
         wrapped = self._wrapped_names(analysis)
         themselves = analysis.models_training_themselves
         for model in analysis.trained_models:

@@ -10,7 +10,7 @@ from . import names
 from .analysis import ScriptAnalysis, is_docstring_line, is_import_line, statements_of
 from .analysis.legacy import legacy_facts
 from .analysis.ranks import rank_facts
-from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
+from .base import Change, Example, FixResult, FixSafety, Match, Note, Options, Phase, Rule, Valid
 from .edits import Edits, expression, statement
 from .runtime_calls import on_the_cpu_note, runtime_name, setup_code
 
@@ -275,7 +275,7 @@ dist.destroy_process_group(group)
             return
         if not analysis.is_distributed:
             node = analysis.backward_calls[0] if analysis.backward_calls else analysis.first_group_need
-            if node is not None:
+            if node is not None and not analysis.imports_out_of_sight:  # (the group may be set up out of sight)
                 yield Match(node, "training script never sets up a process group for DDP")
             return
         if self._never_destroyed(analysis):
@@ -338,6 +338,19 @@ dist.destroy_process_group(group)
     def _never_destroyed(analysis: ScriptAnalysis) -> bool:
         """The program sets up its own group (no launcher of its own left to convert) and never destroys it."""
         return not analysis.tears_down_group and not legacy_facts(analysis).launches
+
+    def notes(self, analysis: ScriptAnalysis, options: Options) -> list[Note]:
+        if analysis.imports_out_of_sight and analysis.is_entry and analysis.is_training_script and not analysis.is_distributed:
+            return [
+                Note(
+                    self.code,
+                    1,
+                    "read alone: the program imports more of its own modules than one analysis holds, so whether they set "
+                    "up the process group or wrap the model is out of sight; nothing was set up or wrapped here: check "
+                    "that the program does both (migrate the modules that train as a smaller program, or by hand)",
+                )
+            ]
+        return []
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         teardowns = self._bare_teardowns(analysis)

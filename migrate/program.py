@@ -55,6 +55,8 @@ class Unit:
     why_not: str = ""
     #: The modules of the program that a script outside it imports too (:attr:`ModuleInfo.shared_with_other_scripts`).
     shared_with_other_scripts: frozenset[Path] = field(default_factory=frozenset)
+    #: Entries read alone because their program is too large to analyse whole (:attr:`ModuleInfo.imports_out_of_sight`).
+    imports_out_of_sight: frozenset[Path] = field(default_factory=frozenset)
 
 
 #: Why a test file is not migrated (a migration reports nothing else about it: lint does).
@@ -268,10 +270,13 @@ def plan(files: Sequence[Path], follow_imports: bool = True, scan_many: ScanMany
     # Only a program that trains is worth analysing as a whole; the others (a library's scripts and
     # examples) are processed file by file, which keeps the units of a large tree small.
     imported_alone: set[Path] = set()  # modules that scripts processed alone import
+    too_large: set[Path] = set()  # entries of programs past the cap, read alone
     for entry in entries:
         members = closures[entry]
         if not any((facts := scanner(m)) is not None and facts.trains for m in members) or len(members) > MAX_PROGRAM_MODULES:
             imported_alone.update(members[1:])
+            if len(members) > MAX_PROGRAM_MODULES:
+                too_large.add(entry)
             closures[entry] = [entry]
     groups: list[tuple[list[Path], list[Path]]] = []  # (entries, modules in order)
     for entry in entries:
@@ -287,6 +292,7 @@ def plan(files: Sequence[Path], follow_imports: bool = True, scan_many: ScanMany
     for group_entries, members in [g for g in groups if len(g[1]) > MAX_PROGRAM_MODULES]:
         groups.remove((group_entries, members))
         groups.extend(([entry], [entry]) for entry in group_entries)
+        too_large.update(group_entries)
     units: list[Unit] = []
     covered: set[Path] = set()
     for group_entries, members in groups:
@@ -309,6 +315,7 @@ def plan(files: Sequence[Path], follow_imports: bool = True, scan_many: ScanMany
                 aliases=aliases,
                 packages=packages,
                 shared_with_other_scripts=frozenset(spell(m) for m in ordered if m in imported_alone),
+                imports_out_of_sight=frozenset(spell(m) for m in ordered if m in too_large),
             )
         )
         covered.update(ordered)
@@ -348,7 +355,7 @@ def process_unit(
                 result.findings = []  # a test runs in one process: nothing in it is left for a human to migrate
             result.notes.append(Note("program", 1, f"not migrated: {unit.why_not}"))
         return [result]
-    if len(unit.paths) == 1:
+    if len(unit.paths) == 1 and not unit.imports_out_of_sight:  # (read alone from a larger program: the program pipeline says so)
         path = unit.paths[0]
         data, failed = read_result(path)
         if failed is not None:
@@ -372,6 +379,7 @@ def process_unit(
             is_package=path in unit.packages,
             aliases=aliases.get(path, ()),
             shared_with_other_scripts=path in unit.shared_with_other_scripts,
+            imports_out_of_sight=path in unit.imports_out_of_sight,
         )
         files.append(ProgramFile(str(path), data, info, tuple(rules_for(path)), migrate=path in unit.migrate))  # type: ignore[arg-type]
     return [*process_program(files, options, fix, fixable), *failures]

@@ -1,9 +1,9 @@
 """A program that sets up its own process group, on gloo where there is no GPU (DETR's ``init_distributed_mode``),
 with a helper that all-reduces on ``device="cuda"`` once the group is up (a trial). The original never reached the
 helper's CUDA tensor on one process; migrated, every torchrun process did, and on a CPU machine each failed with
-"Torch not compiled with CUDA enabled" while the report said nothing. A group that may be gloo's runs on CPUs: its
-program's CUDA devices are reported as any program's are. One set up on NCCL alone keeps ``"cuda"`` (the
-current device its own ``set_device`` chose)."""
+"Torch not compiled with CUDA enabled" while the report said nothing. A group that may be gloo's runs on CPUs: a
+``device="cuda"`` no CUDA test guards is reported there. One set up on NCCL alone keeps ``"cuda"`` (the current
+device its own ``set_device`` chose)."""
 
 from __future__ import annotations
 
@@ -96,3 +96,11 @@ def test_the_migrated_program_reduces_on_its_own_device_under_torchrun(tmp_path:
     assert result.exit_code == 0, result.output
     launch = run_torchrun(folder / "train.py", nproc_per_node=2, cwd=folder, timeout=120)
     assert launch.returncode == 0 and launch.stdout.count("epoch 1") == 1, launch.stdout + launch.stderr
+
+
+def test_a_cuda_device_a_cuda_test_guards_is_kept(tmp_path: Path) -> None:
+    folder = _write(tmp_path, MAY_BE_GLOO)
+    helpers = folder / "helpers.py"
+    helpers.write_text(helpers.read_text().replace('device="cuda")', 'device="cuda" if torch.cuda.is_available() else "cpu")'))
+    output = CliRunner().invoke(cli, ["lint", "--select", "DDP004", str(folder)]).output
+    assert "helpers.py" not in output, output

@@ -32,6 +32,9 @@ class ModuleInfo:
     #: Whether a script outside the program imports it too (an evaluation script that trains nothing): its
     #: functions may then be handed models the program never wraps.
     shared_with_other_scripts: bool = False
+    #: Whether the module is read alone, its program too large to analyse whole (timm's ``train.py`` and its
+    #: package): what the modules it imports do (set up the process group, wrap the model) is out of sight.
+    imports_out_of_sight: bool = False
 
 
 class Program:
@@ -68,6 +71,7 @@ class Program:
                 options=self.options,
                 aliases=info.aliases,
                 shared_with_other_scripts=info.shared_with_other_scripts,
+                imports_out_of_sight=info.imports_out_of_sight,
             )
         shared.solve()
         self._analyses = analyses

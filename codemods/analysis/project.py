@@ -169,12 +169,15 @@ def scan(path: Path, text: str) -> SourceFacts:
 
 
 def _may_train(text: str) -> bool:
-    """Whether a source calls ``.backward(`` or ``torch.autograd.grad(``, or wraps a model in ``DataParallel``
+    """Whether a source calls ``.backward(``, ``torch.autograd.grad(`` or an optimizer's ``zero_grad(``, wraps a model in
+    ``DistributedDataParallel``, or wraps one in ``DataParallel``
     without running it for inference (``no_grad``, ``inference_mode``, ``.eval()``: an evaluation script, which
     a training program sharing its model module must not take in; a wrapped model handed to a library's loop
     trains out of sight)."""
-    if ".backward(" in text or "autograd.grad(" in text:
-        return True
+    if ".backward(" in text or "autograd.grad(" in text or "zero_grad(" in text:
+        return True  # (``optimizer.zero_grad()`` beside a library's backward: DeiT's ``loss_scaler(loss, optimizer)``)
+    if "DistributedDataParallel(" in text:
+        return True  # (a DDP wrap is made for training: a frozen teacher's ``.eval()`` beside it evaluates nothing)
     return "DataParallel" in text and not any(word in text for word in ("no_grad", "inference_mode", ".eval()"))
 
 
