@@ -181,10 +181,11 @@ for x, y in loader:
                     fixable=False,
                 )
         for call, size in _sized_with_the_global_batch(analysis, split):
+            global_size = size.split(" (a copy of ")[-1].rstrip(")")
             yield Match(
                 call,
                 f"`{code_of(call).strip()}` is sized with {size}, the global batch size: each process's batches now "
-                f"have runtime.per_process_batch_size({size}) samples (a hidden state or a buffer per sample no longer "
+                f"have runtime.per_process_batch_size({global_size}) samples (a hidden state or a buffer per sample no longer "
                 "fits them); size it with the per-process batch",
                 fixable=False,
             )
@@ -298,17 +299,57 @@ def _sized_with_the_global_batch(analysis: ScriptAnalysis, split: dict[cst.CSTNo
         if (scope, frozenset(sizes)) in scanned:
             continue
         scanned.add((scope, frozenset(sizes)))
-        for call in (n for n in walk(scope) if type(n) is cst.Call):
+        # (and the functions of this module a step calls: SimCLR's ``self.info_nce_loss(features)`` builds its labels
+        # with the batch size, anew at each step)
+        callees = {
+            t for c in walk(loop.loop.body) if type(c) is cst.Call for t in analysis.targets_of(c) if analysis.owns(t) and t is not scope  # type: ignore[arg-type]
+        }
+        for call in (n for body in (scope, *callees) for n in walk(body) if type(n) is cst.Call):
             shaped = analysis.is_call_to(call, _SHAPED) or "hidden" in (call_method_name(call) or dotted_name(call.func) or "")  # type: ignore[arg-type]
             if not shaped:
                 continue
             for arg in call.args:  # type: ignore[attr-defined]
                 parts = arg.value.elements if type(arg.value) in (cst.Tuple, cst.List) else [arg]
-                named = {code_of(part.value) for part in parts}
-                if arg.keyword is None and named & sizes:
-                    if _meets_the_batch(analysis, call, scope):
-                        yield call, sorted(named & sizes)[0]  # type: ignore[misc]
+                named = {
+                    size if size == code_of(part.value) else f"{code_of(part.value)} (a copy of {size})"
+                    for part in parts
+                    if (size := _copy_of_a_size(analysis, part.value, sizes)) is not None
+                }
+                if arg.keyword is None and named:
+                    if not analysis.is_inside(call, scope) or _meets_the_batch(analysis, call, scope):
+                        yield call, sorted(named)[0]
                     break
+
+
+def _copy_of_a_size(analysis: ScriptAnalysis, expr: cst.BaseExpression, sizes: set[str]) -> str | None:
+    """The split batch size (one of ``sizes``, as the loader's call spells it) an expression holds: spelled the
+    same, or an attribute of the object it was handed to (``self.batch_size`` of ``Trainer(batch_size, model)``,
+    ``self.args.batch_size`` of ``Trainer(args)``), followed through assignments and parameters a few steps."""
+    text = code_of(expr)
+    if text in sizes:
+        return text
+    name = dotted_name(expr)
+    return _named_size(analysis, expr, name, sizes, 4) if name is not None else None
+
+
+def _named_size(analysis: ScriptAnalysis, at: cst.CSTNode, name: str, sizes: set[str], depth: int) -> str | None:
+    """:func:`_copy_of_a_size` of the dotted name read at the node ``at``, ``depth`` steps of value flow at most."""
+    if name in sizes:
+        return name
+    if depth == 0:
+        return None
+    parts = name.split(".")
+    held, rest = (".".join(parts[:2]), parts[2:]) if parts[0] == "self" and len(parts) > 1 else (parts[0], parts[1:])
+    flows = analysis.attribute_flows(at, held) if held.startswith("self.") else analysis.flows_into(at, held)
+    for value in flows:
+        spelled = dotted_name(value)  # type: ignore[arg-type]
+        if spelled is None:
+            continue
+        home = analysis.shared.analysis_of(value) or analysis
+        found = _named_size(home, value, ".".join([spelled, *rest]), sizes, depth - 1)
+        if found is not None:
+            return found
+    return None
 
 
 def _meets_the_batch(analysis: ScriptAnalysis, call: cst.Call, scope: cst.CSTNode) -> bool:
