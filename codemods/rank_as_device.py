@@ -8,7 +8,7 @@ from typing import Iterator
 import libcst as cst
 
 from . import names
-from .analysis import ScriptAnalysis, call_method_name, walk
+from .analysis import ScriptAnalysis, call_method_name, dotted_name, walk
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression, remove_statements, without_argument
 from .analysis.legacy import DDP_PARAMETERS, RANK_SOURCE_WORDS, LegacyFacts, argument, legacy_facts
@@ -58,6 +58,19 @@ def _under_a_gpu_test(analysis: ScriptAnalysis, call: cst.Call, device: cst.Base
     )
 
 
+def _falls_back_to_the_cpu(analysis: ScriptAnalysis) -> bool:
+    """Whether the program picks the CPU where it finds no CUDA (``"cuda" if torch.cuda.is_available() else
+    "cpu"``, in any of its modules): a model it moves to that device is on the CPU there."""
+    for module in analysis.shared.analyses:
+        for call in module.calls_to({"torch.cuda.is_available"}):
+            choice = module.parent(call)
+            if type(choice) is cst.IfExp and any(
+                type(n) is cst.SimpleString and n.evaluated_value == "cpu" for side in (choice.body, choice.orelse) for n in walk(side)  # type: ignore[attr-defined]
+            ):
+                return True
+    return False
+
+
 def _cuda_string(node: cst.CSTNode) -> bool:
     """A string that is a GPU's name and nothing else, built from its number: ``f"cuda:{...}"``, ``"cuda:%d" %
     ...``, ``"cuda:{}".format(...)`` (not ``f"cuda:{rank} is starting"``: the rest of the text would be lost)."""
@@ -105,8 +118,10 @@ class RankAsDevice(Rule):
     ``torch.device(f"cuda:{rank}")``, a device string (``f"cuda:{rank}"``, ``"cuda:%d" % rank``,
     ``"cuda:{}".format(rank)``), ``torch.cuda.set_device(rank)``, ``DistributedDataParallel(model,
     device_ids=[rank], output_device=rank)``; and ``device_ids=[local_rank]`` where the model goes to
-    ``runtime.device()`` (the CPU on a machine without CUDA, where DDP refuses ``device_ids``: a migrated
-    ``--local_rank`` script failed under a CPU torchrun).
+    ``runtime.device()`` or to a device the program makes the CPU without CUDA (``"cuda" if
+    torch.cuda.is_available() else "cpu"``): there DDP refuses ``device_ids`` (a migrated ``--local_rank``
+    script failed under a CPU torchrun), and they become ``runtime.device_ids(model)``, the ids of where the
+    model is.
 
     Why it is a problem: on one machine the global rank happens to equal the GPU index, so the bug hides
     until the job spans nodes: there, rank 8 asks for ``cuda:8`` on a machine with eight GPUs and fails,
@@ -279,11 +294,12 @@ loss.backward()
                     and ids.value is listed  # (``[local_rank] if torch.cuda.is_available() else None`` is CPU-safe)
                     and len(listed.elements) == 1
                     and facts.holds_local_rank(listed.elements[0].value)
-                    and analysis.calls_to(RUNTIME_DEVICE)
+                    and (analysis.calls_to(RUNTIME_DEVICE) or _falls_back_to_the_cpu(analysis))
                     and not _under_a_gpu_test(analysis, call, listed.elements[0].value)
                 ):
-                    # The model goes to runtime.device(), the CPU where there is no GPU: DDP refuses device_ids there.
-                    yield _Case(listed, DEVICE_IDS, "device_ids=[local rank] with the model on runtime.device(): on a CPU run DDP takes no device_ids")
+                    # The model goes to runtime.device() (or a device the program makes the CPU without CUDA), the
+                    # CPU where there is no GPU: DDP refuses device_ids there.
+                    yield _Case(listed, DEVICE_IDS, "device_ids=[local rank] with a model that is on the CPU where there is no GPU: on a CPU run DDP takes no device_ids")
                     output = argument(call, DDP_PARAMETERS, "output_device")
                     if output is not None and facts.holds_local_rank(output.value):
                         yield _Case(output.value, OUTPUT_DEVICE, "output_device=local rank: DDP uses device_ids[0]")
@@ -332,7 +348,11 @@ loss.backward()
             elif case.kind == DEVICE_IDS:
                 wrap = analysis.parent(analysis.parent(node))
                 model = wrap.args[0].value if isinstance(wrap, cst.Call) and wrap.args and wrap.args[0].keyword is None else None
-                edits.replace(facts.device_choice(node, fallback="none"), device_ids_call(analysis, edits, model))  # type: ignore[arg-type]
+                ids = device_ids_call(analysis, edits, model)
+                if model is not None and dotted_name(model) is not None and not ids.args and _falls_back_to_the_cpu(analysis):
+                    # (the program's own device choice, not the runtime's: the ids of where the model is)
+                    ids = ids.with_changes(args=[cst.Arg(model)])
+                edits.replace(facts.device_choice(node, fallback="none"), ids)  # type: ignore[arg-type]
                 message = f"device_ids={code_of(node).strip()} replaced by runtime.device_ids()"
             else:
                 arg = analysis.parent(node)
