@@ -38,7 +38,9 @@ class SumReductionLoss(Rule):
 
     What it finds: ``backward()`` on a loss computed with ``reduction="sum"`` (a loss module such as
     ``nn.MSELoss(reduction="sum")`` or a functional loss such as ``F.cross_entropy(..., reduction="sum")``,
-    also the legacy ``size_average=False``) in a file that wraps the model in DistributedDataParallel.
+    also the legacy ``size_average=False``), or a mean multiplied by this process's batch size (``loss * bs``
+    with ``bs = x.shape[0]``, also returned in a tuple: YOLOv5's ``ComputeLoss``), in a file that wraps the
+    model in DistributedDataParallel.
 
     Why it is a problem: DDP averages the gradients over the processes. A mean loss is fine (the average of
     the per-shard means is the mean over the global batch), but the gradient of a sum over the global batch
@@ -67,7 +69,7 @@ class SumReductionLoss(Rule):
     name = "sum-reduction-loss"
     fix_safety = FixSafety.UNSAFE
     phase = Phase.MODULE_ACCESS
-    triggers = ("sum", "size_average")
+    triggers = ("sum", "size_average", "shape[0]", "size(0)", "len(")  # (a mean times the batch size is a sum too)
     manual_fix = "multiply the loss by runtime.world_size() when it is divided by the global batch size"
     requires = (".backward(",)
     needs_names = (names.TRAINING_SCRIPT_NAMES, names.DISTRIBUTED_DATA_PARALLEL)
@@ -186,6 +188,11 @@ total = nn.functional.l1_loss(a, b, reduction="sum")
         ]
         if any(_counts_this_batch(d) for d in divisors):
             return None  # ``criterion(out, y) / len(x)``: a mean over this process's shard, which DDP averages right
+        factors = [
+            side for n in walk(expr) if isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Multiply) for side in (n.left, n.right)
+        ]
+        if not divisors and any(_counts_this_batch(f) or _holds_a_count_of_this_batch(analysis, f) for f in factors):
+            return "sum"  # ``F.mse_loss(out, y) * bs`` with ``bs = x.shape[0]`` (YOLOv5's loss): a mean made a sum again
         found = False
         summed = False  # a ``.sum()`` over the batch, in this expression or in what it reads
         for node in _loss_terms(analysis, expr):
@@ -205,6 +212,10 @@ total = nn.functional.l1_loss(a, b, reduction="sum")
                 if not isinstance(node, cst.Name):
                     continue
                 called = _called(analysis, node)
+                unpacked = self._unpacked_sum(analysis, function, node, at, depth)
+                if unpacked is not None:
+                    found = found or unpacked == "sum"
+                    summed = summed or unpacked == "summed"
                 for assign in analysis.assignments_in(function):
                     if not isinstance(assign, cst.Assign) or (called and isinstance(assign.value, cst.Call)):
                         continue  # (``criterion = nn.CrossEntropyLoss(weight=w)``: its reduction was read above, its weights sum no loss)
@@ -223,6 +234,30 @@ total = nn.functional.l1_loss(a, b, reduction="sum")
                 return None  # ``(loss * mask).sum() / mask.sum()``, Dice: a ratio of this batch's own sums
             return ("divided" if divisors else "summed") if summed else None
         return "divided" if divisors else "sum"
+
+    def _unpacked_sum(self, analysis: ScriptAnalysis, function: cst.FunctionDef | None, name: cst.Name, at: cst.CSTNode, depth: int) -> str | None:
+        """:meth:`_sums` of the item a name is unpacked from before ``at``: ``loss, items = compute_loss(pred, y)``
+        where the program's ``compute_loss`` returns ``(lbox + lcls) * bs, ...`` (YOLOv5's)."""
+        for assign in analysis.assignments_in(function):
+            if not isinstance(assign, cst.Assign) or len(assign.targets) != 1 or not isinstance(assign.value, cst.Call):
+                continue
+            target = assign.targets[0].target
+            if not isinstance(target, (cst.Tuple, cst.List)) or not analysis.comes_before(assign, at):
+                continue
+            position = next((i for i, e in enumerate(target.elements) if isinstance(e.value, cst.Name) and e.value.value == name.value), None)
+            function_called = analysis.call_target(assign.value)
+            if position is None or function_called is None:
+                continue
+            home = analysis.shared.analysis_of(function_called) or analysis
+            items = [
+                r.value.elements[position].value
+                for r in analysis.shared.returns(function_called)
+                if isinstance(r.value, cst.Tuple) and len(r.value.elements) > position
+            ]
+            kinds = {self._sums(home, item, item, depth + 1) for item in items}
+            if items and kinds <= {"sum", "summed"}:
+                return "summed" if "summed" in kinds else "sum"
+        return None
 
     def _returns_sum(self, analysis: ScriptAnalysis, call: cst.Call, depth: int) -> str | None:
         """``"sum"`` when the call runs a function of the program that returns a summed loss (``def
@@ -316,6 +351,14 @@ def _counts_this_batch(divisor: cst.BaseExpression) -> bool:
             return True
         return call_method_name(divisor) in ("size", "numel")
     return isinstance(divisor, cst.Subscript) and isinstance(divisor.value, cst.Attribute) and divisor.value.attr.value == "shape"
+
+
+def _holds_a_count_of_this_batch(analysis: ScriptAnalysis, expr: cst.BaseExpression) -> bool:
+    """Whether a name only ever holds a count of this process's batch (``bs = x.shape[0]``, ``n = len(images)``)."""
+    if not isinstance(expr, cst.Name):
+        return False
+    values = analysis.flows_into(expr, expr.value)
+    return bool(values) and all(isinstance(v, cst.BaseExpression) and _counts_this_batch(v) for v in values)
 
 
 def _sum_reduction(call: cst.Call) -> bool:
