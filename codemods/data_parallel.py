@@ -32,7 +32,9 @@ class DataParallel(Rule):
 
     What it finds: ``nn.DataParallel(model)`` under any import alias (``torch.nn.DataParallel``,
     ``from torch.nn import DataParallel as DP``); its functional form ``nn.parallel.data_parallel(module,
-    input, device_ids)`` (DCGAN's ``forward``) is reported for review.
+    input, device_ids)`` (DCGAN's ``forward``) is reported for review, and so is a DataParallel of the program's own
+    (``class ListDataParallel(nn.DataParallel)`` with its own ``scatter``), whose overrides no rewrite can carry
+    over (nothing else wraps it again).
 
     Why it is a problem: DataParallel is one process driving several GPUs from threads: the GIL serialises
     it, GPU 0 gathers every output and scatters every gradient, and it cannot span machines. Under
@@ -203,6 +205,18 @@ else:
                 "nn.parallel.data_parallel(...) spreads one forward over several GPUs from one process: under torchrun "
                 "each process has a GPU of its own, and this call would make each process use several; call the "
                 "module itself (DistributedDataParallel wraps the model)",
+                fixable=False,
+            )
+        for call in (c for c in analysis.calls if analysis.builds_a_data_parallel_subclass(c)) if analysis.program_data_parallel_classes else ():
+            if analysis.program_only_infers:
+                continue
+            built = analysis.shared.constructed[call]
+            yield Match(
+                call,
+                f"{built.name.value} is a DataParallel of the program's own (derived from nn.DataParallel): under torchrun "
+                "each process would run it over every GPU of its node; wrap the model in DistributedDataParallel "
+                f"instead, and move what {built.name.value} overrides (scatter, gather, forward) into the model or the "
+                "loop (the migration cannot carry a subclass's methods over)",
                 fixable=False,
             )
         for call in analysis.calls_to(names.DATA_PARALLEL):

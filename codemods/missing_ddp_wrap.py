@@ -429,6 +429,12 @@ loss.backward()
         wrap made elsewhere (``model = build_model()`` of a factory that returns ``DataParallel(net)``)."""
         if any(_distributes_itself(analysis, origin) for site in analysis.model_training_sites.get(model, ()) for origin in analysis.name_origins(site, model)):
             return True  # (``FSDP(model)``, ``deepspeed.initialize(...)``: distributed by the library)
+        if analysis.program_data_parallel_classes and any(
+            type(origin) is cst.Call and analysis.builds_a_data_parallel_subclass(origin)  # type: ignore[arg-type]
+            for site in analysis.model_training_sites.get(model, ())
+            for origin in analysis.name_origins(site, model)
+        ):
+            return True  # (``MyDP(net)`` of ``class MyDP(nn.DataParallel)``: a wrap DDP001 leaves to a human)
         wraps = set(analysis.program_wrap_calls)
         wrapped: set[cst.CSTNode] = set()
         for wrap in wraps:  # (in any module: a Trainer of another module wraps the model it is handed)

@@ -1826,6 +1826,27 @@ class ScriptAnalysis:
         home = self.shared.analysis_of(function) or self
         return home.module_name, home.functions.index(function)
 
+    @cached_property
+    def program_data_parallel_classes(self) -> frozenset[cst.ClassDef]:
+        """The classes of the program derived from ``nn.DataParallel`` (``class MyDP(nn.DataParallel)`` with its own
+        ``scatter``), directly or through another such class."""
+        found: set[cst.ClassDef] = set()
+        for module in self.shared.analyses:
+            for cls in module.classes:
+                if any(base.keyword is None and module.qualified_names(base.value) & names.DATA_PARALLEL for base in cls.bases):
+                    found.add(cls)
+        while found:
+            more = {cls for module in self.shared.analyses for cls in module.classes if cls not in found and set(module.base_classes(cls)) & found}
+            if not more:
+                break
+            found |= more
+        return frozenset(found)
+
+    def builds_a_data_parallel_subclass(self, call: cst.Call) -> bool:
+        """Whether a call builds an instance of a class of the program derived from ``nn.DataParallel``."""
+        classes = self.program_data_parallel_classes
+        return bool(classes) and self.shared.constructed.get(call) in classes
+
     def base_classes(self, cls: cst.ClassDef) -> list[cst.ClassDef]:
         """The classes of the program a class of this module derives from directly (``class Mine(Base)``,
         ``class Mine(engine.Base)`` of an imported module)."""
