@@ -936,6 +936,11 @@ def is_world_size(analysis: ScriptAnalysis, expr: cst.BaseExpression, depth: int
             return any(is_world_size(home, value, depth + 1) for value in analysis.shared.returned_values(target))
     if any(isinstance(n, cst.SimpleString) and n.evaluated_value == "WORLD_SIZE" for n in walk(expr)):
         return True
+    if isinstance(expr, cst.IfExp):  # ``dist.get_world_size() if dist.is_initialized() else 1``
+        sides = (expr.body, expr.orelse)
+        return any(is_world_size(analysis, s, depth + 1) for s in sides) and all(
+            int_value(s) == 1 or is_world_size(analysis, s, depth + 1) for s in sides
+        )
     if isinstance(expr, (cst.Name, cst.Attribute)):
         sources = [s for s in legacy_facts(analysis).sources(expr) if s is not expr and isinstance(s, cst.BaseExpression)]
         return any(is_world_size(analysis, source, depth + 1) for source in sources)
@@ -979,7 +984,10 @@ def steps_scaled_by_world_size(analysis: ScriptAnalysis) -> list[tuple[ScriptAna
     """Where the program itself divides its steps by the number of processes so that all of them together
     keep the original global batch (nanoGPT's ``gradient_accumulation_steps //= ddp_world_size``): a name
     divided by the world size that then counts steps (in ``range(...)``, after ``%``) or is a loader's batch
-    size. The module, the division, the name. A division of a metric (``loss / world_size``) is not one."""
+    size. The module, the division, the name. A division of a metric (``loss / world_size``) is not one. Also where it multiplies by the world size
+    what grows with the global batch (``lr = base_lr * batch_size * world_size``, the learning rate an optimizer
+    takes: ``SGD(params, lr=0.1 * get_world_size())``, the linear scaling rule): its batch is per process by
+    design."""
     return analysis.derived("steps_scaled_by_world_size", _steps_scaled)
 
 
@@ -1013,6 +1021,33 @@ def _steps_scaled(analysis: ScriptAnalysis) -> list[tuple[ScriptAnalysis, cst.CS
                 batches.add(dotted_name(value))  # type: ignore[arg-type]
         if batches:
             found.extend(_batch_times_world_size(module, batches))
+        found.extend(_learning_rate_times_world_size(module))
+    return found
+
+
+def _learning_rate_times_world_size(analysis: ScriptAnalysis) -> list[tuple[ScriptAnalysis, cst.CSTNode, str]]:
+    """Learning rates an optimizer of the module takes that are a product with the world size (``lr=0.1 *
+    get_world_size()``, or a name assigned one: ``lr = args.lr * dist.get_world_size()``)."""
+    found = []
+    for optimizer in analysis.torch_optimizer_calls:
+        given = keyword_argument(optimizer, "lr") or (optimizer.args[1] if len(optimizer.args) > 1 and optimizer.args[1].keyword is None else None)
+        if given is None:
+            continue
+        values = [given.value]
+        if isinstance(given.value, (cst.Name, cst.Attribute)) and (name := dotted_name(given.value)) is not None:
+            values += [v for v in analysis.flows_into(given.value, name) if isinstance(v, cst.BaseExpression)]
+        for value in values:
+            product = next(
+                (
+                    n
+                    for n in walk(value)
+                    if isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Multiply) and any(is_world_size(analysis, f) for f in _factors(n))
+                ),
+                None,
+            )
+            if product is not None:
+                found.append((analysis, product, "the learning rate"))
+                break
     return found
 
 
