@@ -17,6 +17,7 @@ from .script import (
     ScriptAnalysis,
     assignment_targets,
     call_method_name,
+    callee_name,
     dotted_name,
     is_true,
     loader_argument,
@@ -430,8 +431,7 @@ class PerRankValues:
             # per-rank break): read there, it stays per-rank.
             value, target = node.iter, node.target  # type: ignore[attr-defined]
             if (
-                type(value) is cst.Call
-                and dotted_name(value.func) == "enumerate"  # type: ignore[attr-defined]
+                _enumerates(analysis, value)
                 and type(target) in (cst.Tuple, cst.List)
                 and len(target.elements) == 2  # type: ignore[attr-defined]
                 and type(index := target.elements[0].value) is cst.Name  # type: ignore[attr-defined]
@@ -539,7 +539,7 @@ def _seeds(analysis: ScriptAnalysis) -> list[tuple[cst.CSTNode, cst.BaseExpressi
         for loop in module.loader_loops:
             if not any(module.has_distributed_sampler(loader) for loader in loop.loader_calls) and not partial_random_pass(module, loop):
                 continue
-            seeds.append(_batch_seed(loop))
+            seeds.append(_batch_seed(module, loop))
     for draw, loaders in loader_facts(analysis).training_draws:  # ``(x,) = next(it)`` of ``it = iter(loader)``
         home = analysis.shared.analysis_of(draw) or analysis
         if any((analysis.shared.analysis_of(loader) or home).has_distributed_sampler(loader) for loader in loaders):
@@ -586,12 +586,39 @@ def _rank_part_seeds(module: ScriptAnalysis, subscript: cst.Subscript) -> list[t
     return _assigned_from(module, subscript) if takes_a_rank_part(module, subscript) else []
 
 
-def _batch_seed(loop: LoaderLoop) -> tuple[cst.CSTNode, cst.BaseExpression]:
+#: Wrappers that hand back the items of what they wrap as they are (a progress bar, an iterator).
+_ITEM_KEEPING_WRAPPERS = frozenset({"tqdm", "trange", "iter"})
+
+
+def _enumerates(analysis: ScriptAnalysis, iterated: cst.BaseExpression, depth: int = 0) -> bool:
+    """Whether a loop's items are ``enumerate``'s (index, item) pairs: ``enumerate(loader)``, also under a progress
+    bar (``tqdm(enumerate(loader), total=nb)``) or through a name that only ever holds such pairs (YOLOv5's ``pbar =
+    enumerate(train_loader)``, then ``pbar = tqdm(pbar, total=nb)`` on rank 0)."""
+    while type(iterated) is cst.Call and iterated.args and callee_name(iterated) in _ITEM_KEEPING_WRAPPERS:  # type: ignore[attr-defined]
+        iterated = iterated.args[0].value  # type: ignore[attr-defined]
+    if type(iterated) is cst.Name and depth < 3:
+        name = iterated.value  # type: ignore[attr-defined]
+        values = [v for v in analysis.flows_into(iterated, name) if not (type(v) is cst.Name and v.value == name)]  # type: ignore[attr-defined]
+        return bool(values) and all(
+            isinstance(v, cst.BaseExpression) and _enumerates(analysis, _unwrapped_from(v, name), depth + 1) for v in values
+        )
+    return type(iterated) is cst.Call and dotted_name(iterated.func) == "enumerate"  # type: ignore[attr-defined]
+
+
+def _unwrapped_from(value: cst.BaseExpression, name: str) -> cst.BaseExpression:
+    """``tqdm(pbar, total=nb)`` assigned back to ``pbar``: a wrapper of the name's own pairs counts as enumerating
+    (the name's other values decide); anything else as it is."""
+    inner = value
+    while type(inner) is cst.Call and inner.args and callee_name(inner) in _ITEM_KEEPING_WRAPPERS:  # type: ignore[attr-defined]
+        inner = inner.args[0].value  # type: ignore[attr-defined]
+    return cst.Call(cst.Name("enumerate")) if type(inner) is cst.Name and inner.value == name else value  # type: ignore[attr-defined]
+
+
+def _batch_seed(analysis: ScriptAnalysis, loop: LoaderLoop) -> tuple[cst.CSTNode, cst.BaseExpression]:
     """A loop over loaders with what holds its batch: the loop's target, the batch of ``enumerate`` (not the index,
     the same on every rank)."""
     target = loop.loop.target
-    is_enumerate = isinstance(loop.loop.iter, cst.Call) and dotted_name(loop.loop.iter.func) == "enumerate"
-    if is_enumerate and isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
+    if _enumerates(analysis, loop.loop.iter) and isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
         target = target.elements[1].value
     return loop.loop, target
 
@@ -607,7 +634,7 @@ def training_batch_values(analysis: ScriptAnalysis) -> PerRankValues | None:
         for module in analysis.shared.analyses:
             training |= loader_facts(module).training_loaders
         for module in analysis.shared.analyses:
-            seeds += [_batch_seed(loop) for loop in module.loader_loops if any(call in training for call in loop.loader_calls)]
+            seeds += [_batch_seed(module, loop) for loop in module.loader_loops if any(call in training for call in loop.loader_calls)]
         for draw, _ in loader_facts(analysis).training_draws:
             seeds.extend(_assigned_from(analysis.shared.analysis_of(draw) or analysis, draw))
         values = None
