@@ -582,7 +582,13 @@ def _draw_seeds(analysis: ScriptAnalysis, draw: cst.Call) -> list[tuple[cst.CSTN
 
 
 def _rank_part_seeds(module: ScriptAnalysis, subscript: cst.Subscript) -> list[tuple[cst.CSTNode, cst.BaseExpression]]:
-    """What is assigned the part of the data a rank takes by hand (:func:`takes_a_rank_part`)."""
+    """What is assigned the part of the data a rank takes by hand (:func:`takes_a_rank_part`). A part of a function's
+    parameter (``data = source[i:i + 8]`` in ``get_batch(source, i)``) is no seed: it is per-rank where a caller
+    hands the function a rank's data, which the parameter's flow says call by call (the same helper reads a whole
+    validation set elsewhere)."""
+    function = module.enclosing_function(subscript)
+    if function is not None and type(subscript.value) is cst.Name and module.is_parameter(function, subscript.value.value):  # type: ignore[attr-defined]
+        return []
     return _assigned_from(module, subscript) if takes_a_rank_part(module, subscript) else []
 
 
