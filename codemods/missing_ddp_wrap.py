@@ -447,7 +447,12 @@ loss.backward()
                     receiver = call.func.value  # type: ignore[union-attr]
                     if dotted_name(receiver) == model and analysis.origins(receiver) & (wrapped | wraps):
                         return True
-        return False
+        # ``optimizer = create_optimizer(model, lr)`` (a program's factory of parameter groups), the model handed to
+        # a Trainer that wraps it: the model's own value is the one a wrap takes.
+        built = {o for o in wrapped if type(o) is cst.Call and o not in wraps}
+        return bool(built) and any(
+            analysis.name_origins(site, model) & built for site in analysis.model_training_sites.get(model, ())
+        )
 
     def _switches(
         self, analysis: ScriptAnalysis

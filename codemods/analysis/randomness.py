@@ -74,7 +74,26 @@ def _set_orders(analysis: ScriptAnalysis) -> list[cst.Call]:
     sets = set(analysis.calls_to({"builtins.set"}))
     if not sets and not any(type(node) is cst.SetComp for node in analysis.preorder):
         return []
-    return [call for call in analysis.calls_to(ORDERING_BUILTINS) if len(call.args) == 1 and _holds_a_set(analysis, call.args[0].value, sets)]
+    return [
+        call
+        for call in analysis.calls_to(ORDERING_BUILTINS)
+        if len(call.args) == 1 and _holds_a_set(analysis, call.args[0].value, sets) and not _order_dropped(analysis, call)
+    ]
+
+
+#: Builtins whose value does not depend on the order of the items they are given.
+_ORDER_FREE = frozenset({f"builtins.{name}" for name in ("sorted", "set", "frozenset", "len", "sum", "min", "max", "any", "all")})
+
+
+def _order_dropped(analysis: ScriptAnalysis, call: cst.Call) -> bool:
+    """Whether the items a call takes in a set's order go straight into a call their order does not matter to
+    (``sorted(list(decay))``, minGPT's parameter groups; ``len(list(s))``), within the call's statement."""
+    for ancestor in analysis.ancestors(call):
+        if isinstance(ancestor, cst.BaseStatement) or isinstance(ancestor, cst.BaseSmallStatement):
+            return False
+        if type(ancestor) is cst.Call and analysis.is_call_to(ancestor, _ORDER_FREE):  # type: ignore[arg-type]
+            return True
+    return False
 
 
 def _holds_a_set(analysis: ScriptAnalysis, value: cst.BaseExpression, sets: set[cst.Call]) -> bool:

@@ -1,0 +1,48 @@
+"""A set's items taken in its order and sorted at once (``sorted(list(set(text)))``, minGPT's ``sorted(list(decay))``)
+are in the same order on every rank: a trial's DDP048 told the user to sort what was sorted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from migrated import lint_findings
+
+PROGRAM = """
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+
+def main():
+    dist.init_process_group("gloo")
+    text = open("input.txt").read()
+    chars = CHARS
+    stoi = {ch: i for i, ch in enumerate(chars)}
+    data = torch.tensor([stoi[c] for c in text])
+    ds = TensorDataset(data[:-1], data[1:])
+    sampler = DistributedSampler(ds)
+    loader = DataLoader(ds, batch_size=32, sampler=sampler)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Embedding(len(chars), len(chars)))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    for epoch in range(2):
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    dist.destroy_process_group()
+"""
+
+
+@pytest.mark.parametrize("chars", ["sorted(list(set(text)))", "sorted(tuple(set(text)), key=str)"])
+def test_a_set_sorted_at_once_is_in_one_order_everywhere(tmp_path: Path, chars: str) -> None:
+    findings = lint_findings(tmp_path, PROGRAM.replace("CHARS", chars), "DDP048")
+    assert not any("DDP048" in f for f in findings), findings
+
+
+def test_a_set_in_its_own_order_is_still_reported(tmp_path: Path) -> None:
+    findings = lint_findings(tmp_path, PROGRAM.replace("CHARS", "list(set(text))"), "DDP048")
+    assert any("DDP048 the training data is built from list(set(text))" in f for f in findings), findings
