@@ -39,6 +39,7 @@ from .script import (
     call_method_name,
     callee_name,
     dotted_name,
+    is_none,
     keyword_argument,
     leaves_early,
     leaves_function,
@@ -582,8 +583,29 @@ class RankFacts:
             if all(_is_minus_one_or_none(c.comparator) for c in expr.comparisons) and self._holds_rank_number(expr.left):  # type: ignore[attr-defined]
                 # ``local_rank != -1``, ``args.gpu is not None``: "is this run distributed", which all ranks agree on.
                 return Kind.UNIFORM
+            if self._never_none_tested(expr):  # type: ignore[arg-type]
+                return Kind.UNIFORM  # ``if evaluator is not None:`` of ``evaluator = CocoEvaluator(...)``: true everywhere
             return self._join([expr.left, *(c.comparator for c in expr.comparisons)], depth)  # type: ignore[attr-defined]
         return self._join([child for child in tree.children(expr) if type(child) not in tree.TOKEN_NODES], depth)
+
+    def _never_none_tested(self, test: cst.Comparison) -> bool:
+        """``x is None`` / ``x is not None`` of a name that only ever holds an object the program builds (an
+        instance of one of its classes) or a value written out that is not ``None``: the test has one answer."""
+        if len(test.comparisons) != 1 or type(test.comparisons[0].operator) not in (cst.Is, cst.IsNot) or not is_none(test.comparisons[0].comparator):
+            return False
+        name = test.left
+        if type(name) is not cst.Name:
+            return False
+        function = self.analysis.enclosing_function(name)
+        if function is not None and self.analysis.is_parameter(function, name.value):  # type: ignore[attr-defined]
+            return False
+        values = self.analysis.assigned_values(function, name.value)  # type: ignore[attr-defined]
+        constructed = self.analysis.shared.constructed
+        return bool(values) and all(
+            (type(v) is cst.Call and v in constructed)
+            or type(v) in (cst.List, cst.Dict, cst.Tuple, cst.Set, cst.Integer, cst.Float, cst.SimpleString, cst.ListComp, cst.DictComp)
+            for v in values
+        )
 
     def _holds_rank_number(self, expr: cst.BaseExpression) -> bool:
         """Whether the expression is the rank itself (not an object that is ``None`` off rank 0)."""
