@@ -366,8 +366,10 @@ with open("config.yaml") as f:
                 for a in call.args
             ):
                 kind = "download"
-        if kind == "open" and not _write_mode(call):
-            return None
+        if kind == "open" and (not _write_mode(call) or (bool(call.args) and "os.devnull" in analysis.qualified_names(call.args[0].value))):
+            return None  # (``open(os.devnull, "w")``: a sink for a library's prints, no file)
+        if kind == "handle" and qualified & {"yaml.dump", "yaml.safe_dump"} and len([a for a in call.args if a.keyword is None]) < 2 and keyword_argument(call, "stream") is None:
+            return None  # ``yaml.safe_dump(args.__dict__)`` with no stream: the text comes back, nothing is written
         if kind == "file" and into_memory(analysis, call):
             return None  # ``torch.jit.save(m, buffer)`` of ``buffer = io.BytesIO()``: no file
         return None if kind == "checkpoint" else kind

@@ -4258,8 +4258,22 @@ def into_memory(analysis: ScriptAnalysis, call: cst.Call) -> bool:
     return any(
         type(origin) is cst.Call and analysis.is_call_to(origin, MEMORY_FILES)  # type: ignore[arg-type]
         for arg in call.args
-        for origin in (arg.value, *analysis.origins(arg.value))
+        for origin in (arg.value, *analysis.origins(arg.value), *_with_items_binding(analysis, call, arg.value))
     )
+
+
+def _with_items_binding(analysis: ScriptAnalysis, node: cst.CSTNode, name: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """What the ``with`` statements around a node bind a plain name to (``io.BytesIO()`` of ``with io.BytesIO() as
+    out:``)."""
+    if type(name) is not cst.Name:
+        return []
+    return [
+        item.item
+        for ancestor in analysis.ancestors(node)
+        if type(ancestor) is cst.With
+        for item in ancestor.items  # type: ignore[attr-defined]
+        if item.asname is not None and type(item.asname.name) is cst.Name and item.asname.name.value == name.value  # type: ignore[attr-defined]
+    ]
 
 
 def returns_of(function: cst.FunctionDef) -> list[cst.Return]:
