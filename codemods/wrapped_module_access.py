@@ -532,7 +532,7 @@ torch.save(state, "last.pt")
             )
             kind = "DDP" if analysis.is_call_to(wrap, names.DISTRIBUTED_DATA_PARALLEL) else "DataParallel"
             if attr == "no_sync":
-                guarded = isinstance(analysis.parent(parent), cst.IfExp) and "hasattr" in code_of(analysis.parent(parent).test)  # type: ignore[union-attr]
+                guarded = _asks_for_no_sync(analysis, parent)
                 if sometimes and isinstance(parent, cst.Call) and parent.func is attribute and not guarded:
                     yield _Case("no_sync", parent, attribute, sometimes, "no_sync() exists only on the DDP wrapper, and the model is not wrapped on every path: fall back to contextlib.nullcontext()")
                 continue
@@ -1048,6 +1048,31 @@ def _backward_after(analysis: ScriptAnalysis, call: cst.CSTNode, function: cst.F
 
 def _test_text(test: cst.BaseExpression) -> str:
     return " ".join(code_of(test).split())
+
+
+def _asks_for_no_sync(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
+    """Whether a node runs only where a test found the model a wrapper: ``hasattr(model, "no_sync")`` or
+    ``isinstance(model, DDP)`` in the test of an ``if`` (or conditional expression) around it, also through a name
+    assigned that test (timm's ``has_no_sync = hasattr(model, "no_sync")``, then ``if has_no_sync and ...:``)."""
+
+    def asks(test: cst.BaseExpression, depth: int = 0) -> bool:
+        for part in walk(test):
+            if type(part) is cst.Call and (
+                (dotted_name(part.func) == "hasattr" and "no_sync" in code_of(part))  # type: ignore[attr-defined]
+                or analysis.wrapper_tested(part) is not None  # type: ignore[arg-type]
+            ):
+                return True
+            if type(part) is cst.Name and depth < 2:
+                if any(isinstance(v, cst.BaseExpression) and asks(v, depth + 1) for v in analysis.flows_into(part, part.value)):  # type: ignore[attr-defined]
+                    return True
+        return False
+
+    child = node
+    for ancestor in analysis.ancestors(node):
+        if isinstance(ancestor, (cst.If, cst.IfExp)) and child is ancestor.body and asks(ancestor.test):
+            return True
+        child = ancestor
+    return False
 
 
 def _on_the_unwrapped_side(analysis: ScriptAnalysis, wrap: cst.Call, node: cst.CSTNode) -> bool:
