@@ -26,7 +26,9 @@ class UnguardedOutput(Rule):
     interleaved, and N progress bars fight over one terminal.
 
     Prints that carry the rank (``print(f"rank {rank}: ...")``, the value flowing from a rank source) and
-    prints with ``force=True`` (a script's own rank-aware ``print``) are meant for every rank and stay.
+    prints with ``force=True`` (a script's own rank-aware ``print``) are meant for every rank and stay; so do all
+    prints of a program that replaces the builtin ``print`` itself (``builtins.print = print`` in DETR's
+    ``setup_for_distributed``, quiet off rank 0).
     Guards are recognised by data flow (``if master_process:``, ``if get_rank() == 0:`` of a helper).
 
     What the fix does: ``print`` becomes ``runtime.print0`` (prints on global rank 0 only), and so do the
@@ -159,10 +161,11 @@ if master_process:
         if not analysis.is_training_script:
             return
         facts = rank_facts(analysis)
+        print_replaced = analysis.program_replaces_print
         for call in analysis.calls:  # the output calls first; whether a rank guard keeps them is dearer to ask
             if analysis.is_call_to(call, {"builtins.print"}):
-                if facts.guard(call) is not None:
-                    continue
+                if print_replaced or facts.guard(call) is not None:
+                    continue  # (``builtins.print = print`` of ``setup_for_distributed``: quiet off rank 0 already)
                 if any(a.keyword is not None and a.keyword.value == "force" for a in call.args):
                     continue  # the script's own rank-aware print (``setup_for_distributed``): its choice
                 if any(facts.is_rank_dependent(a.value) for a in call.args if a.keyword is None):

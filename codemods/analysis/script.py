@@ -1827,6 +1827,17 @@ class ScriptAnalysis:
         return home.module_name, home.functions.index(function)
 
     @cached_property
+    def program_replaces_print(self) -> bool:
+        """Whether a module of the program replaces the builtin ``print`` (``builtins.print = print`` in DETR's
+        ``setup_for_distributed(is_master)``, a print that keeps quiet off rank 0): its prints are its choice."""
+        return any(
+            type(target) is cst.Attribute and target.attr.value == "print" and "builtins" in module.qualified_names(target.value)  # type: ignore[attr-defined]
+            for module in self.shared.analyses
+            for assign in module.assignments
+            for target in _assign_targets(assign)
+        )
+
+    @cached_property
     def program_data_parallel_classes(self) -> frozenset[cst.ClassDef]:
         """The classes of the program derived from ``nn.DataParallel`` (``class MyDP(nn.DataParallel)`` with its own
         ``scatter``), directly or through another such class."""
