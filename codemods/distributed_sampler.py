@@ -10,7 +10,7 @@ from typing import Iterator
 import libcst as cst
 
 from . import names
-from .analysis import LOADER_PARAMETERS, ScriptAnalysis, given_loader_argument, is_none, keyword_argument, loader_argument
+from .analysis import LOADER_PARAMETERS, ScriptAnalysis, given_loader_argument, is_none, keyword_argument, loader_argument, walk
 from .analysis.legacy import legacy_facts, string_value
 from .analysis.loaders import SAMPLING_KEYS, KwargsDict, loader_facts
 from .analysis.per_rank import partial_random_pass
@@ -735,10 +735,33 @@ def _combined_evaluation(analysis: ScriptAnalysis, loader: cst.Call) -> cst.Call
         function = home.enclosing_function(loop.loop)
         if function is None:
             continue
+        filled = _names_filled_in(loop.loop)
         for node in home.nodes_below(function):
             if type(node) is cst.Call and (home.is_reduction(node) or (type(node.func) is cst.Attribute and home.reduces_in_place(node))):  # type: ignore[arg-type, attr-defined]
-                return node  # type: ignore[return-value]
+                # (a reduction of what the evaluation loop computes: not ``all_reduce_mean(train_sum / n)`` of the
+                # training loop beside it in the same function)
+                if home.is_inside(node, loop.loop) or _names_read(node) & filled:
+                    return node  # type: ignore[return-value]
     return None
+
+
+def _names_filled_in(loop: cst.For) -> set[str]:
+    """The plain names a loop's body assigns, adds to or calls a method of (``correct += ...``, ``meter.update(...)``)."""
+    found: set[str] = set()
+    for node in walk(loop.body):
+        if type(node) in (cst.AugAssign, cst.AssignTarget, cst.AnnAssign):
+            found.update(n.value for n in walk(node.target) if type(n) is cst.Name)  # type: ignore[attr-defined]
+        elif type(node) is cst.Call and type(node.func) is cst.Attribute and type(node.func.value) is cst.Name:  # type: ignore[attr-defined]
+            found.add(node.func.value.value)  # type: ignore[attr-defined]
+    return found
+
+
+def _names_read(call: cst.Call) -> set[str]:
+    """The plain names a call reads: in its arguments, and its receiver (``top1`` of ``top1.all_reduce()``)."""
+    found = {n.value for arg in call.args for n in walk(arg.value) if type(n) is cst.Name}  # type: ignore[attr-defined]
+    if type(call.func) is cst.Attribute:
+        found.update(n.value for n in walk(call.func.value) if type(n) is cst.Name)  # type: ignore[attr-defined]
+    return found
 
 
 #: Samplers of torch that, given the loader's data set alone, draw every sample once per pass: ``shuffle=True``

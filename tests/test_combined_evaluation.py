@@ -97,3 +97,60 @@ def test_an_evaluation_that_combines_nothing_keeps_its_note(tmp_path: Path, comb
     migrated, report = migrate_program(tmp_path, combine)
     assert "evaluation DataLoader left unsharded: every process evaluates the whole set, which is correct" in report, report
     assert "its evaluation combines" not in report and "TODO" not in migrated
+
+
+#: Training and evaluation in one function (a trial): the training loss is averaged across processes
+#: (``all_reduce_mean(train_sum / n)``), the evaluation counts its own set. The review said the evaluation combined
+#: values across processes, pointing at the training loss.
+ONE_FUNCTION = '''
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def all_reduce_mean(t):
+    if dist.is_initialized():
+        dist.all_reduce(t)
+        t /= dist.get_world_size()
+    return t
+
+
+def main():
+    train_loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,))), batch_size=16, shuffle=True)
+    val_loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randint(0, 2, (32,))), batch_size=8)
+    model = nn.Linear(8, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        train_sum = 0.0
+        for x, y in train_loader:
+            loss = nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            train_sum += loss.item()
+        correct = 0
+        with torch.no_grad():
+            for x, y in val_loader:
+                correct += (model(x).argmax(1) == y).sum().item()
+        REDUCED
+        print(epoch, train_loss, correct / len(val_loader.dataset))
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_a_training_value_reduced_beside_the_evaluation_is_no_combined_evaluation(tmp_path: Path) -> None:
+    path = tmp_path / "train.py"
+    path.write_text(ONE_FUNCTION.replace("REDUCED", "train_loss = all_reduce_mean(torch.tensor(train_sum / len(train_loader))).item()"))
+    output = CliRunner().invoke(cli, [str(path)]).output
+    assert "combines values across processes" not in output and "note DDP005" in output, output
+
+
+def test_the_evaluations_own_count_reduced_is_a_combined_evaluation(tmp_path: Path) -> None:
+    path = tmp_path / "train.py"
+    path.write_text(ONE_FUNCTION.replace("REDUCED", "train_loss = train_sum\n        correct = all_reduce_mean(torch.tensor(float(correct))).item()"))
+    output = CliRunner().invoke(cli, [str(path)]).output
+    assert "combines values across processes" in output, output
