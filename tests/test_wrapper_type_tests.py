@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from ddp_migrate.cli import cli
@@ -152,3 +153,66 @@ def test_the_architecture_saved_with_a_checkpoint_names_the_model(tmp_path: Path
     import torch
 
     assert torch.load(tmp_path / "ck.pt", weights_only=True)["arch"] == "Linear"
+
+
+#: YOLOv5's shapes of the test (a trial): ``is_parallel(model)``, a helper returning ``type(model) in
+#: (DataParallel, DistributedDataParallel)``, and that test written out. The migration read the else side through
+#: the program's one (wrapped) caller and wrote ``model.module.head`` there: a plain model would fail.
+WRAPPER_TYPE_HELPER = """
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def is_parallel(model):
+    return type(model) in (nn.parallel.DataParallel, nn.parallel.DistributedDataParallel)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.head(x)
+
+
+class ComputeLoss:
+    def __init__(self, model):
+        self.head = TESTED
+
+    def __call__(self, out, y):
+        return nn.functional.cross_entropy(out, y) + 0.0 * self.head.weight.sum()
+
+
+def main():
+    model = nn.DataParallel(Net())
+    compute_loss = ComputeLoss(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in DataLoader(TensorDataset(torch.randn(16, 4), torch.randint(0, 2, (16,))), batch_size=4):
+        loss = compute_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+
+@pytest.mark.parametrize(
+    "tested",
+    [
+        "model.module.head if is_parallel(model) else model.head",
+        "model.module.head if type(model) in (nn.parallel.DataParallel, nn.parallel.DistributedDataParallel) else model.head",
+    ],
+    ids=["helper", "written-out"],
+)
+def test_the_plain_side_of_a_wrapper_type_test_keeps_the_model_itself(tmp_path: Path, tested: str) -> None:
+    path = tmp_path / "train.py"
+    path.write_text(WRAPPER_TYPE_HELPER.replace("TESTED", tested))
+    result = CliRunner().invoke(cli, [str(path)])
+    assert result.exit_code == 0, result.output
+    assert tested in path.read_text(), path.read_text()

@@ -3812,9 +3812,27 @@ class ScriptAnalysis:
             child = ancestor
         return False
 
-    def wrapper_tested(self, test: cst.BaseExpression) -> str | None:
+    def wrapper_tested(self, test: cst.BaseExpression, depth: int = 0) -> str | None:
         """The name a test asks whether it holds a wrapper: ``isinstance(name, nn.DataParallel)`` (any wrapper class
-        among those tested) or ``hasattr(name, "module")``; ``None`` for any other test."""
+        among those tested), ``hasattr(name, "module")``, ``type(name) in (DataParallel, DistributedDataParallel)``,
+        or a helper of the program that returns such a test of its parameter (YOLOv5's ``is_parallel(model)``);
+        ``None`` for any other test."""
+        if type(test) is cst.Comparison and len(test.comparisons) == 1:  # type: ignore[attr-defined]
+            left, comparison = test.left, test.comparisons[0]  # type: ignore[attr-defined]
+            if type(left) is cst.Call and dotted_name(left.func) == "type" and len(left.args) == 1 and type(comparison.operator) in (cst.In, cst.Is, cst.Equal):  # type: ignore[attr-defined]
+                given = comparison.comparator
+                classes = [e.value for e in given.elements] if type(given) in (cst.Tuple, cst.List, cst.Set) else [given]
+                return dotted_name(left.args[0].value) if any(self.qualified_names(c) & names.MODEL_WRAPPERS for c in classes) else None  # type: ignore[attr-defined]
+            return None
+        if type(test) is cst.Call and len(test.args) == 1 and depth == 0:  # type: ignore[attr-defined]
+            helper = self.call_target(test)  # type: ignore[arg-type]
+            if helper is not None and helper.params.params:
+                home = self.shared.analysis_of(helper) or self
+                returned = self.shared.returned_values(helper)
+                parameter = helper.params.params[0].name.value
+                if returned and all(home.wrapper_tested(r, depth + 1) == parameter for r in returned):
+                    return dotted_name(test.args[0].value)  # type: ignore[attr-defined]
+            return None
         if type(test) is not cst.Call or len(test.args) != 2:  # type: ignore[attr-defined]
             return None
         name = dotted_name(test.args[0].value)  # type: ignore[attr-defined]
