@@ -476,8 +476,8 @@ with torch.autocast(device_type="cuda", enabled=False):
     )
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
-        if not analysis.is_training_code:
-            return
+        if not analysis.is_training_code or analysis.program_distributed_by_a_library:
+            return  # (a device mesh, FSDP, DeepSpeed place the model themselves)
         # Only a program that sets up its process group by hand (in any of its modules: ``init_distributed_mode``
         # of a helper module) keeps plain ``.cuda()``; the runtime's own setup (added by DDP003 in the same run)
         # does not count.

@@ -394,8 +394,8 @@ loss.backward()
         return anchor, kept
 
     def _cases(self, analysis: ScriptAnalysis) -> Iterator[tuple[str, cst.BaseStatement | None, cst.BaseStatement | None]]:
-        if not analysis.is_training_script or analysis.imports_out_of_sight:
-            return  # (read alone, its program too large: a module it imports may wrap the model)
+        if not analysis.is_training_script or analysis.imports_out_of_sight or analysis.program_distributed_by_a_library:
+            return  # (read alone, its program too large: a module it imports may wrap the model; FSDP, DeepSpeed: theirs)
         wrapped = self._wrapped_names(analysis)
         themselves = analysis.models_training_themselves
         for model in analysis.trained_models:
@@ -700,12 +700,6 @@ def _forwards_past_the_wrap(analysis: ScriptAnalysis, model: str, anchor: cst.Ba
 
 #: Libraries that distribute a model themselves (FSDP, DeepSpeed, Accelerate, Lightning, Horovod, ...): a
 #: program that uses one wraps its model its own way.
-SELF_DISTRIBUTING = (
-    "torch.distributed.fsdp", "torch.distributed._composable", "torch.distributed.tensor", "torch.distributed.rpc",
-    "torch.distributed.autograd", "torch.distributed.optim", "torch.distributed.pipelining", "deepspeed",
-    "accelerate", "lightning", "pytorch_lightning", "horovod", "fairscale", "colossalai",
-)
-
 
 def _took_before(analysis: ScriptAnalysis, holder: str, model: str, anchor: cst.BaseStatement) -> bool:
     """Whether, in the wrap's scope and before it, a statement assigns ``holder`` a value that names the model
@@ -819,19 +813,17 @@ def _trained_model_unfound(analysis: ScriptAnalysis) -> cst.Call | None:
             break
     if first is None or not analysis.owns(first):
         return None
-    for module in shared.analyses:
-        for call in module.calls:
-            if _distributes_itself(module, call):
-                return None
+    if analysis.program_distributed_by_a_library:
+        return None
     return first
 
 
 def _distributes_itself(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
-    """Whether a node is a call of a library that distributes a model itself (:data:`SELF_DISTRIBUTING`)."""
+    """Whether a node is a call of a library that distributes a model itself (:data:`names.SELF_DISTRIBUTING`)."""
     if type(node) is not cst.Call:
         return False
     home = analysis.shared.analysis_of(node) or analysis
-    return any(q == p or q.startswith(p + ".") for q in home.qualified_names(node.func) for p in SELF_DISTRIBUTING)  # type: ignore[attr-defined]
+    return home.calls_a_self_distributing_library(node)  # type: ignore[arg-type]
 
 
 def _wrapped_on_one_branch(analysis: ScriptAnalysis) -> Iterator[tuple[cst.Call, str]]:

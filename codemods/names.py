@@ -73,6 +73,13 @@ CUDA_IS_AVAILABLE = frozenset({"torch.cuda.is_available"})
 CUDA_QUERIES = CUDA_IS_AVAILABLE | frozenset({"torch.cuda.device_count"})
 
 INIT_PROCESS_GROUP = frozenset({"torch.distributed.init_process_group"})
+#: Libraries (module prefixes) that distribute a model themselves: FSDP, tensor parallelism over a device mesh (which
+#: sets up the process group too), DeepSpeed, Accelerate, Lightning, ...
+SELF_DISTRIBUTING = (
+    "torch.distributed.fsdp", "torch.distributed._composable", "torch.distributed.tensor", "torch.distributed.device_mesh",
+    "torch.distributed.rpc", "torch.distributed.autograd", "torch.distributed.optim", "torch.distributed.pipelining",
+    "deepspeed", "accelerate", "lightning", "pytorch_lightning", "horovod", "fairscale", "colossalai",
+)
 DESTROY_PROCESS_GROUP = frozenset({"torch.distributed.destroy_process_group"})
 GET_RANK = frozenset({"torch.distributed.get_rank"})
 

@@ -275,7 +275,8 @@ dist.destroy_process_group(group)
             return
         if not analysis.is_distributed:
             node = analysis.backward_calls[0] if analysis.backward_calls else analysis.first_group_need
-            if node is not None and not analysis.imports_out_of_sight:  # (the group may be set up out of sight)
+            if node is not None and not analysis.imports_out_of_sight and not analysis.program_distributed_by_a_library:
+                # (read alone, the group may be set up out of sight; a device mesh, FSDP, DeepSpeed set up their own)
                 yield Match(node, "training script never sets up a process group for DDP")
             return
         if self._never_destroyed(analysis):

@@ -130,8 +130,8 @@ loss.backward()
     )
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
-        if not analysis.is_entry:
-            return
+        if not analysis.is_entry or analysis.program_distributed_by_a_library:
+            return  # (tensor parallelism wants the same data on every rank; FSDP's data is the program's own choice)
         # The training steps of the whole program: a step in a Trainer of another module
         # (``Trainer(model, get_batch).fit()``) is this entry's training as much as one of its own.
         steps = [call for call in analysis.program_backward_calls if _in_a_loop(analysis.shared.analysis_of(call) or analysis, call)]

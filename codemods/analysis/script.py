@@ -1826,6 +1826,17 @@ class ScriptAnalysis:
         home = self.shared.analysis_of(function) or self
         return home.module_name, home.functions.index(function)
 
+    def calls_a_self_distributing_library(self, call: cst.Call) -> bool:
+        """Whether a call is one of a library that distributes a model itself (:data:`names.SELF_DISTRIBUTING`:
+        ``fully_shard(model)``, ``init_device_mesh(...)``, ``deepspeed.initialize(...)``)."""
+        return any(q == p or q.startswith(p + ".") for q in self.qualified_names(call.func) for p in names.SELF_DISTRIBUTING)
+
+    @cached_property
+    def program_distributed_by_a_library(self) -> bool:
+        """Whether the program hands its distribution to such a library anywhere (FSDP, tensor parallelism, ...):
+        DDP's own rules (a process group to set up, data to shard, devices to pick) are that library's there."""
+        return any(module.calls_a_self_distributing_library(call) for module in self.shared.analyses for call in module.calls)
+
     @cached_property
     def program_replaces_print(self) -> bool:
         """Whether a module of the program replaces the builtin ``print`` (``builtins.print = print`` in DETR's
