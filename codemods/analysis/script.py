@@ -2218,6 +2218,22 @@ class ScriptAnalysis:
         into any module of the program."""
         return self.reaches(node, self.program_backward_calls)
 
+    def reaches_a_step(self, node: cst.CSTNode) -> bool:
+        """Whether running the node trains: it reaches ``backward()`` (:meth:`reaches_backward`), or zeroes an
+        optimizer's gradients where a library runs the backward pass out of sight (DeiT's ``optimizer.zero_grad()``
+        then ``loss_scaler(loss, optimizer)``, timm's ``NativeScaler``)."""
+        return self.reaches_backward(node) or self.reaches(node, self.program_zero_grad_calls)
+
+    @cached_property
+    def program_zero_grad_calls(self) -> list[cst.Call]:
+        """Every ``optimizer.zero_grad()`` in every module of the program that may run with this one."""
+        return [
+            call
+            for analysis in self.shared.analyses
+            for call in analysis.method_calls("zero_grad")
+            if analysis.holds_optimizer(call.func.value) and self._may_run_here(analysis, call)  # type: ignore[attr-defined]
+        ]
+
     @cached_property
     def program_loader_calls(self) -> list[cst.Call]:
         """Every ``DataLoader(...)`` call in every module of the program."""
@@ -2243,11 +2259,11 @@ class ScriptAnalysis:
                     spellings.extend((call, spelled) for call in found)
                 if spellings:
                     calls = frozenset(call for call, _ in spellings)
-                    loops.append(LoaderLoop(loop, spellings[0][1], calls, self.reaches_backward(loop.body), tuple(spellings)))  # type: ignore[arg-type]
+                    loops.append(LoaderLoop(loop, spellings[0][1], calls, self.reaches_a_step(loop.body), tuple(spellings)))  # type: ignore[arg-type]
                 continue
             expr, found = self._iterated_loaders(loop.iter, loop, loader_set)
             if found:
-                loops.append(LoaderLoop(loop, expr, found, self.reaches_backward(loop.body)))  # type: ignore[arg-type]
+                loops.append(LoaderLoop(loop, expr, found, self.reaches_a_step(loop.body)))  # type: ignore[arg-type]
         return loops
 
     def _iterated_loaders(
