@@ -47,6 +47,16 @@ OWN_SAMPLER_TODO = (
     "what it samples for, and call its set_epoch if it shuffles; then give each process its share of the "
     "batch (batch_size=runtime.per_process_batch_size(batch_size)) to keep the original's global batch"
 )
+#: :data:`OWN_SAMPLER_TODO` for a loader given a ``batch_sampler=``: the batch size is the batch sampler's, and such
+#: samplers (P classes x K samples) usually feed a loss that compares the samples of a batch with each other.
+OWN_BATCH_SAMPLER_TODO = (
+    "this training loader's own batch sampler is not sharded: every process draws the same batches; make it draw "
+    "each rank's share of every batch (rank runtime.rank() of runtime.world_size()), keeping what it samples for, "
+    "and call its set_epoch if it shuffles, so that the processes together take the original's batch; a loss "
+    "that compares the samples of a batch with each other (in-batch negatives, hard-example mining) then sees N "
+    "times fewer of them: gather the embeddings of every rank first (torch.distributed.nn.functional.all_gather "
+    "keeps the gradient), or accept the smaller comparison set"
+)
 
 UNBATCHED_MESSAGE = (
     "training DataLoader without automatic batching (batch_size=None): each item it yields is a whole batch, so a "
@@ -418,7 +428,13 @@ with torch.no_grad():
                 yield Match(loader, "training DataLoader without a DistributedSampler (its sampler draws from the whole set on every process)")
             elif given_loader_argument(loader, "sampler") or given_loader_argument(loader, "batch_sampler"):
                 own = "batch sampler" if given_loader_argument(loader, "batch_sampler") and not given_loader_argument(loader, "sampler") else "sampler"
-                yield Match(loader, f"training DataLoader with its own {own} is not sharded across processes: shard it by hand", fixable=False)
+                comparing = (
+                    "; a loss that compares the samples of a batch with each other then sees N times fewer of them (gather "
+                    "the embeddings of every rank first, or accept it)"
+                    if own == "batch sampler"
+                    else ""
+                )
+                yield Match(loader, f"training DataLoader with its own {own} is not sharded across processes: shard it by hand{comparing}", fixable=False)
             elif kwargs is not None and kwargs.keys is not None and kwargs.keys & SAMPLING_KEYS:
                 if self._distributed_in(analysis, kwargs):
                     continue
@@ -478,7 +494,8 @@ with torch.no_grad():
                 elif _yields_batches(loader):
                     edits.todo(stmt, UNBATCHED_TODO)
                 elif self._own_sampler(analysis, loader):
-                    edits.todo(stmt, OWN_SAMPLER_TODO)
+                    batch_sampler = given_loader_argument(loader, "batch_sampler") and not given_loader_argument(loader, "sampler")
+                    edits.todo(stmt, OWN_BATCH_SAMPLER_TODO if batch_sampler else OWN_SAMPLER_TODO)
                 elif loader in loader_facts(analysis).evaluation_loaders:
                     edits.todo(stmt, match.message)
                 else:
