@@ -43,7 +43,8 @@ class BatchComparedWithItself(Rule):
     product of two values computed from this process's batch, the second with its samples turned into
     columns (``z @ z.t()``, ``torch.mm(a, b.T)``, ``torch.matmul(q, k.transpose(0, 1))``,
     ``torch.einsum("id,jd->ij", a, b)``), or the distances between every pair of their rows
-    (``torch.cdist(a, b)``, ``F.cosine_similarity(a.unsqueeze(1), b.unsqueeze(0), dim=-1)``), where gradients are taken (not under
+    (``torch.cdist(a, b)``, ``F.cosine_similarity(a.unsqueeze(1), b.unsqueeze(0), dim=-1)``, a product or difference
+    broadcast by hand: ``(a[:, None, :] * b[None, :, :]).sum(-1)``), where gradients are taken (not under
     ``torch.no_grad()``): the similarity matrix of a contrastive loss (SimCLR's NT-Xent, CLIP, InfoNCE with
     in-batch negatives) or of in-batch hard-negative mining. Also a statistic over the batch axis (``g.mean(0)``,
     ``z.var(dim=0)``) of such a value that enters a non-linear function on its way to a loss term: a mixture of
@@ -69,7 +70,7 @@ class BatchComparedWithItself(Rule):
     name = "batch-compared-with-itself"
     phase = Phase.OUTPUT
     severity = Severity.WARNING
-    triggers = ("@", "mm(", "matmul(", "cdist(", "einsum(", "cosine_similarity(", "pairwise_distance(", "(0", "dim=0", "axis=0")
+    triggers = ("@", "mm(", "matmul(", "cdist(", "einsum(", "cosine_similarity(", "pairwise_distance(", "(0", "dim=0", "axis=0", "None")
     requires = ("backward",)
     needs_names = (names.DISTRIBUTED_DATA_PARALLEL,)
     manual_fix = "all_gather the embeddings of every rank (torch.distributed.nn.functional.all_gather) before comparing"
@@ -224,6 +225,11 @@ def _comparisons(analysis: ScriptAnalysis) -> Iterator[tuple[cst.CSTNode, cst.Ba
             inner = _transposed(node.right)  # type: ignore[attr-defined]
             if inner is not None:
                 yield node, node.left, inner, "multiplies"  # type: ignore[attr-defined]
+        elif type(node) is cst.BinaryOperation and isinstance(node.operator, (cst.Multiply, cst.Subtract)):  # type: ignore[attr-defined]
+            # ``(z[:, None, :] * z[None, :, :]).sum(-1)``, ``(a.unsqueeze(1) - b.unsqueeze(0)).norm(dim=-1)``
+            first, second = _with_new_axis(node.left), _with_new_axis(node.right)  # type: ignore[attr-defined]
+            if first is not None and second is not None and first[1] != second[1]:
+                yield node, first[0], second[0], "compares"
     for call in analysis.calls:
         if call_method_name(call) in ("mm", "matmul") and isinstance(call.func, cst.Attribute) and len(call.args) == 1:
             if not analysis.qualified_names(call.func) & _PRODUCTS:  # ``a.mm(b.t())``: the tensor's method

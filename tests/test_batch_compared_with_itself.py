@@ -52,12 +52,16 @@ COMPARED = {
     # a review found the tensor's own methods missed
     "method-mm": "return F.cross_entropy(a.mm(b.t()) / t, torch.arange(len(a)))",
     "method-matmul": "return F.cross_entropy(a.matmul(b.T) / t, torch.arange(len(a)))",
+    # a trial's SimCLR: a similarity broadcast by hand
+    "broadcast-product": "return F.cross_entropy((a[:, None, :] * b[None, :, :]).sum(-1) / t, torch.arange(len(a)))",
+    "broadcast-difference": "return F.cross_entropy(-(a.unsqueeze(1) - b.unsqueeze(0)).norm(dim=-1), torch.arange(len(a)))",
 }
 
 NOT_COMPARED = {
     "classifier": "return F.cross_entropy(a @ head_weight().t(), torch.zeros(len(a), dtype=torch.long))",
     "attention": "w = (a.unsqueeze(1) @ b.unsqueeze(1).transpose(-2, -1)).softmax(-1)\n    return (w * a.unsqueeze(1)).pow(2).mean()",
     "per-sample": "return (1 - F.cosine_similarity(a, b)).mean()",
+    "broadcast-within-each-sample": "return (a[:, None, :] * b[:, None, :]).pow(2).mean()",
     "no-grad": "with torch.no_grad():\n        print((a @ b.t()).diagonal().mean())\n    return F.mse_loss(a, b)",
     # a review found these reviewed: metrics outside no_grad, and a comparison within each sample
     "detached-metric": "print((a.detach() @ b.detach().t()).diagonal().mean())\n    return F.mse_loss(a, b)",
