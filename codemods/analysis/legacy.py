@@ -673,10 +673,15 @@ class LegacyFacts:
         return False
 
     def _reads_environment(self, test: cst.BaseExpression) -> bool:
+        """Whether a test reads the launch: its environment, or the ``--local_rank`` option the launcher fills
+        (``if args.local_rank != -1:``, the ``else`` of ``if args.local_rank == -1:``)."""
+        dests = {option.dest for _, option in self.program_local_rank_options}
         for node in walk(test):
             if isinstance(node, cst.SimpleString) and string_value(node) in LAUNCH_VARIABLES:
                 return True
             if isinstance(node, (cst.Name, cst.Attribute)) and self.analysis.qualified_names(node) & OS_ENVIRON:
+                return True
+            if isinstance(node, cst.Attribute) and node.attr.value in dests:
                 return True
         return False
 
