@@ -173,6 +173,8 @@ def analyse(
     options: Options | None = None,
     source: str | None = None,
     earlier: ScriptAnalysis | None = None,
+    *,
+    imports_out_of_sight: bool = False,
 ) -> ScriptAnalysis:
     """The shared analysis of a lone module (a crash in it is a one-line error, like a crash in a rule); the
     analysis of a clone of it where :func:`index_of` says so. ``source``: the text the module was just
@@ -182,7 +184,7 @@ def analyse(
 
     def build() -> ScriptAnalysis:
         index = ModuleIndex(module, source) if source is not None else index_of(module, earlier.index if earlier is not None else None)
-        return ScriptAnalysis(index.module, is_entry=is_entry, options=options, index=index)
+        return ScriptAnalysis(index.module, is_entry=is_entry, options=options, index=index, imports_out_of_sight=imports_out_of_sight)
 
     return _guarded("the script analysis", build)
 
@@ -210,6 +212,8 @@ def fix_to_fixed_point(
     fixable: frozenset[type[Rule]] | None = None,
     vocabulary: Vocabulary | None = None,
     authors: TodoAuthors | None = None,
+    *,
+    imports_out_of_sight: bool = False,
 ) -> tuple[cst.Module, list[Change], ScriptAnalysis, Vocabulary]:
     """Run every fix in phase order, pass after pass, until a whole pass changes nothing.
 
@@ -224,7 +228,7 @@ def fix_to_fixed_point(
     """
     changes: list[Change] = []
     ordered = sorted((r for r in rules if r.can_fix() and (fixable is None or type(r) in fixable)), key=lambda r: (r.phase, r.code))
-    analysis = analyse(module, is_entry, options)
+    analysis = analyse(module, is_entry, options, imports_out_of_sight=imports_out_of_sight)
     parsed = module
     text = analysis.code  # libcst's printout, which every fix's output is compared with
     # The printout differs from the source in layout only (a leading form feed, trailing blanks): the same names.
@@ -243,7 +247,7 @@ def fix_to_fixed_point(
                 continue
             # The next analysis is built before it is known to be needed: its index generates the code and
             # the positions in one pass, and the rules ask for positions of almost every rewritten module.
-            rewritten = analyse(result.module, is_entry, options, earlier=current)  # (a clone of it, see index_of)
+            rewritten = analyse(result.module, is_entry, options, earlier=current, imports_out_of_sight=imports_out_of_sight)  # (a clone of it, see index_of)
             new_text = rewritten.code
             if new_text == text:
                 continue
@@ -411,6 +415,8 @@ def process(
     fix: bool,
     is_entry: bool = True,
     fixable: frozenset[type[Rule]] | None = None,
+    *,
+    imports_out_of_sight: bool = False,
 ) -> FileResult:
     """Run the pipeline on one file's bytes, a program of its own; errors land in ``result.error`` as one
     ``path:line:col:`` line. ``is_entry=False`` for a module no entry reaches (no process group is due).
@@ -442,11 +448,11 @@ def process(
         authors = TodoAuthors()
         if fix:
             module, result.changes, analysis, vocabulary = fix_to_fixed_point(
-                module, rules, options, path, is_entry, fixable, vocabulary, authors
+                module, rules, options, path, is_entry, fixable, vocabulary, authors, imports_out_of_sight=imports_out_of_sight
             )
             result.new_text = analysis.code
         else:
-            analysis = analyse(module, is_entry, options, parsed)
+            analysis = analyse(module, is_entry, options, parsed, imports_out_of_sight=imports_out_of_sight)
         text = result.new_text if fix else source.text  # the module's code, without generating it again
         result.findings = suppress(find_all(analysis, rules, vocabulary, text), text)
         if fix:

@@ -355,13 +355,15 @@ def process_unit(
                 result.findings = []  # a test runs in one process: nothing in it is left for a human to migrate
             result.notes.append(Note("program", 1, f"not migrated: {unit.why_not}"))
         return [result]
-    if len(unit.paths) == 1 and not unit.imports_out_of_sight:  # (read alone from a larger program: the program pipeline says so)
+    if len(unit.paths) == 1:
         path = unit.paths[0]
         data, failed = read_result(path)
         if failed is not None:
             return [failed]
         rules = tuple(rules_for(path))
-        result = process(str(path), data, rules, options, fix and path in unit.migrate, fixable=fixable)  # type: ignore[arg-type]
+        result = process(
+            str(path), data, rules, options, fix and path in unit.migrate, fixable=fixable, imports_out_of_sight=path in unit.imports_out_of_sight  # type: ignore[arg-type]
+        )
         return [result]
     names = dict(unit.names)
     aliases = dict(unit.aliases)
