@@ -267,13 +267,16 @@ else:
         replacements = {call: new_call for call, _, new_call, _ in plans}
         for call, model, new_call, skipped in plans:
             parent = analysis.parent(call)
-            tested = _wrapper_classes_tested(analysis, parent.test) if isinstance(parent, cst.IfExp) else []
-            if tested and _may_hold_a_wrap_already(analysis, call, model):
+            asking = _wrapper_conjuncts(analysis, parent.test) if isinstance(parent, cst.IfExp) else []
+            if asking and _may_hold_a_wrap_already(analysis, call, model):
                 # ``DP(model) if not isinstance(model, DP) else model`` after a wrap of the same model (``if many_gpus:
-                # model = DP(model)``, which every process now takes): the test keeps asking, of the new wrapper.
+                # model = DP(model)``, which every process now takes): the test keeps asking, of the new wrapper, and
+                # only that (``device_count() > 1 and not isinstance(...)`` would leave one GPU unwrapped).
+                test = asking[0]
+                for tested_class in _wrapper_classes_tested(analysis, test):
+                    test = test.deep_replace(tested_class, new_call.func)  # type: ignore[assignment]
                 edits.replace(call, new_call)
-                for tested_class in tested:
-                    edits.replace(tested_class, new_call.func)
+                edits.replace(parent.test, test)  # type: ignore[union-attr]
             elif isinstance(parent, cst.IfExp) and code_of(model).strip() in (
                 code_of(parent.orelse).strip(),
                 code_of(parent.body).strip(),
@@ -539,6 +542,14 @@ def _conditional_wrap(analysis: ScriptAnalysis, call: cst.Call, model: cst.BaseE
 #: Methods that move or cast a model and hand it back (``net.to(device)``, ``net.cuda()``): the analysis's
 #: self-returning methods, less the mode switches.
 _MOVES = SELF_RETURNING_METHODS - {"train", "eval"}
+
+
+def _wrapper_conjuncts(analysis: ScriptAnalysis, test: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The parts of a test joined by ``and`` that ask whether a value is a DataParallel (``not isinstance(model,
+    nn.DataParallel)`` of ``torch.cuda.device_count() > 1 and not isinstance(model, nn.DataParallel)``)."""
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return _wrapper_conjuncts(analysis, test.left) + _wrapper_conjuncts(analysis, test.right)
+    return [test] if _wrapper_classes_tested(analysis, test) else []
 
 
 def _wrapper_classes_tested(analysis: ScriptAnalysis, test: cst.BaseExpression) -> list[cst.BaseExpression]:

@@ -188,10 +188,8 @@ total = nn.functional.l1_loss(a, b, reduction="sum")
         ]
         if any(_counts_this_batch(d) for d in divisors):
             return None  # ``criterion(out, y) / len(x)``: a mean over this process's shard, which DDP averages right
-        factors = [
-            side for n in walk(expr) if isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Multiply) for side in (n.left, n.right)
-        ]
-        if not divisors and any(_counts_this_batch(f) or _holds_a_count_of_this_batch(analysis, f) for f in factors):
+        factors = _product_factors(expr)
+        if not divisors and len(factors) > 1 and any(_counts_this_batch(f, first_axis=True) or _holds_a_count_of_this_batch(analysis, f) for f in factors):
             return "sum"  # ``F.mse_loss(out, y) * bs`` with ``bs = x.shape[0]`` (YOLOv5's loss): a mean made a sum again
         found = False
         summed = False  # a ``.sum()`` over the batch, in this expression or in what it reads
@@ -344,13 +342,26 @@ def _mean_over_counted_targets(analysis: ScriptAnalysis, call: cst.Call) -> bool
     return reduction is None or (isinstance(reduction.value, cst.SimpleString) and reduction.value.evaluated_value == "mean")
 
 
-def _counts_this_batch(divisor: cst.BaseExpression) -> bool:
-    """``len(x)``, ``x.size(0)``, ``x.shape[0]``, ``x.numel()``: a count of this process's own batch."""
+def _counts_this_batch(divisor: cst.BaseExpression, first_axis: bool = False) -> bool:
+    """``len(x)``, ``x.size(0)``, ``x.shape[0]``, ``x.numel()``: a count of this process's own batch; with
+    ``first_axis``, only the length of the first axis (``len(x)``, ``x.size(0)``, ``x.shape[0]``)."""
     if isinstance(divisor, cst.Call):
         if isinstance(divisor.func, cst.Name) and divisor.func.value == "len":
             return True
+        if first_axis:
+            return call_method_name(divisor) == "size" and len(divisor.args) == 1 and code_of(divisor.args[0].value).strip() == "0"
         return call_method_name(divisor) in ("size", "numel")
-    return isinstance(divisor, cst.Subscript) and isinstance(divisor.value, cst.Attribute) and divisor.value.attr.value == "shape"
+    if not (isinstance(divisor, cst.Subscript) and isinstance(divisor.value, cst.Attribute) and divisor.value.attr.value == "shape"):
+        return False
+    return not first_axis or (len(divisor.slice) == 1 and code_of(divisor.slice[0].slice).strip() == "0")
+
+
+def _product_factors(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The operands of the multiplications an expression is made of at its top (``(a + b) * bs`` gives ``a + b``
+    and ``bs``; not the products inside a call's arguments)."""
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Multiply):
+        return _product_factors(expr.left) + _product_factors(expr.right)
+    return [expr]
 
 
 def _holds_a_count_of_this_batch(analysis: ScriptAnalysis, expr: cst.BaseExpression) -> bool:
@@ -358,7 +369,7 @@ def _holds_a_count_of_this_batch(analysis: ScriptAnalysis, expr: cst.BaseExpress
     if not isinstance(expr, cst.Name):
         return False
     values = analysis.flows_into(expr, expr.value)
-    return bool(values) and all(isinstance(v, cst.BaseExpression) and _counts_this_batch(v) for v in values)
+    return bool(values) and all(isinstance(v, cst.BaseExpression) and _counts_this_batch(v, first_axis=True) for v in values)
 
 
 def _sum_reduction(call: cst.Call) -> bool:

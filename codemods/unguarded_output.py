@@ -161,7 +161,7 @@ if master_process:
         if not analysis.is_training_script:
             return
         facts = rank_facts(analysis)
-        print_replaced = analysis.program_replaces_print
+        print_replaced = analysis.program_prints_on_its_terms
         for call in analysis.calls:  # the output calls first; whether a rank guard keeps them is dearer to ask
             if analysis.is_call_to(call, {"builtins.print"}):
                 if print_replaced or facts.guard(call) is not None:

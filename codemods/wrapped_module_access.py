@@ -1056,15 +1056,17 @@ def _asks_for_no_sync(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
     assigned that test (timm's ``has_no_sync = hasattr(model, "no_sync")``, then ``if has_no_sync and ...:``)."""
 
     def asks(test: cst.BaseExpression, depth: int = 0) -> bool:
-        for part in walk(test):
-            if type(part) is cst.Call and (
-                (dotted_name(part.func) == "hasattr" and "no_sync" in code_of(part))  # type: ignore[attr-defined]
-                or analysis.wrapper_tested(part) is not None  # type: ignore[arg-type]
-            ):
-                return True
-            if type(part) is cst.Name and depth < 2:
-                if any(isinstance(v, cst.BaseExpression) and asks(v, depth + 1) for v in analysis.flows_into(part, part.value)):  # type: ignore[attr-defined]
-                    return True
+        # Only a part every path through the test must pass (``a and b``; not under ``or`` nor ``not``).
+        if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+            return asks(test.left, depth) or asks(test.right, depth)
+        if type(test) is cst.Call and (
+            (dotted_name(test.func) == "hasattr" and "no_sync" in code_of(test))  # type: ignore[attr-defined]
+            or analysis.wrapper_tested(test) is not None
+        ):
+            return True
+        if type(test) is cst.Name and depth < 2:
+            values = analysis.flows_into(test, test.value)  # type: ignore[attr-defined]
+            return bool(values) and all(isinstance(v, cst.BaseExpression) and asks(v, depth + 1) for v in values)
         return False
 
     child = node

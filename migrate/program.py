@@ -275,8 +275,8 @@ def plan(files: Sequence[Path], follow_imports: bool = True, scan_many: ScanMany
         members = closures[entry]
         if not any((facts := scanner(m)) is not None and facts.trains for m in members) or len(members) > MAX_PROGRAM_MODULES:
             imported_alone.update(members[1:])
-            if len(members) > MAX_PROGRAM_MODULES:
-                too_large.add(entry)
+            if len(members) > MAX_PROGRAM_MODULES and any((facts := scanner(m)) is not None and facts.distributes for m in members[1:]):
+                too_large.add(entry)  # (what its imports do decides the migration, and they are out of sight)
             closures[entry] = [entry]
     groups: list[tuple[list[Path], list[Path]]] = []  # (entries, modules in order)
     for entry in entries:
@@ -292,7 +292,8 @@ def plan(files: Sequence[Path], follow_imports: bool = True, scan_many: ScanMany
     for group_entries, members in [g for g in groups if len(g[1]) > MAX_PROGRAM_MODULES]:
         groups.remove((group_entries, members))
         groups.extend(([entry], [entry]) for entry in group_entries)
-        too_large.update(group_entries)
+        if any((facts := scanner(m)) is not None and facts.distributes for m in members if m not in group_entries):
+            too_large.update(group_entries)
     units: list[Unit] = []
     covered: set[Path] = set()
     for group_entries, members in groups:

@@ -607,3 +607,21 @@ def test_a_wrap_unless_wrapped_after_a_wrap_trains_and_reloads_under_torchrun(tm
     pytest.importorskip("torch")
     original, migrated, launch = train_original_and_migrated(tmp_path, WRAPPED_UNLESS_WRAPPED.replace("MANY_GPUS", MANY_GPUS))
     assert launch.output.count("reloaded") == 1, launch.output
+
+
+def test_a_wrap_unless_wrapped_keeps_only_the_wrapper_test(tmp_path: Path) -> None:
+    # (a review: ``DP(model) if torch.cuda.device_count() > 1 and not isinstance(model, DP) else model`` kept its GPU
+    # count, and a CPU or one-GPU run trained unwrapped)
+    source = (
+        "import torch\nimport torch.nn as nn\nfrom torch.nn import DataParallel as DP\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n\n\n"
+        "def parallelize(model):\n"
+        "    return DP(model) if torch.cuda.device_count() > 1 and not isinstance(model, DP) else model\n\n\n"
+        "def main():\n    model = parallelize(nn.Linear(4, 1))\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for x, y in DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16, 1)), batch_size=4):\n"
+        "        loss = nn.functional.mse_loss(model(x), y)\n        opt.zero_grad()\n        loss.backward()\n        opt.step()\n\n\n"
+        "if __name__ == '__main__':\n    main()\n"
+    )
+    text, report, code = migrate_script(tmp_path, source)
+    assert code == 0, report
+    assert "device_count" not in text and "if not isinstance(model, DistributedDataParallel)" in text, text

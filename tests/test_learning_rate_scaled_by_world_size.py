@@ -52,3 +52,13 @@ def test_a_learning_rate_scaled_by_the_world_size_keeps_the_batch_per_process(tm
 def test_a_learning_rate_of_its_own_keeps_the_global_batch(tmp_path: Path) -> None:
     text, report, code = migrate_script(tmp_path, PROGRAM.replace("LR", "lr = 0.1 * 2"))
     assert "batch_size=runtime.per_process_batch_size(16)" in text, text
+
+
+@pytest.mark.parametrize(
+    "lr",
+    ["lr = 0.1 * get_world_size() if len(ds) > 1000 else 0.1", "lr = 0.1 / (2 * get_world_size())"],
+    ids=["under-a-test", "in-a-divisor"],
+)
+def test_a_learning_rate_not_simply_scaled_keeps_the_global_batch(tmp_path: Path, lr: str) -> None:
+    text, report, code = migrate_script(tmp_path, PROGRAM.replace("LR", lr))
+    assert "batch_size=runtime.per_process_batch_size(16)" in text, text

@@ -97,3 +97,16 @@ def test_the_migrated_program_trains_the_original_weights(tmp_path: Path, source
     for state in migrated:
         for key, value in original.items():
             assert torch.allclose(value, state[key], atol=1e-6), (key, value, state[key])
+
+
+@pytest.mark.parametrize(
+    "loss",
+    [
+        "F.mse_loss(model(x).reshape(x.shape[0] * 1, 1), y)",  # a batch count inside the loss's arguments (a review)
+        "F.mse_loss(model(x), y) * y.shape[1]",  # another axis than the samples'
+    ],
+    ids=["count-inside-the-call", "other-axis"],
+)
+def test_a_mean_with_a_count_elsewhere_is_not_scaled(tmp_path: Path, loss: str) -> None:
+    text, report, _ = migrate_script(tmp_path, INLINE.replace("F.mse_loss(model(x), y) * bs", loss))
+    assert "world_size" not in text and "DDP039" not in report, report

@@ -69,3 +69,11 @@ def test_a_collective_behind_a_test_of_an_object_that_may_be_none_is_reported(tm
     source = PROGRAM.replace("BUILT", "Evaluator() if dist.get_rank() == 0 else None")
     findings = lint_findings(tmp_path, source, "DDP033")
     assert any("DDP033 dist.all_gather() is a collective" in f for f in findings), findings
+
+
+def test_a_collective_behind_a_test_of_a_global_set_on_rank_0_is_reported(tmp_path: Path) -> None:
+    # (a review: ``evaluator = None`` at the top, ``global evaluator`` and a rank-0 assignment in main())
+    source = PROGRAM.replace("    evaluator = BUILT\n", "    global evaluator\n    if dist.get_rank() == 0:\n        evaluator = Evaluator()\n")
+    source = source.replace("@torch.no_grad()", "evaluator = None\n\n\n@torch.no_grad()")
+    findings = lint_findings(tmp_path, source, "DDP033")
+    assert any("DDP033" in f for f in findings), findings

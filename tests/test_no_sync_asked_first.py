@@ -60,3 +60,10 @@ def test_no_sync_under_a_test_that_asks_for_it_is_not_reported(tmp_path: Path, t
 def test_no_sync_under_another_test_is_still_reported(tmp_path: Path) -> None:
     findings = lint_findings(tmp_path, PROGRAM.replace("TEST", "not need_update"), "DDP008")
     assert any("DDP008 no_sync() exists only on the DDP wrapper" in f for f in findings), findings
+
+
+@pytest.mark.parametrize("test", ['hasattr(model, "no_sync") or not need_update', 'not need_update or isinstance(model, torch.nn.parallel.DistributedDataParallel)'])
+def test_no_sync_under_a_test_that_lets_a_plain_model_through_is_reported(tmp_path: Path, test: str) -> None:
+    # (a review: any wrapper test anywhere in the condition counted as asking for no_sync)
+    findings = lint_findings(tmp_path, PROGRAM.replace("TEST", test), "DDP008")
+    assert any("DDP008 no_sync() exists only on the DDP wrapper" in f for f in findings), findings

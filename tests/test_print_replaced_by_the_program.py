@@ -72,3 +72,9 @@ def test_the_prints_of_a_program_that_replaced_print_are_its_own_choice(tmp_path
 
 def test_the_prints_of_a_program_that_only_defines_a_print_are_every_ranks(tmp_path: Path) -> None:
     assert "main.py:18:9: DDP010 print runs on every process" in _lint(tmp_path, "return print")
+
+
+def test_the_prints_of_a_program_whose_print_decides_nothing_are_every_ranks(tmp_path: Path) -> None:
+    # (a review: ``builtins.print = functools.partial(builtins.print, flush=True)`` silenced DDP010 everywhere)
+    output = _lint(tmp_path, "__builtin__.print = __import__('functools').partial(builtin_print, flush=True)")
+    assert "main.py:18:9: DDP010 print runs on every process" in output, output

@@ -88,3 +88,14 @@ def test_the_same_script_in_a_program_of_a_size_to_read_is_read_whole(tmp_path: 
     (tmp_path / "lib" / "setup.py").write_text(SETUP.replace('dist.init_process_group("gloo")', "pass"))
     output = CliRunner().invoke(cli, ["lint", "--select", "DDP003", str(train)]).output
     assert "DDP003 training script never sets up a process group" in output, output
+
+
+def test_a_script_whose_many_imports_distribute_nothing_is_migrated_whole(tmp_path: Path) -> None:
+    # (a review: with the imports out of sight whatever they held, the entry got a sampler but no process group)
+    train = _project(tmp_path, MAX_PROGRAM_MODULES + 1)
+    (tmp_path / "lib" / "setup.py").write_text(
+        "import torch\n\n\ndef setup_distributed():\n    pass\n\n\ndef build_model():\n    return torch.nn.Linear(4, 1)\n"
+    )
+    result = CliRunner().invoke(cli, [str(train)])
+    text = train.read_text()
+    assert "runtime.setup(" in text and "DistributedDataParallel(" in text, result.output + text

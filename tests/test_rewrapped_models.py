@@ -93,3 +93,12 @@ def test_a_forward_through_an_alias_of_the_module_is_still_past_ddp(tmp_path: Pa
     )
     output = CliRunner().invoke(cli, ["lint", "--select", "DDP008", str(path)]).output
     assert "DDP008" in output
+
+
+@pytest.mark.parametrize("rebinding", ["model = nn.SyncBatchNorm.convert_sync_batchnorm(model)", "model = torch.compile(model)"])
+def test_a_wrap_rebound_to_a_value_made_from_itself_may_still_be_the_wrapper(tmp_path: Path, rebinding: str) -> None:
+    # (a review: the binding in effect made the name the model's own, and DDP008 missed ``model.fc`` on the wrapper)
+    path = tmp_path / "train.py"
+    path.write_text(PROGRAM.replace("UNWRAP", rebinding).replace("    model.fc = nn.Linear(8, 3)\n    REWRAP\n", "    print(model.fc.weight)\n"))
+    output = CliRunner().invoke(cli, ["lint", "--select", "DDP008", str(path)]).output
+    assert "DDP008 fc is not on the DDP wrapper" in output, output

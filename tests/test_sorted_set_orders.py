@@ -46,3 +46,8 @@ def test_a_set_sorted_at_once_is_in_one_order_everywhere(tmp_path: Path, chars: 
 def test_a_set_in_its_own_order_is_still_reported(tmp_path: Path) -> None:
     findings = lint_findings(tmp_path, PROGRAM.replace("CHARS", "list(set(text))"), "DDP048")
     assert any("DDP048 the training data is built from list(set(text))" in f for f in findings), findings
+
+
+def test_a_part_of_a_set_in_its_own_order_sorted_afterwards_is_still_reported(tmp_path: Path) -> None:
+    findings = lint_findings(tmp_path, PROGRAM.replace("CHARS", "sorted(list(set(text))[:4])"), "DDP048")
+    assert any("DDP048 the training data is built from list(set(text))" in f for f in findings), findings

@@ -114,6 +114,9 @@ class SourceFacts:
     #: Whether the source may train (:func:`_may_train`, a cheap text test): a program none of whose files
     #: does trains nothing, and its files are processed one by one.
     trains: bool = False
+    #: Whether the source may set up a process group or distribute a model (a cheap text test: its words
+    #: ``init_process_group``, ``DistributedDataParallel``, ``init_device_mesh``, ...).
+    distributes: bool = False
     imports: list[tuple[str, int, tuple[str, ...]]] = field(default_factory=list)
     #: Folders the file puts on ``sys.path`` (``sys.path.insert(0, os.path.join(os.path.dirname(__file__),
     #: ".."))``, ``sys.path.append(str(Path(__file__).resolve().parents[1]))``): a script in ``tools/``
@@ -137,7 +140,7 @@ def scan(path: Path, text: str) -> SourceFacts:
         if collecting:
             gc.enable()
     # The tree itself is not kept: a plan over a large tree would hold every file's tree at once.
-    facts = SourceFacts(path, True, trains=_may_train(text))
+    facts = SourceFacts(path, True, trains=_may_train(text), distributes=any(word in text for word in DISTRIBUTING_WORDS))
     # A call is named in the text: without any of these words no assignment can train or wrap.
     may_train = any(name in text for name in TRAINING_CALLS)
     for stmt in tree.body:
@@ -184,6 +187,9 @@ def _may_train(text: str) -> bool:
 #: A statement at column 0 that does work when the module runs: a loop, a ``with`` or a bare call.
 _MODULE_LEVEL_WORK = re.compile(r"^(?:for|while|with|async)\b|^[A-Za-z_][\w.]*\s*\(", re.MULTILINE)
 
+
+#: Words of a source that may set up a process group or distribute a model itself.
+DISTRIBUTING_WORDS = ("init_process_group", "DistributedDataParallel", "init_device_mesh", "fully_shard", "FullyShardedDataParallel", "deepspeed", "Accelerator(")
 
 #: Calls whose result, assigned at module level, makes the module a training script run as such.
 TRAINING_CALLS = frozenset({"DataParallel", "DistributedDataParallel", "DataLoader", "backward"})

@@ -81,19 +81,16 @@ def _set_orders(analysis: ScriptAnalysis) -> list[cst.Call]:
     ]
 
 
-#: Builtins whose value does not depend on the order of the items they are given.
-_ORDER_FREE = frozenset({f"builtins.{name}" for name in ("sorted", "set", "frozenset", "len", "sum", "min", "max", "any", "all")})
-
-
 def _order_dropped(analysis: ScriptAnalysis, call: cst.Call) -> bool:
-    """Whether the items a call takes in a set's order go straight into a call their order does not matter to
-    (``sorted(list(decay))``, minGPT's parameter groups; ``len(list(s))``), within the call's statement."""
-    for ancestor in analysis.ancestors(call):
-        if isinstance(ancestor, cst.BaseStatement) or isinstance(ancestor, cst.BaseSmallStatement):
-            return False
-        if type(ancestor) is cst.Call and analysis.is_call_to(ancestor, _ORDER_FREE):  # type: ignore[arg-type]
-            return True
-    return False
+    """Whether the items a call takes in a set's order are the whole first argument of a call their order does not
+    matter to (``sorted(list(decay))``, minGPT's parameter groups; ``len(list(s))``; not ``sorted(list(s)[:4])``)."""
+    argument = analysis.parent(call)
+    outer = analysis.parent(argument) if type(argument) is cst.Arg else None
+    return (
+        type(outer) is cst.Call
+        and outer.args[0] is argument  # type: ignore[attr-defined]
+        and analysis.is_call_to(outer, names.ORDER_FREE_BUILTINS)  # type: ignore[arg-type]
+    )
 
 
 def _holds_a_set(analysis: ScriptAnalysis, value: cst.BaseExpression, sets: set[cst.Call]) -> bool:

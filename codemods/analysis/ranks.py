@@ -596,10 +596,16 @@ class RankFacts:
         name = test.left
         if type(name) is not cst.Name:
             return False
-        function = self.analysis.enclosing_function(name)
-        if function is not None and self.analysis.is_parameter(function, name.value):  # type: ignore[attr-defined]
-            return False
-        values = self.analysis.assigned_values(function, name.value)  # type: ignore[attr-defined]
+        analysis = self.analysis
+        function = analysis.enclosing_function(name)
+        if function is not None and (analysis.is_parameter(function, name.value) or not analysis.binds_locally(function, name.value)):  # type: ignore[attr-defined]
+            return False  # (a parameter, or a global this function reads: assigned elsewhere too)
+        if any(
+            type(n) in (cst.Global, cst.Nonlocal) and any(item.name.value == name.value for item in n.names)  # type: ignore[attr-defined]
+            for n in analysis.preorder
+        ):
+            return False  # (``global evaluator``: a function may bind it, ``None`` at the top)
+        values = analysis.assigned_values(function, name.value)  # type: ignore[attr-defined]
         constructed = self.analysis.shared.constructed
         return bool(values) and all(
             (type(v) is cst.Call and v in constructed)
@@ -1059,16 +1065,10 @@ def _learning_rate_times_world_size(analysis: ScriptAnalysis) -> list[tuple[Scri
         if isinstance(given.value, (cst.Name, cst.Attribute)) and (name := dotted_name(given.value)) is not None:
             values += [v for v in analysis.flows_into(given.value, name) if isinstance(v, cst.BaseExpression)]
         for value in values:
-            product = next(
-                (
-                    n
-                    for n in walk(value)
-                    if isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Multiply) and any(is_world_size(analysis, f) for f in _factors(n))
-                ),
-                None,
-            )
-            if product is not None:
-                found.append((analysis, product, "the learning rate"))
+            # The rate itself a product with the world size (not a branch of a test: ``args.lr * ws if
+            # args.scale_lr else args.lr`` leaves it to an option; not a divisor: ``lr / (2 * ws)``).
+            if isinstance(value, cst.BinaryOperation) and any(is_world_size(analysis, f) for f in _factors(value)):
+                found.append((analysis, value, "the learning rate"))
                 break
     return found
 

@@ -1838,15 +1838,27 @@ class ScriptAnalysis:
         return any(module.calls_a_self_distributing_library(call) for module in self.shared.analyses for call in module.calls)
 
     @cached_property
-    def program_replaces_print(self) -> bool:
-        """Whether a module of the program replaces the builtin ``print`` (``builtins.print = print`` in DETR's
-        ``setup_for_distributed(is_master)``, a print that keeps quiet off rank 0): its prints are its choice."""
-        return any(
-            type(target) is cst.Attribute and target.attr.value == "print" and "builtins" in module.qualified_names(target.value)  # type: ignore[attr-defined]
-            for module in self.shared.analyses
-            for assign in module.assignments
-            for target in _assign_targets(assign)
-        )
+    def program_prints_on_its_terms(self) -> bool:
+        """Whether a module of the program replaces the builtin ``print`` with a function of its own that decides
+        whether to print (``builtins.print = print`` of ``def print(*args, **kwargs): if is_master or force: ...``
+        in DETR's ``setup_for_distributed(is_master)``): which rank prints is the program's choice. A replacement
+        that decides nothing (``functools.partial(print, flush=True)``) does not count."""
+        for module in self.shared.analyses:
+            for assign in module.assignments:
+                value = getattr(assign, "value", None)
+                if not any(
+                    type(t) is cst.Attribute and t.attr.value == "print" and "builtins" in module.qualified_names(t.value)  # type: ignore[attr-defined]
+                    for t in _assign_targets(assign)
+                ) or type(value) is not cst.Name:
+                    continue
+                scope = module.enclosing_function(assign)
+                defined = [
+                    f for f in module.functions
+                    if f.name.value == value.value and module.enclosing_function(f) is scope  # type: ignore[attr-defined]
+                ]
+                if any(type(n) in (cst.If, cst.IfExp) for f in defined for n in walk(f.body)):
+                    return True
+        return False
 
     @cached_property
     def program_data_parallel_classes(self) -> frozenset[cst.ClassDef]:
@@ -3785,7 +3797,12 @@ class ScriptAnalysis:
         if type(binding) is not cst.Assign or len(binding.targets) != 1 or type(binding.targets[0].target) is not cst.Name:  # type: ignore[attr-defined]
             return False
         value = binding.value  # type: ignore[attr-defined]
-        return self.is_unwrapped(value) or wrap not in self.origins(value)
+        if self.is_unwrapped(value):
+            return True
+        # A value made from the name itself (``nn.SyncBatchNorm.convert_sync_batchnorm(model)``, ``torch.compile(model)``)
+        # may be the wrapper still, whatever the analysis sees of its origins.
+        reads_itself = any(type(n) is cst.Name and n.value == expr.value for n in walk(value))  # type: ignore[attr-defined]
+        return not reads_itself and wrap not in self.origins(value)
 
     def _copied_unwrapped(self, expr: cst.BaseExpression, wrap: cst.Call) -> bool:
         """Whether a local name takes its values only from names that did not hold the wrap yet where they
