@@ -180,8 +180,7 @@ for x, y in loader:
                     f"sets the learning rate from it: with N processes the schedule (a warm-up) runs N times slower; {_COUNT_GLOBALLY}",
                     fixable=False,
                 )
-        for call, size in _sized_with_the_global_batch(analysis, split):
-            global_size = size.split(" (a copy of ")[-1].rstrip(")")
+        for call, size, global_size in _sized_with_the_global_batch(analysis, split):
             yield Match(
                 call,
                 f"`{code_of(call).strip()}` is sized with {size}, the global batch size: each process's batches now "
@@ -286,9 +285,9 @@ def _length_taken(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
 _SHAPED = frozenset({f"torch.{n}" for n in ("zeros", "ones", "empty", "full", "randn", "rand", "randint", "arange")})
 
 
-def _sized_with_the_global_batch(analysis: ScriptAnalysis, split: dict[cst.CSTNode, str]) -> Iterator[tuple[cst.Call, str]]:
+def _sized_with_the_global_batch(analysis: ScriptAnalysis, split: dict[cst.CSTNode, str]) -> Iterator[tuple[cst.Call, str, str]]:
     """Tensors made with a split loader's global batch size in their shape (``torch.zeros(1, batch_size, 4)``),
-    and calls of ``init_hidden(batch_size)``-like methods, in the functions that iterate that loader."""
+    and calls of ``init_hidden(batch_size)``-like methods, in the functions that iterate that loader: each with how to name the size read and the global size it holds."""
     scanned: set[tuple[cst.CSTNode, frozenset[str]]] = set()  # (two loops of one function: its calls once)
     for loop in analysis.loader_loops:
         sizes = {split[call] for call in loop.loader_calls if call in split}
@@ -310,14 +309,14 @@ def _sized_with_the_global_batch(analysis: ScriptAnalysis, split: dict[cst.CSTNo
                 continue
             for arg in call.args:  # type: ignore[attr-defined]
                 parts = arg.value.elements if type(arg.value) in (cst.Tuple, cst.List) else [arg]
-                named = {
-                    size if size == code_of(part.value) else f"{code_of(part.value)} (a copy of {size})"
+                named = sorted(
+                    (size if size == code_of(part.value) else f"{code_of(part.value)} (a copy of {size})", size)
                     for part in parts
                     if (size := _copy_of_a_size(analysis, part.value, sizes)) is not None
-                }
+                )
                 if arg.keyword is None and named:
                     if not analysis.is_inside(call, scope) or _meets_the_batch(analysis, call, scope):
-                        yield call, sorted(named)[0]
+                        yield call, named[0][0], named[0][1]
                     break
 
 
