@@ -1043,10 +1043,20 @@ def _assignments_to(analysis: ScriptAnalysis, name: str) -> list[cst.Assign]:
 def _model_targets(analysis: ScriptAnalysis, name: str) -> list[cst.BaseExpression]:
     """Where a model's name is assigned: the target itself, or its element of a tuple target (``netG, netD =
     Generator(), Discriminator()``), in source order; not a placeholder (``model = None`` at the top of a
-    module whose function builds the model under ``global model``)."""
+    module whose function builds the model under ``global model``). Only in the scopes the name is trained in
+    (and the module's top level, for a global it reads): another function's local of the same name (minGPT's
+    ``m = self.mlp`` in ``__init__`` beside ``for mn, m in self.named_modules()`` in ``configure_optimizers``) is
+    another value."""
+    scopes = {analysis.scope_of(site) for site in analysis.model_training_sites.get(name, ())}
+    plain = "." not in name and not name.startswith("self")
     found: list[cst.BaseExpression] = []
     for stmt_node in analysis.assignments:
         if not isinstance(stmt_node, cst.Assign) or is_none(stmt_node.value):
+            continue
+        scope = analysis.scope_of(stmt_node)
+        if plain and scopes and scope not in scopes and not (
+            scope is analysis.module and all(isinstance(s, cst.Module) or not analysis.binds_locally(s, name) for s in scopes)  # type: ignore[arg-type]
+        ):
             continue
         for target in stmt_node.targets:
             elements = [e.value for e in target.target.elements] if isinstance(target.target, (cst.Tuple, cst.List)) else [target.target]
