@@ -287,3 +287,19 @@ def test_a_users_cpu_choice_trains_on_a_gpu_machine(tmp_path: Path) -> None:
     on_gpu = run_torchrun(tmp_path / "train.py", nproc_per_node=nproc, cwd=tmp_path, timeout=180)
     assert "trained on cpu" in on_cpu.output, on_cpu.tail()
     assert "trained on cuda:0" in on_gpu.output, on_gpu.tail()
+
+
+def test_a_program_that_loads_its_data_whole_still_trains_on_the_cpu(tmp_path: Path) -> None:
+    # (a trial on pytorch/examples' time_sequence_prediction: ``torch.load("traindata.pt", weights_only=False)`` of
+    # its data made the program "may use a GPU", and a GPU machine's device ids crashed the wrap of its CPU model)
+    source = (
+        "import torch\nimport torch.nn as nn\n\nif __name__ == '__main__':\n"
+        "    data = torch.load('traindata.pt', weights_only=False)\n    seq = nn.Linear(4, 4)\n"
+        "    optimizer = torch.optim.SGD(seq.parameters(), lr=0.1)\n    for i in range(3):\n"
+        "        optimizer.zero_grad()\n        seq(data).sum().backward()\n        optimizer.step()\n"
+    )
+    text, report, _ = migrate_script(tmp_path, source)
+    assert 'runtime.setup(device="cpu")' in text and 'map_location="cpu"' in text, text
+    model_loaded = source.replace("data = torch.load", "seq_loaded = torch.load").replace("seq(data)", "seq_loaded.eval() or seq(torch.randn(2, 4))")
+    text, report, _ = migrate_script(tmp_path, model_loaded)
+    assert 'runtime.setup(device="cpu")' not in text, text

@@ -18,8 +18,8 @@ accelerator anywhere in the program counts against it:
 - a device variable read where nothing of the program binds it (``args.device``, ``tensor.device``, a name
   of a module the program does not hold, a star import of one);
 - a ``.to(x)`` whose ``x`` is not known to be the CPU or a dtype; a whole model loaded from a file
-  (``torch.jit.load``, ``torch.load(..., weights_only=False)``: its tensors come back where they were
-  saved); an attribute fetched by a computed name and called.
+  (``torch.jit.load``, ``torch.load(..., weights_only=False)`` of what is then used as a model: its tensors
+  come back where they were saved); an attribute fetched by a computed name and called.
 
 A program whose set-up already says ``device="cpu"`` (``runtime.setup(device="cpu")``, written by a first
 migration) has made the choice: the runtime's ``device()`` and ``device_ids()`` then name the CPU.
@@ -54,6 +54,8 @@ ACCELERATOR_WORDS = frozenset({"mps", "xpu", "npu", "hpu", "tpu", "xla", "xccl",
 DEVICE_FRAGMENT = "device"
 #: Keywords whose value is where tensors go, besides those with ``device`` in their name.
 PLACEMENT_KEYWORDS = frozenset({"map_location"})
+#: Methods that use an object as a model (``model.eval()``, ``model.parameters()``): a loaded object used so is one.
+_MODEL_USES = frozenset({"parameters", "named_parameters", "eval", "train", "to", "cuda", "state_dict", "load_state_dict", "modules", "children", "forward"})
 #: Fragments of a command-line option's name, in lower case, that say it picks where to train.
 DEVICE_OPTION_FRAGMENTS = ("cpu", "cuda", "gpu", DEVICE_FRAGMENT)
 #: What a device variable may hold in a program that trains on the CPU only.
@@ -170,9 +172,29 @@ class DeviceFacts:
             return True
         if self.analysis.is_call_to(call, names.TORCH_LOAD):
             weights_only = keyword_argument(call, "weights_only")
-            return weights_only is not None and not is_true(weights_only.value)
+            return weights_only is not None and not is_true(weights_only.value) and self._loads_a_model(call)
         if type(func) is cst.Call and dotted_name(func.func) == "getattr" and len(func.args) >= 2:  # type: ignore[attr-defined]
             return type(func.args[1].value) is not cst.SimpleString  # type: ignore[attr-defined]
+        return False
+
+    def _loads_a_model(self, load: cst.Call) -> bool:
+        """Whether what a whole-object load gives back is used as a model (called, asked for its parameters, put in
+        a mode, moved) where it is assigned to a name, or is not assigned to one: a load of data
+        (``data = torch.load("traindata.pt", weights_only=False)``, handed to a model) places nothing itself."""
+        target = self.analysis.assigned_to(load)
+        if type(target) is not cst.Name:
+            return True
+        name = target.value  # type: ignore[attr-defined]
+        scope = self.analysis.scope_of(load)
+        for node in self.analysis.calls:
+            func = node.func
+            if type(func) is cst.Name and func.value == name and self.analysis.scope_of(node) is scope:  # type: ignore[attr-defined]
+                return True  # ``model(x)``
+            if (
+                type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value == name  # type: ignore[attr-defined]
+                and func.attr.value in _MODEL_USES and self.analysis.scope_of(node) is scope  # type: ignore[attr-defined]
+            ):
+                return True
         return False
 
     def _star_of_the_program(self, node: cst.CSTNode | None) -> bool:
