@@ -612,7 +612,12 @@ torch.save(state, "last.pt")
                 if call.args and not call.args[0].keyword and not call.args[0].star:
                     wrap, closure = _wrap_of(analysis, call.args[0].value)
                     if wrap is not None and dotted_name(call.args[0].value) is not None:
-                        sometimes = closure or self._wrapped_only_sometimes(analysis, wrap, call) or analysis.handed_unwrapped(call.args[0].value)
+                        sometimes = (
+                            closure
+                            or self._wrapped_only_sometimes(analysis, wrap, call)
+                            or analysis.handed_unwrapped(call.args[0].value)
+                            or _rebound_after_the_wrap(analysis, wrap)  # (``model = torch.load(f)`` of the model saved whole)
+                        )
                         what = "copy" if analysis.copies_a_model(call) else "tracing"
                         yield _Case("handoff", call.args[0].value, call.args[0].value, sometimes, f"{code_of(call.func)} gets the DDP wrapper: hand it the model itself ({what} of the wrapper fails or keeps DDP's hooks)")
             elif (forwarded := self._forward_on_some_ranks(analysis, call)) is not None:
