@@ -10,6 +10,7 @@ from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name, keyword_argument, tree, walk
 from .analysis.batch_axis import batch_axis_reduced
 from .analysis.legacy import int_value
+from .analysis.loaders import loader_facts
 from .analysis.per_rank import per_rank_values, shards_training_data, training_batch_values
 from .analysis.ranks import calls_feeding_the_losses, per_rank_draws
 from .base import Change, Example, FixResult, FixSafety, Match, Note, Options, Phase, Rule, Valid
@@ -273,18 +274,24 @@ total = nn.functional.l1_loss(a, b, reduction="sum")
         return "summed" if "summed" in kinds else "sum"
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
+        # Scaled only where each process trains on its share: on the whole batch everywhere (a loader left to a
+        # human), DDP's average of N equal sums is the sum already, and the scale would make it N times larger.
+        sharded = not _trains_on_whole_loaders_only(analysis)
         for backward, loss, kind in self._cases(analysis):
             yield Match(
                 backward,
                 f"`{code_of(loss)}` sums over the batch, but DDP averages gradients over the processes: "
                 + (
                     "the update shrinks with the number of processes; scale the loss by runtime.world_size()"
+                    if kind == "sum" and sharded
+                    else "once each process trains on its share of the data (no training loader is sharded yet), the "
+                    "update shrinks with the number of processes: then scale the loss by runtime.world_size()"
                     if kind == "sum"
                     else SUMMED
                     if kind == "summed"
                     else "divided by something other than this process's batch size, the update may shrink with the number of processes; check the scale"
                 ),
-                fixable=kind == "sum",
+                fixable=kind == "sum" and sharded,
             )
 
     def notes(self, analysis: ScriptAnalysis, options: Options) -> list[Note]:
@@ -303,7 +310,10 @@ total = nn.functional.l1_loss(a, b, reduction="sum")
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         edits = Edits(analysis)
+        sharded = not _trains_on_whole_loaders_only(analysis)
         for backward, loss, kind in self._cases(analysis):
+            if kind == "sum" and not sharded:
+                continue  # (left as it is: the review says when to scale it)
             if kind != "sum":
                 edits.todo(analysis.statement(backward), SUMMED_TODO if kind == "summed" else TODO)
                 continue
@@ -362,6 +372,13 @@ def _product_factors(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
     if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Multiply):
         return _product_factors(expr.left) + _product_factors(expr.right)
     return [expr]
+
+
+def _trains_on_whole_loaders_only(analysis: ScriptAnalysis) -> bool:
+    """Whether the program's training loaders are all left whole (none has a ``DistributedSampler``: one the
+    migration could not rewrite, left to a human), so every process still trains on the whole batch."""
+    training = [loader for module in analysis.shared.analyses for loader in loader_facts(module).training_loaders]
+    return bool(training) and not shards_training_data(analysis)
 
 
 def _holds_a_count_of_this_batch(analysis: ScriptAnalysis, expr: cst.BaseExpression) -> bool:

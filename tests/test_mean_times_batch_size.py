@@ -110,3 +110,15 @@ def test_the_migrated_program_trains_the_original_weights(tmp_path: Path, source
 def test_a_mean_with_a_count_elsewhere_is_not_scaled(tmp_path: Path, loss: str) -> None:
     text, report, _ = migrate_script(tmp_path, INLINE.replace("F.mse_loss(model(x), y) * bs", loss))
     assert "world_size" not in text and "DDP039" not in report, report
+
+
+def test_a_summed_loss_over_an_unsharded_loader_is_not_scaled(tmp_path: Path) -> None:
+    # (a trial's VAE: its loader was left to a human, yet the sum was scaled by the world size, making every
+    # gradient N times the original's until the review was done)
+    source = INLINE.replace(
+        "loader = DataLoader(ds, batch_size=16, shuffle=False)",
+        "extra = {'num_workers': 1} if torch.cuda.is_available() else {}\n    loader = DataLoader(ds, batch_size=16, shuffle=False, **extra)",
+    ).replace("F.mse_loss(model(x), y) * bs", "F.mse_loss(model(x), y, reduction='sum')")
+    text, report, _ = migrate_script(tmp_path, source)
+    assert "* runtime.world_size()).backward()" not in text, text
+    assert "once each process trains on its share of the data" in report, report
