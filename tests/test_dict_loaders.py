@@ -269,3 +269,19 @@ def test_a_dict_of_loaders_a_runner_in_another_module_iterates_by_phase_is_revie
     assert "evaluation DataLoader left unsharded" not in report, report
     assert report.count("DDP005 training DataLoader built in a dict and iterated by phase") == 2, report
     assert "2 item(s) need a human" in report, report
+
+
+def test_a_dict_chosen_by_a_test_between_two_written_out_dicts_is_read(tmp_path: Path) -> None:
+    # (a trial on pytorch/examples' VAE: ``kwargs = {"num_workers": 1, "pin_memory": True} if use_cuda else {}``
+    # made the loader's arguments "too dynamic to rewrite")
+    source = (
+        "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n\n"
+        "use_cuda = torch.cuda.is_available()\nkwargs = {'num_workers': 1, 'pin_memory': True} if use_cuda else {}\n"
+        "train_loader = DataLoader(TensorDataset(torch.randn(32, 4)), batch_size=8, shuffle=True, **kwargs)\n"
+        "model = torch.nn.Linear(4, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for epoch in range(2):\n    for (x,) in train_loader:\n        opt.zero_grad()\n"
+        "        model(x).mean().backward()\n        opt.step()\n"
+    )
+    text, report, code = migrate_script(tmp_path, source)
+    assert code == 0, report
+    assert "sampler=DistributedSampler(train_dataset, shuffle=True)" in text and "**kwargs" in text, text

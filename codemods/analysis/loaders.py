@@ -804,6 +804,10 @@ def _dict_writes(
         for target in assign.targets:
             if isinstance(target.target, cst.Name) and target.target.value == name:
                 literal = literal_dict_items(assign.value)
+                if literal is None and isinstance(assign.value, cst.IfExp):
+                    # ``{"num_workers": 1, "pin_memory": True} if use_cuda else {}``: the keys of either side
+                    sides = [literal_dict_items(assign.value.body), literal_dict_items(assign.value.orelse)]
+                    literal = None if None in sides else [item for side in sides for item in side]  # type: ignore[union-attr]
                 if literal is None:
                     other = assign.value.value if isinstance(assign.value, cst.Name) else None
                     literal = _dict_writes(analysis, scope, other, depth + 1) if other else None
