@@ -15,13 +15,21 @@ from .base import Example, Match, Phase, Rule, Severity, Valid
 
 def _in_a_loop(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
     """Whether the node runs once per iteration of a loop: a loop around it in its function, or around
-    a call of its function (one level of calls: ``train_step(batch)`` in the epoch loop)."""
+    a call of its function (one level of calls: ``train_step(batch)`` in the epoch loop), or around a call
+    its function is handed to (LBFGS's ``optimizer.step(closure)``)."""
     if analysis.nearest_loop(node) is not None:
         return True
     function = analysis.enclosing_function(node)
-    return function is not None and any(
-        (analysis.shared.analysis_of(call) or analysis).nearest_loop(call) is not None for call in analysis.callers_in_program(function)
-    )  # (in any module: a base class's ``fit`` runs the subclass's ``train_step``)
+    if function is None:
+        return False
+    if any((analysis.shared.analysis_of(call) or analysis).nearest_loop(call) is not None for call in analysis.callers_in_program(function)):
+        return True  # (in any module: a base class's ``fit`` runs the subclass's ``train_step``)
+    return any(
+        type(arg.value) is cst.Name and arg.value.value == function.name.value and analysis.nearest_loop(call) is not None  # type: ignore[attr-defined]
+        and analysis.scope_of(call) is analysis.scope_of(function)
+        for call in analysis.calls
+        for arg in call.args
+    )
 
 
 class UnshardedTrainingData(Rule):
