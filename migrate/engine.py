@@ -72,6 +72,8 @@ class FileResult:
     #: of a package finds a top-level module such as the vendored runtime when the package is imported from
     #: elsewhere (a test run from the repository's root). ``None``: the file's own folder.
     import_root: str | None = None
+    #: How many review items the other modules of the entry's program hold (its launch line waits for them too).
+    reviews_elsewhere: int = 0
 
     @property
     def changed(self) -> bool:
@@ -564,6 +566,9 @@ def process_program(
             result = results[path]
             result.error = f"{path}:{error.line}:{error.column}: {error.message}"
             result.output, result.changes, result.new_text = None, [], result.text
+    for result in results.values():
+        if result.role == "entry":
+            result.reviews_elsewhere = sum(len(other.findings) for other in results.values() if other is not result)
     return [results[file.path] for file in files]
 
 

@@ -59,7 +59,13 @@ def migration_summary(result: FileResult, verbose: bool, written: bool = True) -
     for note in result.notes:
         lines.append(f"  note {note.code} line {note.line}: {note.message}")
     if result.changed and written and result.path != "-" and result.role == "entry":  # a module runs with its entry
-        after = " (once the review items above are done)" if result.findings else ""
+        after = (
+            " (once the review items above are done)"
+            if result.findings
+            else " (once the review items of its modules are done)"
+            if result.reviews_elsewhere
+            else ""
+        )
         lines.append(f"  launch it with: torchrun --standalone --nproc_per_node=<processes> {_launch_target(result)}{after}")
     return lines
 

@@ -451,3 +451,21 @@ def test_a_test_file_that_trains_leaves_nothing_for_a_human_in_a_migration(tmp_p
     assert CliRunner().invoke(cli, ["--check", "."], catch_exceptions=False).exit_code == 0
     assert Path("tests/test_model.py").read_text() == test_source
     assert "tests/test_model.py:" in CliRunner().invoke(cli, ["lint", "tests"]).output
+
+
+def test_the_launch_line_waits_for_the_review_items_of_the_programs_modules(tmp_path: Path) -> None:
+    # (a trial on minGPT: the review items were in trainer.py, and the entry's launch line said nothing of them)
+    (tmp_path / "trainer.py").write_text(
+        "import torch\nfrom torch.utils.data import DataLoader, RandomSampler\n\n\n"
+        "def train(model, dataset):\n"
+        "    loader = DataLoader(dataset, batch_size=4, sampler=RandomSampler(dataset, replacement=True, num_samples=16))\n"
+        "    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n    for (x,) in loader:\n        opt.zero_grad()\n"
+        "        model(x).mean().backward()\n        opt.step()\n"
+    )
+    (tmp_path / "main.py").write_text(
+        "import torch\nfrom torch.utils.data import TensorDataset\n\nfrom trainer import train\n\n\n"
+        "def main():\n    model = torch.nn.Linear(4, 1)\n    train(model, TensorDataset(torch.randn(16, 4)))\n\n\n"
+        "if __name__ == '__main__':\n    main()\n"
+    )
+    output = CliRunner().invoke(cli, [str(tmp_path / "main.py")]).output
+    assert "review " in output and "(once the review items of its modules are done)" in output, output
