@@ -11,6 +11,7 @@ from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name, tree, walk
 from .analysis.script import binding_name, literal_dict_items, subscript_key
 from .analysis.ranks import Kind, rank_facts
+from .analysis.devices import under_a_cuda_test
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression, remove_statements
 from .runtime_calls import runtime_name
@@ -60,21 +61,6 @@ def _cuda_side(side: cst.BaseExpression) -> bool:
         return bool(CUDA_LITERAL.match(str(side.evaluated_value)))
     if isinstance(side, cst.FormattedString) and side.parts and isinstance(side.parts[0], cst.FormattedStringText):
         return side.parts[0].value == "cuda" if len(side.parts) == 1 else side.parts[0].value == "cuda:"
-    return False
-
-
-def _under_a_cuda_test(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
-    """Whether a node runs only where a test found CUDA (``if torch.cuda.is_available():``, ``x if t.is_cuda else
-    y``), in its function."""
-    for ancestor in analysis.ancestors(node):
-        if type(ancestor) is cst.FunctionDef:
-            return False
-        if type(ancestor) in (cst.If, cst.IfExp) and any(
-            (type(n) is cst.Call and analysis.is_call_to(n, {"torch.cuda.is_available", "torch.cuda.device_count"}))  # type: ignore[arg-type]
-            or (type(n) is cst.Attribute and n.attr.value == "is_cuda")  # type: ignore[attr-defined]
-            for n in walk(ancestor.test)  # type: ignore[attr-defined]
-        ):
-            return True
     return False
 
 
@@ -485,7 +471,7 @@ with torch.autocast(device_type="cuda", enabled=False):
         strict = not setups
         # A set-up that may take gloo (``"nccl" if torch.cuda.is_available() else "gloo"``, no backend given) runs on
         # CPU machines too, where a ``device="cuda"`` that no CUDA test guards fails (a path only the group opens).
-        on_cpus_too = bool(setups) and all(_may_run_on_the_cpu(call) for call in setups)
+        every_group_may_use_gloo = bool(setups) and all(_may_run_on_the_cpu(call) for call in setups)
         for call in analysis.calls:
             if analysis.is_call_to(call, names.TORCH_DEVICE):
                 literal = any(_is_literal_index(a.value) for a in call.args) or (
@@ -511,7 +497,7 @@ with torch.autocast(device_type="cuda", enabled=False):
                     yield Match(first, "hard-coded CUDA device: use this process's device (runtime.device())")
             for arg in call.args:
                 if arg.keyword is not None and arg.keyword.value in names.DEVICE_KEYWORDS and isinstance(arg.value, cst.SimpleString):
-                    unguarded = on_cpus_too and not _under_a_cuda_test(analysis, arg.value)
+                    unguarded = every_group_may_use_gloo and not under_a_cuda_test(analysis, arg.value)
                     if _mentions_cuda(arg.value) and (strict or _is_literal_index(arg.value) or unguarded):
                         yield Match(arg.value, "hard-coded CUDA device: use this process's device (runtime.device())")
         for statement in _visible_devices_set(analysis):

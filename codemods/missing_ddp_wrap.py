@@ -394,7 +394,7 @@ loss.backward()
         return anchor, kept
 
     def _cases(self, analysis: ScriptAnalysis) -> Iterator[tuple[str, cst.BaseStatement | None, cst.BaseStatement | None]]:
-        if not analysis.is_training_script or analysis.imports_out_of_sight or analysis.program_distributed_by_a_library:
+        if not analysis.is_training_script or analysis.program_out_of_sight or analysis.program_distributed_by_a_library:
             return  # (read alone, its program too large: a module it imports may wrap the model; FSDP, DeepSpeed: theirs)
         wrapped = self._wrapped_names(analysis)
         themselves = analysis.models_training_themselves

@@ -284,6 +284,9 @@ def writer_kind(qualified: "set[str] | frozenset[str]") -> str | None:
     """The kind of writer (see :data:`WRITERS`) a call to one of these qualified names is."""
     return next((WRITERS[q] for q in sorted(qualified) if q in WRITERS), None)
 
+#: Wrappers that hand back the items of what they wrap as they are (a progress bar, an iterator), by their last name.
+ITEM_KEEPING_WRAPPERS = frozenset({"tqdm", "trange", "iter"})
+
 #: Builtins whose value does not depend on the order of the items they are given (``sum`` does, for floats).
 ORDER_FREE_BUILTINS = frozenset({f"builtins.{name}" for name in ("sorted", "set", "frozenset", "len", "min", "max", "any", "all")})
 

@@ -275,7 +275,7 @@ dist.destroy_process_group(group)
             return
         if not analysis.is_distributed:
             node = analysis.backward_calls[0] if analysis.backward_calls else analysis.first_group_need
-            if node is not None and not analysis.imports_out_of_sight and not analysis.program_distributed_by_a_library:
+            if node is not None and not analysis.program_out_of_sight and not analysis.program_distributed_by_a_library:
                 # (read alone, the group may be set up out of sight; a device mesh, FSDP, DeepSpeed set up their own)
                 yield Match(node, "training script never sets up a process group for DDP")
             return
@@ -341,7 +341,7 @@ dist.destroy_process_group(group)
         return not analysis.tears_down_group and not legacy_facts(analysis).launches
 
     def notes(self, analysis: ScriptAnalysis, options: Options) -> list[Note]:
-        if analysis.imports_out_of_sight and analysis.is_entry and analysis.is_training_script and not analysis.is_distributed:
+        if analysis.program_out_of_sight and analysis.is_entry and analysis.is_training_script and not analysis.is_distributed:
             return [
                 Note(
                     self.code,

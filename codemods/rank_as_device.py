@@ -12,6 +12,7 @@ from .analysis import ScriptAnalysis, call_method_name, dotted_name, walk
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression, remove_statements, without_argument
 from .analysis.legacy import DDP_PARAMETERS, RANK_SOURCE_WORDS, LegacyFacts, argument, legacy_facts
+from .analysis.devices import falls_back_to_the_cpu
 from .runtime_calls import device_ids_call, runtime_name
 
 #: ``runtime.device()``: this process's GPU, or the CPU.
@@ -56,19 +57,6 @@ def _under_a_gpu_test(analysis: ScriptAnalysis, call: cst.Call, device: cst.Base
         isinstance(a, cst.If) and ("cuda" in code_of(a.test) or " ".join(code_of(a.test).split()) == f"{index} is not None")
         for a in analysis.ancestors(call)
     )
-
-
-def _falls_back_to_the_cpu(analysis: ScriptAnalysis) -> bool:
-    """Whether the program picks the CPU where it finds no CUDA (``"cuda" if torch.cuda.is_available() else
-    "cpu"``, in any of its modules): a model it moves to that device is on the CPU there."""
-    for module in analysis.shared.analyses:
-        for call in module.calls_to({"torch.cuda.is_available"}):
-            choice = module.parent(call)
-            if type(choice) is cst.IfExp and any(
-                type(n) is cst.SimpleString and n.evaluated_value == "cpu" for side in (choice.body, choice.orelse) for n in walk(side)  # type: ignore[attr-defined]
-            ):
-                return True
-    return False
 
 
 def _cuda_string(node: cst.CSTNode) -> bool:
@@ -294,7 +282,7 @@ loss.backward()
                     and ids.value is listed  # (``[local_rank] if torch.cuda.is_available() else None`` is CPU-safe)
                     and len(listed.elements) == 1
                     and facts.holds_local_rank(listed.elements[0].value)
-                    and (analysis.calls_to(RUNTIME_DEVICE) or _falls_back_to_the_cpu(analysis))
+                    and (analysis.calls_to(RUNTIME_DEVICE) or falls_back_to_the_cpu(analysis))
                     and not _under_a_gpu_test(analysis, call, listed.elements[0].value)
                 ):
                     # The model goes to runtime.device() (or a device the program makes the CPU without CUDA), the
@@ -349,7 +337,7 @@ loss.backward()
                 wrap = analysis.parent(analysis.parent(node))
                 model = wrap.args[0].value if isinstance(wrap, cst.Call) and wrap.args and wrap.args[0].keyword is None else None
                 ids = device_ids_call(analysis, edits, model)
-                if model is not None and dotted_name(model) is not None and not ids.args and _falls_back_to_the_cpu(analysis):
+                if model is not None and dotted_name(model) is not None and not ids.args and falls_back_to_the_cpu(analysis):
                     # (the program's own device choice, not the runtime's: the ids of where the model is)
                     ids = ids.with_changes(args=[cst.Arg(model)])
                 edits.replace(facts.device_choice(node, fallback="none"), ids)  # type: ignore[arg-type]

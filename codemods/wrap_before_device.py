@@ -284,7 +284,7 @@ model = DDP(model, device_ids=[local_rank])
     def _cases(self, analysis: ScriptAnalysis) -> Iterator[tuple[cst.Call, cst.Call | None, cst.BaseStatement | None, cst.Call | None]]:
         """(wrap, chained move, later move statement, move elsewhere) for every wrap moved after wrapping;
         one of the last three is set."""
-        claimed: set[cst.BaseStatement] = set()  # moves found after an earlier wrap of the same model: moved once
+        moves_taken: set[cst.BaseStatement] = set()  # moves already paired with an earlier wrap of the same model: moved once
         for wrap in analysis.wrap_calls:
             outer = analysis.parent(wrap)
             if isinstance(outer, cst.Attribute) and outer.attr.value in MOVES:
@@ -302,8 +302,8 @@ model = DDP(model, device_ids=[local_rank])
                 continue
             for later in siblings[siblings.index(stmt) + 1 :]:
                 if _move_of(later, target) is not None or _conditional_move(later, target):
-                    if later not in claimed:
-                        claimed.add(later)
+                    if later not in moves_taken:
+                        moves_taken.add(later)
                         yield wrap, None, later, None
                     break
             else:

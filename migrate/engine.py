@@ -176,7 +176,7 @@ def analyse(
     source: str | None = None,
     earlier: ScriptAnalysis | None = None,
     *,
-    imports_out_of_sight: bool = False,
+    program_out_of_sight: bool = False,
 ) -> ScriptAnalysis:
     """The shared analysis of a lone module (a crash in it is a one-line error, like a crash in a rule); the
     analysis of a clone of it where :func:`index_of` says so. ``source``: the text the module was just
@@ -186,7 +186,7 @@ def analyse(
 
     def build() -> ScriptAnalysis:
         index = ModuleIndex(module, source) if source is not None else index_of(module, earlier.index if earlier is not None else None)
-        return ScriptAnalysis(index.module, is_entry=is_entry, options=options, index=index, imports_out_of_sight=imports_out_of_sight)
+        return ScriptAnalysis(index.module, is_entry=is_entry, options=options, index=index, program_out_of_sight=program_out_of_sight)
 
     return _guarded("the script analysis", build)
 
@@ -215,7 +215,7 @@ def fix_to_fixed_point(
     vocabulary: Vocabulary | None = None,
     authors: TodoAuthors | None = None,
     *,
-    imports_out_of_sight: bool = False,
+    program_out_of_sight: bool = False,
 ) -> tuple[cst.Module, list[Change], ScriptAnalysis, Vocabulary]:
     """Run every fix in phase order, pass after pass, until a whole pass changes nothing.
 
@@ -230,7 +230,7 @@ def fix_to_fixed_point(
     """
     changes: list[Change] = []
     ordered = sorted((r for r in rules if r.can_fix() and (fixable is None or type(r) in fixable)), key=lambda r: (r.phase, r.code))
-    analysis = analyse(module, is_entry, options, imports_out_of_sight=imports_out_of_sight)
+    analysis = analyse(module, is_entry, options, program_out_of_sight=program_out_of_sight)
     parsed = module
     text = analysis.code  # libcst's printout, which every fix's output is compared with
     # The printout differs from the source in layout only (a leading form feed, trailing blanks): the same names.
@@ -249,7 +249,7 @@ def fix_to_fixed_point(
                 continue
             # The next analysis is built before it is known to be needed: its index generates the code and
             # the positions in one pass, and the rules ask for positions of almost every rewritten module.
-            rewritten = analyse(result.module, is_entry, options, earlier=current, imports_out_of_sight=imports_out_of_sight)  # (a clone of it, see index_of)
+            rewritten = analyse(result.module, is_entry, options, earlier=current, program_out_of_sight=program_out_of_sight)  # (a clone of it, see index_of)
             new_text = rewritten.code
             if new_text == text:
                 continue
@@ -418,7 +418,7 @@ def process(
     is_entry: bool = True,
     fixable: frozenset[type[Rule]] | None = None,
     *,
-    imports_out_of_sight: bool = False,
+    program_out_of_sight: bool = False,
 ) -> FileResult:
     """Run the pipeline on one file's bytes, a program of its own; errors land in ``result.error`` as one
     ``path:line:col:`` line. ``is_entry=False`` for a module no entry reaches (no process group is due).
@@ -450,11 +450,11 @@ def process(
         authors = TodoAuthors()
         if fix:
             module, result.changes, analysis, vocabulary = fix_to_fixed_point(
-                module, rules, options, path, is_entry, fixable, vocabulary, authors, imports_out_of_sight=imports_out_of_sight
+                module, rules, options, path, is_entry, fixable, vocabulary, authors, program_out_of_sight=program_out_of_sight
             )
             result.new_text = analysis.code
         else:
-            analysis = analyse(module, is_entry, options, parsed, imports_out_of_sight=imports_out_of_sight)
+            analysis = analyse(module, is_entry, options, parsed, program_out_of_sight=program_out_of_sight)
         text = result.new_text if fix else source.text  # the module's code, without generating it again
         result.findings = suppress(find_all(analysis, rules, vocabulary, text), text)
         if fix:

@@ -55,8 +55,8 @@ class Unit:
     why_not: str = ""
     #: The modules of the program that a script outside it imports too (:attr:`ModuleInfo.shared_with_other_scripts`).
     shared_with_other_scripts: frozenset[Path] = field(default_factory=frozenset)
-    #: Entries read alone because their program is too large to analyse whole (:attr:`ModuleInfo.imports_out_of_sight`).
-    imports_out_of_sight: frozenset[Path] = field(default_factory=frozenset)
+    #: Entries read alone because their program is too large to analyse whole (:attr:`ModuleInfo.program_out_of_sight`).
+    program_out_of_sight: frozenset[Path] = field(default_factory=frozenset)
 
 
 #: Why a test file is not migrated (a migration reports nothing else about it: lint does).
@@ -316,7 +316,7 @@ def plan(files: Sequence[Path], follow_imports: bool = True, scan_many: ScanMany
                 aliases=aliases,
                 packages=packages,
                 shared_with_other_scripts=frozenset(spell(m) for m in ordered if m in imported_alone),
-                imports_out_of_sight=frozenset(spell(m) for m in ordered if m in too_large),
+                program_out_of_sight=frozenset(spell(m) for m in ordered if m in too_large),
             )
         )
         covered.update(ordered)
@@ -363,7 +363,7 @@ def process_unit(
             return [failed]
         rules = tuple(rules_for(path))
         result = process(
-            str(path), data, rules, options, fix and path in unit.migrate, fixable=fixable, imports_out_of_sight=path in unit.imports_out_of_sight  # type: ignore[arg-type]
+            str(path), data, rules, options, fix and path in unit.migrate, fixable=fixable, program_out_of_sight=path in unit.program_out_of_sight  # type: ignore[arg-type]
         )
         return [result]
     names = dict(unit.names)
@@ -382,7 +382,7 @@ def process_unit(
             is_package=path in unit.packages,
             aliases=aliases.get(path, ()),
             shared_with_other_scripts=path in unit.shared_with_other_scripts,
-            imports_out_of_sight=path in unit.imports_out_of_sight,
+            program_out_of_sight=path in unit.program_out_of_sight,
         )
         files.append(ProgramFile(str(path), data, info, tuple(rules_for(path)), migrate=path in unit.migrate))  # type: ignore[arg-type]
     return [*process_program(files, options, fix, fixable), *failures]

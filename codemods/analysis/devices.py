@@ -388,6 +388,34 @@ def _names_a_device_option(flag: str) -> bool:
     return any(word in lowered for word in DEVICE_OPTION_FRAGMENTS)
 
 
+def under_a_cuda_test(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
+    """Whether a node runs only where a test found CUDA (``if torch.cuda.is_available():``, ``x if t.is_cuda else
+    y``), in its function."""
+    for ancestor in analysis.ancestors(node):
+        if type(ancestor) is cst.FunctionDef:
+            return False
+        if type(ancestor) in (cst.If, cst.IfExp) and any(
+            (type(n) is cst.Call and analysis.is_call_to(n, {"torch.cuda.is_available", "torch.cuda.device_count"}))  # type: ignore[arg-type]
+            or (type(n) is cst.Attribute and n.attr.value == "is_cuda")  # type: ignore[attr-defined]
+            for n in walk(ancestor.test)  # type: ignore[attr-defined]
+        ):
+            return True
+    return False
+
+
+def falls_back_to_the_cpu(analysis: ScriptAnalysis) -> bool:
+    """Whether the program picks the CPU where it finds no CUDA (``"cuda" if torch.cuda.is_available() else
+    "cpu"``, in any of its modules): a model it moves to that device is on the CPU there."""
+    for module in analysis.shared.analyses:
+        for call in module.calls_to({"torch.cuda.is_available"}):
+            choice = module.parent(call)
+            if type(choice) is cst.IfExp and any(
+                type(n) is cst.SimpleString and n.evaluated_value == "cpu" for side in (choice.body, choice.orelse) for n in walk(side)  # type: ignore[attr-defined]
+            ):
+                return True
+    return False
+
+
 def model_may_stay_on_the_cpu(analysis: ScriptAnalysis) -> bool:
     """Whether a model of this module's program may be on the CPU when it is wrapped, on a GPU machine too: some
     module names the CPU as a place or lets its user pick the device on the command line (``--no-cuda``).

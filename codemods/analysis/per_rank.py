@@ -592,16 +592,11 @@ def _rank_part_seeds(module: ScriptAnalysis, subscript: cst.Subscript) -> list[t
     return _assigned_from(module, subscript) if takes_a_rank_part(module, subscript) else []
 
 
-#: Wrappers that hand back the items of what they wrap as they are (a progress bar, an iterator).
-_ITEM_KEEPING_WRAPPERS = frozenset({"tqdm", "trange", "iter"})
-
-
 def _enumerates(analysis: ScriptAnalysis, iterated: cst.BaseExpression, depth: int = 0) -> bool:
     """Whether a loop's items are ``enumerate``'s (index, item) pairs: ``enumerate(loader)``, also under a progress
     bar (``tqdm(enumerate(loader), total=nb)``) or through a name that only ever holds such pairs (YOLOv5's ``pbar =
     enumerate(train_loader)``, then ``pbar = tqdm(pbar, total=nb)`` on rank 0)."""
-    while type(iterated) is cst.Call and iterated.args and callee_name(iterated) in _ITEM_KEEPING_WRAPPERS:  # type: ignore[attr-defined]
-        iterated = iterated.args[0].value  # type: ignore[attr-defined]
+    iterated = _inside_item_keeping_wrappers(iterated)
     if type(iterated) is cst.Name and depth < 3:
         name = iterated.value  # type: ignore[attr-defined]
         values = [v for v in analysis.flows_into(iterated, name) if not (type(v) is cst.Name and v.value == name)]  # type: ignore[attr-defined]
@@ -614,10 +609,16 @@ def _enumerates(analysis: ScriptAnalysis, iterated: cst.BaseExpression, depth: i
 def _unwrapped_from(value: cst.BaseExpression, name: str) -> cst.BaseExpression:
     """``tqdm(pbar, total=nb)`` assigned back to ``pbar``: a wrapper of the name's own pairs counts as enumerating
     (the name's other values decide); anything else as it is."""
-    inner = value
-    while type(inner) is cst.Call and inner.args and callee_name(inner) in _ITEM_KEEPING_WRAPPERS:  # type: ignore[attr-defined]
-        inner = inner.args[0].value  # type: ignore[attr-defined]
+    inner = _inside_item_keeping_wrappers(value)
     return cst.Call(cst.Name("enumerate")) if type(inner) is cst.Name and inner.value == name else value  # type: ignore[attr-defined]
+
+
+def _inside_item_keeping_wrappers(iterated: cst.BaseExpression) -> cst.BaseExpression:
+    """What a loop iterates under the wrappers that hand its items back as they are (``enumerate(loader)`` of
+    ``tqdm(enumerate(loader), total=nb)``)."""
+    while type(iterated) is cst.Call and iterated.args and callee_name(iterated) in names.ITEM_KEEPING_WRAPPERS:  # type: ignore[attr-defined]
+        iterated = iterated.args[0].value  # type: ignore[attr-defined]
+    return iterated
 
 
 def _batch_seed(analysis: ScriptAnalysis, loop: LoaderLoop) -> tuple[cst.CSTNode, cst.BaseExpression]:

@@ -34,7 +34,7 @@ class ModuleInfo:
     shared_with_other_scripts: bool = False
     #: Whether the module is read alone, its program too large to analyse whole (timm's ``train.py`` and its
     #: package): what the modules it imports do (set up the process group, wrap the model) is out of sight.
-    imports_out_of_sight: bool = False
+    program_out_of_sight: bool = False
 
 
 class Program:
@@ -71,7 +71,7 @@ class Program:
                 options=self.options,
                 aliases=info.aliases,
                 shared_with_other_scripts=info.shared_with_other_scripts,
-                imports_out_of_sight=info.imports_out_of_sight,
+                program_out_of_sight=info.program_out_of_sight,
             )
         shared.solve()
         self._analyses = analyses

@@ -726,7 +726,7 @@ class ScriptAnalysis:
         options: Options | None = None,
         aliases: tuple[str, ...] = (),
         shared_with_other_scripts: bool = False,
-        imports_out_of_sight: bool = False,
+        program_out_of_sight: bool = False,
     ) -> None:
         #: The run's settings (the engine passes them; the runtime module fixes import from, for one).
         self.options = options if options is not None else _default_options()
@@ -740,7 +740,7 @@ class ScriptAnalysis:
         #: A script outside the program imports the module too (:class:`ModuleInfo`).
         self.shared_with_other_scripts = shared_with_other_scripts
         #: The module is read alone, its program too large to analyse whole (:class:`ModuleInfo`).
-        self.imports_out_of_sight = imports_out_of_sight
+        self.program_out_of_sight = program_out_of_sight
         index_nodes = self.index.nodes
         standalone = shared is None
         self.shared = shared if shared is not None else SharedFlow()
