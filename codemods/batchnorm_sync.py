@@ -217,7 +217,7 @@ plain = DDP(nn.Linear(4, 4))
             if built is not None and built in builders:
                 return built.name.value
             home = analysis.shared.analysis_of(node) or analysis
-            for held in _registered_classes(home, node.func):
+            for held in home.registered_classes(node.func):
                 if held in builders:
                     return held.name.value  # ``MODELS[name](**kw)`` of ``MODELS = {"resnet": ResNet, ...}``
         return None
@@ -279,24 +279,3 @@ plain = DDP(nn.Linear(4, 4))
                 Change(self.code, analysis.line(wrap), "BatchNorm converted to SyncBatchNorm before the DDP wrap (on CUDA only)")
             )
         return edits.apply(analysis.module) if edits else None
-
-
-def _registered_classes(analysis: ScriptAnalysis, callee: cst.BaseExpression) -> list[cst.ClassDef]:
-    """The classes of the program a registry called by key may build: ``MODELS[name]`` where ``MODELS`` holds a
-    dict written out with class names as its values (``{"resnet": ResNet, "mlp": MLP}``), in its function or at
-    the module's top level."""
-    if type(callee) is not cst.Subscript or type(callee.value) is not cst.Name:  # type: ignore[attr-defined]
-        return []
-    name = callee.value.value  # type: ignore[attr-defined]
-    values = analysis.flows_into(callee.value, name) or analysis.assigned_values(None, name)  # type: ignore[attr-defined]
-    classes = {cls.name.value: cls for cls in analysis.classes}
-    found: list[cst.ClassDef] = []
-    for value in values:
-        for element in value.elements if type(value) is cst.Dict else ():  # type: ignore[attr-defined]
-            held = element.value if type(element) is cst.DictElement else None
-            if type(held) is not cst.Name:
-                continue
-            cls = classes.get(held.value) or analysis.imported_definition(held.value)  # type: ignore[attr-defined]
-            if isinstance(cls, cst.ClassDef):
-                found.append(cls)
-    return found

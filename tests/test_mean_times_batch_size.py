@@ -117,7 +117,7 @@ def test_a_summed_loss_over_an_unsharded_loader_is_not_scaled(tmp_path: Path) ->
     # gradient N times the original's until the review was done)
     source = INLINE.replace(
         "loader = DataLoader(ds, batch_size=16, shuffle=False)",
-        "extra = {'num_workers': 1} if torch.cuda.is_available() else {}\n    loader = DataLoader(ds, batch_size=16, shuffle=False, **extra)",
+        "loader = DataLoader(ds, batch_size=16, sampler=torch.utils.data.WeightedRandomSampler(torch.ones(64), 64))",
     ).replace("F.mse_loss(model(x), y) * bs", "F.mse_loss(model(x), y, reduction='sum')")
     text, report, _ = migrate_script(tmp_path, source)
     assert "* runtime.world_size()).backward()" not in text, text

@@ -397,6 +397,9 @@ class SharedFlow:
         self.parents: dict[cst.CSTNode, cst.CSTNode] = {}
         self.call_targets: dict[cst.Call, cst.FunctionDef] = {}
         self.constructed: dict[cst.Call, cst.ClassDef] = {}
+        #: The other classes a call may build (``HOOKS[name]()`` of a registry of several classes), beyond
+        #: :attr:`constructed`'s.
+        self.constructed_too: dict[cst.Call, list[cst.ClassDef]] = {}
         self.bindings: dict[BindingKey, set[cst.CSTNode]] = {}
         self.returned: dict[cst.FunctionDef, list[set[cst.CSTNode]]] = {}
         #: What the dicts a function returns hold at each string key (``return {"train": loader}``).
@@ -1549,6 +1552,9 @@ class ScriptAnalysis:
             if elements:
                 items[ELEMENTS] = elements
             return items or None
+        if kind is cst.ListComp and value.elt in self.shared.constructed:  # type: ignore[attr-defined]
+            # ``[HOOKS[n]() for n in names]``: every element an instance the comprehension's call builds
+            return {ELEMENTS: {value.elt}}  # type: ignore[attr-defined]
         if kind is cst.Call and type(value.func) is cst.Name and value.func.value in COPYING_BUILTINS:  # type: ignore[attr-defined]
             args = value.args  # type: ignore[attr-defined]
             if len(args) == 1 and args[0].keyword is None and not args[0].star:
@@ -1658,6 +1664,11 @@ class ScriptAnalysis:
                             target = self.method_of(imported_class, method)
                             if target is not None and _builds_its_class(target):
                                 self.shared.constructed[call] = imported_class
+            elif type(call.func) is cst.Subscript and (registered := self.registered_classes(call.func)):
+                # ``HOOKS[name]()``, ``MODELS[cfg["type"]](**cfg)``: an instance of one of the registry's classes
+                owner = registered[0]
+                if len(registered) > 1:
+                    self.shared.constructed_too[call] = registered[1:]
             elif isinstance(call.func, cst.Attribute) and type(call.func.value) is cst.Call and callee_name(call.func.value) == "super":  # type: ignore[arg-type]
                 # ``super().__init__(model, loader)``: the method of the first base of the program that has it.
                 enclosing = self.enclosing_class(call)
@@ -1670,6 +1681,41 @@ class ScriptAnalysis:
                 target = self.method_of(owner, "__init__")
             if target is not None:
                 self._call_targets[call] = target
+
+    def registered_classes(self, callee: cst.BaseExpression) -> list[cst.ClassDef]:
+        """The classes of the program a registry called by key may build (``MODELS[name]``): those of a dict written
+        out with class names as its values (``MODELS = {"resnet": ResNet, "mlp": MLP}``), in its function or at the
+        module's top level, or stored into it by the program (``HOOKS[cls.__name__] = cls`` in a decorator
+        ``register`` the classes are decorated with, ``HOOKS["ckpt"] = CheckpointHook``)."""
+        if type(callee) is not cst.Subscript or type(callee.value) is not cst.Name:  # type: ignore[attr-defined]
+            return []
+        name = callee.value.value  # type: ignore[attr-defined]
+        values = self.flows_into(callee.value, name) or self.assigned_values(None, name)  # type: ignore[attr-defined]
+        classes = {cls.name.value: cls for cls in self.classes}
+        found: list[cst.ClassDef] = []
+
+        def add(held: cst.CSTNode | None) -> None:
+            if type(held) is cst.Name:
+                cls = classes.get(held.value) or self.imported_definition(held.value)  # type: ignore[attr-defined]
+                if isinstance(cls, cst.ClassDef) and cls not in found:
+                    found.append(cls)
+
+        for value in values:
+            for element in value.elements if type(value) is cst.Dict else ():  # type: ignore[attr-defined]
+                add(element.value if type(element) is cst.DictElement else None)
+        for assign in self.assignments:
+            for target in _assign_targets(assign):
+                if type(target) is cst.Subscript and dotted_name(target.value) == name:  # type: ignore[attr-defined]
+                    stored = getattr(assign, "value", None)
+                    function = self.enclosing_function(assign)
+                    if type(stored) is cst.Name and function is not None and self.is_parameter(function, stored.value):  # type: ignore[attr-defined]
+                        # a decorator storing what it decorates: the classes decorated with it
+                        for cls in self.classes:
+                            if any(dotted_name(d.decorator) == function.name.value for d in cls.decorators):
+                                add(cst.Name(cls.name.value))
+                    else:
+                        add(stored)
+        return found
 
     def _built_by_a_classmethod(self, call: cst.Call, name: str) -> cst.ClassDef | None:
         """The class whose classmethod calls its own first parameter (``cls(config)`` in ``@classmethod def
@@ -1712,10 +1758,14 @@ class ScriptAnalysis:
             else:
                 continue
             found: dict[cst.FunctionDef, tuple[str, str, str]] = {}
-            for origin in self.origins(receiver):
-                owner = self.shared.constructed.get(origin) if type(origin) is cst.Call else None
-                if owner is None:
-                    continue
+            owners = [
+                owner
+                for origin in self.origins(receiver)
+                if type(origin) is cst.Call
+                for owner in [self.shared.constructed.get(origin), *self.shared.constructed_too.get(origin, ())]  # type: ignore[arg-type]
+                if owner is not None
+            ]
+            for owner in owners:
                 if name is not None:
                     methods = [self.method_of(owner, name)]
                 elif named is not None:
