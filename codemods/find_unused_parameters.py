@@ -6,7 +6,7 @@ from typing import Iterator
 
 from . import names
 from .analysis import ScriptAnalysis, is_true, keyword_argument, wrapped_argument
-from .analysis.trainable import skipped_in_some_steps
+from .analysis.trainable import changed_after_a_wrap, skipped_in_some_steps
 from .base import Example, Match, Phase, Rule, Severity, Valid
 
 
@@ -83,6 +83,8 @@ model = DDP(model, device_ids=[local_rank], find_unused_parameters=False)
             model = wrapped_argument(wrap)
             if model is not None and skipped_in_some_steps(analysis, model) is not None:
                 continue  # its forward() skips a layer on some steps: the flag is needed
+            if changed_after_a_wrap(analysis):
+                continue  # parameters frozen after the wrap go unused while frozen: the flag is needed
             if flag is not None and is_true(flag.value):
                 yield Match(
                     flag,

@@ -8,7 +8,14 @@ from . import names
 import libcst as cst
 
 from .analysis import ScriptAnalysis, call_method_name, dotted_name
-from .analysis.trainable import RequiresGradChange, after_a_wrap, frozen_before_the_wrap, requires_grad_changes, within_a_wrapped_model
+from .analysis.trainable import (
+    RequiresGradChange,
+    after_a_wrap,
+    frozen_before_the_wrap,
+    requires_grad_changes,
+    within_a_wrapped_model,
+    wrapped_for_changes,
+)
 from .base import Example, Match, Phase, Rule, Severity, Valid
 from .edits import code_of
 
@@ -90,8 +97,8 @@ for real in loader:
     )
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
-        if not analysis.program_wrap_calls:
-            return
+        if not analysis.program_wrap_calls or wrapped_for_changes(analysis):
+            return  # (wrapped with every parameter training and find_unused_parameters=True: as advised)
         changes = requires_grad_changes(analysis)
         for change in changes:
             found = after_a_wrap(analysis, change.node)

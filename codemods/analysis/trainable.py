@@ -29,6 +29,7 @@ from .script import (
     subscript_key,
     under_self_returning_calls,
     walk,
+    wrapped_argument,
 )
 from .values import SOME_OBJECT, UNKNOWN, literal_value, truth, value_at
 
@@ -1301,3 +1302,22 @@ def _settings_only(test: cst.CSTNode, changing: frozenset[str]) -> bool:
     if kind is cst.Name:
         return test.value in ("self", "None", "True", "False")  # type: ignore[attr-defined]
     return all(_settings_only(child, changing) for child in tree.children(test))
+
+
+def wrapped_for_changes(analysis: ScriptAnalysis) -> bool:
+    """Whether every DDP wrap of the program takes a model with all its parameters training (nothing froze a part
+    of it before) and ``find_unused_parameters=True``: parameters frozen after the wrap then count as unused, and
+    unfrozen again they are those DDP wrapped (the way DDP042 advises)."""
+    wraps = [w for w in analysis.program_wrap_calls if (analysis.shared.analysis_of(w) or analysis).is_call_to(w, names.DISTRIBUTED_DATA_PARALLEL)]
+    for wrap in wraps:
+        home = analysis.shared.analysis_of(wrap) or analysis
+        flag = keyword_argument(wrap, "find_unused_parameters")
+        inner = wrapped_argument(wrap)
+        if flag is None or not is_true(flag.value) or inner is None or frozen_before_the_wrap(home, wrap, inner):
+            return False
+    return bool(wraps)
+
+
+def changed_after_a_wrap(analysis: ScriptAnalysis) -> bool:
+    """Whether some module of the program changes ``requires_grad`` where its model may already be wrapped."""
+    return any(after_a_wrap(module, change.node) is not None for module in analysis.shared.analyses for change in requires_grad_changes(module))
