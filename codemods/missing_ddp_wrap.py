@@ -1047,7 +1047,16 @@ def _model_targets(analysis: ScriptAnalysis, name: str) -> list[cst.BaseExpressi
     (and the module's top level, for a global it reads): another function's local of the same name (minGPT's
     ``m = self.mlp`` in ``__init__`` beside ``for mn, m in self.named_modules()`` in ``configure_optimizers``) is
     another value."""
-    scopes = {analysis.scope_of(site) for site in analysis.model_training_sites.get(name, ())}
+    scopes: set[cst.CSTNode] = set()
+    for site in analysis.model_training_sites.get(name, ()):
+        # the site's scope, and the functions around it a closure reads the name from (``def make_optimizer():
+        # return SGD(model.parameters())`` inside ``main()``)
+        scope: cst.CSTNode | None = analysis.scope_of(site)
+        while scope is not None:
+            scopes.add(scope)
+            if not isinstance(scope, cst.FunctionDef) or analysis.binds_locally(scope, name):
+                break
+            scope = analysis.enclosing_function(scope) or analysis.module
     plain = "." not in name and not name.startswith("self")
     found: list[cst.BaseExpression] = []
     for stmt_node in analysis.assignments:

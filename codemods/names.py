@@ -80,6 +80,25 @@ SELF_DISTRIBUTING = (
     "torch.distributed.rpc", "torch.distributed.autograd", "torch.distributed.optim", "torch.distributed.pipelining",
     "deepspeed", "accelerate", "lightning", "pytorch_lightning", "horovod", "fairscale", "colossalai",
 )
+#: The calls by which a program hands its distribution to such a library (not any use of it: ``set_seed`` of
+#: accelerate, a fused optimizer of DeepSpeed, ZeRO's optimizer beside DDP distribute nothing).
+DISTRIBUTING_CALLS = frozenset(
+    {
+        "torch.distributed.fsdp.FullyShardedDataParallel", "torch.distributed.fsdp.fully_shard",
+        "torch.distributed._composable.fsdp.fully_shard", "torch.distributed._composable.fully_shard",
+        "torch.distributed.device_mesh.init_device_mesh", "torch.distributed.tensor.parallel.parallelize_module",
+        "torch.distributed.pipelining.pipeline", "torch.distributed.pipelining.PipelineStage", "torch.distributed.rpc.init_rpc",
+        "deepspeed.initialize", "accelerate.Accelerator", "lightning.Trainer", "lightning.pytorch.Trainer",
+        "pytorch_lightning.Trainer", "lightning.Fabric", "lightning.fabric.Fabric", "horovod.torch.init",
+        "horovod.torch.DistributedOptimizer", "fairscale.nn.FullyShardedDataParallel",
+        "fairscale.nn.data_parallel.FullyShardedDataParallel", "colossalai.launch", "colossalai.initialize",
+    }
+)
+#: Words of a source that may set up a process group or distribute a model itself (a cheap text test).
+DISTRIBUTING_WORDS = (
+    "init_process_group", "DistributedDataParallel", "init_device_mesh", "fully_shard", "FullyShardedDataParallel",
+    "deepspeed", "Accelerator(",
+)
 DESTROY_PROCESS_GROUP = frozenset({"torch.distributed.destroy_process_group"})
 GET_RANK = frozenset({"torch.distributed.get_rank"})
 

@@ -377,8 +377,9 @@ def _product_factors(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
 def _trains_on_whole_loaders_only(analysis: ScriptAnalysis) -> bool:
     """Whether the program's training loaders are all left whole (none has a ``DistributedSampler``: one the
     migration could not rewrite, left to a human), so every process still trains on the whole batch."""
-    training = [loader for module in analysis.shared.analyses for loader in loader_facts(module).training_loaders]
-    return bool(training) and not shards_training_data(analysis)
+    training = [(module, loader) for module in analysis.shared.analyses for loader in loader_facts(module).training_loaders]
+    # (a data set cut by the rank, ``Subset(ds, range(rank, n, world))``, is sharded as a sampler's is)
+    return bool(training) and not shards_training_data(analysis) and not any(loader_facts(m).sharded_by_hand(loader) for m, loader in training)
 
 
 def _holds_a_count_of_this_batch(analysis: ScriptAnalysis, expr: cst.BaseExpression) -> bool:

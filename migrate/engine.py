@@ -568,7 +568,7 @@ def process_program(
             result.output, result.changes, result.new_text = None, [], result.text
     for result in results.values():
         if result.role == "entry":
-            result.reviews_elsewhere = sum(len(other.findings) for other in results.values() if other is not result)
+            result.reviews_elsewhere = sum(len(other.findings) for other in results.values() if other.role == "module")
     return [results[file.path] for file in files]
 
 

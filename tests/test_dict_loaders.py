@@ -285,3 +285,17 @@ def test_a_dict_chosen_by_a_test_between_two_written_out_dicts_is_read(tmp_path:
     text, report, code = migrate_script(tmp_path, source)
     assert code == 0, report
     assert "sampler=DistributedSampler(train_dataset, shuffle=True)" in text and "**kwargs" in text, text
+
+
+def test_a_dict_chosen_by_a_test_with_a_batch_size_on_one_side_is_left_to_a_human(tmp_path: Path) -> None:
+    # (a review: the keys of both sides were merged, and the rewrite read kwargs["batch_size"] where it may be absent)
+    source = (
+        "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n\n"
+        "big = torch.cuda.is_available()\nkwargs = {'batch_size': 16, 'shuffle': False} if big else {}\n"
+        "train_loader = DataLoader(TensorDataset(torch.randn(32, 4)), **kwargs)\n"
+        "model = torch.nn.Linear(4, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for epoch in range(2):\n    for (x,) in train_loader:\n        opt.zero_grad()\n"
+        "        model(x).mean().backward()\n        opt.step()\n"
+    )
+    text, report, code = migrate_script(tmp_path, source)
+    assert 'kwargs["batch_size"]' not in text and "review" in report, report

@@ -61,3 +61,14 @@ def test_a_program_a_library_distributes_gets_no_ddp_set_up_findings(tmp_path: P
 def test_the_same_program_on_one_gpu_is_still_reported(tmp_path: Path) -> None:
     findings = lint_findings(tmp_path, PROGRAM.replace("IMPORT", "").replace("DISTRIBUTE", 'model = MLP().to("cuda")'), "DDP003,DDP004,DDP011,DDP040")
     assert any("DDP004" in f for f in findings) and any("DDP011" in f for f in findings), findings
+
+
+@pytest.mark.parametrize(
+    "imports",
+    ["from accelerate.utils import set_seed\nset_seed(0)", "from torch.distributed.optim import ZeroRedundancyOptimizer\nZeroRedundancyOptimizer"],
+    ids=["accelerate-seed", "zero-optimizer-named"],
+)
+def test_a_library_used_for_something_else_distributes_nothing(tmp_path: Path, imports: str) -> None:
+    # (a review: ``set_seed`` of accelerate turned the whole DDP set-up off, and the migrated program crashed)
+    findings = lint_findings(tmp_path, PROGRAM.replace("IMPORT", imports).replace("DISTRIBUTE", 'model = MLP().to("cuda")'), "DDP003,DDP011")
+    assert any("DDP003" in f for f in findings) and any("DDP011" in f for f in findings), findings

@@ -78,3 +78,12 @@ def test_the_prints_of_a_program_whose_print_decides_nothing_are_every_ranks(tmp
     # (a review: ``builtins.print = functools.partial(builtins.print, flush=True)`` silenced DDP010 everywhere)
     output = _lint(tmp_path, "__builtin__.print = __import__('functools').partial(builtin_print, flush=True)")
     assert "main.py:18:9: DDP010 print runs on every process" in output, output
+
+
+def test_the_prints_of_a_program_whose_print_decides_on_something_else_are_every_ranks(tmp_path: Path) -> None:
+    # (a review: a replacement that tests its own keywords, ``if "flush" not in kwargs``, decides nothing of ranks)
+    misc = MISC.replace("if is_master or force:", 'if "flush" not in kwargs:')
+    (tmp_path / "misc.py").write_text(misc.replace("REPLACE", "__builtin__.print = print"))
+    (tmp_path / "main.py").write_text(MAIN)
+    output = CliRunner().invoke(cli, ["lint", "--select", "DDP010", str(tmp_path)]).output
+    assert "main.py:18:9: DDP010 print runs on every process" in output, output

@@ -86,3 +86,17 @@ def test_a_trained_name_of_another_function_is_not_the_model(tmp_path: Path) -> 
     ).replace("        for mn, m in self.named_modules():", "        for mn, m in [('', self)]:")
     text, report, code = migrate_script(tmp_path, source)
     assert "m = DistributedDataParallel" not in text and "m.module" not in text, text
+
+
+def test_a_model_a_closure_builds_the_optimizer_for_is_wrapped_where_it_is_built(tmp_path: Path) -> None:
+    # (a review: with the optimizer built in ``def make_optimizer()`` inside ``main()``, the model went unwrapped)
+    source = (
+        "import torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\n\n\n"
+        "def main():\n    model = nn.Linear(4, 1)\n\n    def make_optimizer():\n"
+        "        return torch.optim.SGD(model.parameters(), lr=0.1)\n\n    opt = make_optimizer()\n"
+        "    loader = DataLoader(TensorDataset(torch.randn(32, 4)), batch_size=8)\n    for (x,) in loader:\n"
+        "        opt.zero_grad()\n        model(x).mean().backward()\n        opt.step()\n\n\n"
+        "if __name__ == '__main__':\n    main()\n"
+    )
+    text, report, code = migrate_script(tmp_path, source)
+    assert code == 0 and "model = DistributedDataParallel(model, device_ids=runtime.device_ids())" in text, report + text

@@ -790,6 +790,10 @@ def _target_elements(target: cst.BaseExpression) -> list[cst.BaseExpression]:
     return [target]
 
 
+#: The keys of a loader's keyword dict the loader rules read and rewrite.
+_READ_KEYS = frozenset({"batch_size", "shuffle", "sampler", "batch_sampler", "drop_last"})
+
+
 def _dict_writes(
     analysis: ScriptAnalysis, scope: cst.FunctionDef | None, name: str, depth: int
 ) -> list[tuple[str, cst.BaseExpression]] | None:
@@ -805,9 +809,12 @@ def _dict_writes(
             if isinstance(target.target, cst.Name) and target.target.value == name:
                 literal = literal_dict_items(assign.value)
                 if literal is None and isinstance(assign.value, cst.IfExp):
-                    # ``{"num_workers": 1, "pin_memory": True} if use_cuda else {}``: the keys of either side
+                    # ``{"num_workers": 1, "pin_memory": True} if use_cuda else {}``: either side, where no key the
+                    # loader rules read (a batch size, a sampler, shuffle) is on one side only
                     sides = [literal_dict_items(assign.value.body), literal_dict_items(assign.value.orelse)]
-                    literal = None if None in sides else [item for side in sides for item in side]  # type: ignore[union-attr]
+                    if None not in sides:
+                        keys = [{k for k, _ in side} & _READ_KEYS for side in sides]  # type: ignore[union-attr]
+                        literal = [item for side in sides for item in side] if keys[0] == keys[1] else None  # type: ignore[union-attr]
                 if literal is None:
                     other = assign.value.value if isinstance(assign.value, cst.Name) else None
                     literal = _dict_writes(analysis, scope, other, depth + 1) if other else None

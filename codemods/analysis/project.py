@@ -23,6 +23,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from ..names import DISTRIBUTING_WORDS
+
 ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 TEST_FOLDERS = frozenset({"tests", "test", "testing"})
 
@@ -187,9 +189,6 @@ def _may_train(text: str) -> bool:
 #: A statement at column 0 that does work when the module runs: a loop, a ``with`` or a bare call.
 _MODULE_LEVEL_WORK = re.compile(r"^(?:for|while|with|async)\b|^[A-Za-z_][\w.]*\s*\(", re.MULTILINE)
 
-
-#: Words of a source that may set up a process group or distribute a model itself.
-DISTRIBUTING_WORDS = ("init_process_group", "DistributedDataParallel", "init_device_mesh", "fully_shard", "FullyShardedDataParallel", "deepspeed", "Accelerator(")
 
 #: Calls whose result, assigned at module level, makes the module a training script run as such.
 TRAINING_CALLS = frozenset({"DataParallel", "DistributedDataParallel", "DataLoader", "backward"})

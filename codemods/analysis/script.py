@@ -1883,9 +1883,10 @@ class ScriptAnalysis:
 
     @cached_property
     def program_distributed_by_a_library(self) -> bool:
-        """Whether the program hands its distribution to such a library anywhere (FSDP, tensor parallelism, ...):
-        DDP's own rules (a process group to set up, data to shard, devices to pick) are that library's there."""
-        return any(module.calls_a_self_distributing_library(call) for module in self.shared.analyses for call in module.calls)
+        """Whether the program hands its distribution to such a library anywhere (:data:`names.DISTRIBUTING_CALLS`:
+        FSDP, tensor parallelism over a device mesh, ``deepspeed.initialize``, an ``Accelerator``, ...): DDP's own
+        rules (a process group to set up, data to shard, devices to pick) are that library's there."""
+        return any(module.calls_to(names.DISTRIBUTING_CALLS) for module in self.shared.analyses)
 
     @cached_property
     def program_prints_on_its_terms(self) -> bool:
@@ -1906,7 +1907,13 @@ class ScriptAnalysis:
                     f for f in module.functions
                     if f.name.value == value.value and module.enclosing_function(f) is scope  # type: ignore[attr-defined]
                 ]
-                if any(type(n) in (cst.If, cst.IfExp) for f in defined for n in walk(f.body)):
+                # (its test reads what the set-up was handed: ``is_master`` of ``setup_for_distributed(is_master)``)
+                handed = {p.name.value for p in scope.params.params} if scope is not None else set()
+                if any(
+                    type(n) in (cst.If, cst.IfExp) and any(type(m) is cst.Name and m.value in handed for m in walk(n.test))  # type: ignore[attr-defined]
+                    for f in defined
+                    for n in walk(f.body)
+                ):
                     return True
         return False
 
