@@ -88,6 +88,7 @@ DISTRIBUTING_CALLS = frozenset(
         "torch.distributed._composable.fsdp.fully_shard", "torch.distributed._composable.fully_shard",
         "torch.distributed.device_mesh.init_device_mesh", "torch.distributed.tensor.parallel.parallelize_module",
         "torch.distributed.pipelining.pipeline", "torch.distributed.pipelining.PipelineStage", "torch.distributed.rpc.init_rpc",
+        "torch.distributed.optim.DistributedOptimizer", "torch.distributed.autograd.context",
         "deepspeed.initialize", "accelerate.Accelerator", "lightning.Trainer", "lightning.pytorch.Trainer",
         "pytorch_lightning.Trainer", "lightning.Fabric", "lightning.fabric.Fabric", "horovod.torch.init",
         "horovod.torch.DistributedOptimizer", "fairscale.nn.FullyShardedDataParallel",
