@@ -173,6 +173,16 @@ def _class_parameter(function: cst.FunctionDef) -> str | None:
     return function.params.params[0].name.value
 
 
+def _names_stored_into_by_key(analysis: "ScriptAnalysis") -> frozenset[str]:
+    """The plain names the module stores items into (``HOOKS[key] = ...``), read once per module."""
+    return frozenset(
+        target.value.value  # type: ignore[attr-defined]
+        for assign in analysis.assignments
+        for target in _assign_targets(assign)
+        if type(target) is cst.Subscript and type(target.value) is cst.Name  # type: ignore[attr-defined]
+    )
+
+
 def _is_a_method(function: cst.FunctionDef) -> bool:
     """Whether a function takes its object as ``self`` (a method of a class)."""
     return bool(function.params.params) and function.params.params[0].name.value == "self"
@@ -1690,7 +1700,10 @@ class ScriptAnalysis:
         if type(callee) is not cst.Subscript or type(callee.value) is not cst.Name:  # type: ignore[attr-defined]
             return []
         name = callee.value.value  # type: ignore[attr-defined]
+        stored_into = self.derived("names stored into by key", _names_stored_into_by_key)
         values = self.flows_into(callee.value, name) or self.assigned_values(None, name)  # type: ignore[attr-defined]
+        if name not in stored_into and not any(type(v) is cst.Dict for v in values):
+            return []  # (no dict of classes written out, nothing stored into it by key: the common ``layers[i](x)``)
         classes = {cls.name.value: cls for cls in self.classes}
         found: list[cst.ClassDef] = []
 
