@@ -435,7 +435,11 @@ loss.backward()
             for origin in analysis.name_origins(site, model)
         ):
             return True  # (``MyDP(net)`` of ``class MyDP(nn.DataParallel)``: a wrap DDP001 leaves to a human)
-        wraps = set(analysis.program_wrap_calls)
+        # (not a wrap of another entry script: it never runs with this one, though both build their models alike)
+        wraps = {
+            wrap for wrap in analysis.program_wrap_calls
+            if (home := analysis.shared.analysis_of(wrap) or analysis) is analysis or not home.is_entry
+        }
         wrapped: set[cst.CSTNode] = set()
         for wrap in wraps:  # (in any module: a Trainer of another module wraps the model it is handed)
             inner = wrapped_argument(wrap)

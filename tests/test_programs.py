@@ -469,3 +469,20 @@ def test_the_launch_line_waits_for_the_review_items_of_the_programs_modules(tmp_
     )
     output = CliRunner().invoke(cli, [str(tmp_path / "main.py")]).output
     assert "review " in output and "(once the review items of its modules are done)" in output, output
+
+
+def test_two_entries_sharing_a_model_factory_each_wrap_their_model(tmp_path: Path) -> None:
+    # (a review: ``a.py`` and ``b.py`` both train ``make_model()`` of ``common.py``; a.py's wrap counted as b.py's,
+    # and b.py trained unwrapped on its shard with nothing in the report)
+    (tmp_path / "common.py").write_text("import torch.nn as nn\n\n\ndef make_model():\n    return nn.Linear(4, 1)\n")
+    entry = (
+        "import torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\nfrom common import make_model\n\n"
+        "loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=16)\nmodel = make_model()\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.01)\nfor epoch in range(2):\n    for x, y in loader:\n"
+        "        opt.zero_grad()\n        nn.functional.mse_loss(model(x), y).backward()\n        opt.step()\n"
+    )
+    for name in ("a.py", "b.py"):
+        (tmp_path / name).write_text(entry)
+    result = CliRunner().invoke(cli, [str(tmp_path)])
+    for name in ("a.py", "b.py"):
+        assert "model = DistributedDataParallel(model" in (tmp_path / name).read_text(), result.output
