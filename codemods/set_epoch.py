@@ -462,19 +462,20 @@ def _built_in_the_epoch(analysis: ScriptAnalysis, loader: cst.Call, epoch: Epoch
 
 def _while_counter(loop: cst.For | cst.While) -> str | None:
     """The integer counter a ``while`` loop tests and its body counts up (``while epoch < epochs: ... epoch += 1``,
-    ``while step < max_steps:`` with ``step += 1`` in the pass): each pass starts at a new value of it, also in a
-    run resumed from a checkpoint. ``None``: no such counter."""
+    ``while step < max_steps:`` with ``step += 1`` in the pass, an attribute: a runner's ``while self.epoch <
+    self.max_epochs: ... self.epoch += 1``): each pass starts at a new value of it, also in a run resumed from a
+    checkpoint. ``None``: no such counter."""
     if type(loop) is not cst.While or type(loop.test) is not cst.Comparison:
         return None
-    left = loop.test.left  # type: ignore[attr-defined]
-    if type(left) is not cst.Name or not all(type(c.operator) in (cst.LessThan, cst.LessThanEqual) for c in loop.test.comparisons):  # type: ignore[attr-defined]
+    left = dotted_name(loop.test.left)  # type: ignore[attr-defined]
+    if left is None or not all(type(c.operator) in (cst.LessThan, cst.LessThanEqual) for c in loop.test.comparisons):  # type: ignore[attr-defined]
         return None
     counted = any(
-        type(n) is cst.AugAssign and type(n.operator) is cst.AddAssign and type(n.target) is cst.Name and n.target.value == left.value  # type: ignore[attr-defined]
+        type(n) is cst.AugAssign and type(n.operator) is cst.AddAssign and dotted_name(n.target) == left  # type: ignore[attr-defined]
         and type(n.value) is cst.Integer  # type: ignore[attr-defined]
         for n in walk(loop.body)
     )
-    return left.value if counted else None  # type: ignore[attr-defined]
+    return left if counted else None
 
 
 def _may_hold_a_wrapper(analysis: ScriptAnalysis, spelling: cst.BaseExpression) -> bool:

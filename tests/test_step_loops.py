@@ -461,14 +461,19 @@ print('distinct in the step budget', len(seen), flush=True)
     [
         ("while step < 20:", "runtime.set_epoch(third_loader, step)"),  # the counter the loop tests numbers the passes
         ("while not step >= 20:", "runtime.next_epoch(third_loader)"),  # none it counts up: the runtime counts
+        # (a trial's runner: ``while self.epoch < self.max_epochs``, restored on resume, was ignored)
+        ("while state.step < 20:", "runtime.set_epoch(third_loader, state.step)"),
     ],
-    ids=["counter", "no-counter"],
+    ids=["counter", "no-counter", "attribute-counter"],
 )
 def test_an_epoch_loop_with_no_epoch_number_tells_the_sampler_each_pass(tmp_path: Path, loop: str, told: str) -> None:
     """A trial's ``while step < max_steps: for x, y in loader:`` got a TODO that said ``<loader>`` although the
     loader's name is known. With a counter the test reads and the body counts up, the counter numbers the passes
     (a run resumed from a checkpoint goes on with its orders); without one the runtime counts the passes."""
     source = STEP_BUDGET_PHASE.replace("while step < 20:", loop)
+    if "state.step" in loop:
+        source = source.replace("step, seen = 0, set()", "state, seen = types.SimpleNamespace(step=0), set()").replace("        step += 1", "        state.step += 1")
+        source = "import types\n" + source
     migrated, report, code = migrate_script(tmp_path, "import torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\nmodel = nn.Linear(8, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n" + source)
     assert f"{loop}\n    {told}\n    for x, idx in third_loader:\n" in migrated, migrated
     assert code == 0 and "TODO" not in migrated, report + migrated
