@@ -3853,8 +3853,12 @@ class ScriptAnalysis:
         ):
             return False
         callers = self.callers_in_program(method)
+        # (every call by the method's name, resolved or not: ``trainer._load_snapshot(p)`` on an object a factory
+        # built is another caller the resolution may not see)
+        by_name = [call for module in self.shared.analyses for call in module.calls if call_method_name(call) == method.name.value]
         return bool(callers) and all(
-            (self.shared.analysis_of(call) or self).enclosing_function(call) is init and home.comes_before(call, wrap) for call in callers
+            (self.shared.analysis_of(call) or self).enclosing_function(call) is init and home.comes_before(call, wrap)
+            for call in {*callers, *by_name}
         )
 
     def _unwrapped_in_effect(self, expr: cst.BaseExpression, wrap: cst.Call) -> bool:
