@@ -104,3 +104,15 @@ def test_a_cuda_device_a_cuda_test_guards_is_kept(tmp_path: Path) -> None:
     helpers.write_text(helpers.read_text().replace('device="cuda")', 'device="cuda" if torch.cuda.is_available() else "cpu")'))
     output = CliRunner().invoke(cli, ["lint", "--select", "DDP004", str(folder)]).output
     assert "helpers.py" not in output, output
+
+
+def test_a_cuda_device_a_named_cuda_test_guards_is_kept(tmp_path: Path) -> None:
+    # (a review: ``use_cuda = torch.cuda.is_available()`` then ``if use_cuda:`` was taken for no CUDA test)
+    folder = _write(tmp_path, MAY_BE_GLOO)
+    helpers = folder / "helpers.py"
+    helpers.write_text(
+        helpers.read_text()
+        .replace('    t = torch.tensor([value], dtype=torch.float64, device="cuda")', '    use_cuda = torch.cuda.is_available()\n    if use_cuda:\n        t = torch.tensor([value], dtype=torch.float64, device="cuda")\n    else:\n        t = torch.tensor([value], dtype=torch.float64)')
+    )
+    output = CliRunner().invoke(cli, ["lint", "--select", "DDP004", str(folder)]).output
+    assert "helpers.py" not in output, output

@@ -390,15 +390,24 @@ def _names_a_device_option(flag: str) -> bool:
 
 def under_a_cuda_test(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
     """Whether a node runs only where a test found CUDA (``if torch.cuda.is_available():``, ``x if t.is_cuda else
-    y``), in its function."""
+    y``, ``if use_cuda:`` of ``use_cuda = torch.cuda.is_available()``), in its function."""
+
+    def asks_for_cuda(test: cst.BaseExpression, depth: int = 0) -> bool:
+        for n in walk(test):
+            if (type(n) is cst.Call and analysis.is_call_to(n, {"torch.cuda.is_available", "torch.cuda.device_count"})) or (  # type: ignore[arg-type]
+                type(n) is cst.Attribute and n.attr.value == "is_cuda"  # type: ignore[attr-defined]
+            ):
+                return True
+            if type(n) is cst.Name and depth < 2:
+                values = analysis.flows_into(n, n.value) or analysis.assigned_values(None, n.value)  # type: ignore[attr-defined]
+                if values and all(isinstance(v, cst.BaseExpression) and asks_for_cuda(v, depth + 1) for v in values):
+                    return True
+        return False
+
     for ancestor in analysis.ancestors(node):
         if type(ancestor) is cst.FunctionDef:
             return False
-        if type(ancestor) in (cst.If, cst.IfExp) and any(
-            (type(n) is cst.Call and analysis.is_call_to(n, {"torch.cuda.is_available", "torch.cuda.device_count"}))  # type: ignore[arg-type]
-            or (type(n) is cst.Attribute and n.attr.value == "is_cuda")  # type: ignore[attr-defined]
-            for n in walk(ancestor.test)  # type: ignore[attr-defined]
-        ):
+        if type(ancestor) in (cst.If, cst.IfExp) and asks_for_cuda(ancestor.test):  # type: ignore[attr-defined]
             return True
     return False
 
