@@ -195,6 +195,12 @@ class DeviceFacts:
                 and func.attr.value in _MODEL_USES and self.analysis.scope_of(node) is scope  # type: ignore[attr-defined]
             ):
                 return True
+            if (
+                self.analysis.scope_of(node) is scope
+                and any(type(a.value) is cst.Name and a.value.value == name for a in node.args)  # type: ignore[attr-defined]
+                and self.analysis.targets_of(node)
+            ):
+                return True  # (``train(model, loader)``: handed to the program's code, which may use it as a model)
         return False
 
     def _star_of_the_program(self, node: cst.CSTNode | None) -> bool:
