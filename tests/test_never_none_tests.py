@@ -77,3 +77,21 @@ def test_a_collective_behind_a_test_of_a_global_set_on_rank_0_is_reported(tmp_pa
     source = source.replace("@torch.no_grad()", "evaluator = None\n\n\n@torch.no_grad()")
     findings = lint_findings(tmp_path, source, "DDP033")
     assert any("DDP033" in f for f in findings), findings
+
+
+def test_a_collective_in_another_module_behind_such_a_test_is_every_ranks(tmp_path: Path) -> None:
+    # (DETR: the all_gather sits in util/misc.py, the evaluator class in datasets/coco_eval.py, the ``coco_evaluator is
+    # not None`` test in engine.py: the test was read with the collective's module's analysis)
+    from click.testing import CliRunner
+
+    from ddp_migrate.cli import cli
+
+    head, _, rest = PROGRAM.replace("BUILT", "Evaluator()").partition("class Evaluator:")
+    evaluator, _, main = ("class Evaluator:" + rest).partition("@torch.no_grad()")
+    imports = "import torch\nimport torch.distributed as dist\n"
+    (tmp_path / "comm.py").write_text(head)
+    (tmp_path / "coco_eval.py").write_text(imports + "from comm import all_gather\n\n\n" + evaluator)
+    (tmp_path / "engine.py").write_text(imports + "from coco_eval import Evaluator\n\n\n@torch.no_grad()" + main.split("def main():")[0])
+    (tmp_path / "train.py").write_text(imports + "from engine import evaluate\n\n\ndef main():" + main.split("def main():")[1])
+    output = CliRunner().invoke(cli, ["lint", "--select", "DDP033", str(tmp_path / "train.py")]).output
+    assert "DDP033" not in output and "Found 0 problem" in output, output

@@ -596,7 +596,7 @@ class RankFacts:
         name = test.left
         if type(name) is not cst.Name:
             return False
-        analysis = self.analysis
+        analysis = self.analysis.shared.analysis_of(name) or self.analysis  # (a test of another module, up the calls)
         function = analysis.enclosing_function(name)
         if function is not None and (analysis.is_parameter(function, name.value) or not analysis.binds_locally(function, name.value)):  # type: ignore[attr-defined]
             return False  # (a parameter, or a global this function reads: assigned elsewhere too)
@@ -606,7 +606,7 @@ class RankFacts:
         ):
             return False  # (``global evaluator``: a function may bind it, ``None`` at the top)
         values = analysis.assigned_values(function, name.value)  # type: ignore[attr-defined]
-        constructed = self.analysis.shared.constructed
+        constructed = analysis.shared.constructed
         return bool(values) and all(
             (type(v) is cst.Call and v in constructed)
             or type(v) in (cst.List, cst.Dict, cst.Tuple, cst.Set, cst.Integer, cst.Float, cst.SimpleString, cst.ListComp, cst.DictComp)
