@@ -12,7 +12,7 @@ from .analysis.batch_axis import batch_axis_reduced
 from .analysis.legacy import int_value
 from .analysis.loaders import loader_facts
 from .analysis.per_rank import per_rank_values, shards_training_data, training_batch_values
-from .analysis.ranks import calls_feeding_the_losses, per_rank_draws
+from .analysis.ranks import calls_feeding_the_losses, draws_per_rank, per_rank_draws
 from .base import Change, Example, FixResult, FixSafety, Match, Note, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression
 from .runtime_calls import runtime_name
@@ -284,7 +284,7 @@ total = nn.functional.l1_loss(a, b, reduction="sum")
                 + (
                     "the update shrinks with the number of processes; scale the loss by runtime.world_size()"
                     if kind == "sum" and sharded
-                    else "once each process trains on its share of the data (no training loader is sharded yet), the "
+                    else "once each process trains on its share of the data (its training data is not sharded yet), the "
                     "update shrinks with the number of processes: then scale the loss by runtime.world_size()"
                     if kind == "sum"
                     else SUMMED
@@ -378,8 +378,23 @@ def _trains_on_whole_loaders_only(analysis: ScriptAnalysis) -> bool:
     """Whether the program's training loaders are all left whole (none has a ``DistributedSampler``: one the
     migration could not rewrite, left to a human), so every process still trains on the whole batch."""
     training = [(module, loader) for module in analysis.shared.analyses for loader in loader_facts(module).training_loaders]
+    if not training:
+        # No loader: batches cut from tensors in ``for i in range(...)`` steps, nothing drawn or cut by the rank:
+        # every process trains on the same data (DDP040's review) until a human shards it.
+        return not analysis.program_loader_calls and _steps_over_ranges_only(analysis) and not draws_per_rank(analysis)
     # (a data set cut by the rank, ``Subset(ds, range(rank, n, world))``, is sharded as a sampler's is)
-    return bool(training) and not shards_training_data(analysis) and not any(loader_facts(m).sharded_by_hand(loader) for m, loader in training)
+    return not shards_training_data(analysis) and not any(loader_facts(m).sharded_by_hand(loader) for m, loader in training)
+
+
+def _steps_over_ranges_only(analysis: ScriptAnalysis) -> bool:
+    """Whether every ``backward()`` of the module runs in a loop over ``range(...)`` (or a ``while`` loop): its
+    batches are made by hand, not drawn from an iterable the analysis does not know (a loader of another program)."""
+    backward = analysis.backward_calls
+    return bool(backward) and all(
+        (loop := analysis.nearest_loop(call)) is not None
+        and (type(loop) is cst.While or (type(loop.iter) is cst.Call and dotted_name(loop.iter.func) == "range"))  # type: ignore[union-attr]
+        for call in backward
+    )
 
 
 def _holds_a_count_of_this_batch(analysis: ScriptAnalysis, expr: cst.BaseExpression) -> bool:

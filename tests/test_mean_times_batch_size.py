@@ -122,3 +122,17 @@ def test_a_summed_loss_over_an_unsharded_loader_is_not_scaled(tmp_path: Path) ->
     text, report, _ = migrate_script(tmp_path, source)
     assert "* runtime.world_size()).backward()" not in text, text
     assert "once each process trains on its share of the data" in report, report
+
+
+def test_a_summed_loss_over_batches_cut_by_hand_is_not_scaled(tmp_path: Path) -> None:
+    # (a review: no loader, batches sliced from tensors in ``for i in range(...)``: every process trains on the same
+    # data until DDP040's review is done, and the scale doubled its gradients meanwhile)
+    source = (
+        "import torch\nimport torch.nn as nn\n\ntorch.manual_seed(0)\nX, Y = torch.randn(64, 4), torch.randn(64, 1)\n"
+        "model = nn.Linear(4, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.01)\nfor epoch in range(2):\n"
+        "    for i in range(0, 64, 16):\n        x, y = X[i : i + 16], Y[i : i + 16]\n        opt.zero_grad()\n"
+        "        loss = nn.functional.mse_loss(model(x), y, reduction='sum')\n        loss.backward()\n        opt.step()\n"
+    )
+    text, report, _ = migrate_script(tmp_path, source)
+    assert "* runtime.world_size()).backward()" not in text, text
+    assert "once each process trains on its share of the data (its training data is not sharded yet)" in report, report
