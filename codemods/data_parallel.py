@@ -560,7 +560,7 @@ def _wrapper_classes_tested(analysis: ScriptAnalysis, test: cst.BaseExpression) 
         if type(node) is cst.Call and dotted_name(node.func) == "isinstance" and len(node.args) == 2:  # type: ignore[attr-defined]
             second = node.args[1].value  # type: ignore[attr-defined]
             classes = [e.value for e in second.elements] if type(second) is cst.Tuple else [second]  # type: ignore[attr-defined]
-            found.extend(c for c in classes if analysis.is_call_to(cst.Call(c), names.DATA_PARALLEL) or analysis.qualified_names(c) & names.DATA_PARALLEL)
+            found.extend(c for c in classes if analysis.qualified_names(c) & names.DATA_PARALLEL)
     return found
 
 

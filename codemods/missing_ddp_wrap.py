@@ -702,9 +702,6 @@ def _forwards_past_the_wrap(analysis: ScriptAnalysis, model: str, anchor: cst.Ba
     return found
 
 
-#: Libraries that distribute a model themselves (FSDP, DeepSpeed, Accelerate, Lightning, Horovod, ...): a
-#: program that uses one wraps its model its own way.
-
 def _took_before(analysis: ScriptAnalysis, holder: str, model: str, anchor: cst.BaseStatement) -> bool:
     """Whether, in the wrap's scope and before it, a statement assigns ``holder`` a value that names the model
     (``self.net = self.model``, ``state = {"model": model}``)."""

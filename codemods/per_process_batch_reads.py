@@ -287,7 +287,8 @@ _SHAPED = frozenset({f"torch.{n}" for n in ("zeros", "ones", "empty", "full", "r
 
 def _sized_with_the_global_batch(analysis: ScriptAnalysis, split: dict[cst.CSTNode, str]) -> Iterator[tuple[cst.Call, str, str]]:
     """Tensors made with a split loader's global batch size in their shape (``torch.zeros(1, batch_size, 4)``),
-    and calls of ``init_hidden(batch_size)``-like methods, in the functions that iterate that loader: each with how to name the size read and the global size it holds."""
+    and calls of ``init_hidden(batch_size)``-like methods, in the functions that iterate that loader: each with how
+    to name the size read and the global size it holds."""
     scanned: set[tuple[cst.CSTNode, frozenset[str]]] = set()  # (two loops of one function: its calls once)
     for loop in analysis.loader_loops:
         sizes = {split[call] for call in loop.loader_calls if call in split}

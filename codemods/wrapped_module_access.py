@@ -1042,16 +1042,22 @@ def _backward_after(analysis: ScriptAnalysis, call: cst.CSTNode, function: cst.F
     own over the data: the call is part of one training step, which the function's callers repeat."""
     data_loops = {found.loop for found in analysis.loader_loops}
     steps = analysis.optimizer_step_calls
-    return any(
-        analysis.enclosing_function(b) is function
+
+    def trains(ancestor: cst.CSTNode) -> bool:
         # (a loop of its own over the data is the training, and the call runs once before it: a set-up; so is a
         # loop that steps the optimizer, minGPT's ``while True:`` drawing ``next(data_iter)``; a loop over the
         # model's heads is part of one step)
-        and not any(
-            ancestor in data_loops or (type(ancestor) in (cst.For, cst.While) and not analysis.is_inside(call, ancestor) and any(analysis.is_inside(s, ancestor) for s in steps))
-            for ancestor in analysis.ancestors(b)
-            if analysis.is_inside(ancestor, function)
+        if ancestor in data_loops:
+            return True
+        return (
+            type(ancestor) in (cst.For, cst.While)
+            and not analysis.is_inside(call, ancestor)
+            and any(analysis.is_inside(s, ancestor) for s in steps)
         )
+
+    return any(
+        analysis.enclosing_function(b) is function
+        and not any(trains(ancestor) for ancestor in analysis.ancestors(b) if analysis.is_inside(ancestor, function))
         and (analysis.comes_before(call, b) or analysis.is_inside(call, b))
         for b in analysis.backward_calls
     )

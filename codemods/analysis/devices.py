@@ -187,19 +187,17 @@ class DeviceFacts:
         name = target.value  # type: ignore[attr-defined]
         scope = self.analysis.scope_of(load)
         for node in self.analysis.calls:
+            if self.analysis.scope_of(node) is not scope:
+                continue
             func = node.func
-            if type(func) is cst.Name and func.value == name and self.analysis.scope_of(node) is scope:  # type: ignore[attr-defined]
+            if type(func) is cst.Name and func.value == name:  # type: ignore[attr-defined]
                 return True  # ``model(x)``
             if (
                 type(func) is cst.Attribute and type(func.value) is cst.Name and func.value.value == name  # type: ignore[attr-defined]
-                and func.attr.value in _MODEL_USES and self.analysis.scope_of(node) is scope  # type: ignore[attr-defined]
+                and func.attr.value in _MODEL_USES  # type: ignore[attr-defined]
             ):
                 return True
-            if (
-                self.analysis.scope_of(node) is scope
-                and any(type(a.value) is cst.Name and a.value.value == name for a in node.args)  # type: ignore[attr-defined]
-                and self.analysis.targets_of(node)
-            ):
+            if any(type(a.value) is cst.Name and a.value.value == name for a in node.args) and self.analysis.targets_of(node):  # type: ignore[attr-defined]
                 return True  # (``train(model, loader)``: handed to the program's code, which may use it as a model)
         return False
 
@@ -400,7 +398,7 @@ def under_a_cuda_test(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
 
     def asks_for_cuda(test: cst.BaseExpression, depth: int = 0) -> bool:
         for n in walk(test):
-            if (type(n) is cst.Call and analysis.is_call_to(n, {"torch.cuda.is_available", "torch.cuda.device_count"})) or (  # type: ignore[arg-type]
+            if (type(n) is cst.Call and analysis.is_call_to(n, names.CUDA_QUERIES)) or (  # type: ignore[arg-type]
                 type(n) is cst.Attribute and n.attr.value == "is_cuda"  # type: ignore[attr-defined]
             ):
                 return True
@@ -422,7 +420,7 @@ def falls_back_to_the_cpu(analysis: ScriptAnalysis) -> bool:
     """Whether the program picks the CPU where it finds no CUDA (``"cuda" if torch.cuda.is_available() else
     "cpu"``, in any of its modules): a model it moves to that device is on the CPU there."""
     for module in analysis.shared.analyses:
-        for call in module.calls_to({"torch.cuda.is_available"}):
+        for call in module.calls_to(names.CUDA_IS_AVAILABLE):
             choice = module.parent(call)
             if type(choice) is cst.IfExp and any(
                 type(n) is cst.SimpleString and n.evaluated_value == "cpu" for side in (choice.body, choice.orelse) for n in walk(side)  # type: ignore[attr-defined]

@@ -600,17 +600,17 @@ def _enumerates(analysis: ScriptAnalysis, iterated: cst.BaseExpression, depth: i
     if type(iterated) is cst.Name and depth < 3:
         name = iterated.value  # type: ignore[attr-defined]
         values = [v for v in analysis.flows_into(iterated, name) if not (type(v) is cst.Name and v.value == name)]  # type: ignore[attr-defined]
+        # (``tqdm(pbar, total=nb)`` assigned back to ``pbar`` keeps the name's own pairs: its other values decide)
         return bool(values) and all(
-            isinstance(v, cst.BaseExpression) and _enumerates(analysis, _unwrapped_from(v, name), depth + 1) for v in values
+            isinstance(v, cst.BaseExpression) and _enumerates(analysis, v, depth + 1) for v in values if not _wraps_the_name(v, name)
         )
     return type(iterated) is cst.Call and dotted_name(iterated.func) == "enumerate"  # type: ignore[attr-defined]
 
 
-def _unwrapped_from(value: cst.BaseExpression, name: str) -> cst.BaseExpression:
-    """``tqdm(pbar, total=nb)`` assigned back to ``pbar``: a wrapper of the name's own pairs counts as enumerating
-    (the name's other values decide); anything else as it is."""
-    inner = _inside_item_keeping_wrappers(value)
-    return cst.Call(cst.Name("enumerate")) if type(inner) is cst.Name and inner.value == name else value  # type: ignore[attr-defined]
+def _wraps_the_name(value: cst.CSTNode, name: str) -> bool:
+    """Whether a value is the name under wrappers that keep its items (``tqdm(pbar, total=nb)`` of ``pbar``)."""
+    inner = _inside_item_keeping_wrappers(value) if isinstance(value, cst.BaseExpression) else value
+    return type(inner) is cst.Name and inner.value == name  # type: ignore[attr-defined]
 
 
 def _inside_item_keeping_wrappers(iterated: cst.BaseExpression) -> cst.BaseExpression:

@@ -3661,33 +3661,33 @@ class ScriptAnalysis:
             current = parent
 
     def rebinds(self, stmt: cst.CSTNode, name: str) -> bool:
-        """Whether a statement binds a plain name to a new value (an assignment, a loop or ``with`` target, ``:=``),
-        not only changes what it holds (``model.fc = ...``, ``model[2] = ...``)."""
-        for part in walk(stmt):
-            kind = type(part)
-            if kind is cst.AssignTarget or kind is cst.AnnAssign or kind is cst.NamedExpr or kind is cst.For or kind is cst.CompFor:
-                if name in _target_names(part.target):  # type: ignore[attr-defined]
-                    return True
-            elif kind is cst.AsName and name in _target_names(part.name):  # type: ignore[attr-defined]
-                return True
-        return False
+        """Whether a statement binds a plain name anew (:meth:`names_bound_in`), not only changes what it holds
+        (``model.fc = ...``, ``model[2] = ...``)."""
+        return name in self._names_bound_and_changed(stmt)[1]
 
     def names_bound_in(self, stmt: cst.CSTNode) -> frozenset[str]:
         """The plain names a statement binds anywhere inside it (assignments, loop and ``with`` targets,
-        ``except ... as``, ``:=``, definitions, imports, ``global``/``nonlocal``, ``del``), read once per statement."""
+        ``except ... as``, ``:=``, definitions, imports, ``global``/``nonlocal``, ``del``), or whose values it
+        changes in place (``stats[0] = v``), read once per statement."""
+        return self._names_bound_and_changed(stmt)[0]
+
+    def _names_bound_and_changed(self, stmt: cst.CSTNode) -> tuple[frozenset[str], frozenset[str]]:
+        """The plain names a statement binds or changes in place (:meth:`names_bound_in`), and of those the ones it
+        binds anew (:meth:`rebinds`), read once per statement."""
         cache = self.derived("names bound in", lambda _: {})
         found = cache.get(stmt)
         if found is None:
             bound: set[str] = set()
+            changed: set[str] = set()
             for part in walk(stmt):
                 kind = type(part)
                 if kind is cst.AssignTarget or kind is cst.AsName:
                     target = part.target if kind is cst.AssignTarget else part.name  # type: ignore[attr-defined]
                     bound.update(_target_names(target))
-                    bound.update(_changed_roots(target))
+                    changed.update(_changed_roots(target))
                 elif kind in (cst.AugAssign, cst.AnnAssign, cst.NamedExpr):
                     bound.update(_target_names(part.target))  # type: ignore[attr-defined]
-                    bound.update(_changed_roots(part.target))  # type: ignore[attr-defined]
+                    changed.update(_changed_roots(part.target))  # type: ignore[attr-defined]
                 elif kind is cst.For or kind is cst.CompFor:
                     bound.update(_target_names(part.target))  # type: ignore[attr-defined]
                 elif kind is cst.FunctionDef or kind is cst.ClassDef:
@@ -3698,7 +3698,7 @@ class ScriptAnalysis:
                     bound.update(item.name.value for item in part.names)  # type: ignore[attr-defined]
                 elif kind is cst.Del:
                     bound.update(_target_names(part.target))  # type: ignore[attr-defined]
-            found = cache[stmt] = frozenset(bound)
+            found = cache[stmt] = (frozenset(bound | changed), frozenset(bound))
         return found
 
     def runs_once(self, function: cst.FunctionDef | None) -> bool:
