@@ -8,8 +8,8 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name, keyword_argument, leaves_early, walk
-from .analysis.script import PROCESS_EXITS, exits_with_success, sets_learning_rate
-from .analysis.per_rank import per_rank_values
+from .analysis.script import PROCESS_EXITS, exits_with_success, may_set_a_learning_rate, sets_learning_rate
+from .analysis.per_rank import PerRankValues, per_rank_values
 from .analysis.ranks import Kind, rank_facts, seeds_alike
 from .base import Example, Match, Phase, Rule, Severity, Valid
 from .edits import code_of
@@ -175,13 +175,14 @@ for epoch in range(100):
         # and a function of the program that sets a learning rate (``adjust_lr(loss)``, ``__call__`` of a
         # hand-written plateau rule: ``group["lr"] *= 0.5``).
         setters: dict[cst.FunctionDef | None, bool] = {None: False}
+        sets_lr = may_set_a_learning_rate(analysis)
         steps = []
         for call in analysis.calls:
             if not call.args:
                 continue
             target = analysis.call_target(call)
             if target not in setters:
-                setters[target] = sets_learning_rate(target)
+                setters[target] = sets_lr and sets_learning_rate(target)
             if (call_method_name(call) == "step" and target is None and _built_as_lr_scheduler(analysis, call) is not False) or setters[target]:
                 steps.append(call)
         reported: set[cst.If] = set()
@@ -246,14 +247,22 @@ for epoch in range(100):
                     + (", or before the wrap" if gated is _LOAD else ""),
                     fixable=False,
                 )
-        values = per_rank_values(analysis) if exits or steps or gates or whiles else None
-        if values is None:
-            return
+        # The per-rank values are solved on first need: most decisions are ruled out by cheaper tests first.
+        solved: list[PerRankValues | None] = []
+
+        def per_rank() -> PerRankValues | None:
+            if not solved:
+                solved.append(per_rank_values(analysis))
+            return solved[0]
+
         for branch in analysis.ifs:  # (in source order: an outer decision comes before the ones inside it)
             if branch in reported or (branch not in exiting and branch not in gates):
                 continue
             if branch in exiting and branch not in exiting_ifs and not _loop_syncs(analysis, branch):
                 continue  # ``x = block(x); if x.abs().mean() < eps: break`` in forward: a loop of no step, no collective
+            values = per_rank()
+            if values is None:
+                return  # (no data is sharded: every rank sees the same)
             shown = values.mention(branch.test)
             # A decision inside a reported one on what that one sets (``if loss > best: bad += 1; if bad >= 2:
             # break``) follows from it: once the outer test reads a reduced value, so does the inner one.
@@ -275,6 +284,9 @@ for epoch in range(100):
                     f"{gates[branch]}; decide on a value reduced across ranks (runtime.reduce_sum, runtime.reduce_mean)",
                     fixable=False,
                 )
+        values = per_rank() if whiles or steps else None
+        if values is None:
+            return
         for loop in whiles:
             shown = values.mention(loop.test)  # type: ignore[attr-defined]
             if shown is not None:
@@ -368,7 +380,7 @@ def _gated_training(
                         return True
         return False
 
-    if differs(writes_learning_rate):
+    if may_set_a_learning_rate(analysis) and differs(writes_learning_rate):
         return _LEARNING_RATE
     if differs(lambda side: any(_steps_scheduler(analysis, n) for n in walk(side))):
         return _SCHEDULER

@@ -436,7 +436,7 @@ def process(
         source = decode(data)
         result.text = result.new_text = source.text
         vocabulary = vocabulary_of(source.text, path)
-        live = [cls for cls in rule_classes if vocabulary.could_match(cls)]
+        live = vocabulary.narrowed([cls for cls in rule_classes if vocabulary.could_match(cls)])
         if not live:
             result.skipped = True
             return result

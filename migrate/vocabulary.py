@@ -31,6 +31,7 @@ from types import CodeType
 from typing import Iterable
 
 from ddp_migrate.codemods.analysis.lines import LINE_BREAK
+from ddp_migrate.codemods.analysis.spelled import resolvable_names
 from ddp_migrate.codemods.base import Rule
 from ddp_migrate.codemods.names import RUNTIME_MODULE, VENDORED_RUNTIME
 
@@ -118,6 +119,11 @@ def unreachable_words(text: str, code: CodeType) -> frozenset[str]:
     return frozenset(words)
 
 
+def _reads_text_only(rule: type[Rule]) -> bool:
+    """Whether the rule may find what it finds in the source text alone (:meth:`Rule.find_in_text`)."""
+    return getattr(rule.find_in_text, "__func__", None) is not getattr(Rule.find_in_text, "__func__", None)
+
+
 _PARTS: dict[frozenset[str], tuple[tuple[str, ...], ...]] = {}
 
 
@@ -144,6 +150,8 @@ class Vocabulary:
     _whole: list[frozenset[str]] = field(default_factory=list, compare=False, repr=False)
     #: Whether the code spells one of each group's names, by group asked about (rules share groups).
     _groups: dict[frozenset[str], bool] = field(default_factory=dict, compare=False, repr=False)
+    #: The qualified names the code can resolve to, once read (:func:`resolvable_names`).
+    _resolvable: list[frozenset[str] | None] = field(default_factory=list, compare=False, repr=False)
 
     @classmethod
     def of(cls, text: str, code: CodeType | None) -> Vocabulary:
@@ -213,6 +221,43 @@ class Vocabulary:
             if rule.requires_pattern is None or rule.requires_pattern.search(self.text) is None:
                 return False
         return all(self.spells_one_of(group) for group in rule.needs_names)
+
+    def narrowed(self, rules: list[type[Rule]]) -> list[type[Rule]]:
+        """The rules past the gate (:meth:`could_match`) that could still find something once the qualified
+        names the code can resolve are known (:func:`resolvable_names`): a rule that needs certain qualified
+        names (``Rule.needs_names``: ``torch.distributed.all_reduce``) needs one of them resolved, not only its
+        parts spelled. Read only where it may leave the module unparsed: when every rule past the gate that
+        reads the parsed module needs such names (else the rules are handed back as they are)."""
+        parsing = [rule for rule in rules if not _reads_text_only(rule)]
+        if not parsing or self.code is None or not all(self._may_be_ruled_out(rule) for rule in parsing):
+            return rules
+        if not self._resolvable:
+            self._resolvable.append(resolvable_names(self.text))
+        resolvable = self._resolvable[0]
+        if resolvable is None:
+            return rules
+        return [
+            rule
+            for rule in rules
+            if _reads_text_only(rule)
+            or all(self._resolves_one_of(group, resolvable) for group in rule.needs_names)
+        ]
+
+    def _may_be_ruled_out(self, rule: type[Rule]) -> bool:
+        """Whether one of the rule's groups of needed names is met, if at all, by a qualified name resolved (no
+        one-part name of it is spelled)."""
+        return any(
+            any("." in name for name in group) and not self.spells_one_of(frozenset(name for name in group if "." not in name))
+            for group in rule.needs_names
+        )
+
+    def _resolves_one_of(self, group: frozenset[str], resolvable: frozenset[str]) -> bool:
+        """Whether the code resolves one of the group's qualified names, or spells one of its one-part names (a
+        method name such as ``backward``, whatever its receiver: :meth:`spells_one_of`)."""
+        words = frozenset(name for name in group if "." not in name)
+        if words and self.spells_one_of(words):
+            return True
+        return any(name in resolvable for name in group if "." in name)
 
     def _occurs(self, word: str) -> bool:
         """Whether the word is in the text, or in a string of the code (spelled with escapes there)."""

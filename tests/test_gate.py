@@ -17,7 +17,12 @@ from pathlib import Path
 
 import pytest
 
+import libcst as cst
+
 from ddp_migrate import engine
+from ddp_migrate.codemods import names
+from ddp_migrate.codemods.analysis.script import ModuleIndex, dotted_name
+from ddp_migrate.codemods.analysis.spelled import resolvable_names
 from ddp_migrate.codemods.base import Example, Options, Valid
 from ddp_migrate.engine import check_syntax, process, vocabulary_of
 from ddp_migrate.registry import all_rules
@@ -228,6 +233,90 @@ def test_rank_rules_need_a_rank_source() -> None:
     sourced = "import torch\nimport torch.distributed as dist\n\ndef place(model):\n    rank = dist.get_rank()\n    return model.to(rank)\n"
     assert vocabulary_of(sourced, "t.py").could_match(RULE["DDP024"])
     assert [f.code for f in process("t.py", sourced.encode(), RULES, Options(), fix=False).findings] == ["DDP024"]
+
+
+# ---------------------------------------------------------------------------------- resolvable names
+
+
+def _resolved_by_the_analysis(source: str) -> set[str]:
+    """Every qualified name the analysis's index resolves any node of the source to."""
+    index = ModuleIndex(cst.parse_module(source))
+    return {name for node in index.preorder if dotted_name(node) is not None for name in index.qualified_names(node)}
+
+
+def test_the_resolvable_names_hold_every_name_the_analysis_resolves() -> None:
+    """The ``ast`` reading the gate narrows on is a superset of the libcst index's, node by node, over every
+    fixture and every rule example (imports in functions, aliases, relative imports, the vendored runtime)."""
+    checked = 0
+    for name, source in SOURCES:
+        try:
+            compile(source, name, "exec")
+        except SyntaxError:
+            continue
+        resolvable = resolvable_names(source)
+        assert resolvable is not None, name
+        missing = _resolved_by_the_analysis(source) - resolvable
+        assert not missing, (name, sorted(missing)[:5])
+        checked += 1
+    assert checked > 200
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import torch.distributed as dist\n\ndef f(t):\n    def g():\n        from torch.distributed import all_reduce as ar\n        ar(t)\n    return g\n",
+        "import torch.distributed\nx = torch.distributed.all_reduce\n",
+        "import ddp_runtime as runtime\nruntime.barrier()\n",
+        "from . import comm\nfrom torch import distributed\ndistributed.broadcast(t, 0)\n",
+        "class C:\n    from torch.distributed import barrier\n",
+    ],
+)
+def test_names_resolved_through_any_import_are_resolvable(source: str) -> None:
+    assert _resolved_by_the_analysis(source) & names.COLLECTIVES
+    assert _resolved_by_the_analysis(source) <= (resolvable_names(source) or set())
+
+
+FUNCTOOLS_REDUCE = """\
+import functools
+import torch
+
+
+def total(values, rank):
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return functools.reduce(lambda a, b: a + b, values).to(rank)
+    return torch.zeros(()).scatter_(0, torch.tensor([0]), 1.0)
+"""
+
+
+def test_a_module_that_spells_a_collectives_parts_without_one_is_not_parsed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``functools.reduce``, ``torch.distributed.is_available()`` and ``Tensor.scatter_`` spell every part of
+    ``torch.distributed.reduce`` and ``torch.distributed.scatter``, and resolve to neither: the collective rules
+    have nothing to look at (torch's own library modules are full of these)."""
+    vocabulary = vocabulary_of(FUNCTOOLS_REDUCE, "t.py")
+    assert vocabulary.could_match(RULE["DDP033"]) and vocabulary.could_match(RULE["DDP037"])
+
+    def no_parse(text: str) -> None:
+        raise AssertionError("parsed with libcst")
+
+    monkeypatch.setattr(engine, "parse_checked", no_parse)
+    result = process("helpers.py", FUNCTOOLS_REDUCE.encode(), RULES, Options(), fix=False, is_entry=False)
+    assert result.skipped and not result.error and not result.findings
+
+
+def test_the_same_module_with_a_collective_is_parsed_and_reported() -> None:
+    source = FUNCTOOLS_REDUCE + "\n\ndef sync(values, ok):\n    if ok:\n        torch.distributed.all_reduce(values[0])\n"
+    result = process("helpers.py", source.encode(), RULES, Options(), fix=False, is_entry=False)
+    assert not result.skipped
+    assert [f.code for f in result.findings] == ["DDP033"]
+
+
+def test_a_rule_whose_one_part_name_is_spelled_is_not_narrowed() -> None:
+    """``backward`` (a method of any receiver) stands beside the model wraps in the training rules' names: a
+    file that calls it keeps them, whatever its imports resolve."""
+    source = "import torch\n\ndef step(loss, opt):\n    loss.backward()\n    opt.step()\n    torch.save({}, 'x.pt')\n"
+    vocabulary = vocabulary_of(source, "t.py")
+    live = [rule for rule in RULES if vocabulary.could_match(rule)]
+    assert RULE["DDP007"] in live and vocabulary.narrowed(live) == live
 
 
 # ---------------------------------------------------------------------------------- the syntax check

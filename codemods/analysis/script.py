@@ -298,6 +298,21 @@ def _canonical_module(qualified: str) -> str:
     return qualified
 
 
+def import_binding(module: str, asname: str | None) -> tuple[str, str]:
+    """The local name ``import module [as asname]`` binds, and the qualified name it then holds (``import
+    torch.distributed as dist``: ``dist``, ``torch.distributed``; ``import torch.distributed``: ``torch``, ``torch``)."""
+    if asname is not None:
+        return asname, _canonical_module(module)
+    root = module.split(".")[0]
+    return root, _canonical_module(root)
+
+
+def from_import_binding(base: str, name: str, asname: str | None) -> tuple[str, str]:
+    """The local name ``from base import name [as asname]`` binds, and the qualified name it then holds
+    (``base``: the module, after the leading dots of a relative import)."""
+    return asname or name, _canonical_module(f"{base}.{name}" if base and not base.endswith(".") else f"{base}{name}")
+
+
 class _Indexer:
     """One walk over the module (:func:`tree.visit`) that collects the nodes the analysis works from, and
     the parent of every node."""
@@ -347,21 +362,16 @@ class _Indexer:
 
     def visit_Import(self, node: cst.Import) -> None:
         for alias in node.names:
-            full = dotted_name(alias.name) or ""
-            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
-                self._bind_import(alias.asname.name.value, _canonical_module(full))
-            else:
-                root = full.split(".")[0]
-                self._bind_import(root, _canonical_module(root))
+            asname = alias.asname.name.value if alias.asname is not None and isinstance(alias.asname.name, cst.Name) else None
+            self._bind_import(*import_binding(dotted_name(alias.name) or "", asname))
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         if isinstance(node.names, cst.ImportStar):
             return
         base = "." * len(node.relative) + (dotted_name(node.module) or "" if node.module is not None else "")
         for alias in node.names:
-            name = dotted_name(alias.name) or ""
-            local = alias.asname.name.value if alias.asname is not None and isinstance(alias.asname.name, cst.Name) else name
-            self._bind_import(local, _canonical_module(f"{base}.{name}" if base and not base.endswith(".") else f"{base}{name}"))
+            asname = alias.asname.name.value if alias.asname is not None and isinstance(alias.asname.name, cst.Name) else None
+            self._bind_import(*from_import_binding(base, dotted_name(alias.name) or "", asname))
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         self.classes.append(node)
@@ -4581,6 +4591,28 @@ def sets_learning_rate(code: cst.CSTNode | None) -> bool:
         ):
             return True
     return False
+
+
+def may_set_a_learning_rate(analysis: ScriptAnalysis) -> bool:
+    """Whether any module of the program writes an ``["lr"]`` item or calls ``update(lr=...)``: where none does,
+    :func:`sets_learning_rate` is ``False`` for all of the program's code (one pass per program, instead of a walk
+    of every function a rule asks about)."""
+    cache = analysis.shared.__dict__.setdefault("_may_set_a_learning_rate", [])
+    if not cache:
+        cache.append(any(_writes_an_lr_item(node) for module in analysis.shared.analyses for node in module.preorder))
+    return cache[0]
+
+
+def _writes_an_lr_item(node: cst.CSTNode) -> bool:
+    kind = type(node)
+    if kind is cst.AugAssign or kind is cst.Assign:
+        targets = [node.target] if kind is cst.AugAssign else [t.target for t in node.targets]  # type: ignore[attr-defined]
+        return any(type(target) is cst.Subscript and subscript_key(target) == "lr" for target in targets)  # type: ignore[arg-type]
+    return (
+        kind is cst.Call
+        and call_method_name(node) == "update"  # type: ignore[arg-type]
+        and any(a.keyword is not None and a.keyword.value == "lr" for a in node.args)  # type: ignore[attr-defined]
+    )
 
 
 def is_parameter_group(code: cst.CSTNode, group: cst.BaseExpression) -> bool:
