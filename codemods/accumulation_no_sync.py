@@ -117,7 +117,7 @@ class AccumulationWithoutNoSync(Rule):
     fix_safety = FixSafety.SAFE
     phase = Phase.WRAPPING
     severity = Severity.WARNING
-    triggers = (".backward(",)
+    triggers = names.TRAINING_STEP_WORDS
     needs_names = (names.TRAINING_SCRIPT_NAMES,)
     manual_fix = "run the forward and backward passes of the non-stepping iterations inside model.no_sync()"
     examples = (

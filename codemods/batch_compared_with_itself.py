@@ -71,7 +71,7 @@ class BatchComparedWithItself(Rule):
     phase = Phase.OUTPUT
     severity = Severity.WARNING
     triggers = ("@", "mm(", "matmul(", "cdist(", "einsum(", "cosine_similarity(", "pairwise_distance(", "(0", "dim=0", "axis=0", "None")
-    requires = ("backward",)
+    requires = ("backward", "zero_grad")
     needs_names = (names.DISTRIBUTED_DATA_PARALLEL,)
     manual_fix = "all_gather the embeddings of every rank (torch.distributed.nn.functional.all_gather) before comparing"
     examples = (

@@ -82,7 +82,7 @@ class RestartableTraining(Rule):
     name = "restartable-training"
     fix_safety = FixSafety.UNSAFE
     phase = Phase.CHECKPOINTS
-    triggers = (".backward(",)
+    triggers = names.TRAINING_STEP_WORDS
     needs_names = (names.TRAINING_SCRIPT_NAMES,)
     manual_fix = "snapshot the training state each epoch with runtime.Snapshot and resume from it at start"
     examples = (

@@ -255,7 +255,7 @@ class HardcodedDevice(Rule):
     fix_safety = FixSafety.SAFE
     phase = Phase.DEVICES
     triggers = ("cuda", "CUDA_VISIBLE_DEVICES")
-    requires = (".backward(", "DataParallel")
+    requires = (*names.TRAINING_STEP_WORDS, "DataParallel")
     needs_names = (names.TRAINING_CODE_NAMES,)
     examples = (
         Example(

@@ -40,7 +40,7 @@ class LoadWithoutMapLocation(Rule):
     fix_safety = FixSafety.SAFE
     phase = Phase.CHECKPOINTS
     triggers = ("load",)
-    requires = (".backward(", "DataParallel")
+    requires = (*names.TRAINING_STEP_WORDS, "DataParallel")
     needs_names = (names.TRAINING_CODE_NAMES,)
     examples = (
         Example(

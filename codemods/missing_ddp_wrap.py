@@ -101,7 +101,7 @@ class MissingDdpWrap(Rule):
     name = "missing-ddp-wrap"
     fix_safety = FixSafety.UNSAFE
     phase = Phase.WRAPPING
-    triggers = (".backward(",)
+    triggers = names.TRAINING_STEP_WORDS
     needs_names = (names.TRAINING_SCRIPT_NAMES,)
     examples = (
         Example(
@@ -807,7 +807,7 @@ def _trained_model_unfound(analysis: ScriptAnalysis) -> cst.Call | None:
     first: cst.Call | None = None
     for module in shared.analyses:
         for call in module.backward_calls:
-            if not any(arg.keyword is None for arg in call.args):  # (``accelerator.backward(loss)``: not a loss's own)
+            if call in module.backward_calls_out_of_sight or not any(arg.keyword is None for arg in call.args):  # (``accelerator.backward(loss)``: not a loss's own)
                 first = call
                 break
         if first is not None:

@@ -30,7 +30,11 @@ PARAMETER = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter"})
 #: What a file's code must spell for the analysis to call it a training script (``is_training_script``: a
 #: ``.backward()`` call, whatever its receiver) or training code (``is_training_code``: that, or a model
 #: wrap): the gate of the rules that act only there (``Rule.needs_names``).
-TRAINING_SCRIPT_NAMES = frozenset({"backward"})
+TRAINING_SCRIPT_NAMES = frozenset({"backward", "zero_grad"})
+#: What the text of a training step spells: ``.backward(``, or ``.zero_grad(`` beside a library's backward pass
+#: (``loss_scaler(loss, optimizer)``: :attr:`ScriptAnalysis.backward_calls_out_of_sight`). The text gate
+#: (``Rule.triggers`` / ``Rule.requires``) of the rules that act only on training code.
+TRAINING_STEP_WORDS = (".backward(", ".zero_grad(")
 TRAINING_CODE_NAMES = TRAINING_SCRIPT_NAMES | MODEL_WRAPPERS
 
 #: ``itertools.cycle(loader)``: one pass over the loader, then its batches again in the same order.

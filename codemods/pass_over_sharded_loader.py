@@ -6,6 +6,7 @@ from typing import Iterator
 
 import libcst as cst
 
+from . import names
 from .analysis import ScriptAnalysis, argument, walk
 from .analysis.loaders import loader_facts
 from .analysis.script import COMPREHENSIONS
@@ -35,7 +36,7 @@ class PassOverShardedLoader(Rule):
     phase = Phase.OUTPUT
     severity = Severity.WARNING
     triggers = ("DistributedSampler",)  # (``update_bn`` is checked where the loader is sharded)
-    requires = (".backward(",)
+    requires = names.TRAINING_STEP_WORDS
     manual_fix = "iterate the data set without the DistributedSampler for this pass, or reduce what it computes across ranks"
     examples = (
         Example(

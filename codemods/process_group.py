@@ -84,7 +84,7 @@ class MissingProcessGroup(Rule):
     fix_safety = FixSafety.SAFE
     phase = Phase.PROCESS_GROUP
     # A training script, or a program of the runtime that destroys its group by hand.
-    triggers = (".backward(", "destroy_process_group", "DistributedDataParallel")
+    triggers = (*names.TRAINING_STEP_WORDS, "destroy_process_group", "DistributedDataParallel")
     needs_names = (names.TRAINING_SCRIPT_NAMES | names.RUNTIME_SETUP | names.DISTRIBUTED_DATA_PARALLEL,)
     examples = (
         Example(

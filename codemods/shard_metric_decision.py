@@ -8,7 +8,7 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name, keyword_argument, leaves_early, walk
-from .analysis.script import PROCESS_EXITS, exits_with_success, may_set_a_learning_rate, sets_learning_rate
+from .analysis.script import PROCESS_EXITS, backward_loss, exits_with_success, may_set_a_learning_rate, sets_learning_rate
 from .analysis.per_rank import PerRankValues, per_rank_values
 from .analysis.ranks import Kind, rank_facts, seeds_alike
 from .base import Example, Match, Phase, Rule, Severity, Valid
@@ -464,7 +464,7 @@ def _runs_the_wrapped_model(analysis: ScriptAnalysis, side: cst.CSTNode) -> bool
     if any(analysis.is_inside(call, side) for call in forwards):
         return True
     for call in analysis.backward_calls:
-        loss = call.func.value  # type: ignore[attr-defined]
+        loss = backward_loss(call)
         if analysis.is_inside(call, side) and type(loss) is cst.Name:
             if any(n in forwards for value in analysis.flows_into(loss, loss.value) for n in walk(value)):
                 return True

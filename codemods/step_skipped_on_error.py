@@ -94,7 +94,7 @@ class StepSkippedOnError(Rule):
     phase = Phase.OUTPUT
     severity = Severity.ERROR
     triggers = ("except", "suppress")
-    requires = ("backward",)
+    requires = ("backward", "zero_grad")
     needs_names = (names.DISTRIBUTED_DATA_PARALLEL,)
     manual_fix = "let the error stop every rank, or agree on the skip across ranks (runtime.reduce_sum of a flag)"
     examples = (

@@ -8,6 +8,7 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name, keyword_argument, tree, walk
+from .analysis.script import backward_loss
 from .analysis.batch_axis import batch_axis_reduced
 from .analysis.legacy import int_value
 from .analysis.loaders import loader_facts
@@ -72,7 +73,7 @@ class SumReductionLoss(Rule):
     phase = Phase.MODULE_ACCESS
     triggers = ("sum", "size_average", "shape[0]", "size(0)", "len(")  # (a mean times the batch size is a sum too)
     manual_fix = "multiply the loss by runtime.world_size() when it is divided by the global batch size"
-    requires = (".backward(",)
+    requires = names.TRAINING_STEP_WORDS
     needs_names = (names.TRAINING_SCRIPT_NAMES, names.DISTRIBUTED_DATA_PARALLEL)
     examples = (
         Example(
@@ -167,7 +168,7 @@ total = nn.functional.l1_loss(a, b, reduction="sum")
         if not shards_training_data(analysis) and per_rank_draws(analysis):
             return  # (each rank draws its own batches, seeded from its rank: no batch the migration splits)
         for backward in analysis.backward_calls:
-            receiver = backward.func.value  # type: ignore[union-attr]
+            receiver = backward_loss(backward)
             loss = receiver
             if isinstance(receiver, cst.Call) and call_method_name(receiver) == "scale" and receiver.args:
                 loss = receiver.args[0].value
@@ -322,7 +323,7 @@ total = nn.functional.l1_loss(a, b, reduction="sum")
             assert isinstance(scaled, cst.BinaryOperation)
             if isinstance(loss, (cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.BinaryOperation)) and not _low_precedence(loss):
                 scaled = scaled.with_changes(left=loss)
-            if loss is backward.func.value:  # type: ignore[union-attr]
+            if type(backward.func) is cst.Attribute and loss is backward.func.value:  # type: ignore[union-attr]
                 scaled = scaled.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
             edits.replace(loss, lambda _updated, scaled=scaled: scaled)
             edits.changes.append(Change(self.code, analysis.line(backward), "summed loss scaled by runtime.world_size() before backward()"))

@@ -195,7 +195,7 @@ class UnguardedFileWrite(Rule):
         "rmtree", "remove", "unlink", "rename", "replace", "download", "pretrained", "hub", "wandb", "urlretrieve",
         "basicConfig",
     )
-    requires = (".backward(", "DataParallel")
+    requires = (*names.TRAINING_STEP_WORDS, "DataParallel")
     needs_names = (names.TRAINING_CODE_NAMES,)
     manual_fix = "write the file on rank 0 only, keeping collectives outside the rank-0 branch"
     examples = (

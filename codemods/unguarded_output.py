@@ -47,7 +47,7 @@ class UnguardedOutput(Rule):
     phase = Phase.OUTPUT
     severity = Severity.INFO
     triggers = ("print", "tqdm", "logging", "stdout")
-    requires = (".backward(",)
+    requires = names.TRAINING_STEP_WORDS
     needs_names = (names.TRAINING_SCRIPT_NAMES,)
     examples = (
         Example(

@@ -62,7 +62,7 @@ class UnguardedSave(Rule):
     fix_safety = FixSafety.UNSAFE
     phase = Phase.CHECKPOINTS
     triggers = ("save",)
-    requires = (".backward(", "DataParallel")
+    requires = (*names.TRAINING_STEP_WORDS, "DataParallel")
     needs_names = (names.TRAINING_CODE_NAMES,)
     examples = (
         Example(

@@ -61,7 +61,7 @@ class UnseededRandomSplit(Rule):
     triggers = ("random_split", "Subset", "randperm", "shuffle", "permut", "choice", "sample")
     # A split in training code, or a draw that a training DataLoader's data set is built from (in a module
     # of the program that may hold no training code: a program's words are the words of all its modules).
-    requires = (".backward(", "DataLoader")
+    requires = (*names.TRAINING_STEP_WORDS, "DataLoader")
     needs_names = (RANDOM_SPLIT | SUBSET | ALL_DRAWS | GENERATORS,)
     examples = (
         # A split by hand: the Subsets take their indices from one random order.

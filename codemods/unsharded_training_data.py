@@ -61,7 +61,7 @@ class UnshardedTrainingData(Rule):
     name = "unsharded-training-data"
     phase = Phase.SAMPLERS
     severity = Severity.WARNING
-    triggers = (".backward(",)
+    triggers = names.TRAINING_STEP_WORDS
     needs_names = (names.TRAINING_SCRIPT_NAMES,)  # a backward() call, not the word in a docstring
     manual_fix = "give each rank its own batches: seed the draws with runtime.rank(), or build a DataLoader the migration can shard"
     examples = (

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from ddp_migrate.cli import cli
+from ddp_migrate.codemods.analysis.script import backward_loss
+from ddp_migrate.codemods.edits import code_of
 
 ENGINE = """import torch
 
@@ -64,3 +67,98 @@ def test_a_loop_that_zeroes_an_optimizers_gradients_trains(tmp_path: Path) -> No
     output = CliRunner().invoke(cli, ["lint", "--select", "DDP034", str(tmp_path)]).output
     assert "main.py:13:" not in output, output  # the training loader (its sampler shuffles the training set)
     assert "main.py:14:18: DDP034 evaluation DistributedSampler pads the set" in output, output
+
+
+# A single-process program whose backward pass runs in a library (timm's ``NativeScaler``): nothing of the
+# program says ``backward``, yet it trains and must be migrated whole (set-up, wrap, sampler, rank 0's
+# output). Before, only its loader was given a DistributedSampler, with no process group to shard it by.
+SINGLE_PROCESS = """import argparse
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+from timm.utils import NativeScaler
+
+
+def train_one_epoch(model, criterion, loader, optimizer, device, loss_scaler):
+    model.train()
+    for samples, targets in loader:
+        samples, targets = samples.to(device), targets.to(device)
+        loss = criterion(model(samples), targets)
+        optimizer.zero_grad()
+        loss_scaler(loss, optimizer, parameters=model.parameters())
+    return loss.item()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--epochs", type=int, default=3)
+    args = parser.parse_args()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    data = TensorDataset(torch.randn(256, 8), torch.randint(0, 4, (256,)))
+    loader = DataLoader(data, batch_size=32, shuffle=True)
+    model = nn.Linear(8, 4).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    loss_scaler = NativeScaler()
+    for epoch in range(args.epochs):
+        loss = train_one_epoch(model, nn.CrossEntropyLoss(), loader, optimizer, device, loss_scaler)
+        print(f"epoch {epoch} loss {loss:.3f}")
+        torch.save(model.state_dict(), "model.pt")
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_program_whose_backward_runs_in_a_library_is_migrated_whole(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(SINGLE_PROCESS)
+    result = CliRunner().invoke(cli, [str(script)])
+    assert result.exit_code == 0, result.output
+    migrated = script.read_text()
+    compile(migrated, "train.py", "exec")
+    for code in ("DDP003", "DDP005", "DDP006", "DDP007", "DDP010", "DDP011"):
+        assert f"  {code} line" in result.output, (code, result.output)
+    assert "runtime.setup()" in migrated
+    wrap = migrated.index("model = DistributedDataParallel(model")
+    assert migrated.index("model = nn.Linear(8, 4).to(device)") < wrap < migrated.index("optimizer = torch.optim.AdamW(")
+    assert "sampler=DistributedSampler(data, shuffle=True)" in migrated
+    assert "runtime.save(model.module.state_dict()" in migrated
+
+
+def _analysis(source: str):  # type: ignore[no-untyped-def]
+    from ddp_migrate.engine import analyse
+    from ddp_migrate.codemods.analysis.tree import parse_module
+
+    return analyse(parse_module(source), source=source)
+
+
+def test_the_library_call_handed_the_loss_and_the_optimizer_is_the_backward() -> None:
+    analysis = _analysis(SINGLE_PROCESS)
+    assert [code_of(call) for call in analysis.backward_calls] == ["loss_scaler(loss, optimizer, parameters=model.parameters())"]
+    assert code_of(backward_loss(analysis.backward_calls[0])) == "loss"
+    assert analysis.is_training_script
+
+
+@pytest.mark.parametrize(
+    "loop",
+    [
+        # a visible backward and step: the optimizer handed to a helper only sets its learning rate
+        "optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n    adjust_learning_rate(optimizer, loss)",
+        # a program's own step function: its backward is in sight
+        "optimizer.zero_grad()\n    train_step(loss, optimizer)",
+        # the optimizer first: no loss handed over
+        "optimizer.zero_grad()\n    log_state(optimizer, loss)\n    optimizer.step()",
+        # no gradients zeroed: nothing says this loop trains
+        "clip_and_step(loss, optimizer)",
+    ],
+)
+def test_other_calls_handed_an_optimizer_are_no_backward(loop: str) -> None:
+    source = (
+        "import torch\nfrom lib import adjust_learning_rate, log_state, clip_and_step\n\n"
+        "def train_step(loss, optimizer):\n    loss.backward()\n    optimizer.step()\n\n"
+        "model = torch.nn.Linear(2, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        f"for x in data:\n    loss = model(x).sum()\n    {loop}\n"
+    )
+    assert not _analysis(source).backward_calls_out_of_sight

@@ -16,6 +16,7 @@ from .script import (
     LoaderLoop,
     ScriptAnalysis,
     assignment_targets,
+    backward_loss,
     call_method_name,
     callee_name,
     dotted_name,
@@ -553,7 +554,7 @@ def _seeds(analysis: ScriptAnalysis) -> list[tuple[cst.CSTNode, cst.BaseExpressi
     sharded = shards_training_data(analysis)
     for module in modules:
         for call in module.backward_calls:
-            receiver = call.func.value  # type: ignore[union-attr]
+            receiver = backward_loss(call)
             if isinstance(receiver, (cst.Name, cst.Attribute)) and sharded:
                 seeds.append((call, receiver))
     return seeds

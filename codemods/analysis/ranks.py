@@ -35,6 +35,7 @@ from .legacy import ENV_GETTERS, Key, LaunchIndex, LegacyFacts, int_value, legac
 from .script import (
     SELF_RETURNING_METHODS,
     ScriptAnalysis,
+    backward_loss,
     binding_name,
     call_method_name,
     callee_name,
@@ -1315,7 +1316,7 @@ def calls_feeding_the_losses(analysis: ScriptAnalysis) -> frozenset[cst.Call]:
         losses: list[cst.CSTNode] = []
         for module in analysis.shared.analyses:
             for call in module.backward_calls:
-                loss = call.func.value  # type: ignore[attr-defined]
+                loss = backward_loss(call)
                 name = dotted_name(loss)
                 # (``loss.backward()``: what the name holds; ``model(x).sum().backward()``: the expression)
                 losses.extend(module.flows_into(call, name) if name is not None else [loss])

@@ -298,6 +298,15 @@ def _canonical_module(qualified: str) -> str:
     return qualified
 
 
+def backward_loss(call: cst.Call) -> cst.BaseExpression:
+    """The loss a backward call (:attr:`ScriptAnalysis.backward_calls`) runs the backward pass on: the receiver
+    of ``loss.backward()``, the first argument of a call that runs it out of sight (``loss_scaler(loss,
+    optimizer)``)."""
+    if type(call.func) is cst.Attribute and call.func.attr.value == "backward":  # type: ignore[attr-defined]
+        return call.func.value  # type: ignore[attr-defined]
+    return call.args[0].value
+
+
 def import_binding(module: str, asname: str | None) -> tuple[str, str]:
     """The local name ``import module [as asname]`` binds, and the qualified name it then holds (``import
     torch.distributed as dist``: ``dist``, ``torch.distributed``; ``import torch.distributed``: ``torch``, ``torch``)."""
@@ -2196,8 +2205,41 @@ class ScriptAnalysis:
 
     @cached_property
     def backward_calls(self) -> list[cst.Call]:
-        """Every ``.backward()`` call (``loss.backward()``, ``scaler.scale(loss).backward()``)."""
-        return self.method_calls("backward")
+        """Every ``.backward()`` call (``loss.backward()``, ``scaler.scale(loss).backward()``), and every call
+        that runs the backward pass out of sight (:attr:`backward_calls_out_of_sight`), in source order. The
+        loss each one runs it on: :func:`backward_loss`."""
+        hidden = self.backward_calls_out_of_sight
+        if not hidden:
+            return self.method_calls("backward")
+        return [call for call in self.calls if call in hidden or call_method_name(call) == "backward"]
+
+    @cached_property
+    def backward_calls_out_of_sight(self) -> frozenset[cst.Call]:
+        """Calls that run the backward pass and the optimizer's step in a library: in a loop that zeroes an
+        optimizer's gradients (``optimizer.zero_grad()``) but neither calls ``backward()`` nor steps an optimizer
+        itself, a call out of the program's sight (no function of the program) handed the loss, then that
+        optimizer (DeiT's and MAE's ``loss_scaler(loss, optimizer, parameters=model.parameters())``, timm's
+        ``NativeScaler``)."""
+        found: set[cst.Call] = set()
+        for zeroing in self.method_calls("zero_grad"):
+            optimizer = dotted_name(zeroing.func.value)  # type: ignore[attr-defined]
+            loop = self.nearest_loop(zeroing)
+            if optimizer is None or loop is None or not self.holds_optimizer(zeroing.func.value):  # type: ignore[attr-defined]
+                continue
+            inside = [call for call in self.calls if self.is_inside(call, loop)]
+            if any(call_method_name(call) == "backward" or self.is_optimizer_step(call) for call in inside):
+                continue
+            for call in inside:
+                positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
+                if (
+                    len(positional) >= 2
+                    and dotted_name(positional[1]) == optimizer
+                    and dotted_name(positional[0]) != optimizer
+                    and self.call_target(call) is None
+                    and call not in self.shared.constructed
+                ):
+                    found.add(call)
+        return frozenset(found)
 
     @cached_property
     def program_backward_calls(self) -> list[cst.Call]:
