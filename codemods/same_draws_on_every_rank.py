@@ -11,7 +11,7 @@ from .analysis import ScriptAnalysis, call_method_name, dotted_name, keyword_arg
 from .analysis.script import own_method
 from .analysis.loaders import without_gradients
 from .analysis.per_rank import PerRankValues, per_rank_values, training_batch_values
-from .analysis.ranks import draws_per_rank, generator_seeded_alike, seeds_alike
+from .analysis.ranks import draws_per_rank, generator_seeded_alike, seeded_alike_only_when_given, seeds_alike
 from .analysis.trainable import wrapped_model_classes
 from .base import Example, Match, Note, Options, Phase, Rule, Severity, Valid
 from .edits import code_of
@@ -213,23 +213,28 @@ for x, y in loader:
             if sizing is not None:
                 generator = keyword_argument(call, "generator")
                 seeding = "np.random.seed" if call in numpy_draws else "torch.manual_seed"
+                # (a seed the program draws only where none is given, DCGAN's ``opt.manualSeed``: alike in the runs given one)
+                given = None
                 if call in numpy_draws:
-                    if not seeds_alike(analysis, "numpy", before=call):
+                    if not seeds_alike(analysis, "numpy", before=call, when_given=True):
                         continue
                     state = "numpy's random state"
-                elif generator is None and seeds_alike(analysis, "torch", before=call):
+                    given = seeded_alike_only_when_given(analysis, "numpy")
+                elif generator is None and seeds_alike(analysis, "torch", before=call, when_given=True):
                     state = "torch's random state"
+                    given = seeded_alike_only_when_given(analysis, "torch")
                 elif generator is not None and generator_seeded_alike(analysis, generator.value):
                     state = f"the generator `{code_of(generator.value)}`"
                 else:
                     continue
+                alike = "which every rank seeds alike" + (f" whenever `{given}` is given (unset, each rank draws a seed of its own)" if given else "")
                 if sizing == _FIRST_AXIS:
-                    drawn = f"draws noise for each sample of this process's batch from {state}, which every rank seeds alike: every rank"
+                    drawn = f"draws noise for each sample of this process's batch from {state}, {alike}: every rank"
                 else:  # (``torch.randn(x.size(1))``: per feature, or per sample of a sequence-first tensor)
                     drawn = (
-                        f"draws noise sized by an axis of this process's batch other than the first from {state}, which "
-                        "every rank seeds alike: if that axis holds the samples (a sequence-first tensor, as nn.LSTM and "
-                        "nn.Transformer take without batch_first), every rank"
+                        f"draws noise sized by an axis of this process's batch other than the first from {state}, {alike}: "
+                        "if that axis holds the samples (a sequence-first tensor, as nn.LSTM and nn.Transformer take "
+                        "without batch_first), every rank"
                     )
                 yield Match(
                     call,

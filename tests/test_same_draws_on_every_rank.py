@@ -270,3 +270,40 @@ def test_noise_sized_by_another_axis_of_the_batch_is_reviewed_as_such(tmp_path: 
     not: the review says which axis and when it matters."""
     migrated, report, _ = migrate_script(tmp_path, GAN.replace("SEED", "torch.manual_seed(0)").replace("DRAW", draw))
     assert "DDP051" in report and "other than the first" in report and "if that axis holds the samples" in report, report
+
+
+CONDITIONAL_SEED = '''import argparse
+import random
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--manualSeed", type=int)
+opt = parser.parse_args()
+UNSET
+torch.manual_seed(opt.manualSeed)
+'''
+
+
+@pytest.mark.parametrize(
+    ("unset", "reported"),
+    [
+        ("if opt.manualSeed is None:\n    opt.manualSeed = random.randint(1, 10000)", True),
+        ("if not opt.manualSeed:\n    opt.manualSeed = random.randint(1, 10000)", True),
+        ("if opt.manualSeed < 0:\n    opt.manualSeed = random.randint(1, 10000)", True),
+        ("opt.manualSeed = opt.manualSeed if opt.manualSeed is not None else random.randint(1, 10000)", True),
+        # the draw replaces a seed that was given: every run seeds each rank its own way
+        ("if opt.manualSeed is not None:\n    opt.manualSeed = random.randint(1, 10000)", False),
+        ("opt.manualSeed = random.randint(1, 10000)", False),
+    ],
+    ids=["is-none", "not-set", "negative", "conditional-expression", "given-replaced", "always-drawn"],
+)
+def test_a_seed_drawn_only_where_none_is_given_seeds_alike_when_it_is(tmp_path: Path, unset: str, reported: bool) -> None:
+    """DCGAN's ``if opt.manualSeed is None: opt.manualSeed = random.randint(1, 10000)`` then ``torch.manual_seed(
+    opt.manualSeed)``: run with ``--manualSeed 42``, every rank drew the same noise, and the report said nothing
+    (the draw made the seed count as each process's own in every run)."""
+    seeding = "\n    ".join(CONDITIONAL_SEED.replace("UNSET", unset).splitlines())  # (the body of ``main``)
+    source = GAN.replace("SEED", seeding).replace("DRAW", PER_SAMPLE["noise-vectors"])
+    assert "    if opt" in source or "    opt.manualSeed = " in source
+    migrated, report, _ = migrate_script(tmp_path, source)
+    assert ("DDP051" in report) is reported, report
+    if reported:
+        assert "which every rank seeds alike whenever `opt.manualSeed` is given" in report, report

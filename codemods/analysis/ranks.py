@@ -1414,14 +1414,17 @@ SEEDS: dict[str, frozenset[str]] = {
 }
 
 
-def seeds_alike(analysis: ScriptAnalysis, state: str = "torch", before: cst.CSTNode | None = None) -> bool:
+def seeds_alike(analysis: ScriptAnalysis, state: str = "torch", before: cst.CSTNode | None = None, *, when_given: bool = False) -> bool:
     """Whether every rank seeds a process-wide random state (``torch``, ``random`` or ``numpy``, see
     :data:`SEEDS`) with the same value before drawing: a seeding call (or a seeding helper:
     ``seed_everything(42)``, ``set_seed(args.seed)``) with an argument the same on every rank, and no seed
     call in the program whose argument flows from the rank. Unseeded, each process starts from its own
     random state (each seeds it from the system at start). ``before``: a draw of the module asked about; a
     seed that runs only after it (later in the same function, or in a function called after it) does not
-    count for it (``random_split(...)`` then ``torch.manual_seed(0)``: the split is each rank's own)."""
+    count for it (``random_split(...)`` then ``torch.manual_seed(0)``: the split is each rank's own).
+    ``when_given``: a seed setting the program fills with a draw only where it is unset (``if opt.manualSeed is
+    None: opt.manualSeed = random.randint(...)``) counts as alike: it is, in every run given the seed (the
+    question of the rules that report draws alike, where the other rules ask whether every run is alike)."""
     uniform = False
     # A draw that runs when its module is imported (``train_set, val_set = random_split(...)`` at the top of
     # ``data.py``) runs before the entry's ``main()`` seeds anything.
@@ -1433,7 +1436,7 @@ def seeds_alike(analysis: ScriptAnalysis, state: str = "torch", before: cst.CSTN
         if any(kind is Kind.RANK for _, kind in kinds):
             return False
         uniform = uniform or any(
-            _same_on_every_rank(module, kind, call)
+            _same_on_every_rank(module, kind, call, when_given)
             and (
                 before is None
                 or (module is analysis and analysis.may_run_before(call, before))
@@ -1598,17 +1601,18 @@ def _imports_of(module: ScriptAnalysis, name: str) -> list[cst.CSTNode]:
     return found
 
 
-def _same_on_every_rank(analysis: ScriptAnalysis, kind: Kind, call: cst.Call) -> bool:
+def _same_on_every_rank(analysis: ScriptAnalysis, kind: Kind, call: cst.Call, when_given: bool = False) -> bool:
     """Whether a seeding call's argument is the same on every rank: known to be, or a value read from the
     program's settings (``cfg.seed``, ``config["seed"]``: an attribute or item no call computes, none of
     whose parts is the rank), which every rank reads alike; not a value a call makes on each process
-    (``int(time.time())``) nor a setting the program may fill with one (``args.seed = random.randint(...)``)."""
+    (``int(time.time())``) nor a setting the program may fill with one (``args.seed = random.randint(...)``),
+    unless ``when_given`` and it fills it only where it is unset (:func:`seeds_alike`)."""
     if kind is Kind.UNIFORM:
         return True
     return kind is Kind.UNKNOWN and all(
         type(arg.value) in (cst.Attribute, cst.Subscript)
         and not any(type(node) is cst.Call for node in walk(arg.value))
-        and not _drawn_per_process(analysis, arg.value)
+        and not _drawn_per_process(analysis, arg.value, when_given)
         for arg in call.args
     )
 
@@ -1617,18 +1621,77 @@ def _same_on_every_rank(analysis: ScriptAnalysis, kind: Kind, call: cst.Call) ->
 PER_PROCESS_SOURCES = ("random.", "numpy.random.", "time.", "datetime.", "uuid.", "secrets.", "os.getpid", "os.urandom", "torch.rand", "torch.seed")
 
 
-def _drawn_per_process(analysis: ScriptAnalysis, expr: cst.BaseExpression) -> bool:
+def _drawn_per_process(analysis: ScriptAnalysis, expr: cst.BaseExpression, when_given: bool = False) -> bool:
     """Whether a value (an attribute of the settings) may be assigned from a call that draws on each
     process (:data:`PER_PROCESS_SOURCES`), where the seeding call reads it (``args.seed =
-    random.randint(...)`` before ``torch.manual_seed(args.seed)``)."""
+    random.randint(...)`` before ``torch.manual_seed(args.seed)``); ``when_given``: a draw that fills the
+    setting only where it is unset does not count (:func:`_fills_an_unset_setting`)."""
     name = binding_name(expr)
     if name is None:
         return False
     return any(
-        type(node) is cst.Call and any(q.startswith(PER_PROCESS_SOURCES) for q in analysis.qualified_names(node.func))  # type: ignore[attr-defined]
+        type(node) is cst.Call
+        and any(q.startswith(PER_PROCESS_SOURCES) for q in analysis.qualified_names(node.func))  # type: ignore[attr-defined]
+        and not (when_given and _fills_an_unset_setting(analysis, node, name))
         for value in analysis.flows_into(expr, name)
         for node in walk(value)
     )
+
+
+def seeded_alike_only_when_given(analysis: ScriptAnalysis, state: str = "torch") -> str | None:
+    """The seed setting (``opt.manualSeed``) that makes the ranks seed a state alike only in the runs given it:
+    they seed alike when it is given (:func:`seeds_alike` ``when_given``), each its own draw when not; ``None``
+    where the answer is the same in every run."""
+    if seeds_alike(analysis, state) or not seeds_alike(analysis, state, when_given=True):
+        return None
+    for module in analysis.shared.analyses:
+        for call, kind in _seed_kinds(module, state):
+            for arg in call.args:
+                if kind is Kind.UNKNOWN and _drawn_per_process(module, arg.value) and not _drawn_per_process(module, arg.value, True):
+                    return binding_name(arg.value)
+    return None
+
+
+def _fills_an_unset_setting(analysis: ScriptAnalysis, draw: cst.CSTNode, name: str) -> bool:
+    """Whether a draw assigned to a setting runs only where the setting is unset: under ``if name is None:``
+    (``if not name:``, ``if name < 0:``, ``== -1``, ``== 0``), or in the branch of a conditional expression that
+    such a test selects (``args.seed if args.seed is not None else random.randint(...)``)."""
+    child: cst.CSTNode = draw
+    for ancestor in analysis.ancestors(draw):
+        kind = type(ancestor)
+        if kind is cst.If and child is ancestor.body:  # type: ignore[attr-defined]
+            return _tests_unset(ancestor.test, name)  # type: ignore[attr-defined]
+        if kind is cst.IfExp and child is not ancestor.test:  # type: ignore[attr-defined]
+            unset = _tests_unset(ancestor.test, name)  # type: ignore[attr-defined]
+            given = _tests_unset(ancestor.test, name, negated=True)  # type: ignore[attr-defined]
+            return (unset and child is ancestor.body) or (given and child is ancestor.orelse)  # type: ignore[attr-defined]
+        if kind in (cst.FunctionDef, cst.ClassDef, cst.Module):
+            return False
+        child = ancestor
+    return False
+
+
+def _tests_unset(test: cst.BaseExpression, name: str, negated: bool = False) -> bool:
+    """Whether a test holds where the setting ``name`` is unset (``negated``: where it is given): ``name is
+    None``, ``not name``, ``name < 0``, ``name == -1`` or ``== 0`` (``is not None``, a bare ``name``, ``>= 0``, ...)."""
+    if type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:  # type: ignore[attr-defined]
+        return (binding_name(test.expression) == name) != negated  # type: ignore[attr-defined]
+    if not negated and binding_name(test) == name:
+        return False
+    if negated and binding_name(test) == name:
+        return True
+    if type(test) is not cst.Comparison or len(test.comparisons) != 1 or binding_name(test.left) != name:  # type: ignore[attr-defined]
+        return False
+    operator = type(test.comparisons[0].operator)  # type: ignore[attr-defined]
+    value = test.comparisons[0].comparator  # type: ignore[attr-defined]
+    number = int_value(value)
+    if is_none(value):
+        return operator in ((cst.IsNot, cst.NotEqual) if negated else (cst.Is, cst.Equal))
+    if number is None:
+        return False
+    if negated:
+        return (operator in (cst.GreaterThanEqual,) and number == 0) or (operator in (cst.NotEqual, cst.GreaterThan) and number in (-1, 0))
+    return (operator is cst.LessThan and number == 0) or (operator is cst.Equal and number in (-1, 0)) or (operator is cst.LessThanEqual and number == 0)
 
 
 def _call_path(analysis: ScriptAnalysis, node: cst.CSTNode, depth: int = 4) -> list[tuple[cst.FunctionDef | None, cst.CSTNode]]:

@@ -2220,15 +2220,25 @@ class ScriptAnalysis:
         itself, a call out of the program's sight (no function of the program) handed the loss, then that
         optimizer (DeiT's and MAE's ``loss_scaler(loss, optimizer, parameters=model.parameters())``, timm's
         ``NativeScaler``)."""
+        # Read from the bindings and the text only: the values' origins go through the program's wraps, which
+        # ask whether the program trains (this).
         found: set[cst.Call] = set()
+        constructions = set(self.torch_optimizer_calls)
         for zeroing in self.method_calls("zero_grad"):
-            optimizer = dotted_name(zeroing.func.value)  # type: ignore[attr-defined]
+            receiver = zeroing.func.value  # type: ignore[attr-defined]
+            optimizer = dotted_name(receiver)
             loop = self.nearest_loop(zeroing)
-            if optimizer is None or loop is None or not self.holds_optimizer(zeroing.func.value):  # type: ignore[attr-defined]
+            if optimizer is None or loop is None:
                 continue
+            if "optim" not in optimizer.split(".")[-1].lower() and not constructions & self.name_origins(receiver, optimizer):
+                continue  # (``model.zero_grad()``: no optimizer)
             inside = [call for call in self.calls if self.is_inside(call, loop)]
-            if any(call_method_name(call) == "backward" or self.is_optimizer_step(call) for call in inside):
-                continue
+            if any(
+                call_method_name(call) == "backward"
+                or (call_method_name(call) == "step" and optimizer in (dotted_name(call.func.value), *(dotted_name(a.value) for a in call.args)))  # type: ignore[attr-defined]
+                for call in inside
+            ):
+                continue  # (the backward pass, or the optimizer's step, in sight)
             for call in inside:
                 positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
                 if (
