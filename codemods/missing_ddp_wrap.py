@@ -370,9 +370,11 @@ loss.backward()
         if first not in body:
             return None, None
         anchor, kept = first, None
+        spellings = [model]  # the model's name, and the names bound to it on the way (``model_without_ddp = model``)
         for stmt in body[body.index(first) + 1 :]:
             if analysis.reaches_backward(stmt):
                 break
+            spellings.extend(alias for alias in _plain_aliases(stmt, spellings) if alias not in spellings)
             frozen = frozen_models(analysis, stmt)
             handed = _hands_over(analysis, stmt, model)
             if frozen != set():  # the statement changes requires_grad (``None``: of models it cannot tell)
@@ -384,8 +386,10 @@ loss.backward()
                 continue
             if handed:
                 break  # ``trainer = Trainer(model, ...)`` keeps the model from here on: wrap it before
-            if _reads_parameter_names(analysis, stmt, model):
-                anchor = stmt  # ``n.startswith("backbone.")`` over named_parameters(): wrapped, every name gains "module."
+            if any(_reads_parameter_names(analysis, stmt, name) for name in spellings):
+                # ``n.startswith("backbone.")`` over named_parameters() (of the model, or of an alias of it meant to
+                # stay unwrapped: MAE's ``model_without_ddp``): wrapped, every name gains "module."
+                anchor = stmt
                 continue
             if isinstance(stmt, (cst.For, cst.While)):
                 break
@@ -1145,6 +1149,19 @@ def _stores_on_self(function: cst.FunctionDef) -> bool:
 
 #: Methods that name a model's parts: under DDP every name starts with ``module.``.
 NAMING_METHODS = frozenset({"named_parameters", "named_modules", "named_children", "named_buffers"})
+
+
+def _plain_aliases(stmt: cst.BaseStatement, names: list[str]) -> list[str]:
+    """The names a statement binds to one of ``names`` itself (``model_without_ddp = model``)."""
+    if type(stmt) is not cst.SimpleStatementLine:
+        return []
+    return [
+        target.target.value  # type: ignore[attr-defined]
+        for small in stmt.body  # type: ignore[attr-defined]
+        if type(small) is cst.Assign and type(small.value) is cst.Name and small.value.value in names  # type: ignore[attr-defined]
+        for target in small.targets  # type: ignore[attr-defined]
+        if type(target.target) is cst.Name
+    ]
 
 
 def _reads_parameter_names(analysis: ScriptAnalysis, stmt: cst.BaseStatement, model: str) -> bool:
