@@ -367,7 +367,7 @@ torch.save(sampler.state_dict(), f=f"sampler_{os.environ['RANK']}.pt")
         facts = rank_facts(analysis)
         read_back = any(not analysis.comes_before(load, call) or self._same_loop(analysis, load, call) for load in loads)
         outer = facts.rejoin_point(call)
-        where = "after the condition"
+        where = "after the loop" if type(outer) in (cst.For, cst.While) else "after the condition"
         if outer is not None and not facts.collective_safe_at(outer):
             outer = None
         return read_back, outer, where

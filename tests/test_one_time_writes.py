@@ -340,3 +340,53 @@ def test_a_logger_a_helper_module_builds_logs_on_rank_0_only(tmp_path: Path) -> 
     result = CliRunner().invoke(cli, [str(tmp_path / "train.py")], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert "runtime.silence_non_main_logging()" in (tmp_path / "train.py").read_text()
+
+
+EARLY_STOPPING_BEST = '''
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def evaluate(model, loader):
+    with torch.no_grad():
+        return sum(nn.functional.mse_loss(model(x), y).item() for x, y in loader)
+
+
+def main():
+    train = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, shuffle=True)
+    val = DataLoader(TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), batch_size=8)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    best, bad = float("inf"), 0
+    for epoch in range(20):
+        for x, y in train:
+            optimizer.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+        val_loss = evaluate(model, val)
+        if val_loss < best:
+            best, bad = val_loss, 0
+            torch.save(model.state_dict(), "best.pt")
+        else:
+            bad += 1
+            if bad >= 2:
+                break
+    model.load_state_dict(torch.load("best.pt"))
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_a_best_save_beside_an_early_stop_waits_after_the_loop(tmp_path: Path) -> None:
+    """``if val_loss < best: save() else: ... break``, the best file loaded after the loop (a trial's early
+    stopping): the barrier went right after the ``if``, where a rank whose ``else`` left the loop never comes,
+    and the report raised its own DDP033 hang review there. The ranks meet after the loop."""
+    migrated, report, _ = migrate_script(tmp_path, EARLY_STOPPING_BEST)
+    lines = migrated.splitlines()
+    barrier = lines.index("    runtime.barrier()")  # after the epoch loop, in main's own block
+    assert "load_state_dict(" in lines[barrier + 1] and lines[barrier - 1].startswith("                break"), migrated
+    assert migrated.count("runtime.barrier()") == 1 and "TODO" not in migrated, migrated
+    assert "every rank waits after the loop" in report and "0 item(s) need a human" in report, report

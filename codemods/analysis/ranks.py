@@ -427,9 +427,10 @@ class RankFacts:
             if not condition.splits_ranks:
                 continue
             owner: cst.CSTNode | None = condition.owner
-            if condition.early_exit:
-                # ``if skip: continue`` before the node: the paths rejoin after the loop it leaves; after a
-                # ``return`` only in the callers, where no statement of this function's can go.
+            # ``if skip: continue`` before the node, or an ``if`` around it whose other branch leaves (``if loss <
+            # best: save() else: break``): the paths rejoin after the loop it leaves; after a ``return`` only in
+            # the callers, where no statement of this function's can go.
+            if condition.early_exit or (type(owner) is cst.If and leaves_early(owner, raises=False)):
                 owner = None if leaves_function(condition.owner) else analysis.nearest_loop(condition.owner)
                 if owner is None:
                     return None
