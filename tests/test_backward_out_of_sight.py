@@ -152,6 +152,11 @@ def test_the_library_call_handed_the_loss_and_the_optimizer_is_the_backward() ->
         "optimizer.zero_grad()\n    log_state(optimizer, loss)\n    optimizer.step()",
         # no gradients zeroed: nothing says this loop trains
         "clip_and_step(loss, optimizer)",
+        # a backward and a step in a function of the program the loop runs (a review's find: the library
+        # call beside it was taken for the backward, and a test after the loop for a decision on the shard)
+        "optimizer.zero_grad()\n    adjust_learning_rate(loss, optimizer)\n    train_step(loss, optimizer)",
+        # a starred argument: which one is the loss cannot be told
+        "optimizer.zero_grad()\n    clip_and_step(*[loss], optimizer)",
     ],
 )
 def test_other_calls_handed_an_optimizer_are_no_backward(loop: str) -> None:
@@ -162,3 +167,9 @@ def test_other_calls_handed_an_optimizer_are_no_backward(loop: str) -> None:
         f"for x in data:\n    loss = model(x).sum()\n    {loop}\n"
     )
     assert not _analysis(source).backward_calls_out_of_sight
+
+
+def test_the_optimizer_handed_by_keyword_is_found_too() -> None:
+    """``loss_scaler(loss, optimizer=optimizer)`` (a review's find: only the sampler was added, no process group)."""
+    analysis = _analysis(SINGLE_PROCESS.replace("loss_scaler(loss, optimizer, parameters", "loss_scaler(loss, optimizer=optimizer, parameters"))
+    assert [code_of(call) for call in analysis.backward_calls] == ["loss_scaler(loss, optimizer=optimizer, parameters=model.parameters())"]

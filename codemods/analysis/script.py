@@ -2216,14 +2216,15 @@ class ScriptAnalysis:
     @cached_property
     def backward_calls_out_of_sight(self) -> frozenset[cst.Call]:
         """Calls that run the backward pass and the optimizer's step in a library: in a loop that zeroes an
-        optimizer's gradients (``optimizer.zero_grad()``) but neither calls ``backward()`` nor steps an optimizer
-        itself, a call out of the program's sight (no function of the program) handed the loss, then that
+        optimizer's gradients (``optimizer.zero_grad()``) but neither calls ``backward()`` nor steps an optimizer,
+        itself or through a function of the program it runs, a call out of the program's sight (no function of the program) handed the loss, then that
         optimizer (DeiT's and MAE's ``loss_scaler(loss, optimizer, parameters=model.parameters())``, timm's
-        ``NativeScaler``)."""
+        ``NativeScaler``; the optimizer second, or by keyword: ``loss_scaler(loss, optimizer=optimizer)``)."""
         # Read from the bindings and the text only: the values' origins go through the program's wraps, which
         # ask whether the program trains (this).
         found: set[cst.Call] = set()
         constructions = set(self.torch_optimizer_calls)
+        in_sight: list[cst.Call] | None = None  # the program's own backward passes and optimizer steps (read once)
         for zeroing in self.method_calls("zero_grad"):
             receiver = zeroing.func.value  # type: ignore[attr-defined]
             optimizer = dotted_name(receiver)
@@ -2234,17 +2235,28 @@ class ScriptAnalysis:
                 continue  # (``model.zero_grad()``: no optimizer)
             inside = [call for call in self.calls if self.is_inside(call, loop)]
             if any(
-                call_method_name(call) == "backward"
-                or (call_method_name(call) == "step" and optimizer in (dotted_name(call.func.value), *(dotted_name(a.value) for a in call.args)))  # type: ignore[attr-defined]
+                call_method_name(call) == "step" and optimizer in (dotted_name(call.func.value), *(dotted_name(a.value) for a in call.args))  # type: ignore[attr-defined]
                 for call in inside
             ):
-                continue  # (the backward pass, or the optimizer's step, in sight)
+                continue  # (the optimizer's step in sight)
+            if in_sight is None:
+                in_sight = [
+                    call
+                    for module in self.shared.analyses
+                    for call in module.calls
+                    if call_method_name(call) == "backward"
+                    or (call_method_name(call) == "step" and any("optim" in (dotted_name(n) or "").split(".")[-1].lower() for n in (call.func.value, *(a.value for a in call.args))))  # type: ignore[attr-defined]
+                ]
+            if self.reaches(loop, in_sight):
+                continue  # (a backward pass or a step in the loop, or in a function of the program it runs)
             for call in inside:
                 positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
+                handed = [*positional[1:2], *(arg.value for arg in call.args if arg.keyword is not None)]
                 if (
-                    len(positional) >= 2
-                    and dotted_name(positional[1]) == optimizer
+                    positional
+                    and not any(arg.star for arg in call.args)
                     and dotted_name(positional[0]) != optimizer
+                    and any(dotted_name(value) == optimizer for value in handed)
                     and self.call_target(call) is None
                     and call not in self.shared.constructed
                 ):
