@@ -416,3 +416,35 @@ def test_names_unpacked_from_a_helpers_tuple_take_the_kind_of_their_element(test
     that may differ between ranks). A starred target is not read (unknown)."""
     facts = rank_facts(ScriptAnalysis(cst.parse_module(DIST_INFO)))
     assert facts.kind(_test(facts, test)) is kind
+
+
+LOGGER_OFF_RANK_0 = """
+import logging
+
+import torch.distributed as dist
+
+
+def setup_logger(rank):
+    if DECIDES:
+        return None
+    logger = logging.getLogger("train")
+    logger.addHandler(logging.FileHandler("train.log"))
+    return logger
+
+
+def main(verbose):
+    rank = dist.get_rank()
+    logger = setup_logger(rank)
+    if logger is not None:
+        logger.info("epoch done")
+"""
+
+
+@pytest.mark.parametrize(("decides", "kind"), [("rank != 0", Kind.RANK), ("not verbose_logging()", Kind.UNKNOWN)])
+def test_a_helper_whose_rank_decides_which_return_runs_returns_a_per_rank_value(decides: str, kind: Kind) -> None:
+    """``if rank != 0: return None`` then ``return logger``: a logger only rank 0 has, and ``if logger is not
+    None:`` is a rank test (a trial's lint called the ``logger.info`` under it "logging on every process")."""
+    module = cst.parse_module(LOGGER_OFF_RANK_0.replace("DECIDES", decides))
+    analysis = ScriptAnalysis(module)
+    test = next(node.test for node in analysis.ifs if "logger is not None" in module.code_for_node(node.test))
+    assert rank_facts(analysis).kind(test) is kind

@@ -655,9 +655,15 @@ class RankFacts:
             try:
                 returns = self.analysis.shared.returned_values(target)
                 owner = analysis.shared.analysis_of(target)
+                tests = self._return_tests(target, owner or analysis)
                 if owner is not None and owner is not analysis:  # a helper of another module, read by its facts
-                    return max((self._other_module_kind(owner, value) for value in returns), default=Kind.UNIFORM)
-                return self._join(returns, depth)
+                    found = max((self._other_module_kind(owner, value) for value in returns), default=Kind.UNIFORM)
+                    decided = (self._other_module_kind(owner, test) for test in tests)
+                else:
+                    found = self._join(returns, depth)
+                    decided = (self._kind(test, depth) for test in tests)
+                # ``if rank != 0: return None`` then ``return logger``: which value comes back is the rank's choice
+                return Kind.RANK if found is not Kind.RANK and any(kind is Kind.RANK for kind in decided) else found
             finally:
                 del self._active[key]
         root = (dotted_name(call.func) or "").split(".")[0]
@@ -672,6 +678,24 @@ class RankFacts:
         if isinstance(call.func, cst.Name) and call.func.value in RANK_NAMES:
             return Kind.RANK
         return Kind.UNKNOWN
+
+    def _return_tests(self, function: cst.FunctionDef, home: ScriptAnalysis) -> list[cst.BaseExpression]:
+        """The tests of the ``if`` statements, within the function, that decide which of its ``return``
+        statements runs (read once per function)."""
+        cache: dict[cst.FunctionDef, list[cst.BaseExpression]] = self.__dict__.setdefault("_return_tests_found", {})
+        found = cache.get(function)
+        if found is None:
+            found = []
+            for ret in self.analysis.shared.returns(function):
+                child: cst.CSTNode = ret
+                for ancestor in home.ancestors(ret):
+                    if ancestor is function:
+                        break
+                    if type(ancestor) is cst.If and child is not ancestor.test and ancestor.test not in found:  # type: ignore[attr-defined]
+                        found.append(ancestor.test)  # type: ignore[attr-defined]
+                    child = ancestor
+            cache[function] = found
+        return found
 
     def _variable(self, expr: cst.Name | cst.Attribute, depth: int) -> Kind:
         analysis, legacy = self.analysis, self.legacy
