@@ -278,8 +278,13 @@ def _a_wrapper_by_the_test(analysis: ScriptAnalysis, choice: cst.CSTNode, other:
 
 
 def _wrap_target(analysis: ScriptAnalysis, wrap: cst.Call) -> str | None:
-    """The name a wrap is assigned to (``model`` of ``model = DDP(model)``), or ``None``."""
-    parent = analysis.parent(wrap)
+    """The name a wrap is assigned to (``model`` of ``model = DDP(model)``, of ``model = DP(model).cuda()``), or
+    ``None``."""
+    node: cst.CSTNode = wrap
+    parent = analysis.parent(node)
+    while type(parent) is cst.Attribute and parent.attr.value in ("cuda", "to") and type(analysis.parent(parent)) is cst.Call:  # type: ignore[attr-defined]
+        node = analysis.parent(parent)  # type: ignore[assignment]
+        parent = analysis.parent(node)
     if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
         return dotted_name(parent.targets[0].target)
     return None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from typing import Iterator
 
 import libcst as cst
@@ -472,8 +474,14 @@ else:
             # The same model into the same place (``DP(Sequential(...))`` in one branch and ``DP(Linear(...))``
             # in the other choose different models: not one wrap).
             outside = body.body[0].deep_replace(wraps[0], cst.Name("WRAP"))
-            shapes.add((code_of(outside).strip(), code_of(wrapped_argument(wraps[0])).strip()))  # type: ignore[arg-type]
+            # (``DP(model).cuda()`` beside ``DP(model)``: the move to the device is the wrap's business under DDP)
+            shape = _DEVICE_CHAIN.sub("WRAP", code_of(outside).strip())
+            shapes.add((shape, code_of(wrapped_argument(wraps[0])).strip()))  # type: ignore[arg-type]
         return len(shapes) == 1
+
+
+#: A wrap with device moves chained on it (``WRAP.cuda()``, ``WRAP.to(device)``), in the code of a branch.
+_DEVICE_CHAIN = re.compile(r"WRAP(?:\.(?:cuda|to)\((?:[^()]|\([^()]*\))*\))+")
 
 
 def _assigns_wraps_only(stmt: cst.BaseStatement, replacements: dict[cst.Call, cst.Call]) -> bool:
@@ -504,9 +512,12 @@ class _Swapped(cst.CSTTransformer):
 
 
 def _already_hoisted(hoisted: dict[cst.If, set[str]], top: cst.If, wrap: cst.BaseStatement) -> bool:
-    """Whether the same wrap already follows the chain (recording it if not): one wrap per chain."""
+    """Whether a wrap of the same model already follows the chain (recording it if not): one wrap per chain and
+    model, however each branch spelled it (``model = DP(model).cuda()`` beside ``else: model = DP(model)``: two
+    wraps, one stacked on the other, crashed at the first ``model.module`` of the program)."""
     done = hoisted.setdefault(top, set())
-    text = code_of(wrap).strip()
+    assigns = isinstance(wrap, cst.SimpleStatementLine) and len(wrap.body) == 1 and isinstance(wrap.body[0], cst.Assign)
+    text = code_of(wrap.body[0].targets[0].target).strip() if assigns and len(wrap.body[0].targets) == 1 else code_of(wrap).strip()  # type: ignore[attr-defined]
     if text in done:
         return True
     done.add(text)

@@ -27,6 +27,13 @@ def _move_of(stmt: cst.BaseStatement, name: str) -> cst.Call | None:
         value = small.value
     else:
         return None
+    if isinstance(value, cst.IfExp) and isinstance(small, cst.Assign):
+        # ``model = model.cuda() if torch.cuda.is_available() else model`` (either way round): a move or none
+        sides = (value.body, value.orelse)
+        moves = [side for side in sides if isinstance(side, cst.Call) and call_method_name(side) in MOVES and dotted_name(side.func.value) == name]  # type: ignore[union-attr]
+        kept = [side for side in sides if dotted_name(side) == name]
+        reads = any(dotted_name(n) == name for n in walk(value.test) if isinstance(n, (cst.Name, cst.Attribute)))
+        return moves[0] if len(moves) == 1 and len(kept) == 1 and not reads else None  # type: ignore[return-value]
     if isinstance(value, cst.Call) and call_method_name(value) in MOVES and dotted_name(value.func.value) == name:  # type: ignore[union-attr]
         return value
     return None
@@ -54,7 +61,13 @@ def _moved_to_inner(stmt: cst.BaseStatement, name: str, inner: cst.BaseExpressio
     # Copies: the wrap keeps ``inner`` (one node at two places of a tree makes the engine clone the module).
     new_move = _applied_to(move, inner.deep_clone())
     small = stmt.body[0]
-    if isinstance(small, cst.Assign):
+    if isinstance(small, cst.Assign) and isinstance(small.value, cst.IfExp):  # (the move on one side, the model on the other)
+        choice = small.value
+        sides = {side: (new_move if side is move else inner.deep_clone()) for side in (choice.body, choice.orelse)}
+        new_small = small.with_changes(
+            targets=[cst.AssignTarget(inner.deep_clone())], value=choice.with_changes(body=sides[choice.body], orelse=sides[choice.orelse])
+        )
+    elif isinstance(small, cst.Assign):
         new_small = small.with_changes(targets=[cst.AssignTarget(inner.deep_clone())], value=new_move)
     else:
         new_small = small.with_changes(value=new_move)  # type: ignore[call-arg]

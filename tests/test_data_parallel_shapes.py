@@ -625,3 +625,53 @@ def test_a_wrap_unless_wrapped_keeps_only_the_wrapper_test(tmp_path: Path) -> No
     text, report, code = migrate_script(tmp_path, source)
     assert code == 0, report
     assert "device_count" not in text and "if not isinstance(model, DistributedDataParallel)" in text, text
+
+
+BRANCHES_WITH_A_MOVE = '''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=16)
+    model = nn.Linear(4, 1)
+    if torch.cuda.is_available():
+        model = nn.DataParallel(model).cuda()
+    else:
+        model = nn.DataParallel(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        optimizer.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+    torch.save(model.state_dict(), "model.pt")
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_every_branch_wrapping_with_its_own_device_move_becomes_one_wrap(tmp_path: Path) -> None:
+    """``if cuda: model = DP(model).cuda() else: model = DP(model)`` (a trial's legacy program): each branch
+    became a DDP wrap after the chain, one stacked on the other (``model.module`` was a wrapper: the program's
+    first ``model.module.method()`` failed), the branches left as ``pass``; and the checkpoint, written with
+    ``module.`` keys on every path by the original, lost them."""
+    migrated, report, _ = migrate_script(tmp_path, BRANCHES_WITH_A_MOVE)
+    assert migrated.count("DistributedDataParallel(") == 1 and "pass" not in migrated, migrated
+    assert "if torch.cuda.is_available():" not in migrated
+    assert 'state_dict(prefix="module.")' in migrated and "keeps the module. keys" in report, report
+
+
+def test_a_conditional_move_after_the_wrap_goes_before_it(tmp_path: Path) -> None:
+    """``if device_count() > 1: model = DP(model)`` then ``model = model.cuda() if torch.cuda.is_available() else
+    model``: the wrap went first, of a model on the CPU with this GPU's ids (DDP refuses it on a GPU machine)."""
+    source = BRANCHES_WITH_A_MOVE.replace(
+        "    if torch.cuda.is_available():\n        model = nn.DataParallel(model).cuda()\n    else:\n        model = nn.DataParallel(model)\n",
+        "    if torch.cuda.device_count() > 1:\n        model = nn.DataParallel(model)\n    model = model.cuda() if torch.cuda.is_available() else model\n",
+    )
+    migrated, report, _ = migrate_script(tmp_path, source)
+    move = migrated.index("    model = model.to(runtime.device()) if torch.cuda.is_available() else model\n")
+    assert move < migrated.index("    model = DistributedDataParallel(model"), migrated
+    assert "DDP002" in report, report
