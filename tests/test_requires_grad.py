@@ -364,3 +364,39 @@ def test_a_change_reached_from_another_module_names_that_module_not_a_stale_line
     result = CliRunner().invoke(cli, [str(tmp_path)], catch_exceptions=False)
     review = next(line for line in result.output.splitlines() if "DDP042" in line)
     assert "(through `model.module.freeze_backbone(False)`, in train)" in review, result.output
+
+
+NEVER_CALLED_FREEZE = """import torch
+import torch.nn as nn
+
+
+class Net(nn.Linear):
+    def freeze(self):
+        for p in self.parameters():
+            p.requires_grad_(False)
+
+
+def main():
+    model = nn.DataParallel(Net(4, 2))
+    USE
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model(torch.randn(3, 4)).sum().backward()
+    optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.mark.parametrize(
+    ("use", "reported"),
+    [("pass", False), ("model.module.freeze()", True), ("hooks = [model.module.freeze]", True)],
+    ids=["never-called", "called-after-the-wrap", "handed-on-as-a-callback"],
+)
+def test_a_method_the_program_never_runs_changes_nothing_after_the_wrap(tmp_path: Path, use: str, reported: bool) -> None:
+    """A model's ``freeze()`` that no code of the program calls (a trial): DDP042 said requires_grad changes where
+    the model may be wrapped, and the migration counted a review item for it."""
+    (tmp_path / "train.py").write_text(NEVER_CALLED_FREEZE.replace("USE", use))
+    output = CliRunner().invoke(cli, ["lint", "--select", "DDP042", str(tmp_path / "train.py")]).output
+    assert ("DDP042" in output) is reported, output

@@ -188,6 +188,8 @@ def after_a_wrap(analysis: ScriptAnalysis, node: cst.CSTNode, depth: int = 3) ->
                     return (analysis, node)
         return None
     callers = [(owner, call) for call in analysis.callers_in_program(scope) if (owner := analysis.shared.analysis_of(call)) is not None]
+    if not callers and _never_runs(analysis, scope):
+        return None  # (``def freeze(self): ...`` of a model the program never freezes)
     if depth <= 0 or not callers:
         return (analysis, node)
     for owner, call in callers:
@@ -195,6 +197,23 @@ def after_a_wrap(analysis: ScriptAnalysis, node: cst.CSTNode, depth: int = 3) ->
         if found is not None:
             return found
     return None
+
+
+def _never_runs(analysis: ScriptAnalysis, function: cst.FunctionDef) -> bool:
+    """Whether a function of a program that runs (one with an entry script) is never called nor named anywhere in
+    it (a method no code reaches: not as ``x.name``, nor handed on as a callback); a library module read alone
+    may be called from anywhere."""
+    programs = analysis.shared.analyses
+    if not any(module.is_entry for module in programs):
+        return False
+    name = function.name.value
+    if analysis.enclosing_class(function) is not None:
+        return not any(attribute.attr.value == name for module in programs for attribute in module.attributes)
+    return not any(
+        type(node) is cst.Name and node.value == name and node is not function.name  # type: ignore[attr-defined]
+        for module in programs
+        for node in module.preorder
+    )
 
 
 def frozen_models(analysis: ScriptAnalysis, statement: cst.BaseStatement) -> set[str] | None:
