@@ -127,20 +127,35 @@ def _toggles_a_whole_wrapped_model(analysis: ScriptAnalysis, change: RequiresGra
     held = _models_held(analysis, model) if model is not None else None
     if not held:
         return False
+    name = dotted_name(model)  # type: ignore[arg-type]
+    # Frozen whole and never unfrozen (DINO's teacher, updated by hand from the student): whatever DDP wrapped, none
+    # of its hooks fires again; a model unfrozen later must have been wrapped with all of it training.
+    frozen_only = all(
+        _sets_false(other) for other in changes if (other_model := _whole_model(analysis, other)) is not None and dotted_name(other_model) == name
+    )
     for owner, expr in held:
         wrap = owner.wrapped_at(expr)
         if wrap is None:
             if within_a_wrapped_model(owner, expr):
                 return False  # (a part of a wrapped model: ``set_requires_grad(D.module.head, False)``)
             continue  # a model no wrap holds (``set_requires_grad([D, vgg], False)``): DDP has no say in it
-        if frozen_before_the_wrap(owner, wrap, expr):
+        if frozen_before_the_wrap(owner, wrap, expr) and not frozen_only:
             return False
-    name = dotted_name(model)  # type: ignore[arg-type]
     return all(
         after_a_wrap(analysis, other.node) is not None
         for other in changes
         if (other_model := _whole_model(analysis, other)) is not None and dotted_name(other_model) == name
     )
+
+
+def _sets_false(change: RequiresGradChange) -> bool:
+    """Whether the change freezes (``p.requires_grad = False``, ``m.requires_grad_(False)``), written out."""
+    node = change.node
+    if type(node) is cst.Call:
+        value = node.args[0].value if node.args else None  # type: ignore[attr-defined]
+    else:
+        value = getattr(change.statement.body[0], "value", None) if type(change.statement) is cst.SimpleStatementLine else None  # type: ignore[attr-defined]
+    return type(value) is cst.Name and value.value == "False"  # type: ignore[attr-defined]
 
 
 def _whole_model(analysis: ScriptAnalysis, change: RequiresGradChange) -> cst.Name | None:

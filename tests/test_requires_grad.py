@@ -400,3 +400,68 @@ def test_a_method_the_program_never_runs_changes_nothing_after_the_wrap(tmp_path
     (tmp_path / "train.py").write_text(NEVER_CALLED_FREEZE.replace("USE", use))
     output = CliRunner().invoke(cli, ["lint", "--select", "DDP042", str(tmp_path / "train.py")]).output
     assert ("DDP042" in output) is reported, output
+
+
+FROZEN_WHOLE_AFTER_THE_WRAP = """import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+class Head(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+        self.fc.bias.requires_grad = False
+
+
+def main():
+    dist.init_process_group("gloo")
+    student, teacher = DDP(Head()), DDP(Head())
+    for p in teacher.parameters():
+        p.requires_grad = FLAG
+    optimizer = torch.optim.SGD(student.parameters(), lr=0.1)
+    loss = ((student.module.fc(torch.randn(8, 4)) - teacher.module.fc(torch.randn(8, 4))) ** 2).mean()
+    loss.backward()
+    optimizer.step()
+"""
+
+MASTER_COPY = """import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def make_master_params(model):
+    master = nn.Parameter(torch.cat([p.detach().float().view(-1) for p in model.parameters()]))
+    master.requires_grad = True
+    return [master]
+
+
+def main():
+    dist.init_process_group("gloo")
+    model = DDP(nn.Linear(4, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model(torch.randn(8, 4)).pow(2).mean().backward()
+    optimizer.step()
+    master = make_master_params(model.module)
+"""
+
+
+@pytest.mark.parametrize(
+    ("source", "reported"),
+    [
+        (FROZEN_WHOLE_AFTER_THE_WRAP.replace("FLAG", "False"), False),
+        (FROZEN_WHOLE_AFTER_THE_WRAP.replace("FLAG", "True"), True),
+        (MASTER_COPY, False),
+    ],
+    ids=["teacher-frozen-whole", "unfrozen-what-ddp-left-out", "new-master-parameter"],
+)
+def test_changes_ddp_has_no_say_in_are_not_reported(tmp_path: Path, source: str, reported: bool) -> None:
+    """Trials on DINO and guided-diffusion (error-severity false findings): a teacher wrapped with one parameter
+    frozen by its own ``__init__``, then frozen whole and never unfrozen (no hook of it fires again; unfreezing
+    what DDP left out is the pitfall); and ``requires_grad`` of a new ``nn.Parameter`` made from copies of the
+    parameters (fp16 training's master weights), none of the wrapped model's."""
+    (tmp_path / "train.py").write_text(source)
+    output = CliRunner().invoke(cli, ["lint", "--select", "DDP042", str(tmp_path / "train.py")]).output
+    assert ("DDP042" in output) is reported, output

@@ -83,6 +83,8 @@ def holds_model_state(analysis: ScriptAnalysis, expr: cst.BaseExpression, depth:
     for value in analysis.flows_into(expr, name):
         if _a_copy(analysis, value):
             continue  # ``ema = copy.deepcopy(model.module)``: a module of its own, whose parameters no wrap holds
+        if type(value) is cst.Call and analysis.is_call_to(value, names.PARAMETER):  # type: ignore[arg-type]
+            continue  # ``master = nn.Parameter(torch.cat([p.detach() ...]))``: a parameter of its own, made from copies
         for part in walk(value):
             if type(part) is cst.Call and call_method_name(part) in PARAMETER_SOURCES:  # type: ignore[arg-type]
                 if _a_copy(analysis, part.func.value):  # type: ignore[attr-defined]
