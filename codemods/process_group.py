@@ -9,7 +9,7 @@ import libcst as cst
 from . import names
 from .analysis import ScriptAnalysis, is_docstring_line, is_import_line, statements_of
 from .analysis.legacy import legacy_facts
-from .analysis.ranks import rank_facts
+from .analysis.ranks import Condition, rank_facts
 from .base import Change, Example, FixResult, FixSafety, Match, Note, Options, Phase, Rule, Valid
 from .edits import Edits, expression, statement
 from .runtime_calls import on_the_cpu_note, runtime_name, setup_code
@@ -471,7 +471,18 @@ def _on_some_paths(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
     exit before it such as ``if not dist.is_initialized(): ...; return``, an ``except``), in its function or
     in one up the calls that lead to it; the ``__main__`` block is no condition."""
     return any(
-        condition.owner is not home.main_guard
+        condition.owner is not home.main_guard and not _left_where_the_group_is_up(home, condition)
         for home, place in analysis.places_up_the_calls(node)
         for condition in rank_facts(home).conditions(place)
     )
+
+
+#: Whether the process group is up already.
+_GROUP_IS_UP = names.distributed("is_initialized") | frozenset({names.runtime("is_initialized")})
+
+
+def _left_where_the_group_is_up(analysis: ScriptAnalysis, condition: Condition) -> bool:
+    """Whether a condition is an early exit taken where the group is set up already (``if dist.is_initialized():
+    return`` before ``init_process_group``): every path past it, or out of it, has a group."""
+    test = condition.test
+    return condition.early_exit and type(test) is cst.Call and analysis.is_call_to(test, _GROUP_IS_UP)  # type: ignore[arg-type]

@@ -11,7 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from launch import run_torchrun
+
+from ddp_migrate.cli import cli
 
 HELPER = '''import os
 
@@ -91,3 +94,36 @@ def test_the_migrated_program_trains_under_torchrun_on_the_cpu(tmp_path: Path) -
     migrated(tmp_path)
     launch = run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, timeout=120)
     assert launch.returncode == 0 and "done" in launch.stdout, launch.stdout + launch.stderr
+
+
+SET_UP_UNLESS_UP = """import torch
+import torch.distributed as dist
+
+
+def setup_dist():
+    if TEST:
+        return
+    dist.init_process_group("gloo", init_method="env://")
+
+
+def main():
+    setup_dist()
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model(torch.randn(8, 4)).sum().backward()
+    optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.mark.parametrize(("test", "reported"), [("dist.is_initialized()", False), ("not dist.is_initialized()", True)])
+def test_a_set_up_skipped_where_the_group_is_up_sets_it_up_on_every_path(tmp_path: Path, test: str, reported: bool) -> None:
+    """guided-diffusion's ``setup_dist()``: ``if dist.is_initialized(): return`` before ``init_process_group``
+    (a trial's false DDP003, "sets up its process group only under a condition"); returning where the group is
+    not up is such a condition."""
+    (tmp_path / "train.py").write_text(SET_UP_UNLESS_UP.replace("TEST", test))
+    output = CliRunner().invoke(cli, ["lint", "--select", "DDP003", str(tmp_path / "train.py")]).output
+    assert ("only under a condition" in output) is reported, output
