@@ -96,3 +96,51 @@ def test_the_migrated_program_runs_under_torchrun(tmp_path: Path) -> None:
     migrate(tmp_path)
     result = run_torchrun(tmp_path / "train.py", nproc_per_node=2, cwd=tmp_path, env={"OMP_NUM_THREADS": "1"}, timeout=120)
     assert "slot 0 weight" in result.stdout, result.stdout + result.stderr
+
+
+SUBMITIT_MAIN = """import argparse
+
+import torch
+
+
+def get_args_parser():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--local_rank", default=0, type=int)
+    return parser
+
+
+def train(args):
+    torch.distributed.init_process_group("gloo")
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 2))
+    model(torch.randn(2, 2)).sum().backward()
+"""
+
+SUBMITIT_RUN = """import submitit
+
+import main
+
+
+class Trainer:
+    def __init__(self, args):
+        self.args = args
+
+    def __call__(self):
+        job_env = submitit.JobEnvironment()
+        self.args.gpu = job_env.local_rank
+        main.train(self.args)
+
+
+if __name__ == "__main__":
+    args = main.get_args_parser().parse_args()
+    submitit.AutoExecutor(folder="jobs").submit(Trainer(args))
+"""
+
+
+def test_a_local_rank_a_library_object_holds_is_not_the_launchers_option(tmp_path: Path) -> None:
+    """DINO's and MAE's submitit runners: ``job_env.local_rank`` of ``submitit.JobEnvironment()`` became
+    ``runtime.local_rank()``, which reads LOCAL_RANK (0 on every task submitit starts), beside a ``--local_rank``
+    option of the program."""
+    (tmp_path / "main.py").write_text(SUBMITIT_MAIN)
+    (tmp_path / "run.py").write_text(SUBMITIT_RUN)
+    CliRunner().invoke(cli, [str(tmp_path / "run.py")], catch_exceptions=False)
+    assert "self.args.gpu = job_env.local_rank" in (tmp_path / "run.py").read_text()

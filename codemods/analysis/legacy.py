@@ -592,7 +592,7 @@ class LegacyFacts:
             return "local_rank"
         if isinstance(source, cst.Attribute) and source.attr.value in self.local_rank_dests:
             owner = dotted_name(source.value)
-            if owner is not None and owner != "self" and owner.split(".")[0] not in self.imported_names:
+            if owner is not None and owner != "self" and owner.split(".")[0] not in self.imported_names and not self._library_object(source.value, owner):
                 return "local_rank"
         return None
 
@@ -821,8 +821,21 @@ class LegacyFacts:
         for a in self.analysis.attributes:
             owner = dotted_name(a.value)
             if a.attr.value == dest and owner is not None and owner != "self" and owner.split(".")[0] not in self.imported_names:
-                found.append(a)
+                if not self._library_object(a.value, owner):
+                    found.append(a)
         return found
+
+    def _library_object(self, expr: cst.BaseExpression, name: str) -> bool:
+        """Whether a name holds an object a library built (``job_env = submitit.JobEnvironment()``: its
+        ``local_rank`` is the job's, read from its scheduler), not a namespace of options (``parser.parse_args()``,
+        a function of the program)."""
+        for value in self.analysis.flows_into(expr, name):
+            if type(value) is not cst.Call or call_method_name(value) in ("parse_args", "parse_known_args"):  # type: ignore[arg-type]
+                continue
+            qualified = self.analysis.qualified_names(value.func)  # type: ignore[attr-defined]
+            if qualified and all(q.split(".")[0] in self.imported_names and not q.startswith("argparse.") for q in qualified):
+                return True
+        return False
 
     def mentions_string(self, value: str, outside: Iterable[cst.CSTNode] = ()) -> bool:
         """Whether a string literal with this value appears outside the given nodes."""
