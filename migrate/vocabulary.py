@@ -13,6 +13,12 @@ Two layers, both sound for every rule (a rule that would find something always p
   comment does not count, nor does ``functools.reduce`` for ``torch.distributed.reduce`` unless
   ``distributed`` is spelled too.
 
+Where every rule past those two layers reports calls (``Rule.needs_names``), a third one decides whether the
+file is parsed at all: the qualified names its imports and chains of names resolve to
+(:meth:`Vocabulary.narrowed`, :func:`~ddp_migrate.codemods.analysis.spelled.resolvable_names`, read with
+``ast``): ``functools.reduce`` beside ``torch.distributed.is_available()`` spells every part of
+``torch.distributed.reduce`` and resolves to neither.
+
 The names come from the code object Python's own compiler makes of the file, which the syntax check
 compiles anyway (:func:`ddp_migrate.engine.check_syntax`): the names of every code object (globals,
 attributes, imports, locals, parameters, free variables). Annotations postponed by

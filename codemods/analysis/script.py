@@ -298,6 +298,12 @@ def _canonical_module(qualified: str) -> str:
     return qualified
 
 
+def names_an_optimizer(name: str | None) -> bool:
+    """Whether a (dotted) name says it holds an optimizer (``optimizer``, ``self.optim``, ``optimizerG``: its last part
+    spells ``optim``): what the analysis takes for one where it sees no construction."""
+    return name is not None and "optim" in name.split(".")[-1].lower()
+
+
 def backward_loss(call: cst.Call) -> cst.BaseExpression:
     """The loss a backward call (:attr:`ScriptAnalysis.backward_calls`) runs the backward pass on: the receiver
     of ``loss.backward()``, the first argument of a call that runs it out of sight (``loss_scaler(loss,
@@ -2217,9 +2223,10 @@ class ScriptAnalysis:
     def backward_calls_out_of_sight(self) -> frozenset[cst.Call]:
         """Calls that run the backward pass and the optimizer's step in a library: in a loop that zeroes an
         optimizer's gradients (``optimizer.zero_grad()``) but neither calls ``backward()`` nor steps an optimizer,
-        itself or through a function of the program it runs, a call out of the program's sight (no function of the program) handed the loss, then that
-        optimizer (DeiT's and MAE's ``loss_scaler(loss, optimizer, parameters=model.parameters())``, timm's
-        ``NativeScaler``; the optimizer second, or by keyword: ``loss_scaler(loss, optimizer=optimizer)``)."""
+        itself or through a function of the program it runs, a call out of the program's sight (no function of
+        the program) handed the loss, then that optimizer (DeiT's and MAE's ``loss_scaler(loss, optimizer,
+        parameters=model.parameters())``, timm's ``NativeScaler``; the optimizer second, or by keyword:
+        ``loss_scaler(loss, optimizer=optimizer)``)."""
         # Read from the bindings and the text only: the values' origins go through the program's wraps, which
         # ask whether the program trains (this).
         found: set[cst.Call] = set()
@@ -2231,7 +2238,7 @@ class ScriptAnalysis:
             loop = self.nearest_loop(zeroing)
             if optimizer is None or loop is None:
                 continue
-            if "optim" not in optimizer.split(".")[-1].lower() and not constructions & self.name_origins(receiver, optimizer):
+            if not names_an_optimizer(optimizer) and not constructions & self.name_origins(receiver, optimizer):
                 continue  # (``model.zero_grad()``: no optimizer)
             inside = [call for call in self.calls if self.is_inside(call, loop)]
             if any(
@@ -2245,7 +2252,7 @@ class ScriptAnalysis:
                     for module in self.shared.analyses
                     for call in module.calls
                     if call_method_name(call) == "backward"
-                    or (call_method_name(call) == "step" and any("optim" in (dotted_name(n) or "").split(".")[-1].lower() for n in (call.func.value, *(a.value for a in call.args))))  # type: ignore[attr-defined]
+                    or (call_method_name(call) == "step" and any(names_an_optimizer(dotted_name(n)) for n in (call.func.value, *(a.value for a in call.args))))  # type: ignore[attr-defined]
                 ]
             if self.reaches(loop, in_sight):
                 continue  # (a backward pass or a step in the loop, or in a function of the program it runs)
@@ -3088,8 +3095,7 @@ class ScriptAnalysis:
         says so (``optimizer``, ``self.optim``)."""
         if set(self.optimizer_calls) & self.origins(expr):
             return True
-        name = dotted_name(expr)
-        return name is not None and "optim" in name.split(".")[-1].lower()
+        return names_an_optimizer(dotted_name(expr))
 
     def is_optimizer_step(self, call: cst.Call) -> bool:
         """``optimizer.step()``, or a step taking the optimizer (``scaler.step(optimizer)``)."""
