@@ -7,7 +7,9 @@ answer it can give for any node of the module, from an ``ast`` tree (a tenth of 
 of names and attributes the code spells, each identifier it spells anywhere else (an attribute's name, a
 parameter, a keyword argument, a definition, a ``global``), each taken whole, as a builtin, and with its
 first part replaced by what any import of the module (in any scope) binds it to. The import bindings are the
-analysis's own (:func:`import_binding`, :func:`from_import_binding`).
+analysis's own (:func:`import_binding`, :func:`from_import_binding`). Two answers are left out, neither a name
+any rule asks for: the attribute of a constant (``True.real``), and an identifier ``ast`` normalises (NFKC:
+``µ``) where libcst keeps it as written.
 
 So a rule that matches only calls resolving to certain qualified names (``Rule.needs_names``) can find
 nothing in a module none of whose resolvable names is one of them, whatever the words of the code: the gate
