@@ -163,6 +163,9 @@ def distributed(name: str) -> frozenset[str]:
     return frozenset({f"torch.distributed.{name}", f"torch.distributed.distributed_c10d.{name}"})
 
 
+#: Whether the process group is set up already (torch's question, and the runtime's).
+GROUP_IS_INITIALIZED = distributed("is_initialized") | frozenset({runtime("is_initialized")})
+
 #: ``torch.distributed`` operations every rank of the group must call, or the callers wait forever.
 COLLECTIVE_FUNCTIONS = (
     "barrier",

@@ -477,12 +477,8 @@ def _on_some_paths(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
     )
 
 
-#: Whether the process group is up already.
-_GROUP_IS_UP = names.distributed("is_initialized") | frozenset({names.runtime("is_initialized")})
-
-
 def _left_where_the_group_is_up(analysis: ScriptAnalysis, condition: Condition) -> bool:
     """Whether a condition is an early exit taken where the group is set up already (``if dist.is_initialized():
     return`` before ``init_process_group``): every path past it, or out of it, has a group."""
     test = condition.test
-    return condition.early_exit and type(test) is cst.Call and analysis.is_call_to(test, _GROUP_IS_UP)  # type: ignore[arg-type]
+    return condition.early_exit and type(test) is cst.Call and analysis.is_call_to(test, names.GROUP_IS_INITIALIZED)  # type: ignore[arg-type]

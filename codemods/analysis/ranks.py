@@ -51,7 +51,7 @@ from .script import (
 
 
 #: Whether torch.distributed is there and its group up: on a rank other than 0 of a job, both are.
-_GROUP_IS_UP = names.distributed("is_initialized") | names.distributed("is_available") | frozenset({names.runtime("is_initialized")})
+_GROUP_IS_UP = names.GROUP_IS_INITIALIZED | names.distributed("is_available")
 
 
 #: Methods that walk a model's structure: every rank's model has the same names, modules and parameters.
@@ -108,14 +108,10 @@ IN_PLACE_COMMON = frozenset(
 UNIFORM_CALLS = (
     names.REDUCTIONS
     | names.distributed("get_world_size")
-    | names.distributed("is_initialized")
-    | names.distributed("is_available")
+    | _GROUP_IS_UP
     | names.distributed("get_backend")
     | names.CUDA_QUERIES
-    | {
-        names.runtime(n)
-        for n in ("world_size", "local_world_size", "is_initialized", "per_process_batch_size", "device", "device_ids")
-    }
+    | {names.runtime(n) for n in ("world_size", "local_world_size", "per_process_batch_size", "device", "device_ids")}
     | {"torch.cuda.is_bf16_supported", "torch.backends.mps.is_available", "torch.accelerator.is_available", "torch.accelerator.device_count"}
 )
 #: Calls that compute their value from their arguments alone: uniform arguments give a uniform value.
@@ -1701,10 +1697,8 @@ def _tests_unset(test: cst.BaseExpression, name: str, negated: bool = False) -> 
     None``, ``not name``, ``name < 0``, ``name == -1`` or ``== 0`` (``is not None``, a bare ``name``, ``>= 0``, ...)."""
     if type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:  # type: ignore[attr-defined]
         return (binding_name(test.expression) == name) != negated  # type: ignore[attr-defined]
-    if not negated and binding_name(test) == name:
-        return False
-    if negated and binding_name(test) == name:
-        return True
+    if binding_name(test) == name:
+        return negated  # (a bare ``name``: true where it is given)
     if type(test) is not cst.Comparison or len(test.comparisons) != 1 or binding_name(test.left) != name:  # type: ignore[attr-defined]
         return False
     operator = type(test.comparisons[0].operator)  # type: ignore[attr-defined]
@@ -1715,7 +1709,7 @@ def _tests_unset(test: cst.BaseExpression, name: str, negated: bool = False) -> 
     if number is None:
         return False
     if negated:
-        return (operator in (cst.GreaterThanEqual,) and number == 0) or (operator in (cst.NotEqual, cst.GreaterThan) and number in (-1, 0))
+        return (operator is cst.GreaterThanEqual and number == 0) or (operator in (cst.NotEqual, cst.GreaterThan) and number in (-1, 0))
     return (operator is cst.LessThan and number == 0) or (operator is cst.Equal and number in (-1, 0)) or (operator is cst.LessThanEqual and number == 0)
 
 
