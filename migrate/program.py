@@ -17,6 +17,7 @@ from ddp_migrate.codemods.analysis.project import (
     SourceFacts,
     is_test_file,
     may_start_program,
+    may_distribute,
     module_names,
     resolve_imports,
     scan,
@@ -149,6 +150,18 @@ class _Scanner:
             self.facts[key] = scan(key, text) if text is not None else None
         return self.facts[key]
 
+    def distributes(self, path: Path) -> bool:
+        """Whether the file's facts say it distributes (:attr:`SourceFacts.distributes`); a file not scanned yet
+        is scanned only if its text holds one of the words (the fact is a text test, false for a file that does
+        not parse)."""
+        key = self.resolve(path)
+        if key not in self.facts:
+            text = self.texts.get(key) if key in self.texts else _read_text(key)
+            if text is None or not may_distribute(text):
+                return False
+        facts = self(key)
+        return facts is not None and facts.distributes
+
     def scanned(self, path: Path) -> bool:
         """Whether the file's facts are known (asking for them costs nothing)."""
         return self.resolve(path) in self.facts
@@ -273,9 +286,10 @@ def plan(files: Sequence[Path], follow_imports: bool = True, scan_many: ScanMany
     too_large: set[Path] = set()  # entries of programs past the cap, read alone
     for entry in entries:
         members = closures[entry]
-        if not any((facts := scanner(m)) is not None and facts.trains for m in members) or len(members) > MAX_PROGRAM_MODULES:
+        too_many = len(members) > MAX_PROGRAM_MODULES  # (first: the modules past the cap were never scanned)
+        if too_many or not any((facts := scanner(m)) is not None and facts.trains for m in members):
             imported_alone.update(members[1:])
-            if len(members) > MAX_PROGRAM_MODULES and any((facts := scanner(m)) is not None and facts.distributes for m in members[1:]):
+            if too_many and any(scanner.distributes(m) for m in members[1:]):
                 too_large.add(entry)  # (what its imports do decides the migration, and they are out of sight)
             closures[entry] = [entry]
     groups: list[tuple[list[Path], list[Path]]] = []  # (entries, modules in order)

@@ -235,6 +235,35 @@ def test_rank_rules_need_a_rank_source() -> None:
     assert [f.code for f in process("t.py", sourced.encode(), RULES, Options(), fix=False).findings] == ["DDP024"]
 
 
+@pytest.mark.parametrize(
+    ("text", "passes"),
+    [
+        ("if rank % 8 == 0:", True),
+        ("if global_rank % 8 == 0:", True),
+        ("if (rank) % 8 == 0:", True),
+        ("if (rank  # the process\n        % 8) == 0:", True),
+        ("if rank \\\n% 8 == 0:", True),
+        ("rank%8", True),
+        ("if myrank % 8 == 0:", False),
+        ("if local_rank % 8 == 0:", False),
+        ("if _global_rank % 8 == 0:", False),
+        ("if xglobal_rank % 8 == 0:", False),
+        ("if ranks % 8 == 0:", False),
+        ("if rank == 0: x = 3 % 2", False),
+    ],
+)
+def test_a_rank_taken_modulo_by_name_is_what_lets_the_guard_rule_in(text: str, passes: bool) -> None:
+    """DDP025's pattern: ``rank`` or ``global_rank`` as a word, then brackets, blanks, comments or a continuation
+    before ``%`` (spelled word first for speed; these are its cases, either way)."""
+    assert (RULE["DDP025"].requires_pattern.search(text) is not None) is passes
+
+
+def test_a_rank_taken_modulo_lets_the_guard_rule_in_without_a_rank_source() -> None:
+    source = "import torch\n\ndef log(rank, x):\n    if rank % 8 == 0:\n        print(x)\n"
+    assert vocabulary_of(source, "t.py").could_match(RULE["DDP025"])
+    assert not vocabulary_of(source.replace("rank % 8", "rank == 8"), "t.py").could_match(RULE["DDP025"])
+
+
 # ---------------------------------------------------------------------------------- resolvable names
 
 

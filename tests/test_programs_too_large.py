@@ -99,3 +99,15 @@ def test_a_script_whose_many_imports_distribute_nothing_is_migrated_whole(tmp_pa
     result = CliRunner().invoke(cli, [str(train)])
     text = train.read_text()
     assert "runtime.setup(" in text and "DistributedDataParallel(" in text, result.output + text
+
+
+def test_a_module_past_the_cap_that_distributes_still_keeps_the_script_read_alone(tmp_path: Path) -> None:
+    # The modules past the cap are never scanned for the closure; whether one distributes is read from its text.
+    train = _project(tmp_path, MAX_PROGRAM_MODULES + 1)
+    init = tmp_path / "lib" / "__init__.py"
+    lines = init.read_text().splitlines()
+    init.write_text("\n".join([*lines[2:], *lines[:2]]) + "\n")  # the parts first, the setup and data modules last
+    output = CliRunner().invoke(cli, ["lint", "--select", "DDP003,DDP011", str(train)]).output
+    assert "Found 0 problem" in output, output
+    result = CliRunner().invoke(cli, [str(train)])
+    assert "note DDP003 line 1: read alone: the program imports more of its own modules than one analysis holds" in result.output, result.output

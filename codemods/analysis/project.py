@@ -142,7 +142,7 @@ def scan(path: Path, text: str) -> SourceFacts:
         if collecting:
             gc.enable()
     # The tree itself is not kept: a plan over a large tree would hold every file's tree at once.
-    facts = SourceFacts(path, True, trains=_may_train(text), distributes=any(word in text for word in DISTRIBUTING_WORDS))
+    facts = SourceFacts(path, True, trains=_may_train(text), distributes=may_distribute(text))
     # A call is named in the text: without any of these words no assignment can train or wrap.
     may_train = any(name in text for name in TRAINING_CALLS)
     for stmt in tree.body:
@@ -171,6 +171,12 @@ def scan(path: Path, text: str) -> SourceFacts:
         elif isinstance(node, ast.ImportFrom):
             facts.imports.append((node.module or "", node.level, tuple(a.name for a in node.names)))
     return facts
+
+
+def may_distribute(text: str) -> bool:
+    """Whether a source may set up a process group or distribute a model: one of its words
+    (:data:`~ddp_migrate.codemods.names.DISTRIBUTING_WORDS`) is in the text (:attr:`SourceFacts.distributes`)."""
+    return any(word in text for word in DISTRIBUTING_WORDS)
 
 
 def _may_train(text: str) -> bool:
