@@ -8,8 +8,9 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis
+from .analysis.per_rank import shard_values_shown
 from .analysis.ranks import rank_facts
-from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Severity, Valid
+from .base import Change, Example, FixResult, FixSafety, Match, Note, Options, Phase, Rule, Severity, Valid
 from .edits import Edits, code_of, expression, statement
 from .runtime_calls import runtime_name
 
@@ -39,6 +40,9 @@ class UnguardedOutput(Rule):
 
     Fix safety: only global rank 0 prints and logs: output of the other ranks, including per-rank values
     and their ``logging`` warnings, is no longer shown (their errors are); a plain run prints as before.
+    What rank 0 shows of a value computed on its shard of the data (an epoch's loss summed over the sharded
+    loader) is its share's alone: the migration's report notes each such line (DDP038 reports them when
+    selected).
     """
 
     code = "DDP010"
@@ -193,6 +197,21 @@ if master_process:
                     "logging on every process: silence it off rank 0 (runtime.silence_non_main_logging())",
                     fixable=bool(analysis.calls_to(names.RUNTIME_SETUP)),
                 )
+
+    def notes(self, analysis: ScriptAnalysis, options: Options) -> list[Note]:
+        """Where rank 0 alone shows a value computed on its shard of the data (:func:`shard_values_shown`): the
+        number is rank 0's share's, where the single process's was the whole data's (an epoch's loss, an
+        accuracy); DDP038 reports the same values when selected."""
+        return [
+            Note(
+                self.code,
+                analysis.line(call),
+                f"{what} shows {shown}, computed on rank 0's share of the data only: the number is not the one a single "
+                "process computes over all the data; reduce it across ranks first (runtime.reduce_mean, "
+                "runtime.weighted_mean) where the whole data's value is wanted",
+            )
+            for call, what, shown in shard_values_shown(analysis)
+        ]
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         edits = Edits(analysis)

@@ -4,16 +4,9 @@ from __future__ import annotations
 
 from typing import Iterator
 
-import libcst as cst
-
-from . import names
-from .analysis import ScriptAnalysis, call_method_name, dotted_name
-from .analysis.per_rank import per_rank_values
-from .analysis.ranks import rank_facts
+from .analysis import ScriptAnalysis
+from .analysis.per_rank import shard_values_shown
 from .base import Example, Match, Phase, Rule, Severity, Valid
-
-#: ``SummaryWriter`` methods that record a metric.
-WRITER_METHODS = frozenset({"add_scalar", "add_scalars", "add_histogram"})
 
 
 class UnsyncedMetricLogging(Rule):
@@ -96,37 +89,11 @@ for epoch in range(epochs):
         ),
     )
 
-    def _outputs(self, analysis: ScriptAnalysis) -> Iterator[tuple[cst.Call, str]]:
-        """Calls that show a value on rank 0 only, with how to name them in a message."""
-        writers = set(analysis.calls_to(names.SUMMARY_WRITER))
-        logging_calls = set(analysis.logging_calls)
-        for call in analysis.calls:
-            if analysis.is_call_to(call, names.RUNTIME_PRINT):
-                yield call, "runtime.print0"
-                continue
-            if rank_facts(analysis).guard(call) is None:
-                continue
-            if analysis.is_call_to(call, {"builtins.print"}):
-                yield call, "print on rank 0"
-            elif call in logging_calls:
-                yield call, "logging on rank 0"
-            elif analysis.is_call_to(call, names.METRIC_LOGGING_CALLS):
-                yield call, f"{dotted_name(call.func)} on rank 0"
-            elif call_method_name(call) in WRITER_METHODS and writers & analysis.origins(call.func.value):  # type: ignore[union-attr]
-                yield call, "SummaryWriter on rank 0"
-
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
-        values = per_rank_values(analysis)
-        if values is None:
-            return
-        for call, what in self._outputs(analysis):
-            for arg in call.args:
-                shown = values.mention(arg.value, data_only=True)
-                if shown:
-                    yield Match(
-                        call,
-                        f"{what} shows {shown}, computed on this rank's shard of the data only: "
-                        "reduce it across ranks first (runtime.reduce_mean / weighted_mean)",
-                        fixable=False,
-                    )
-                    break
+        for call, what, shown in shard_values_shown(analysis):
+            yield Match(
+                call,
+                f"{what} shows {shown}, computed on this rank's shard of the data only: "
+                "reduce it across ranks first (runtime.reduce_mean / weighted_mean)",
+                fixable=False,
+            )

@@ -711,3 +711,50 @@ def _solve(analysis: ScriptAnalysis) -> PerRankValues | None:
     values = PerRankValues(analysis)
     values.solve(seeds)
     return values
+
+
+#: ``SummaryWriter`` methods that record a metric.
+SCALAR_WRITER_METHODS = frozenset({"add_scalar", "add_scalars", "add_histogram"})
+
+
+def rank_zero_outputs(analysis: ScriptAnalysis) -> list[tuple[cst.Call, str]]:
+    """The module's calls that show values on one rank only, each with how a message names it:
+    ``runtime.print0``, ``logging`` in a program that silences it off rank 0
+    (``runtime.silence_non_main_logging()``), and under a rank guard ``print``, ``logging``, a metric logger
+    (``wandb.log``) or a ``SummaryWriter``'s ``add_scalar``."""
+    found: list[tuple[cst.Call, str]] = []
+    writers = set(analysis.calls_to(names.SUMMARY_WRITER))
+    logging_calls = set(analysis.logging_calls)
+    silenced = bool(logging_calls) and any(module.calls_to(names.RUNTIME_SILENCE_LOGGING) for module in analysis.shared.analyses)
+    facts = rank_facts(analysis)
+    for call in analysis.calls:
+        if analysis.is_call_to(call, names.RUNTIME_PRINT):
+            found.append((call, "runtime.print0"))
+        elif silenced and call in logging_calls:
+            found.append((call, "logging on rank 0"))
+        elif facts.guard(call) is None:
+            continue
+        elif analysis.is_call_to(call, {"builtins.print"}):
+            found.append((call, "print on rank 0"))
+        elif call in logging_calls:
+            found.append((call, "logging on rank 0"))
+        elif analysis.is_call_to(call, names.METRIC_LOGGING_CALLS):
+            found.append((call, f"{dotted_name(call.func)} on rank 0"))
+        elif call_method_name(call) in SCALAR_WRITER_METHODS and writers & analysis.origins(call.func.value):  # type: ignore[attr-defined]
+            found.append((call, "SummaryWriter on rank 0"))
+    return found
+
+
+def shard_values_shown(analysis: ScriptAnalysis) -> list[tuple[cst.Call, str, str]]:
+    """The rank-0 outputs of the module (:func:`rank_zero_outputs`) that show a value computed on this process's
+    shard of the data, not reduced across ranks on the way (one per call: the call, how a message names it, and
+    the first such value's text); none where no data is sharded."""
+    values = per_rank_values(analysis)
+    if values is None:
+        return []
+    shown: list[tuple[cst.Call, str, str]] = []
+    for call, what in rank_zero_outputs(analysis):
+        value = next((found for arg in call.args if (found := values.mention(arg.value, data_only=True))), None)
+        if value is not None:
+            shown.append((call, what, value))
+    return shown
