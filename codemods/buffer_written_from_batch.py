@@ -132,15 +132,27 @@ model = DDP(Queue(64))
 def _registered_buffers(analysis: ScriptAnalysis, cls: cst.ClassDef) -> frozenset[str]:
     """The names the class registers buffers under (``self.register_buffer("queue", ...)``), in any of its
     methods or those of the classes of the program it derives from."""
-    found: set[str] = set()
-    for owner in analysis.shared.ancestors_of(cls):
-        for node in walk(owner.body):
-            if type(node) is cst.Call and call_method_name(node) == "register_buffer" and node.args:
-                receiver = node.func.value  # type: ignore[attr-defined]
-                first = node.args[0].value
-                if type(receiver) is cst.Name and receiver.value == "self" and type(first) is cst.SimpleString:
-                    found.add(first.evaluated_value)  # type: ignore[arg-type]
-    return frozenset(found)
+    registered = analysis.derived("buffers registered by class", _buffers_by_class)
+    return frozenset(name for owner in analysis.shared.ancestors_of(cls) for name in registered.get(owner, ()))
+
+
+def _buffers_by_class(analysis: ScriptAnalysis) -> dict[cst.ClassDef, set[str]]:
+    """For each class of the program, the names ``self.register_buffer("name", ...)`` calls inside it register
+    (a call in a class nested in another counts for both, as it is inside both), read once from the calls."""
+    found: dict[cst.ClassDef, set[str]] = {}
+    for module in analysis.shared.analyses:
+        for call in module.calls:
+            if call_method_name(call) != "register_buffer" or not call.args:
+                continue
+            receiver = call.func.value  # type: ignore[attr-defined]
+            first = call.args[0].value
+            if type(receiver) is cst.Name and receiver.value == "self" and type(first) is cst.SimpleString:
+                below: cst.CSTNode = call
+                for owner in module.ancestors(call):
+                    if type(owner) is cst.ClassDef and below is owner.body:  # (in its body: not its bases or decorators)
+                        found.setdefault(owner, set()).add(first.evaluated_value)  # type: ignore[arg-type]
+                    below = owner
+    return found
 
 
 def _reached_from_forward(analysis: ScriptAnalysis, cls: cst.ClassDef) -> dict[cst.FunctionDef, set[str]]:

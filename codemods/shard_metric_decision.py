@@ -353,7 +353,7 @@ def _gated_training(
 
     backward = analysis.reaching_nodes(analysis.program_backward_calls)
     steps = analysis.reaching_nodes(analysis.program_optimizer_step_calls)
-    if not (branch in backward or branch in steps or _may_change_training(branch)):
+    if not (branch in backward or branch in steps or _may_change_training(analysis, branch)):
         return None  # (the common case, answered without walking the branch)
     if branch in backward and differs(lambda side: side in backward):
         # On a rank's branch, only a backward pass through the wrapped model is DDP's (``if rank == 0:`` over
@@ -370,7 +370,7 @@ def _gated_training(
     def writes_learning_rate(side: cst.CSTNode) -> bool:
         if sets_learning_rate(side):  # type: ignore[arg-type]
             return True
-        for node in walk(side):
+        for node in analysis.nodes_below(side):
             if type(node) is cst.Call:
                 target = analysis.call_target(node)  # type: ignore[arg-type]
                 if target is not None:
@@ -382,10 +382,10 @@ def _gated_training(
 
     if may_set_a_learning_rate(analysis) and differs(writes_learning_rate):
         return _LEARNING_RATE
-    if differs(lambda side: any(_steps_scheduler(analysis, n) for n in walk(side))):
+    if differs(lambda side: any(_steps_scheduler(analysis, n) for n in analysis.nodes_below(side))):
         return _SCHEDULER
     if on_rank:
-        if differs(lambda side: any(_loads_into_wrapped(analysis, n) for n in walk(side))) and not any(
+        if differs(lambda side: any(_loads_into_wrapped(analysis, n) for n in analysis.nodes_below(side))) and not any(
             analysis.comes_before(branch, call) for call in analysis.calls_to(_BROADCASTS)
         ):  # (loaded on rank 0, then broadcast to the others: every rank has the weights)
             return _LOAD
@@ -398,7 +398,7 @@ def _gated_training(
         # a copy), the value is that rank's own on purpose, and only it saves.
         facts = rank_facts(analysis)
         # ``if step % save_every == 0:``: a schedule (a test that also reads a metric is still a decision on it)
-        periodic = type(branch.test) is cst.Comparison and any(type(n) is cst.Modulo for n in walk(branch.test))
+        periodic = type(branch.test) is cst.Comparison and any(type(n) is cst.Modulo for n in analysis.nodes_below(branch.test))
         if not periodic and not facts.mentions_rank(branch.test) and not any(c.kind is Kind.RANK for c in facts.conditions(branch)):
             return _SAVE
     return None
@@ -421,7 +421,7 @@ _TORCH_DRAWS = frozenset({"torch.rand", "torch.randn", "torch.randint", "torch.b
 def _drawn_apart(analysis: ScriptAnalysis, test: cst.BaseExpression) -> cst.Call | None:
     """A draw in the test from a process-wide random state (``random``, ``numpy.random``, torch's) that the
     ranks do not seed alike before it (:func:`seeds_alike`): each rank draws its own value."""
-    for node in walk(test):
+    for node in analysis.nodes_below(test):
         if type(node) is not cst.Call:
             continue
         for qualified in analysis.qualified_names(node.func):  # type: ignore[attr-defined]
@@ -436,12 +436,12 @@ def _drawn_apart(analysis: ScriptAnalysis, test: cst.BaseExpression) -> cst.Call
     return None
 
 
-def _may_change_training(branch: cst.If) -> bool:
+def _may_change_training(analysis: ScriptAnalysis, branch: cst.If) -> bool:
     """A cheap test before the walks of :func:`_gated_training`: whether the ``if`` writes anything, steps or
     loads anything, or calls a function (which may set a learning rate)."""
     return any(
         type(node) in (cst.Assign, cst.AugAssign, cst.Call)
-        for node in walk(branch.body if branch.orelse is None else branch)
+        for node in analysis.nodes_below(branch.body if branch.orelse is None else branch)
     )
 
 
@@ -451,7 +451,7 @@ def _steps_an_optimizer(analysis: ScriptAnalysis, side: cst.CSTNode) -> bool:
         return True
     return any(
         type(node) is cst.Call and any(analysis.holds_optimizer(arg.value) for arg in node.args)  # type: ignore[attr-defined]
-        for node in walk(side)
+        for node in analysis.nodes_below(side)
     )
 
 
@@ -468,7 +468,7 @@ def _runs_the_wrapped_model(analysis: ScriptAnalysis, side: cst.CSTNode) -> bool
         if analysis.is_inside(call, side) and type(loss) is cst.Name:
             if any(n in forwards for value in analysis.flows_into(loss, loss.value) for n in walk(value)):
                 return True
-    for node in walk(side):
+    for node in analysis.nodes_below(side):
         if type(node) is cst.Call:
             for arg in node.args:  # type: ignore[attr-defined]
                 if type(arg.value) in (cst.Name, cst.Attribute):
@@ -560,7 +560,7 @@ def _assigns(branch: cst.CSTNode, name: str) -> bool:
 def _clock_in(analysis: ScriptAnalysis, test: cst.BaseExpression, depth: int = 2) -> str | None:
     """How a test reads a clock (:data:`names.CLOCKS`): the call itself, or a name assigned from one (``elapsed =
     time.time() - start``), a couple of assignments deep; ``None`` where it reads none."""
-    for node in walk(test):
+    for node in analysis.nodes_below(test):
         if type(node) is cst.Call and analysis.is_call_to(node, names.CLOCKS):  # type: ignore[arg-type]
             return f"{code_of(node)}"
         if depth > 0 and type(node) is cst.Name and node.value not in _shared_names(analysis):  # type: ignore[attr-defined]
