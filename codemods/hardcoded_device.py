@@ -100,7 +100,7 @@ def _find_device_names(analysis: ScriptAnalysis) -> set[str]:
     for call in analysis.calls:
         handed: list[cst.BaseExpression] = [a.value for a in call.args if a.keyword is not None and a.keyword.value in names.DEVICE_KEYWORDS]
         if call.args and call.args[0].keyword is None and (
-            call_method_name(call) == "to" or analysis.is_call_to(call, names.TORCH_DEVICE | names.CUDA_SET_DEVICE)
+            call_method_name(call) == "to" or analysis.is_call_to(call, names.TORCH_DEVICE | names.SET_DEVICE_CALLS)
         ):
             handed.append(call.args[0].value)
         pending = list(handed)
@@ -226,7 +226,7 @@ class HardcodedDevice(Rule):
 
     What it finds: ``torch.device("cuda")``, ``torch.device("cuda:0")``, ``torch.device("cuda" if ... else
     "cpu")``, ``.cuda()``, ``.to("cuda")``, ``device="cuda"`` / ``map_location="cuda:0"`` arguments and
-    ``torch.cuda.set_device(0)``; also the default of a command-line option read as a device
+    ``torch.cuda.set_device(0)`` (``torch.accelerator.set_device_index(0)``); also the default of a command-line option read as a device
     (``add_argument("--device", default="cuda:1")``), ``CUDA_VISIBLE_DEVICES`` set by the program (left to a
     human: under torchrun every process must see all the GPUs of its node), and a device kept in a variable as
     a string (``device = "cuda:0" if
@@ -254,7 +254,7 @@ class HardcodedDevice(Rule):
     name = "hardcoded-device"
     fix_safety = FixSafety.SAFE
     phase = Phase.DEVICES
-    triggers = ("cuda", "CUDA_VISIBLE_DEVICES")
+    triggers = ("cuda", "CUDA_VISIBLE_DEVICES", "set_device")  # (``torch.accelerator.set_device_index(0)`` names no CUDA)
     requires = (*names.TRAINING_STEP_WORDS, "DataParallel")
     needs_names = (names.TRAINING_CODE_NAMES,)
     examples = (
@@ -479,9 +479,9 @@ with torch.autocast(device_type="cuda", enabled=False):
                 )
                 if _mentions_cuda(call) and (strict or literal):
                     yield Match(call, "hard-coded CUDA device: use this process's device (runtime.device())")
-            elif analysis.is_call_to(call, names.CUDA_SET_DEVICE):
+            elif analysis.is_call_to(call, names.SET_DEVICE_CALLS):
                 if strict or (call.args and _is_literal_index(call.args[0].value)):
-                    yield Match(call, "torch.cuda.set_device with a fixed device: runtime.setup() sets this process's device")
+                    yield Match(call, f"{code_of(call.func)} with a fixed device: runtime.setup() sets this process's device")
             elif call_method_name(call) == "cuda" and all(a.star == "" for a in call.args):
                 chosen = _cuda_device(call)
                 if chosen is None:
@@ -521,12 +521,12 @@ with torch.autocast(device_type="cuda", enabled=False):
             rt = runtime_name(analysis, edits)
             device = expression(f"{rt}.device()")
             node = match.node
-            if isinstance(node, cst.Call) and analysis.is_call_to(node, names.CUDA_SET_DEVICE):
+            if isinstance(node, cst.Call) and analysis.is_call_to(node, names.SET_DEVICE_CALLS):
                 stmt = analysis.statement(node)
                 if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr)):
                     continue
                 removed.append(stmt)  # with an ``if torch.cuda.is_available():`` it leaves empty
-                message = "torch.cuda.set_device removed (runtime.setup() sets the device)"
+                message = f"{code_of(node.func)} removed (runtime.setup() sets the device)"
             elif isinstance(node, cst.Call) and call_method_name(node) == "cuda":
                 to = node.func.with_changes(attr=cst.Name("to"))  # type: ignore[union-attr]
                 chosen = _cuda_device(node)

@@ -72,7 +72,9 @@ DISTRIBUTED_SAMPLER = frozenset(
 TORCH_SAVE = frozenset({"torch.save", "torch.serialization.save"})
 TORCH_LOAD = frozenset({"torch.load", "torch.serialization.load"})
 TORCH_DEVICE = frozenset({"torch.device"})
-CUDA_SET_DEVICE = frozenset({"torch.cuda.set_device"})
+#: Calls that make a device index this process's current device: CUDA's, and the accelerator-agnostic one of torch
+#: >= 2.6 (``torch.accelerator.set_device_index(rank)``, PyTorch's DDP examples since), XPU's.
+SET_DEVICE_CALLS = frozenset({"torch.cuda.set_device", "torch.accelerator.set_device_index", "torch.xpu.set_device"})
 CUDA_IS_AVAILABLE = frozenset({"torch.cuda.is_available"})
 CUDA_QUERIES = CUDA_IS_AVAILABLE | frozenset({"torch.cuda.device_count"})
 

@@ -44,7 +44,7 @@ def _is_cuda_query(analysis: ScriptAnalysis, call: cst.Call) -> bool:
     """``torch.cuda.get_device_name(i)``, ``torch.cuda.memory_allocated(i)``, ``torch.cuda.device(i)``, ...:
     the ``torch.cuda`` functions that take a device (``set_device`` is handled on its own)."""
     return any(
-        q.startswith("torch.cuda.") and q.count(".") == 2 and q not in names.CUDA_SET_DEVICE | names.CUDA_QUERIES
+        q.startswith("torch.cuda.") and q.count(".") == 2 and q not in names.SET_DEVICE_CALLS | names.CUDA_QUERIES
         for q in analysis.qualified_names(call.func)
     )
 
@@ -93,7 +93,7 @@ def _takes_a_device(analysis: ScriptAnalysis, argument: cst.Arg) -> bool:
         return False
     return (
         call_method_name(call) in ("to", "cuda")  # type: ignore[arg-type]
-        or analysis.is_call_to(call, names.TORCH_DEVICE | names.CUDA_SET_DEVICE)  # type: ignore[arg-type]
+        or analysis.is_call_to(call, names.TORCH_DEVICE | names.SET_DEVICE_CALLS)  # type: ignore[arg-type]
         or _is_cuda_query(analysis, call)  # type: ignore[arg-type]
     )
 
@@ -104,7 +104,8 @@ class RankAsDevice(Rule):
     What it finds: the global rank (a spawn function's rank parameter, ``dist.get_rank()``, ``RANK`` from
     the environment, or a variable copied from them) used as a device: ``.to(rank)``, ``.cuda(rank)``,
     ``torch.device(f"cuda:{rank}")``, a device string (``f"cuda:{rank}"``, ``"cuda:%d" % rank``,
-    ``"cuda:{}".format(rank)``), ``torch.cuda.set_device(rank)``, ``DistributedDataParallel(model,
+    ``"cuda:{}".format(rank)``), ``torch.cuda.set_device(rank)`` (or ``torch.accelerator.set_device_index(rank)``,
+    ``torch.xpu.set_device(rank)``), ``DistributedDataParallel(model,
     device_ids=[rank], output_device=rank)``; and ``device_ids=[local_rank]`` where the model goes to
     ``runtime.device()`` or to a device the program makes the CPU without CUDA (``"cuda" if
     torch.cuda.is_available() else "cpu"``): there DDP refuses ``device_ids`` (a migrated ``--local_rank``
@@ -256,7 +257,7 @@ loss.backward()
                 if any(_mentions_rank(facts, a.value) for a in call.args):
                     devices.append(call)
                     yield _Case(call, DEVICE, "torch.device from the global rank: the GPU of a process is its local rank")
-            elif analysis.is_call_to(call, names.CUDA_SET_DEVICE):
+            elif analysis.is_call_to(call, names.SET_DEVICE_CALLS):
                 if call.args and facts.holds_global_rank(call.args[0].value):
                     yield _Case(call, SET_DEVICE, "set_device(global rank): the GPU of a process is its local rank")
             elif _is_cuda_query(analysis, call) and call.args and call.args[0].keyword is None and facts.holds_global_rank(call.args[0].value):
@@ -329,10 +330,10 @@ loss.backward()
                 stmt = analysis.statement(node)
                 if runtime_sets_device and isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1:
                     removed.append(stmt)
-                    message = "torch.cuda.set_device(rank) removed (runtime.setup() sets the local rank's device)"
+                    message = f"{code_of(node.func)}(rank) removed (runtime.setup() sets the local rank's device)"
                 else:
                     edits.replace(node.args[0].value, expression(f"{rt}.local_rank()"))
-                    message = "torch.cuda.set_device uses the local rank"
+                    message = f"{code_of(node.func)} uses the local rank"
             elif case.kind == DEVICE_IDS:
                 wrap = analysis.parent(analysis.parent(node))
                 model = wrap.args[0].value if isinstance(wrap, cst.Call) and wrap.args and wrap.args[0].keyword is None else None
