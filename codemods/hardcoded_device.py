@@ -226,12 +226,11 @@ class HardcodedDevice(Rule):
 
     What it finds: ``torch.device("cuda")``, ``torch.device("cuda:0")``, ``torch.device("cuda" if ... else
     "cpu")``, ``.cuda()``, ``.to("cuda")``, ``device="cuda"`` / ``map_location="cuda:0"`` arguments and
-    ``torch.cuda.set_device(0)`` (``torch.accelerator.set_device_index(0)``); also the default of a command-line option read as a device
-    (``add_argument("--device", default="cuda:1")``), ``CUDA_VISIBLE_DEVICES`` set by the program (left to a
-    human: under torchrun every process must see all the GPUs of its node), and a device kept in a variable as
-    a string (``device = "cuda:0" if
-    torch.cuda.is_available() else "cpu"``) that the program hands to ``.to(...)`` or ``device=``, also through
-    copies (``device = DEVICE`` of a module-level ``DEVICE``) and a dict written out (``CFG["device"]``). In a
+    ``torch.cuda.set_device(0)`` (``torch.accelerator.set_device_index(0)``); also the default of a command-line
+    option read as a device (``add_argument("--device", default="cuda:1")``), ``CUDA_VISIBLE_DEVICES`` set by the
+    program (left to a human: under torchrun every process must see all the GPUs of its node), and a device kept
+    in a variable as a string (``device = "cuda:0" if torch.cuda.is_available() else "cpu"``) that the program
+    hands to ``.to(...)`` or ``device=``, also through copies (``device = DEVICE`` of a module-level ``DEVICE``) and a dict written out (``CFG["device"]``). In a
     script that already sets up a process group only literal indices (``cuda:0``, ``.cuda(0)``,
     ``set_device(0)``) are reported: there ``.cuda()`` follows the current device; where that set-up may take
     gloo (it runs on CPU machines too), so is a ``device="cuda"`` no CUDA test guards.
