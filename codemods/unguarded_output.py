@@ -210,7 +210,7 @@ if master_process:
                 "process computes over all the data; reduce it across ranks first (runtime.reduce_mean, "
                 "runtime.weighted_mean) where the whole data's value is wanted",
             )
-            for call, what, shown in shard_values_shown(analysis)
+            for call, what, shown in shard_values_shown(analysis, containers=False)  # (a note: only what it is sure of)
         ]
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:

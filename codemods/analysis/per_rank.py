@@ -117,15 +117,19 @@ class PerRankValues:
             return False
         return at_module in self.names
 
-    def mention(self, expr: cst.CSTNode, data_only: bool = False) -> str | None:
+    def mention(self, expr: cst.CSTNode, data_only: bool = False, containers: bool = True) -> str | None:
         """The first per-rank value an expression uses outside reductions (its source text), or ``None``; with
         ``data_only``, none that is per-rank only because one rank alone assigns it (what that rank prints of
-        it is its own, whole value)."""
+        it is its own, whole value); without ``containers``, none read as a container: subscripted
+        (``logs["val_acc"]``) or iterated (``for h in history``), whose per-rank items may sit beside whole ones
+        (the values are tracked per name, not per key)."""
         functions = self.functions
         if not (self.names or self.sized or functions):
             return None  # (nothing is per-rank yet: the expression's uses are not read)
         for use in self._uses(expr):
             if data_only and use.key in self.one_rank:
+                continue
+            if not containers and use.node is not None and self._read_as_a_container(use.node):
                 continue
             if use.sized:
                 if use.key in self.sized:
@@ -140,6 +144,15 @@ class PerRankValues:
             elif self._holds(use.key, use.at_module) and self._reached(use):  # type: ignore[arg-type]
                 return use.shown
         return None
+
+    def _read_as_a_container(self, node: cst.CSTNode) -> bool:
+        """Whether a name is subscripted where it is used, or is what a loop or comprehension iterates."""
+        home = self.analysis.shared.analysis_of(node) or self.analysis
+        parent = home.parent(node)
+        kind = type(parent)
+        if kind is cst.Subscript:
+            return parent.value is node  # type: ignore[attr-defined]
+        return (kind is cst.CompFor or kind is cst.For) and parent.iter is node  # type: ignore[attr-defined]
 
     def _reached(self, use: _Use) -> bool:
         """Whether a statement that made the used name per-rank may run before the use: not where every such
@@ -745,16 +758,17 @@ def rank_zero_outputs(analysis: ScriptAnalysis) -> list[tuple[cst.Call, str]]:
     return found
 
 
-def shard_values_shown(analysis: ScriptAnalysis) -> list[tuple[cst.Call, str, str]]:
+def shard_values_shown(analysis: ScriptAnalysis, containers: bool = True) -> list[tuple[cst.Call, str, str]]:
     """The rank-0 outputs of the module (:func:`rank_zero_outputs`) that show a value computed on this process's
     shard of the data, not reduced across ranks on the way (one per call: the call, how a message names it, and
-    the first such value's text); none where no data is sharded."""
+    the first such value's text); none where no data is sharded. Without ``containers``, only values shown
+    directly, not read out of a container (:meth:`PerRankValues.mention`)."""
     values = per_rank_values(analysis)
     if values is None:
         return []
     shown: list[tuple[cst.Call, str, str]] = []
     for call, what in rank_zero_outputs(analysis):
-        value = next((found for arg in call.args if (found := values.mention(arg.value, data_only=True))), None)
+        value = next((found for arg in call.args if (found := values.mention(arg.value, data_only=True, containers=containers))), None)
         if value is not None:
             shown.append((call, what, value))
     return shown
