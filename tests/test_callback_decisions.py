@@ -14,6 +14,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from ddp_migrate.cli import cli
+from migrated import lint_findings
 
 BASE = '''class BaseTrainer:
     def __init__(self, model, optimizer, loader, callbacks=()):
@@ -112,3 +113,88 @@ def test_an_early_stop_on_losses_a_base_class_collects_in_a_comprehension_is_rev
     result = CliRunner().invoke(cli, ["--diff", str(tmp_path / "run.py")])
     reviews = [line for line in result.output.splitlines() if line.strip().startswith("review") and "DDP041" in line]
     assert any("`self.stop_training` decides on self.stop_training" in line for line in reviews), result.output
+
+
+DISPATCHED = '''import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+
+class Callback:
+    def on_epoch_end(self, trainer, epoch, logs):
+        pass
+
+
+class Printer(Callback):
+    def on_epoch_end(self, trainer, epoch, logs):
+        print(epoch)
+
+
+class EarlyStopping(Callback):
+    def __init__(self, patience=2):
+        self.best, self.wait, self.patience = float("inf"), 0, patience
+
+    def on_epoch_end(self, trainer, epoch, logs):
+        current = logs["loss"]
+        if current < self.best:
+            self.best, self.wait = current, 0
+        else:
+            self.wait += 1
+            if self.wait >= self.patience:
+                trainer.stop_training = True
+
+
+class Plateau(Callback):
+    def __init__(self, scheduler):
+        self.scheduler = scheduler
+
+    def on_epoch_end(self, trainer, epoch, logs):
+        self.scheduler.step(logs["loss"])
+
+
+class Trainer:
+    def __init__(self, model, optimizer, callbacks):
+        self.model, self.optimizer, self.callbacks = model, optimizer, callbacks
+        self.stop_training = False
+
+    def fit(self, loader, epochs):
+        for epoch in range(epochs):
+            loader.sampler.set_epoch(epoch)
+            total = 0.0
+            for x, y in loader:
+                loss = F.mse_loss(self.model(x), y)
+                self.optimizer.zero_grad()
+                loss.backward()
+                self.optimizer.step()
+                total += loss.item()
+            logs = {"loss": total / len(loader)}
+            for cb in self.callbacks:
+                cb.on_epoch_end(self, epoch, logs)
+            if self.stop_training:
+                break
+
+
+def main():
+    dist.init_process_group("gloo")
+    data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    loader = DataLoader(data, batch_size=8, sampler=DistributedSampler(data))
+    model = DistributedDataParallel(torch.nn.Linear(4, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)
+    Trainer(model, optimizer, [Printer(), EarlyStopping(), Plateau(scheduler)]).fit(loader, 10)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_decisions_of_callbacks_called_on_a_list_of_several_classes_are_reviewed(tmp_path: Path) -> None:
+    # A trial: ``for cb in self.callbacks: cb.on_epoch_end(self, epoch, logs)`` handed the shard's loss to the first
+    # class's method only; the early stop (a hang) and the plateau scheduler (learning rates apart) said nothing.
+    findings = lint_findings(tmp_path, DISPATCHED, "DDP041")
+    assert any("`self.stop_training` decides on self.stop_training" in line for line in findings), findings
+    assert any("self.scheduler.step() steps on logs" in line for line in findings), findings

@@ -468,9 +468,12 @@ class PerRankValues:
             conditions = rank_facts(analysis.shared.analysis_of(node) or analysis).conditions(node)
             tests = [c.test for c in conditions if type(c.owner) is cst.If and not c.early_exit]  # type: ignore[misc]
         passed: list[tuple[tuple[Owner, str], cst.BaseExpression]] = []
-        # ``model(x)`` runs the model's ``forward(self, x)``: its inputs are the step's batch.
-        function = analysis.call_target(node) or analysis.model_forward(node)  # type: ignore[arg-type]
-        if function is not None:
+        # ``model(x)`` runs the model's ``forward(self, x)``: its inputs are the step's batch. A method called on
+        # objects of several classes (``for cb in self.callbacks: cb.on_epoch_end(self, epoch, logs)``) hands
+        # its arguments to each class's method.
+        first = analysis.call_target(node) or analysis.model_forward(node)  # type: ignore[arg-type]
+        functions = [first, *analysis.shared.other_targets.get(node, ())] if first is not None else []  # type: ignore[call-overload]
+        for function in functions:
             # ``clip_loss(*model(x, y))``: what the unpacked value holds fills the parameters no argument names
             # (those without a default: a default is more often left alone).
             unpacked = [a.value for a in node.args if a.star]  # type: ignore[attr-defined]
@@ -480,7 +483,7 @@ class PerRankValues:
                     passed.append(((function, param.name.value), argument))
                 elif param.default is None:
                     passed.extend(((function, param.name.value), value) for value in unpacked)
-        if collected is None and function is None:
+        if collected is None and not functions:
             return None
 
         def step() -> bool:
