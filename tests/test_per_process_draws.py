@@ -352,3 +352,48 @@ def test_a_seed_that_runs_before_the_module_is_imported_seeds_its_draws(tmp_path
     (tmp_path / "train.py").write_text(entry)
     result = CliRunner().invoke(cli, ["lint", "--select", "DDP043", str(tmp_path)], catch_exceptions=False)
     assert "DDP043" not in result.output, result.output
+
+
+DATA_IN_A_HELPER = '''import torch
+from torch.utils.data import TensorDataset, random_split
+
+
+def build_datasets(n):
+    full = TensorDataset(torch.randn(n, 1), torch.randn(n, 1))
+    return random_split(full, [n - 20, 20])
+'''
+
+ENTRY_CALLING_THE_HELPER = '''import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+from data import build_datasets
+
+
+def main(seed=0):
+    SEED
+    train_set, val_set = build_datasets(100)
+    loader = DataLoader(train_set, batch_size=20, shuffle=True)
+    model = nn.Linear(1, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
+    for x, y in loader:
+        optimizer.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+@pytest.mark.parametrize(("seed", "reviewed"), [("torch.manual_seed(seed)", False), ("pass", True)], ids=["seeded", "unseeded"])
+def test_a_split_in_a_helper_of_another_module_that_main_calls_after_seeding_is_seeded(tmp_path: Path, seed: str, reviewed: bool) -> None:
+    """A trial: ``main()`` seeded torch, then called ``build_datasets()`` of ``mylib/data.py``, which split with
+    ``random_split``. The split was taken for one made when ``data.py`` is imported (the chain of callers ends at
+    the entry's ``main()`` call, at its top level), DDP043 gave it a generator of its own, and the migrated program
+    split differently from the original and drew other initial weights."""
+    (tmp_path / "data.py").write_text(DATA_IN_A_HELPER)
+    (tmp_path / "train.py").write_text(ENTRY_CALLING_THE_HELPER.replace("SEED", seed))
+    result = CliRunner().invoke(cli, ["lint", "--select", "DDP043", str(tmp_path)], catch_exceptions=False)
+    assert ("data.py:7:12: DDP043" in result.output) is reviewed, result.output

@@ -1449,7 +1449,7 @@ def seeds_alike(analysis: ScriptAnalysis, state: str = "torch", before: cst.CSTN
     uniform = False
     # A draw that runs when its module is imported (``train_set, val_set = random_split(...)`` at the top of
     # ``data.py``) runs before the entry's ``main()`` seeds anything.
-    at_import = before is not None and not analysis.is_entry and _call_path(analysis, before)[-1][0] is None
+    at_import = before is not None and not analysis.is_entry and _runs_at_import(analysis, before)
     for module in analysis.shared.analyses:
         kinds = _seed_kinds(module, state)
         if not kinds:
@@ -1466,6 +1466,17 @@ def seeds_alike(analysis: ScriptAnalysis, state: str = "torch", before: cst.CSTN
             for call, kind in kinds
         )
     return uniform
+
+
+def _runs_at_import(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
+    """Whether a node of a module the entry imports runs when that module is imported: at its top level, or in a
+    function the chain of its single callers reaches from the top level of a module other than the entry (a
+    helper ``build()`` that the entry's ``main()`` calls runs when ``main()`` does, after its imports)."""
+    function, site = _call_path(analysis, node)[-1]
+    if function is not None:
+        return False
+    home = analysis.shared.analysis_of(site) or analysis
+    return not home.is_entry
 
 
 def _seed_calls(analysis: ScriptAnalysis, state: str) -> list[cst.Call]:
