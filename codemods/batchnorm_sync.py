@@ -262,10 +262,9 @@ plain = DDP(nn.Linear(4, 4))
                     f"{where} SyncBatchNorm does not run: each process normalises with the statistics of its own share of "
                     "the batch (the numbers differ from the original's), and a share whose last batch holds one sample "
                     "fails in training (\"Expected more than 1 value per channel\"); pass drop_last=True to the training "
-                    "DataLoader if it does; the running statistics differ between processes too (each updates its own "
-                    "after DDP hands it rank 0's at a forward), so an evaluation, or an EMA copy of the model, gives each "
-                    "rank a slightly different metric: reduce a metric a decision reads (runtime.reduce_mean) or decide "
-                    "on rank 0",
+                    "DataLoader if it does; the running statistics are averaged across processes after each training "
+                    "forward of the DDP model (the runtime does it where SyncBatchNorm does not run), so evaluations and "
+                    "EMA copies agree between ranks",
                 )
             )
         return notes

@@ -1,11 +1,17 @@
-"""Model helpers: unwrapping data-parallel wrappers and the CUDA-only SyncBatchNorm conversion."""
+"""Model helpers: unwrapping data-parallel wrappers and the SyncBatchNorm conversion (CUDA), with the BatchNorm
+running statistics shared between processes where SyncBatchNorm does not run (the CPU)."""
 
 from __future__ import annotations
 
 import itertools
-from typing import cast
+import weakref
+from typing import Any, cast
 
+import torch
+import torch.distributed as dist
 from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
+from torch.nn.modules.module import register_module_forward_hook
 from torch.nn.parallel import DataParallel, DistributedDataParallel
 
 from .environment import device
@@ -29,8 +35,10 @@ def convert_sync_batchnorm(model: nn.Module) -> nn.Module:
 
     Converts when the model's parameters (or buffers) are on CUDA, or when they are still on the CPU
     and this process's device is CUDA (conversion before ``.to(device)``, as in the PyTorch docs).
-    Otherwise the model is returned unchanged: DDP on CPU rejects SyncBatchNorm ("SyncBatchNorm
-    layers only work with GPU modules"). Call it before wrapping the model in DDP.
+    Otherwise the layers stay plain BatchNorm: DDP on CPU rejects SyncBatchNorm ("SyncBatchNorm layers only
+    work with GPU modules"); each process then normalises with its own share's statistics, but their running
+    statistics are averaged across processes after every DDP forward in training mode, so evaluations and EMA
+    copies agree between ranks (:func:`_share_running_statistics`). Call it before wrapping the model in DDP.
     """
     kinds = {tensor.device.type for tensor in itertools.chain(model.parameters(), model.buffers())}
     on_cuda = "cuda" in kinds
@@ -38,4 +46,59 @@ def convert_sync_batchnorm(model: nn.Module) -> nn.Module:
     if on_cuda or headed_for_cuda:
         converted = nn.SyncBatchNorm.convert_sync_batchnorm(model)  # type: ignore[no-untyped-call]
         return cast(nn.Module, converted)
+    _share_running_statistics(model)
     return model
+
+
+#: The BatchNorm layers whose running statistics are shared between processes (held weakly: nothing is stored
+#: on the model, whose pickle then needs nothing of this package to load).
+_SHARED_LAYERS: weakref.WeakSet[_BatchNorm] = weakref.WeakSet()
+_HOOK: list[object] = []
+
+
+def _share_running_statistics(model: nn.Module) -> None:
+    """Where BatchNorm layers stay plain (the CPU: no SyncBatchNorm), keep their running statistics the same on
+    every process: after each forward of a ``DistributedDataParallel`` in training mode, the running means and
+    variances of the model's BatchNorm layers inside it are averaged across processes.
+
+    Without it each process updates them from its own share of the batch, and they differ between forwards:
+    DDP hands every process rank 0's at its next forward, but an evaluation of ``model.module``, or an EMA copy
+    made after a step, reads each process's own, so metrics and the decisions taken on them differ between
+    ranks (a learning-rate schedule stepped apart, an early stop on one rank: a hang). The mean of the shares'
+    means is the whole batch's, as one process computed it (their variances miss the spread between the
+    shares' means). Only a DDP forward, which every rank runs alike (its own buffer broadcast is a collective
+    too), averages: the model evaluated on rank 0 alone is left alone."""
+    layers = [layer for layer in model.modules() if isinstance(layer, _BatchNorm) and layer.track_running_stats]
+    if not layers:
+        return
+    _SHARED_LAYERS.update(layers)
+    if not _HOOK:
+        _HOOK.append(register_module_forward_hook(_average_after_a_ddp_forward))
+
+
+def _average_after_a_ddp_forward(module: nn.Module, args: Any, output: Any) -> None:
+    """A forward hook of every module: after a DDP forward in training mode, average the shared layers' running
+    statistics (:func:`_share_running_statistics`)."""
+    if not isinstance(module, DistributedDataParallel):
+        return
+    if not module.training or not dist.is_available() or not dist.is_initialized() or dist.get_world_size() < 2:
+        return
+    statistics = [
+        tensor
+        for layer in module.module.modules()
+        if layer in _SHARED_LAYERS and layer.training
+        for tensor in (layer.running_mean, layer.running_var)
+        if tensor is not None
+    ]
+    if not statistics:
+        return
+    with torch.no_grad():
+        flat = torch.cat([tensor.reshape(-1).float() for tensor in statistics])
+        dist.all_reduce(flat)
+        flat /= dist.get_world_size()
+        offset = 0
+        for tensor in statistics:
+            # (through ``.data``: the forward's graph saved these tensors; a training-mode backward reads the
+            # batch's own statistics, not them, and an in-place write would fail its version check)
+            tensor.data.copy_(flat[offset : offset + tensor.numel()].view_as(tensor))
+            offset += tensor.numel()

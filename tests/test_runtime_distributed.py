@@ -79,6 +79,20 @@ def main():
     res["weight"] = model.weight.detach().cpu().flatten().tolist()
     res["bias"] = model.bias.detach().cpu().tolist()
 
+    # BatchNorm where SyncBatchNorm does not run (the CPU): after a DDP forward in training mode the running
+    # statistics are the average of what each rank's own share gave (0.1 x its batch mean, from zero).
+    bn_model = runtime.convert_sync_batchnorm(torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3)))
+    bn_ddp = DistributedDataParallel(bn_model, device_ids=runtime.device_ids())
+    shard = torch.randn(8, 4, generator=torch.Generator().manual_seed(r)) + r
+    bn_ddp(shard)
+    with torch.no_grad():
+        res["bn_own_update"] = (0.1 * bn_model[0](shard).mean(0)).tolist()
+    res["bn_running_mean"] = bn_model[1].running_mean.tolist()
+    res["bn_running_var"] = bn_model[1].running_var.tolist()
+    bn_model(shard)  # the model alone, on each rank at its own time: no collective (the job would hang)
+    if r == 0:
+        bn_model(shard)
+
     # Checkpoints. Rank 0 arrives late: without save()'s barrier the others would load too early.
     if r == 0:
         time.sleep(0.5)
@@ -265,6 +279,11 @@ def _check_common(job: Job, world: int) -> None:
         if world > 1:
             assert str(4 * world + 1) in res["batch_error"]
             assert "--batch-size per-process" in res["batch_error"]
+    # BatchNorm's running statistics, averaged across ranks by a DDP forward: the same on every rank.
+    own = [res["bn_own_update"] for res in job.ranks]
+    for res in job.ranks:
+        assert res["bn_running_mean"] == pytest.approx([sum(column) / world for column in zip(*own)], rel=1e-5, abs=1e-6)
+        assert res["bn_running_var"] == pytest.approx(job.ranks[0]["bn_running_var"], rel=1e-6)
     # Only rank 0 wrote files, and no temporary file was left behind.
     names = sorted(path.name for path in job.out.iterdir())
     assert names == sorted(
