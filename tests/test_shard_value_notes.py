@@ -130,3 +130,15 @@ def test_a_value_reduced_before_rank_0_prints_it_gets_no_note(tmp_path: Path) ->
     assert _notes(report) == [], report
     _, report, _ = migrate_script(tmp_path, LEGACY.replace("REDUCE", "pass"))
     assert len(_notes(report)) == 1 and "shows total" in _notes(report)[0], report
+
+
+def test_a_dict_of_the_shards_sums_printed_key_by_key_is_noted_by_its_name(tmp_path: Path) -> None:
+    # A trial's note named the loop's key (``shows k``) as the shard's value; the dict is.
+    source = PROGRAM.replace("        total = 0.0\n", "        total = 0.0\n        sums = {}\n").replace(
+        "            total += loss.item()\n",
+        "            total += loss.item()\n            for k, v in {\"mse\": loss}.items():\n                sums[k] = sums.get(k, 0.0) + v.item()\n",
+    )
+    show = 'print("  ".join(f"{k}: {v / len(train):.4f}" for k, v in sums.items()))'
+    _, report, _ = migrate_script(tmp_path, source.replace("SHOW", show))
+    notes = _notes(report)
+    assert len(notes) == 1 and "runtime.print0 shows sums, computed on rank 0's share" in notes[0], report

@@ -146,13 +146,33 @@ class PerRankValues:
         return None
 
     def _read_as_a_container(self, node: cst.CSTNode) -> bool:
-        """Whether a name is subscripted where it is used, or is what a loop or comprehension iterates."""
+        """Whether a name is subscripted where it is used, is what a loop or comprehension iterates, or is the
+        variable of a loop or comprehension around the use (an item of what it iterates: a key of a dict of
+        metrics, ``for k, v in running.items()``, is no value of the shard)."""
         home = self.analysis.shared.analysis_of(node) or self.analysis
         parent = home.parent(node)
         kind = type(parent)
-        if kind is cst.Subscript:
-            return parent.value is node  # type: ignore[attr-defined]
-        return (kind is cst.CompFor or kind is cst.For) and parent.iter is node  # type: ignore[attr-defined]
+        if kind is cst.Subscript and parent.value is node:  # type: ignore[attr-defined]
+            return True
+        if (kind is cst.CompFor or kind is cst.For) and parent.iter is node:  # type: ignore[attr-defined]
+            return True
+        name = dotted_name(node)
+        if name is None:
+            return False
+        root = name.split(".")[0]
+        for ancestor in home.ancestors(node):
+            kind = type(ancestor)
+            if kind is cst.FunctionDef or kind is cst.ClassDef or kind is cst.Lambda:
+                return False
+            loops = [ancestor] if kind is cst.For else []
+            if kind in COMPREHENSIONS:
+                loop = ancestor.for_in  # type: ignore[attr-defined]
+                while loop is not None:
+                    loops.append(loop)
+                    loop = loop.inner_for_in
+            if any(bound.split(".")[0] == root for loop in loops for _, bound in home.names_in_target(loop.target)):  # type: ignore[attr-defined]
+                return True
+        return False
 
     def _reached(self, use: _Use) -> bool:
         """Whether a statement that made the used name per-rank may run before the use: not where every such
