@@ -42,12 +42,14 @@ class BatchNormWithoutSync(Rule):
     What the fix does: ``model = runtime.convert_sync_batchnorm(model)`` right before the wrap, so
     BatchNorm computes its statistics over the whole global batch, as the original single-process script
     did. The runtime converts only when the model is on (or headed for) CUDA: SyncBatchNorm does not run
-    on CPU, where the call returns the model unchanged. The finding is informational: drop the line if
-    per-process statistics are what you want.
+    on CPU, where the layers stay plain and only their running statistics are averaged across processes after
+    each training forward of the DDP model (so evaluations and EMA copies agree between ranks). The finding is
+    informational: drop the line if per-process statistics are what you want.
 
     Fix safety: on CUDA, BatchNorm's statistics (and running averages) are computed over the global
     batch with a collective per layer, not per process: the original single-process numbers, but slower,
-    and a choice some scripts do not want; on CPU nothing changes.
+    and a choice some scripts do not want; on CPU each process normalises with its share's statistics, and the
+    running averages are the processes' mean (one collective per training forward).
     """
 
     code = "DDP030"

@@ -17,7 +17,9 @@ using torch's own ``DistributedDataParallel`` and ``DistributedSampler``::
 The script runs under ``torchrun`` and as plain ``python train.py``, on whatever accelerator
 ``torch.accelerator`` reports (CUDA with nccl, XPU with xccl, ...) and on the CPU (gloo). With
 :class:`Snapshot` it also resumes where it was when torchrun restarts it (``--max-restarts``).
-Nothing here adds work to a training step. Only torch and the standard library are used.
+Nothing here adds work to a training step, but for one thing: where BatchNorm layers stay plain (the CPU, no
+SyncBatchNorm), ``convert_sync_batchnorm`` averages their running statistics across processes after each
+training forward of the DDP model. Only torch and the standard library are used.
 """
 
 from __future__ import annotations

@@ -57,31 +57,45 @@ _HOOK: list[object] = []
 
 
 def _share_running_statistics(model: nn.Module) -> None:
-    """Where BatchNorm layers stay plain (the CPU: no SyncBatchNorm), keep their running statistics the same on
-    every process: after each forward of a ``DistributedDataParallel`` in training mode, the running means and
-    variances of the model's BatchNorm layers inside it are averaged across processes.
+    """Where BatchNorm layers stay plain (the CPU: no SyncBatchNorm) in a job of several processes, keep their
+    running statistics the same on every process: after each forward of a ``DistributedDataParallel`` that
+    synchronises its buffers (training mode, gradients on, ``broadcast_buffers``; not under ``join()``), the
+    running means and variances of the model's BatchNorm layers inside it are averaged over the DDP's group.
 
     Without it each process updates them from its own share of the batch, and they differ between forwards:
     DDP hands every process rank 0's at its next forward, but an evaluation of ``model.module``, or an EMA copy
     made after a step, reads each process's own, so metrics and the decisions taken on them differ between
-    ranks (a learning-rate schedule stepped apart, an early stop on one rank: a hang). The mean of the shares'
-    means is the whole batch's, as one process computed it (their variances miss the spread between the
-    shares' means). Only a DDP forward, which every rank runs alike (its own buffer broadcast is a collective
-    too), averages: the model evaluated on rank 0 alone is left alone."""
+    ranks (a learning-rate schedule stepped apart, an early stop on one rank: a hang). With equal shares the
+    mean of their running means is the one a single process keeps over the whole batch; the running variance is
+    a little smaller than its (it misses the spread between the shares' means, and each share's unbiased
+    estimate divides by its own count). Only the forwards in which DDP broadcasts its buffers (a collective every
+    rank runs alike) average: a ``no_grad`` forward on rank 0 alone is left alone. A recomputation in backward
+    (activation checkpointing around a BatchNorm) updates each rank's statistics again, after the average.
+    In a world of one, or before a process group is set up, nothing is installed."""
     layers = [layer for layer in model.modules() if isinstance(layer, _BatchNorm) and layer.track_running_stats]
-    if not layers:
+    if not layers or not dist.is_available() or not dist.is_initialized() or dist.get_world_size() < 2:
         return
     _SHARED_LAYERS.update(layers)
     if not _HOOK:
         _HOOK.append(register_module_forward_hook(_average_after_a_ddp_forward))
 
 
+def _syncs_buffers(ddp: DistributedDataParallel) -> bool:
+    """Whether this DDP forward broadcast the module's buffers, a collective every rank of its group runs: training
+    mode, gradients on, ``broadcast_buffers``, outside a ``join()`` (which shadows DDP's own collectives only)."""
+    join = getattr(ddp, "_join_config", None)
+    if join is not None and getattr(join, "enable", False):
+        return False
+    will_sync = getattr(ddp, "will_sync_module_buffers", None)
+    if callable(will_sync):
+        return bool(will_sync())
+    return ddp.training and torch.is_grad_enabled() and bool(getattr(ddp, "broadcast_buffers", True))
+
+
 def _average_after_a_ddp_forward(module: nn.Module, args: Any, output: Any) -> None:
-    """A forward hook of every module: after a DDP forward in training mode, average the shared layers' running
-    statistics (:func:`_share_running_statistics`)."""
-    if not isinstance(module, DistributedDataParallel):
-        return
-    if not module.training or not dist.is_available() or not dist.is_initialized() or dist.get_world_size() < 2:
+    """A forward hook of every module: after a DDP forward that synchronised its buffers, average the shared
+    layers' running statistics over the DDP's process group (:func:`_share_running_statistics`)."""
+    if not isinstance(module, DistributedDataParallel) or not module.training or not _syncs_buffers(module):
         return
     statistics = [
         tensor
@@ -92,10 +106,15 @@ def _average_after_a_ddp_forward(module: nn.Module, args: Any, output: Any) -> N
     ]
     if not statistics:
         return
+    group = getattr(module, "process_group", None)
+    size = dist.get_world_size(group)
+    if size < 2:
+        return
+    dtype = torch.float64 if any(tensor.dtype == torch.float64 for tensor in statistics) else torch.float32
     with torch.no_grad():
-        flat = torch.cat([tensor.reshape(-1).float() for tensor in statistics])
-        dist.all_reduce(flat)
-        flat /= dist.get_world_size()
+        flat = torch.cat([tensor.reshape(-1).to(dtype) for tensor in statistics])
+        dist.all_reduce(flat, group=group)
+        flat /= size
         offset = 0
         for tensor in statistics:
             # (through ``.data``: the forward's graph saved these tensors; a training-mode backward reads the

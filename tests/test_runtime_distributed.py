@@ -92,6 +92,13 @@ def main():
     bn_model(shard)  # the model alone, on each rank at its own time: no collective (the job would hang)
     if r == 0:
         bn_model(shard)
+    with torch.no_grad():  # a preview on rank 0 alone, in training mode, after a forward without gradients on
+        bn_ddp(shard)  # every rank: DDP then broadcasts no buffers, and the runtime averages nothing either
+        if r == 0:
+            bn_ddp(shard)
+    with bn_ddp.join():  # uneven inputs: join shadows DDP's own collectives only, so none of the runtime's runs
+        for _ in range(1 + r):
+            bn_ddp(shard).sum().backward()
 
     # Checkpoints. Rank 0 arrives late: without save()'s barrier the others would load too early.
     if r == 0:
