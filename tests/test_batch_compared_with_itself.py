@@ -95,3 +95,51 @@ def test_a_single_process_program_is_not_reported_by_lint(tmp_path: Path) -> Non
     (tmp_path / "train.py").write_text(PROGRAM.replace("LOSS", COMPARED["nt-xent"]))
     result = CliRunner().invoke(cli, ["lint", "--select", "DDP050", str(tmp_path / "train.py")])
     assert "DDP050" not in result.output, result.output
+
+
+LOSS_MODULE = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class NTXentLoss(nn.Module):
+    def __init__(self, temperature):
+        super().__init__()
+        self.temperature = temperature
+
+    def forward(self, z_i, z_j):
+        b = z_i.size(0)
+        z = F.normalize(torch.cat([z_i, z_j], dim=0), dim=1)
+        sim = torch.mm(z, z.t()) / self.temperature
+        sim.fill_diagonal_(float("-inf"))
+        labels = torch.cat([torch.arange(b, 2 * b), torch.arange(0, b)])
+        return F.cross_entropy(sim, labels)
+
+
+def main():
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    loader = DataLoader(TensorDataset(torch.randn(64, 8)), batch_size=16, shuffle=True)
+    model = nn.Linear(8, 4).to(device)
+    criterion = NTXentLoss(0.5)MOVED
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for (x,) in loader:
+        x = x.to(device)
+        loss = criterion(model(x + 0.1 * torch.randn_like(x)), model(x + 0.1 * torch.randn_like(x)))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.mark.parametrize("moved", ["", ".to(device)"], ids=["built", "built-and-moved"])
+def test_in_batch_negatives_in_a_loss_modules_forward_are_reviewed(tmp_path: Path, moved: str) -> None:
+    # A trial (SimCLR): ``criterion = NTXentLoss(t).to(device)`` then ``criterion(z1, z2)``: the ``.to()`` hid the
+    # class whose ``forward`` the call runs, the batch did not flow into it, and the migration said nothing.
+    _, report, _ = migrate_script(tmp_path, LOSS_MODULE.replace("MOVED", moved))
+    assert "DDP050 `torch.mm(z, z.t())` multiplies the samples of this process's batch" in report, report

@@ -2099,6 +2099,9 @@ class ScriptAnalysis:
             if type(origin) is cst.Call and self.is_call_to(origin, _MODEL_PASSING) and origin.args:  # type: ignore[arg-type, attr-defined]
                 pending.extend(self.origins(origin.args[0].value))  # type: ignore[attr-defined]  # (``convert_sync_batchnorm(model)``)
                 continue
+            if type(origin) is cst.Call and type(origin.func) is cst.Attribute and call_method_name(origin) in SELF_RETURNING_METHODS:  # type: ignore[arg-type, attr-defined]
+                pending.extend(self.origins(origin.func.value))  # type: ignore[attr-defined]  # (``NTXentLoss(t).to(device)``: the module itself)
+                continue
             if origin in self.program_wrap_calls:
                 model = wrapped_argument(origin)  # type: ignore[arg-type]
                 home = self.shared.analysis_of(origin) or self
