@@ -198,3 +198,60 @@ def test_decisions_of_callbacks_called_on_a_list_of_several_classes_are_reviewed
     findings = lint_findings(tmp_path, DISPATCHED, "DDP041")
     assert any("`self.stop_training` decides on self.stop_training" in line for line in findings), findings
     assert any("self.scheduler.step() steps on logs" in line for line in findings), findings
+
+
+GETATTR_DISPATCH = '''import argparse
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+
+class Runner:
+    def __init__(self, model, optimizer):
+        self.model = model
+        self.optimizer = optimizer
+
+    def fit_batch(self, batch):
+        x, y = batch
+        loss = F.mse_loss(self.model(x), y)
+        self.optimizer.zero_grad()
+        loss.backward()
+        self.optimizer.step()
+        return loss.item()
+
+    def show(self, value):
+        if dist.get_rank() == 0:
+            print(f"mean loss over all ranks: {value:.4f}")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--action", default="fit_batch")
+    args = parser.parse_args()
+    dist.init_process_group("gloo")
+    model = DDP(nn.Linear(4, 1))
+    runner = Runner(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    dataset = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    loader = DataLoader(dataset, batch_size=8, sampler=DistributedSampler(dataset))
+    for epoch in range(2):
+        total = torch.zeros(())
+        for batch in loader:
+            total += getattr(runner, args.action)(batch)
+        dist.all_reduce(total)
+        runner.show(total.item() / len(loader) / dist.get_world_size())
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_a_method_chosen_by_name_at_run_time_hands_the_batch_to_no_other_method(tmp_path: Path) -> None:
+    # A review: ``getattr(runner, args.action)(batch)`` may run any method of the class; handing the batch to every
+    # one of them made ``show(value)`` print a shard's value, though it is given the all-reduced mean.
+    assert lint_findings(tmp_path, GETATTR_DISPATCH, "DDP038") == []

@@ -76,6 +76,8 @@ def test_a_sum_over_the_sharded_loader_rank_0_shows_is_noted(tmp_path: Path, sho
     "show",
     [
         'print(f"epoch {epoch}: val loss {val_loss:.4f}")',  # the evaluation loader is left whole: every rank's number
+        # A review: an error is still logged on every rank once logging is silenced off rank 0 (below ERROR only).
+        'if total > 1e6:\n            logger.error("loss diverged: %f", total)',
         'print(f"epoch {epoch} done, lr {opt.param_groups[0][\'lr\']}")',  # no data in it
         # A trial's false note: a history of dicts holding the shard's loss beside the whole set's validation
         # loss; the values are tracked per name, not per key, so what is read out of a container gets no note.

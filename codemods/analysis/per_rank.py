@@ -491,12 +491,15 @@ class PerRankValues:
         # ``model(x)`` runs the model's ``forward(self, x)``: its inputs are the step's batch. A method called on
         # objects of several classes (``for cb in self.callbacks: cb.on_epoch_end(self, epoch, logs)``) hands
         # its arguments to each class's method.
+        # (Only methods the call names: ``getattr(runner, args.action)(batch)`` may run any method of the class.)
         first = analysis.call_target(node) or analysis.model_forward(node)  # type: ignore[arg-type]
-        functions = [first, *analysis.shared.other_targets.get(node, ())] if first is not None else []  # type: ignore[call-overload]
+        named = node.func.attr.value if type(node.func) is cst.Attribute else None  # type: ignore[attr-defined]
+        others = [f for f in analysis.shared.other_targets.get(node, ()) if f.name.value == named]  # type: ignore[call-overload]
+        functions = [first, *others] if first is not None else []
+        # ``clip_loss(*model(x, y))``: what the unpacked value holds fills the parameters no argument names
+        # (those without a default: a default is more often left alone).
+        unpacked = [a.value for a in node.args if a.star]  # type: ignore[attr-defined]
         for function in functions:
-            # ``clip_loss(*model(x, y))``: what the unpacked value holds fills the parameters no argument names
-            # (those without a default: a default is more often left alone).
-            unpacked = [a.value for a in node.args if a.star]  # type: ignore[attr-defined]
             for param in function.params.params:
                 argument = analysis.argument_for(node, function, param.name.value)  # type: ignore[arg-type]
                 if argument is not None:
@@ -749,6 +752,9 @@ def _solve(analysis: ScriptAnalysis) -> PerRankValues | None:
     return values
 
 
+#: The logging calls ``runtime.silence_non_main_logging()`` quiets off rank 0: records below ERROR (an error, an
+#: exception or a critical record still comes from every rank; ``log(level, ...)`` may be either).
+SILENCED_LOG_METHODS = frozenset({"debug", "info", "warning", "warn"})
 #: ``SummaryWriter`` methods that record a metric.
 SCALAR_WRITER_METHODS = frozenset({"add_scalar", "add_scalars", "add_histogram"})
 
@@ -766,7 +772,7 @@ def rank_zero_outputs(analysis: ScriptAnalysis) -> list[tuple[cst.Call, str]]:
     for call in analysis.calls:
         if analysis.is_call_to(call, names.RUNTIME_PRINT):
             found.append((call, "runtime.print0"))
-        elif silenced and call in logging_calls:
+        elif silenced and call in logging_calls and call_method_name(call) in SILENCED_LOG_METHODS:
             found.append((call, "logging on rank 0"))
         elif facts.guard(call) is None:
             continue
