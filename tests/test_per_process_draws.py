@@ -387,13 +387,36 @@ if __name__ == "__main__":
 '''
 
 
-@pytest.mark.parametrize(("seed", "reviewed"), [("torch.manual_seed(seed)", False), ("pass", True)], ids=["seeded", "unseeded"])
+@pytest.mark.parametrize(
+    ("seed", "reviewed"),
+    [
+        ("torch.manual_seed(seed)", False),
+        ("pass", True),
+        # A review: the seed after the call seeds nothing the split drew.
+        ("AFTER", True),
+    ],
+    ids=["seeded", "unseeded", "seeded-after-the-split"],
+)
 def test_a_split_in_a_helper_of_another_module_that_main_calls_after_seeding_is_seeded(tmp_path: Path, seed: str, reviewed: bool) -> None:
     """A trial: ``main()`` seeded torch, then called ``build_datasets()`` of ``mylib/data.py``, which split with
     ``random_split``. The split was taken for one made when ``data.py`` is imported (the chain of callers ends at
     the entry's ``main()`` call, at its top level), DDP043 gave it a generator of its own, and the migrated program
     split differently from the original and drew other initial weights."""
     (tmp_path / "data.py").write_text(DATA_IN_A_HELPER)
-    (tmp_path / "train.py").write_text(ENTRY_CALLING_THE_HELPER.replace("SEED", seed))
+    entry = ENTRY_CALLING_THE_HELPER.replace("SEED", seed)
+    if seed == "AFTER":
+        entry = ENTRY_CALLING_THE_HELPER.replace("    SEED\n    train_set, val_set = build_datasets(100)\n", "    train_set, val_set = build_datasets(100)\n    torch.manual_seed(seed)\n")
+    (tmp_path / "train.py").write_text(entry)
     result = CliRunner().invoke(cli, ["lint", "--select", "DDP043", str(tmp_path)], catch_exceptions=False)
     assert ("data.py:7:12: DDP043" in result.output) is reviewed, result.output
+
+
+def test_a_helper_split_called_at_the_top_of_a_module_the_entry_imports_runs_at_import(tmp_path: Path) -> None:
+    # A review: ``config.py`` calls ``build_datasets()`` at its top level, so the split runs when the entry imports
+    # ``config``, before ``main()`` seeds; the seed was checked against the imports of ``data.py`` instead.
+    (tmp_path / "data.py").write_text(DATA_IN_A_HELPER)
+    (tmp_path / "config.py").write_text("from data import build_datasets\n\ntrain_set, val_set = build_datasets(100)\n")
+    entry = ENTRY_CALLING_THE_HELPER.replace("from data import build_datasets", "from config import train_set")
+    (tmp_path / "train.py").write_text(entry.replace("    SEED\n    train_set, val_set = build_datasets(100)\n", "    torch.manual_seed(seed)\n"))
+    result = CliRunner().invoke(cli, ["lint", "--select", "DDP043", str(tmp_path)], catch_exceptions=False)
+    assert "data.py:7:12: DDP043" in result.output, result.output

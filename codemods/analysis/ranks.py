@@ -1447,9 +1447,7 @@ def seeds_alike(analysis: ScriptAnalysis, state: str = "torch", before: cst.CSTN
     None: opt.manualSeed = random.randint(...)``) counts as alike: it is, in every run given the seed (the
     question of the rules that report draws alike, where the other rules ask whether every run is alike)."""
     uniform = False
-    # A draw that runs when its module is imported (``train_set, val_set = random_split(...)`` at the top of
-    # ``data.py``) runs before the entry's ``main()`` seeds anything.
-    at_import = before is not None and not analysis.is_entry and _runs_at_import(analysis, before)
+    path = _call_path(analysis, before) if before is not None else []
     for module in analysis.shared.analyses:
         kinds = _seed_kinds(module, state)
         if not kinds:
@@ -1461,22 +1459,28 @@ def seeds_alike(analysis: ScriptAnalysis, state: str = "torch", before: cst.CSTN
             and (
                 before is None
                 or (module is analysis and analysis.may_run_before(call, before))
-                or (module is not analysis and (not at_import or _seeds_before_importing(module, call, analysis)))
+                or (module is not analysis and _seed_may_come_first(module, call, analysis, path))
             )
             for call, kind in kinds
         )
     return uniform
 
 
-def _runs_at_import(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
-    """Whether a node of a module the entry imports runs when that module is imported: at its top level, or in a
-    function the chain of its single callers reaches from the top level of a module other than the entry (a
-    helper ``build()`` that the entry's ``main()`` calls runs when ``main()`` does, after its imports)."""
-    function, site = _call_path(analysis, node)[-1]
-    if function is not None:
-        return False
+def _seed_may_come_first(module: ScriptAnalysis, seed: cst.Call, analysis: ScriptAnalysis, path: list[tuple[cst.FunctionDef | None, cst.CSTNode]]) -> bool:
+    """Whether a seed of ``module`` may run before a draw of another module (``path``: the draw's chain of single
+    callers, :func:`_call_path`). Where the chain passes through the seed's module, the seed may run before the
+    chain's call there (``main()`` seeding, then calling ``build_datasets()`` of ``data.py``: seeded; the call first,
+    then the seed: not). Where the chain starts at the top level of a module other than the entry, the draw runs
+    when that module is imported (``train_set, val_set = random_split(...)`` at the top of ``data.py``, or a helper
+    called there): the seed must run before that import. Otherwise (a chain of several callers) it counts."""
+    for _, node in path[1:]:
+        if (analysis.shared.analysis_of(node) or analysis) is module:
+            return module.may_run_before(seed, node)
+    function, site = path[-1]
     home = analysis.shared.analysis_of(site) or analysis
-    return not home.is_entry
+    if function is None and not home.is_entry:
+        return _seeds_before_importing(module, seed, home)
+    return True
 
 
 def _seed_calls(analysis: ScriptAnalysis, state: str) -> list[cst.Call]:
