@@ -230,10 +230,11 @@ class HardcodedDevice(Rule):
     option read as a device (``add_argument("--device", default="cuda:1")``), ``CUDA_VISIBLE_DEVICES`` set by the
     program (left to a human: under torchrun every process must see all the GPUs of its node), and a device kept
     in a variable as a string (``device = "cuda:0" if torch.cuda.is_available() else "cpu"``) that the program
-    hands to ``.to(...)`` or ``device=``, also through copies (``device = DEVICE`` of a module-level ``DEVICE``) and a dict written out (``CFG["device"]``). In a
-    script that already sets up a process group only literal indices (``cuda:0``, ``.cuda(0)``,
-    ``set_device(0)``) are reported: there ``.cuda()`` follows the current device; where that set-up may take
-    gloo (it runs on CPU machines too), so is a ``device="cuda"`` no CUDA test guards.
+    hands to ``.to(...)`` or ``device=``, also through copies (``device = DEVICE`` of a module-level ``DEVICE``)
+    and a dict written out (``CFG["device"]``). In a script that already sets up a process group only literal
+    indices (``cuda:0``, ``.cuda(0)``, ``set_device(0)``) are reported: there ``.cuda()`` follows the current
+    device; where that set-up may take gloo (it runs on CPU machines too), so is a ``device="cuda"`` no CUDA test
+    guards.
 
     Why it is a problem: with one process per GPU, every process that says ``cuda`` or ``cuda:0`` piles
     onto GPU 0 (out of memory, or NCCL errors about duplicate GPUs), and none of it runs on a CPU-only

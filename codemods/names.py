@@ -72,9 +72,12 @@ DISTRIBUTED_SAMPLER = frozenset(
 TORCH_SAVE = frozenset({"torch.save", "torch.serialization.save"})
 TORCH_LOAD = frozenset({"torch.load", "torch.serialization.load"})
 TORCH_DEVICE = frozenset({"torch.device"})
-#: Calls that make a device index this process's current device: CUDA's, and the accelerator-agnostic one of torch
-#: >= 2.6 (``torch.accelerator.set_device_index(rank)``, PyTorch's DDP examples since), XPU's.
-SET_DEVICE_CALLS = frozenset({"torch.cuda.set_device", "torch.accelerator.set_device_index", "torch.xpu.set_device"})
+#: Calls that make a device index this process's current device: CUDA's, the accelerator-agnostic ones of recent
+#: torch releases (``torch.accelerator.set_device_index(rank)``, as PyTorch's DDP examples now write it, and its
+#: deprecated spelling ``set_device_idx``), XPU's.
+SET_DEVICE_CALLS = frozenset(
+    {"torch.cuda.set_device", "torch.accelerator.set_device_index", "torch.accelerator.set_device_idx", "torch.xpu.set_device"}
+)
 CUDA_IS_AVAILABLE = frozenset({"torch.cuda.is_available"})
 CUDA_QUERIES = CUDA_IS_AVAILABLE | frozenset({"torch.cuda.device_count"})
 

@@ -259,7 +259,7 @@ loss.backward()
                     yield _Case(call, DEVICE, "torch.device from the global rank: the GPU of a process is its local rank")
             elif analysis.is_call_to(call, names.SET_DEVICE_CALLS):
                 if call.args and facts.holds_global_rank(call.args[0].value):
-                    yield _Case(call, SET_DEVICE, "set_device(global rank): the GPU of a process is its local rank")
+                    yield _Case(call, SET_DEVICE, f"{code_of(call.func)}(global rank): the GPU of a process is its local rank")
             elif _is_cuda_query(analysis, call) and call.args and call.args[0].keyword is None and facts.holds_global_rank(call.args[0].value):
                 yield _Case(call.args[0].value, DEVICE, f"{call_method_name(call)}(global rank): the GPU of a process is its local rank")
             elif call_method_name(call) in ("to", "cuda") and call.args:

@@ -156,8 +156,9 @@ class _Scanner:
         not parse)."""
         key = self.resolve(path)
         if key not in self.facts:
-            text = self.texts.get(key) if key in self.texts else _read_text(key)
+            text = self.texts[key] = self.texts[key] if key in self.texts else _read_text(key)  # (kept for the scan)
             if text is None or not may_distribute(text):
+                self.texts.pop(key, None)
                 return False
         facts = self(key)
         return facts is not None and facts.distributes

@@ -48,10 +48,12 @@ if __name__ == "__main__":
 """
 
 
-@pytest.mark.parametrize("call", ["torch.accelerator.set_device_index", "torch.cuda.set_device", "torch.xpu.set_device"])
+@pytest.mark.parametrize(
+    "call", ["torch.accelerator.set_device_index", "torch.accelerator.set_device_idx", "torch.cuda.set_device", "torch.xpu.set_device"]
+)
 def test_a_device_chosen_by_the_global_rank_is_reported(tmp_path: Path, call: str) -> None:
     findings = lint_findings(tmp_path, SPAWNED.replace("SET_DEVICE", f"{call}(rank)"), "DDP024")
-    assert any("DDP024 set_device(global rank)" in line for line in findings), findings
+    assert any(f"DDP024 {call}(global rank): the GPU of a process is its local rank" in line for line in findings), findings
 
 
 def test_the_migration_leaves_the_device_to_the_runtime(tmp_path: Path) -> None:
