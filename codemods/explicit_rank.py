@@ -8,7 +8,7 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, dotted_name
-from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
+from .base import Change, Example, FixResult, FixSafety, Match, Note, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression, is_pure, removal_set, remove_statements, replace_values, statement, statement_line
 from .analysis.legacy import INIT_PARAMETERS, LaunchIndex, LegacyFacts, argument, legacy_facts, string_value
 from .runtime_calls import on_the_cpu_note, runtime_name, setup_code
@@ -48,7 +48,9 @@ class ExplicitRankAndWorldSize(Rule):
     reports.
 
     Fix safety: the rank and world size come from torchrun's environment instead of the script's own
-    computation, and an ``init_method`` is dropped; a plain run is a world of one, as before.
+    computation, and an ``init_method`` is dropped; a plain run is a world of one, as before. A script that
+    still reads SLURM's launch variables (``SLURM_PROCID``) gets a note: started by ``srun`` alone, each process
+    would now train alone; under SLURM, ``srun`` starts torchrun on each node.
     """
 
     code = "DDP022"
@@ -206,6 +208,29 @@ def init_distributed():
             return False
         given = {a.keyword.value if a.keyword else INIT_PARAMETERS[i] for i, a in enumerate(call.args) if a.keyword or i < len(INIT_PARAMETERS)}
         return given <= REPLACED
+
+    def notes(self, analysis: ScriptAnalysis, options: Options) -> list[Note]:
+        """Where the module sets its group up through the runtime (torchrun's environment) but still reads SLURM's
+        launch variables (a reference script's ``elif "SLURM_PROCID" in os.environ:`` branch): launched by ``srun``
+        alone, each process now forms a world of one and trains on all the data. Said once, at the set-up."""
+        setups = analysis.calls_to(names.RUNTIME_SETUP)
+        if not setups:
+            return []
+        read = sorted(
+            {value for node in analysis.preorder if type(node) is cst.SimpleString and (value := string_value(node)) and value.startswith("SLURM_")}
+        )
+        if not read:
+            return []
+        return [
+            Note(
+                self.code,
+                analysis.line(setups[0]),
+                f"the program reads SLURM's launch variables ({', '.join(read[:3])}), but its process group now comes from "
+                "torchrun's environment only: started by srun alone, each process forms a world of one and trains on all "
+                "the data; under SLURM start torchrun on each node (srun torchrun --nnodes=$SLURM_NNODES "
+                "--nproc_per_node=<GPUs per node> --rdzv_backend=c10d --rdzv_endpoint=<first node>:29500 ...)",
+            )
+        ]
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
         facts = legacy_facts(analysis)
