@@ -9,7 +9,7 @@ import libcst as cst
 from . import names
 from .analysis import LoaderLoop, ScriptAnalysis, call_method_name, dotted_name, loader_argument, tree, walk
 from .analysis.per_rank import PerRankValues, divides_a_shard_sum, training_batch_values
-from .analysis.script import assignment_targets, is_parameter_group, subscript_key
+from .analysis.script import assignment_targets, is_parameter_group, own_method, subscript_key
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression
 from .runtime_calls import runtime_name
@@ -27,8 +27,10 @@ class PerProcessBatchReads(Rule):
     (``batch_size=runtime.per_process_batch_size(B)``): a batch's size compared with ``B`` itself (``if
     x.size(0) < B: continue``, dropping an incomplete batch); a count of the samples or tokens the loop
     has seen that decides when training stops (``seen += x.size(0)``, then ``if seen >= budget: break``) or
-    sets the learning rate (a warm-up over samples: ``group["lr"] = lr_at(seen)``); and ``loader.batch_size``
-    read anywhere (``steps = epochs * len(ds) // loader.batch_size``).
+    sets the learning rate (a warm-up over samples: ``group["lr"] = lr_at(seen)``); ``loader.batch_size``
+    read anywhere (``steps = epochs * len(ds) // loader.batch_size``); tensors sized with ``B`` where the step
+    meets them; and an object of the program's classes built with ``B`` whose class sizes tensors with it (a
+    contrastive loss's ``(2B, 2B)`` mask made in ``__init__``: every rank failed at its first step).
 
     Why it is a problem: each process now loads ``B / N`` samples a step. Every batch looks incomplete
     next to ``B`` (a trial's loop skipped all of them: 0 steps, exit 0); a process counts only its own
@@ -188,6 +190,14 @@ for x, y in loader:
                 "fits them); size it with the per-process batch",
                 fixable=False,
             )
+        for call, size, cls, sized in _handed_to_a_sizing_class(analysis, split):
+            yield Match(
+                call,
+                f"`{code_of(call.func)}(...)` is handed {size}, the global batch size, and {cls.name.value} sizes tensors "
+                f"with it (`{code_of(sized).strip()}`): each process's batches now have runtime.per_process_batch_size("
+                f"{size}) samples (a mask or labels of the global size no longer fit them); hand it the per-process batch",
+                fixable=False,
+            )
         for node in analysis.attributes:
             if node.attr.value == "sampler" and _length_taken(analysis, node) and any(origin in split for origin in analysis.origins(node.value)):
                 if divides_a_shard_sum(analysis, analysis.parent(analysis.parent(node))):  # type: ignore[arg-type]
@@ -319,6 +329,70 @@ def _sized_with_the_global_batch(analysis: ScriptAnalysis, split: dict[cst.CSTNo
                     if not analysis.is_inside(call, scope) or _meets_the_batch(analysis, call, scope):
                         yield call, named[0][0], named[0][1]
                     break
+
+
+def _handed_to_a_sizing_class(
+    analysis: ScriptAnalysis, split: dict[cst.CSTNode, str]
+) -> Iterator[tuple[cst.Call, str, cst.ClassDef, cst.Call]]:
+    """Objects of the program's classes built, in a function that trains on a split loader, with its global batch
+    size (``NTXentLoss(cfg.batch_size, t)``) where the class makes tensors of a shape read from it (``n = 2 *
+    batch_size; mask = torch.ones((n, n))`` in ``__init__``, or with ``self.batch_size`` in a method): each with
+    the size's spelling, the class and the call that makes such a tensor."""
+    done: set[cst.Call] = set()
+    for loop in analysis.loader_loops:
+        sizes = {split[call] for call in loop.loader_calls if call in split}
+        sizes = {size for size in sizes if all(part.isidentifier() for part in size.split("."))}
+        if not loop.trains or not sizes:
+            continue
+        scope = analysis.enclosing_function(loop.loop) or analysis.module
+        for call in analysis.nodes_below(scope):
+            if type(call) is not cst.Call or call in done:
+                continue
+            cls = analysis.shared.constructed.get(call)  # type: ignore[call-overload]
+            init = own_method(cls, "__init__") if cls is not None else None
+            if cls is None or init is None:
+                continue
+            home = analysis.shared.analysis_of(cls) or analysis
+            for param, argument in analysis.bound_arguments(call, init):  # type: ignore[arg-type]
+                size = _copy_of_a_size(analysis, argument, sizes)
+                sized = _tensor_sized_by(home, cls, init, param) if size is not None else None
+                if sized is not None:
+                    done.add(call)  # type: ignore[arg-type]
+                    yield call, size, cls, sized  # type: ignore[misc]
+                    break
+
+
+def _tensor_sized_by(home: ScriptAnalysis, cls: cst.ClassDef, init: cst.FunctionDef, param: str) -> cst.Call | None:
+    """A tensor-making call of the class (:data:`_SHAPED`) whose shape reads the ``__init__`` parameter: in
+    ``__init__`` through local names computed from it (``n = 2 * batch_size``), in any method through an attribute
+    it is kept in (``self.batch_size = batch_size``)."""
+    local, kept = {param}, set()
+    assignments = [node for node in home.nodes_below(init.body) if type(node) is cst.Assign]
+    for _ in range(3):  # (a few steps: ``b = batch_size; n = 2 * b``)
+        for node in assignments:
+            if _reads_any(home, node.value, local, kept):  # type: ignore[attr-defined]
+                for target in node.targets:  # type: ignore[attr-defined]
+                    name = dotted_name(target.target)
+                    if name is not None and name.startswith("self.") and name.count(".") == 1:
+                        kept.add(name[5:])
+                    elif name is not None and "." not in name:
+                        local.add(name)
+    for method in (node for node in cls.body.body if type(node) is cst.FunctionDef):
+        names = local if method is init else set()
+        for call in home.nodes_below(method.body):
+            if type(call) is cst.Call and home.is_call_to(call, _SHAPED) and any(_reads_any(home, arg.value, names, kept) for arg in call.args):  # type: ignore[arg-type, attr-defined]
+                return call  # type: ignore[return-value]
+    return None
+
+
+def _reads_any(home: ScriptAnalysis, expr: cst.CSTNode, names: set[str], kept: set[str]) -> bool:
+    """Whether an expression reads one of the local names, or ``self.<attribute>`` of the kept attributes."""
+    for node in home.nodes_below(expr):
+        if type(node) is cst.Name and node.value in names:  # type: ignore[attr-defined]
+            return True
+        if type(node) is cst.Attribute and type(node.value) is cst.Name and node.value.value == "self" and node.attr.value in kept:  # type: ignore[attr-defined]
+            return True
+    return False
 
 
 def _copy_of_a_size(analysis: ScriptAnalysis, expr: cst.BaseExpression, sizes: set[str]) -> str | None:

@@ -77,3 +77,58 @@ def test_a_global_batch_size_read_through_a_held_namespace_is_reviewed(tmp_path:
 def test_another_size_held_by_the_trainer_is_not_the_batch(tmp_path: Path) -> None:
     text, report, _ = migrate_script(tmp_path, _source("classes", "self.classes", "torch.arange(self.classes)[: len(x)] % 4", "32"))
     assert "DDP047" not in report, report
+
+
+SIZING_LOSS = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class PairLoss(nn.Module):
+    def __init__(self, batch_size, temperature=0.5):
+        super().__init__()
+        self.batch_size = batch_size
+        self.temperature = temperature
+        BODY
+
+    def forward(self, z_i, z_j):
+        z = F.normalize(torch.cat([z_i, z_j]), dim=1)
+        sim = (z @ z.t() / self.temperature).masked_fill(self.mask[: len(z), : len(z)], float("-inf"))
+        b = z_i.size(0)
+        return F.cross_entropy(sim, torch.cat([torch.arange(b, 2 * b), torch.arange(b)]))
+
+
+def main():
+    batch_size = 16
+    loader = DataLoader(TensorDataset(torch.randn(64, 8)), batch_size=batch_size, shuffle=True, drop_last=True)
+    model = nn.Linear(8, 4)
+    criterion = PairLoss(batch_size)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for (x,) in loader:
+        loss = criterion(model(x + 0.1 * torch.randn_like(x)), model(x + 0.1 * torch.randn_like(x)))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.mark.parametrize(
+    ("body", "sized"),
+    [
+        ("self.register_buffer(\"mask\", torch.eye(4096, dtype=torch.bool))", False),
+        ("n = 2 * batch_size\n        self.register_buffer(\"mask\", torch.ones((n, n), dtype=torch.bool).triu(1) & False)", True),
+        ("self.register_buffer(\"mask\", torch.zeros(2 * self.batch_size, 2 * self.batch_size, dtype=torch.bool))", True),
+    ],
+    ids=["size-not-read", "local-from-the-parameter", "kept-attribute"],
+)
+def test_a_class_built_with_the_global_batch_size_that_sizes_tensors_with_it_is_reviewed(tmp_path: Path, body: str, sized: bool) -> None:
+    # A trial (SimCLR): ``NTXentLoss(cfg.batch_size, t)`` built a (2B, 2B) mask in ``__init__``; the migration split the
+    # loader's batch and said nothing, and every rank failed at its first step (a shape of 128 for 64 samples).
+    _, report, _ = migrate_script(tmp_path, SIZING_LOSS.replace("BODY", body))
+    assert ("DDP047 `PairLoss(...)` is handed batch_size, the global batch size, and PairLoss sizes tensors with it" in report) is sized, report
