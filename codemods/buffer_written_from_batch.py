@@ -132,7 +132,10 @@ model = DDP(Queue(64))
 def _registered_buffers(analysis: ScriptAnalysis, cls: cst.ClassDef) -> frozenset[str]:
     """The names the class registers buffers under (``self.register_buffer("queue", ...)``), in any of its
     methods or those of the classes of the program it derives from."""
-    registered = analysis.derived("buffers registered by class", _buffers_by_class)
+    cache = analysis.shared.__dict__.setdefault("_buffers_by_class", [])  # (once per program: it reads every module)
+    if not cache:
+        cache.append(_buffers_by_class(analysis))
+    registered = cache[0]
     return frozenset(name for owner in analysis.shared.ancestors_of(cls) for name in registered.get(owner, ()))
 
 

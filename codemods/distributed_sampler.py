@@ -720,6 +720,8 @@ def _said_per_device(analysis: ScriptAnalysis, loader: cst.Call) -> str | None:
     leaf = given.attr.value if type(given) is cst.Attribute else given.value if type(given) is cst.Name else subscript_key(given)  # type: ignore[attr-defined]
     if leaf is None:
         return None
+    if type(given) is cst.Name and any(type(v) not in (cst.Name, cst.Attribute) for v in analysis.flows_into(given, given.value)):
+        return None  # (``batch_size = args.batch_size * n_gpu``: the program made the global batch of the per-device one)
     if _PER_DEVICE.search(leaf):
         return f"`{code_of(given)}`"
     for module in analysis.shared.analyses:

@@ -56,3 +56,15 @@ def test_a_batch_size_said_to_be_per_device_gets_a_note(tmp_path: Path, option: 
 @pytest.mark.parametrize(("option", "help_text"), [("--batch_size", ""), ("--batch-size", "input batch size for training")])
 def test_a_plain_batch_size_gets_no_note(tmp_path: Path, option: str, help_text: str) -> None:
     assert "per device" not in _report(tmp_path, option, help_text)
+
+
+def test_a_per_device_size_the_program_multiplies_by_its_devices_gets_no_note(tmp_path: Path) -> None:
+    # A trial (DataParallel): ``batch_size = args.batch_size * max(1, n_gpu)`` is the global batch already; the note
+    # told the user to keep the per-device size per process, which would have made the global batch N times larger.
+    source = PROGRAM.replace("OPTION", '"--batch-size"').replace("HELP", ', help="batch size per GPU"')
+    source = source.replace("batch_size=args.DEST", "batch_size=batch_size").replace(
+        "model = nn.Linear(4, 1)\n", "model = nn.Linear(4, 1)\nbatch_size = args.batch_size * max(1, torch.cuda.device_count())\n"
+    )
+    _, report, _ = migrate_script(tmp_path, source)
+    assert "runtime.per_process_batch_size(batch_size)" in (tmp_path / "train.py").read_text(), report
+    assert "per device" not in report, report
