@@ -350,7 +350,14 @@ def test_no_progress_bar_when_not_a_terminal_or_quiet(tmp_path: Path) -> None:
 def test_ctrl_c_stops_at_once_leaves_files_whole_and_exits_130(tmp_path: Path) -> None:
     files = _many(tmp_path, 120)
     process = subprocess.Popen(
-        [sys.executable, "-m", "ddp_migrate", "-j", "2", "src"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-m", "ddp_migrate", "-j", "2", "src"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # (Ctrl-C's default, whatever the suite was started with: a job started in the background by a shell without
+        # job control inherits SIGINT ignored, and so would the tool)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and all(path.read_text() == DP_SCRIPT for path in files[:40]):

@@ -551,11 +551,15 @@ def test_ctrl_c_during_a_write_waits_for_the_write(tmp_path: Path) -> None:
         return found
 
     writer.tempfile.mkstemp = mkstemp_then_interrupt  # type: ignore[assignment]
+    # (Ctrl-C's own handler, whatever the suite was started with: a job started in the background by a shell without
+    # job control inherits SIGINT ignored)
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with pytest.raises(KeyboardInterrupt):
             writer.write_atomic(target, b"new\n")
     finally:
         writer.tempfile.mkstemp = real_mkstemp  # type: ignore[assignment]
+        signal.signal(signal.SIGINT, handler)
     assert target.read_bytes() == b"new\n"
     assert [p.name for p in tmp_path.iterdir()] == ["train.py"]
 
