@@ -157,22 +157,7 @@ class PerRankValues:
         if (kind is cst.CompFor or kind is cst.For) and parent.iter is node:  # type: ignore[attr-defined]
             return True
         name = dotted_name(node)
-        if name is None:
-            return False
-        root = name.split(".")[0]
-        for ancestor in home.ancestors(node):
-            kind = type(ancestor)
-            if kind is cst.FunctionDef or kind is cst.ClassDef or kind is cst.Lambda:
-                return False
-            loops = [ancestor] if kind is cst.For else []
-            if kind in COMPREHENSIONS:
-                loop = ancestor.for_in  # type: ignore[attr-defined]
-                while loop is not None:
-                    loops.append(loop)
-                    loop = loop.inner_for_in
-            if any(bound.split(".")[0] == root for loop in loops for _, bound in home.names_in_target(loop.target)):  # type: ignore[attr-defined]
-                return True
-        return False
+        return name is not None and _loop_binding(home, node, name.split(".")[0]) is not None
 
     def _reached(self, use: _Use) -> bool:
         """Whether a statement that made the used name per-rank may run before the use: not where every such
@@ -332,20 +317,11 @@ class PerRankValues:
         and that loop goes over loaders no ``DistributedSampler`` shards (an evaluation on the whole set): the
         keys are per scope, so the training loop's ``x`` and the validation loop's ``x`` share one."""
         home = self.analysis.shared.analysis_of(node) or self.analysis
-        for ancestor in home.ancestors(node):
-            kind = type(ancestor)
-            if kind is cst.FunctionDef or kind is cst.ClassDef or kind is cst.Lambda:
-                return False
-            if kind is cst.For and any(name.split(".")[0] == root for _, name in home.names_in_target(ancestor.target)):  # type: ignore[attr-defined]
-                return self._whole_passes().get(ancestor, False)  # type: ignore[arg-type]
-            if kind in COMPREHENSIONS:
-                # ``sum(loss(model(x), y) for x, y in val_loader)``: the comprehension's own variables.
-                loop = ancestor.for_in  # type: ignore[attr-defined]
-                while loop is not None:
-                    if any(name.split(".")[0] == root for _, name in home.names_in_target(loop.target)):
-                        return self._whole_loader(home, loop.iter)
-                    loop = loop.inner_for_in
-        return False
+        loop = _loop_binding(home, node, root)
+        if type(loop) is cst.For:
+            return self._whole_passes().get(loop, False)  # type: ignore[arg-type]
+        # ``sum(loss(model(x), y) for x, y in val_loader)``: the comprehension's own variables.
+        return loop is not None and self._whole_loader(home, loop.iter)
 
     def _whole_loader(self, home: ScriptAnalysis, iterated: cst.BaseExpression) -> bool:
         """Whether a comprehension goes over loaders of the program that no ``DistributedSampler`` shards."""
@@ -542,6 +518,24 @@ class PerRankValues:
 
 #: The statements that bind a name (what :meth:`PerRankValues._reached` compares with the binding in effect).
 _BINDINGS = (cst.Assign, cst.AnnAssign, cst.AugAssign, cst.For)
+
+
+def _loop_binding(home: ScriptAnalysis, node: cst.CSTNode, root: str) -> cst.For | cst.CompFor | None:
+    """The innermost ``for`` loop, or ``for`` of a comprehension, around a node (within its function) whose
+    target binds the name ``root``; ``None`` where none does."""
+    for ancestor in home.ancestors(node):
+        kind = type(ancestor)
+        if kind is cst.FunctionDef or kind is cst.ClassDef or kind is cst.Lambda:
+            return None
+        if kind is cst.For and any(name.split(".")[0] == root for _, name in home.names_in_target(ancestor.target)):  # type: ignore[attr-defined]
+            return ancestor  # type: ignore[return-value]
+        if kind in COMPREHENSIONS:
+            loop = ancestor.for_in  # type: ignore[attr-defined]
+            while loop is not None:
+                if any(name.split(".")[0] == root for _, name in home.names_in_target(loop.target)):
+                    return loop
+                loop = loop.inner_for_in
+    return None
 
 
 class _Use:
