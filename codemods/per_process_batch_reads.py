@@ -295,20 +295,27 @@ def _length_taken(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
 _SHAPED = frozenset({f"torch.{n}" for n in ("zeros", "ones", "empty", "full", "randn", "rand", "randint", "arange")})
 
 
+def _training_scopes(analysis: ScriptAnalysis, split: dict[cst.CSTNode, str]) -> Iterator[tuple[LoaderLoop, cst.CSTNode, set[str]]]:
+    """Each loop that trains on split loaders whose global sizes are names (``args.bsz``, ``cfg.train.batch_size``),
+    with the function around it (or the module) and those sizes; once per function and sizes (two loops of one
+    function: its calls are read once)."""
+    scanned: set[tuple[cst.CSTNode, frozenset[str]]] = set()
+    for loop in analysis.loader_loops:
+        sizes = {split[call] for call in loop.loader_calls if call in split}
+        sizes = {size for size in sizes if all(part.isidentifier() for part in size.split("."))}
+        if not loop.trains or not sizes:
+            continue
+        scope = analysis.enclosing_function(loop.loop) or analysis.module
+        if (scope, frozenset(sizes)) not in scanned:
+            scanned.add((scope, frozenset(sizes)))
+            yield loop, scope, sizes
+
+
 def _sized_with_the_global_batch(analysis: ScriptAnalysis, split: dict[cst.CSTNode, str]) -> Iterator[tuple[cst.Call, str, str]]:
     """Tensors made with a split loader's global batch size in their shape (``torch.zeros(1, batch_size, 4)``),
     and calls of ``init_hidden(batch_size)``-like methods, in the functions that iterate that loader: each with how
     to name the size read and the global size it holds."""
-    scanned: set[tuple[cst.CSTNode, frozenset[str]]] = set()  # (two loops of one function: its calls once)
-    for loop in analysis.loader_loops:
-        sizes = {split[call] for call in loop.loader_calls if call in split}
-        sizes = {size for size in sizes if all(part.isidentifier() for part in size.split("."))}  # (``args.bsz``, ``cfg.train.batch_size``)
-        if not loop.trains or not sizes:
-            continue
-        scope = analysis.enclosing_function(loop.loop) or analysis.module
-        if (scope, frozenset(sizes)) in scanned:
-            continue
-        scanned.add((scope, frozenset(sizes)))
+    for loop, scope, sizes in _training_scopes(analysis, split):
         # (and the functions of this module a step calls: SimCLR's ``self.info_nce_loss(features)`` builds its labels
         # with the batch size, anew at each step)
         callees = {
@@ -339,12 +346,7 @@ def _handed_to_a_sizing_class(
     batch_size; mask = torch.ones((n, n))`` in ``__init__``, or with ``self.batch_size`` in a method): each with
     the size's spelling, the class and the call that makes such a tensor."""
     done: set[cst.Call] = set()
-    for loop in analysis.loader_loops:
-        sizes = {split[call] for call in loop.loader_calls if call in split}
-        sizes = {size for size in sizes if all(part.isidentifier() for part in size.split("."))}
-        if not loop.trains or not sizes:
-            continue
-        scope = analysis.enclosing_function(loop.loop) or analysis.module
+    for _, scope, sizes in _training_scopes(analysis, split):
         for call in analysis.nodes_below(scope):
             if type(call) is not cst.Call or call in done:
                 continue
