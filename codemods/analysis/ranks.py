@@ -1447,7 +1447,14 @@ def seeds_alike(analysis: ScriptAnalysis, state: str = "torch", before: cst.CSTN
     None: opt.manualSeed = random.randint(...)``) counts as alike: it is, in every run given the seed (the
     question of the rules that report draws alike, where the other rules ask whether every run is alike)."""
     uniform = False
-    path = _call_path(analysis, before) if before is not None else []
+    chain: list[list[tuple[cst.FunctionDef | None, cst.CSTNode]]] = []
+
+    def draw_chain() -> list[tuple[cst.FunctionDef | None, cst.CSTNode]]:
+        """The draw's chain of callers, read on first need: only a seed of another module asks."""
+        if not chain:
+            chain.append(_call_path(analysis, before))  # type: ignore[arg-type]
+        return chain[0]
+
     for module in analysis.shared.analyses:
         kinds = _seed_kinds(module, state)
         if not kinds:
@@ -1459,7 +1466,7 @@ def seeds_alike(analysis: ScriptAnalysis, state: str = "torch", before: cst.CSTN
             and (
                 before is None
                 or (module is analysis and analysis.may_run_before(call, before))
-                or (module is not analysis and _seed_may_come_first(module, call, analysis, path))
+                or (module is not analysis and _seed_may_come_first(module, call, analysis, draw_chain()))
             )
             for call, kind in kinds
         )
