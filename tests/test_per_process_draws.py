@@ -371,9 +371,7 @@ from data import build_datasets
 
 
 def main(seed=0):
-    SEED
-    train_set, val_set = build_datasets(100)
-    loader = DataLoader(train_set, batch_size=20, shuffle=True)
+PROLOGUE    loader = DataLoader(train_set, batch_size=20, shuffle=True)
     model = nn.Linear(1, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
     for x, y in loader:
@@ -387,25 +385,27 @@ if __name__ == "__main__":
 '''
 
 
+_SPLIT = "    train_set, val_set = build_datasets(100)\n"
+_SEED = "    torch.manual_seed(seed)\n"
+
+
 @pytest.mark.parametrize(
-    ("seed", "reviewed"),
+    ("prologue", "reviewed"),
     [
-        ("torch.manual_seed(seed)", False),
-        ("pass", True),
+        (_SEED + _SPLIT, False),
+        (_SPLIT, True),
         # A review: the seed after the call seeds nothing the split drew.
-        ("AFTER", True),
+        (_SPLIT + _SEED, True),
     ],
     ids=["seeded", "unseeded", "seeded-after-the-split"],
 )
-def test_a_split_in_a_helper_of_another_module_that_main_calls_after_seeding_is_seeded(tmp_path: Path, seed: str, reviewed: bool) -> None:
+def test_a_split_in_a_helper_of_another_module_that_main_calls_after_seeding_is_seeded(tmp_path: Path, prologue: str, reviewed: bool) -> None:
     """A trial: ``main()`` seeded torch, then called ``build_datasets()`` of ``mylib/data.py``, which split with
     ``random_split``. The split was taken for one made when ``data.py`` is imported (the chain of callers ends at
     the entry's ``main()`` call, at its top level), DDP043 gave it a generator of its own, and the migrated program
     split differently from the original and drew other initial weights."""
     (tmp_path / "data.py").write_text(DATA_IN_A_HELPER)
-    entry = ENTRY_CALLING_THE_HELPER.replace("SEED", seed)
-    if seed == "AFTER":
-        entry = ENTRY_CALLING_THE_HELPER.replace("    SEED\n    train_set, val_set = build_datasets(100)\n", "    train_set, val_set = build_datasets(100)\n    torch.manual_seed(seed)\n")
+    entry = ENTRY_CALLING_THE_HELPER.replace("PROLOGUE", prologue)
     (tmp_path / "train.py").write_text(entry)
     result = CliRunner().invoke(cli, ["lint", "--select", "DDP043", str(tmp_path)], catch_exceptions=False)
     assert ("data.py:7:12: DDP043" in result.output) is reviewed, result.output
@@ -417,6 +417,6 @@ def test_a_helper_split_called_at_the_top_of_a_module_the_entry_imports_runs_at_
     (tmp_path / "data.py").write_text(DATA_IN_A_HELPER)
     (tmp_path / "config.py").write_text("from data import build_datasets\n\ntrain_set, val_set = build_datasets(100)\n")
     entry = ENTRY_CALLING_THE_HELPER.replace("from data import build_datasets", "from config import train_set")
-    (tmp_path / "train.py").write_text(entry.replace("    SEED\n    train_set, val_set = build_datasets(100)\n", "    torch.manual_seed(seed)\n"))
+    (tmp_path / "train.py").write_text(entry.replace("PROLOGUE", _SEED))
     result = CliRunner().invoke(cli, ["lint", "--select", "DDP043", str(tmp_path)], catch_exceptions=False)
     assert "data.py:7:12: DDP043" in result.output, result.output
