@@ -332,6 +332,11 @@ _LOADER = "which data the training goes on with: ranks that decide differently s
 _BROADCASTS = names.distributed("broadcast") | names.distributed("broadcast_object_list") | frozenset({"torch.nn.parallel.distributed._sync_module_states"})
 _SCHEDULER = "whether the learning-rate scheduler steps: the ranks train with different learning rates and their weights drift apart without an error"
 _SAVE = "whether a checkpoint is saved (a best model kept): rank 0, which writes it, now decides on its own shard, where the original decided on the whole data"
+_SAVE_AT_A_BARRIER = (
+    "whether a checkpoint is saved with runtime.save, which every rank must reach (it ends at a barrier): ranks "
+    "that decide differently wait there for each other and the job hangs; rank 0 also decides on its own shard, "
+    "where the original decided on the whole data"
+)
 _SAVES = names.TORCH_SAVE | names.RUNTIME_SAVE
 _LOAD = "whether the model's weights are loaded, after the wrap: DDP copied rank 0's weights to every rank when it wrapped the model, so the ranks that skip this keep theirs and train apart"
 
@@ -400,7 +405,8 @@ def _gated_training(
         # ``if step % save_every == 0:``: a schedule (a test that also reads a metric is still a decision on it)
         periodic = type(branch.test) is cst.Comparison and any(type(n) is cst.Modulo for n in analysis.nodes_below(branch.test))
         if not periodic and not facts.mentions_rank(branch.test) and not any(c.kind is Kind.RANK for c in facts.conditions(branch)):
-            return _SAVE
+            at_a_barrier = analysis.reaching_nodes(analysis.derived("saves at a barrier", _saves_at_a_barrier))
+            return _SAVE_AT_A_BARRIER if differs(lambda side: side in at_a_barrier) else _SAVE
     return None
 
 
@@ -412,6 +418,12 @@ def _checkpoint_saves(analysis: ScriptAnalysis) -> list[cst.Call]:
 
 
 _FILE_COPIES = frozenset({"shutil.copyfile", "shutil.copy", "shutil.copy2"})
+
+
+def _saves_at_a_barrier(analysis: ScriptAnalysis) -> list[cst.Call]:
+    """The program's ``runtime.save`` calls (a write by rank 0, then a barrier every rank must reach); one list
+    per analysis, as :func:`_checkpoint_saves`."""
+    return [call for module in analysis.shared.analyses for call in module.calls_to(names.RUNTIME_SAVE)]
 
 
 #: Draws of torch's process-wide random state (without a ``generator=``, they draw from it).

@@ -1284,11 +1284,25 @@ TORCH_DRAWS = frozenset(
 
 #: Tensor methods that fill a tensor with draws from torch's process-wide state (``torch.empty(n).random_(0, k)``).
 IN_PLACE_DRAWS = frozenset({"random_", "uniform_", "normal_", "bernoulli_", "exponential_", "geometric_", "cauchy_", "log_normal_"})
+#: Methods of ``torch.distributions`` objects that draw from torch's process-wide state (``Categorical(probs).sample()``).
+DISTRIBUTION_DRAWS = frozenset({"sample", "rsample", "sample_n"})
+
+
+def is_distribution_draw(analysis: ScriptAnalysis, call: cst.Call) -> bool:
+    """Whether a call samples a ``torch.distributions`` object (``m = Categorical(probs); action = m.sample()``,
+    ``Normal(mu, std).rsample()``): a draw from torch's process-wide state, like ``torch.multinomial``."""
+    if call_method_name(call) not in DISTRIBUTION_DRAWS or type(call.func) is not cst.Attribute:
+        return False
+    return any(
+        type(origin) is cst.Call and any(q.startswith("torch.distributions.") for q in analysis.qualified_names(origin.func))  # type: ignore[attr-defined]
+        for origin in analysis.origins(call.func.value)  # type: ignore[attr-defined]
+    )
 
 
 def _torch_draws(analysis: ScriptAnalysis) -> list[cst.Call]:
     """The module's draws from torch's own random state or from a generator not seeded alike on every rank: the
-    functions of :data:`TORCH_DRAWS` and the in-place methods of :data:`IN_PLACE_DRAWS`, but none given a
+    functions of :data:`TORCH_DRAWS`, the in-place methods of :data:`IN_PLACE_DRAWS` and the samples of
+    ``torch.distributions`` objects (:func:`is_distribution_draw`), but none given a
     ``generator=`` every rank seeds alike. (Dropout draws too, but changes no batch: it is not among them.)"""
     return analysis.derived("torch_draws", _find_torch_draws)
 
@@ -1296,7 +1310,7 @@ def _torch_draws(analysis: ScriptAnalysis) -> list[cst.Call]:
 def _find_torch_draws(analysis: ScriptAnalysis) -> list[cst.Call]:
     found = []
     for call in analysis.calls:
-        if not (analysis.is_call_to(call, TORCH_DRAWS) or call_method_name(call) in IN_PLACE_DRAWS):
+        if not (analysis.is_call_to(call, TORCH_DRAWS) or call_method_name(call) in IN_PLACE_DRAWS or is_distribution_draw(analysis, call)):
             continue
         generator = keyword_argument(call, "generator")
         if generator is None or not generator_seeded_alike(analysis, generator.value):
