@@ -10,6 +10,7 @@ import libcst as cst
 from .. import names
 from . import tree
 from .loaders import loader_facts
+from .legacy import string_value
 from .ranks import Kind, draws_per_rank, per_rank_draws, rank_facts, rank_seeded_instances, seeds_alike, takes_a_rank_part
 from .script import (
     COMPREHENSIONS,
@@ -21,7 +22,9 @@ from .script import (
     callee_name,
     dotted_name,
     is_true,
+    literal_dict_items,
     loader_argument,
+    subscript_key,
     walk,
 )
 
@@ -141,9 +144,47 @@ class PerRankValues:
                     and not self._whole_by_its_arguments(use.call, use.function)  # type: ignore[arg-type]
                 ):
                     return use.shown
-            elif self._holds(use.key, use.at_module) and self._reached(use):  # type: ignore[arg-type]
+            elif self._holds(use.key, use.at_module) and self._reached(use) and not self._whole_item_read(use):  # type: ignore[arg-type]
                 return use.shown
         return None
+
+    def _whole_item_read(self, use: _Use) -> bool:
+        """Whether the name is subscripted here by keys known in advance (``logs["val_acc"]``; ``logs[self.monitor]``
+        where every object of the class is given its key as a string literal) and every dict the name may hold
+        is written out with those keys, each holding a value every rank computes alike: a callback's
+        ``ModelCheckpoint(monitor="val_acc")`` reads the whole set's accuracy out of ``{"loss": train_loss,
+        "val_acc": val_acc}`` beside an ``EarlyStopping(monitor="loss")`` reading the shard's loss."""
+        node, name = use.node, use.shown
+        if node is None or "." in name:
+            return False
+        home = self.analysis.shared.analysis_of(node) or self.analysis
+        parent = home.parent(node)
+        if type(parent) is not cst.Subscript or parent.value is not node:  # type: ignore[attr-defined]
+            return False
+        keys = _item_keys(home, parent)  # type: ignore[arg-type]
+        return keys is not None and self._items_whole(home, node, name, keys, 0)
+
+    def _items_whole(self, home: ScriptAnalysis, node: cst.CSTNode, name: str, keys: frozenset[str], depth: int) -> bool:
+        """Whether every value the name may hold where ``node`` is (its callers' arguments for a parameter) is a
+        dict written out whose items at ``keys`` are no per-rank values, and its scope writes no item into it."""
+        values = home.flows_into(node, name)
+        if not values or depth > 3 or _items_written(home, home.scope_of(node), name):
+            return False
+        for value in values:
+            owner = self.analysis.shared.analysis_of(value) or home
+            if type(value) is cst.Name:
+                if value.value == name and owner.scope_of(value) is home.scope_of(node):  # type: ignore[attr-defined]
+                    return False
+                if not self._items_whole(owner, value, value.value, keys, depth + 1):  # type: ignore[attr-defined]
+                    return False
+                continue
+            items = literal_dict_items(value) if isinstance(value, cst.BaseExpression) else None
+            if items is None:
+                return False
+            held = dict(items)
+            if not keys <= held.keys() or any(self.mention(held[key]) for key in keys):
+                return False
+        return True
 
     def _read_as_a_container(self, node: cst.CSTNode) -> bool:
         """Whether a name is subscripted where it is used, is what a loop or comprehension iterates, or is the
@@ -518,6 +559,68 @@ class PerRankValues:
 
 #: The statements that bind a name (what :meth:`PerRankValues._reached` compares with the binding in effect).
 _BINDINGS = (cst.Assign, cst.AnnAssign, cst.AugAssign, cst.For)
+
+
+def _item_keys(home: ScriptAnalysis, subscript: cst.Subscript) -> frozenset[str] | None:
+    """The string keys a subscript may read: its literal (``logs["val_acc"]``), or the string literals every
+    object of the class is given for an attribute of ``self`` set from its ``__init__``'s parameter
+    (``logs[self.monitor]`` of ``ModelCheckpoint(path, monitor="val_acc")``, the parameter's default where
+    a construction passes none); ``None`` where they cannot be told."""
+    key = subscript_key(subscript)
+    if key is not None:
+        return frozenset({key})
+    index = subscript.slice[0].slice if len(subscript.slice) == 1 else None
+    attribute = dotted_name(index.value) if type(index) is cst.Index else None  # type: ignore[attr-defined]
+    owner = home.enclosing_class(subscript)
+    if attribute is None or not attribute.startswith("self.") or attribute.count(".") != 1 or owner is None:
+        return None
+    if home.shared.subclasses_of(owner):
+        return None
+    sets = [
+        assign
+        for assign in home.assignments
+        if isinstance(assign, cst.Assign)
+        and home.enclosing_class(assign) is owner
+        and any(dotted_name(t.target) == attribute for t in assign.targets)
+    ]
+    if len(sets) != 1 or type(sets[0].value) is not cst.Name:
+        return None
+    init = home.enclosing_function(sets[0])
+    parameter = sets[0].value.value  # type: ignore[attr-defined]
+    if init is None or init.name.value != "__init__" or not home.is_parameter(init, parameter):
+        return None
+    default = next((p.default for p in init.params.params + init.params.kwonly_params if p.name.value == parameter), None)
+    found: set[str] = set()
+    constructions = home.shared.instances_of(owner)
+    if not constructions:
+        return None
+    for call in constructions:
+        caller = home.shared.analysis_of(call) or home
+        given = caller.argument_for(call, init, parameter)
+        value = string_value(given if given is not None else default)
+        if value is None:
+            return None
+        found.add(value)
+    return frozenset(found)
+
+
+def _items_written(home: ScriptAnalysis, scope: cst.CSTNode, name: str) -> bool:
+    """Whether the scope writes an item into the name's dict (``logs["lr"] = lr``, ``logs.update(...)``):
+    what it holds is then not only the dict written out where it was made."""
+    for node in home.nodes_below(scope):
+        kind = type(node)
+        if kind is cst.AssignTarget or kind is cst.AugAssign:
+            target = node.target  # type: ignore[attr-defined]
+            if type(target) is cst.Subscript and dotted_name(target.value) == name:
+                return True
+        elif kind is cst.Call and call_method_name(node) in _ITEM_WRITES:  # type: ignore[arg-type]
+            if dotted_name(node.func.value) == name:  # type: ignore[attr-defined]
+                return True
+    return False
+
+
+#: Methods that write items into a dict.
+_ITEM_WRITES = frozenset({"update", "setdefault", "__setitem__"})
 
 
 def _loop_binding(home: ScriptAnalysis, node: cst.CSTNode, root: str) -> cst.For | cst.CompFor | None:
