@@ -596,9 +596,9 @@ loss.backward()
                 backward,
                 f"`{code_of(backward)}` trains a model, but no optimizer the migration can read takes that model's "
                 "parameters (one built where the migration cannot read it, from parameters it cannot trace), so nothing is "
-                "wrapped in DistributedDataParallel: every process would train its own copy on its own shard; wrap the "
-                "trained model (model = DistributedDataParallel(model, device_ids=runtime.device_ids())) before the "
-                "training loop",
+                "wrapped in DistributedDataParallel: every process would train its own copy, each on the data its loader "
+                "gives it; wrap the trained model (model = DistributedDataParallel(model, device_ids=runtime.device_ids())) "
+                "before the training loop, and give its DataLoader a DistributedSampler where the migration added none",
                 fixable=False,
             )
         for wrap, branch in _wrapped_on_one_branch(analysis):
@@ -795,14 +795,17 @@ def _runs_forward(stmt: cst.BaseStatement, model: str) -> bool:
 
 def _trained_model_unfound(analysis: ScriptAnalysis) -> cst.Call | None:
     """The program's first ``loss.backward()`` (in this module) where the program trains a model the analysis
-    cannot name: the program steps something it builds that is no ``torch.optim`` optimizer or scheduler, but
+    cannot name: the program steps something it builds that is no ``torch.optim`` optimizer or scheduler, or an
+    optimizer whose origin the analysis cannot trace (a hook built from a config steps ``runner.optimizer``), but
     nothing is wrapped, no optimizer of the program takes a model's parameters in a way it reads, no model is
     trained by hand, and no library that distributes models itself is used. ``None`` elsewhere."""
     if not analysis.is_training_script or analysis.program_wrap_calls:
         return None
     shared = analysis.shared
     homes = [(value, shared.analysis_of(value) or analysis) for value in shared.stepped_values() if type(value) is cst.Call and value.args]  # type: ignore[attr-defined]
-    if not any(value not in home.torch_optimizer_calls and not home.is_scheduler_construction(value) for value, home in homes):  # type: ignore[arg-type]
+    # (``runner.optimizer.step()`` in a hook that a registry builds from a config: an optimizer of no traced origin)
+    untraced = any(not module.origins(call.func.value) for module in shared.analyses for call in module.optimizer_step_calls)  # type: ignore[attr-defined]
+    if not untraced and not any(value not in home.torch_optimizer_calls and not home.is_scheduler_construction(value) for value, home in homes):  # type: ignore[arg-type]
         # Nothing stepped but what the program is handed (a library's ``fit(model, optimizer)``) or torch
         # optimizers of tensors that belong to no model (an image optimised by style transfer).
         return None

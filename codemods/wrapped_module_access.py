@@ -1029,12 +1029,16 @@ def _in_training_step(analysis: ScriptAnalysis, call: cst.CSTNode, depth: int = 
             for caller in analysis.callers_in_program(function)
             for home in [analysis.shared.analysis_of(caller) or analysis]
         )
-    return any(
+    if any(
         analysis.is_inside(b, loop)
         and analysis.enclosing_function(b) is function
         and (analysis.comes_before(call, b) or analysis.is_inside(call, b))  # (``loss_fn(model.module(x), y).backward()``)
         for b in analysis.backward_calls
-    )
+    ):
+        return True
+    # A loop whose pass runs ``backward()`` in a function it calls (a runner's hooks: ``for h in self.hooks:
+    # h.after_train_iter(self)`` backpropagates the ``self.outputs`` the call stored), the call taking gradients.
+    return loop in analysis.reaching_nodes(analysis.program_backward_calls) and not without_gradients(analysis, call)
 
 
 def _backward_after(analysis: ScriptAnalysis, call: cst.CSTNode, function: cst.FunctionDef) -> bool:
