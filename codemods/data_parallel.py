@@ -411,12 +411,13 @@ else:
         if (
             target is not None
             and model is not None
-            and stmt.body[0].value is call  # type: ignore[attr-defined]
+            and _chained_on(analysis, call, stmt.body[0].value)  # type: ignore[attr-defined]
             and dotted_name(target) is not None
             and code_of(model).strip() != code_of(target).strip()
         ):
-            # ``if wide: model = DP(Sequential(...)) else: model = DP(Linear(...))``: each branch still builds
-            # its own model (``model = Sequential(...)``); one wrap of ``model`` follows the chain.
+            # ``if wide: model = DP(Sequential(...)) else: model = DP(Linear(...)).to(device)``: each branch still
+            # builds its own model (``model = Sequential(...)``, ``model = Linear(...).to(device)``); one wrap of
+            # ``model`` follows the chain.
             edits.replace(call, model)
             wrap = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(target)], new_call.with_changes(args=[new_call.args[0].with_changes(value=target), *new_call.args[1:]]))])
             if not _already_hoisted(hoisted, top, wrap):
@@ -482,6 +483,22 @@ else:
 
 #: A wrap with device moves chained on it (``WRAP.cuda()``, ``WRAP.to(device)``), in the code of a branch.
 _DEVICE_CHAIN = re.compile(r"WRAP(?:\.(?:cuda|to)\((?:[^()]|\([^()]*\))*\))+")
+
+
+def _chained_on(analysis: ScriptAnalysis, call: cst.Call, value: cst.BaseExpression) -> bool:
+    """Whether an assigned value is the call, or method calls chained on it (``DP(net).to(device)``,
+    ``DP(net).cuda().half()``): what the statement binds is the wrap."""
+    node: cst.CSTNode = call
+    while node is not value:
+        parent = analysis.parent(node)
+        if type(parent) is cst.Attribute and parent.value is node:  # type: ignore[attr-defined]
+            node = parent
+            continue
+        if type(parent) is cst.Call and parent.func is node and type(node) is cst.Attribute:  # type: ignore[attr-defined]
+            node = parent
+            continue
+        return False
+    return True
 
 
 def _assigns_wraps_only(stmt: cst.BaseStatement, replacements: dict[cst.Call, cst.Call]) -> bool:

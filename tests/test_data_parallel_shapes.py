@@ -201,13 +201,22 @@ def test_each_shape_trains_the_original_weights_under_torchrun_and_alone(tmp_pat
 TWO_MODELS = 'import argparse\n\nimport torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\n\n\ndef main():\n    parser = argparse.ArgumentParser()\n    parser.add_argument("--arch", default="wide")\n    args = parser.parse_args()\n    torch.manual_seed(0)\n    if args.arch == "wide":\n        model = nn.DataParallel(nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 1)))\n    else:\n        model = nn.DataParallel(nn.Linear(4, 1))\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8)\n    for epoch in range(2):\n        for x, y in loader:\n            opt.zero_grad()\n            nn.functional.mse_loss(model(x), y).backward()\n            opt.step()\n    print(args.arch, sum(p.numel() for p in model.parameters()))\n\n\nif __name__ == "__main__":\n    main()\n'
 
 
-def test_branches_that_wrap_different_models_keep_their_models(tmp_path: Path) -> None:
+@pytest.mark.parametrize("moved", ["", ".to(device)", ".cuda().float()"], ids=["plain", "moved-to-a-device", "chained-calls"])
+def test_branches_that_wrap_different_models_keep_their_models(tmp_path: Path, moved: str) -> None:
     """``if wide: DP(Sequential(...)) else: DP(Linear(...))``: each branch still builds its model, and one
-    wrap follows (the chain was replaced by the first branch's wrap: ``--arch`` narrow trained the wide net)."""
-    migrated, report, code = migrate_script(tmp_path, TWO_MODELS)
+    wrap follows (the chain was replaced by the first branch's wrap: ``--arch`` narrow trained the wide net;
+    with ``.to(device)`` chained on each wrap it still was, silently, until this case)."""
+    source = TWO_MODELS.replace("        model = nn.DataParallel(nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 1)))\n", f"        model = nn.DataParallel(nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 1))){moved}\n")
+    source = source.replace("        model = nn.DataParallel(nn.Linear(4, 1))\n", f"        model = nn.DataParallel(nn.Linear(4, 1)){moved}\n")
+    source = source.replace("    torch.manual_seed(0)\n", '    torch.manual_seed(0)\n    device = torch.device("cuda")\n')
+    migrated, report, code = migrate_script(tmp_path, source)
     assert code == 0, report
-    assert "        model = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 1))\n" in migrated, migrated
-    assert "        model = nn.Linear(4, 1)\n" in migrated and _wraps(migrated) == 1, migrated
+    moved_now = {"": "", ".to(device)": ".to(device)", ".cuda().float()": ".to(runtime.device()).float()"}[moved]
+    flat = "".join(migrated.split())  # (the layout may break a long line)
+    assert f"else:model=nn.Linear(4,1){moved_now}model=DistributedDataParallel(model" in flat, migrated
+    assert f"model=nn.Sequential(nn.Linear(4,16),nn.ReLU(),nn.Linear(16,1)){moved_now}else:" in flat, migrated
+    assert _wraps(migrated) == 1, migrated
+    assert "\n    model = DistributedDataParallel(model" in migrated, migrated
 
 
 LAMBDA = '''
