@@ -188,8 +188,10 @@ total = nn.functional.l1_loss(a, b, reduction="sum")
         divisors = [
             n.right for n in walk(expr) if isinstance(n, cst.BinaryOperation) and isinstance(n.operator, (cst.Divide, cst.FloorDivide))
         ]
-        if any(_counts_this_batch(d) for d in divisors):
-            return None  # ``criterion(out, y) / len(x)``: a mean over this process's shard, which DDP averages right
+        if any(_counts_this_batch(d) or _holds_a_count_of_this_batch(analysis, d) for d in divisors):
+            # ``criterion(out, y) / len(x)``: a mean over this process's shard, which DDP averages right (also
+            # ``/ batch_size`` of a helper whose every caller passes ``x.size(0)``)
+            return None
         factors = _product_factors(expr)
         if not divisors and len(factors) > 1 and any(_counts_this_batch(f, first_axis=True) or _holds_a_count_of_this_batch(analysis, f) for f in factors):
             return "sum"  # ``F.mse_loss(out, y) * bs`` with ``bs = x.shape[0]`` (YOLOv5's loss): a mean made a sum again
@@ -202,6 +204,8 @@ total = nn.functional.l1_loss(a, b, reduction="sum")
                 found = True
                 break
             returned = self._returns_sum(analysis, node, depth)
+            if returned == "divided":
+                return "divided"  # ``sum_loss(out, y, args.batch_size)`` of ``return F.cross_entropy(..., reduction="sum") / batch_size``
             found = returned == "sum"
             if found:
                 break
@@ -263,15 +267,19 @@ total = nn.functional.l1_loss(a, b, reduction="sum")
         """``"sum"`` when the call runs a function of the program that returns a summed loss (``def
         loss_function(recon, x, mu, logvar): return F.binary_cross_entropy(recon, x, reduction="sum") + kld``),
         not divided by anything; ``"summed"`` when what it returns sums over the batch with ``.sum()`` (a
-        triplet loss: ``return torch.sum(F.relu(d_pos - d_neg + margin))``); ``None`` otherwise."""
+        triplet loss: ``return torch.sum(F.relu(d_pos - d_neg + margin))``); ``"divided"`` when it divides such a
+        sum by something other than this process's batch size (``/ batch_size``, a parameter its callers give
+        ``args.batch_size``); ``None`` otherwise."""
         function = analysis.call_target(call)
         if function is None:
             return None
         home = analysis.shared.analysis_of(function) or analysis
         returned = [r for r in analysis.shared.returns(function) if r.value is not None]
         kinds = {self._sums(home, r.value, r, depth + 1) for r in returned}  # type: ignore[arg-type]
-        if not returned or not kinds <= {"sum", "summed"}:
+        if not returned or not kinds <= {"sum", "summed", "divided"}:
             return None
+        if "divided" in kinds:
+            return "divided"
         return "summed" if "summed" in kinds else "sum"
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
