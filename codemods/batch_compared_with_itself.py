@@ -11,6 +11,7 @@ from .analysis import ScriptAnalysis, call_method_name, dotted_name, walk
 from .analysis.batch_axis import NONLINEAR_REDUCTIONS, reduced_axis_zero, used_nonlinearly
 from .analysis.loaders import without_gradients
 from .analysis.per_rank import PerRankValues, per_rank_values
+from .analysis.ranks import calls_feeding_the_losses
 from .base import Example, Match, Phase, Rule, Severity, Valid
 from .edits import code_of
 
@@ -184,9 +185,18 @@ for x, y in loader:
         if values is None:
             return  # no sharded data: every rank holds the whole batch
         for node, left, right, how in _comparisons(analysis):
-            if values.mention(left) is None or values.mention(right) is None or without_gradients(analysis, node):
+            if values.mention(left) is None or values.mention(right) is None or _per_sample(analysis, values, node):
                 continue
-            if _detached(left) or _detached(right) or _only_measured(analysis, node) or _per_sample(analysis, values, node):
+            if without_gradients(analysis, node) or _detached(left) or _detached(right) or _only_measured(analysis, node):
+                if _picks_training_samples(analysis, values, node):
+                    yield Match(
+                        node,
+                        f"`{code_of(node)}` {how} the samples of this process's batch with each other to pick the samples a "
+                        "training loss takes (in-batch mining): under DDP each rank holds 1/N of the batch, so every sample's "
+                        "hardest positive and negative are sought among N times fewer others than the original did; "
+                        "all_gather the embeddings of every rank to mine among them, or accept the smaller pool",
+                        fixable=False,
+                    )
                 continue
             if _stored_state(left) or _stored_state(right):
                 continue  # ``z @ self.memory.clone().t()``: a bank the model keeps (its writes are DDP046's), not this batch
@@ -306,6 +316,83 @@ def _compares_rows(equation: object) -> bool:
 
 #: What turns a similarity matrix into a number to look at (an accuracy, a retrieval rank), not a loss.
 _MEASURES = frozenset({"item", "argmax", "argmin", "tolist", "topk"})
+
+
+def _picks_training_samples(analysis: ScriptAnalysis, values: PerRankValues, node: cst.CSTNode, depth: int = 0) -> bool:
+    """Whether what a comparison computes without gradients (indices: ``d = torch.cdist(emb, emb)``, ``pos =
+    d.argmax(1)``) ends up indexing a per-rank value where gradients are taken (``triplet(emb, emb[pos],
+    emb[neg])``): in-batch mining, followed through the names of its function and, where the function returns
+    them, into its callers (a few calls up)."""
+    home = analysis.shared.analysis_of(node) or analysis
+    function = home.enclosing_function(node)
+    statement = home.statement(node)
+    small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 else None
+    tainted = {name for _, name in home.names_in_target(small.targets[0].target)} if isinstance(small, cst.Assign) and len(small.targets) == 1 else set()
+    if isinstance(small, cst.Return):
+        return depth < 2 and function is not None and any(
+            _picks_training_samples(analysis, values, call, depth + 1) for call in home.callers_in_program(function)
+        )
+    return bool(tainted) and _indexes_with(analysis, values, home, function, tainted, depth)
+
+
+def _indexes_with(
+    analysis: ScriptAnalysis, values: PerRankValues, home: ScriptAnalysis, function: cst.FunctionDef | None, tainted: set[str], depth: int
+) -> bool:
+    """Whether, in the function (names tainted by a comparison, spread through its assignments), a per-rank value
+    is indexed by a tainted name where gradients are taken, or a tainted name is returned to callers that do."""
+
+    def mentions(expr: cst.CSTNode) -> bool:
+        return any(type(n) in (cst.Name, cst.Attribute) and dotted_name(n) in tainted for n in home.nodes_below(expr))
+
+    assignments = [a for a in home.assignments_in(function) if isinstance(a, cst.Assign) and a.value is not None]
+    for _ in range(5):
+        grown = {
+            name
+            for assign in assignments
+            if mentions(assign.value)
+            for target in assign.targets
+            for _, name in home.names_in_target(target.target)
+        } - tainted
+        if not grown:
+            break
+        tainted |= grown
+    scope = function if function is not None else home.module
+    for node in home.nodes_below(scope):
+        if type(node) is cst.Subscript and home.enclosing_function(node) is function and any(mentions(e.slice) for e in node.slice):  # type: ignore[attr-defined]
+            if values.mention(node.value) is not None and not without_gradients(home, node) and not _detached(node.value):  # type: ignore[attr-defined]
+                if _feeds_a_loss(analysis, home, node, function):
+                    return True
+        elif type(node) is cst.Return and node.value is not None and function is not None and depth < 2 and mentions(node.value):  # type: ignore[attr-defined]
+            if home.enclosing_function(node) is function and any(
+                _picks_training_samples(analysis, values, call, depth + 1) for call in home.callers_in_program(function)
+            ):
+                return True
+    return False
+
+
+def _feeds_a_loss(analysis: ScriptAnalysis, home: ScriptAnalysis, node: cst.CSTNode, function: cst.FunctionDef | None) -> bool:
+    """Whether a value reaches a loss ``backward()`` is called on: a call around it, or one that reads the name it
+    is assigned to in its function, is among the calls feeding the losses (``triplet(emb, emb[pos], emb[neg])``;
+    not ``(y[nearest] == y).float().mean()``, a retrieval accuracy logged beside the training)."""
+    feeding = calls_feeding_the_losses(analysis)
+    statement = home.statement(node)
+    for ancestor in home.ancestors(node):
+        if ancestor is statement:
+            break
+        if type(ancestor) is cst.Call and ancestor in feeding:
+            return True
+    small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 else None
+    if not isinstance(small, cst.Assign):
+        return False
+    names = {name for target in small.targets for _, name in home.names_in_target(target.target)}
+    scope = function if function is not None else home.module
+    return any(
+        type(call) is cst.Call
+        and call in feeding
+        and home.enclosing_function(call) is function
+        and any(type(n) is cst.Name and n.value in names for n in home.nodes_below(call))  # type: ignore[attr-defined]
+        for call in home.nodes_below(scope)
+    )
 
 
 def _detached(expr: cst.BaseExpression) -> bool:
