@@ -205,7 +205,32 @@ class _Applier(cst.CSTTransformer):
                 kept[0] = kept[0].with_changes(leading_lines=[])
                 before = [first, *before[1:]]
             return cst.FlattenSentinel([*before, *kept, *after])
+        if type(original) is cst.FormattedString and isinstance(result, cst.FormattedString) and result is not original:
+            result = _quotes_apart(result)
         return result
+
+
+def _quotes_apart(string: cst.FormattedString) -> cst.FormattedString:
+    """An edited f-string whose new expressions hold string literals in its own quote (``f"{m.state_dict(
+    prefix="module.")}"``, which Python before 3.12 cannot parse) with those literals in the other quote, where
+    their text allows it (the engine refuses any output that does not compile)."""
+    quote = string.start[-1]
+    other = "'" if quote == '"' else '"'
+
+    class Requote(cst.CSTTransformer):
+        def leave_SimpleString(self, original_node: cst.SimpleString, updated_node: cst.SimpleString) -> cst.SimpleString:
+            value = updated_node.value
+            prefix = value[: len(value) - len(value.lstrip("rRbBuU"))]
+            body = value[len(prefix):]
+            if body[:1] != quote or body[:3] == quote * 3 or other in body[1:-1] or "\\" in body:
+                return updated_node
+            return updated_node.with_changes(value=f"{prefix}{other}{body[1:-1]}{other}")
+
+    parts = [
+        part.with_changes(expression=part.expression.visit(Requote())) if isinstance(part, cst.FormattedStringExpression) else part
+        for part in string.parts
+    ]
+    return string.with_changes(parts=parts)
 
 
 def without_argument(call: cst.Call, removed: cst.Arg) -> cst.Call:
