@@ -9,7 +9,7 @@ import libcst as cst
 from . import names
 from .analysis import LoaderLoop, ScriptAnalysis, call_method_name, dotted_name, loader_argument, tree, walk
 from .analysis.per_rank import PerRankValues, divides_a_shard_sum, training_batch_values
-from .analysis.script import assignment_targets, is_parameter_group, own_method, subscript_key
+from .analysis.script import assignment_targets, backward_loss, is_parameter_group, own_method, subscript_key
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression
 from .runtime_calls import runtime_name
@@ -180,6 +180,13 @@ for x, y in loader:
                     counter,
                     f"`{code_of(counter).strip()}` counts this process's samples only, and `{code_of(setting).strip()}` "
                     f"sets the learning rate from it: with N processes the schedule (a warm-up) runs N times slower; {_COUNT_GLOBALLY}",
+                    fixable=False,
+                )
+            for counter, weighting in _loss_weights(analysis, loop, batches):
+                yield Match(
+                    counter,
+                    f"`{code_of(counter).strip()}` counts this process's samples only, and `{code_of(weighting).strip()}` "
+                    f"weighs the loss with it: with N processes the schedule (an annealed weight) runs N times slower; {_COUNT_GLOBALLY}",
                     fixable=False,
                 )
         for call, size, global_size in _sized_with_the_global_batch(analysis, split):
@@ -601,6 +608,29 @@ def _rates(analysis: ScriptAnalysis, loop: LoaderLoop, batches: set[str]) -> Ite
                 name = dotted_name(target.target)
                 if name is not None:
                     derived[name] = source
+
+
+def _loss_weights(analysis: ScriptAnalysis, loop: LoaderLoop, batches: set[str]) -> Iterator[tuple[cst.AugAssign, cst.CSTNode]]:
+    """``seen += x.size(0)`` in the loop, with the statement in it that computes the loss ``backward()`` is
+    called on from ``seen`` (``beta = min(1.0, seen / warmup)`` then ``loss = rec + beta * kl``: a KL weight
+    annealed over samples), directly or through names assigned from it."""
+    counters = _sample_counters(loop, batches)
+    if not counters:
+        return
+    losses = {name for call in analysis.backward_calls if analysis.is_inside(call, loop.loop) and (name := dotted_name(backward_loss(call)))}
+    derived: dict[str, str] = dict(zip(counters, counters))  # a name read from a counter -> the counter
+    for node in walk(loop.loop.body):
+        if type(node) is not cst.Assign:
+            continue
+        read = {dotted_name(n) for n in walk(node.value) if type(n) in (cst.Name, cst.Attribute)}  # type: ignore[attr-defined]
+        source = next((derived[r] for r in read if r in derived), None)
+        if source is None:
+            continue
+        targets = {dotted_name(t.target) for t in node.targets}  # type: ignore[attr-defined]
+        if targets & losses:
+            yield counters[source], node
+            return
+        derived.update((name, source) for name in targets if name is not None)
 
 
 def _budgets(analysis: ScriptAnalysis, loop: LoaderLoop, batches: set[str]) -> Iterator[tuple[cst.AugAssign, cst.BaseExpression]]:
