@@ -371,7 +371,7 @@ class PerRankValues:
 
     def _sharded(self, home: ScriptAnalysis, loader: cst.Call) -> bool:
         """Whether a loader of the program is sharded: a ``DistributedSampler``, or one of :attr:`also_sharded`."""
-        return loader in self.also_sharded or home.has_distributed_sampler(loader)
+        return loader in self.also_sharded or shards(home, loader)
 
     def _whole_passes(self) -> dict[cst.For, bool]:
         """For each loop over loaders in the program: whether none of its loaders is sharded."""
@@ -674,12 +674,12 @@ def _seeds(analysis: ScriptAnalysis) -> list[tuple[cst.CSTNode, cst.BaseExpressi
     modules = analysis.shared.analyses
     for module in modules:
         for loop in module.loader_loops:
-            if not any(module.has_distributed_sampler(loader) for loader in loop.loader_calls) and not partial_random_pass(module, loop):
+            if not any(shards(module, loader) for loader in loop.loader_calls) and not partial_random_pass(module, loop):
                 continue
             seeds.append(_batch_seed(module, loop))
     for draw, loaders in loader_facts(analysis).training_draws:  # ``(x,) = next(it)`` of ``it = iter(loader)``
         home = analysis.shared.analysis_of(draw) or analysis
-        if any((analysis.shared.analysis_of(loader) or home).has_distributed_sampler(loader) for loader in loaders):
+        if any(shards(analysis.shared.analysis_of(loader) or home, loader) for loader in loaders):
             seeds.extend(_assigned_from(home, draw))
     draws = per_rank_draws(analysis)
     for draw in draws:  # ``ix = torch.randint(...)`` seeded from the rank: each rank's own batch
@@ -797,11 +797,18 @@ def _assigned_from(home: ScriptAnalysis, value: cst.CSTNode) -> list[tuple[cst.C
     return [(small, target) for target in assignment_targets(small)] if small is not None else []
 
 
+def shards(module: ScriptAnalysis, loader: cst.Call) -> bool:
+    """Whether a loader of the program hands each rank its own share: a ``DistributedSampler``, or a data set or
+    sampler the program cuts by the rank itself (:meth:`LoaderFacts.sharded_by_hand`: its own sampler drawing
+    ``indices[rank::world_size]``, a ``Subset`` of the rank's indices)."""
+    return module.has_distributed_sampler(loader) or loader_facts(module).sharded_by_hand(loader)
+
+
 def shards_training_data(analysis: ScriptAnalysis) -> bool:
     """Whether a ``DistributedSampler`` shards a training loader of the program: each process then trains on its
     share of every batch the original took whole (draws each rank makes its own are the program's own doing)."""
     return any(
-        module.has_distributed_sampler(loader) for module in analysis.shared.analyses for loader in loader_facts(module).training_loaders
+        shards(module, loader) for module in analysis.shared.analyses for loader in loader_facts(module).training_loaders
     )
 
 
