@@ -37,8 +37,32 @@ ITERABLE_TODO = (
     "runtime.world_size()-th sample starting at runtime.rank() (and split between loader workers with "
     "torch.utils.data.get_worker_info()), or use its library's own split by node "
     "(datasets.distributed.split_dataset_by_node); then each process's batch is its share of the original "
-    "batch: runtime.per_process_batch_size(batch_size)"
+    "batch: runtime.per_process_batch_size(batch_size); every process must stream the same number of batches "
+    "(drop an uneven stream's remainder), or the ranks' gradient all-reduces fall out of step and the job hangs"
 )
+
+
+def _stream_shared_with_evaluation(analysis: ScriptAnalysis, loader: cst.Call) -> str:
+    """The TODO's warning where the training stream's class also feeds an evaluation loader: cutting the class's
+    ``__iter__`` by the rank shards that evaluation too (its metrics are then each rank's share's)."""
+    facts = loader_facts(analysis)
+    classes = set(facts.stream_classes(loader))
+    if not classes:
+        return ""
+    for module in analysis.shared.analyses:
+        module_facts = loader_facts(module)
+        for other in module_facts.evaluation_loaders:
+            shared = classes & set(module_facts.stream_classes(other))
+            if shared:
+                cls = next(iter(shared))
+                # (no line number: the TODO's text must not change while the fixes move lines, or they never settle)
+                where = "" if module is analysis else f" of module {module.module_name}"
+                return (
+                    f"; {cls.name.value} also feeds an evaluation loader{where}: cut only the "
+                    "training stream (a flag of its constructor), or that evaluation is sharded too and its metrics "
+                    "must be combined across processes (runtime.weighted_mean(total, count))"
+                )
+    return ""
 
 
 OWN_SAMPLER_TODO = (
@@ -485,7 +509,7 @@ with torch.no_grad():
                         "(and set_epoch), keep evaluation loaders whole",
                     )
                 elif loader_facts(analysis).streams(loader):
-                    edits.todo(stmt, ITERABLE_TODO)
+                    edits.todo(stmt, ITERABLE_TODO + _stream_shared_with_evaluation(analysis, loader))
                 elif loader in loader_facts(analysis).undecided or loader in loader_facts(analysis).unconnected:
                     edits.todo(
                         stmt,
@@ -654,7 +678,8 @@ with torch.no_grad():
                             "with the rank, or cuts its indices by it)"
                             if (sampler := facts.sampler_drawn_by_rank(loader)) is not None
                             else f"its data set is already this rank's share (its IterableDataset {stream.name.value} cuts the "
-                            "stream by the rank)"
+                            "stream by the rank; every process must stream the same number of batches, or the ranks' "
+                            "gradient all-reduces fall out of step and the job hangs: drop an uneven stream's remainder)"
                             if (stream := facts.stream_cut_by_rank(loader)) is not None
                             else "its data set is already this rank's share (indices computed from the rank)"
                         ),
@@ -670,6 +695,16 @@ with torch.no_grad():
                         "evaluation DataLoader left unsharded, but it shuffles and its loop stops after some batches: each "
                         "process evaluates another random part of the set (torch is not seeded alike on every rank), so the "
                         "ranks' metrics differ; seed torch alike on every rank, or evaluate without shuffling",
+                    )
+                )
+            elif loader in facts.evaluation_loaders and not analysis.has_distributed_sampler(loader) and facts.sharded_by_hand(loader):
+                notes.append(
+                    Note(
+                        self.code,
+                        line,
+                        "evaluation DataLoader over a data set the program cuts by the rank itself: each process evaluates "
+                        "its share only, so its metrics are the share's; combine them across processes "
+                        "(runtime.weighted_mean(total, count)) before showing them or deciding on them",
                     )
                 )
             elif loader in facts.evaluation_loaders and not analysis.has_distributed_sampler(loader) and combined_evaluation(analysis, loader) is None:

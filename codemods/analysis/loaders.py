@@ -241,7 +241,7 @@ class LoaderFacts:
         stream by rank: a ``range``/``islice`` or a slice bounded by the rank (``range(rank, n, world)``), or
         a test on it that skips samples (``if i % world != rank: continue``). Such a stream yields each
         process its own share: a second split would lose data. ``None``: no such class."""
-        return next((cls for cls in self._stream_classes(loader) if self._cuts_by_rank(cls)), None)
+        return next((cls for cls in self.stream_classes(loader) if self._cuts_by_rank(cls)), None)
 
     def _cuts_by_rank(self, cls: cst.ClassDef) -> bool:
         """Whether a class of the program cuts what it yields by the rank: a ``range``/``islice`` or a slice
@@ -328,9 +328,9 @@ class LoaderFacts:
                 arg.keyword is not None and arg.keyword.value == "streaming" and is_true(arg.value) for arg in origin.args
             ):
                 return True
-        return bool(self._stream_classes(loader))
+        return bool(self.stream_classes(loader))
 
-    def _stream_classes(self, loader: cst.Call) -> list[cst.ClassDef]:
+    def stream_classes(self, loader: cst.Call) -> list[cst.ClassDef]:
         """The program's iterable-style dataset classes whose objects the loader's data set may be."""
         dataset = loader_argument(loader, "dataset")
         if dataset is None:
