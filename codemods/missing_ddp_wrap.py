@@ -804,7 +804,11 @@ def _trained_model_unfound(analysis: ScriptAnalysis) -> cst.Call | None:
     shared = analysis.shared
     homes = [(value, shared.analysis_of(value) or analysis) for value in shared.stepped_values() if type(value) is cst.Call and value.args]  # type: ignore[attr-defined]
     # (``runner.optimizer.step()`` in a hook that a registry builds from a config: an optimizer of no traced origin)
-    untraced = any(not module.origins(call.func.value) for module in shared.analyses for call in module.optimizer_step_calls)  # type: ignore[attr-defined]
+    untraced = any(
+        not module.origins(call.func.value) and _called_in_the_program(module, call)  # type: ignore[attr-defined]
+        for module in shared.analyses
+        for call in module.optimizer_step_calls
+    )
     if not untraced and not any(value not in home.torch_optimizer_calls and not home.is_scheduler_construction(value) for value, home in homes):  # type: ignore[arg-type]
         # Nothing stepped but what the program is handed (a library's ``fit(model, optimizer)``) or torch
         # optimizers of tensors that belong to no model (an image optimised by style transfer).
@@ -824,6 +828,17 @@ def _trained_model_unfound(analysis: ScriptAnalysis) -> cst.Call | None:
     if analysis.program_distributed_by_a_library:
         return None
     return first
+
+
+def _called_in_the_program(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
+    """Whether the function around a node runs in the program: the module's own code, a function the program
+    calls, or a method called by its name somewhere in it (``hook.after_train_iter(self)`` on hooks a registry
+    built); not a library's ``fit(model, optimizer, loader)`` linted on its own, which nothing calls."""
+    function = analysis.enclosing_function(node)
+    if function is None or analysis.callers_in_program(function):
+        return True
+    name = function.name.value
+    return any(call_method_name(call) == name for module in analysis.shared.analyses for call in module.calls)
 
 
 def _distributes_itself(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:

@@ -1037,8 +1037,24 @@ def _in_training_step(analysis: ScriptAnalysis, call: cst.CSTNode, depth: int = 
     ):
         return True
     # A loop whose pass runs ``backward()`` in a function it calls (a runner's hooks: ``for h in self.hooks:
-    # h.after_train_iter(self)`` backpropagates the ``self.outputs`` the call stored), the call taking gradients.
-    return loop in analysis.reaching_nodes(analysis.program_backward_calls) and not without_gradients(analysis, call)
+    # h.after_train_iter(self)`` backpropagates the ``self.outputs`` the call stored), the call taking gradients,
+    # its value kept, and its method running the model's own forward (``self(x)``; not ``save_pretrained(path)``).
+    return (
+        loop in analysis.reaching_nodes(analysis.program_backward_calls)
+        and not without_gradients(analysis, call)
+        and type(call) is cst.Call
+        and isinstance(analysis.parent(call), cst.Assign)
+        and _runs_its_own_forward(analysis, call)  # type: ignore[arg-type]
+    )
+
+
+def _runs_its_own_forward(analysis: ScriptAnalysis, call: cst.Call) -> bool:
+    """Whether the model method the call runs calls the model itself (``self(x)``, ``self.forward(x)``)."""
+    method = analysis.call_target(call)
+    return method is not None and any(
+        type(node) is cst.Call and dotted_name(node.func) in ("self", "self.forward")  # type: ignore[attr-defined]
+        for node in walk(method.body)
+    )
 
 
 def _backward_after(analysis: ScriptAnalysis, call: cst.CSTNode, function: cst.FunctionDef) -> bool:

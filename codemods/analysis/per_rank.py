@@ -181,6 +181,10 @@ class PerRankValues:
             items = literal_dict_items(value) if isinstance(value, cst.BaseExpression) else None
             if items is None:
                 return False
+            # (``if loss < best: ck = {"iter_num": step}``: which dict the name holds is the rank's own decision)
+            conditions = rank_facts(owner).conditions(value)
+            if any(self.mention(c.test) for c in conditions if type(c.owner) is cst.If and not c.early_exit):  # type: ignore[attr-defined]
+                return False
             held = dict(items)
             if not keys <= held.keys() or any(self.mention(held[key]) for key in keys):
                 return False
