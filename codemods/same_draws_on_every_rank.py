@@ -11,7 +11,15 @@ from .analysis import ScriptAnalysis, call_method_name, dotted_name, keyword_arg
 from .analysis.script import own_method
 from .analysis.loaders import without_gradients
 from .analysis.per_rank import PerRankValues, per_rank_values, training_batch_values
-from .analysis.ranks import draws_per_rank, generator_seeded_alike, seeded_alike_only_when_given, seeds_alike
+from .analysis.ranks import (
+    DISTRIBUTION_DRAWS,
+    STATE_DRAWS,
+    draws_per_rank,
+    generator_seeded_alike,
+    is_distribution_draw,
+    seeded_alike_only_when_given,
+    seeds_alike,
+)
 from .analysis.trainable import wrapped_model_classes
 from .base import Example, Match, Note, Options, Phase, Rule, Severity, Valid
 from .edits import code_of
@@ -41,10 +49,10 @@ _FACTORIES = _SIZED_FACTORIES | _LIKE_FACTORIES
 _SHAPED_LIKE_FIRST = _LIKE_FACTORIES | {
     "torch.randn_like", "torch.rand_like", "torch.randint_like", "torch.bernoulli", "torch.multinomial", "torch.poisson", "torch.normal"
 }
+#: Tensor methods that make a tensor of the sizes they are given (``x.new_empty(x.shape).uniform_()``).
+_NEW_TENSOR_METHODS = frozenset({"new_empty", "new_zeros", "new_ones", "new_full"})
 #: Tensor methods that fill their tensor with draws (``torch.empty_like(x).normal_()``).
 FILLING_DRAWS = frozenset({"normal_", "uniform_", "bernoulli_", "exponential_", "geometric_", "cauchy_", "log_normal_", "random_"})
-#: The methods of a ``torch.distributions`` object that draw (``Categorical(logits=out).sample()``).
-DISTRIBUTION_DRAWS = frozenset({"sample", "rsample", "sample_n"})
 
 
 class SameDrawsOnEveryRank(Rule):
@@ -204,6 +212,20 @@ for x, y in loader:
         values = training_batch_values(analysis)
         if values is None:
             return
+        for call in analysis.calls_to(STATE_DRAWS["random"]):
+            if (
+                not without_gradients(analysis, call)
+                and _in_a_training_step(analysis, call)
+                and _drawn_per_sample(analysis, values, call)
+                and seeds_alike(analysis, "random", before=call, when_given=True)
+            ):
+                yield Match(
+                    call,
+                    f"`{code_of(call)}` draws a value for each sample of this process's batch from Python's random state, "
+                    "which every rank seeds alike: every rank draws the same numbers, so the global batch holds N copies of "
+                    "the same choices; seed each rank differently after the wrap (random.seed(seed + runtime.rank()))",
+                    fixable=False,
+                )
         for call in [*draws, *numpy_draws]:
             if without_gradients(analysis, call):
                 continue
@@ -243,6 +265,26 @@ for x, y in loader:
                     "generator seeded per rank",
                     fixable=False,
                 )
+
+
+def _drawn_per_sample(analysis: ScriptAnalysis, values: PerRankValues, call: cst.Call) -> bool:
+    """Whether a scalar draw runs once per sample of this process's batch: in a loop or comprehension (within its
+    function) over the batch (``for xi in x``) or over a range of its first axis (``for _ in range(x.size(0))``)."""
+    for ancestor in analysis.ancestors(call):
+        if isinstance(ancestor, cst.FunctionDef):
+            return False
+        iterated = ancestor.iter if isinstance(ancestor, (cst.For, cst.CompFor)) else None
+        if isinstance(ancestor, (cst.ListComp, cst.GeneratorExp, cst.SetComp, cst.DictComp)):
+            iterated = ancestor.for_in.iter
+        if iterated is None:
+            continue
+        if values.mention(iterated) is not None and not (type(iterated) is cst.Call and dotted_name(iterated.func) == "range"):  # type: ignore[attr-defined]
+            return True
+        for node in walk(iterated):
+            axis = _axis_read(analysis, node)
+            if axis is not None and axis[1] == _FIRST_AXIS and values.mention(axis[0]) is not None:
+                return True
+    return False
 
 
 def _in_a_training_step(analysis: ScriptAnalysis, call: cst.Call) -> bool:
@@ -352,13 +394,8 @@ def _draws(analysis: ScriptAnalysis) -> list[cst.Call]:
         method = call_method_name(call)
         if method in FILLING_DRAWS:
             found.append(call)
-        elif method in DISTRIBUTION_DRAWS:
-            receiver = call.func.value  # type: ignore[attr-defined]
-            if any(
-                type(origin) is cst.Call and any(q.startswith("torch.distributions.") for q in analysis.qualified_names(origin.func))  # type: ignore[attr-defined]
-                for origin in analysis.origins(receiver)
-            ):
-                found.append(call)
+        elif is_distribution_draw(analysis, call):
+            found.append(call)
     return found
 
 
@@ -394,7 +431,7 @@ def _sized_by_the_batch(analysis: ScriptAnalysis, values: PerRankValues, call: c
         sizings = {
             _sized_by_the_batch(analysis, values, origin)  # type: ignore[arg-type]
             for origin in analysis.origins(receiver)
-            if type(origin) is cst.Call and analysis.is_call_to(origin, _FACTORIES)  # type: ignore[arg-type]
+            if type(origin) is cst.Call and (analysis.is_call_to(origin, _FACTORIES) or call_method_name(origin) in _NEW_TENSOR_METHODS)  # type: ignore[arg-type]
         }
         return _FIRST_AXIS if _FIRST_AXIS in sizings else _OTHER_AXIS if _OTHER_AXIS in sizings else None
     if method in DISTRIBUTION_DRAWS and not analysis.is_call_to(call, VALUE_DRAWS):  # parameters of this process's batch

@@ -1378,7 +1378,7 @@ def per_rank_draws(analysis: ScriptAnalysis) -> list[cst.Call]:
     ] + [
         draw
         for module in analysis.shared.analyses
-        for state, draws in _STATE_DRAWS.items()
+        for state, draws in STATE_DRAWS.items()
         for draw in module.calls_to(draws)
         if not seeds_alike(module, state, before=draw)
     ] + generators
@@ -1386,7 +1386,7 @@ def per_rank_draws(analysis: ScriptAnalysis) -> list[cst.Call]:
 
 #: Draws from Python's and numpy's process-wide random states (``random.sample(range(n), bs)``,
 #: ``np.random.choice(n, bs)``): each rank's own where the program seeds that state from the rank.
-_STATE_DRAWS: dict[str, frozenset[str]] = {
+STATE_DRAWS: dict[str, frozenset[str]] = {
     "random": frozenset(f"random.{n}" for n in ("random", "randint", "randrange", "choice", "choices", "sample", "shuffle", "uniform", "gauss")),
     "numpy": frozenset(
         f"numpy.random.{n}"

@@ -1,0 +1,76 @@
+"""Per-sample draws from a random state every rank seeds alike, in two more spellings (DDP051).
+
+A trial's augmentations drew a sign per sample with Python's ``random.random()`` in a comprehension over
+``range(x.size(0))``, and uniform noise with ``x.new_empty(x.shape).uniform_()``: both ranks drew the same
+signs and noise for their shares, the global batch held two copies of each choice, and the migration said
+nothing needed a human.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ddp_migrate.cli import cli
+
+PROGRAM = """import random
+
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    random.seed(0)
+    torch.manual_seed(0)
+    loader = DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=8, shuffle=True)
+    model = nn.Linear(4, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    for epoch in range(2):
+        for (x,) in loader:
+            AUGMENT
+            loss = (model(x) ** 2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def _reviews(tmp_path: Path, augment: str) -> list[str]:
+    script = tmp_path / "train.py"
+    script.write_text(PROGRAM.replace("AUGMENT", augment))
+    result = CliRunner().invoke(cli, [str(script)])
+    assert result.exit_code in (0, 1), result.output
+    return [line.split(" DDP051 ", 1)[1] for line in result.output.splitlines() if " DDP051 " in line]
+
+
+@pytest.mark.parametrize(
+    ("augment", "drawn"),
+    [
+        ("x = x * torch.tensor([1.0 if random.random() < 0.5 else -1.0 for _ in range(x.size(0))])[:, None]", "`random.random()` draws a value for each sample"),
+        ("x = torch.stack([xi.flip(0) if random.random() < 0.5 else xi for xi in x])", "`random.random()` draws a value for each sample"),
+        ("x = x + x.new_empty(x.shape).uniform_()", "`x.new_empty(x.shape).uniform_()` draws noise for each sample"),
+    ],
+    ids=["python-random-over-a-range", "python-random-over-the-batch", "new-empty-filled"],
+)
+def test_a_per_sample_draw_alike_on_every_rank_is_reviewed(tmp_path: Path, augment: str, drawn: str) -> None:
+    found = _reviews(tmp_path, augment)
+    assert len(found) == 1 and found[0].startswith(drawn), found
+
+
+@pytest.mark.parametrize(
+    "augment",
+    [
+        "x = x.flip(1) if random.random() < 0.5 else x",  # one choice for the whole batch: alike on purpose
+        "x = x + x.new_empty(4).uniform_()",  # one noise vector for every sample
+    ],
+    ids=["one-draw-per-batch", "per-feature"],
+)
+def test_a_draw_that_is_not_per_sample_is_left_alone(tmp_path: Path, augment: str) -> None:
+    assert _reviews(tmp_path, augment) == []
