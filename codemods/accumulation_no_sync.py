@@ -476,6 +476,7 @@ for _ in range(6):
                     "unsynchronised (each rank would step on its own); skip the sync only where a later backward() "
                     "in the same window syncs",
                     fixable=False,
+                    advice=True,
                 )
                 continue
             yield Match(
@@ -483,6 +484,7 @@ for _ in range(6):
                 f"gradient accumulation: backward() all-reduces gradients on every iteration but the optimizer "
                 f"steps only when `{code_of(found.gate.test)}`; skip the sync on the other iterations with {found.model}.no_sync()",
                 fixable=found.block is not None,
+                advice=True,
             )
         for micro in self.micro_steps(analysis):
             switch = micro.last or "<last micro-step>"
@@ -491,6 +493,7 @@ for _ in range(6):
                 "gradient accumulation: backward() all-reduces gradients on every micro-step of this loop but the "
                 f"optimizer steps only after it; sync on the last one only ({micro.model}.require_backward_grad_sync = {switch})",
                 fixable=micro.last is not None,
+                advice=True,
             )
 
     # ------------------------------------------------------------------------------- fixing

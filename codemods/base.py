@@ -117,6 +117,8 @@ class Finding:
     message: str
     severity: Severity
     fixable: bool
+    #: See :attr:`Match.advice`.
+    advice: bool = False
 
     def sort_key(self) -> tuple[int, int, str]:
         """Order findings by position, then code."""
@@ -161,6 +163,9 @@ class Match:
     node: cst.CSTNode
     message: str
     fixable: bool = True
+    #: Only speed is at stake (an all-reduce a ``no_sync()`` could skip): lint reports it; a migration, which
+    #: computes the original either way, notes it instead of counting it among the items for a human.
+    advice: bool = False
 
 
 class Rule(abc.ABC):
@@ -244,6 +249,7 @@ class Rule(abc.ABC):
                     message=match.message,
                     severity=self.severity,
                     fixable=self.can_fix() and match.fixable,
+                    advice=match.advice,
                 )
             )
         return findings

@@ -460,6 +460,10 @@ def process(
         if fix:
             result.findings = sorted(result.findings + unreported_todos(text, result.findings, authors), key=Finding.sort_key)
         result.notes = collect_notes(analysis, rules, options) if fix else []
+        if fix and any(f.advice for f in result.findings):
+            # (advice left unfixed: the migrated program computes the original's; a note, not an item for a human)
+            result.notes += [Note(f.code, f.line, f.message) for f in result.findings if f.advice]
+            result.findings = [f for f in result.findings if not f.advice]
         if fix and options.review_todos:
             add_review_todos(result)
         if fix and result.new_text != source.text:

@@ -42,9 +42,11 @@ if __name__ == "__main__":
 
 def test_a_window_flushed_after_the_loop_keeps_every_sync(tmp_path: Path) -> None:
     migrated, report, code = migrate_script(tmp_path, FLUSHED.format(flush="if len(loader) % ACCUM != 0:\n            optimizer.step()\n            optimizer.zero_grad()"))
-    assert code == 1, report
+    # Only speed is at stake (the sync kept on every iteration computes the original): a note, not an item for a human.
+    assert code == 0, report
     assert "contextlib.nullcontext()" not in migrated and "import contextlib" not in migrated
-    assert "DDP031 gradient accumulation" in report and "once more after the loop on the last iterations' gradients" in report
+    assert "note DDP031 line 28: gradient accumulation" in report and "once more after the loop on the last iterations' gradients" in report
+    assert "0 item(s) need a human" in report and "TODO(ddp-migrate)" not in migrated
 
 
 def test_without_a_flush_the_sync_is_still_skipped(tmp_path: Path) -> None:
