@@ -106,9 +106,12 @@ class WrappedModuleAccess(Rule):
     was not wrapped; ``no_sync()`` there becomes ``(model.no_sync() if hasattr(model, "no_sync") else
     contextlib.nullcontext())``. ``isinstance`` checks for ``DistributedDataParallel`` too.
 
-    A model method in the training step is not fixed: through ``.module`` it would run without DDP, whose
-    forward is what all-reduces the gradients, so the ranks would drift apart. A TODO asks a human to route
-    it through ``forward()``.
+    A model method in the training step (``loss = model.compute_loss(x, y)``; a runner's ``self.outputs =
+    self.model.train_step(batch)`` whose loss a hook backpropagates) is not reached through ``.module``: there it
+    would run without DDP, whose forward is what all-reduces the gradients, so the ranks would drift apart. A
+    method of the program's model runs inside the wrapper's own forward instead,
+    ``runtime.call_through_ddp(model, "compute_loss", x, y)``; any other (a method the analysis cannot find)
+    gets a TODO asking a human to route it through ``forward()``.
 
     Fix safety: the checkpoint keeps the keys ``model.module.state_dict()`` gives (unprefixed), which is
     what a single-device original wrote; DDP016 keeps a DataParallel script's ``module.`` keys. Loading
@@ -549,6 +552,14 @@ torch.save(state, "last.pt")
                     continue
                 if attr not in STATE_METHODS and not _runs_no_layer(analysis, parent):
                     if _in_training_step(analysis, parent):
+                        if analysis.call_target(parent) is not None and not any(a.star for a in parent.args):
+                            # A method of the program's model: DDP's own forward can run it (runtime.call_through_ddp).
+                            yield _Case(
+                                "through", parent, attribute, sometimes,
+                                f"{attr}() in the training step bypasses DDP's forward (no gradient all-reduce through .module): "
+                                "run it through the wrapper's forward (runtime.call_through_ddp)",
+                            )
+                            continue
                         yield _Case("step", parent, attribute, sometimes, f"{attr}() in the training step bypasses DDP's forward (no gradient all-reduce through .module): route it through the model's forward()")
                         continue
                     method = analysis.call_target(parent)
@@ -689,6 +700,18 @@ torch.save(state, "last.pt")
                 continue
             if case.kind == "own_step":
                 edits.todo(analysis.statement(case.node), OWN_STEP_TODO)
+                continue
+            if case.kind == "through":
+                call, attribute = case.node, case.attribute
+                assert isinstance(call, cst.Call) and isinstance(attribute, cst.Attribute)
+                rt = runtime_name(analysis, edits)
+                method = attribute.attr.value
+                routed = cst.Call(
+                    func=expression(f"{rt}.call_through_ddp"),
+                    args=[cst.Arg(attribute.value), cst.Arg(cst.SimpleString(f'"{method}"')), *[a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in call.args]],
+                )
+                edits.replace(call, lambda _updated, routed=routed: routed)
+                edits.changes.append(Change(self.code, line, f"{method}() runs through DDP's forward (runtime.call_through_ddp), which all-reduces its gradients"))
                 continue
             if case.kind == "isinstance":
                 call = case.node

@@ -37,7 +37,7 @@ from .environment import (
 )
 from .errors import BatchSizeError, DistributedEnvironmentError
 from .metrics import reduce_mean, reduce_sum, weighted_mean
-from .modules import convert_sync_batchnorm, unwrap
+from .modules import call_through_ddp, convert_sync_batchnorm, unwrap
 from .output import print0, silence_non_main_logging
 from .process_group import barrier, cleanup, is_initialized, setup
 from .snapshot import Snapshot
@@ -47,6 +47,7 @@ __all__ = [
     "DistributedEnvironmentError",
     "Snapshot",
     "barrier",
+    "call_through_ddp",
     "cleanup",
     "convert_sync_batchnorm",
     "device",

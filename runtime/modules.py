@@ -16,7 +16,7 @@ from torch.nn.parallel import DataParallel, DistributedDataParallel
 
 from .environment import device
 
-__all__ = ["convert_sync_batchnorm", "unwrap"]
+__all__ = ["call_through_ddp", "convert_sync_batchnorm", "unwrap"]
 
 #: Wrappers whose ``.module`` holds the model the user wrote.
 WRAPPERS = (DistributedDataParallel, DataParallel)
@@ -28,6 +28,48 @@ def unwrap(model: nn.Module) -> nn.Module:
     while isinstance(model, WRAPPERS):
         model = model.module
     return model
+
+
+def call_through_ddp(model: nn.Module, method: str, *args: Any, **kwargs: Any) -> Any:
+    """Run a method of the wrapped model (``train_step(batch)``, ``compute_loss(x, y)``) inside DDP's forward.
+
+    ``model.module.train_step(batch)`` runs the model past DistributedDataParallel: DDP never prepares the
+    gradient all-reduce, and each process trains its own replica. Here the wrapper's own forward runs, with
+    the method in place of the model's ``forward`` for that one call: DDP moves the inputs to the device,
+    syncs buffers, runs the method (whose own ``self(x)`` reaches the model's real ``forward``) and all-reduces
+    the gradients of the backward that follows, as mmcv's ``MMDistributedDataParallel.train_step`` does.
+    A model that is not DDP-wrapped (a world of one, DataParallel) simply runs the method.
+
+    Args:
+        model: the DDP-wrapped model (or the model itself).
+        method: the name of the model's method to run.
+        *args, **kwargs: its arguments.
+    """
+    if not isinstance(model, DistributedDataParallel):
+        return getattr(unwrap(model), method)(*args, **kwargs)
+    inner = model.module
+    bound = getattr(inner, method)
+    own = inner.__dict__.get("forward", _NO_FORWARD)
+
+    def restore() -> None:
+        if own is _NO_FORWARD:
+            inner.__dict__.pop("forward", None)
+        else:
+            inner.__dict__["forward"] = own
+
+    def run_the_method(*inputs: Any, **named: Any) -> Any:
+        restore()  # (the method's own ``self(x)`` runs the model's forward)
+        return bound(*inputs, **named)
+
+    inner.__dict__["forward"] = run_the_method
+    try:
+        return model(*args, **kwargs)
+    finally:
+        restore()
+
+
+#: ``call_through_ddp``'s mark of a model without a ``forward`` of its own instance.
+_NO_FORWARD = object()
 
 
 def convert_sync_batchnorm(model: nn.Module) -> nn.Module:

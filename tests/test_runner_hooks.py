@@ -13,9 +13,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+import torch
 from click.testing import CliRunner
 
 from ddp_migrate.cli import cli
+from migrated import saved_states
 
 RUNNER = """import torch
 import torch.nn as nn
@@ -77,12 +80,28 @@ def _migrate(folder: Path, entry: str) -> str:
     return result.output
 
 
-def test_a_model_method_whose_output_a_hook_backpropagates_is_left_to_a_human(tmp_path: Path) -> None:
+def test_a_model_method_whose_output_a_hook_backpropagates_runs_through_ddps_forward(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text(RUNNER)
     report = _migrate(tmp_path, "train.py")
-    assert "DDP008 train_step() in the training step bypasses DDP's forward" in report
-    assert "1 item(s) need a human" in report
-    assert ".module.train_step" not in (tmp_path / "train.py").read_text()
+    assert "DDP008 line 37: train_step() runs through DDP's forward (runtime.call_through_ddp)" in report, report
+    assert "0 item(s) need a human" in report
+    migrated = (tmp_path / "train.py").read_text()
+    assert 'self.outputs = runtime.call_through_ddp(self.model, "train_step", batch)' in migrated, migrated
+    assert ".module.train_step" not in migrated
+
+
+@pytest.mark.distributed
+def test_the_routed_method_trains_the_originals_weights_under_torchrun(tmp_path: Path) -> None:
+    """The runner's weights after two epochs: 2 processes (each half of every batch, gradients all-reduced
+    through DDP's forward) and one process equal the original's (through ``.module`` they drifted apart)."""
+    source = RUNNER.replace("Net().cuda()", "Net()").replace("shuffle=True", "shuffle=False").replace(
+        "def main():\n", "def main():\n    torch.manual_seed(0)\n"
+    )
+    original, (torchrun, alone) = saved_states(tmp_path, source)
+    for state in (torchrun, alone):
+        assert state.keys() == original.keys()
+        for key in original:
+            assert torch.allclose(state[key], original[key], atol=1e-6), key
 
 
 def test_the_same_method_under_no_grad_is_reached_through_module(tmp_path: Path) -> None:
