@@ -370,7 +370,7 @@ class Stream(IterableDataset):
         yield from read_records()
 
 
-# TODO(ddp-migrate): this IterableDataset streams the same samples to every process: in its __iter__, keep every runtime.world_size()-th sample starting at runtime.rank() (and split between loader workers with torch.utils.data.get_worker_info()), or use its library's own split by node (datasets.distributed.split_dataset_by_node); then each process's batch is its share of the original batch: runtime.per_process_batch_size(batch_size)
+# TODO(ddp-migrate): this IterableDataset streams the same samples to every process: in its __iter__, keep every runtime.world_size()-th sample starting at runtime.rank() (and split between loader workers with torch.utils.data.get_worker_info()), or use its library's own split by node (datasets.distributed.split_dataset_by_node); then each process's batch is its share of the original batch: runtime.per_process_batch_size(batch_size); every process must stream the same number of batches (drop an uneven stream's remainder), or the ranks' gradient all-reduces fall out of step and the job hangs
 loader = DataLoader(Stream(), batch_size=8)
 for x, y in loader:
     loss_fn(model(x), y).backward()

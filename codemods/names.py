@@ -211,6 +211,9 @@ REDUCTIONS = frozenset(
     for q in distributed(name)
 ) | frozenset(runtime(name) for name in ("reduce_sum", "reduce_mean", "weighted_mean"))
 
+#: The base class of torch's modules, as programs spell it.
+MODULE_BASES = frozenset({"torch.nn.Module", "torch.nn.modules.module.Module"})
+
 # -------------------------------------------------------------------------- BatchNorm (DDP030)
 
 BATCH_NORM = frozenset(

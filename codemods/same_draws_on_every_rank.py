@@ -28,7 +28,7 @@ from .edits import code_of
 VALUE_DRAWS = frozenset(
     {
         "torch.randn", "torch.rand", "torch.randint", "torch.normal", "torch.randn_like", "torch.rand_like",
-        "torch.randint_like", "torch.bernoulli", "torch.multinomial", "torch.poisson",
+        "torch.randint_like", "torch.bernoulli", "torch.multinomial", "torch.poisson", "torch.randperm",
     }
 )
 #: Draws from numpy's process-wide random state (``z = torch.FloatTensor(np.random.normal(0, 1, (n, nz)))``,
@@ -36,7 +36,7 @@ VALUE_DRAWS = frozenset(
 #: argument is a dimension, ``np.random.randn(n, nz)``).
 NUMPY_SIZE_POSITIONS: dict[str, int | None] = {
     "normal": 2, "uniform": 2, "randint": 2, "binomial": 2, "beta": 2, "laplace": 2, "choice": 1, "exponential": 1,
-    "poisson": 1, "standard_normal": 0, "random": 0, "random_sample": 0, "randn": None, "rand": None,
+    "poisson": 1, "standard_normal": 0, "random": 0, "random_sample": 0, "randn": None, "rand": None, "permutation": 0,
 }
 NUMPY_DRAWS = frozenset(f"numpy.random.{n}" for n in NUMPY_SIZE_POSITIONS)
 #: Tensor factories whose shape the draws filling them keep: from their sizes (``torch.empty(x.size(0), nz)``)

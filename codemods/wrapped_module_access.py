@@ -12,6 +12,7 @@ from .analysis import WRAPPER_ATTRIBUTES, ScriptAnalysis, call_method_name, dott
 from .analysis.loaders import without_gradients
 from .analysis.script import callee_name
 from .analysis.ranks import Kind, rank_facts
+from .analysis.trainable import wrapped_model_methods
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, accepting_both_key_formats, code_of, expression, state_dict_argument
 from .runtime_calls import DDP_CLASS, DDP_MODULE, imported_name, nullcontext_name, runtime_name
@@ -551,8 +552,8 @@ torch.save(state, "last.pt")
                     yield _Case("load", parent, attribute, sometimes, f"load_state_dict on the {kind} wrapper takes only module.-prefixed keys: load into .module, accepting keys with and without the prefix")
                     continue
                 if attr not in STATE_METHODS and not _runs_no_layer(analysis, parent):
-                    if _in_training_step(analysis, parent):
-                        if analysis.call_target(parent) is not None and not any(a.star for a in parent.args):
+                    if _in_training_step(analysis, parent) or _runs_a_forward_for_the_step(analysis, parent):
+                        if _model_method(analysis, parent) is not None and not any(a.star for a in parent.args):
                             # A method of the program's model: DDP's own forward can run it (runtime.call_through_ddp).
                             yield _Case(
                                 "through", parent, attribute, sometimes,
@@ -576,6 +577,7 @@ torch.save(state, "last.pt")
             else:
                 message = f"{attr} is not on the {kind} wrapper: use .module.{attr}"
             yield _Case("access", attribute, attribute, sometimes, message)
+        yield from _untraced_model_method_calls(analysis)
         for subscript in analysis.subscripts:
             # ``model[0]`` of an ``nn.Sequential``: the wrapper holds one module and is not indexable.
             if dotted_name(subscript.value) is None or isinstance(analysis.parent(subscript), cst.AssignTarget):
@@ -1071,9 +1073,63 @@ def _in_training_step(analysis: ScriptAnalysis, call: cst.CSTNode, depth: int = 
     )
 
 
+def _untraced_model_method_calls(analysis: ScriptAnalysis) -> Iterator[_Case]:
+    """Calls of a method only the wrapped models define (:func:`wrapped_model_methods`) on an object the
+    analysis cannot trace (``runner.model.val_step(batch)`` in a hook a registry built): the object is the model
+    or its wrapper, so it is reached through ``runtime.unwrap(...)`` (the object itself when not wrapped), or in the
+    training step run through DDP's forward. (Before: an ``AttributeError`` of the wrapper at the first
+    evaluation.)"""
+    methods = wrapped_model_methods(analysis)
+    if not methods:
+        return
+    for attribute in analysis.attributes:
+        attr = attribute.attr.value
+        if attr not in methods:
+            continue
+        call = analysis.parent(attribute)
+        receiver = dotted_name(attribute.value)
+        if type(call) is not cst.Call or call.func is not attribute or receiver is None or receiver == "self":  # type: ignore[attr-defined]
+            continue
+        if receiver.endswith(".module") or analysis.origins(attribute.value):
+            continue  # (traced: the cases above decide)
+        if (_in_training_step(analysis, call) or _runs_a_forward_for_the_step(analysis, call)) and not any(a.star for a in call.args):  # type: ignore[attr-defined, arg-type]
+            yield _Case(
+                "through", call, attribute, True,
+                f"{attr}() of the wrapped model in the training step: run it through the wrapper's forward (runtime.call_through_ddp)",
+            )
+        else:
+            yield _Case("access", attribute, attribute, True, f"{attr} is a method of the wrapped model, not of its DDP wrapper: use runtime.unwrap(...).{attr}")
+
+
+def _runs_a_forward_for_the_step(analysis: ScriptAnalysis, call: cst.Call) -> bool:
+    """Whether a model method that runs the model's own forward (``train_step(batch)`` calling ``self(x)``) is
+    called where gradients are taken, its value kept, on every rank (no test of the rank around it): the
+    forward of a training step, whichever code backpropagates it (a hook a registry built, out of the
+    analysis's sight)."""
+    method = _model_method(analysis, call)
+    return (
+        method is not None
+        and isinstance(analysis.parent(call), cst.Assign)
+        and not without_gradients(analysis, call)
+        and not any(c.kind is Kind.RANK for c in rank_facts(analysis).conditions(call))
+        and _runs_its_own_forward(analysis, call)
+        and not analysis.runs_its_own_training_step(method)  # (``model.fit(loader, opt)``: its own backward, a human's)
+        and not any(type(node) is cst.Call and call_method_name(node) == "backward" for node in walk(method.body))
+    )
+
+
+def _model_method(analysis: ScriptAnalysis, call: cst.Call) -> cst.FunctionDef | None:
+    """The model method a call runs: resolved, or by its name among the wrapped models' own methods (a class a
+    registry built from a config)."""
+    method = analysis.call_target(call)
+    if method is None and type(call.func) is cst.Attribute:
+        method = wrapped_model_methods(analysis).get(call.func.attr.value)  # type: ignore[attr-defined]
+    return method
+
+
 def _runs_its_own_forward(analysis: ScriptAnalysis, call: cst.Call) -> bool:
     """Whether the model method the call runs calls the model itself (``self(x)``, ``self.forward(x)``)."""
-    method = analysis.call_target(call)
+    method = _model_method(analysis, call)
     return method is not None and any(
         type(node) is cst.Call and dotted_name(node.func) in ("self", "self.forward")  # type: ignore[attr-defined]
         for node in walk(method.body)

@@ -17,6 +17,7 @@ from ddp_migrate.cli import cli
 
 PROGRAM = """import random
 
+import numpy as np
 import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -24,6 +25,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 def main():
     random.seed(0)
+    np.random.seed(0)
     torch.manual_seed(0)
     loader = DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=8, shuffle=True)
     model = nn.Linear(4, 4)
@@ -56,8 +58,11 @@ def _reviews(tmp_path: Path, augment: str) -> list[str]:
         ("x = x * torch.tensor([1.0 if random.random() < 0.5 else -1.0 for _ in range(x.size(0))])[:, None]", "`random.random()` draws a value for each sample"),
         ("x = torch.stack([xi.flip(0) if random.random() < 0.5 else xi for xi in x])", "`random.random()` draws a value for each sample"),
         ("x = x + x.new_empty(x.shape).uniform_()", "`x.new_empty(x.shape).uniform_()` draws noise for each sample"),
+        # mixup's partners: every rank the same permutation of its own share (a trial: 6.353 against 6.445)
+        ("x = 0.7 * x + 0.3 * x[torch.randperm(x.size(0))]", "`torch.randperm(x.size(0))` draws noise for each sample"),
+        ("x = 0.7 * x + 0.3 * x[np.random.permutation(len(x))]", "`np.random.permutation(len(x))` draws noise for each sample"),
     ],
-    ids=["python-random-over-a-range", "python-random-over-the-batch", "new-empty-filled"],
+    ids=["python-random-over-a-range", "python-random-over-the-batch", "new-empty-filled", "torch-randperm", "numpy-permutation"],
 )
 def test_a_per_sample_draw_alike_on_every_rank_is_reviewed(tmp_path: Path, augment: str, drawn: str) -> None:
     found = _reviews(tmp_path, augment)

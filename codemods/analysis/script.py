@@ -1408,11 +1408,18 @@ class ScriptAnalysis:
         = DDP(Net())`` comes from ``Net()``)."""
         wraps = set(self.program_wrap_calls)
         inner: set[cst.CSTNode] = set()
+        # (``model = DDP(model.module)``, a re-wrap of the model inside: what it wraps is read once, not again
+        # from within its own reading)
+        unwrapping: set[cst.CSTNode] = self.shared.__dict__.setdefault("_unwrapping", set())
         for origin in origins & wraps:
             wrapped = wrapped_argument(origin)  # type: ignore[arg-type]
-            if wrapped is not None:
+            if wrapped is not None and origin not in unwrapping:
                 owner = self.shared.analysis_of(origin) or self
-                inner |= owner.origins(wrapped)
+                unwrapping.add(origin)
+                try:
+                    inner |= owner.origins(wrapped)
+                finally:
+                    unwrapping.discard(origin)
         return inner - wraps  # (``model = DDP(model)``: the name's own origins hold the wrap too)
 
     def _bind(self, key: BindingKey, values: set[cst.CSTNode]) -> bool:

@@ -651,6 +651,73 @@ def wrapped_model_classes(analysis: ScriptAnalysis) -> frozenset[cst.ClassDef]:
     return analysis.derived("wrapped model classes", find)
 
 
+#: ``nn.Module``'s own methods, which a DDP wrapper has too (``model.train()`` works on either).
+MODULE_METHODS = frozenset(
+    {
+        "forward", "train", "eval", "to", "cuda", "cpu", "half", "float", "double", "bfloat16", "type", "parameters",
+        "named_parameters", "buffers", "named_buffers", "modules", "named_modules", "children", "named_children",
+        "state_dict", "load_state_dict", "zero_grad", "apply", "register_buffer", "register_parameter", "add_module",
+        "get_submodule", "get_parameter", "requires_grad_", "extra_repr", "register_forward_hook",
+        "register_forward_pre_hook", "register_full_backward_hook",
+    }
+)
+
+
+def wrapped_model_methods(analysis: ScriptAnalysis) -> dict[str, cst.FunctionDef]:
+    """The methods (by name) that only the classes of the models the program wraps (and the program's
+    classes they derive from) define, not ``nn.Module``'s own nor any other class of the program: a call
+    ``x.val_step(batch)`` by such a name, on an object the analysis cannot trace (a hook a registry built, handed
+    the runner), is a call on the wrapped model, which its DDP wrapper does not have. Found once per analysis."""
+
+    def find(_: ScriptAnalysis) -> dict[str, cst.FunctionDef]:
+        constructed = analysis.shared.constructed
+        wrapped = {constructed[o] for o in _wrapped_origins(analysis) if type(o) is cst.Call and o in constructed}  # type: ignore[index]
+        if not wrapped:
+            wrapped = _classes_of_methods_called_on_wraps(analysis)
+        if not wrapped:
+            return {}
+        owners = {ancestor for cls in wrapped for ancestor in analysis.shared.ancestors_of(cls)}
+        theirs: dict[str, cst.FunctionDef] = {}
+        others: set[str] = set()
+        for module in analysis.shared.analyses:
+            for cls in module.classes:
+                body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else ()
+                for stmt in body:
+                    if type(stmt) is cst.FunctionDef:
+                        if cls in owners:
+                            theirs.setdefault(stmt.name.value, stmt)  # type: ignore[attr-defined]
+                        else:
+                            others.add(stmt.name.value)  # type: ignore[attr-defined]
+        return {n: f for n, f in theirs.items() if n not in others and n not in MODULE_METHODS and not n.startswith("__")}
+
+    return analysis.derived("wrapped model methods", find)
+
+
+def _classes_of_methods_called_on_wraps(analysis: ScriptAnalysis) -> set[cst.ClassDef]:
+    """Where the wrapped model's class cannot be traced (a registry built it from a config): the program's
+    ``nn.Module`` classes that define a method (not ``nn.Module``'s own) the program calls on a wrapped model
+    (``self.model.train_step(batch)`` of a runner whose ``self.model`` holds the wrap), when one class alone does."""
+    defined: dict[cst.ClassDef, set[str]] = {}
+    for module in analysis.shared.analyses:
+        for cls in module.classes:
+            body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else ()
+            methods = {stmt.name.value for stmt in body if type(stmt) is cst.FunctionDef and not stmt.name.value.startswith("__")} - MODULE_METHODS  # type: ignore[attr-defined]
+            if methods and module.derives_from(cls, names.MODULE_BASES):
+                defined[cls] = methods
+    candidates = set().union(*defined.values()) if defined else set()
+    called: set[str] = set()
+    for module in analysis.shared.analyses:
+        for attribute in module.attributes:
+            name = attribute.attr.value
+            if name not in candidates or name in called:
+                continue
+            parent = module.parent(attribute)
+            if type(parent) is cst.Call and parent.func is attribute and module.wrapped_at(attribute.value) is not None:  # type: ignore[attr-defined]
+                called.add(name)
+    found = {cls for cls, methods in defined.items() if methods & called}
+    return found if len(found) == 1 else set()
+
+
 def _model_classes(analysis: ScriptAnalysis, classes: list[cst.ClassDef]) -> list[tuple[ScriptAnalysis, cst.ClassDef, cst.FunctionDef | None]]:
     """The model's classes and those whose instances they build, three levels deep, each with the analysis
     of its module and its own ``forward`` (nearest first)."""
