@@ -127,9 +127,12 @@ for x, y in loader:
             if not loop.trains or not sizes:
                 continue
             batches = _batch_names(loop)
+            canonical: set[str] | None = None
             for node in _own_nodes(loop.loop.body):
                 if type(node) is cst.Comparison:
-                    for side, first_axis in _compared_with_global_batch(node, batches, sizes):  # type: ignore[arg-type]
+                    if canonical is None:
+                        canonical = _global_sizes(analysis, [call for call in loop.loader_calls if call in split])
+                    for side, first_axis in _compared_with_global_batch(analysis, node, batches, sizes, canonical):  # type: ignore[arg-type]
                         if not first_axis:
                             yield Match(
                                 side,
@@ -252,6 +255,39 @@ def _split_loaders(analysis: ScriptAnalysis) -> dict[cst.CSTNode, str]:
             if type(value) is cst.Call and module.is_call_to(value, names.RUNTIME_PER_PROCESS_BATCH_SIZE) and value.args:  # type: ignore[arg-type]
                 found[loader] = code_of(value.args[0].value)  # type: ignore[attr-defined]
     return found
+
+
+def _global_sizes(analysis: ScriptAnalysis, loaders: list[cst.CSTNode]) -> set[str]:
+    """What the split loaders' global batch sizes read, each spelled with the names it is read through replaced
+    by what they hold (:func:`_canonical`: ``dcfg["batch_size"]`` of ``dcfg = cfg["data"]`` is
+    ``cfg['data']['batch_size']``)."""
+    found: set[str] = set()
+    for loader in loaders:
+        module = analysis.shared.analysis_of(loader) or analysis
+        size = loader_argument(loader, "batch_size")  # type: ignore[arg-type]
+        if size is not None and type(size.value) is cst.Call and size.value.args:  # type: ignore[attr-defined]
+            found.add(_canonical(module, size.value.args[0].value))  # type: ignore[attr-defined]
+    return found
+
+
+def _canonical(analysis: ScriptAnalysis, expr: cst.BaseExpression, depth: int = 0) -> str:
+    """An expression's code with each name read through replaced by the one value it is assigned in its scope
+    (``bs`` of ``bs = dcfg["batch_size"]``, ``dcfg`` of ``dcfg = cfg["data"]``), and string keys in one quote:
+    two spellings of one configured number read alike."""
+    kind = type(expr)
+    if kind is cst.Name and depth < 4:
+        values = [v for v in analysis.flows_into(expr, expr.value) if isinstance(v, cst.BaseExpression)]  # type: ignore[attr-defined]
+        if len(values) == 1 and values[0] is not expr:
+            owner = analysis.shared.analysis_of(values[0]) or analysis
+            return _canonical(owner, values[0], depth + 1)
+        return expr.value  # type: ignore[attr-defined]
+    if kind is cst.Subscript and len(expr.slice) == 1 and type(expr.slice[0].slice) is cst.Index:  # type: ignore[attr-defined]
+        index = expr.slice[0].slice.value  # type: ignore[attr-defined]
+        key = repr(index.evaluated_value) if type(index) is cst.SimpleString else code_of(index).strip()
+        return f"{_canonical(analysis, expr.value, depth)}[{key}]"  # type: ignore[attr-defined]
+    if kind is cst.Attribute:
+        return f"{_canonical(analysis, expr.value, depth)}.{expr.attr.value}"  # type: ignore[attr-defined]
+    return code_of(expr).strip()
 
 
 def _batch_names(loop: LoaderLoop) -> set[str]:
@@ -479,16 +515,19 @@ def _reads_batch(expr: cst.BaseExpression, batches: set[str]) -> bool:
     return type(expr) is cst.Name and expr.value in batches  # type: ignore[attr-defined]
 
 
-def _compared_with_global_batch(node: cst.Comparison, batches: set[str], sizes: list[str]) -> Iterator[tuple[cst.BaseExpression, bool]]:
-    """The sides of ``x.size(0) < B`` that spell the global batch size ``B`` opposite a batch's size, each with
-    whether that size is of the batch's first axis (another axis: ``src.size(1) != B`` of a sequence-first batch,
-    or a feature axis the analysis cannot tell from it)."""
+def _compared_with_global_batch(
+    analysis: ScriptAnalysis, node: cst.Comparison, batches: set[str], sizes: list[str], canonical: set[str]
+) -> Iterator[tuple[cst.BaseExpression, bool]]:
+    """The sides of ``x.size(0) < B`` that read the global batch size ``B`` opposite a batch's size (spelled as
+    the loader spells it, or read through names and dicts that hold it: ``cfg["data"]["batch_size"]`` beside
+    ``dcfg["batch_size"]``), each with whether that size is of the batch's first axis (another axis:
+    ``src.size(1) != B`` of a sequence-first batch, or a feature axis the analysis cannot tell from it)."""
     sides = [node.left, *(c.comparator for c in node.comparisons)]
     if not any(_batch_size_read(side, batches, any_axis=True) for side in sides):
         return
     first_axis = any(_batch_size_read(side, batches) for side in sides)
     for side in sides:
-        if not _batch_size_read(side, batches, any_axis=True) and code_of(side) in sizes:
+        if not _batch_size_read(side, batches, any_axis=True) and (code_of(side) in sizes or _canonical(analysis, side) in canonical):
             yield side, first_axis
 
 

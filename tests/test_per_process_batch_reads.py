@@ -225,3 +225,55 @@ def test_a_loss_weight_annealed_over_this_process_s_samples_is_left_to_a_human(w
     assert len(found) == int(reported), report
     if reported:
         assert "DDP047 `seen += x.size(0)` counts this process's samples only" in found[0]
+
+
+CONFIGURED = '''
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+CFG = {"data": {"batch_size": 16, "eval_batch_size": 64}}
+
+
+def train(cfg):
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(70, 8), torch.randn(70, 1))
+    dcfg = cfg["data"]
+    bs = dcfg["batch_size"]
+    loader = DataLoader(data, batch_size=dcfg["batch_size"])
+    model = nn.Linear(8, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(3):
+        for xb, yb in loader:
+            if CHECK:
+                continue
+            loss = nn.functional.mse_loss(model(xb), yb)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+
+train(CFG)
+'''
+
+
+@pytest.mark.parametrize(
+    ("check", "rewritten"),
+    [
+        ('xb.size(0) != cfg["data"]["batch_size"]', 'xb.size(0) != runtime.per_process_batch_size(cfg["data"]["batch_size"])'),
+        ("xb.shape[0] != bs", "xb.shape[0] != runtime.per_process_batch_size(bs)"),
+        ("len(xb) < dcfg['batch_size']", "len(xb) < runtime.per_process_batch_size(dcfg['batch_size'])"),
+    ],
+    ids=["the-config-read-again", "a-name-that-holds-it", "the-other-quote"],
+)
+def test_the_global_batch_read_through_another_spelling_is_the_per_process_size_too(check: str, rewritten: str, tmp_path: Path) -> None:
+    # A trial: the loader took dcfg["batch_size"], the loop skipped batches whose size was not
+    # cfg["data"]["batch_size"]: every batch of 8 was skipped on 2 processes, 0 steps, exit 0, nothing reported.
+    migrated, report, code = migrate_script(tmp_path, CONFIGURED.replace("CHECK", check))
+    assert f"if {rewritten}:" in migrated, migrated
+    assert "a batch compared with the per-process batch size" in report and code == 0, report
+
+
+def test_another_configured_number_is_no_batch_size(tmp_path: Path) -> None:
+    migrated, report, _ = migrate_script(tmp_path, CONFIGURED.replace("CHECK", 'xb.size(0) != cfg["data"]["eval_batch_size"]'))
+    assert 'if xb.size(0) != cfg["data"]["eval_batch_size"]:' in migrated and "DDP047" not in report, report
