@@ -338,6 +338,7 @@ if __name__ == "__main__":
             edits.replace(statement, cst.SimpleStatementLine([cst.Expr(call)], leading_lines=kept_comments))
             remove_statements(analysis, edits, launch.extra)
             self._fix_process_count(analysis, edits, launch, rt, counts)
+            self._fix_worker_counts(analysis, edits, launch, rt)
             count = code_of(launch.nprocs) if launch.nprocs is not None else "1"
             edits.changes.append(
                 Change(
@@ -380,6 +381,46 @@ if __name__ == "__main__":
             if same_variable or same_computation:
                 found.append(arg)
         return found
+
+    @staticmethod
+    def _fix_worker_counts(analysis: ScriptAnalysis, edits: Edits, launch: Launch, rt: str) -> None:
+        """The process count the worker computes again itself (``ngpus = args.ngpus or torch.cuda.device_count()``
+        in ``main_worker``, beside the launch's ``nprocs=ngpus``), or reads from the object the launch hands it
+        (``args.batch_size / args.ngpus`` of ``nprocs=args.ngpus, args=(args,)``), where it sizes something (an
+        assigned value, a factor or divisor): torchrun's processes on this node. (Left, a batch split by it
+        crashed on a CPU machine, a count of 0, or split a global batch by the wrong number.)"""
+        target, nprocs = launch.target, launch.nprocs
+        if target is None or nprocs is None or not analysis.owns(target):
+            return
+        facts = legacy_facts(analysis)
+        computed = [s for s in (nprocs, *facts.sources(nprocs)) if isinstance(s, cst.BaseExpression) and type(s) not in (cst.Name, cst.Integer)]
+        handed: str | None = None
+        name = dotted_name(nprocs) if type(nprocs) is cst.Attribute else None
+        if name is not None:
+            root, _, attribute = name.partition(".")
+            positions = [i for i, arg in enumerate(launch.arguments) if dotted_name(arg.value) == root]
+            params = target.params.params
+            if positions and positions[0] + 1 < len(params):
+                handed = f"{params[positions[0] + 1].name.value}.{attribute}"
+        found: list[cst.BaseExpression] = []
+        for node in analysis.nodes_below(target.body):
+            if not isinstance(node, cst.BaseExpression):
+                continue
+            same = (
+                any(node.deep_equals(c) for c in computed if type(c) is not cst.Attribute)
+                or (handed is not None and dotted_name(node) == handed)
+                or (type(node) is cst.Call and facts.is_process_count(node))  # (``ngpus = torch.cuda.device_count()`` again)
+            )
+            if not same or isinstance(analysis.parent(node), cst.AssignTarget):
+                continue
+            parent = analysis.parent(node)
+            sizes = (type(parent) is cst.Assign and parent.value is node) or (  # type: ignore[attr-defined]
+                type(parent) is cst.BinaryOperation and type(parent.operator) in (cst.Divide, cst.FloorDivide, cst.Multiply)  # type: ignore[attr-defined]
+            )
+            if sizes:
+                found.append(node)
+        if found:
+            replace_values(analysis, edits, found, f"{rt}.local_world_size()")
 
     @staticmethod
     def _fix_process_count(analysis: ScriptAnalysis, edits: Edits, launch: Launch, rt: str, replaced: list[cst.Arg]) -> None:

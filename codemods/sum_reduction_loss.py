@@ -315,6 +315,9 @@ total = nn.functional.l1_loss(a, b, reduction="sum")
             Note(self.code, analysis.line(call), IGNORED_TARGETS.format(call=code_of(call.func)))
             for call in analysis.calls
             if call in feeding and _mean_over_counted_targets(analysis, call)
+        ] + [
+            Note(self.code, analysis.line(division), WEIGHED_TARGETS.format(division=code_of(division).strip()))
+            for division in _means_over_batch_weights(analysis, feeding)
         ]
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
@@ -346,6 +349,47 @@ IGNORED_TARGETS = (
     "(reduction=\"sum\"), divide by the count of targets kept summed across processes (runtime.reduce_sum) and "
     "multiply by runtime.world_size()"
 )
+WEIGHED_TARGETS = (
+    "`{division}` divides by this process's own sum of weights or mask (a masked or weighted mean): DDP then "
+    "averages the processes' means alike, so where the shards' sums differ each update differs a little from the "
+    "original's mean over the whole batch; for the exact mean, divide by the sum across processes "
+    "(runtime.reduce_sum of the denominator) and multiply by runtime.world_size()"
+)
+
+
+def _means_over_batch_weights(analysis: ScriptAnalysis, feeding: frozenset[cst.Call]) -> list[cst.BinaryOperation]:
+    """The divisions of a training loss of this module that divide a sum by a sum of this batch's values
+    (``(w * err).sum() / w.sum()``, ``(loss * mask).sum() / mask.sum()``): a mean over the batch's own weights,
+    in the statement that binds the loss ``backward()`` is called on, or returned by a function whose call
+    feeds such a loss."""
+    losses = {
+        (analysis.enclosing_function(call), name)
+        for call in analysis.backward_calls
+        if (name := dotted_name(backward_loss(call))) is not None
+    }
+    found: list[cst.BinaryOperation] = []
+    for node in analysis.preorder:
+        if type(node) is not cst.BinaryOperation or type(node.operator) is not cst.Divide:  # type: ignore[attr-defined]
+            continue
+        if not _sums_something(node.left) or not _of_this_batch(analysis, node.right):  # type: ignore[attr-defined]
+            continue
+        statement = analysis.statement(node)
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 else None
+        function = analysis.enclosing_function(node)
+        if isinstance(small, cst.Assign) and any((function, dotted_name(t.target)) in losses for t in small.targets):
+            found.append(node)  # type: ignore[arg-type]
+        elif isinstance(small, cst.Return) and function is not None and any(
+            call in feeding for call in analysis.callers_in_program(function)
+        ):
+            found.append(node)  # type: ignore[arg-type]
+    return found
+
+
+def _sums_something(expr: cst.BaseExpression) -> bool:
+    """Whether an expression ends in a sum (``(w * err).sum()``, ``torch.sum(x)``)."""
+    return type(expr) is cst.Call and (call_method_name(expr) == "sum" or dotted_name(expr.func) == "torch.sum")  # type: ignore[attr-defined, arg-type]
+
+
 #: Losses that skip the targets equal to ``ignore_index`` when they average.
 _IGNORING_LOSSES = frozenset({
     "torch.nn.functional.cross_entropy", "torch.nn.functional.nll_loss", "torch.nn.CrossEntropyLoss", "torch.nn.NLLLoss",

@@ -81,3 +81,45 @@ def test_a_helper_returning_the_sum_itself_is_still_scaled(tmp_path: Path) -> No
     report = _migrate(tmp_path, helper, "sum_loss(out, y)")
     assert "DDP039" in report and "summed loss scaled by runtime.world_size()" in report
     assert "(loss * runtime.world_size()).backward()" in (tmp_path / "train.py").read_text()
+
+
+WEIGHTED = """import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    data = TensorDataset(torch.randn(256, 8), torch.randn(256, 1), torch.rand(256, 1))
+    loader = DataLoader(data, batch_size=32, shuffle=True)
+    model = nn.Linear(8, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(3):
+        for x, y, w in loader:
+            LOSS
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.mark.parametrize(
+    ("loss", "noted"),
+    [
+        ("loss = (w * (model(x) - y) ** 2).sum() / w.sum()", True),
+        ("mask = (w > 0.5).float()\n            loss = (mask * (model(x) - y) ** 2).sum() / mask.sum()", True),
+        ("loss = ((model(x) - y) ** 2).mean()", False),
+    ],
+    ids=["sample-weights", "a-mask", "a-plain-mean"],
+)
+def test_a_mean_over_the_batchs_own_weights_is_noted(tmp_path: Path, loss: str, noted: bool) -> None:
+    # A trial: recency weights, loss (w * err).sum() / w.sum(): 2 processes ended 5e-4 away from one, no note.
+    script = tmp_path / "train.py"
+    script.write_text(WEIGHTED.replace("LOSS", loss))
+    result = CliRunner().invoke(cli, [str(script)])
+    assert result.exit_code == 0, result.output
+    notes = [line for line in result.output.splitlines() if "note DDP039" in line and "divides by this process's own sum" in line]
+    assert len(notes) == int(noted), result.output
