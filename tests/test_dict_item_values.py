@@ -137,3 +137,43 @@ def test_a_checkpoint_that_may_read_the_shards_loss_is_reported(tmp_path: Path, 
 def test_an_item_written_later_from_the_shard_makes_the_key_per_rank(tmp_path: Path) -> None:
     found = _decisions(tmp_path, 'Checkpoint("best.pt", monitor="val_acc")', 'logs["val_acc"] = train_loss')
     assert found == ["`logs[self.monitor] > self.best`"]
+
+
+COUNTED = """import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+dist.init_process_group("gloo")
+data = TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,)))
+loader = DataLoader(data, batch_size=8, sampler=DistributedSampler(data))
+model = DDP(nn.Linear(4, 2))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+state = {"global_step": 0}
+for epoch in range(3):
+    loader.sampler.set_epoch(epoch)
+    for x, y in loader:
+        loss = nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        state["global_step"] += 1
+        state["last_loss"] = loss.item()
+        if TEST:
+            break
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.parametrize(
+    ("test", "reported"),
+    [('state["global_step"] >= 12', False), ('state["last_loss"] < 0.1', True)],
+    ids=["a-step-counter-beside-a-loss", "the-loss-itself"],
+)
+def test_an_item_written_from_the_shard_taints_its_own_key_only(tmp_path: Path, test: str, reported: bool) -> None:
+    # A trial's Trainer kept its step counter in the dict that also held the last loss: three false DDP041 reviews.
+    script = tmp_path / "fit.py"
+    script.write_text(COUNTED.replace("TEST", test))
+    result = CliRunner().invoke(cli, ["lint", "-q", "--select", "DDP041", str(script)])
+    assert (" DDP041 " in result.output) is reported, result.output

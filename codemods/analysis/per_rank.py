@@ -168,10 +168,14 @@ class PerRankValues:
         """Whether every value the name may hold where ``node`` is (its callers' arguments for a parameter) is a
         dict written out whose items at ``keys`` are no per-rank values, and its scope writes no item into it."""
         values = home.flows_into(node, name)
-        if not values or depth > 3 or _items_written(home, home.scope_of(node), name):
+        if not values or depth > 3 or _items_written(home, home.scope_of(node), name, keys, self.mention):
             return False
         for value in values:
             owner = self.analysis.shared.analysis_of(value) or home
+            written = owner.parent(value)
+            target = written.targets[0].target if type(written) is cst.Assign and len(written.targets) == 1 else getattr(written, "target", None)  # type: ignore[attr-defined]
+            if type(written) in (cst.Assign, cst.AugAssign) and type(target) is cst.Subscript and dotted_name(target.value) == name:  # type: ignore[attr-defined]
+                continue  # (an item written into the dict: :func:`_items_written` reads those)
             if type(value) is cst.Name:
                 if value.value == name and owner.scope_of(value) is home.scope_of(node):  # type: ignore[attr-defined]
                     return False
@@ -608,15 +612,22 @@ def _item_keys(home: ScriptAnalysis, subscript: cst.Subscript) -> frozenset[str]
     return frozenset(found)
 
 
-def _items_written(home: ScriptAnalysis, scope: cst.CSTNode, name: str) -> bool:
-    """Whether the scope writes an item into the name's dict (``logs["lr"] = lr``, ``logs.update(...)``):
-    what it holds is then not only the dict written out where it was made."""
+def _items_written(
+    home: ScriptAnalysis, scope: cst.CSTNode, name: str, keys: frozenset[str], mention: Callable[[cst.CSTNode], str | None]
+) -> bool:
+    """Whether the scope writes a per-rank value at one of ``keys`` of the name's dict, or an item it cannot
+    tell (``logs[k] = v``, ``logs.update(...)``): what those keys hold is then not only what the dict written out
+    held. Items at other keys (``state["last_loss"] = loss.item()`` beside a ``state["global_step"] += 1``
+    that is read) are no matter."""
     for node in home.nodes_below(scope):
         kind = type(node)
         if kind is cst.AssignTarget or kind is cst.AugAssign:
             target = node.target  # type: ignore[attr-defined]
             if type(target) is cst.Subscript and dotted_name(target.value) == name:
-                return True
+                key = subscript_key(target)
+                value = node.value if kind is cst.AugAssign else home.parent(node).value  # type: ignore[attr-defined]
+                if key is None or (key in keys and mention(value) is not None):
+                    return True
         elif kind is cst.Call and call_method_name(node) in _ITEM_WRITES:  # type: ignore[arg-type]
             if dotted_name(node.func.value) == name:  # type: ignore[attr-defined]
                 return True
