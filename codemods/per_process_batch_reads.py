@@ -129,6 +129,18 @@ for x, y in loader:
             batches = _batch_names(loop)
             canonical: set[str] | None = None
             for node in _own_nodes(loop.loop.body):
+                if type(node) is cst.Slice:
+                    if canonical is None:
+                        canonical = _global_sizes(analysis, [call for call in loop.loader_calls if call in split])
+                    for bound in (node.lower, node.upper):  # type: ignore[attr-defined]
+                        if bound is not None and (code_of(bound) in sizes or _canonical(analysis, bound) in canonical):
+                            # ``logits[:batch_size]`` of ``model(torch.cat([x, u]))``: the labelled part of a joined batch
+                            yield Match(
+                                bound,
+                                f"a batch of this process is cut at {code_of(bound).strip()}, the global batch size: each "
+                                f"process loads runtime.per_process_batch_size({code_of(bound).strip()}) samples a step, so the "
+                                "cut falls inside another part of the batch; cut at the per-process size",
+                            )
                 if type(node) is cst.Comparison:
                     if canonical is None:
                         canonical = _global_sizes(analysis, [call for call in loop.loader_calls if call in split])
@@ -241,7 +253,8 @@ for x, y in loader:
                 continue
             rt = runtime_name(analysis, edits)
             edits.replace(side, expression(f"{rt}.per_process_batch_size({code_of(side)})"))
-            edits.changes.append(Change(self.code, analysis.line(side), "a batch compared with the per-process batch size"))
+            cut = type(analysis.parent(side)) is cst.Slice
+            edits.changes.append(Change(self.code, analysis.line(side), "a batch cut at the per-process batch size" if cut else "a batch compared with the per-process batch size"))
         return edits.apply(analysis.module) if edits else None
 
 

@@ -367,6 +367,19 @@ def _means_over_batch_weights(analysis: ScriptAnalysis, feeding: frozenset[cst.C
         for call in analysis.backward_calls
         if (name := dotted_name(backward_loss(call))) is not None
     }
+    # (the names the loss is computed from in its function: ``Lu = ... / mask.sum()``; ``loss = Lx + lam * Lu``)
+    for _ in range(3):
+        grown = {
+            (function, n.value)
+            for function, name in list(losses)
+            for assign in analysis.assignments_in(function)
+            if isinstance(assign, cst.Assign) and any(dotted_name(t.target) == name for t in assign.targets)
+            for n in walk(assign.value)
+            if type(n) is cst.Name
+        } - losses
+        if not grown:
+            break
+        losses |= grown
     found: list[cst.BinaryOperation] = []
     for node in analysis.preorder:
         if type(node) is not cst.BinaryOperation or type(node.operator) is not cst.Divide:  # type: ignore[attr-defined]
