@@ -22,8 +22,8 @@ _PAIRWISE = frozenset({"torch.cdist"})
 
 def _transposed(expr: cst.BaseExpression) -> cst.BaseExpression | None:
     """What ``x.t()``, ``x.T``, ``x.transpose(0, 1)`` or ``x.permute(1, 0)`` turns rows into columns of: the
-    batch's rows become columns, so a product with it compares samples with each other. Not
-    ``transpose(-2, -1)`` (attention over the positions of each sample)."""
+    batch's rows become columns, so a product with it compares samples with each other. Not ``x.mT`` or
+    ``transpose(-2, -1)`` (attention over the positions of each sample, as often as a matrix of embeddings)."""
     if isinstance(expr, cst.Attribute) and expr.attr.value == "T":
         return expr.value
     if not (isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute)):
@@ -71,7 +71,7 @@ class BatchComparedWithItself(Rule):
     name = "batch-compared-with-itself"
     phase = Phase.OUTPUT
     severity = Severity.WARNING
-    triggers = ("@", "mm(", "matmul(", "cdist(", "einsum(", "cosine_similarity(", "pairwise_distance(", "(0", "dim=0", "axis=0", "None")
+    triggers = ("@", "mm(", "matmul(", "cdist(", "einsum(", "cosine_similarity(", "pairwise_distance(", "inner(", "linear(", "(0", "dim=0", "axis=0", "None")
     requires = ("backward", "zero_grad")
     needs_names = (names.DISTRIBUTED_DATA_PARALLEL,)
     manual_fix = "all_gather the embeddings of every rank (torch.distributed.nn.functional.all_gather) before comparing"
@@ -246,6 +246,12 @@ def _comparisons(analysis: ScriptAnalysis) -> Iterator[tuple[cst.CSTNode, cst.Ba
                 inner = _transposed(call.args[0].value)
                 if inner is not None:
                     yield call, call.func.value, inner, "multiplies"
+    for call in analysis.calls_to(_ROW_PRODUCTS):
+        # ``torch.inner(a, b)``, ``F.linear(a, b)``: every row of one with every row of the other (a batch as the
+        # weight of ``linear``; a layer's own weight is no value of the batch and is left alone below)
+        operands = [a.value for a in call.args if a.keyword is None]
+        if len(operands) >= 2:
+            yield call, operands[0], operands[1], "multiplies"
     for call in analysis.calls_to(_EINSUM):
         operands = [a.value for a in call.args if a.keyword is None]
         if len(operands) == 3 and isinstance(operands[0], cst.SimpleString) and _compares_rows(operands[0].evaluated_value):
@@ -267,6 +273,8 @@ def _comparisons(analysis: ScriptAnalysis) -> Iterator[tuple[cst.CSTNode, cst.Ba
 
 
 _EINSUM = frozenset({"torch.einsum"})
+#: Products of every row of one tensor with every row of another, no transpose written.
+_ROW_PRODUCTS = frozenset({"torch.inner", "torch.nn.functional.linear"})
 #: Functions that compare two tensors along a dimension, broadcasting the others (``F.cosine_similarity``).
 _BROADCAST_MEASURES = frozenset(
     {"torch.nn.functional.cosine_similarity", "torch.cosine_similarity", "torch.nn.functional.pairwise_distance", "torch.pairwise_distance"}
