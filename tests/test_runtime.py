@@ -41,6 +41,7 @@ CONTRACT = {
     "save",
     "load",
     "unwrap",
+    "call_through_ddp",
     "reduce_sum",
     "reduce_mean",
     "weighted_mean",
