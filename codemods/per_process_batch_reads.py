@@ -8,9 +8,9 @@ import libcst as cst
 
 from . import names
 from .analysis import LoaderLoop, ScriptAnalysis, call_method_name, dotted_name, loader_argument, tree, walk
-from .analysis.per_rank import PerRankValues, divides_a_shard_sum, training_batch_values
+from .analysis.per_rank import PerRankValues, divides_a_shard_sum, rank_zero_outputs, training_batch_values
 from .analysis.script import assignment_targets, backward_loss, is_parameter_group, own_method, subscript_key
-from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
+from .base import Change, Example, FixResult, FixSafety, Match, Note, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression
 from .runtime_calls import runtime_name
 
@@ -239,6 +239,34 @@ for x, y in loader:
                     "runtime.world_size()",
                     fixable=False,
                 )
+
+    def notes(self, analysis: ScriptAnalysis, options: Options) -> list[Note]:
+        """A count of this process's samples that rank 0 alone shows (``runtime.print0(f"seen {seen}")``): the
+        number is rank 0's share, 1/N of the original's."""
+        split = _split_loaders(analysis)
+        if not split:
+            return []
+        counters: set[tuple[object, str]] = set()
+        for loop in analysis.loader_loops:
+            if loop.trains and any(call in split for call in loop.loader_calls):
+                scope = analysis.scope_of(loop.loop)
+                counters |= {(scope, name) for name in _sample_counters(loop, _batch_names(loop))}
+        if not counters:
+            return []
+        found = []
+        for call, what in rank_zero_outputs(analysis):
+            scope = analysis.scope_of(call)
+            shown = next((n.value for n in walk(call) if type(n) is cst.Name and (scope, n.value) in counters), None)  # type: ignore[attr-defined]
+            if shown is not None:
+                found.append(
+                    Note(
+                        self.code,
+                        analysis.line(call),
+                        f"{what} shows {shown}, a count of rank 0's samples only (each process counts its share: the "
+                        f"original counted N times as many); runtime.reduce_sum({shown}) first where the whole count is wanted",
+                    )
+                )
+        return found
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         edits = Edits(analysis)

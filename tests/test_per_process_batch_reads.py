@@ -317,3 +317,9 @@ def test_the_cut_trains_the_originals_weights_under_torchrun(tmp_path: Path) -> 
     original, migrated, launch = train_original_and_migrated(tmp_path, JOINED)
     expected = run_python(original / "train.py", cwd=original).stdout.split()[-1]
     assert launch.stdout.split()[-1][:8] == expected[:8], (launch.stdout, expected)
+
+
+def test_a_sample_count_rank_0_shows_is_noted(tmp_path: Path) -> None:
+    # Trials printed "seen 169" where the original printed 337, with no note on the line.
+    _, report, _ = migrate_script(tmp_path, ANNEALED.replace("WEIGHT", "beta = min(1.0, epoch / 2)"))
+    assert "runtime.print0 shows seen, a count of rank 0's samples only" in report, report
