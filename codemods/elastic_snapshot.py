@@ -416,13 +416,24 @@ def _carried_values(analysis: ScriptAnalysis, loop: cst.For, kept: set[str]) -> 
             for target in _targets_of(node):
                 if type(target) is cst.Name:
                     stores.add(target)
-                    # ``x += 1`` reads x before it sets it; ``x = ...`` sets it first
-                    first_read.setdefault(target.value, isinstance(node, cst.AugAssign))  # type: ignore[attr-defined]
+                    # ``x += 1`` and ``best = min(best, v)`` read x before they set it; ``x = ...`` sets it first
+                    reads_itself = node.value is not None and any(type(n) is cst.Name and n.value == target.value for n in walk(node.value))  # type: ignore[attr-defined]
+                    first_read.setdefault(target.value, isinstance(node, cst.AugAssign) or reads_itself)  # type: ignore[attr-defined]
                     if target.value not in updated:  # type: ignore[attr-defined]
                         updated.append(target.value)  # type: ignore[attr-defined]
+        elif type(node) is cst.Call and call_method_name(node) in _MUTATORS and type(node.func.value) is cst.Name:  # type: ignore[attr-defined, arg-type]
+            # ``history.append(acc)``: the list made before the loop grows epoch after epoch
+            name = node.func.value.value  # type: ignore[attr-defined]
+            if name in before and name not in updated:
+                first_read.setdefault(name, True)
+                updated.append(name)
         elif type(node) is cst.Name and node not in stores and node.value in before:  # type: ignore[attr-defined]
             first_read.setdefault(node.value, True)  # type: ignore[attr-defined]
     return [name for name in updated if name in before and name not in kept and first_read.get(name, False)]
+
+
+#: Methods that change a container in place (what it held before the epoch is kept and added to).
+_MUTATORS = frozenset({"append", "extend", "insert", "update", "add", "setdefault"})
 
 
 def _targets_of(node: cst.CSTNode) -> list[cst.BaseExpression]:
