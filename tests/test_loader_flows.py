@@ -446,12 +446,13 @@ if __name__ == "__main__":
 
 def test_a_batch_the_spawned_worker_divides_by_its_process_count_is_not_divided_again(tmp_path: Path) -> None:
     """``batch_size=args.batch_size // args.ngpus`` in an ``mp.spawn`` worker: the program keeps its global
-    batch itself once ``args.ngpus`` is the world size (the migration had halved the global batch)."""
+    batch itself (the migration had halved the global batch), dividing by the processes torchrun starts on the
+    node (``args.ngpus``, the launch's count, would be the flag's value whatever torchrun started)."""
     (tmp_path / "train.py").write_text(SPAWNED)
     result = migrate(tmp_path)
     train = (tmp_path / "train.py").read_text()
     assert result.exit_code == 0, result.output
-    assert "batch_size=args.batch_size // args.ngpus" in train and "per_process_batch_size" not in train, train
+    assert "batch_size=args.batch_size // runtime.local_world_size()" in train and "per_process_batch_size" not in train, train
     assert "the program already divides args.batch_size by the world size" in result.output
 
 

@@ -965,7 +965,9 @@ class RankFacts:
 
 
 #: Calls whose value is the number of processes.
-WORLD_SIZE_CALLS = names.distributed("get_world_size") | {names.runtime("world_size")}
+#: (``runtime.local_world_size()``: what the migration writes for a spawned worker's count of its node's
+#: processes, by which such a worker splits its batch; the world size on one machine)
+WORLD_SIZE_CALLS = names.distributed("get_world_size") | {names.runtime("world_size"), names.runtime("local_world_size")}
 
 
 def is_world_size(analysis: ScriptAnalysis, expr: cst.BaseExpression, depth: int = 0) -> bool:
