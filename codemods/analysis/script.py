@@ -3301,14 +3301,20 @@ class ScriptAnalysis:
     def _model_named_behind(self, at: cst.CSTNode, name: str) -> str:
         """:meth:`_model_behind` of a name."""
         called = self.shared.called_names()
-        if name in called or "." in name:
+        if "." in name:
+            return name
+        # (what the optimizer's own function calls: ``enc = model.encoder`` trained through ``model(x)`` there,
+        # whatever another function calls its own ``enc`` parameter)
+        scope = self.enclosing_function(at)
+        here = {dotted_name(c.func) for c in self.calls if self.enclosing_function(c) is scope}
+        if name in here:
             return name
         behind: set[str] = set()
         for value in self.flows_into(at, name):
             for node in _copied_names(value):  # (``model_without_ddp = model.module if ddp else model``; not the
                 parts = (dotted_name(node) or "").split(".")  # arguments of a call: ``net = fit(net, criterion)``)
                 root = ".".join(parts[:2] if parts[0] == "self" else parts[:1])
-                if root in called:
+                if root in called and (name not in called or root in here):
                     behind.add(root)
         return behind.pop() if len(behind) == 1 else name
 
