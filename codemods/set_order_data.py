@@ -15,7 +15,7 @@ class SetOrderData(Rule):
     """Sort a set before the training data takes its order.
 
     What it finds: a training data set built from a set's items in the set's own order: a vocabulary
-    ``itos = list(set(words))`` the samples are encoded with, a corpus de-duplicated with
+    ``itos = list(set(words))`` (or ``list({w for w in words})``) the samples are encoded with, a corpus de-duplicated with
     ``list(set(lines))``, ``enumerate(set(labels))`` for class ids.
 
     Why it is a problem: a set of strings is ordered by the strings' hashes, and Python seeds those anew in
@@ -30,9 +30,9 @@ class SetOrderData(Rule):
     code = "DDP048"
     name = "set-order-data"
     phase = Phase.OUTPUT
-    triggers = ("set(",)
+    triggers = ("set(", "{")  # (``{w for w in words}``, a set comprehension, spells no ``set``)
     requires = ("DataLoader",)
-    needs_names = (frozenset({"set"}), names.DATA_LOADER)
+    needs_names = (names.DATA_LOADER,)
     manual_fix = "sort the set: sorted(set(...))"
     examples = (
         Example(

@@ -17,7 +17,7 @@ import libcst as cst
 from .. import names
 from .loaders import loader_facts
 from .ranks import seeds_alike
-from .script import ScriptAnalysis, call_method_name, dotted_name, keyword_argument
+from .script import ScriptAnalysis, call_method_name, dotted_name, keyword_argument, loader_argument
 
 #: The draws from each process-wide random state that pick or order items (see :data:`ranks.SEEDS` for
 #: their seeding calls); torch's take a ``generator=`` that makes them the generator's draws instead. Draws
@@ -144,6 +144,14 @@ def _training_data_calls(analysis: ScriptAnalysis) -> frozenset[cst.CSTNode]:
         facts = loader_facts(a)
         loaders = facts.training_loaders | facts.dict_training | facts.shared_factories
         roots = [arg.value for loader in loaders for arg in loader.args]
+        # A ``collate_fn`` of the program makes the batches from what it returns (``stoi[w]`` of a vocabulary)
+        for loader in loaders:
+            collate = loader_argument(loader, "collate_fn")
+            if collate is not None and type(collate.value) is cst.Name:
+                home = a.shared.analysis_of(loader) or a
+                for function in home.functions:
+                    if function.name.value == collate.value.value and home.enclosing_function(function) is home.enclosing_function(loader):  # type: ignore[attr-defined]
+                        roots += [r.value for r in a.shared.returns(function) if r.value is not None]
         return frozenset(a.feeding_calls(roots, depth=8, constructors=True))
 
     return analysis.derived("training data calls", build)

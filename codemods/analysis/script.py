@@ -3560,6 +3560,13 @@ class ScriptAnalysis:
                 argument = owner.argument_for(call, scope, name)
                 if argument is not None:
                     flows.append(argument)
+        elif not flows and isinstance(scope, cst.FunctionDef) and "." not in name and not self.binds_locally(scope, name):
+            # A free variable of a nested function (``stoi`` read by ``def collate(batch)`` inside ``main``):
+            # what the functions around it assign to the name.
+            outer = self.enclosing_function(scope)
+            while outer is not None and not flows:
+                flows = list(self._value_flows.get((outer, name), ()))
+                outer = self.enclosing_function(outer)
         return flows
 
     def attribute_flows(self, node: cst.CSTNode, name: str) -> list[cst.CSTNode]:
