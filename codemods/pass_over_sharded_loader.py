@@ -100,6 +100,12 @@ with torch.no_grad():
                 continue  # ``for x, y in (b for b in loader if ...)``: the loop around it trains
             if any(o in sharded for o in analysis.origins(iterated)) and not analysis.reaches_backward(element):
                 yield Match(iterated, MESSAGE)
+        for call in analysis.calls:
+            # ``it = iter(loader)`` then ``next(it)`` in a ``while True`` loop that does not train; ``list(loader)``,
+            # ``map(lambda b: b[1], loader)``: passes written without a ``for`` over the loader
+            passed = _pass_without_a_for(analysis, call, sharded)
+            if passed is not None:
+                yield Match(passed, MESSAGE)
         for call in analysis.calls_to(LIBRARY_PASSES):
             # ``update_bn(train_loader, swa_model)``: torch's own pass over the loader, for BatchNorm statistics
             given = argument(call, UPDATE_BN_PARAMETERS, "loader")
@@ -122,6 +128,36 @@ MESSAGE = (
     "process's share, so what it computes (statistics, class weights, a training-set metric) differs between "
     "ranks and from the original's; iterate the data set itself or reduce the result across ranks"
 )
+
+
+#: Builtins that go over every batch of a loader they are given.
+_WHOLE_PASSES = frozenset({"builtins.list", "builtins.tuple", "builtins.map", "builtins.sorted"})
+
+
+def _pass_without_a_for(analysis: ScriptAnalysis, call: cst.Call, sharded: set[cst.Call]) -> cst.BaseExpression | None:
+    """The loader a call goes over where no training runs: ``next(it)`` of ``it = iter(loader)`` in a loop that
+    does not reach ``backward()`` (a single ``next(iter(loader))`` outside a loop peeks at one batch), or
+    ``list(loader)``, ``map(f, loader)`` outside a loop that trains over their result."""
+    if analysis.is_call_to(call, {"builtins.next"}) and call.args:
+        loop = analysis.nearest_loop(call)
+        if loop is None or analysis.reaches_backward(loop):
+            return None
+        drawn = call.args[0].value
+        iterators = [o for o in analysis.origins(drawn) if type(o) is cst.Call and analysis.is_call_to(o, {"builtins.iter"})]  # type: ignore[arg-type]
+        for iterator in iterators:
+            if iterator.args and any(o in sharded for o in analysis.origins(iterator.args[0].value)):  # type: ignore[attr-defined]
+                return iterator.args[0].value  # type: ignore[attr-defined]
+        return None
+    if not analysis.is_call_to(call, _WHOLE_PASSES):
+        return None
+    given = [a.value for a in call.args if a.keyword is None]
+    loaders = [g for g in given if any(o in sharded for o in analysis.origins(g))]
+    if not loaders:
+        return None
+    outer = analysis.parent(call)
+    if isinstance(outer, cst.For) and outer.iter is call and analysis.reaches_backward(outer):
+        return None  # ``for x, y in list(loader):`` trains
+    return loaders[0]
 
 
 def _peeks(loop: cst.For) -> bool:
