@@ -210,12 +210,19 @@ plain = DDP(nn.Linear(4, 4))
         return analysis.shared.constructed.get(call) or analysis.shared.call_targets.get(call)
 
     def _batchnorm_source(
-        self, analysis: ScriptAnalysis, origin: cst.CSTNode, builders: set[cst.ClassDef | cst.FunctionDef]
+        self, analysis: ScriptAnalysis, origin: cst.CSTNode, builders: set[cst.ClassDef | cst.FunctionDef], depth: int = 0
     ) -> str | None:
-        """What makes a model origin hold BatchNorm layers (a class or function name, or the layer), if anything."""
+        """What makes a model origin hold BatchNorm layers (a class or function name, or the layer), if anything;
+        also through the names a container is built from (``nn.Sequential(body, head)`` of ``body = mlp()``)."""
         if not isinstance(origin, cst.Call):
             return None
         for node in walk(origin):
+            if type(node) is cst.Name and depth < 3 and node is not origin.func:
+                home = analysis.shared.analysis_of(node) or analysis
+                for inner in home.origins(node):
+                    if inner is not origin and (found := self._batchnorm_source(home, inner, builders, depth + 1)) is not None:
+                        return found
+                continue
             if not isinstance(node, cst.Call):
                 continue
             if analysis.is_call_to(node, names.BATCH_NORM):
