@@ -1194,10 +1194,17 @@ def _reads_parameter_names(analysis: ScriptAnalysis, stmt: cst.BaseStatement, mo
             if receiver == model or (receiver or "").startswith(model + "."):
                 return True
         elif any(dotted_name(arg.value) == model for arg in node.args):  # type: ignore[attr-defined]
+            # (in the function, or in one it calls: ``build_optimizer(model)`` calling ``param_groups(model)``)
+            naming = analysis.derived("naming calls", _naming_calls)
             for function in analysis.targets_of(node):  # type: ignore[arg-type]
-                if any(type(n) is cst.Call and call_method_name(n) in NAMING_METHODS for n in walk(function)):  # type: ignore[arg-type]
+                if any(type(n) is cst.Call and call_method_name(n) in NAMING_METHODS for n in walk(function)) or analysis.reaches(function, naming):  # type: ignore[arg-type]
                     return True
     return False
+
+
+def _naming_calls(analysis: ScriptAnalysis) -> list[cst.Call]:
+    """The program's calls that read the names of a model's parts (:data:`NAMING_METHODS`); one list per analysis."""
+    return [call for module in analysis.shared.analyses for call in module.calls if call_method_name(call) in NAMING_METHODS]
 
 
 def _hands_over(analysis: ScriptAnalysis, stmt: cst.BaseStatement, model: str) -> bool:
