@@ -77,7 +77,7 @@ def _launch_target(result: FileResult) -> str:
     """What torchrun runs: the script's path, or ``-m package.module`` (from the folder above its package)
     where the script imports relatively (``from .engine import ...``) or imports the package it sits in by
     its name (``from mypkg.models import Net`` in ``mypkg/train.py``): run by its path, the folder above the
-    package is not on ``sys.path`` and the import fails."""
+    package is not on ``sys.path`` and the import fails. A package's ``__main__.py`` is ``-m package``."""
     text = result.new_text or result.text or ""
     path = Path(result.path)
     parts = [path.stem]
@@ -85,8 +85,14 @@ def _launch_target(result: FileResult) -> str:
     while (folder / "__init__.py").is_file():
         parts.insert(0, folder.name)
         folder = folder.parent
+    if len(parts) == 1 and _RELATIVE_IMPORT.search(text) and folder.name:
+        # A namespace package (no ``__init__.py``) imported relatively: run as a module of its folder too
+        parts.insert(0, folder.name)
+        folder = folder.parent
     if len(parts) == 1:
         return result.path
+    if parts[-1] == "__main__":  # ``python -m proj`` runs ``proj/__main__.py``
+        parts.pop()
     own_package = re.compile(rf"^[ \t]*(?:from|import)[ \t]+{re.escape(parts[0])}\b", re.MULTILINE)
     if not _RELATIVE_IMPORT.search(text) and not own_package.search(text):
         return result.path

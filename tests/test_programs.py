@@ -427,6 +427,31 @@ def test_a_package_entry_that_imports_relatively_is_launched_as_a_module(tmp_pat
     assert f"launch it with: torchrun --standalone --nproc_per_node=<processes> -m pkg.train (from {tmp_path})" in result.output, result.output
 
 
+@pytest.mark.parametrize("with_init", [True, False], ids=["package", "namespace-package"])
+def test_a_packages_main_module_is_launched_as_the_package(tmp_path: Path, with_init: bool) -> None:
+    """``python -m proj`` runs ``proj/__main__.py`` (``from .train import main``): the launch line named the file,
+    which fails with 'attempted relative import with no known parent package'."""
+    package = tmp_path / "proj"
+    package.mkdir()
+    if with_init:
+        (package / "__init__.py").write_text("")
+    (package / "train.py").write_text(
+        "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n\n\n"
+        "def main():\n"
+        "    loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8)\n"
+        "    model = torch.nn.Linear(4, 1)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for epoch in range(2):\n"
+        "        for x, y in loader:\n"
+        "            optimizer.zero_grad()\n"
+        "            ((model(x) - y) ** 2).mean().backward()\n"
+        "            optimizer.step()\n"
+    )
+    (package / "__main__.py").write_text('from .train import main\n\nif __name__ == "__main__":\n    main()\n')
+    result = CliRunner().invoke(cli, ["migrate", str(package)])
+    assert f"launch it with: torchrun --standalone --nproc_per_node=<processes> -m proj (from {tmp_path})" in result.output, result.output
+
+
 def test_a_test_file_that_trains_leaves_nothing_for_a_human_in_a_migration(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A trial: a repository's tests called backward() and saved; their lint findings came back as review items
     # of every migration, so --check never passed on the migrated repository. lint still reports them.
