@@ -7,7 +7,7 @@ from typing import Iterator
 import libcst as cst
 
 from . import names
-from .analysis import ScriptAnalysis, call_method_name, dotted_name, keyword_argument, walk
+from .analysis import ScriptAnalysis, call_method_name, dotted_name, keyword_argument, loader_argument, walk
 from .analysis.script import own_method
 from .analysis.loaders import without_gradients
 from .analysis.per_rank import PerRankValues, per_rank_values, training_batch_values
@@ -160,6 +160,7 @@ for x, y in loader:
     )
 
     def notes(self, analysis: ScriptAnalysis, options: Options) -> list[Note]:
+        workers = _loads_in_workers(analysis)
         found = [
             Note(
                 self.code,
@@ -167,7 +168,13 @@ for x, y in loader:
                 f"`{getitem.name.value}()` draws its random augmentation (`{code_of(call)}`) from a random state every "
                 "rank seeds alike (the loader's workers are seeded from it): each rank's k-th sample gets the same draw, "
                 f"where the original drew afresh for every sample; for independent draws seed each rank differently after "
-                f"the wrap ({seeding}(seed + runtime.rank()))",
+                + (
+                    "the wrap with torch.manual_seed(seed + runtime.rank()): the loader's worker processes seed their "
+                    "random states (numpy's too, and any worker_init_fn reading torch.initial_seed()) from torch's, so "
+                    f"{seeding}(seed + runtime.rank()) alone changes nothing there"
+                    if workers and seeding != "torch.manual_seed"
+                    else f"the wrap ({seeding}(seed + runtime.rank()))"
+                ),
             )
             for getitem, call, seeding in _augmentations_drawn_alike(analysis)
         ]
@@ -283,6 +290,17 @@ def _drawn_per_sample(analysis: ScriptAnalysis, values: PerRankValues, call: cst
         for node in walk(iterated):
             axis = _axis_read(analysis, node)
             if axis is not None and axis[1] == _FIRST_AXIS and values.mention(axis[0]) is not None:
+                return True
+    return False
+
+
+def _loads_in_workers(analysis: ScriptAnalysis) -> bool:
+    """Whether a loader of the program loads in worker processes (``num_workers`` other than 0, or a
+    ``worker_init_fn``): their random states are seeded from torch's in the main process."""
+    for module in analysis.shared.analyses:
+        for loader in module.loader_calls:
+            count = loader_argument(loader, "num_workers")
+            if loader_argument(loader, "worker_init_fn") is not None or (count is not None and code_of(count.value).strip() != "0"):
                 return True
     return False
 

@@ -79,3 +79,54 @@ def test_a_per_sample_draw_alike_on_every_rank_is_reviewed(tmp_path: Path, augme
 )
 def test_a_draw_that_is_not_per_sample_is_left_alone(tmp_path: Path, augment: str) -> None:
     assert _reviews(tmp_path, augment) == []
+
+
+AUGMENTED = """import numpy as np
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, Dataset
+
+
+class Noisy(Dataset):
+    def __init__(self):
+        self.x = torch.randn(64, 4)
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        return self.x[i] + float(np.random.normal(0, 1.0))
+
+
+def main():
+    np.random.seed(0)
+    torch.manual_seed(0)
+    loader = DataLoader(Noisy(), batch_size=8, shuffle=True, WORKERS)
+    model = nn.Linear(4, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    for epoch in range(2):
+        for x in loader:
+            loss = (model(x) ** 2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.mark.parametrize(
+    ("workers", "advice"),
+    [("num_workers=0", "(np.random.seed(seed + runtime.rank()))"), ("num_workers=2", "with torch.manual_seed(seed + runtime.rank())")],
+    ids=["in-the-main-process", "in-worker-processes"],
+)
+def test_the_advice_seeds_what_the_workers_draw_from(tmp_path: Path, workers: str, advice: str) -> None:
+    # A trial followed the note's np.random.seed(seed + rank) with loader workers: the ranks still drew the same
+    # noise (the workers reseed numpy from torch's seed, alike on every rank).
+    script = tmp_path / "train.py"
+    script.write_text(AUGMENTED.replace("WORKERS", workers))
+    result = CliRunner().invoke(cli, [str(script)])
+    notes = [line for line in result.output.splitlines() if "note DDP051" in line and "__getitem__()" in line]
+    assert len(notes) == 1 and advice in notes[0], result.output
