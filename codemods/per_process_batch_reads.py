@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Callable, Iterator
 
 import libcst as cst
 
@@ -190,20 +190,14 @@ for x, y in loader:
                     "(the batch's size * runtime.world_size())",
                     fixable=False,
                 )
-            for counter, setting in _rates(analysis, loop, batches):
-                yield Match(
-                    counter,
-                    f"`{code_of(counter).strip()}` counts this process's samples only, and `{code_of(setting).strip()}` "
-                    f"sets the learning rate from it: with N processes the schedule (a warm-up) runs N times slower; {_COUNT_GLOBALLY}",
-                    fixable=False,
-                )
-            for counter, weighting in _loss_weights(analysis, loop, batches):
-                yield Match(
-                    counter,
-                    f"`{code_of(counter).strip()}` counts this process's samples only, and `{code_of(weighting).strip()}` "
-                    f"weighs the loss with it: with N processes the schedule (an annealed weight) runs N times slower; {_COUNT_GLOBALLY}",
-                    fixable=False,
-                )
+            for find, effect in _SCHEDULES:
+                for counter, use in find(analysis, loop, batches):
+                    yield Match(
+                        counter,
+                        f"`{code_of(counter).strip()}` counts this process's samples only, and `{code_of(use).strip()}` "
+                        f"{effect}; {_COUNT_GLOBALLY}",
+                        fixable=False,
+                    )
         for call, size, global_size in _sized_with_the_global_batch(analysis, split):
             yield Match(
                 call,
@@ -671,33 +665,27 @@ def _sample_counters(loop: LoaderLoop, batches: set[str]) -> dict[str, cst.AugAs
 def _rates(analysis: ScriptAnalysis, loop: LoaderLoop, batches: set[str]) -> Iterator[tuple[cst.AugAssign, cst.CSTNode]]:
     """``seen += x.size(0)`` in the loop, with the statement in it that sets a learning rate from ``seen``
     (``group["lr"] = lr_at(seen)``, directly or through a name assigned from it)."""
-    counters = _sample_counters(loop, batches)
-    if not counters:
-        return
-    derived: dict[str, str] = {}  # a name assigned from a counter -> the counter
-    for node in walk(loop.loop.body):
-        if type(node) is cst.Assign:
-            read = {dotted_name(n) for n in walk(node.value) if type(n) in (cst.Name, cst.Attribute)}  # type: ignore[attr-defined]
-            source = next((c for c in counters if c in read), None) or next((derived[r] for r in read if r in derived), None)
-            if source is None:
-                continue
-            for target in node.targets:  # type: ignore[attr-defined]
-                if type(target.target) is cst.Subscript and subscript_key(target.target) == "lr" and is_parameter_group(loop.loop, target.target.value):
-                    yield counters[source], node
-                    return
-                name = dotted_name(target.target)
-                if name is not None:
-                    derived[name] = source
+
+    def sets_a_rate(target: cst.BaseExpression) -> bool:
+        return type(target) is cst.Subscript and subscript_key(target) == "lr" and is_parameter_group(loop.loop, target.value)  # type: ignore[attr-defined]
+
+    return _counted_into(loop, batches, sets_a_rate)
 
 
 def _loss_weights(analysis: ScriptAnalysis, loop: LoaderLoop, batches: set[str]) -> Iterator[tuple[cst.AugAssign, cst.CSTNode]]:
     """``seen += x.size(0)`` in the loop, with the statement in it that computes the loss ``backward()`` is
     called on from ``seen`` (``beta = min(1.0, seen / warmup)`` then ``loss = rec + beta * kl``: a KL weight
     annealed over samples), directly or through names assigned from it."""
+    losses = {name for call in analysis.backward_calls if analysis.is_inside(call, loop.loop) and (name := dotted_name(backward_loss(call)))}
+    return _counted_into(loop, batches, lambda target: dotted_name(target) in losses)
+
+
+def _counted_into(loop: LoaderLoop, batches: set[str], wanted: Callable[[cst.BaseExpression], bool]) -> Iterator[tuple[cst.AugAssign, cst.CSTNode]]:
+    """The loop's first sample counter (:func:`_sample_counters`) whose value an assignment of the loop stores into
+    a ``wanted`` target, read directly or through names assigned from it, with that assignment."""
     counters = _sample_counters(loop, batches)
     if not counters:
         return
-    losses = {name for call in analysis.backward_calls if analysis.is_inside(call, loop.loop) and (name := dotted_name(backward_loss(call)))}
     derived: dict[str, str] = dict(zip(counters, counters))  # a name read from a counter -> the counter
     for node in walk(loop.loop.body):
         if type(node) is not cst.Assign:
@@ -706,11 +694,17 @@ def _loss_weights(analysis: ScriptAnalysis, loop: LoaderLoop, batches: set[str])
         source = next((derived[r] for r in read if r in derived), None)
         if source is None:
             continue
-        targets = {dotted_name(t.target) for t in node.targets}  # type: ignore[attr-defined]
-        if targets & losses:
+        if any(wanted(t.target) for t in node.targets):  # type: ignore[attr-defined]
             yield counters[source], node
             return
-        derived.update((name, source) for name in targets if name is not None)
+        derived.update((name, source) for t in node.targets if (name := dotted_name(t.target)) is not None)  # type: ignore[attr-defined]
+
+
+#: Schedules a count of this process's samples drives, and what N processes do to each.
+_SCHEDULES = (
+    (_rates, "sets the learning rate from it: with N processes the schedule (a warm-up) runs N times slower"),
+    (_loss_weights, "weighs the loss with it: with N processes the schedule (an annealed weight) runs N times slower"),
+)
 
 
 def _budgets(analysis: ScriptAnalysis, loop: LoaderLoop, batches: set[str]) -> Iterator[tuple[cst.AugAssign, cst.BaseExpression]]:
