@@ -15,7 +15,7 @@ from .analysis.legacy import legacy_facts, string_value
 from .analysis.loaders import SAMPLING_KEYS, KwargsDict, loader_facts
 from .analysis.per_rank import partial_random_pass
 from .analysis.script import subscript_key
-from .analysis.ranks import seeds_alike, steps_scaled_by_world_size, torch_seed_before, torch_seeds
+from .analysis.ranks import is_world_size, seeds_alike, steps_scaled_by_world_size, torch_seed_before, torch_seeds
 from .base import BatchSizePolicy, Change, Example, FixResult, FixSafety, Match, Note, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression, statement, with_keyword
 from .runtime_calls import imported_name, runtime_name
@@ -794,9 +794,30 @@ def _combined_evaluation(analysis: ScriptAnalysis, loader: cst.Call) -> cst.Call
             if type(node) is cst.Call and (home.is_reduction(node) or (type(node.func) is cst.Attribute and home.reduces_in_place(node))):  # type: ignore[arg-type, attr-defined]
                 # (a reduction of what the evaluation loop computes: not ``all_reduce_mean(train_sum / n)`` of the
                 # training loop beside it in the same function)
-                if home.is_inside(node, loop.loop) or _names_read(node) & filled:
+                if (home.is_inside(node, loop.loop) or _names_read(node) & filled) and not _averages(home, node):  # type: ignore[arg-type]
                     return node  # type: ignore[return-value]
     return None
+
+
+def _averages(analysis: ScriptAnalysis, call: cst.Call) -> bool:
+    """Whether a reduction averages across processes (``runtime.reduce_mean``, ``runtime.weighted_mean``, a
+    helper of the program that all-reduces and divides by the world size): of a value every process computes
+    alike over the whole set, the mean is that value, and nothing is counted N times."""
+    if analysis.is_call_to(call, _AVERAGING_REDUCTIONS):
+        return True
+    target = analysis.call_target(call)
+    if target is None:
+        return False
+    home = analysis.shared.analysis_of(target) or analysis
+    for node in home.nodes_below(target):
+        if type(node) is cst.AugAssign and type(node.operator) is cst.DivideAssign and is_world_size(home, node.value):  # type: ignore[attr-defined]
+            return True
+        if type(node) is cst.BinaryOperation and type(node.operator) is cst.Divide and is_world_size(home, node.right):  # type: ignore[attr-defined]
+            return True
+    return False
+
+
+_AVERAGING_REDUCTIONS = frozenset({names.runtime("reduce_mean"), names.runtime("weighted_mean")})
 
 
 def _names_filled_in(loop: cst.For) -> set[str]:

@@ -149,8 +149,18 @@ def test_a_training_value_reduced_beside_the_evaluation_is_no_combined_evaluatio
     assert "combines values across processes" not in output and "note DDP005" in output, output
 
 
-def test_the_evaluations_own_count_reduced_is_a_combined_evaluation(tmp_path: Path) -> None:
+def test_the_evaluations_own_count_summed_is_a_combined_evaluation(tmp_path: Path) -> None:
+    path = tmp_path / "train.py"
+    summed = "train_loss = train_sum\n        correct = torch.tensor(float(correct))\n        dist.all_reduce(correct)\n        correct = correct.item()"
+    path.write_text(ONE_FUNCTION.replace("REDUCED", summed))
+    output = CliRunner().invoke(cli, [str(path)]).output
+    assert "combines values across processes" in output, output
+
+
+def test_the_evaluations_own_count_averaged_is_counted_once(tmp_path: Path) -> None:
+    """A mean across processes of a count every process makes over the whole set is that count (a trial's
+    ``all_reduce_mean`` helper got a review that it was N times the set's)."""
     path = tmp_path / "train.py"
     path.write_text(ONE_FUNCTION.replace("REDUCED", "train_loss = train_sum\n        correct = all_reduce_mean(torch.tensor(float(correct))).item()"))
     output = CliRunner().invoke(cli, [str(path)]).output
-    assert "combines values across processes" in output, output
+    assert "combines values across processes" not in output, output
