@@ -9,9 +9,9 @@ import libcst as cst
 from . import names
 from .analysis import ScriptAnalysis, dotted_name, keyword_argument, walk
 from .analysis.script import into_memory, leaves_function
-from .analysis.per_rank import per_rank_values
+from .analysis.per_rank import per_rank_values, shard_values_saved
 from .analysis.ranks import Condition, Kind, rank_facts
-from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
+from .base import Change, Example, FixResult, FixSafety, Match, Note, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression, statement
 from .runtime_calls import runtime_name
 
@@ -297,6 +297,21 @@ torch.save(sampler.state_dict(), f=f"sampler_{os.environ['RANK']}.pt")
                     "save on rank 0 only, without a barrier here",
                     fixable=_expression_line(analysis, call) is not None,
                 )
+
+    def notes(self, analysis: ScriptAnalysis, options: Options) -> list[Note]:
+        """Where the checkpoint rank 0 writes holds a value computed on rank 0's shard of the data (a threshold
+        tuned on the shard's errors, a running loss): the file keeps rank 0's share's number."""
+        return [
+            Note(
+                self.code,
+                analysis.line(call),
+                f"the checkpoint holds {held}, computed on rank 0's share of the data only (rank 0 writes it): the number "
+                "is not the one a single process computes over all the data; reduce it across ranks first where the "
+                "whole data's value is wanted (runtime.reduce_mean, runtime.weighted_mean; an order statistic, a "
+                "quantile, needs the values themselves: all_gather them)",
+            )
+            for call, held in shard_values_saved(analysis)
+        ]
 
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         edits = Edits(analysis)

@@ -920,3 +920,19 @@ def shard_values_shown(analysis: ScriptAnalysis, containers: bool = True) -> lis
         if value is not None:
             shown.append((call, what, value))
     return shown
+
+
+def shard_values_saved(analysis: ScriptAnalysis) -> list[tuple[cst.Call, str]]:
+    """The module's checkpoint saves (``torch.save``, ``runtime.save``: rank 0 writes) whose object holds a value
+    computed on this process's shard of the data, not reduced across ranks on the way (``{"threshold": thr}`` of
+    a quantile over the shard's errors), each with the first such value's text; none where no data is sharded."""
+    values = per_rank_values(analysis)
+    if values is None:
+        return []
+    saved: list[tuple[cst.Call, str]] = []
+    for call in analysis.calls_to(names.TORCH_SAVE | names.RUNTIME_SAVE):
+        held = values.mention(call.args[0].value, data_only=True, containers=False) if call.args else None
+        if held is not None:
+            saved.append((call, held))
+    return saved
+
