@@ -8,7 +8,7 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name, tree, walk
-from .analysis.per_rank import SHAPE_QUERIES
+from .analysis.per_rank import SHAPE_QUERIES, per_rank_values
 from .analysis.script import callee_name
 from .base import Example, Match, Phase, Rule, Severity, Valid
 from .edits import code_of
@@ -28,7 +28,9 @@ class BufferWrittenFromBatch(Rule):
     ``forward()`` (or a method ``forward()`` calls on ``self``) writes values or slots chosen by its inputs
     into a buffer it registered: a queue of keys (``self.queue[:, ptr:ptr + n] = keys.T``), a memory bank
     (``self.memory[idx] = z``, ``self.memory.index_copy_(0, idx, z)``), per-sample counts, where no
-    collective (``all_gather``) runs on the way.
+    collective (``all_gather``) runs on the way. Also a table over the whole data set that the training loop
+    writes at its batch's sample indices and reads back (FlexMatch's ``selected_label[idx] = pseudo``, whose
+    class counts set the thresholds of the next steps): each rank fills the entries of its shard only.
 
     Why it is a problem: each process sees only its shard of the batch, so it writes only its shard's
     values; and DDP's ``broadcast_buffers`` (on by default) copies rank 0's buffers over every other
@@ -47,7 +49,7 @@ class BufferWrittenFromBatch(Rule):
     name = "buffer-written-from-batch"
     phase = Phase.OUTPUT
     severity = Severity.WARNING
-    triggers = ("register_buffer",)
+    triggers = ("register_buffer", "] =")  # (``table[idx] = value`` in the training loop)
     needs_names = (names.DISTRIBUTED_DATA_PARALLEL,)
     manual_fix = "all_gather the values across processes before writing them into the buffer"
     examples = (
@@ -105,6 +107,15 @@ model = DDP(Queue(64))
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
         if not any(analysis.is_call_to(wrap, names.DISTRIBUTED_DATA_PARALLEL) for wrap in analysis.program_wrap_calls):
             return
+        for statement, table in _tables_written_from_batch(analysis):
+            yield Match(
+                statement,
+                f"`{code_of(statement).strip()}` writes this process's samples into `{table}`, a table over the whole data "
+                "set made before the training loop and read in it: each rank fills only the entries of its own shard, "
+                "so the tables (pseudo-labels, a memory bank) differ between ranks and from the original's, and so does "
+                "what is computed from them; all_gather the indices and values across processes before writing them",
+                fixable=False,
+            )
         if not any(call_method_name(call) == "register_buffer" for module in analysis.shared.analyses for call in module.calls):
             return  # no buffer registered anywhere in the program (before walking the classes for them)
         for cls in analysis.classes:
@@ -127,6 +138,43 @@ model = DDP(Queue(64))
                         "processes before writing them",
                         fixable=False,
                     )
+
+
+def _tables_written_from_batch(analysis: ScriptAnalysis) -> Iterator[tuple[cst.CSTNode, str]]:
+    """``table[idx] = value`` in a training loop over a sharded loader, where ``idx`` is a value of this process's
+    batch (its samples' indices) and ``table`` a name of the loop's function made before the loop and read in
+    the loop besides (FlexMatch's ``selected_label[idx[sel]] = pseudo[sel]``, whose class counts set the next
+    steps' thresholds): each rank writes its shard's entries only."""
+    values = per_rank_values(analysis)
+    if values is None:
+        return
+    for loop in analysis.loader_loops:
+        if not loop.trains or not isinstance(loop.loop, cst.For):
+            continue
+        function = analysis.enclosing_function(loop.loop)
+        made_before = {
+            name
+            for assign in analysis.assignments_in(function)
+            if isinstance(assign, cst.Assign) and not analysis.is_inside(assign, loop.loop) and analysis.comes_before(assign, loop.loop)
+            for t in assign.targets
+            if (name := dotted_name(t.target)) is not None and "." not in name
+        }
+        for node in walk(loop.loop.body):
+            if type(node) is not cst.Assign or len(node.targets) != 1:  # type: ignore[attr-defined]
+                continue
+            target = node.targets[0].target  # type: ignore[attr-defined]
+            table = dotted_name(target.value) if type(target) is cst.Subscript else None  # type: ignore[attr-defined]
+            if table is None or table not in made_before:
+                continue
+            index = [e.slice.value for e in target.slice if type(e.slice) is cst.Index]  # type: ignore[attr-defined]
+            if not index or values.mention(index[0]) is None:
+                continue
+            read = any(
+                type(n) is cst.Name and n.value == table and not analysis.is_inside(n, target)  # type: ignore[attr-defined]
+                for n in walk(loop.loop.body)
+            )
+            if read:
+                yield node, table
 
 
 def _registered_buffers(analysis: ScriptAnalysis, cls: cst.ClassDef) -> frozenset[str]:
