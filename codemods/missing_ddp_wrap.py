@@ -590,6 +590,15 @@ loss.backward()
                     "before that call",
                     fixable=False,
                 )
+        for rebinding, model in _rebound_after_the_wrap(analysis):
+            yield Match(
+                rebinding,
+                f"{model} is bound anew here, after its DistributedDataParallel wrap, and an optimizer trains it again: "
+                "this model is not wrapped, so its gradients are never all-reduced and each process trains its own "
+                f"copy on its own shard; wrap it again before it trains ({model} = DistributedDataParallel({model}, "
+                "device_ids=runtime.device_ids()))",
+                fixable=False,
+            )
         backward = _trained_model_unfound(analysis)
         if backward is not None:
             yield Match(
@@ -828,6 +837,37 @@ def _trained_model_unfound(analysis: ScriptAnalysis) -> cst.Call | None:
     if analysis.program_distributed_by_a_library:
         return None
     return first
+
+
+def _rebound_after_the_wrap(analysis: ScriptAnalysis) -> Iterator[tuple[cst.BaseStatement, str]]:
+    """Assignments that bind a wrapped model's name anew after its wrap to something that is no wrap (``model =
+    torch.load("stage1.pt")`` of a second training stage, ``model = Net()``), followed in the same scope by an
+    optimizer that trains it: the model that trains from there on is not wrapped (unless the program wraps it
+    again after the new binding)."""
+    if not analysis.is_training_script:
+        return
+    sites = analysis.model_training_sites
+    for wrap in analysis.wrap_calls:
+        statement = analysis.statement(wrap)
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 else None
+        if not isinstance(small, cst.Assign) or len(small.targets) != 1:
+            continue
+        model = dotted_name(small.targets[0].target)
+        if model is None or model not in sites:
+            continue
+        scope = analysis.scope_of(wrap)
+        later_wraps = [w for w in analysis.wrap_calls if w is not wrap and analysis.comes_before(wrap, w)]
+        for assign in analysis.assignments:
+            if not isinstance(assign, cst.Assign) or analysis.scope_of(assign) is not scope or not analysis.comes_before(wrap, assign):
+                continue
+            if not any(dotted_name(t.target) == model for t in assign.targets) or any(type(n) is cst.Call and n in analysis.wrap_calls for n in walk(assign.value)):
+                continue
+            if any(type(n) in (cst.Name, cst.Attribute) and dotted_name(n) == model for n in walk(assign.value)):
+                continue  # (``model = model.module``, ``model = model.to(device)``: the same object)
+            trained_again = any(analysis.comes_before(assign, site) for site in sites[model])
+            rewrapped = any(analysis.comes_before(assign, w) for w in later_wraps)
+            if trained_again and not rewrapped:
+                yield analysis.statement(assign), model
 
 
 def _called_in_the_program(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
