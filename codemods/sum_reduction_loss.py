@@ -350,7 +350,7 @@ IGNORED_TARGETS = (
     "multiply by runtime.world_size()"
 )
 WEIGHED_TARGETS = (
-    "`{division}` divides by this process's own sum of weights or mask (a masked or weighted mean): DDP then "
+    "`{division}` divides by this process's own count of targets or sum of weights (boxes, a mask, sample weights): DDP then "
     "averages the processes' means alike, so where the shards' sums differ each update differs a little from the "
     "original's mean over the whole batch; for the exact mean, divide by the sum across processes "
     "(runtime.reduce_sum of the denominator) and multiply by runtime.world_size()"
@@ -384,7 +384,7 @@ def _means_over_batch_weights(analysis: ScriptAnalysis, feeding: frozenset[cst.C
     for node in analysis.preorder:
         if type(node) is not cst.BinaryOperation or type(node.operator) is not cst.Divide:  # type: ignore[attr-defined]
             continue
-        if not _sums_something(node.left) or not _of_this_batch(analysis, node.right):  # type: ignore[attr-defined]
+        if not _sums_something(node.left) or not (_of_this_batch(analysis, node.right) or _counts_joined_targets(analysis, node.right)):  # type: ignore[attr-defined]
             continue
         statement = analysis.statement(node)
         small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 else None
@@ -396,6 +396,30 @@ def _means_over_batch_weights(analysis: ScriptAnalysis, feeding: frozenset[cst.C
         ):
             found.append(node)  # type: ignore[arg-type]
     return found
+
+
+def _counts_joined_targets(analysis: ScriptAnalysis, divisor: cst.BaseExpression) -> bool:
+    """Whether a divisor counts the targets of this batch's samples joined together (``len(torch.cat(targets))``,
+    ``torch.cat(boxes).numel()``, ``sum(len(t) for t in targets)``): a number that varies with the shard, unlike the
+    batch's own size (detection losses are averaged over all boxes of the batch)."""
+    values = per_rank_values(analysis)
+    if values is None:
+        return False
+    for node in walk(divisor):
+        if type(node) is not cst.Call:
+            continue
+        counted = None
+        if dotted_name(node.func) == "len" and node.args and type(node.args[0].value) is cst.Call:  # type: ignore[attr-defined]
+            counted = node.args[0].value  # type: ignore[attr-defined]
+        elif call_method_name(node) in ("numel", "size") and type(node.func) is cst.Attribute and type(node.func.value) is cst.Call:  # type: ignore[attr-defined]
+            counted = node.func.value  # type: ignore[attr-defined]
+        if counted is not None and analysis.is_call_to(counted, {"torch.cat", "torch.concat", "torch.concatenate"}) and values.mention(counted) is not None:  # type: ignore[arg-type]
+            return True
+        if dotted_name(node.func) == "sum" and node.args and type(node.args[0].value) is cst.GeneratorExp:  # type: ignore[attr-defined]
+            element = node.args[0].value.elt  # type: ignore[attr-defined]
+            if type(element) is cst.Call and dotted_name(element.func) == "len" and values.mention(node.args[0].value.for_in.iter) is not None:  # type: ignore[attr-defined]
+                return True
+    return False
 
 
 def _sums_something(expr: cst.BaseExpression) -> bool:
