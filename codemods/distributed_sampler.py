@@ -714,7 +714,12 @@ with torch.no_grad():
                         line,
                         "evaluation DataLoader left unsharded: every process evaluates the whole set, which is correct "
                         "but slower; to shard it, add a DistributedSampler and combine the metrics with "
-                        "runtime.weighted_mean(total, count)",
+                        "runtime.weighted_mean(total, count)"
+                        if _looped_over(analysis, loader)
+                        else "DataLoader left unsharded: no loop over it is seen (its batches are drawn with next() or "
+                        "handed on), and no training is seen to take them; if its batches train (a round robin over "
+                        "tasks, a helper drawing them), give it a DistributedSampler and call set_epoch at each new pass, "
+                        "or every process trains on the same data",
                     )
                 )
             elif loader in facts.training_loaders and analysis.has_distributed_sampler(loader):
@@ -765,6 +770,13 @@ def _said_per_device(analysis: ScriptAnalysis, loader: cst.Call) -> str | None:
             if option.dest == leaf and help_text is not None and _PER_DEVICE.search(string_value(help_text.value) or ""):
                 return f"the option {option.flags[-1]}"
     return None
+
+
+def _looped_over(analysis: ScriptAnalysis, loader: cst.Call) -> bool:
+    """Whether a loop or comprehension of the program goes over the loader (an evaluation is seen as such)."""
+    return any(loader in loop.loader_calls for loop in analysis.program_loader_loops) or any(
+        loader in loaders for module in analysis.shared.analyses for _, _, loaders in module.training_comprehensions
+    )
 
 
 def combined_evaluation(analysis: ScriptAnalysis, loader: cst.Call) -> cst.Call | None:

@@ -299,3 +299,43 @@ def test_a_dict_chosen_by_a_test_with_a_batch_size_on_one_side_is_left_to_a_huma
     )
     text, report, code = migrate_script(tmp_path, source)
     assert 'kwargs["batch_size"]' not in text and "review" in report, report
+
+
+ROUND_ROBIN = """import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def next_batch(name, iterators, loaders):
+    try:
+        return next(iterators[name])
+    except StopIteration:
+        iterators[name] = iter(loaders[name])
+        return next(iterators[name])
+
+
+def main():
+    sets = {"a": TensorDataset(torch.randn(32, 4), torch.randn(32, 1)), "b": TensorDataset(torch.randn(16, 4), torch.randn(16, 1))}
+    loaders = {name: DataLoader(ds, batch_size=8, shuffle=False) for name, ds in sets.items()}
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    iterators = {name: iter(dl) for name, dl in loaders.items()}
+    for step in range(8):
+        x, y = next_batch("ab"[step % 2], iterators, loaders)
+        loss = ((model(x) - y) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_loader_drawn_round_robin_is_not_called_an_evaluation(tmp_path: Path) -> None:
+    # A trial: loaders of a dict drawn in turn through a helper trained unsharded, and the report noted them as
+    # "evaluation DataLoader left unsharded ... which is correct".
+    _, report, _ = migrate_script(tmp_path, ROUND_ROBIN)
+    assert "evaluation DataLoader left unsharded" not in report, report
+    assert "DataLoader left unsharded: no loop over it is seen" in report and "DDP040" in report, report
