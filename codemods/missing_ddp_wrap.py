@@ -847,6 +847,7 @@ def _rebound_after_the_wrap(analysis: ScriptAnalysis) -> Iterator[tuple[cst.Base
     if not analysis.is_training_script:
         return
     sites = analysis.model_training_sites
+    reported: set[cst.CSTNode] = set()
     for wrap in analysis.wrap_calls:
         statement = analysis.statement(wrap)
         small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 else None
@@ -864,10 +865,25 @@ def _rebound_after_the_wrap(analysis: ScriptAnalysis) -> Iterator[tuple[cst.Base
                 continue
             if any(type(n) in (cst.Name, cst.Attribute) and dotted_name(n) == model for n in walk(assign.value)):
                 continue  # (``model = model.module``, ``model = model.to(device)``: the same object)
+            if _on_other_branches(analysis, wrap, assign):
+                continue  # (``if ...: ref = DDP(model) else: ref = ref_init_fn(model)``: one or the other)
             trained_again = any(analysis.comes_before(assign, site) for site in sites[model])
             rewrapped = any(analysis.comes_before(assign, w) for w in later_wraps)
-            if trained_again and not rewrapped:
-                yield analysis.statement(assign), model
+            statement = analysis.statement(assign)
+            if trained_again and not rewrapped and statement not in reported:
+                reported.add(statement)
+                yield statement, model
+
+
+def _on_other_branches(analysis: ScriptAnalysis, first: cst.CSTNode, second: cst.CSTNode) -> bool:
+    """Whether two nodes sit on different branches of one ``if``/``elif``/``else`` (only one of them runs)."""
+    for ancestor in analysis.ancestors(first):
+        if type(ancestor) is cst.If and analysis.is_inside(second, ancestor):
+            first_in_body = analysis.is_inside(first, ancestor.body)  # type: ignore[attr-defined]
+            second_in_body = analysis.is_inside(second, ancestor.body)  # type: ignore[attr-defined]
+            if first_in_body != second_in_body and not analysis.is_inside(second, ancestor.test):  # type: ignore[attr-defined]
+                return True
+    return False
 
 
 def _called_in_the_program(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:

@@ -52,3 +52,30 @@ for epoch in range(2, 4):
 def test_a_model_bound_anew_and_trained_after_its_wrap_is_reviewed(tmp_path: Path, stage_two: str, after: str, reported: bool) -> None:
     _, report, _ = migrate_script(tmp_path, PROGRAM.replace("STAGE_TWO", stage_two).replace("AFTER", after))
     assert ("DDP011 model is bound anew here, after its DistributedDataParallel wrap" in report) is reported, report
+
+
+BRANCHES = """import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def reference(model, wrap_it, make):
+    if wrap_it:
+        ref = DDP(model)
+    else:
+        ref = make(model)
+    opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    for _ in range(3):
+        opt.zero_grad()
+        ref(torch.randn(2, 4)).sum().backward()
+        opt.step()
+    return ref
+"""
+
+
+def test_a_binding_on_the_other_branch_of_the_wrap_is_no_rebinding(tmp_path: Path) -> None:
+    # torch's own FSDP tests: ``ref_model = DDP(model)`` or, on the else branch, ``ref_init_fn(model)``.
+    from migrated import lint_findings
+
+    assert lint_findings(tmp_path, BRANCHES, "DDP011") == []
