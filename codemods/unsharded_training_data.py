@@ -7,10 +7,12 @@ from typing import Iterator
 import libcst as cst
 
 from . import names
-from .analysis import ScriptAnalysis, walk
+from .analysis import ScriptAnalysis, dotted_name, walk
+from .analysis.loaders import without_gradients
 from .analysis.loaders import loader_facts
 from .analysis.ranks import draws_per_rank
 from .base import Example, Match, Phase, Rule, Severity, Valid
+from .edits import code_of
 
 
 def _in_a_loop(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
@@ -138,8 +140,27 @@ loss.backward()
     )
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
-        if not analysis.is_entry or analysis.program_distributed_by_a_library:
+        if analysis.program_distributed_by_a_library:
             return  # (tensor parallelism wants the same data on every rank; FSDP's data is the program's own choice)
+        untraced = _untraced_training_loops(analysis)
+        if untraced:
+            # (reported at the program's first backward(), in the module that holds it: the file of the loop may
+            # hold no training word at all, a runner whose hooks backpropagate)
+            first = next((call for module in analysis.shared.analyses for call in module.backward_calls), None)
+            if first is not None and analysis.owns(first):
+                home, loop = untraced[0]
+                # (no line number: a TODO's text must not change as the migration moves the other module's lines)
+                where = "" if home is analysis else f" (in module {home.module_name})"
+                yield Match(
+                    first,
+                    f"the training batches come from `{code_of(loop.iter).strip()}`{where}, which the analysis cannot "
+                    "trace to a DataLoader (one built where it cannot read: a registry, a config), while that loop runs "
+                    "the DDP model's forward for training: if it is a DataLoader, give it a DistributedSampler by hand (and "
+                    "set_epoch at each epoch), or every process trains on the same data",
+                    fixable=False,
+                )
+        if not analysis.is_entry:
+            return
         # The training steps of the whole program: a step in a Trainer of another module
         # (``Trainer(model, get_batch).fit()``) is this entry's training as much as one of its own.
         steps = [call for call in analysis.program_backward_calls if _in_a_loop(analysis.shared.analysis_of(call) or analysis, call)]
@@ -260,3 +281,39 @@ def _fed_by_a_loader(analysis: ScriptAnalysis, backward: cst.Call) -> bool:
         type(node) in (cst.Name, cst.Attribute, cst.Call) and not loaders.isdisjoint(home.origins(node))  # type: ignore[arg-type]
         for node in walk(around)
     )
+
+
+def _untraced_training_loops(analysis: ScriptAnalysis) -> list[tuple[ScriptAnalysis, cst.For]]:
+    """:func:`_untraced_loops` of every module of the program, found once per program."""
+    cache = analysis.shared.__dict__.setdefault("_untraced_training_loops", {})
+    if "loops" not in cache:
+        cache["loops"] = [(module, loop) for module in analysis.shared.analyses for loop in _untraced_loops(module)]
+    return cache["loops"]
+
+
+def _untraced_loops(analysis: ScriptAnalysis) -> Iterator[cst.For]:
+    """The module's loops that run a DDP model's forward where gradients are taken (``self.outputs =
+    runtime.call_through_ddp(self.model, "train_step", batch)`` of an mmcv-style runner, whose hooks
+    backpropagate out of the analysis's sight) over batches of no traced origin, in a program where no loader
+    is seen to train and nothing shards the data by hand: the loader the batches come from was built where the
+    analysis cannot read, and nothing shards it."""
+    if not analysis.program_wrap_calls or draws_per_rank(analysis):
+        return
+    if any(
+        facts.training_loaders or facts.dict_training or facts.shared_factories or facts.undecided
+        for facts in (loader_facts(module) for module in analysis.shared.analyses)
+    ):
+        return
+    forwards = [c for c in analysis.program_ddp_forward_calls if analysis.owns(c)] + list(analysis.calls_to({names.runtime("call_through_ddp")}))
+    for call in forwards:
+        loop = analysis.nearest_loop(call)
+        if not isinstance(loop, cst.For) or without_gradients(analysis, call) or analysis.reaches_backward(loop):
+            continue
+        iterated = loop.iter
+        while type(iterated) is cst.Call and dotted_name(iterated.func) in ("enumerate", "tqdm", "iter") and iterated.args:  # type: ignore[attr-defined]
+            iterated = iterated.args[0].value  # type: ignore[attr-defined]
+        loaders = set(analysis.program_loader_calls)
+        if type(iterated) not in (cst.Name, cst.Attribute) or any(o in loaders for o in analysis.origins(iterated)):
+            continue  # (``range(...)``, a loader the analysis knows: the other cases)
+        yield loop
+

@@ -181,3 +181,18 @@ def test_a_backward_in_a_hook_built_from_a_config_is_left_to_a_human(tmp_path: P
     assert "hooks.py:5:9: DDP011 `runner.outputs[\"loss\"].backward()` trains a model, but no optimizer" in report
     assert "give its DataLoader a DistributedSampler" in report
     assert "0 item(s) need a human" not in report
+
+
+def test_a_loader_built_from_a_config_beside_a_wrapped_model_is_left_to_a_human(tmp_path: Path) -> None:
+    """The optimizer built directly (the model is wrapped), the loader by the registry: every process trained on
+    all the data (16 of 16 iterations per epoch on each of 2 ranks) and nothing was reported."""
+    train = BUILT_TRAIN.replace(
+        'optimizer = build_from_cfg({"type": "SGD", "lr": 0.1}, {"params": model.parameters()})',
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)",
+    )
+    assert "torch.optim.SGD(model.parameters()" in train
+    for name, text in (("hooks.py", HOOKS), ("registry.py", REGISTRY), ("runner.py", BUILT_RUNNER), ("train.py", train)):
+        (tmp_path / name).write_text(text)
+    report = _migrate(tmp_path, "train.py")
+    assert "DDP011 line" in report and "model wrapped in DistributedDataParallel" in report, report
+    assert "DDP040 the training batches come from `self.loader` (in module runner)" in report, report
