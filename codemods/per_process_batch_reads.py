@@ -9,7 +9,7 @@ import libcst as cst
 from . import names
 from .analysis import LoaderLoop, ScriptAnalysis, call_method_name, dotted_name, loader_argument, tree, walk
 from .analysis.per_rank import PerRankValues, divides_a_shard_sum, rank_zero_outputs, training_batch_values
-from .analysis.script import assignment_targets, backward_loss, is_parameter_group, own_method, subscript_key
+from .analysis.script import assignment_targets, backward_loss, is_parameter_group, own_method, own_methods, subscript_key
 from .base import Change, Example, FixResult, FixSafety, Match, Note, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression
 from .runtime_calls import runtime_name
@@ -457,7 +457,7 @@ def _tensor_sized_by(home: ScriptAnalysis, cls: cst.ClassDef, init: cst.Function
                         kept.add(name[5:])
                     elif name is not None and "." not in name:
                         local.add(name)
-    for method in (node for node in cls.body.body if type(node) is cst.FunctionDef):
+    for method in own_methods(cls):
         names = local if method is init else set()
         for call in home.nodes_below(method.body):
             if type(call) is cst.Call and home.is_call_to(call, _SHAPED) and any(_reads_any(home, arg.value, names, kept) for arg in call.args):  # type: ignore[arg-type, attr-defined]

@@ -8,8 +8,7 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, dotted_name, walk
-from .analysis.loaders import without_gradients
-from .analysis.loaders import loader_facts
+from .analysis.loaders import loader_facts, without_gradients
 from .analysis.ranks import draws_per_rank
 from .base import Example, Match, Phase, Rule, Severity, Valid
 from .edits import code_of
@@ -305,6 +304,7 @@ def _untraced_loops(analysis: ScriptAnalysis) -> Iterator[cst.For]:
     ):
         return
     forwards = [c for c in analysis.program_ddp_forward_calls if analysis.owns(c)] + list(analysis.calls_to({names.runtime("call_through_ddp")}))
+    loaders = set(analysis.program_loader_calls)
     for call in forwards:
         loop = analysis.nearest_loop(call)
         if not isinstance(loop, cst.For) or without_gradients(analysis, call) or analysis.reaches_backward(loop):
@@ -312,7 +312,6 @@ def _untraced_loops(analysis: ScriptAnalysis) -> Iterator[cst.For]:
         iterated = loop.iter
         while type(iterated) is cst.Call and dotted_name(iterated.func) in ("enumerate", "tqdm", "iter") and iterated.args:  # type: ignore[attr-defined]
             iterated = iterated.args[0].value  # type: ignore[attr-defined]
-        loaders = set(analysis.program_loader_calls)
         if type(iterated) not in (cst.Name, cst.Attribute) or any(o in loaders for o in analysis.origins(iterated)):
             continue  # (``range(...)``, a loader the analysis knows: the other cases)
         yield loop

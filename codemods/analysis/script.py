@@ -3580,9 +3580,8 @@ class ScriptAnalysis:
         flows: list[cst.CSTNode] = []
         for cls in self.shared.hierarchy_line(owner):  # type: ignore[arg-type]
             home = self.shared.analysis_of(cls) or self
-            for statement in cls.body.body:
-                if type(statement) is cst.FunctionDef:
-                    flows.extend(home._value_flows.get((statement, name), ()))
+            for method in own_methods(cls):
+                flows.extend(home._value_flows.get((method, name), ()))
         return flows
 
     def copied_from(self, node: cst.BaseExpression, name: str) -> list[cst.BaseExpression]:
@@ -4464,11 +4463,16 @@ def passed_over(node: cst.CSTNode) -> cst.BaseExpression | None:
     return None
 
 
+def own_methods(owner: cst.ClassDef | None) -> list[cst.FunctionDef]:
+    """The methods a class defines itself, in its body's order (not those it inherits)."""
+    if owner is None or not isinstance(owner.body, cst.IndentedBlock):
+        return []
+    return [s for s in owner.body.body if isinstance(s, cst.FunctionDef)]
+
+
 def own_method(owner: cst.ClassDef | None, name: str) -> cst.FunctionDef | None:
     """The method a class defines itself under a name (not one it inherits: :meth:`ScriptAnalysis.method_of`)."""
-    if owner is None or not isinstance(owner.body, cst.IndentedBlock):
-        return None
-    return next((s for s in owner.body.body if isinstance(s, cst.FunctionDef) and s.name.value == name), None)
+    return next((s for s in own_methods(owner) if s.name.value == name), None)
 
 
 def _assign_targets(assign: cst.Assign | cst.AnnAssign) -> list[cst.BaseExpression]:

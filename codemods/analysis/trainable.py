@@ -26,6 +26,7 @@ from .script import (
     keyword_argument,
     leaves_function,
     own_method,
+    own_methods,
     subscript_key,
     under_self_returning_calls,
     walk,
@@ -681,13 +682,11 @@ def wrapped_model_methods(analysis: ScriptAnalysis) -> dict[str, cst.FunctionDef
         others: set[str] = set()
         for module in analysis.shared.analyses:
             for cls in module.classes:
-                body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else ()
-                for stmt in body:
-                    if type(stmt) is cst.FunctionDef:
-                        if cls in owners:
-                            theirs.setdefault(stmt.name.value, stmt)  # type: ignore[attr-defined]
-                        else:
-                            others.add(stmt.name.value)  # type: ignore[attr-defined]
+                for method in own_methods(cls):
+                    if cls in owners:
+                        theirs.setdefault(method.name.value, method)
+                    else:
+                        others.add(method.name.value)
         return {n: f for n, f in theirs.items() if n not in others and n not in MODULE_METHODS and not n.startswith("__")}
 
     return analysis.derived("wrapped model methods", find)
@@ -700,8 +699,7 @@ def _classes_of_methods_called_on_wraps(analysis: ScriptAnalysis) -> set[cst.Cla
     defined: dict[cst.ClassDef, set[str]] = {}
     for module in analysis.shared.analyses:
         for cls in module.classes:
-            body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else ()
-            methods = {stmt.name.value for stmt in body if type(stmt) is cst.FunctionDef and not stmt.name.value.startswith("__")} - MODULE_METHODS  # type: ignore[attr-defined]
+            methods = {m.name.value for m in own_methods(cls) if not m.name.value.startswith("__")} - MODULE_METHODS
             if methods and module.derives_from(cls, names.MODULE_BASES):
                 defined[cls] = methods
     candidates = set().union(*defined.values()) if defined else set()
@@ -968,7 +966,7 @@ def _conditional_layer_call(analysis: ScriptAnalysis, cls: cst.ClassDef, forward
         for loop in walk(forward)
         if type(loop) is cst.For and (dotted_name(loop.iter) or "").startswith("self.")  # type: ignore[attr-defined]
     }
-    methods = {statement.name.value for statement in cls.body.body if isinstance(statement, cst.FunctionDef)}  # type: ignore[union-attr]
+    methods = {method.name.value for method in own_methods(cls)}
     changing = analysis.shared.attributes_set_after_construction()
     holders: dict[cst.Call, str] = {}
     for node in walk(forward.body):
