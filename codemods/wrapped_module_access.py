@@ -62,7 +62,12 @@ OWN_STEP_TODO = (
     "is all-reduced; move the step out of the class and call the wrapped model (its forward)"
 )
 #: Cases left to a human: a TODO at the statement, the call kept as the user wrote it.
-UNFIXABLE = frozenset({"step", "own_step"})
+UNFIXABLE = frozenset({"step", "own_step", "one_rank"})
+ONE_RANK_TODO = (
+    "this model method runs the training step's forward on the processes a test of the rank lets through: "
+    "through DDP's forward they would wait for the others (a hang), through .module no gradient is all-reduced; "
+    "run the step on every process and keep only the logging or saving under the test"
+)
 TRAINING_STEP_TODO = (
     "this model method runs in the training step: through .module it would skip DDP's gradient all-reduce; "
     "call the model (its forward) instead, e.g. make forward() return the loss (where the gradients this call "
@@ -553,6 +558,9 @@ torch.save(state, "last.pt")
                     continue
                 if attr not in STATE_METHODS and not _runs_no_layer(analysis, parent):
                     if _in_training_step(analysis, parent) or _runs_a_forward_for_the_step(analysis, parent):
+                        if _on_one_rank(analysis, parent):
+                            yield _Case("one_rank", parent, attribute, sometimes, _ONE_RANK.format(attr=attr))
+                            continue
                         if _model_method(analysis, parent) is not None and not any(a.star for a in parent.args):
                             # A method of the program's model: DDP's own forward can run it (runtime.call_through_ddp).
                             yield _Case(
@@ -702,6 +710,9 @@ torch.save(state, "last.pt")
                 continue
             if case.kind == "own_step":
                 edits.todo(analysis.statement(case.node), OWN_STEP_TODO)
+                continue
+            if case.kind == "one_rank":
+                edits.todo(analysis.statement(case.node), ONE_RANK_TODO)
                 continue
             if case.kind == "through":
                 call, attribute = case.node, case.attribute
@@ -1093,12 +1104,27 @@ def _untraced_model_method_calls(analysis: ScriptAnalysis) -> Iterator[_Case]:
         if receiver.endswith(".module") or analysis.origins(attribute.value):
             continue  # (traced: the cases above decide)
         if (_in_training_step(analysis, call) or _runs_a_forward_for_the_step(analysis, call)) and not any(a.star for a in call.args):  # type: ignore[attr-defined, arg-type]
+            if _on_one_rank(analysis, call):
+                yield _Case("one_rank", call, attribute, True, _ONE_RANK.format(attr=attr))
+                continue
             yield _Case(
                 "through", call, attribute, True,
                 f"{attr}() of the wrapped model in the training step: run it through the wrapper's forward (runtime.call_through_ddp)",
             )
         else:
             yield _Case("access", attribute, attribute, True, f"{attr} is a method of the wrapped model, not of its DDP wrapper: use runtime.unwrap(...).{attr}")
+
+
+#: A training step's model method called on some processes only: DDP's forward there would wait for the others.
+_ONE_RANK = (
+    "{attr}() in the training step runs under a test of the rank: through DDP's forward it would wait for the "
+    "processes that skip it (a hang), through .module its gradients are never all-reduced; run it on every process"
+)
+
+
+def _on_one_rank(analysis: ScriptAnalysis, call: cst.CSTNode) -> bool:
+    """Whether the call runs only where a test of the rank holds (``if rank == 0:``, ``if is_main_process():``)."""
+    return any(c.kind is Kind.RANK for c in rank_facts(analysis).conditions(call))
 
 
 def _runs_a_forward_for_the_step(analysis: ScriptAnalysis, call: cst.Call) -> bool:
@@ -1111,7 +1137,7 @@ def _runs_a_forward_for_the_step(analysis: ScriptAnalysis, call: cst.Call) -> bo
         method is not None
         and isinstance(analysis.parent(call), cst.Assign)
         and not without_gradients(analysis, call)
-        and not any(c.kind is Kind.RANK for c in rank_facts(analysis).conditions(call))
+        and not _on_one_rank(analysis, call)
         and _runs_its_own_forward(analysis, call)
         and not analysis.runs_its_own_training_step(method)  # (``model.fit(loader, opt)``: its own backward, a human's)
         and not any(type(node) is cst.Call and call_method_name(node) == "backward" for node in walk(method.body))

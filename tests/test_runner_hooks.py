@@ -115,6 +115,26 @@ def test_the_same_method_under_no_grad_is_reached_through_module(tmp_path: Path)
     assert "self.model.module.train_step(batch)" in (tmp_path / "train.py").read_text()
 
 
+def test_the_same_method_under_a_test_of_the_rank_is_left_to_a_human(tmp_path: Path) -> None:
+    """Through DDP's forward on rank 0 alone, rank 0 would wait for the others at the all-reduce (a hang);
+    through .module no gradient is reduced: neither is right, so the step is a review item."""
+    guarded = RUNNER.replace("import torch\n", "import torch\nimport torch.distributed as dist\n", 1).replace(
+        "                self.outputs = self.model.train_step(batch)\n",
+        "                if self.rank == 0:\n                    self.outputs = self.model.train_step(batch)\n",
+    ).replace(
+        "        self.hooks = hooks\n",
+        "        self.hooks = hooks\n        self.rank = dist.get_rank() if dist.is_initialized() else 0\n",
+    )
+    (tmp_path / "train.py").write_text(guarded)
+    report = _migrate(tmp_path, "train.py")
+    assert "train.py:45:36: DDP008 train_step() in the training step runs under a test of the rank" in report, report
+    assert "1 item(s) need a human" in report
+    migrated = (tmp_path / "train.py").read_text()
+    assert "call_through_ddp" not in migrated
+    assert "self.outputs = self.model.train_step(batch)" in migrated
+    assert "# TODO(ddp-migrate): this model method runs the training step's forward on the processes a test" in migrated
+
+
 HOOKS = """class OptimizerHook:
     def after_train_iter(self, runner):
         runner.optimizer.zero_grad()
