@@ -20,7 +20,7 @@ from .analysis import (
 from .analysis.legacy import legacy_facts
 from .analysis.ranks import counts_the_processes, rank_facts
 from .analysis.script import item_name, under_self_returning_calls
-from .analysis.trainable import frozen_models, skipped_in_some_steps
+from .analysis.trainable import freezes_every_parameter, frozen_models, requires_grad_changes, skipped_in_some_steps, unfrozen_after
 from .base import (
     Change,
     Example,
@@ -407,6 +407,13 @@ loss.backward()
                 continue  # (a review, see matches: a wrap would not see its forward)
             if model not in wrapped and not self._wrapped_elsewhere(analysis, model):
                 anchor, kept = self._anchor(analysis, model)
+                if anchor is not None and kept is None:
+                    frozen = _frozen_at_the_wrap(analysis, model, anchor)
+                    if frozen == "always":
+                        continue  # every parameter frozen before it trains, and never unfrozen: the model trains nothing
+                    if frozen == "unfrozen":
+                        yield model, None, anchor  # (a review at the anchor: see matches)
+                        continue
                 yield model, None if kept is not None else anchor, kept  # no place is right: left to a human
 
     @staticmethod
@@ -534,6 +541,9 @@ loss.backward()
                 if model not in wrapped:
                     yield Match(call, _TRAINS_ITSELF.format(model=model, method=method.name.value), fixable=False)
         for model, anchor, kept in self._cases(analysis):
+            if kept is not None and _frozen_at_the_wrap(analysis, model, kept) == "unfrozen":
+                yield Match(kept, _FROZEN_THEN_UNFROZEN.format(model=model), fixable=False)
+                continue
             node = anchor or analysis.model_training_sites[model][0]
             yield Match(node, f"{model} is trained but never wrapped in DistributedDataParallel", fixable=anchor is not None)
             if kept is not None:
@@ -635,7 +645,14 @@ loss.backward()
             creations = _model_targets(analysis, model)
             skipped = skipped_in_some_steps(analysis, creations[0]) if creations else None
             call = ddp_call(analysis, edits, expression(model), [find_unused_parameters_argument()] if skipped else None)
-            wrap = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(expression(model))], call)])
+            wrap: cst.BaseStatement = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(expression(model))], call)])
+            sometimes_frozen = _frozen_at_the_wrap(analysis, model, anchor) == "sometimes"
+            if sometimes_frozen:
+                # DDP refuses a model none of whose parameters requires a gradient (frozen on some runs)
+                wrap = cst.If(
+                    test=expression(f"any(p.requires_grad for p in {model}.parameters())"),
+                    body=cst.IndentedBlock([wrap]),
+                )
             aliases, unsure = _aliases_left_unwrapped(analysis, model, anchor)
             edits.insert_after(anchor, wrap, *(statement(f"{alias} = {model}") for alias in aliases))
             for alias in unsure:
@@ -643,6 +660,8 @@ loss.backward()
             for forward, held in _forwards_past_the_wrap(analysis, model, anchor):
                 edits.todo(analysis.statement(forward), _FORWARD_PAST.format(held=held, model=model))
             message = f"{model} wrapped in DistributedDataParallel"
+            if sometimes_frozen:
+                message += " where any of its parameters trains (every one is frozen on some runs, and DDP refuses such a model)"
             if skipped is not None:
                 message += f", with find_unused_parameters=True: {skipped.why}"
             if aliases:
@@ -668,6 +687,57 @@ loss.backward()
                     edits.insert_after(site, statement(f"{switch} = {switch} or {rt}.world_size() > 1"))
                 edits.changes.append(Change(self.code, analysis.line(site), f"{switch} is also true under torchrun"))
         return edits.apply(analysis.module) if edits else None
+
+
+#: The review line of a model whose parameters are all frozen where it would be wrapped, and unfrozen later.
+_FROZEN_THEN_UNFROZEN = (
+    "every parameter of {model} is frozen here, where it would be wrapped in DistributedDataParallel, and "
+    "unfrozen later: DDP refuses to wrap a model none of whose parameters requires a gradient (RuntimeError), and "
+    "left unwrapped, once unfrozen it would train without averaged gradients, each process its own copy; wrap it "
+    "(model = DistributedDataParallel(model, device_ids=runtime.device_ids())) after it is unfrozen, or keep it "
+    "trainable and leave its parameters out of the optimizer until then"
+)
+
+
+def _frozen_at_the_wrap(analysis: ScriptAnalysis, model: str, anchor: cst.BaseStatement) -> str | None:
+    """How the model's parameters stand where the migration would wrap it (after ``anchor``), when a statement
+    from its creation up to the anchor freezes every one of them: ``"always"`` (on every path, and never
+    unfrozen: the model trains nothing), ``"sometimes"`` (under a test, never unfrozen: wrapped where any
+    parameter trains), ``"unfrozen"`` (unfrozen later: no place is right); ``None`` where none does."""
+    creations = [analysis.statement(target) for target in _model_targets(analysis, model)]
+    if not creations:
+        return None
+    first = analysis.outside_its_branches(creations[0])
+    block = analysis.parent(first)
+    body = list(statements_of(block)) if isinstance(block, (cst.IndentedBlock, cst.Module)) else []
+    if first not in body or anchor not in body:
+        return None
+    span = body[body.index(first) : body.index(anchor) + 1]
+    freezes = [
+        (stmt, change)
+        for stmt in span
+        for change in requires_grad_changes(analysis)
+        if analysis.is_inside(change.node, stmt) and freezes_every_parameter(analysis, change, model)
+    ]
+    if not freezes:
+        return None
+    if unfrozen_after(analysis, freezes[0][1].node, model):
+        return "unfrozen"
+    always = any(_runs_whenever(analysis, change.statement, stmt) for stmt, change in freezes)
+    return "always" if always else "sometimes"
+
+
+def _runs_whenever(analysis: ScriptAnalysis, node: cst.CSTNode, statement: cst.BaseStatement) -> bool:
+    """Whether the node runs whenever the statement around it does: nothing between them but the loop over
+    the model's parameters (no test, no ``try``, no ``with``, no ``while``)."""
+    if node is statement:
+        return True
+    for ancestor in analysis.ancestors(node):
+        if not isinstance(ancestor, (cst.For, cst.IndentedBlock, cst.SimpleStatementLine)):
+            return False
+        if ancestor is statement:
+            return True
+    return False
 
 
 #: The review line of a name that may still hold the unwrapped model after the wrap and is run or handed on.

@@ -466,6 +466,7 @@ def process(
             result.findings = [f for f in result.findings if not f.advice]
         if fix and options.review_todos:
             add_review_todos(result)
+        analysis.release()
         if fix and result.new_text != source.text:
             lay_out(result)
             verify_output(result.new_text)
@@ -565,6 +566,7 @@ def process_program(
                 lay_out(result)
                 verify_output(result.new_text)
                 result.output = sources[path].encode(result.new_text)
+        program.release()
     except FileError as error:
         for path in modules:
             result = results[path]

@@ -76,6 +76,12 @@ class Program:
         shared.solve()
         self._analyses = analyses
 
+    def release(self) -> None:
+        """Drop the analyses and tables once nothing will ask the program again (:meth:`ScriptAnalysis.release`)."""
+        for analysis in self._analyses.values():
+            analysis.release()
+        self.__dict__.clear()
+
     def analysis(self, key: str) -> ScriptAnalysis:
         """The analysis of one module, over the current state of the whole program."""
         return self._analyses[key]

@@ -805,6 +805,18 @@ class ScriptAnalysis:
         if standalone:
             self.shared.solve()
 
+    def release(self) -> None:
+        """Drop everything the analysis holds, and the program tables it shares, once nothing will ask it
+        again. Its facts and the caches rules keep in it point back at it (reference cycles that would hold
+        the whole syntax tree until the cyclic collector walked it, a tenth of a lint's time); dropped, the
+        tree is freed as soon as the caller lets go. The analysis answers nothing afterwards."""
+        shared = self.__dict__.get("shared")
+        self.__dict__.clear()
+        if shared is not None:
+            for other in shared.analyses:
+                other.__dict__.clear()
+            shared.__dict__.clear()
+
     # ----------------------------------------------------------------- positions and structure
 
     @property
@@ -3881,13 +3893,17 @@ class ScriptAnalysis:
         flows: dict[tuple[Scope, str], list[cst.CSTNode]] = {}
 
         def add(target: cst.CSTNode, value: cst.CSTNode, unpacks: bool = True) -> None:
-            pairs = _unpacked_pairs(target, value) if unpacks else None
-            if pairs is not None:  # ``G, D = DP(G), DP(D)``: each name its own value
-                for part_target, part_value in pairs:
-                    add(part_target, part_value)
-                return
-            for part, name in self.names_in_target(target):
-                flows.setdefault((self.scope_of(part), name), []).append(value)
+            # (a worklist, not recursion: a closure calling itself is a reference cycle holding the analysis,
+            # which only the cyclic collector could free)
+            pending = [(target, value, unpacks)]
+            while pending:
+                target, value, unpacks = pending.pop()
+                pairs = _unpacked_pairs(target, value) if unpacks else None
+                if pairs is not None:  # ``G, D = DP(G), DP(D)``: each name its own value
+                    pending.extend((part_target, part_value, True) for part_target, part_value in reversed(pairs))
+                    continue
+                for part, name in self.names_in_target(target):
+                    flows.setdefault((self.scope_of(part), name), []).append(value)
 
         for node in self.preorder:
             kind = type(node)

@@ -256,6 +256,58 @@ def frozen_models(analysis: ScriptAnalysis, statement: cst.BaseStatement) -> set
     return found
 
 
+def requires_grad_value(analysis: ScriptAnalysis, change: RequiresGradChange) -> bool | None:
+    """The value a ``requires_grad`` write sets: ``False``, ``True`` (``requires_grad_()`` takes ``True`` by
+    default), or ``None`` where it is no literal (``requires_grad_(not args.freeze)``)."""
+    node = change.node
+    if type(node) is cst.AssignTarget:
+        value = analysis.parent(node).value  # type: ignore[union-attr]
+    elif node.args:  # type: ignore[attr-defined]
+        value = node.args[0].value  # type: ignore[attr-defined]
+    else:
+        return True
+    if type(value) is cst.Name and value.value in ("True", "False"):
+        return value.value == "True"
+    return None
+
+
+def freezes_every_parameter(analysis: ScriptAnalysis, change: RequiresGradChange, model: str) -> bool:
+    """Whether the write sets ``requires_grad`` to ``False`` on every parameter of the model ``model`` names:
+    ``model.requires_grad_(False)``, or ``p.requires_grad = False`` right in the body of ``for p in
+    model.parameters():`` (no test between the loop and the write). DDP refuses to wrap a model left so."""
+    if requires_grad_value(analysis, change) is not False:
+        return False
+    if type(change.node) is cst.Call and dotted_name(change.receiver) == model:
+        return True
+    if type(change.receiver) is not cst.Name:
+        return False
+    loop = analysis.parent(analysis.parent(change.statement))
+    return (
+        type(loop) is cst.For
+        and type(loop.target) is cst.Name
+        and loop.target.value == change.receiver.value
+        and type(loop.iter) is cst.Call
+        and call_method_name(loop.iter) == "parameters"
+        and not loop.iter.args
+        and dotted_name(loop.iter.func.value) == model  # type: ignore[attr-defined]
+    )
+
+
+def unfrozen_after(analysis: ScriptAnalysis, node: cst.CSTNode, model: str) -> bool:
+    """Whether a write after the node, or in a loop around it, may set ``requires_grad`` back on a parameter
+    of the model ``model`` names (``encoder.requires_grad_(True)`` once the head has warmed up)."""
+    root = model.split(".")[0]
+    for change in requires_grad_changes(analysis):
+        if requires_grad_value(analysis, change) is False:
+            continue
+        roots = _model_roots(analysis, change.receiver)
+        if roots is not None and root not in roots:
+            continue
+        if not analysis.comes_before(change.node, node) or _loop_around_both(analysis, change.node, node):
+            return True
+    return False
+
+
 def frozen_before_the_wrap(analysis: ScriptAnalysis, wrap: cst.Call, wrapper: cst.BaseExpression) -> bool:
     """Whether a statement that runs before the wrap may change ``requires_grad`` of the model it wraps
     (``net[0].requires_grad_(False)`` then ``D = DDP(net)``, or a helper handed ``net``), in the wrap's function or,
