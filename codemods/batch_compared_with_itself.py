@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import ast
 from typing import Iterator
 
 import libcst as cst
 
 from . import names
-from .analysis import ScriptAnalysis, call_method_name, dotted_name, walk
+from .analysis import ScriptAnalysis, call_method_name, dotted_name, keyword_argument, walk
 from .analysis.batch_axis import NONLINEAR_REDUCTIONS, reduced_axis_zero, used_nonlinearly
 from .analysis.loaders import without_gradients
 from .analysis.per_rank import PerRankValues, per_rank_values
@@ -71,7 +72,7 @@ class BatchComparedWithItself(Rule):
     name = "batch-compared-with-itself"
     phase = Phase.OUTPUT
     severity = Severity.WARNING
-    triggers = ("@", "mm(", "matmul(", "cdist(", "einsum(", "cosine_similarity(", "pairwise_distance(", "inner(", "linear(", "(0", "dim=0", "axis=0", "None")
+    triggers = ("@", "mm(", "matmul(", "cdist(", "einsum(", "cosine_similarity(", "pairwise_distance(", "inner(", "linear(", "tensordot(", "CosineSimilarity(", "PairwiseDistance(", "(0", "dim=0", "axis=0", "None")
     requires = ("backward", "zero_grad")
     needs_names = (names.DISTRIBUTED_DATA_PARALLEL,)
     manual_fix = "all_gather the embeddings of every rank (torch.distributed.nn.functional.all_gather) before comparing"
@@ -187,7 +188,8 @@ for x, y in loader:
         for node, left, right, how in _comparisons(analysis):
             if values.mention(left) is None or values.mention(right) is None or _per_sample(analysis, values, node):
                 continue
-            if without_gradients(analysis, node) or _detached(left) or _detached(right) or _only_measured(analysis, node):
+            # (one operand detached still trains the other against every sample of the batch: ``q @ k.detach().t()``)
+            if without_gradients(analysis, node) or (_detached(left) and _detached(right)) or _only_measured(analysis, node):
                 if _picks_training_samples(analysis, values, node):
                     yield Match(
                         node,
@@ -254,12 +256,22 @@ def _comparisons(analysis: ScriptAnalysis) -> Iterator[tuple[cst.CSTNode, cst.Ba
             yield call, operands[0], operands[1], "multiplies"
     for call in analysis.calls_to(_EINSUM):
         operands = [a.value for a in call.args if a.keyword is None]
+        if len(operands) == 2 and isinstance(operands[1], (cst.List, cst.Tuple)):  # ``einsum("nc,mc->nm", [a, b])``
+            operands = [operands[0], *(e.value for e in operands[1].elements)]
         if len(operands) == 3 and isinstance(operands[0], cst.SimpleString) and _compares_rows(operands[0].evaluated_value):
             yield call, operands[1], operands[2], "multiplies"
-    for call in analysis.calls_to(_BROADCAST_MEASURES):
-        pair = _broadcast_pairs(call)
-        if pair is not None:
-            yield call, pair[0], pair[1], "compares"
+    for call in analysis.calls_to(_TENSORDOT):
+        operands = [a.value for a in call.args if a.keyword is None]
+        dims = keyword_argument(call, "dims")
+        contracted = dims.value if dims is not None else operands[2] if len(operands) >= 3 else None
+        if len(operands) >= 2 and contracted is not None and _contracts_the_features(contracted):
+            yield call, operands[0], operands[1], "multiplies"
+    layers = bool(analysis.calls_to(_MEASURE_LAYERS))
+    for call in analysis.calls:
+        if analysis.is_call_to(call, _BROADCAST_MEASURES) or (layers and _runs_a_measure_layer(analysis, call)):
+            pair = _broadcast_pairs(call)
+            if pair is not None:
+                yield call, pair[0], pair[1], "compares"
     for call in analysis.calls_to(_PRODUCTS | _PAIRWISE):
         operands = [a.value for a in call.args if a.keyword is None]
         if len(operands) < 2:
@@ -279,6 +291,36 @@ _ROW_PRODUCTS = frozenset({"torch.inner", "torch.nn.functional.linear"})
 _BROADCAST_MEASURES = frozenset(
     {"torch.nn.functional.cosine_similarity", "torch.cosine_similarity", "torch.nn.functional.pairwise_distance", "torch.pairwise_distance"}
 )
+
+
+#: ``torch.tensordot(a, b, dims=([1], [1]))``: with the feature axis of both contracted, every row meets every row.
+_TENSORDOT = frozenset({"torch.tensordot"})
+#: Layers that compare two tensors along a dimension (``nn.CosineSimilarity(dim=2)``, a loss's ``self.similarity_f``).
+_MEASURE_LAYERS = frozenset({"torch.nn.CosineSimilarity", "torch.nn.PairwiseDistance"})
+
+
+def _contracts_the_features(dims: cst.BaseExpression) -> bool:
+    """Whether tensordot's ``dims`` contracts the second (last) axis of each of two matrices, and only it:
+    ``([1], [1])``, ``((-1,), (-1,))``."""
+    try:
+        value = ast.literal_eval(code_of(dims).strip())
+    except (ValueError, SyntaxError):
+        return False
+    if not (isinstance(value, (list, tuple)) and len(value) == 2):
+        return False
+    axes = [list(part) if isinstance(part, (list, tuple)) else [part] for part in value]
+    return all(part in ([1], [-1]) for part in axes)
+
+
+def _runs_a_measure_layer(analysis: ScriptAnalysis, call: cst.Call) -> bool:
+    """Whether the call runs a layer of :data:`_MEASURE_LAYERS`: built in place (``nn.CosineSimilarity(dim=2)(a,
+    b)``) or held in a name or attribute (``self.similarity_f = nn.CosineSimilarity(dim=2)``)."""
+    func = call.func
+    if type(func) is cst.Call:
+        return analysis.is_call_to(func, _MEASURE_LAYERS)
+    if type(func) not in (cst.Name, cst.Attribute):
+        return False
+    return any(type(origin) is cst.Call and analysis.is_call_to(origin, _MEASURE_LAYERS) for origin in analysis.origins(func))  # type: ignore[arg-type]
 
 
 def _with_new_axis(expr: cst.BaseExpression) -> tuple[cst.BaseExpression, str] | None:

@@ -41,7 +41,18 @@ if __name__ == "__main__":
 """
 
 
-@pytest.mark.parametrize("product", ["F.linear(ea, eb)", "torch.inner(ea, eb)", "ea @ eb.t()"])
+@pytest.mark.parametrize(
+    "product",
+    [
+        "F.linear(ea, eb)",
+        "torch.inner(ea, eb)",
+        "ea @ eb.t()",
+        # MoCo-style spellings (a SimCLR trial: 2 processes trained to loss 1.98 where one process computed 2.65)
+        'torch.einsum("nc,mc->nm", [ea, eb])',
+        "torch.tensordot(ea, eb, dims=([1], [1]))",
+        "ea @ eb.detach().t()",
+    ],
+)
 def test_every_row_with_every_row_is_an_in_batch_comparison(tmp_path: Path, product: str) -> None:
     script = tmp_path / "train.py"
     script.write_text(PROGRAM.replace("PRODUCT", product))
@@ -55,3 +66,29 @@ def test_a_layers_own_weight_is_no_batch(tmp_path: Path) -> None:
     script.write_text(PROGRAM.replace("PRODUCT", 'F.linear(ea, towers["b"].weight[:4, :4])'))
     result = CliRunner().invoke(cli, [str(script)])
     assert "DDP050" not in result.output, result.output
+
+
+@pytest.mark.parametrize(
+    "layer, call",
+    [
+        ("    similarity = nn.CosineSimilarity(dim=2)\n", "similarity(ea.unsqueeze(1), eb.unsqueeze(0))"),
+        ("", "nn.CosineSimilarity(dim=2)(ea.unsqueeze(1), eb.unsqueeze(0))"),
+    ],
+    ids=["held-in-a-name", "built-in-place"],
+)
+def test_a_cosine_similarity_layer_over_every_pair_is_an_in_batch_comparison(tmp_path: Path, layer: str, call: str) -> None:
+    """``nn.CosineSimilarity`` (SimCLR's NT-Xent keeps one as ``self.similarity_f``) compares like ``F.cosine_similarity``."""
+    script = tmp_path / "train.py"
+    source = PROGRAM.replace("PRODUCT", call).replace("    opt = torch.optim", layer + "    opt = torch.optim")
+    script.write_text(source)
+    result = CliRunner().invoke(cli, [str(script)])
+    found = [line for line in result.output.splitlines() if "DDP050" in line and "compares the samples of this process's batch" in line]
+    assert len(found) == 1 and call in found[0], result.output
+
+
+def test_a_tensordot_over_the_batch_axis_is_no_comparison_of_samples(tmp_path: Path) -> None:
+    """``dims=([0], [0])`` sums over the samples (a feature covariance): no matrix of every pair of samples."""
+    script = tmp_path / "train.py"
+    script.write_text(PROGRAM.replace("PRODUCT", "torch.tensordot(ea, eb, dims=([0], [0]))"))
+    result = CliRunner().invoke(cli, [str(script)])
+    assert "multiplies the samples" not in result.output, result.output
