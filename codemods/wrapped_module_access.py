@@ -581,6 +581,8 @@ torch.save(state, "last.pt")
                         )
                         continue
             if attr == "state_dict":
+                if _asks_whether_wrapped(analysis, attribute.value):
+                    continue  # (timm's ModelEma: ``needs_module = hasattr(model, "module")`` matches the keys itself)
                 message = f"state_dict() of the {kind} wrapper prefixes every key with module. (a checkpoint the plain model cannot load): use .module.state_dict()"
             else:
                 message = f"{attr} is not on the {kind} wrapper: use .module.{attr}"
@@ -1190,6 +1192,25 @@ def _backward_after(analysis: ScriptAnalysis, call: cst.CSTNode, function: cst.F
 
 def _test_text(test: cst.BaseExpression) -> str:
     return " ".join(code_of(test).split())
+
+
+def _asks_whether_wrapped(analysis: ScriptAnalysis, receiver: cst.BaseExpression) -> bool:
+    """Whether the function around the receiver asks whether it holds a wrapper, ``hasattr(model, "module")``:
+    its code handles both the wrapper and the model (prefixing keys with ``module.`` itself where it finds one),
+    so reaching the model through ``.module`` there would undo what it does."""
+    name = dotted_name(receiver)
+    function = analysis.enclosing_function(receiver)
+    if name is None or function is None:
+        return False
+    return any(
+        type(node) is cst.Call
+        and dotted_name(node.func) == "hasattr"  # type: ignore[attr-defined]
+        and len(node.args) >= 2  # type: ignore[attr-defined]
+        and dotted_name(node.args[0].value) == name  # type: ignore[attr-defined]
+        and isinstance(node.args[1].value, cst.SimpleString)  # type: ignore[attr-defined]
+        and node.args[1].value.evaluated_value == "module"  # type: ignore[attr-defined]
+        for node in analysis.nodes_below(function)
+    )
 
 
 def _asks_for_no_sync(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:

@@ -199,3 +199,72 @@ def test_an_ema_class_derived_from_averaged_model_copies_the_model_itself(tmp_pa
     assert "resumed and saved" in resumed.output, resumed.output
     again = run_python(original, "checkpoint.pt", cwd=tmp_path, timeout=120)  # the original reads the new one
     assert "resumed and saved" in again.output, again.output
+
+
+TIMM_V1_EMA = '''import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from copy import deepcopy
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class ModelEma:
+    def __init__(self, model, decay=0.9):
+        self.ema = deepcopy(model)
+        self.decay = decay
+        self.ema_has_module = hasattr(self.ema, "module")
+        for p in self.ema.parameters():
+            p.requires_grad_(False)
+
+    def update(self, model):
+        needs_module = hasattr(model, "module") and not self.ema_has_module
+        with torch.no_grad():
+            msd = model.state_dict()
+            for k, ema_v in self.ema.state_dict().items():
+                if needs_module:
+                    k = "module." + k
+                ema_v.copy_(ema_v * self.decay + (1.0 - self.decay) * msd[k].detach())
+
+
+def main():
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(64, 10), torch.randint(0, 2, (64,)))
+    loader = DataLoader(data, batch_size=16, shuffle=False)
+    model = nn.DataParallel(nn.Linear(10, 2))
+    model_ema = ModelEma(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for xb, yb in loader:
+            loss = F.cross_entropy(model(xb), yb)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            model_ema.update(model)
+    torch.save(model_ema.ema.state_dict(), "final.pt")
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_state_dict_where_the_code_asks_whether_it_holds_a_wrapper_is_left_as_written(tmp_path: Path) -> None:
+    """timm's ``ModelEma`` (v1) prefixes its copy's keys with ``module.`` where ``hasattr(model, "module")``: reaching
+    the model through ``.module`` there made every update a ``KeyError: 'module.weight'`` (0 items for a human)."""
+    migrated, report, _ = migrate_script(tmp_path, TIMM_V1_EMA)
+    assert "            msd = model.state_dict()\n" in migrated, migrated
+    assert "self.ema = deepcopy(model.module)" in migrated
+    assert "0 item(s) need a human" in report
+
+
+@pytest.mark.distributed
+def test_the_timm_v1_average_equals_the_originals_under_torchrun(tmp_path: Path) -> None:
+    import torch
+
+    from migrated import saved_states
+
+    original, runs = saved_states(tmp_path, TIMM_V1_EMA)
+    for state in runs:
+        assert state.keys() == original.keys()
+        for key in original:
+            assert torch.allclose(state[key], original[key], atol=1e-6), key
