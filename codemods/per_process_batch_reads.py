@@ -370,7 +370,7 @@ def _length_taken(analysis: ScriptAnalysis, node: cst.CSTNode) -> bool:
 
 
 #: Calls that make a tensor of a given shape (``torch.zeros(1, batch_size, hidden)``).
-_SHAPED = frozenset({f"torch.{n}" for n in ("zeros", "ones", "empty", "full", "randn", "rand", "randint", "arange")})
+_SHAPED = frozenset({f"torch.{n}" for n in ("zeros", "ones", "empty", "full", "randn", "rand", "randint", "arange", "eye")})
 
 
 def _training_scopes(analysis: ScriptAnalysis, split: dict[cst.CSTNode, str]) -> Iterator[tuple[LoaderLoop, cst.CSTNode, set[str]]]:
@@ -446,8 +446,36 @@ def _tensor_sized_by(home: ScriptAnalysis, cls: cst.ClassDef, init: cst.Function
     """A tensor-making call of the class (:data:`_SHAPED`) whose shape reads the ``__init__`` parameter: in
     ``__init__`` through local names computed from it (``n = 2 * batch_size``), in any method through an attribute
     it is kept in (``self.batch_size = batch_size``)."""
-    local, kept = {param}, set()
-    assignments = [node for node in home.nodes_below(init.body) if type(node) is cst.Assign]
+    kept: set[str] = set()
+    local = {init: _sizes_within(home, init, {param}, kept)}
+    methods = {method.name.value: method for method in own_methods(cls)}
+    # A helper method handed the size (SimCLR's ``self.mask = self.mask_correlated_samples(batch_size)``): its
+    # parameter holds the size there.
+    for method in list(methods.values()):
+        for call in home.nodes_below(method.body):
+            callee = methods.get(dotted_name(call.func)[5:] or "") if type(call) is cst.Call and (dotted_name(call.func) or "").startswith("self.") else None  # type: ignore[attr-defined]
+            if callee is None or callee is init:
+                continue
+            params = [p.name.value for p in callee.params.params][1:]
+            handed = {
+                params[i] for i, arg in enumerate(call.args)  # type: ignore[attr-defined]
+                if arg.keyword is None and not arg.star and i < len(params) and _reads_any(home, arg.value, local.get(method, set()), kept)
+            }
+            if handed:
+                local[callee] = local.get(callee, set()) | _sizes_within(home, callee, handed, kept)
+    for method in methods.values():
+        names = local.get(method, set())
+        for call in home.nodes_below(method.body):
+            if type(call) is cst.Call and home.is_call_to(call, _SHAPED) and any(_reads_any(home, arg.value, names, kept) for arg in call.args):  # type: ignore[arg-type, attr-defined]
+                return call  # type: ignore[return-value]
+    return None
+
+
+def _sizes_within(home: ScriptAnalysis, method: cst.FunctionDef, local: set[str], kept: set[str]) -> set[str]:
+    """The local names of a method computed from the names that hold the size (``n = 2 * batch_size``, a few steps
+    deep), and the attributes of ``self`` it keeps them in (added to ``kept``)."""
+    local = set(local)
+    assignments = [node for node in home.nodes_below(method.body) if type(node) is cst.Assign]
     for _ in range(3):  # (a few steps: ``b = batch_size; n = 2 * b``)
         for node in assignments:
             if _reads_any(home, node.value, local, kept):  # type: ignore[attr-defined]
@@ -457,12 +485,7 @@ def _tensor_sized_by(home: ScriptAnalysis, cls: cst.ClassDef, init: cst.Function
                         kept.add(name[5:])
                     elif name is not None and "." not in name:
                         local.add(name)
-    for method in own_methods(cls):
-        names = local if method is init else set()
-        for call in home.nodes_below(method.body):
-            if type(call) is cst.Call and home.is_call_to(call, _SHAPED) and any(_reads_any(home, arg.value, names, kept) for arg in call.args):  # type: ignore[arg-type, attr-defined]
-                return call  # type: ignore[return-value]
-    return None
+    return local
 
 
 def _reads_any(home: ScriptAnalysis, expr: cst.CSTNode, names: set[str], kept: set[str]) -> bool:

@@ -124,8 +124,14 @@ if __name__ == "__main__":
         ("self.register_buffer(\"mask\", torch.eye(4096, dtype=torch.bool))", False),
         ("n = 2 * batch_size\n        self.register_buffer(\"mask\", torch.ones((n, n), dtype=torch.bool).triu(1) & False)", True),
         ("self.register_buffer(\"mask\", torch.zeros(2 * self.batch_size, 2 * self.batch_size, dtype=torch.bool))", True),
+        # A trial (SimCLR's NT-Xent): an identity of the global size, and a helper method handed the size.
+        ("self.register_buffer(\"mask\", ~torch.eye(2 * batch_size, dtype=torch.bool))", True),
+        ("self.register_buffer(\"mask\", self.correlated_mask(batch_size))\n\n    def correlated_mask(self, batch_size):\n"
+         "        N = 2 * batch_size\n        return torch.ones((N, N), dtype=torch.bool).fill_diagonal_(0)", True),
+        ("self.register_buffer(\"mask\", self.correlated_mask(4096))\n\n    def correlated_mask(self, size):\n"
+         "        return torch.ones((size, size), dtype=torch.bool)", False),
     ],
-    ids=["size-not-read", "local-from-the-parameter", "kept-attribute"],
+    ids=["size-not-read", "local-from-the-parameter", "kept-attribute", "identity", "helper-method", "helper-method-other-size"],
 )
 def test_a_class_built_with_the_global_batch_size_that_sizes_tensors_with_it_is_reviewed(tmp_path: Path, body: str, sized: bool) -> None:
     # A trial (SimCLR): ``NTXentLoss(cfg.batch_size, t)`` built a (2B, 2B) mask in ``__init__``; the migration split the
