@@ -1822,6 +1822,8 @@ class ScriptAnalysis:
                 for owner in [self.shared.constructed.get(origin), *self.shared.constructed_too.get(origin, ())]  # type: ignore[arg-type]
                 if owner is not None
             ]
+            if not owners and type(receiver) in (cst.Name, cst.Subscript):
+                owners = self._factory_elements(receiver)
             for owner in owners:
                 if name is not None:
                     methods = [self.method_of(owner, name)]
@@ -1841,6 +1843,32 @@ class ScriptAnalysis:
                 if len(methods) > 1:  # ``for cb in self.callbacks: cb.on_epoch_end(self)``
                     self.shared.other_targets[call] = methods[1:]
         return changed
+
+    def _factory_elements(self, receiver: cst.BaseExpression) -> list[cst.ClassDef]:
+        """The program's class whose instances a ``defaultdict`` of it makes, for a receiver that is one of its
+        values: ``meters[k]`` of ``meters = defaultdict(Meter)``, or ``meter`` of ``for meter in meters.values():``
+        (a torchvision-style MetricLogger: ``meter.synchronize_between_processes()`` runs ``Meter``'s all_reduce)."""
+        if type(receiver) is cst.Subscript:
+            held = receiver.value  # type: ignore[attr-defined]
+        else:
+            loop = next((a for a in self.ancestors(receiver) if type(a) is cst.For), None)
+            while loop is not None and not (type(loop.target) is cst.Name and loop.target.value == receiver.value):  # type: ignore[attr-defined]
+                loop = next((a for a in self.ancestors(loop) if type(a) is cst.For), None)
+            iterated = loop.iter if loop is not None else None
+            if type(iterated) is cst.Call and type(iterated.func) is cst.Name and iterated.func.value in COPYING_BUILTINS and len(iterated.args) == 1:  # type: ignore[attr-defined]
+                iterated = iterated.args[0].value  # type: ignore[attr-defined]  (``list(meters.values())``)
+            if type(iterated) is not cst.Call or call_method_name(iterated) != "values" or iterated.args:  # type: ignore[arg-type, attr-defined]
+                return []
+            held = iterated.func.value  # type: ignore[attr-defined]
+        found: list[cst.ClassDef] = []
+        for origin in self.origins(held):
+            if type(origin) is cst.Call and origin.args and callee_name(origin) == "defaultdict" and "collections.defaultdict" in self.qualified_names(origin.func):  # type: ignore[attr-defined]
+                factory = dotted_name(origin.args[0].value)  # type: ignore[attr-defined]
+                cls = next((c for c in self.classes if c.name.value == factory), None) if factory else None
+                cls = cls or (self.imported_definition(factory) if factory else None)
+                if isinstance(cls, cst.ClassDef):
+                    found.append(cls)
+        return found
 
     def _resolve_instance_call(self, call: cst.Call) -> bool:
         """Resolve a call of an attribute that holds an instance of a class of the program to the class's
