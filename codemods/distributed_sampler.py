@@ -71,6 +71,13 @@ OWN_SAMPLER_TODO = (
     "what it samples for, and call its set_epoch if it shuffles; then give each process its share of the "
     "batch (batch_size=runtime.per_process_batch_size(batch_size)) to keep the original's global batch"
 )
+#: What :data:`OWN_SAMPLER_TODO` adds for a sampler of the program's own (an episodic or P x K sampler).
+COMPOSED_BATCHES_TODO = (
+    "; where the sampler composes its batches (an episode of N classes x K samples, P x K for a triplet loss), a "
+    "share of each batch breaks them apart: have it compose each rank's own batches instead, and a loss that "
+    "compares the samples of a batch with each other then sees N times fewer of them (gather the embeddings of "
+    "every rank first, torch.distributed.nn.functional.all_gather, or accept the smaller comparison set)"
+)
 #: :data:`OWN_SAMPLER_TODO` for a loader given a ``batch_sampler=``: the batch size is the batch sampler's, and such
 #: samplers (P classes x K samples) usually feed a loss that compares the samples of a batch with each other.
 OWN_BATCH_SAMPLER_TODO = (
@@ -455,7 +462,7 @@ with torch.no_grad():
                 comparing = (
                     "; a loss that compares the samples of a batch with each other then sees N times fewer of them (gather "
                     "the embeddings of every rank first, or accept it)"
-                    if own == "batch sampler"
+                    if own == "batch sampler" or _programs_own_sampler(analysis, loader)
                     else ""
                 )
                 yield Match(loader, f"training DataLoader with its own {own} is not sharded across processes: shard it by hand{comparing}", fixable=False)
@@ -519,7 +526,11 @@ with torch.no_grad():
                     edits.todo(stmt, UNBATCHED_TODO)
                 elif self._own_sampler(analysis, loader):
                     batch_sampler = given_loader_argument(loader, "batch_sampler") and not given_loader_argument(loader, "sampler")
-                    edits.todo(stmt, OWN_BATCH_SAMPLER_TODO if batch_sampler else OWN_SAMPLER_TODO)
+                    edits.todo(
+                        stmt,
+                        OWN_BATCH_SAMPLER_TODO if batch_sampler
+                        else OWN_SAMPLER_TODO + (COMPOSED_BATCHES_TODO if _programs_own_sampler(analysis, loader) else ""),
+                    )
                 elif loader in loader_facts(analysis).evaluation_loaders:
                     edits.todo(stmt, match.message)
                 else:
@@ -964,3 +975,13 @@ def _seed_argument(analysis: ScriptAnalysis, loader: cst.Call, shuffle: str) -> 
     if seed is None or (type(seed) is cst.Integer and seed.evaluated_value == 0):  # (0: the sampler's own default)
         return ""
     return f", seed={code_of(seed)}"
+
+
+def _programs_own_sampler(analysis: ScriptAnalysis, loader: cst.Call) -> bool:
+    """Whether the loader's ``sampler=`` holds an instance of a class of the program (an episodic sampler that
+    composes each batch), not one of the library's (``WeightedRandomSampler`` draws samples one by one)."""
+    sampler = given_loader_argument(loader, "sampler")
+    if sampler is None:
+        return False
+    constructed = analysis.shared.constructed
+    return any(origin in constructed for origin in analysis.origins(sampler.value))
