@@ -7,6 +7,7 @@ from typing import Iterator
 import libcst as cst
 
 from .analysis import ScriptAnalysis, dotted_name, loader_argument
+from .analysis.script import ITERATION_WRAPPERS, callee_name
 from .analysis.per_rank import per_rank_values
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression
@@ -249,6 +250,34 @@ def _sharded_loader_of_dataset(analysis: ScriptAnalysis, expr: cst.BaseExpressio
         assign = analysis.parent(loader)
         if isinstance(assign, cst.Assign) and len(assign.targets) == 1 and (target := dotted_name(assign.targets[0].target)):
             return target
+    return _loader_iterated_over(analysis, expr.args[0].value, function)  # type: ignore[attr-defined]
+
+
+def _loader_iterated_over(analysis: ScriptAnalysis, dataset: cst.BaseExpression, function: cst.FunctionDef | None) -> str | None:
+    """The name of a sharded loader the function iterates over (``for x, y in train_loader:``, a global or a
+    parameter of it) whose data set holds the same value as ``dataset`` (the loader built elsewhere: at the top
+    of the module, or in the caller that hands both in)."""
+    if function is None:
+        return None
+    held = analysis.origins(dataset)
+    if not held:
+        return None
+    for loop in analysis.nodes_below(function):
+        if type(loop) is not cst.For:
+            continue
+        iterated = loop.iter  # type: ignore[attr-defined]
+        while type(iterated) is cst.Call and callee_name(iterated) in ITERATION_WRAPPERS and iterated.args:  # (``enumerate(loader)``)
+            iterated = iterated.args[0].value  # type: ignore[attr-defined]
+        name = dotted_name(iterated)
+        if name is None:
+            continue
+        for origin in analysis.origins(iterated):
+            owner = analysis.shared.analysis_of(origin) or analysis
+            if type(origin) is not cst.Call or origin not in owner.loader_calls or not owner.has_distributed_sampler(origin):  # type: ignore[arg-type]
+                continue
+            drawn = loader_argument(origin, "dataset")  # type: ignore[arg-type]
+            if drawn is not None and not owner.origins(drawn.value).isdisjoint(held):
+                return name
     return None
 
 

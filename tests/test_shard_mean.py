@@ -84,3 +84,58 @@ def test_each_rank_prints_the_mean_over_its_own_share(tmp_path: Path) -> None:
     assert len(found) == 4, launch.output  # two epochs on two ranks
     for correct, seen, acc in found:
         assert seen == "32" and abs(int(correct) / 32 - float(acc)) < 1e-6, launch.output
+
+
+GLOBAL_LOADER = """import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+train_ds = TensorDataset(torch.randn(256, 8), torch.randint(0, 2, (256,)))
+train_loader = DataLoader(train_ds, batch_size=32, shuffle=True)
+model = nn.Linear(8, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def train_epoch(SIGNATURE):
+    total = 0.0
+    for x, y in train_loader:
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        total += loss.item() * len(x)
+    return total / len(train_ds)
+
+
+def main():
+    for epoch in range(3):
+        print(epoch, train_epoch(ARGUMENTS))
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.mark.parametrize(
+    ("signature", "arguments"),
+    [("", ""), ("model, opt, train_loader, train_ds", "model, opt, train_loader, train_ds")],
+    ids=["module-globals", "handed-in"],
+)
+def test_a_function_iterating_a_loader_built_elsewhere_divides_by_the_shard_size(tmp_path: Path, signature: str, arguments: str) -> None:
+    """A trial's epoch function read the loader and its data set as module globals (or was handed both): the shard's
+    sum was divided by the whole set's size, the logged loss N times too small, and nothing said so."""
+    migrated, report, _ = migrate_script(tmp_path, GLOBAL_LOADER.replace("SIGNATURE", signature).replace("ARGUMENTS", arguments))
+    assert "    return total / len(train_loader.sampler)\n" in migrated, migrated
+    assert "DDP044 line 21: the shard's sum divided by the shard's size (len(train_loader.sampler))" in report, report
+
+
+def test_a_set_no_iterated_loader_draws_from_is_left_alone(tmp_path: Path) -> None:
+    other = GLOBAL_LOADER.replace("SIGNATURE", "").replace("ARGUMENTS", "").replace(
+        "model = nn.Linear", "val_ds = TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,)))\nmodel = nn.Linear"
+    ).replace("return total / len(train_ds)", "return total / len(val_ds)")
+    migrated, report, _ = migrate_script(tmp_path, other)
+    assert "return total / len(val_ds)" in migrated
+    assert "DDP044" not in report
