@@ -9,7 +9,7 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name, keyword_argument, leaves_function, statements_of, walk
-from .analysis.ranks import rank_facts
+from .analysis.ranks import process_state_draw_in, rank_facts
 from .analysis.script import assignment_targets, callee_name, into_memory
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression, statement, with_keyword
@@ -417,6 +417,9 @@ with open("config.yaml") as f:
                 if safe and _state_set_in(analysis, block):  # type: ignore[arg-type]
                     yield _Case(call, "open-with-state", None)  # (rank 0 alone would go on updating it)
                     continue
+                if safe and process_state_draw_in(analysis, block) is not None:  # type: ignore[arg-type]
+                    yield _Case(call, "open-with-draw", None)
+                    continue
                 yield _Case(call, kind, block if safe else None)
             elif kind in ("file", "handle"):
                 if kind == "handle" and self._on_open_file(analysis, call, write_opens):
@@ -556,6 +559,12 @@ with open("config.yaml") as f:
                 "every rank writes this file: write it on rank 0 only, but the with block also sets values the "
                 "program reads later, which every rank needs: move them out of the block, then guard it"
             ),
+            "open-with-draw": (
+                "every rank writes this file: write it on rank 0 only, but the with block also draws from a process-wide "
+                "random state (torch.randn, random, numpy): on rank 0 alone that draw moves its random stream ahead of "
+                "the others', and every later draw (dropout, stochastic depth, augmentation) differs between the ranks; "
+                "make the draw before the block on every rank, then guard the block"
+            ),
             "file": "every rank writes this file: write it on rank 0 only",
             "remove-listed": (
                 "every rank deletes files it lists from the folder right before (glob, listdir, getmtime): rank 0 alone "
@@ -597,6 +606,10 @@ with open("config.yaml") as f:
                     "open-with-state": (
                         "write this file on rank 0 only; the block also sets values every rank needs "
                         f"({', '.join(_state_set_in(analysis, analysis.statement(call)))}): move them out of it first"
+                    ),
+                    "open-with-draw": (
+                        "write this file on rank 0 only; the block also draws from a process-wide random state, which every "
+                        "rank must do alike (rank 0's stream would run ahead): make the draw before the block, then guard it"
                     ),
                     "event-log": "create the SummaryWriter on rank 0 only, and use it only there",
                     "remove-listed": "list the old files and delete them on rank 0 only (one rank-0 block around both)",

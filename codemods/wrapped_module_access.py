@@ -659,6 +659,8 @@ torch.save(state, "last.pt")
         is_main_process():``), with its wrap and whether it is reached from a closure; ``None`` elsewhere."""
         function = analysis.call_target(call)
         candidates: list[cst.BaseExpression] = [call.func] if dotted_name(call.func) is not None else []
+        if type(call.func) is cst.Call and call_method_name(call.func) in _RETURNING_THE_MODEL and dotted_name(call.func.func.value) is not None:  # type: ignore[attr-defined]
+            candidates.append(call.func.func.value)  # type: ignore[attr-defined]  (``model.eval()(probe)``: the model's forward)
         if function is not None:
             home = analysis.shared.analysis_of(function) or analysis
             called = home.derived("parameters called", _parameters_called).get(function, ())
@@ -1115,6 +1117,10 @@ def _untraced_model_method_calls(analysis: ScriptAnalysis) -> Iterator[_Case]:
             )
         else:
             yield _Case("access", attribute, attribute, True, f"{attr} is a method of the wrapped model, not of its DDP wrapper: use runtime.unwrap(...).{attr}")
+
+
+#: Methods of a module that return the module itself (``model.eval()(x)`` runs the model's forward).
+_RETURNING_THE_MODEL = frozenset({"eval", "train", "to", "cuda", "cpu", "float", "half", "double", "requires_grad_"})
 
 
 #: A training step's model method called on some processes only: DDP's forward there would wait for the others.

@@ -1320,6 +1320,16 @@ def _find_torch_draws(analysis: ScriptAnalysis) -> list[cst.Call]:
     return found
 
 
+def process_state_draw_in(analysis: ScriptAnalysis, node: cst.CSTNode) -> cst.Call | None:
+    """The first draw under the node from a process-wide random state (torch's, Python's ``random``, numpy's;
+    not one from a generator every rank seeds alike): guarded to rank 0, it moves rank 0's stream ahead of the
+    others', and every later draw (a dropout mask, a stochastic-depth decision, an augmentation) differs
+    between the ranks where the original drew one sequence."""
+    draws = [*_torch_draws(analysis), *(call for names in STATE_DRAWS.values() for call in analysis.calls_to(names))]
+    inside = [draw for draw in draws if analysis.is_inside(draw, node)]
+    return min(inside, key=analysis.line) if inside else None
+
+
 def _seeds_draws(analysis: ScriptAnalysis, seed: cst.Call, seeds: list[cst.Call]) -> bool:
     """Whether a seed from the rank reaches draws: a generator's own seed (``g.manual_seed(rank)``) or another
     state's does; torch's process-wide seed only where no later seed of it in the same block, alike on every
