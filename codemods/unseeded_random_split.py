@@ -10,6 +10,7 @@ from . import names
 from .analysis import ScriptAnalysis, dotted_name, keyword_argument, walk
 from .analysis.randomness import ALL_DRAWS, GENERATORS, REMEDIES, training_data_draws
 from .analysis.ranks import seeds_alike
+from .analysis.script import callee_name
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression, with_keyword
 
@@ -194,19 +195,29 @@ loss.backward()
         for call in splits:
             if seeds_alike(analysis, before=call):
                 continue
+            seed = _seed_for(analysis, call)
             yield Match(
                 call,
                 "random_split draws from each process's own random state: every rank splits differently (one "
-                "rank's validation samples are another's training data); give it a seeded generator",
+                "rank's validation samples are another's training data); give it a seeded generator"
+                + ("" if seed is not None else ", made once before the loop around it (the original split anew at each pass)"),
+                fixable=seed is not None,
             )
         for call in by_hand:
             if seeds_alike(analysis, before=call):
                 continue
             if analysis.is_call_to(call, TORCH_PERMUTATIONS):
+                seed = _seed_for(analysis, call)
                 yield Match(
                     call,
                     "the random order this split takes its Subset indices from differs on every rank (one rank's "
-                    "validation samples are another's training data); give it a seeded generator",
+                    "validation samples are another's training data); give it a seeded generator"
+                    + (
+                        "" if seed is not None else
+                        ", seeded alike on every rank but anew at each pass of the loop around it (the original drew "
+                        "another order each time: a generator made once before the loop)"
+                    ),
+                    fixable=seed is not None,
                 )
             else:
                 yield Match(
@@ -253,7 +264,28 @@ loss.backward()
             if torch is None:
                 edits.add_import("torch")
                 torch = "torch"
-            edits.replace(call, with_keyword(call, "generator", expression(f"{torch}.Generator().manual_seed(0)")))
+            seed = _seed_for(analysis, call)
+            edits.replace(call, with_keyword(call, "generator", expression(f"{torch}.Generator().manual_seed({seed})")))
             what = "random_split" if analysis.is_call_to(call, RANDOM_SPLIT) else code_of(call.func)
-            edits.changes.append(Change(self.code, analysis.line(call), f"{what} given a seeded generator (the same split on every rank)"))
+            anew = f", another at each {seed}" if seed != "0" else ""
+            edits.changes.append(Change(self.code, analysis.line(call), f"{what} given a seeded generator (the same split on every rank{anew})"))
         return edits.apply(analysis.module) if edits else None
+
+
+def _seed_for(analysis: ScriptAnalysis, call: cst.Call) -> str | None:
+    """The seed of the generator the fix gives a draw: ``0``, or in a loop over ``range(...)`` its counter
+    (``for epoch in range(n):`` draws a fresh subset each epoch, alike on every rank: a fixed seed there
+    would draw the same subset every time); ``None`` in another loop (no counter to seed from)."""
+    function = analysis.enclosing_function(call)
+    for ancestor in analysis.ancestors(call):
+        if ancestor is function:
+            break
+        if type(ancestor) is cst.While:
+            return None
+        if type(ancestor) is cst.For:
+            loop_range = ancestor.iter  # type: ignore[attr-defined]
+            counter = ancestor.target  # type: ignore[attr-defined]
+            if type(loop_range) is cst.Call and callee_name(loop_range) == "range" and type(counter) is cst.Name:
+                return counter.value
+            return None
+    return "0"
