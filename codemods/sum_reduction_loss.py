@@ -237,7 +237,14 @@ total = nn.functional.l1_loss(a, b, reduction="sum")
             if summed and divisors and any(_of_this_batch(analysis, d) for d in divisors):
                 return None  # ``(loss * mask).sum() / mask.sum()``, Dice: a ratio of this batch's own sums
             return ("divided" if divisors else "summed") if summed else None
-        return "divided" if divisors else "sum"
+        if divisors:
+            return "divided"
+        terms = _added_terms(expr)
+        if len(terms) > 1 and any(self._sums(analysis, term, at, depth + 1) != "sum" for term in terms):
+            # ``criterion(out, y) + 0.5 * w.pow(2).sum()``, a summed term beside a mean: scaling the whole loss by
+            # the world size would scale the others too (a weight penalty N times heavier)
+            return "summed"
+        return "sum"
 
     def _unpacked_sum(self, analysis: ScriptAnalysis, function: cst.FunctionDef | None, name: cst.Name, at: cst.CSTNode, depth: int) -> str | None:
         """:meth:`_sums` of the item a name is unpacked from before ``at``: ``loss, items = compute_loss(pred, y)``
@@ -536,6 +543,13 @@ def _loss_terms(analysis: ScriptAnalysis, expr: cst.BaseExpression) -> Iterator[
             continue
         yield node
         stack.extend(reversed(tree.children(node)))
+
+
+def _added_terms(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The terms a loss adds up (``a + b - c``: a, b and c; a parenthesised sum is one term of a product)."""
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.Add, cst.Subtract)) and not expr.lpar:
+        return [*_added_terms(expr.left), *_added_terms(expr.right)]
+    return [expr]
 
 
 def _called(analysis: ScriptAnalysis, name: cst.Name) -> bool:
