@@ -8,9 +8,19 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name, keyword_argument, leaves_early, walk
-from .analysis.script import PROCESS_EXITS, backward_loss, exits_with_success, may_set_a_learning_rate, sets_learning_rate
+from .analysis.script import (
+    ITERATION_WRAPPERS,
+    PROCESS_EXITS,
+    backward_loss,
+    callee_name,
+    exits_with_success,
+    is_parameter_group,
+    may_set_a_learning_rate,
+    sets_learning_rate,
+    subscript_key,
+)
 from .analysis.per_rank import PerRankValues, per_rank_values
-from .analysis.ranks import Kind, rank_facts, seeds_alike
+from .analysis.ranks import Kind, calls_feeding_the_losses, rank_facts, seeds_alike
 from .base import Example, Match, Phase, Rule, Severity, Valid
 from .edits import code_of
 
@@ -284,6 +294,7 @@ for epoch in range(100):
                     f"{gates[branch]}; decide on a value reduced across ranks (runtime.reduce_sum, runtime.reduce_mean)",
                     fixable=False,
                 )
+        yield from _state_decisions(analysis, reported, exiting, per_rank)
         values = per_rank() if whiles or steps else None
         if values is None:
             return
@@ -306,6 +317,109 @@ for epoch in range(100):
                     "ranks' learning rates drift apart; reduce it across ranks first (runtime.reduce_mean)",
                     fixable=False,
                 )
+
+
+def _state_decisions(
+    analysis: ScriptAnalysis, reported: set[cst.If], exiting: set[cst.If], per_rank: Callable[[], PerRankValues | None]
+) -> Iterator[Match]:
+    """Decisions on a rank's shard that set a value the training reads next (a curriculum's ``use_big = True`` or
+    ``stage += 1``, ``lr = 0.05 if loss < t else 0.1``): which loader it iterates or builds, a factor of its loss,
+    a learning rate. Ranks that decide differently train differently, and on different numbers of batches the
+    job hangs."""
+    candidates: list[tuple[cst.CSTNode, cst.BaseExpression, set[str]]] = []
+    for branch in analysis.ifs:
+        if branch in reported or branch in exiting:
+            continue
+        loop = analysis.nearest_loop(branch)
+        if loop is None or not analysis.reaches_backward(loop):
+            continue
+        sides = [branch.body] if branch.orelse is None else [branch.body, branch.orelse]
+        assigned = {name for side in sides for name in _names_assigned(analysis, side)}
+        if assigned:
+            candidates.append((branch, branch.test, assigned))
+    for node in analysis.preorder:
+        if type(node) is cst.Assign and type(node.value) is cst.IfExp:  # type: ignore[attr-defined]
+            loop = analysis.nearest_loop(node)
+            targets = {name for t in node.targets if (name := dotted_name(t.target)) is not None}  # type: ignore[attr-defined]
+            if loop is not None and targets and analysis.reaches_backward(loop):
+                candidates.append((node, node.value.test, targets))  # type: ignore[attr-defined]
+    if not candidates:
+        return
+    for decision, test, assigned in candidates:
+        read = _read_by_the_training(analysis, decision, assigned)
+        if read is None:
+            continue
+        values = per_rank()
+        if values is None:
+            return
+        shown = values.mention(test)
+        if shown is None:
+            continue
+        name, how = read
+        yield Match(
+            test,
+            f"`{code_of(test).strip()}` decides on {shown}, computed on this rank's shard of the data only, the value of "
+            f"{name}, which {how}: ranks that decide differently train differently (on different numbers of batches "
+            "the job hangs); decide on a value reduced across ranks (runtime.reduce_sum, runtime.reduce_mean)",
+            fixable=False,
+        )
+
+
+def _names_assigned(analysis: ScriptAnalysis, side: cst.CSTNode) -> set[str]:
+    """The dotted names a branch assigns (``use_big = True``, ``stage += 1``, ``self.stage = 2``)."""
+    found: set[str] = set()
+    for node in analysis.nodes_below(side):
+        if type(node) is cst.Assign:
+            found.update(name for t in node.targets if (name := dotted_name(t.target)) is not None)  # type: ignore[attr-defined]
+        elif type(node) is cst.AugAssign and (name := dotted_name(node.target)) is not None:  # type: ignore[attr-defined]
+            found.add(name)
+    return found
+
+
+def _read_by_the_training(analysis: ScriptAnalysis, decision: cst.CSTNode, names_: set[str]) -> tuple[str, str] | None:
+    """Where the training reads one of the names the decision sets, in the function around it: in a loader it
+    builds or the loader a training loop iterates, in what feeds its loss, or in a learning rate it writes; the
+    name and what it decides."""
+    function = analysis.enclosing_function(decision)
+    scope = function if function is not None else analysis.module
+    training_loops = [loop for loop in analysis.for_loops if analysis.is_inside(loop, scope) and analysis.reaches_backward(loop)]
+    iterated = {name for loop in training_loops if (name := dotted_name(_unwrapped_iter(loop.iter))) is not None}
+    feeding: frozenset[cst.Call] | None = None
+    for node in analysis.nodes_below(scope):
+        if type(node) not in (cst.Name, cst.Attribute) or dotted_name(node) not in names_ or analysis.is_inside(node, decision):  # type: ignore[arg-type]
+            continue
+        name = dotted_name(node)  # type: ignore[arg-type]
+        if isinstance(analysis.parent(node), (cst.AssignTarget, cst.Attribute)) or type(analysis.parent(node)) is cst.AugAssign:
+            continue
+        for ancestor in analysis.ancestors(node):
+            if ancestor is scope:
+                break
+            kind = type(ancestor)
+            if kind is cst.Call and ancestor in analysis.loader_calls:
+                return name, "the training's DataLoader is built from"  # type: ignore[return-value]
+            if kind is cst.For and analysis.is_inside(node, ancestor.iter) and ancestor in training_loops:  # type: ignore[attr-defined]
+                return name, "chooses the data the training loop iterates"  # type: ignore[return-value]
+            if kind is cst.Assign:
+                if any(dotted_name(t.target) in iterated for t in ancestor.targets):  # type: ignore[attr-defined]
+                    return name, "chooses the loader the training loop iterates"  # type: ignore[return-value]
+                if any(
+                    type(t.target) is cst.Subscript and subscript_key(t.target) == "lr" and is_parameter_group(scope, t.target.value)  # type: ignore[attr-defined]
+                    for t in ancestor.targets  # type: ignore[attr-defined]
+                ):
+                    return name, "sets the learning rate"  # type: ignore[return-value]
+            if kind is cst.Call:
+                if feeding is None:
+                    feeding = calls_feeding_the_losses(analysis)
+                if ancestor in feeding and any(analysis.is_inside(node, loop) for loop in training_loops):
+                    return name, "the training loss is computed with"  # type: ignore[return-value]
+    return None
+
+
+def _unwrapped_iter(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """``loader`` of ``enumerate(loader)``, ``tqdm(loader)``."""
+    while type(expr) is cst.Call and expr.args and callee_name(expr) in ITERATION_WRAPPERS:  # type: ignore[arg-type]
+        expr = expr.args[0].value  # type: ignore[attr-defined]
+    return expr
 
 
 def _loop_syncs(analysis: ScriptAnalysis, branch: cst.If) -> bool:
