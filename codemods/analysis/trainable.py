@@ -1013,11 +1013,16 @@ def _conditional_layer_call(analysis: ScriptAnalysis, cls: cst.ClassDef, forward
     loop over ``self.blocks``) that may not run on some training step, with why: no path through
     ``forward`` is sure to call the layer (:func:`_runs_on_every_path`) past tests that can change from step
     to step, or settings that may keep it from running at all (:func:`_setting_verdict`)."""
-    layers = {
-        dotted_name(loop.target): dotted_name(loop.iter)  # type: ignore[attr-defined]
-        for loop in walk(forward)
-        if type(loop) is cst.For and (dotted_name(loop.iter) or "").startswith("self.")  # type: ignore[attr-defined]
-    }
+    layers: dict[str | None, str | None] = {}
+    for loop in walk(forward):
+        if type(loop) is not cst.For:
+            continue
+        target, iterated = loop.target, loop.iter  # type: ignore[attr-defined]
+        if type(iterated) is cst.Call and callee_name(iterated) == "enumerate" and iterated.args and type(target) is cst.Tuple and len(target.elements) == 2:
+            # ``for e, expert in enumerate(self.experts):``: the second name holds each layer
+            target, iterated = target.elements[1].value, iterated.args[0].value
+        if (dotted_name(iterated) or "").startswith("self."):
+            layers[dotted_name(target)] = dotted_name(iterated)
     methods = {method.name.value for method in own_methods(cls)}
     changing = analysis.shared.attributes_set_after_construction()
     holders: dict[cst.Call, str] = {}
@@ -1025,6 +1030,10 @@ def _conditional_layer_call(analysis: ScriptAnalysis, cls: cst.ClassDef, forward
         if type(node) is not cst.Call:
             continue
         callee = dotted_name(node.func)  # type: ignore[attr-defined]
+        if callee is None and type(node.func) is cst.Subscript:  # type: ignore[attr-defined]
+            held = dotted_name(node.func.value)  # type: ignore[attr-defined]
+            if held is not None and held.startswith("self.") and held.count(".") == 1:
+                callee = held  # ``self.experts[e](x)``: a layer of the container
         if callee is None:
             continue
         if callee.startswith("self.") and callee.count(".") == 1:
@@ -1162,7 +1171,7 @@ class _Paths:
 
     def _spellings(self, holder: str) -> set[str | None]:
         """The names the forward calls a holder's layers by (``b`` of ``for b in self.blocks: b(x)``)."""
-        return {dotted_name(call.func) for call, held in self.holders.items() if held == holder}
+        return {name for call, held in self.holders.items() if held == holder and (name := dotted_name(call.func)) is not None}
 
     def _calls(self, node: cst.CSTNode, holder: str) -> bool:
         """Whether the node runs the layer whatever its values: calls it, or hands it (or a lambda that calls it)
