@@ -243,6 +243,8 @@ POSITION = "\x00"
 REORDERING_METHODS = frozenset({"insert", "pop", "remove", "reverse", "sort", "clear"})
 #: Builtins that hand back a new container with the items of the one they are given.
 COPYING_BUILTINS = frozenset({"list", "tuple", "set", "sorted", "dict"})
+#: Containers of layers built from a list of them.
+MODULE_LISTS = frozenset({"torch.nn.ModuleList", "torch.nn.modules.container.ModuleList"})
 
 
 def name_root(name: str) -> str:
@@ -1613,6 +1615,10 @@ class ScriptAnalysis:
             args = value.args  # type: ignore[attr-defined]
             if len(args) == 1 and args[0].keyword is None and not args[0].star:
                 return self._items_of(args[0].value)
+        if kind is cst.Call and len(value.args) == 1 and value.args[0].keyword is None and not value.args[0].star and self.is_call_to(value, MODULE_LISTS):  # type: ignore[attr-defined, arg-type]
+            # ``nn.ModuleList([Router(), Router()])``: its layers are the list's (``for layer in self.layers:``)
+            listed = self._items_of(value.args[0].value)  # type: ignore[attr-defined]
+            return {ELEMENTS: listed[ELEMENTS]} if listed and ELEMENTS in listed else None
         if kind is cst.DictComp:
             # ``{split: DataLoader(sets[split], ...) for split in ["train", "val"]}``: one value at every key.
             keys = _literal_keys(value)  # type: ignore[arg-type]
