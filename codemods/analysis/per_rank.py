@@ -108,6 +108,22 @@ class PerRankValues:
         owner = found.pop()
         return owner if len(home.shared.instances_of(owner)) == 1 else None
 
+    def _keys_of_each_class(self, node: cst.CSTNode, name: str) -> list[tuple[Owner, str]]:
+        """For ``cb.stop_training`` where ``cb`` holds objects of several classes of the program, each built once
+        (``for cb in self.callbacks:`` over ``[EarlyStopping(), LossLogger()]``), the attribute's key in each of
+        those classes: the value is per-rank where one of them stores a per-rank value. Empty otherwise (one
+        class: :meth:`key` reads it)."""
+        if name.startswith("self.") or "." not in name:
+            return []
+        home = self.analysis.shared.analysis_of(node) or self.analysis
+        constructed = home.shared.constructed
+        root = name.split(".", 1)[0]
+        classes = {constructed[origin] for origin in home.name_origins(node, root) if origin in constructed}  # type: ignore[index]
+        if len(classes) < 2 or any(len(home.shared.instances_of(cls)) != 1 for cls in classes):
+            return []
+        attribute = "self." + name.split(".", 1)[1]
+        return [(self._attribute_home(cls, attribute), attribute) for cls in sorted(classes, key=lambda c: c.name.value)]
+
     def _holds(self, key: tuple[Owner, str], at_module: tuple[Owner, str]) -> bool:
         if key in self.reduced or at_module in self.reduced:
             return False
@@ -358,6 +374,8 @@ class PerRankValues:
                 if self._bound_by_a_whole_pass(expr, name.split(".")[0]):
                     return  # ``for x, y in val_loader:`` binds x here: a batch every rank sees whole
                 found.append(_Use(name, key=self.key(expr, name), at_module=(analysis.module_of(expr), name), node=expr))
+                for key in self._keys_of_each_class(expr, name):
+                    found.append(_Use(name, key=key, at_module=(analysis.module_of(expr), name), node=expr))
         for child in tree.children(expr):
             self._collect_uses(child, found)
 
