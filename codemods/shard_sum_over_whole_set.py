@@ -161,15 +161,19 @@ print(correct / len(val_loader.dataset))
         if values is None:
             return
         for node in analysis.preorder:
-            if type(node) is not cst.BinaryOperation or not isinstance(node.operator, (cst.Divide, cst.FloorDivide)):  # type: ignore[attr-defined]
+            if type(node) is cst.BinaryOperation and isinstance(node.operator, (cst.Divide, cst.FloorDivide)):  # type: ignore[attr-defined]
+                summed, right = node.left, node.right  # type: ignore[attr-defined]
+            elif type(node) is cst.AugAssign and isinstance(node.operator, (cst.DivideAssign, cst.FloorDivideAssign)):  # type: ignore[attr-defined]
+                summed, right = node.target, node.value  # type: ignore[attr-defined]  (``total /= len(train_set)``)
+            else:
                 continue
-            for divisor in _factors(node.right):  # type: ignore[attr-defined]
+            for divisor in _factors(right):
                 held = _length_held(analysis, divisor)
                 length = held if held is not None else divisor
                 loader = _sharded_loader_of_length(analysis, length)
                 if loader is not None:
                     break
-            if loader is None or (shown := values.mention(node.left)) is None:  # type: ignore[attr-defined]
+            if loader is None or (shown := values.mention(summed)) is None:
                 continue
             # ``len(loader.dataset)`` written at the division has its attribute replaced; ``len(ds)``, or a name
             # holding either (``n_train = len(ds)``), is replaced whole there (the name keeps its value).

@@ -139,3 +139,14 @@ def test_a_set_no_iterated_loader_draws_from_is_left_alone(tmp_path: Path) -> No
     migrated, report, _ = migrate_script(tmp_path, other)
     assert "return total / len(val_ds)" in migrated
     assert "DDP044" not in report
+
+
+def test_a_shard_sum_divided_in_place_is_divided_by_the_shard_size(tmp_path: Path) -> None:
+    """``total /= len(train_set)`` (a trial's tabular program logged half its loss on 2 processes): the same fix as
+    ``total / len(train_set)``, and the migration settles (DDP047 reads the new divisor as DDP044's)."""
+    source = GLOBAL_LOADER.replace("SIGNATURE", "").replace("ARGUMENTS", "").replace(
+        "    return total / len(train_ds)", "    total /= len(train_ds)\n    return total"
+    )
+    migrated, report, code = migrate_script(tmp_path, source)
+    assert code == 0, report
+    assert "    total /= len(train_loader.sampler)\n" in migrated, migrated

@@ -865,10 +865,14 @@ def divides_a_shard_sum(analysis: ScriptAnalysis, divisor: cst.CSTNode) -> bool:
     parent = analysis.parent(divisor)
     while type(parent) is cst.BinaryOperation and type(parent.operator) is cst.Multiply:  # type: ignore[attr-defined]
         divisor, parent = parent, analysis.parent(parent)
-    if type(parent) is not cst.BinaryOperation or parent.right is not divisor or type(parent.operator) not in (cst.Divide, cst.FloorDivide):  # type: ignore[attr-defined]
+    if type(parent) is cst.AugAssign and parent.value is divisor and type(parent.operator) in (cst.DivideAssign, cst.FloorDivideAssign):  # type: ignore[attr-defined]
+        summed = parent.target  # type: ignore[attr-defined]  (``total /= len(loader.sampler)``)
+    elif type(parent) is cst.BinaryOperation and parent.right is divisor and type(parent.operator) in (cst.Divide, cst.FloorDivide):  # type: ignore[attr-defined]
+        summed = parent.left  # type: ignore[attr-defined]
+    else:
         return False
     values = per_rank_values(analysis)
-    return values is not None and values.mention(parent.left) is not None  # type: ignore[attr-defined]
+    return values is not None and values.mention(summed) is not None
 
 
 def per_rank_values(analysis: ScriptAnalysis) -> PerRankValues | None:
