@@ -67,8 +67,10 @@ def _migrate(tmp_path: Path, made: str, params: str) -> tuple[str, str]:
         ("scale = torch.ones(1, requires_grad=True)", "[*model.parameters(), scale]"),
         ("scale = nn.Parameter(torch.ones(1))", '[{"params": model.parameters()}, {"params": [scale], "lr": 0.01}]'),
         ("scale = nn.Parameter(torch.ones(1))\n    groups = [{'params': model.parameters()}]\n    groups.append({'params': [scale]})", "groups"),
+        # A trial: added to the optimizer after it was built (log-variance weights of a multi-task loss)
+        ("scale = nn.Parameter(torch.ones(1))", "model.parameters())\n    optimizer.add_param_group({'params': [scale]}"),
     ],
-    ids=["in-a-list", "requires-grad-tensor", "param-group", "through-a-name"],
+    ids=["in-a-list", "requires-grad-tensor", "param-group", "through-a-name", "added-param-group"],
 )
 def test_a_parameter_of_no_module_is_left_to_a_human(tmp_path: Path, made: str, params: str) -> None:
     migrated, report = _migrate(tmp_path, made, params)

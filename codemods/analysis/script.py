@@ -3404,8 +3404,13 @@ class ScriptAnalysis:
         the module: a module's parameters reach the optimizer through ``parameters()``). DDP averages the
         gradients of the module it wraps only: such a tensor is stepped with each process's own gradient."""
         found: list[tuple[cst.Call, cst.Call]] = []
+        added = [call for call in self.calls if call_method_name(call) == "add_param_group" and call.args]
         for optimizer in self.optimizer_calls:
-            for call in self.feeding_calls([arg.value for arg in optimizer.args]):
+            given = [arg.value for arg in optimizer.args]
+            for call in added:  # ``opt.add_param_group({"params": [log_vars]})``: trained by that optimizer too
+                if optimizer in self.origins(call.func.value):  # type: ignore[attr-defined]
+                    given += [arg.value for arg in call.args]
+            for call in self.feeding_calls(given):
                 home = self.shared.analysis_of(call) or self
                 if not home.makes_trainable_tensor(call):
                     continue
