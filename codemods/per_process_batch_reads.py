@@ -321,6 +321,13 @@ def _canonical(analysis: ScriptAnalysis, expr: cst.BaseExpression, depth: int = 
         key = repr(index.evaluated_value) if type(index) is cst.SimpleString else code_of(index).strip()
         return f"{_canonical(analysis, expr.value, depth)}[{key}]"  # type: ignore[attr-defined]
     if kind is cst.Attribute:
+        name = dotted_name(expr)
+        if name is not None and name.startswith("self.") and name.count(".") == 1 and depth < 4:
+            # ``self.bs`` of ``self.bs = cfg["batch_size"]`` in the class's ``__init__``
+            values = [v for v in analysis.attribute_flows(expr, name) if isinstance(v, cst.BaseExpression)]
+            if len(values) == 1 and values[0] is not expr:
+                owner = analysis.shared.analysis_of(values[0]) or analysis
+                return _canonical(owner, values[0], depth + 1)
         return f"{_canonical(analysis, expr.value, depth)}.{expr.attr.value}"  # type: ignore[attr-defined]
     return code_of(expr).strip()
 
