@@ -405,6 +405,8 @@ loss.backward()
         for model in analysis.trained_models:
             if model in themselves:
                 continue  # (a review, see matches: a wrap would not see its forward)
+            if _holds_parameters_only(analysis, model):
+                continue  # ``nn.ParameterList`` beside the model: no forward to wrap (its parameters: DDP011's review)
             if model not in wrapped and not self._wrapped_elsewhere(analysis, model):
                 anchor, kept = self._anchor(analysis, model)
                 if anchor is not None and kept is None:
@@ -697,6 +699,21 @@ _FROZEN_THEN_UNFROZEN = (
     "(model = DistributedDataParallel(model, device_ids=runtime.device_ids())) after it is unfrozen, or keep it "
     "trainable and leave its parameters out of the optimizer until then"
 )
+
+
+#: Containers of parameters that run no forward (``log_vars = nn.ParameterList([...])``): DDP cannot wrap them usefully.
+_PARAMETER_CONTAINERS = frozenset({"torch.nn.ParameterList", "torch.nn.ParameterDict"})
+
+
+def _holds_parameters_only(analysis: ScriptAnalysis, model: str) -> bool:
+    """Whether every value the name is bound to is an ``nn.ParameterList`` / ``nn.ParameterDict`` (no forward:
+    a wrap would hide it behind ``.module`` and all-reduce nothing)."""
+    values = [analysis.parent(analysis.parent(target)) for target in _model_targets(analysis, model)]
+    built = [
+        statement.value for statement in values
+        if isinstance(statement, cst.Assign) and isinstance(statement.value, cst.Call)
+    ]
+    return bool(built) and len(built) == len(values) and all(analysis.is_call_to(call, _PARAMETER_CONTAINERS) for call in built)
 
 
 def _frozen_at_the_wrap(analysis: ScriptAnalysis, model: str, anchor: cst.BaseStatement) -> str | None:

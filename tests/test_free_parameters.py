@@ -105,3 +105,17 @@ def test_a_parameter_whose_gradient_is_averaged_by_hand_needs_no_review(tmp_path
     path.write_text(AVERAGED_BY_HAND.replace("MADE", "scale = nn.Parameter(torch.ones(1))").replace("PARAMS", "list(model.parameters()) + [scale]"))
     report = CliRunner().invoke(cli, ["lint", "--select", "DDP011", str(path)], catch_exceptions=False).output
     assert "parameter of no module" not in report, report
+
+
+def test_a_parameter_list_beside_the_model_is_not_wrapped(tmp_path: Path) -> None:
+    """``log_vars = nn.ParameterList([...])`` in the optimizer beside the model (a trial's uncertainty-weighted
+    multi-task loss): it was wrapped in DDP (``for v in log_vars`` then failed: the wrapper is not iterable, and
+    DDP's forward never ran on it). It runs no forward: it stays as written, and its parameters are reviewed."""
+    migrated, report = _migrate(
+        tmp_path,
+        "scale = nn.ParameterList([nn.Parameter(torch.ones(1))])",
+        "list(model.parameters()) + list(scale.parameters())",
+    )
+    assert "DistributedDataParallel(scale" not in migrated, migrated
+    assert "model = DistributedDataParallel(model" in migrated
+    assert "a parameter of no module that DistributedDataParallel wraps" in report, report
