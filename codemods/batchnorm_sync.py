@@ -8,6 +8,7 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, dotted_name, walk
+from .analysis.batchnorm import batchnorm_builders, batchnorm_source
 from .analysis.devices import trains_on_the_cpu_only
 from .base import Change, Example, FixResult, FixSafety, Match, Note, Options, Phase, Rule, Severity, Valid
 from .edits import Edits, code_of, expression, statement
@@ -180,67 +181,11 @@ plain = DDP(nn.Linear(4, 4))
         ),
     )
 
-    def _batchnorm_builders(self, analysis: ScriptAnalysis) -> set[cst.ClassDef | cst.FunctionDef]:
-        """Classes and functions of the program (any module) that build BatchNorm layers, directly or through
-        others of the program they call (``self.block = Block()``, ``self.features = conv_bn(3, 16)``, one
-        in another module)."""
-        found: set[cst.ClassDef | cst.FunctionDef] = set()
-        for module in analysis.shared.analyses:
-            for call in module.calls_to(names.BATCH_NORM):
-                found.update(owner for owner in (module.enclosing_class(call), module.enclosing_function(call)) if owner)
-        # What each class and function builds, read once: the fixed point below goes over them again and again.
-        builds = {
-            node: {built for n in module.nodes_below(node) if type(n) is cst.Call and (built := self._built_by(analysis, n)) is not None}
-            for module in analysis.shared.analyses
-            for node in (*module.classes, *module.functions)
-        }
-        changed = True
-        while changed:
-            changed = False
-            for candidate, built in builds.items():
-                if candidate not in found and not built.isdisjoint(found):
-                    found.add(candidate)
-                    changed = True
-        return found
-
-    @staticmethod
-    def _built_by(analysis: ScriptAnalysis, call: cst.Call) -> cst.ClassDef | cst.FunctionDef | None:
-        """The class of the program a call constructs (``Net()``, ``models.Net()``, an imported ``Net``), or the
-        function of the program it calls."""
-        return analysis.shared.constructed.get(call) or analysis.shared.call_targets.get(call)
-
-    def _batchnorm_source(
-        self, analysis: ScriptAnalysis, origin: cst.CSTNode, builders: set[cst.ClassDef | cst.FunctionDef], depth: int = 0
-    ) -> str | None:
-        """What makes a model origin hold BatchNorm layers (a class or function name, or the layer), if anything;
-        also through the names a container is built from (``nn.Sequential(body, head)`` of ``body = mlp()``)."""
-        if not isinstance(origin, cst.Call):
-            return None
-        for node in walk(origin):
-            if type(node) is cst.Name and depth < 3 and node is not origin.func:
-                home = analysis.shared.analysis_of(node) or analysis
-                for inner in home.origins(node):
-                    if inner is not origin and (found := self._batchnorm_source(home, inner, builders, depth + 1)) is not None:
-                        return found
-                continue
-            if not isinstance(node, cst.Call):
-                continue
-            if analysis.is_call_to(node, names.BATCH_NORM):
-                return dotted_name(node.func) or "BatchNorm"
-            built = self._built_by(analysis, node)
-            if built is not None and built in builders:
-                return built.name.value
-            home = analysis.shared.analysis_of(node) or analysis
-            for held in home.registered_classes(node.func):
-                if held in builders:
-                    return held.name.value  # ``MODELS[name](**kw)`` of ``MODELS = {"resnet": ResNet, ...}``
-        return None
-
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
         wraps = analysis.calls_to(names.DISTRIBUTED_DATA_PARALLEL)
         if not wraps:
             return  # (before the builders: most modules wrap nothing, and finding them walks every class)
-        builders = self._batchnorm_builders(analysis)
+        builders = batchnorm_builders(analysis)
         if not builders and not analysis.calls_to(names.BATCH_NORM):
             return  # nothing in the program builds a BatchNorm layer
         for wrap in wraps:
@@ -250,7 +195,7 @@ plain = DDP(nn.Linear(4, 4))
             origins = analysis.origins(arg.value)
             if any(isinstance(o, cst.Call) and analysis.is_call_to(o, names.CONVERT_SYNC_BATCHNORM) for o in origins):
                 continue
-            sources = [s for s in (self._batchnorm_source(analysis, o, builders) for o in origins if o is not wrap) if s]
+            sources = [s for s in (batchnorm_source(analysis, o, builders) for o in origins if o is not wrap) if s]
             if sources:
                 yield Match(
                     wrap,

@@ -8,6 +8,7 @@ import libcst as cst
 
 from . import names
 from .analysis import ScriptAnalysis, argument, walk
+from .analysis.batchnorm import may_hold_batchnorm
 from .analysis.loaders import loader_facts
 from .analysis.script import COMPREHENSIONS
 from .base import Example, Match, Phase, Rule, Severity, Valid
@@ -109,6 +110,9 @@ with torch.no_grad():
         for call in analysis.calls_to(LIBRARY_PASSES):
             # ``update_bn(train_loader, swa_model)``: torch's own pass over the loader, for BatchNorm statistics
             given = argument(call, UPDATE_BN_PARAMETERS, "loader")
+            averaged = argument(call, UPDATE_BN_PARAMETERS, "model")
+            if averaged is not None and not may_hold_batchnorm(analysis, averaged.value):
+                continue  # (no BatchNorm layer to update: update_bn does nothing)
             if given is not None and any(o in sharded for o in analysis.origins(given.value)):
                 yield Match(given.value, UPDATE_BN_MESSAGE)
 

@@ -539,6 +539,24 @@ def test_an_update_bn_given_its_loader_by_keyword_is_reviewed(tmp_path: Path) ->
     assert "DDP045 update_bn() recomputes the BatchNorm statistics" in report, report
 
 
+@pytest.mark.parametrize(
+    ("model", "reviewed"),
+    [
+        ("nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))", False),  # no BatchNorm: update_bn does nothing
+        ("make_model()", True),  # a library's model: it may hold BatchNorm layers
+    ],
+    ids=["no-batchnorm", "library-model"],
+)
+def test_an_update_bn_over_a_model_without_batchnorm_is_no_review(tmp_path: Path, model: str, reviewed: bool) -> None:
+    """A trial's SWA of an MLP: update_bn over the sharded loader was reviewed, though the model has no BatchNorm
+    layer for it to update (the migrated run equalled the original's)."""
+    source = PASS_WITH_SWA.replace("UPDATE", "update_bn(loader, swa)").replace(
+        "nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 1))", model
+    ).replace("import torch\n", "import torch\nfrom mylib import make_model\n", 1)
+    _, report, _ = migrate_script(tmp_path, source)
+    assert ("DDP045 update_bn() recomputes the BatchNorm statistics" in report) is reviewed, report
+
+
 PASS_WITH_SWA = '''
 import torch
 import torch.nn as nn
