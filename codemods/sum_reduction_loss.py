@@ -188,7 +188,7 @@ total = nn.functional.l1_loss(a, b, reduction="sum")
         divisors = [
             n.right for n in walk(expr) if isinstance(n, cst.BinaryOperation) and isinstance(n.operator, (cst.Divide, cst.FloorDivide))
         ]
-        if any(_counts_this_batch(d) or _holds_a_count_of_this_batch(analysis, d) for d in divisors):
+        if any(_counts_this_batch(d) or _holds_a_count_of_this_batch(analysis, d) or _of_this_batch(analysis, d) for d in divisors):
             # ``criterion(out, y) / len(x)``: a mean over this process's shard, which DDP averages right (also
             # ``/ batch_size`` of a helper whose every caller passes ``x.size(0)``)
             return None
@@ -391,7 +391,11 @@ def _means_over_batch_weights(analysis: ScriptAnalysis, feeding: frozenset[cst.C
     for node in analysis.preorder:
         if type(node) is not cst.BinaryOperation or type(node.operator) is not cst.Divide:  # type: ignore[attr-defined]
             continue
-        if not _sums_something(node.left) or not (_of_this_batch(analysis, node.right) or _counts_joined_targets(analysis, node.right)):  # type: ignore[attr-defined]
+        summed = _sums_something(node.left) or (  # type: ignore[attr-defined]
+            type(node.left) is cst.Call  # type: ignore[attr-defined]
+            and (_sum_reduction(node.left) or any(isinstance(o, cst.Call) and _sum_reduction(o) for o in analysis.origins(node.left.func)))  # type: ignore[attr-defined]
+        )  # (``criterion(out, y) / lengths.sum()`` of ``criterion = CrossEntropyLoss(reduction="sum")``)
+        if not summed or not (_of_this_batch(analysis, node.right) or _counts_joined_targets(analysis, node.right)):  # type: ignore[attr-defined]
             continue
         statement = analysis.statement(node)
         small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 else None
@@ -641,9 +645,17 @@ _REDUCING_LOSSES = frozenset({"cross_entropy", "binary_cross_entropy", "binary_c
 def _of_this_batch(analysis: ScriptAnalysis, divisor: cst.BaseExpression) -> bool:
     """Whether a divisor is computed from this process's batch (``mask.sum()``, ``p.sum() + t.sum()``)."""
     values = per_rank_values(analysis)
-    return values is not None and any(
-        isinstance(n, cst.Call) and call_method_name(n) == "sum" and isinstance(n.func, cst.Attribute) and values.mention(n.func.value) is not None
-        or isinstance(n, cst.Call) and analysis.is_call_to(n, {"torch.sum"}) and bool(n.args) and values.mention(n.args[0].value) is not None
+    # (a loader left unsharded for a human: its batches are still this process's own, bound by the loop)
+    batch_names = {name for loop in analysis.loader_loops for _, name in analysis.names_in_target(loop.loop.target)}
+
+    def of_the_batch(expr: cst.BaseExpression) -> bool:
+        return (values is not None and values.mention(expr) is not None) or any(
+            type(n) is cst.Name and n.value in batch_names for n in walk(expr)  # type: ignore[attr-defined]
+        )
+
+    return any(
+        isinstance(n, cst.Call) and call_method_name(n) == "sum" and isinstance(n.func, cst.Attribute) and of_the_batch(n.func.value)
+        or isinstance(n, cst.Call) and analysis.is_call_to(n, {"torch.sum"}) and bool(n.args) and of_the_batch(n.args[0].value)
         for n in walk(divisor)
     )
 

@@ -66,3 +66,37 @@ def test_a_loss_whose_every_term_sums_over_the_batch_is_scaled(tmp_path: Path, l
     migrated, report, code = migrate_script(tmp_path, PROGRAM.replace("LOSS", loss))
     assert code == 0, report
     assert "(loss * runtime.world_size()).backward()" in migrated, migrated
+
+
+TOKENS = """import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    data = TensorDataset(torch.randn(64, 5, 4), torch.randint(0, 3, (64, 5)), torch.randint(1, 6, (64,)))
+    loader = DataLoader(data, batch_size=16, shuffle=True)
+    model = nn.Linear(4, 3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    criterion = nn.CrossEntropyLoss(reduction="sum", ignore_index=-100)
+    for epoch in range(2):
+        for x, tags, lengths in loader:
+            opt.zero_grad()
+            loss = criterion(model(x).reshape(-1, 3), tags.reshape(-1)) / lengths.sum()
+            loss.backward()
+            opt.step()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_sum_divided_by_this_batchs_own_count_is_a_note_not_a_review(tmp_path: Path) -> None:
+    """A trial's tagger divided its summed loss by the batch's token count (``/ lengths.sum()``): the review said "a
+    summed loss divided by a fixed number ... multiply by runtime.world_size()" (following it doubled the update).
+    It is each process's own mean over its tokens, as ``(loss * mask).sum() / mask.sum()``: the same note."""
+    migrated, report, code = migrate_script(tmp_path, TOKENS)
+    assert code == 0, report
+    assert "note DDP039 line" in report and "divides by this process's own count of targets" in report, report
+    assert "world_size()" not in migrated
