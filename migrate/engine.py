@@ -460,10 +460,8 @@ def process(
         if fix:
             result.findings = sorted(result.findings + unreported_todos(text, result.findings, authors), key=Finding.sort_key)
         result.notes = collect_notes(analysis, rules, options) if fix else []
-        if fix and any(f.advice for f in result.findings):
-            # (advice left unfixed: the migrated program computes the original's; a note, not an item for a human)
-            result.notes += [Note(f.code, f.line, f.message) for f in result.findings if f.advice]
-            result.findings = [f for f in result.findings if not f.advice]
+        if fix:
+            advice_as_notes(result)
         if fix and options.review_todos:
             add_review_todos(result)
         analysis.release()
@@ -477,6 +475,16 @@ def process(
         result.changes = []
         result.new_text = result.text
     return result
+
+
+def advice_as_notes(result: FileResult) -> None:
+    """A migration's findings that are advice (left unfixed, the migrated program computes the original's: a
+    ``no_sync()`` it cannot place) become notes, not items for a human; in a lone file and in every module of a
+    program alike."""
+    if any(f.advice for f in result.findings):
+        result.notes += [Note(f.code, f.line, f.message) for f in result.findings if f.advice]
+        result.notes.sort(key=lambda n: (n.line, n.code))
+        result.findings = [f for f in result.findings if not f.advice]
 
 
 def _find_in_text(result: FileResult, rules: Sequence[type[Rule]]) -> bool:
@@ -560,6 +568,8 @@ def process_program(
                 found = result.findings + unreported_todos(result.new_text, result.findings, authors)
                 result.findings = sorted(found, key=Finding.sort_key)
             result.notes = collect_notes(analysis, rules, options) if fix and by_path[path].migrate else []
+            if fix and by_path[path].migrate:
+                advice_as_notes(result)
             if fix and options.review_todos and by_path[path].migrate:
                 add_review_todos(result)
             if result.new_text != result.text:

@@ -43,26 +43,29 @@ if __name__ == "__main__":
     main()
 '''
 
-TODO = "# TODO(ddp-migrate): gradient accumulation"
+TODO = "# TODO(ddp-migrate): a summed loss divided by a fixed number"
+#: (a migration's review in a module: the summed loss divided by a number; the unplaced ``no_sync()`` of the same
+#: accumulation is advice, a note, and ``lint --fix`` reports it without annotating)
+SUMMED = TRAINER.replace(").mean() / self.steps", ").sum() / self.steps")
 
 
-def _project(tmp_path: Path) -> Path:
-    (tmp_path / "trainer.py").write_text(TRAINER)
+def _project(tmp_path: Path, trainer: str = TRAINER) -> Path:
+    (tmp_path / "trainer.py").write_text(trainer)
     (tmp_path / "train.py").write_text(ENTRY)
     return tmp_path
 
 
 def test_a_review_finding_gets_a_todo_above_its_statement_once(tmp_path: Path) -> None:
-    folder = _project(tmp_path)
+    folder = _project(tmp_path, SUMMED)
     result = CliRunner().invoke(cli, ["migrate", str(folder / "train.py")])
     assert result.exit_code == 1, result.output
-    assert "review" in result.output and "DDP031" in result.output
+    assert "review" in result.output and "DDP039" in result.output
     lines = (folder / "trainer.py").read_text().splitlines()
     [index] = [i for i, line in enumerate(lines) if line.strip().startswith(TODO)]
     assert lines[index + 1].strip() == "loss.backward()"
     assert lines[index].index("#") == lines[index + 1].index("loss")  # the statement's indentation
     # The report points at the statement, in the file as written.
-    review = next(line for line in result.output.splitlines() if "DDP031" in line and "review" in line)
+    review = next(line for line in result.output.splitlines() if "DDP039" in line and "review" in line)
     assert f"trainer.py:{index + 2}:" in review
     before = (folder / "trainer.py").read_text()
     again = CliRunner().invoke(cli, ["migrate", str(folder / "train.py")])
@@ -72,5 +75,6 @@ def test_a_review_finding_gets_a_todo_above_its_statement_once(tmp_path: Path) -
 
 def test_lint_fix_does_not_annotate(tmp_path: Path) -> None:
     folder = _project(tmp_path)
-    CliRunner().invoke(cli, ["lint", "--fix", "--unsafe-fixes", str(folder)])
-    assert TODO not in (folder / "trainer.py").read_text()
+    result = CliRunner().invoke(cli, ["lint", "--fix", "--unsafe-fixes", str(folder)])
+    assert "4 fixed" in result.output, result.output  # (the fixes land; the advice left is not annotated)
+    assert "TODO(ddp-migrate)" not in (folder / "trainer.py").read_text()

@@ -3149,9 +3149,17 @@ class ScriptAnalysis:
         """Whether an expression holds a ``torch.optim`` optimizer: one of its origins is an optimizer's
         construction, or, where the analysis sees none (an optimizer built by a library's factory), its name
         says so (``optimizer``, ``self.optim``)."""
-        if set(self.optimizer_calls) & self.origins(expr):
-            return True
+        if not self.program_optimizer_calls.isdisjoint(self.origins(expr)):
+            return True  # (built in any module: a Trainer of its own module steps the optimizer the entry built)
         return names_an_optimizer(dotted_name(expr))
+
+    @property
+    def program_optimizer_calls(self) -> frozenset[cst.Call]:
+        """The optimizers built in every module of the program, read once per program."""
+        cache = self.shared.__dict__.setdefault("_program_optimizer_calls", {})
+        if "calls" not in cache:
+            cache["calls"] = frozenset(call for analysis in self.shared.analyses for call in analysis.optimizer_calls)
+        return cache["calls"]
 
     def is_optimizer_step(self, call: cst.Call) -> bool:
         """``optimizer.step()``, or a step taking the optimizer (``scaler.step(optimizer)``)."""
