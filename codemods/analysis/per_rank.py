@@ -549,6 +549,14 @@ class PerRankValues:
                     passed.append(((function, param.name.value), argument))
                 elif param.default is None:
                     passed.extend(((function, param.name.value), value) for value in unpacked)
+        # ``update_confusion(conf, pred, y)`` whose body does ``conf += torch.bincount(...)``: the caller's ``conf``
+        # now holds what the function added to it in place.
+        updated = [
+            (self._targets(node, argument), values)
+            for function in functions
+            for param, values in _updated_in_place(analysis.shared.analysis_of(function) or analysis, function).items()
+            if (argument := analysis.argument_for(node, function, param)) is not None and dotted_name(argument) is not None  # type: ignore[arg-type]
+        ]
         if collected is None and not functions:
             return None
 
@@ -563,6 +571,9 @@ class PerRankValues:
             for key, argument in passed:
                 if mention(argument):
                     changed |= self._mark([key])
+            for keys, values in updated:
+                if any(mention(value) for value in values):
+                    changed |= self._mark(keys, node)
             return changed
 
         return step
@@ -581,6 +592,33 @@ class PerRankValues:
             return False
         self.functions.add(function)
         return True
+
+
+def _updated_in_place(home: ScriptAnalysis, function: cst.FunctionDef) -> dict[str, list[cst.BaseExpression]]:
+    """The parameters a function updates in place, with the values it adds in: ``conf += v``, ``conf[i] += v``,
+    ``conf.add_(v)`` (read once per function)."""
+    cache = home.shared.__dict__.setdefault("_updated_in_place", {})
+    if function in cache:
+        return cache[function]
+    params = {p.name.value for p in function.params.params}
+    found: dict[str, list[cst.BaseExpression]] = {}
+    for node in home.nodes_below(function.body):
+        kind = type(node)
+        if kind is cst.AugAssign:
+            target = node.target  # type: ignore[attr-defined]
+            root = dotted_name(target.value if type(target) is cst.Subscript else target)  # type: ignore[attr-defined]
+            if root in params:
+                found.setdefault(root, []).append(node.value)  # type: ignore[attr-defined, arg-type]
+        elif kind is cst.Call and call_method_name(node) in _IN_PLACE_ADDS and node.args and type(node.func) is cst.Attribute:  # type: ignore[arg-type, attr-defined]
+            root = dotted_name(node.func.value)  # type: ignore[attr-defined]
+            if root in params:
+                found.setdefault(root, []).extend(a.value for a in node.args)  # type: ignore[attr-defined, arg-type]
+    cache[function] = found
+    return found
+
+
+#: Tensor methods that add values into the tensor itself.
+_IN_PLACE_ADDS = frozenset({"add_", "copy_", "index_add_", "scatter_add_", "put_"})
 
 
 #: The statements that bind a name (what :meth:`PerRankValues._reached` compares with the binding in effect).
