@@ -72,7 +72,7 @@ class BatchComparedWithItself(Rule):
     name = "batch-compared-with-itself"
     phase = Phase.OUTPUT
     severity = Severity.WARNING
-    triggers = ("@", "mm(", "matmul(", "cdist(", "einsum(", "cosine_similarity(", "pairwise_distance(", "inner(", "linear(", "tensordot(", "CosineSimilarity(", "PairwiseDistance(", "(0", "dim=0", "axis=0", "None")
+    triggers = ("@", "mm(", "matmul(", "cdist(", "einsum(", "cosine_similarity(", "pairwise_distance(", "inner(", "linear(", "tensordot(", "CosineSimilarity(", "PairwiseDistance(", "(0", "dim=0", "axis=0", "None", "sort(", "topk(", "kthvalue(")
     requires = ("backward", "zero_grad")
     needs_names = (names.DISTRIBUTED_DATA_PARALLEL,)
     manual_fix = "all_gather the embeddings of every rank (torch.distributed.nn.functional.all_gather) before comparing"
@@ -210,6 +210,26 @@ for x, y in loader:
                 "keeps the gradient), or accept the smaller comparison set",
                 fixable=False,
             )
+        feeding: frozenset[cst.Call] | None = None
+        for call in analysis.calls:
+            if not _selects_over_the_batch(analysis, call):
+                continue
+            selected = call.func.value if type(call.func) is cst.Attribute and not analysis.is_call_to(call, _ORDER_SELECTIONS) else call.args[0].value  # type: ignore[attr-defined]
+            if values.mention(selected) is None or without_gradients(analysis, call) or _detached(selected):
+                continue
+            feeding = calls_feeding_the_losses(analysis) if feeding is None else feeding
+            function = analysis.enclosing_function(call)
+            # (in a loss module's forward: ``criterion(out, y)`` of ``criterion = OhemCELoss()`` feeds the loss)
+            if call not in feeding and not (function is not None and any(analysis.model_forward(c) is function for c in feeding)):
+                continue
+            yield Match(
+                call,
+                f"`{code_of(call).strip()}` orders the values of every sample of this process's batch to keep some of "
+                "them (hard-example mining, OHEM): under DDP each rank holds 1/N of the batch, so a fixed number kept "
+                "(n_min, k) is N times more of each share than the original kept of the whole batch, and a threshold "
+                "meets other values; all_gather the values across ranks to select among them, or accept the per-process selection",
+                fixable=False,
+            )
         for call in analysis.calls:
             found = reduced_axis_zero(analysis, call)
             if found is None or without_gradients(analysis, call):
@@ -321,6 +341,40 @@ def _runs_a_measure_layer(analysis: ScriptAnalysis, call: cst.Call) -> bool:
     if type(func) not in (cst.Name, cst.Attribute):
         return False
     return any(type(origin) is cst.Call and analysis.is_call_to(origin, _MEASURE_LAYERS) for origin in analysis.origins(func))  # type: ignore[arg-type]
+
+
+#: Selections by order: ``torch.sort(loss)``, ``loss.topk(k)``, ``torch.kthvalue(loss, k)``.
+_ORDER_SELECTIONS = frozenset({"torch.sort", "torch.topk", "torch.kthvalue", "torch.argsort"})
+_ORDER_METHODS = frozenset({"sort", "topk", "kthvalue", "argsort"})
+#: Methods that lay every value of a tensor out along one axis (the samples' with the rest).
+_FLATTENING = frozenset({"flatten", "ravel"})
+
+
+def _selects_over_the_batch(analysis: ScriptAnalysis, call: cst.Call) -> bool:
+    """Whether the call sorts or picks the top values of a tensor laid out flat (``x.view(-1)``, ``x.flatten()``,
+    held in a name assigned so), whose one axis then holds every sample of the batch."""
+    if analysis.is_call_to(call, _ORDER_SELECTIONS):
+        if not call.args:
+            return False
+        selected = call.args[0].value
+    elif call_method_name(call) in _ORDER_METHODS and type(call.func) is cst.Attribute:
+        selected = call.func.value  # type: ignore[attr-defined]
+    else:
+        return False
+    values = [selected]
+    if type(selected) is cst.Name:
+        values += [v for v in analysis.flows_into(selected, selected.value) if isinstance(v, cst.BaseExpression)]
+    return any(_flat(value) for value in values)
+
+
+def _flat(expr: cst.BaseExpression) -> bool:
+    """``x.view(-1)``, ``x.reshape(-1)``, ``x.flatten()``: every value along one axis."""
+    if type(expr) is not cst.Call or type(expr.func) is not cst.Attribute:
+        return False
+    method = expr.func.attr.value
+    if method in _FLATTENING and not any(a.keyword is None and code_of(a.value).strip() not in ("0",) for a in expr.args):
+        return True
+    return method in ("view", "reshape") and [code_of(a.value).strip() for a in expr.args] == ["-1"]
 
 
 def _with_new_axis(expr: cst.BaseExpression) -> tuple[cst.BaseExpression, str] | None:
