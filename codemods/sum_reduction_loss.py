@@ -589,12 +589,30 @@ def _sums_the_batch(analysis: ScriptAnalysis, call: cst.Call) -> bool:
         return False
     if dims and not (len(dims) == 1 and _over_the_batch(dims[0])):
         return False
+    if _counts(summed) or _made_a_number(analysis, call):
+        return False  # ``(loss > thresh).sum()``, ``int(x.sum())``: a count of samples, no loss term
     if batch_axis_reduced(analysis, summed) is not None:
         return False  # ``(usage.mean(0) ** 2).sum()``: the batch axis is gone, the sum is over what is left
     if _holds_means(analysis, summed, call):
         return False
     values = per_rank_values(analysis)
     return values is not None and values.mention(summed) is not None
+
+
+def _counts(expr: cst.BaseExpression) -> bool:
+    """Whether a summed value is a test of each element (``loss > 0.5``, ``(pred == y).float()``): its sum counts."""
+    while type(expr) is cst.Call and type(expr.func) is cst.Attribute and expr.func.attr.value in ("float", "int", "long", "double", "to"):  # type: ignore[attr-defined]
+        expr = expr.func.value  # type: ignore[attr-defined]
+    return type(expr) is cst.Comparison
+
+
+def _made_a_number(analysis: ScriptAnalysis, call: cst.Call) -> bool:
+    """Whether the sum is made a Python number (``int(x.sum())``, ``x.sum().item()``): it carries no gradient."""
+    parent = analysis.parent(call)
+    if type(parent) is cst.Arg:
+        outer = analysis.parent(parent)
+        return type(outer) is cst.Call and dotted_name(outer.func) in ("int", "float")  # type: ignore[attr-defined]
+    return type(parent) is cst.Attribute and parent.attr.value in ("item", "tolist") and type(analysis.parent(parent)) is cst.Call  # type: ignore[attr-defined]
 
 
 def _over_the_batch(dims: cst.BaseExpression) -> bool:

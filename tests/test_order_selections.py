@@ -56,3 +56,16 @@ def test_a_selection_by_order_over_the_batch_is_reviewed(tmp_path: Path, selecti
 def test_a_top_k_over_each_samples_classes_is_no_selection_of_samples(tmp_path: Path) -> None:
     body = "top = out.topk(2, dim=1)[0]\n        return F.cross_entropy(out, y) + 0.1 * top.mean()"
     assert lint_findings(tmp_path, PROGRAM.replace("BODY", body), "DDP050") == []
+
+
+def test_a_count_of_hard_samples_is_no_summed_loss(tmp_path: Path) -> None:
+    """The number kept, ``int((loss > 0.5).sum())``, counts samples: DDP039 said the loss summed over the batch and
+    advised scaling it by the world size (which moved the result further from the original's)."""
+    body = (
+        'loss = F.cross_entropy(out, y, reduction="none").flatten()\n'
+        "        k = max(self.k, int((loss > 0.5).sum()))\n"
+        "        return loss.sort(descending=True)[0][:k].mean()"
+    )
+    found = lint_findings(tmp_path, PROGRAM.replace("BODY", body), "DDP039,DDP050")
+    assert not any("DDP039" in line for line in found), found
+    assert any("DDP050" in line and "orders the values" in line for line in found), found
