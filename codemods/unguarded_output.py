@@ -188,6 +188,9 @@ if master_process:
                 disable = _disable_argument(call)
                 if facts.guard(call) is None and (disable is None or not facts.is_rank_dependent(disable.value)):
                     yield Match(call, "progress bar drawn by every process: disable it off rank 0")
+        if not print_replaced:
+            for handed in _prints_handed_on(analysis):
+                yield Match(handed, "print handed on as a function (trace_func=print) prints on every process: hand runtime.print0")
         # One silence_non_main_logging() (the entry's, after setup) quiets the logging of every module.
         if not any(module.calls_to(names.RUNTIME_SILENCE_LOGGING) for module in analysis.shared.analyses):
             logging_calls = [c for c in analysis.logging_calls if facts.guard(c) is None]
@@ -216,12 +219,14 @@ if master_process:
     def fix(self, analysis: ScriptAnalysis, options: Options) -> FixResult | None:
         edits = Edits(analysis)
         for match in self.matches_in(analysis):
-            call = match.node
-            assert isinstance(call, cst.Call)
+            call = match.node  # (a call, or the name ``print`` handed on)
             if not match.fixable:
                 continue
             rt = runtime_name(analysis, edits)
-            if analysis.is_call_to(call, {"builtins.print"}):
+            if type(call) is cst.Name:  # ``trace_func=print``: the function handed on
+                edits.replace(call, expression(f"{rt}.print0"))
+                message = "print handed on replaced by runtime.print0 (rank 0 only)"
+            elif analysis.is_call_to(call, {"builtins.print"}):
                 edits.replace(call.func, expression(f"{rt}.print0"))
                 message = "print replaced by runtime.print0 (rank 0 only)"
             elif analysis.is_call_to(call, _WRITES):
@@ -275,6 +280,20 @@ def _printed(analysis: ScriptAnalysis, call: cst.Call, rt: str) -> cst.Call:
     extra = [cst.Arg(cst.SimpleString('""'), keyword=cst.Name("end"), equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))]
     args = [*call.args[:-1], call.args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)]
     return printed.with_changes(args=[*args, *extra])
+
+
+def _prints_handed_on(analysis: ScriptAnalysis) -> list[cst.Name]:
+    """The builtin ``print`` handed on as a value: a parameter's default (``def __init__(self, trace_func=print)``, the
+    EarlyStopping of pytorchtools) or an argument (``EarlyStopping(trace_func=print)``); its calls print on every rank."""
+    found = []
+    for node in analysis.preorder:
+        if type(node) is not cst.Name or node.value != "print":  # type: ignore[attr-defined]
+            continue
+        parent = analysis.parent(node)
+        if (type(parent) is cst.Param and parent.default is node) or (type(parent) is cst.Arg and parent.value is node):  # type: ignore[attr-defined]
+            if "builtins.print" in analysis.qualified_names(node):  # type: ignore[arg-type]
+                found.append(node)
+    return found  # type: ignore[return-value]
 
 
 def _disable_argument(call: cst.Call) -> cst.Arg | None:
