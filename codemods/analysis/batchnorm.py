@@ -95,8 +95,31 @@ def _seen_into(analysis: ScriptAnalysis, origin: cst.CSTNode, depth: int = 0) ->
             if _built_by(analysis, node) is None and not any(q.startswith(("torch.", "ddp_migrate.")) for q in analysis.qualified_names(node.func)):  # type: ignore[attr-defined]
                 if not (type(node.func) is cst.Attribute and node.func.attr.value in ("to", "cuda", "cpu", "float", "double", "half")):  # type: ignore[attr-defined]
                     return False
-        elif type(node) is cst.Name and node is not origin.func:
+        elif type(node) is cst.Name and node is not origin.func and not _names_a_callee(analysis, node):
             home = analysis.shared.analysis_of(node) or analysis
-            if any(inner is not origin and not _seen_into(home, inner, depth + 1) for inner in home.origins(node)):
+            inners = home.origins(node)
+            if not inners and not _a_literal_number(home, node):
+                return False  # (a value the analysis cannot trace: ``AveragedModel(model)`` of a model handed in)
+            if any(inner is not origin and not _seen_into(home, inner, depth + 1) for inner in inners):
                 return False
     return True
+
+
+def _names_a_callee(analysis: ScriptAnalysis, name: cst.Name) -> bool:
+    """Whether the name is the root of what a call calls (``runtime`` of ``runtime.device_ids()``, ``nn`` of
+    ``nn.Linear(8, 4)``): a module or a function, no value of the model."""
+    node: cst.CSTNode = name
+    parent = analysis.parent(node)
+    if (type(parent) is cst.Attribute and parent.attr is node) or (type(parent) is cst.Arg and parent.keyword is node):  # type: ignore[attr-defined]
+        return True  # (``module`` of ``model.module``, ``device_ids`` of ``device_ids=...``: no value of its own)
+    while type(parent) is cst.Attribute and parent.value is node:  # type: ignore[attr-defined]
+        node, parent = parent, analysis.parent(parent)
+    return type(parent) is cst.Call and parent.func is node  # type: ignore[attr-defined]
+
+
+def _a_literal_number(analysis: ScriptAnalysis, name: cst.Name) -> bool:
+    """Whether the name holds numbers written out (``hidden = 16``, a size): no model to look into."""
+    if name.value in ("True", "False", "None"):
+        return True
+    values = analysis.flows_into(name, name.value)
+    return bool(values) and all(type(v) in (cst.Integer, cst.Float) for v in values)
