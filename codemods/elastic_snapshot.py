@@ -400,36 +400,56 @@ def _carried_values(analysis: ScriptAnalysis, loop: cst.For, kept: set[str]) -> 
     """The names set before the epoch loop, in its scope, that the loop's body reads before it sets them, and
     sets (``if val < best: best = val``, ``global_step += 1``; not ``total = 0.0`` at the top of the body, nor
     ``loss`` assigned in the inner loop before any read), other than the names in ``kept`` (the epoch
-    variable, the objects the snapshot keeps)."""
+    variable, the objects the snapshot keeps). Attributes set on an object the same way count too
+    (``model.scale = 1.0`` before the loop, ``model.scale *= 0.5`` in it): no ``state_dict()`` holds them."""
     scope = analysis.enclosing_function(loop)
     before: set[str] = set()
     for assign in analysis.assignments:
         if analysis.enclosing_function(assign) is scope and analysis.comes_before(assign, loop) and not analysis.is_inside(assign, loop):
             for target in _targets_of(assign):
-                if type(target) is cst.Name:
-                    before.add(target.value)
+                name = _plain_or_attribute(target)
+                if name is not None:
+                    before.add(name)
     stores: set[cst.CSTNode] = set()
     updated: list[str] = []
     first_read: dict[str, bool] = {}  # name -> whether its first use in the body (source order) reads it
     for node in walk(loop.body):  # (an assignment comes before the names of its value in the walk)
         if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
             for target in _targets_of(node):
-                if type(target) is cst.Name:
-                    stores.add(target)
+                name = _plain_or_attribute(target)
+                if name is not None:
+                    stores.update(n for n in walk(target) if type(n) in (cst.Name, cst.Attribute))
                     # ``x += 1`` and ``best = min(best, v)`` read x before they set it; ``x = ...`` sets it first
-                    reads_itself = node.value is not None and any(type(n) is cst.Name and n.value == target.value for n in walk(node.value))  # type: ignore[attr-defined]
-                    first_read.setdefault(target.value, isinstance(node, cst.AugAssign) or reads_itself)  # type: ignore[attr-defined]
-                    if target.value not in updated:  # type: ignore[attr-defined]
-                        updated.append(target.value)  # type: ignore[attr-defined]
+                    reads_itself = node.value is not None and any(
+                        type(n) in (cst.Name, cst.Attribute) and _unwrapped(dotted_name(n)) == name for n in walk(node.value)  # type: ignore[attr-defined, arg-type]
+                    )
+                    first_read.setdefault(name, isinstance(node, cst.AugAssign) or reads_itself)
+                    if name not in updated:
+                        updated.append(name)
         elif type(node) is cst.Call and call_method_name(node) in _MUTATORS and type(node.func.value) is cst.Name:  # type: ignore[attr-defined, arg-type]
             # ``history.append(acc)``: the list made before the loop grows epoch after epoch
             name = node.func.value.value  # type: ignore[attr-defined]
             if name in before and name not in updated:
                 first_read.setdefault(name, True)
                 updated.append(name)
-        elif type(node) is cst.Name and node not in stores and node.value in before:  # type: ignore[attr-defined]
-            first_read.setdefault(node.value, True)  # type: ignore[attr-defined]
+        elif type(node) in (cst.Name, cst.Attribute) and node not in stores and _unwrapped(dotted_name(node)) in before:  # type: ignore[arg-type]
+            first_read.setdefault(_unwrapped(dotted_name(node)), True)  # type: ignore[arg-type]
     return [name for name in updated if name in before and name not in kept and first_read.get(name, False)]
+
+
+def _plain_or_attribute(target: cst.BaseExpression) -> str | None:
+    """``x`` of ``x = ...``, ``model.scale`` of ``model.scale = ...`` (an attribute of a name); ``None`` otherwise."""
+    if type(target) is cst.Name:
+        return target.value  # type: ignore[attr-defined]
+    name = dotted_name(target) if type(target) is cst.Attribute else None
+    if name is None or name.startswith("self."):
+        return None
+    return _unwrapped(name)
+
+
+def _unwrapped(name: str | None) -> str | None:
+    """The dotted name without the ``.module`` of a wrapper (``model.module.scale`` is ``model.scale``)."""
+    return ".".join(part for part in name.split(".") if part != "module") if name is not None else None
 
 
 #: Methods that change a container in place (what it held before the epoch is kept and added to).

@@ -49,8 +49,10 @@ if __name__ == "__main__":
         ("history = []", "history.append(loss.item())", "history"),
         ("seen = {}", "seen.update({epoch: loss.item()})", "seen"),
         ("best = 1e9", "best = min(best, loss.item())", "best"),
+        # A trial: an attribute set on the model, halved each epoch (no state_dict() holds it; reached through .module)
+        ("model.scale = 1.0", "model.scale = model.scale * 0.5", "model.scale"),
     ],
-    ids=["a-list-appended", "a-dict-updated", "a-name-rebound"],
+    ids=["a-list-appended", "a-dict-updated", "a-name-rebound", "an-attribute-of-the-model"],
 )
 def test_what_the_epochs_carry_over_is_reviewed(tmp_path: Path, carried: str, update: str, name: str) -> None:
     script = tmp_path / "train.py"
