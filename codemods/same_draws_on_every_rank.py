@@ -399,9 +399,17 @@ def _drops(analysis: ScriptAnalysis, call: cst.Call) -> bool:
             return False
     elif any(q.startswith("torch.nn.") for q in qualified) and keyword_argument(call, "dropout") is not None:
         rate = keyword_argument(call, "dropout").value  # type: ignore[union-attr]  # ``nn.GRU(..., dropout=0.2)``
+    elif call_method_name(call) in FILLING_DRAWS and _in_a_forward(analysis, call):
+        return True  # a drop-path mask drawn in the model (``x.new_empty(B, 1).bernoulli_(keep)``): a dropout of its own
     else:
         return False
     return rate is None or not (type(rate) in (cst.Integer, cst.Float) and float(rate.value) == 0.0)  # type: ignore[attr-defined]
+
+
+def _in_a_forward(analysis: ScriptAnalysis, call: cst.Call) -> bool:
+    """Whether the call runs in a ``forward()`` of a class (a model's own layers draw there)."""
+    function = analysis.enclosing_function(call)
+    return function is not None and function.name.value == "forward" and analysis.enclosing_class(call) is not None
 
 
 def _draws(analysis: ScriptAnalysis) -> list[cst.Call]:
