@@ -976,9 +976,16 @@ def shard_values_shown(analysis: ScriptAnalysis, containers: bool = True) -> lis
         return []
     shown: list[tuple[cst.Call, str, str]] = []
     for call, what in rank_zero_outputs(analysis):
-        value = next((found for arg in call.args if (found := values.mention(arg.value, data_only=True, containers=containers))), None)
-        if value is not None:
-            shown.append((call, what, value))
+        found: list[str] = []
+        for arg in call.args:
+            # each value an f-string shows (``f"loss {loss:.3f} acc {acc:.3f}"``: both named, not the first alone)
+            parts = [p.expression for p in arg.value.parts if type(p) is cst.FormattedStringExpression] if type(arg.value) is cst.FormattedString else [arg.value]  # type: ignore[attr-defined]
+            for part in parts:
+                value = values.mention(part, data_only=True, containers=containers)
+                if value is not None and value not in found:
+                    found.append(value)
+        if found:
+            shown.append((call, what, found[0] if len(found) == 1 else ", ".join(found[:-1]) + " and " + found[-1]))
     return shown
 
 
