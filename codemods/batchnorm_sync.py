@@ -7,7 +7,7 @@ from typing import Iterator
 import libcst as cst
 
 from . import names
-from .analysis import ScriptAnalysis, dotted_name, walk
+from .analysis import ScriptAnalysis, dotted_name
 from .analysis.batchnorm import batchnorm_builders, batchnorm_source
 from .analysis.devices import trains_on_the_cpu_only
 from .base import Change, Example, FixResult, FixSafety, Match, Note, Options, Phase, Rule, Severity, Valid
