@@ -18,8 +18,8 @@ from .analysis import (
     wrapped_argument,
 )
 from .analysis.legacy import legacy_facts
-from .analysis.ranks import counts_the_processes, rank_facts
-from .analysis.script import item_name, under_self_returning_calls
+from .analysis.ranks import calls_feeding_the_losses, counts_the_processes, rank_facts
+from .analysis.script import is_true, item_name, keyword_argument, under_self_returning_calls
 from .analysis.trainable import freezes_every_parameter, frozen_models, requires_grad_changes, skipped_in_some_steps, unfrozen_after
 from .base import (
     Change,
@@ -630,6 +630,8 @@ loss.backward()
                 "if/elif/else (or on every branch)",
                 fixable=False,
             )
+        for wrap, model in _penalties_beside_unused_search(analysis):
+            yield Match(wrap, _PENALTY_WITH_UNUSED.format(model=model), fixable=False)
         for wrap, test in _wrapped_only_with_cuda(analysis):
             yield Match(
                 wrap,
@@ -689,6 +691,40 @@ loss.backward()
                     edits.insert_after(site, statement(f"{switch} = {switch} or {rt}.world_size() > 1"))
                 edits.changes.append(Change(self.code, analysis.line(site), f"{switch} is also true under torchrun"))
         return edits.apply(analysis.module) if edits else None
+
+
+#: The review line of a loss that reads the wrapped model's parameters beside DDP's search for unused ones.
+_PENALTY_WITH_UNUSED = (
+    "the loss reads {model}'s parameters outside its forward (a penalty over parameters(): EWC, an L2 anchor), and "
+    "DDP looks for unused parameters: it marks the parameters the forward skipped as ready, the penalty's gradient "
+    "marks them again, and the first such backward fails (RuntimeError: marked as ready twice); compute the penalty "
+    "in forward(), or add its gradient to .grad after backward()"
+)
+
+
+def _penalties_beside_unused_search(analysis: ScriptAnalysis) -> Iterator[tuple[cst.Call, str]]:
+    """DDP wraps with ``find_unused_parameters=True`` of a model whose ``parameters()`` / ``named_parameters()`` the
+    program reads into a training loss (a regulariser over the weights, written beside the forward)."""
+    feeding: frozenset[cst.Call] | None = None
+    for wrap in analysis.calls_to(names.DISTRIBUTED_DATA_PARALLEL):
+        flag = keyword_argument(wrap, "find_unused_parameters")
+        statement = analysis.parent(wrap)
+        if flag is None or not is_true(flag.value) or not isinstance(statement, cst.Assign) or len(statement.targets) != 1:
+            continue
+        model = dotted_name(statement.targets[0].target)
+        if model is None:
+            continue
+        feeding = calls_feeding_the_losses(analysis) if feeding is None else feeding
+        for module in analysis.shared.analyses:
+            for call in module.calls:
+                if call_method_name(call) not in ("parameters", "named_parameters") or type(call.func) is not cst.Attribute or call not in feeding:
+                    continue
+                if wrap in module.origins(call.func.value):  # type: ignore[attr-defined]
+                    yield wrap, model
+                    break
+            else:
+                continue
+            break
 
 
 #: The review line of a model whose parameters are all frozen where it would be wrapped, and unfrozen later.
