@@ -36,7 +36,7 @@ class PassOverShardedLoader(Rule):
     name = "pass-over-sharded-loader"
     phase = Phase.OUTPUT
     severity = Severity.WARNING
-    triggers = ("DistributedSampler",)  # (``update_bn`` is checked where the loader is sharded)
+    triggers = ("DistributedSampler", "world_size")  # (``update_bn`` is checked where the loader is sharded; a sampler sharding by hand reads the world size)
     requires = names.TRAINING_STEP_WORDS
     manual_fix = "iterate the data set without the DistributedSampler for this pass, or reduce what it computes across ranks"
     examples = (
@@ -83,8 +83,9 @@ with torch.no_grad():
     )
 
     def matches(self, analysis: ScriptAnalysis) -> Iterator[Match]:
-        training = loader_facts(analysis).training_loaders
-        sharded = {loader for loader in training if analysis.has_distributed_sampler(loader)}
+        facts = loader_facts(analysis)
+        # (a loader whose sampler draws this rank's share by hand is as sharded: a rank-aware batch sampler)
+        sharded = {loader for loader in facts.training_loaders if analysis.has_distributed_sampler(loader) or facts.sharded_by_hand(loader)}
         if not sharded:
             return
         for loop in analysis.loader_loops:
