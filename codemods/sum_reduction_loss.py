@@ -319,7 +319,11 @@ total = nn.functional.l1_loss(a, b, reduction="sum")
             return []  # (a training loader left to a human counts: sharded by hand, each shard's mean is its own)
         feeding = calls_feeding_the_losses(analysis)
         return [
-            Note(self.code, analysis.line(call), IGNORED_TARGETS.format(call=code_of(call.func)))
+            Note(
+                self.code,
+                analysis.line(call),
+                (IGNORED_TARGETS if keyword_argument(call, "ignore_index") is not None else WEIGHTED_CLASSES).format(call=code_of(call.func)),
+            )
             for call in analysis.calls
             if call in feeding and _mean_over_counted_targets(analysis, call)
         ] + [
@@ -348,6 +352,14 @@ total = nn.functional.l1_loss(a, b, reduction="sum")
         return edits.apply(analysis.module) if edits else None
 
 
+#: The note of a mean weighted by class (``F.cross_entropy(out, y, weight=w)``): divided by the weights of the targets.
+WEIGHTED_CLASSES = (
+    "{call}(..., weight=...) averages over this process's targets weighted by class (it divides by the sum of their "
+    "weights), and DDP then averages the processes' means alike: where the shards hold different classes, each update "
+    "differs a little from the original's weighted mean over the whole batch; for the exact mean, sum the loss "
+    "(reduction=\"sum\"), divide by the sum of the targets' weights summed across processes (runtime.reduce_sum) and "
+    "multiply by runtime.world_size()"
+)
 #: The note of a mean over the targets not ignored.
 IGNORED_TARGETS = (
     "{call}(..., ignore_index=...) averages over the targets this process does not ignore, and DDP then averages "
@@ -447,10 +459,17 @@ _IGNORING_LOSSES = frozenset({
 def _mean_over_counted_targets(analysis: ScriptAnalysis, call: cst.Call) -> bool:
     """Whether a call is a loss (or builds a loss module) that averages over the targets it does not ignore:
     ``F.cross_entropy(..., ignore_index=-100)``, ``nn.CrossEntropyLoss(ignore_index=pad)``, reduction mean."""
-    if keyword_argument(call, "ignore_index") is None or not analysis.is_call_to(call, _IGNORING_LOSSES):
+    if (keyword_argument(call, "ignore_index") is None and not _class_weighted(call)) or not analysis.is_call_to(call, _IGNORING_LOSSES):
         return False
     reduction = keyword_argument(call, "reduction")
     return reduction is None or (isinstance(reduction.value, cst.SimpleString) and reduction.value.evaluated_value == "mean")
+
+
+def _class_weighted(call: cst.Call) -> bool:
+    """Whether a loss is given class weights (``weight=w``, not ``None``): its mean divides by the sum of the weights
+    of this batch's targets, like a count of the targets kept."""
+    weight = keyword_argument(call, "weight")
+    return weight is not None and not (type(weight.value) is cst.Name and weight.value.value == "None")  # type: ignore[attr-defined]
 
 
 def _counts_this_batch(divisor: cst.BaseExpression, first_axis: bool = False) -> bool:
