@@ -167,7 +167,7 @@ def _tables_written_from_batch(analysis: ScriptAnalysis) -> Iterator[tuple[cst.C
             if table is None or table not in made_before:
                 continue
             index = [e.slice.value for e in target.slice if type(e.slice) is cst.Index]  # type: ignore[attr-defined]
-            if not index or values.mention(index[0]) is None:
+            if not index or values.mention(index[0]) is None or _a_key_of_a_dict(analysis, index[0]):
                 continue
             read = any(
                 type(n) is cst.Name and n.value == table and not analysis.is_inside(n, target)  # type: ignore[attr-defined]
@@ -175,6 +175,20 @@ def _tables_written_from_batch(analysis: ScriptAnalysis) -> Iterator[tuple[cst.C
             )
             if read:
                 yield node, table
+
+
+def _a_key_of_a_dict(analysis: ScriptAnalysis, index: cst.BaseExpression) -> bool:
+    """Whether the index is the key of a loop over a dict's items or keys (``for k, v in loss_dict.items():
+    running[k] = ...``, a loss's name): no sample's index."""
+    if type(index) is not cst.Name:
+        return False
+    for loop in analysis.ancestors(index):
+        if type(loop) is not cst.For:
+            continue
+        names = {n.value for n in walk(loop.target) if type(n) is cst.Name}  # type: ignore[attr-defined]
+        if index.value in names:  # type: ignore[attr-defined]
+            return type(loop.iter) is cst.Call and call_method_name(loop.iter) in ("items", "keys")  # type: ignore[attr-defined, arg-type]
+    return False
 
 
 def _registered_buffers(analysis: ScriptAnalysis, cls: cst.ClassDef) -> frozenset[str]:
