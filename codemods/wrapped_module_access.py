@@ -10,7 +10,7 @@ import libcst as cst
 from . import names
 from .analysis import WRAPPER_ATTRIBUTES, ScriptAnalysis, call_method_name, dotted_name, walk
 from .analysis.loaders import without_gradients
-from .analysis.script import callee_name
+from .analysis.script import callee_name, keyword_argument
 from .analysis.ranks import Kind, rank_facts
 from .analysis.trainable import wrapped_model_methods
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
@@ -62,7 +62,7 @@ OWN_STEP_TODO = (
     "is all-reduced; move the step out of the class and call the wrapped model (its forward)"
 )
 #: Cases left to a human: a TODO at the statement, the call kept as the user wrote it.
-UNFIXABLE = frozenset({"step", "own_step", "one_rank"})
+UNFIXABLE = frozenset({"step", "own_step", "one_rank", "grad"})
 ONE_RANK_TODO = (
     "this model method runs the training step's forward on the processes a test of the rank lets through: "
     "through DDP's forward they would wait for the others (a hang), through .module no gradient is all-reduced; "
@@ -588,6 +588,16 @@ torch.save(state, "last.pt")
                 message = f"{attr} is not on the {kind} wrapper: use .module.{attr}"
             yield _Case("access", attribute, attribute, sometimes, message)
         yield from _untraced_model_method_calls(analysis)
+        for call in analysis.calls_to(_GRADIENT_CALLS):
+            inputs = keyword_argument(call, "inputs") or (call.args[1] if len(call.args) > 1 and call.args[1].keyword is None else None)
+            if inputs is not None and _holds_ddp_parameters(analysis, inputs.value):
+                yield _Case(
+                    "grad", call, call, False,
+                    "torch.autograd.grad over the DDP model's parameters bypasses DDP's gradient all-reduce (its hooks "
+                    "average what backward() accumulates only): each process gets its own shard's gradients, and what "
+                    "it does with them (a SAM ascent step, a gradient penalty) differs between ranks; average them "
+                    "across processes first (dist.all_reduce of each, divided by runtime.world_size())",
+                )
         for subscript in analysis.subscripts:
             # ``model[0]`` of an ``nn.Sequential``: the wrapper holds one module and is not indexable.
             if dotted_name(subscript.value) is None or isinstance(analysis.parent(subscript), cst.AssignTarget):
@@ -718,6 +728,8 @@ torch.save(state, "last.pt")
             if case.kind == "one_rank":
                 edits.todo(analysis.statement(case.node), ONE_RANK_TODO)
                 continue
+            if case.kind == "grad":
+                continue  # (a review: its TODO is the migration's, at the statement)
             if case.kind == "through":
                 call, attribute = case.node, case.attribute
                 assert isinstance(call, cst.Call) and isinstance(attribute, cst.Attribute)
@@ -1128,6 +1140,29 @@ _ONE_RANK = (
     "{attr}() in the training step runs under a test of the rank: through DDP's forward it would wait for the "
     "processes that skip it (a hang), through .module its gradients are never all-reduced; run it on every process"
 )
+
+
+#: Gradients computed without ``backward()``: DDP's hooks never see them.
+_GRADIENT_CALLS = frozenset({"torch.autograd.grad"})
+
+
+def _holds_ddp_parameters(analysis: ScriptAnalysis, expr: cst.BaseExpression, depth: int = 0) -> bool:
+    """Whether an expression holds parameters of a DDP-wrapped model: ``model.parameters()`` of the wrapper (or of
+    its ``.module``), directly or through names that hold them (``params = [p for p in model.parameters() if
+    p.requires_grad]``), a few steps deep."""
+    for node in walk(expr):
+        if type(node) is cst.Call and call_method_name(node) in ("parameters", "named_parameters") and type(node.func) is cst.Attribute:  # type: ignore[arg-type, attr-defined]
+            held = node.func.value  # type: ignore[attr-defined]
+            if type(held) is cst.Attribute and held.attr.value == "module":
+                held = held.value
+            wrap, _ = _wrap_of(analysis, held)
+            if wrap is not None and analysis.is_call_to(wrap, names.DISTRIBUTED_DATA_PARALLEL):
+                return True
+        elif type(node) is cst.Name and depth < 3:
+            values = [v for v in analysis.flows_into(node, node.value) if isinstance(v, cst.BaseExpression) and v is not expr]  # type: ignore[attr-defined]
+            if any(_holds_ddp_parameters(analysis, value, depth + 1) for value in values):
+                return True
+    return False
 
 
 def _on_one_rank(analysis: ScriptAnalysis, call: cst.CSTNode) -> bool:
