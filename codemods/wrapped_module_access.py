@@ -10,7 +10,7 @@ import libcst as cst
 from . import names
 from .analysis import WRAPPER_ATTRIBUTES, ScriptAnalysis, call_method_name, dotted_name, walk
 from .analysis.loaders import without_gradients
-from .analysis.script import callee_name, keyword_argument
+from .analysis.script import backward_loss, callee_name, keyword_argument
 from .analysis.ranks import Kind, rank_facts
 from .analysis.trainable import wrapped_model_methods
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
@@ -598,6 +598,14 @@ torch.save(state, "last.pt")
                     "it does with them (a SAM ascent step, a gradient penalty) differs between ranks; average them "
                     "across processes first (dist.all_reduce of each, divided by runtime.world_size())",
                 )
+        for second in _backwards_after_the_reduction(analysis):
+            yield _Case(
+                "grad", second, second, False,
+                f"`{code_of(second).strip()}` runs a second backward pass over the outputs of DDP forwards that an "
+                "earlier backward() of this step already reduced: DDP all-reduces the gradients once per forward, so "
+                "what this pass adds stays each process's own and the replicas drift apart; sum the losses and call "
+                "backward() once (or run each forward right before its backward)",
+            )
         for subscript in analysis.subscripts:
             # ``model[0]`` of an ``nn.Sequential``: the wrapper holds one module and is not indexable.
             if dotted_name(subscript.value) is None or isinstance(analysis.parent(subscript), cst.AssignTarget):
@@ -1163,6 +1171,44 @@ def _holds_ddp_parameters(analysis: ScriptAnalysis, expr: cst.BaseExpression, de
             if any(_holds_ddp_parameters(analysis, value, depth + 1) for value in values):
                 return True
     return False
+
+
+def _backwards_after_the_reduction(analysis: ScriptAnalysis) -> Iterator[cst.Call]:
+    """Each ``backward()`` of a training step that follows another in the same pass of its loop, on a loss computed
+    from DDP forwards that all ran before that earlier backward (``out_a = net(a); out_b = net(b);
+    out_a.backward(); out_b.backward()``): the earlier one reduced every gradient already."""
+    forwards = analysis.program_ddp_forward_calls
+    if len(analysis.backward_calls) < 2 or not forwards:
+        return
+    by_loop: dict[cst.CSTNode, list[cst.Call]] = {}
+    for call in analysis.backward_calls:
+        loop = analysis.nearest_loop(call)
+        if loop is not None and type(call.func) is cst.Attribute and call.func.attr.value == "backward":  # type: ignore[attr-defined]
+            by_loop.setdefault(loop, []).append(call)
+    for loop, calls in by_loop.items():
+        calls.sort(key=analysis.line)
+        for first, second in zip(calls, calls[1:]):
+            if analysis.nearest_loop(first) is not analysis.nearest_loop(second) or analysis.in_exclusive_branches(first, second):
+                continue
+            fed = _ddp_forwards_feeding(analysis, second, forwards)
+            # (the earlier backward reduced the same model's gradients: not a local twin's, ``loss.backward()`` of a
+            # reference model beside ``loss_ddp.backward()``)
+            earlier = {analysis.wrapped_at(f.func) for f in _ddp_forwards_feeding(analysis, first, forwards)}
+            if (
+                fed
+                and all(analysis.comes_before(f, first) for f in fed)
+                and any(analysis.wrapped_at(f.func) in earlier for f in fed)
+                and not any(analysis.comes_before(first, f) and analysis.comes_before(f, second) for f in forwards if analysis.owns(f))
+            ):
+                yield second
+
+
+def _ddp_forwards_feeding(analysis: ScriptAnalysis, backward: cst.Call, forwards: list[cst.Call]) -> list[cst.Call]:
+    """The DDP forwards whose outputs the loss a ``backward()`` runs on is computed from."""
+    loss = backward_loss(backward)
+    name = dotted_name(loss)
+    roots = analysis.flows_into(backward, name) if name is not None else [loss]  # (what ``loss`` holds there)
+    return [f for f in analysis.feeding_calls(roots) if f in forwards]
 
 
 def _on_one_rank(analysis: ScriptAnalysis, call: cst.CSTNode) -> bool:
