@@ -165,8 +165,8 @@ def _whole_model(analysis: ScriptAnalysis, change: RequiresGradChange) -> cst.Na
     if loop is not None:
         return loop.iter.func.value  # type: ignore[attr-defined, no-any-return]
     receiver = change.receiver
-    if type(change.node) is not cst.Call:
-        return None
+    if type(change.node) is not cst.Call or call_method_name(change.node) == "apply":  # type: ignore[arg-type]
+        return None  # (``model.apply(freeze_bn)``: the function picks the layers it freezes)
     if type(receiver) is cst.Attribute and receiver.attr.value == "module":  # type: ignore[attr-defined]
         receiver = receiver.value  # type: ignore[attr-defined]
     return receiver if type(receiver) is cst.Name else None  # type: ignore[return-value]

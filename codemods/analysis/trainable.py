@@ -61,9 +61,30 @@ def _changes(analysis: ScriptAnalysis) -> list[RequiresGradChange]:
             receiver = node.target.value  # type: ignore[attr-defined]
         elif kind is cst.Call and call_method_name(node) == "requires_grad_":  # type: ignore[arg-type]
             receiver = node.func.value  # type: ignore[attr-defined]
+        elif kind is cst.Call and call_method_name(node) == "apply" and node.args and _freezes_what_it_is_given(analysis, node.args[0].value):  # type: ignore[arg-type, attr-defined]
+            receiver = node.func.value  # type: ignore[attr-defined]  (``model.backbone.apply(freeze_bn)``)
         if receiver is not None and holds_model_state(analysis, receiver):
             found.append(RequiresGradChange(node, analysis.statement(node), receiver))
     return found
+
+
+def _freezes_what_it_is_given(analysis: ScriptAnalysis, function: cst.BaseExpression) -> bool:
+    """Whether a function handed to ``Module.apply`` is one of the program's that writes ``requires_grad`` (a
+    ``freeze_bn(m)`` setting ``m.weight.requires_grad = False``): it changes the modules it is applied to."""
+    name = dotted_name(function)
+    if name is None:
+        return False
+    found = next((f for f in analysis.functions if f.name.value == name and analysis.enclosing_class(f) is None), None)
+    found = found or analysis.imported_definition(name)
+    if not isinstance(found, cst.FunctionDef):
+        return False
+    home = analysis.shared.analysis_of(found) or analysis
+    for node in home.nodes_below(found.body):
+        if type(node) is cst.AssignTarget and type(node.target) is cst.Attribute and node.target.attr.value == "requires_grad":  # type: ignore[attr-defined]
+            return True
+        if type(node) is cst.Call and call_method_name(node) == "requires_grad_":  # type: ignore[arg-type]
+            return True
+    return False
 
 
 def holds_model_state(analysis: ScriptAnalysis, expr: cst.BaseExpression, depth: int = 3) -> bool:
