@@ -24,7 +24,7 @@ def batchnorm_builders(analysis: ScriptAnalysis) -> set[Builder]:
 def _builders(analysis: ScriptAnalysis) -> set[Builder]:
     found: set[Builder] = set()
     for module in analysis.shared.analyses:
-        for call in module.calls_to(names.BATCH_NORM):
+        for call in [*module.calls_to(names.BATCH_NORM), *_aliased_batchnorm_calls(module)]:
             found.update(owner for owner in (module.enclosing_class(call), module.enclosing_function(call)) if owner)
     # What each class and function builds, read once: the fixed point below goes over them again and again.
     builds = {
@@ -40,6 +40,25 @@ def _builders(analysis: ScriptAnalysis) -> set[Builder]:
                 found.add(candidate)
                 changed = True
     return found
+
+
+def _aliased_batchnorm_calls(analysis: ScriptAnalysis) -> frozenset[cst.Call]:
+    """Calls of a name bound to a BatchNorm class (``norm = nn.BatchNorm1d``, ``norm = nn.BatchNorm2d if bn else
+    nn.Identity``; then ``norm(8)``); read once per module."""
+    cache = analysis.__dict__.setdefault("_aliased_batchnorm_calls", {})
+    if "found" not in cache:
+        cache["found"] = frozenset(
+            call
+            for call in analysis.calls
+            if type(call.func) is cst.Name
+            and any(
+                not analysis.qualified_names(part).isdisjoint(names.BATCH_NORM)  # type: ignore[arg-type]
+                for value in analysis.flows_into(call.func, call.func.value)  # type: ignore[attr-defined]
+                for part in ([value.body, value.orelse] if type(value) is cst.IfExp else [value])  # type: ignore[attr-defined]
+                if type(part) in (cst.Name, cst.Attribute)
+            )
+        )
+    return cache["found"]
 
 
 def _built_by(analysis: ScriptAnalysis, call: cst.Call) -> Builder | None:
@@ -62,7 +81,7 @@ def batchnorm_source(analysis: ScriptAnalysis, origin: cst.CSTNode, builders: se
             continue
         if not isinstance(node, cst.Call):
             continue
-        if analysis.is_call_to(node, names.BATCH_NORM):
+        if analysis.is_call_to(node, names.BATCH_NORM) or node in _aliased_batchnorm_calls(analysis):
             return dotted_name(node.func) or "BatchNorm"
         built = _built_by(analysis, node)
         if built is not None and built in builders:
