@@ -180,7 +180,9 @@ def test_class_weights_computed_with_a_sum_make_no_summed_loss(tmp_path: Path) -
     got "a summed loss divided by a fixed number: multiply by runtime.world_size()": following it would have
     scaled the gradients by N. The criterion's reduction decides, not what its weights are computed from."""
     text, report, _ = migrate_script(tmp_path, WEIGHTED.replace("REDUCTION", ""))
-    assert "DDP039" not in report and "summed loss" not in text, report
+    # (the class-weighted mean is noted as a per-process mean, no summed loss to scale)
+    assert "sums over the batch" not in report and "summed loss" not in text and "world_size()" not in text, report
+    assert "weight=...) averages over this process's targets weighted by class" in report, report
     summed, report, _ = migrate_script(tmp_path, WEIGHTED.replace("REDUCTION", ', reduction="sum"'))
     assert "DDP039" in report and "runtime.world_size()" in summed, report
 
