@@ -116,8 +116,14 @@ class WrappedModuleAccess(Rule):
     self.model.train_step(batch)`` whose loss a hook backpropagates) is not reached through ``.module``: there it
     would run without DDP, whose forward is what all-reduces the gradients, so the ranks would drift apart. A
     method of the program's model runs inside the wrapper's own forward instead,
-    ``runtime.call_through_ddp(model, "compute_loss", x, y)``; any other (a method the analysis cannot find)
-    gets a TODO asking a human to route it through ``forward()``.
+    ``runtime.call_through_ddp(model, "compute_loss", x, y)``; any other (a method the analysis cannot find), or one
+    called under a test of the rank (DDP's forward on some ranks only would hang), gets a TODO asking a human to
+    route it through ``forward()`` on every rank.
+
+    Left to a human too, as gradients DDP never averages: ``torch.autograd.grad`` over the wrapped model's
+    parameters (a functional SAM ascent: DDP's hooks average what ``backward()`` accumulates only), and a second
+    ``backward()`` over outputs of forwards an earlier backward of the same step already reduced (``d_real.backward();
+    d_fake.backward()`` after both forwards: DDP all-reduces once per forward).
 
     Fix safety: the checkpoint keeps the keys ``model.module.state_dict()`` gives (unprefixed), which is
     what a single-device original wrote; DDP016 keeps a DataParallel script's ``module.`` keys. Loading
