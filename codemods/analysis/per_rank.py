@@ -527,7 +527,11 @@ class PerRankValues:
         collected = None
         tests: list[cst.BaseExpression] = []
         if call_method_name(node) in COLLECTING_METHODS and node.args:  # type: ignore[arg-type, attr-defined]
-            collected = ([a.value for a in node.args], self._targets(node, node.func.value))  # type: ignore[attr-defined]
+            receiver = node.func.value  # type: ignore[attr-defined]
+            # ``self.logged.setdefault(name, []).append(v)``: the list lives in the dict, which collects it
+            while type(receiver) is cst.Call and call_method_name(receiver) in ("setdefault", "get") and type(receiver.func) is cst.Attribute:  # type: ignore[arg-type]
+                receiver = receiver.func.value  # type: ignore[attr-defined]
+            collected = ([a.value for a in node.args], self._targets(node, receiver))
             conditions = rank_facts(analysis.shared.analysis_of(node) or analysis).conditions(node)
             tests = [c.test for c in conditions if type(c.owner) is cst.If and not c.early_exit]  # type: ignore[misc]
         passed: list[tuple[tuple[Owner, str], cst.BaseExpression]] = []
