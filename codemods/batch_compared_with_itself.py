@@ -212,10 +212,8 @@ for x, y in loader:
             )
         feeding: frozenset[cst.Call] | None = None
         for call in analysis.calls:
-            if not _selects_over_the_batch(analysis, call):
-                continue
-            selected = call.func.value if type(call.func) is cst.Attribute and not analysis.is_call_to(call, _ORDER_SELECTIONS) else call.args[0].value  # type: ignore[attr-defined]
-            if values.mention(selected) is None or without_gradients(analysis, call) or _detached(selected):
+            selected = _selected_over_the_batch(analysis, call)
+            if selected is None or values.mention(selected) is None or without_gradients(analysis, call) or _detached(selected):
                 continue
             feeding = calls_feeding_the_losses(analysis) if feeding is None else feeding
             function = analysis.enclosing_function(call)
@@ -350,21 +348,21 @@ _ORDER_METHODS = frozenset({"sort", "topk", "kthvalue", "argsort"})
 _FLATTENING = frozenset({"flatten", "ravel"})
 
 
-def _selects_over_the_batch(analysis: ScriptAnalysis, call: cst.Call) -> bool:
-    """Whether the call sorts or picks the top values of a tensor laid out flat (``x.view(-1)``, ``x.flatten()``,
-    held in a name assigned so), whose one axis then holds every sample of the batch."""
+def _selected_over_the_batch(analysis: ScriptAnalysis, call: cst.Call) -> cst.BaseExpression | None:
+    """The tensor laid out flat (``x.view(-1)``, ``x.flatten()``, held in a name assigned so) whose top values the
+    call sorts or picks, its one axis then holding every sample of the batch; ``None`` for any other call."""
     if analysis.is_call_to(call, _ORDER_SELECTIONS):
         if not call.args:
-            return False
+            return None
         selected = call.args[0].value
     elif call_method_name(call) in _ORDER_METHODS and type(call.func) is cst.Attribute:
         selected = call.func.value  # type: ignore[attr-defined]
     else:
-        return False
+        return None
     values = [selected]
     if type(selected) is cst.Name:
         values += [v for v in analysis.flows_into(selected, selected.value) if isinstance(v, cst.BaseExpression)]
-    return any(_flat(value) for value in values)
+    return selected if any(_flat(value) for value in values) else None
 
 
 def _flat(expr: cst.BaseExpression) -> bool:

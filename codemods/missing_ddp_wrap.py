@@ -361,17 +361,12 @@ loss.backward()
         """The statement after which the model is ready to be wrapped, and a statement before it that hands
         the model to an object and freezes part of it there (``FineTuner(model, model.backbone)``): the wrap
         must follow the freeze, yet the object keeps the unwrapped model (no place is right for it)."""
-        creations = [analysis.statement(target) for target in _model_targets(analysis, model)]
-        if not creations:
+        statements = _statements_from_creation(analysis, model)
+        if not statements:
             return None, None
-        first = analysis.outside_its_branches(creations[0])
-        block = analysis.parent(first)
-        body = list(statements_of(block)) if isinstance(block, (cst.IndentedBlock, cst.Module)) else []
-        if first not in body:
-            return None, None
-        anchor, kept = first, None
+        anchor, kept = statements[0], None
         spellings = [model]  # the model's name, and the names bound to it on the way (``model_without_ddp = model``)
-        for stmt in body[body.index(first) + 1 :]:
+        for stmt in statements[1:]:
             if analysis.reaches_backward(stmt):
                 break
             spellings.extend(alias for alias in _plain_aliases(stmt, spellings) if alias not in spellings)
@@ -705,7 +700,7 @@ _PENALTY_WITH_UNUSED = (
 def _penalties_beside_unused_search(analysis: ScriptAnalysis) -> Iterator[tuple[cst.Call, str]]:
     """DDP wraps with ``find_unused_parameters=True`` of a model whose ``parameters()`` / ``named_parameters()`` the
     program reads into a training loss (a regulariser over the weights, written beside the forward)."""
-    feeding: frozenset[cst.Call] | None = None
+    read: list[cst.Call] | None = None
     for wrap in analysis.calls_to(names.DISTRIBUTED_DATA_PARALLEL):
         flag = keyword_argument(wrap, "find_unused_parameters")
         statement = analysis.parent(wrap)
@@ -714,17 +709,10 @@ def _penalties_beside_unused_search(analysis: ScriptAnalysis) -> Iterator[tuple[
         model = dotted_name(statement.targets[0].target)
         if model is None:
             continue
-        feeding = calls_feeding_the_losses(analysis) if feeding is None else feeding
-        for module in analysis.shared.analyses:
-            for call in module.calls:
-                if call_method_name(call) not in ("parameters", "named_parameters") or type(call.func) is not cst.Attribute or call not in feeding:
-                    continue
-                if wrap in module.origins(call.func.value):  # type: ignore[attr-defined]
-                    yield wrap, model
-                    break
-            else:
-                continue
-            break
+        if read is None:  # (the ``parameters()`` calls a loss is computed from, in any module)
+            read = [c for c in calls_feeding_the_losses(analysis) if call_method_name(c) in ("parameters", "named_parameters") and type(c.func) is cst.Attribute]
+        if any(wrap in (analysis.shared.analysis_of(call) or analysis).origins(call.func.value) for call in read):  # type: ignore[attr-defined]
+            yield wrap, model
 
 
 #: The review line of a model whose parameters are all frozen where it would be wrapped, and unfrozen later.
@@ -757,15 +745,10 @@ def _frozen_at_the_wrap(analysis: ScriptAnalysis, model: str, anchor: cst.BaseSt
     from its creation up to the anchor freezes every one of them: ``"always"`` (on every path, and never
     unfrozen: the model trains nothing), ``"sometimes"`` (under a test, never unfrozen: wrapped where any
     parameter trains), ``"unfrozen"`` (unfrozen later: no place is right); ``None`` where none does."""
-    creations = [analysis.statement(target) for target in _model_targets(analysis, model)]
-    if not creations:
+    statements = _statements_from_creation(analysis, model)
+    if anchor not in statements:
         return None
-    first = analysis.outside_its_branches(creations[0])
-    block = analysis.parent(first)
-    body = list(statements_of(block)) if isinstance(block, (cst.IndentedBlock, cst.Module)) else []
-    if first not in body or anchor not in body:
-        return None
-    span = body[body.index(first) : body.index(anchor) + 1]
+    span = statements[: statements.index(anchor) + 1]
     freezes = [
         (stmt, change)
         for stmt in span
@@ -778,6 +761,18 @@ def _frozen_at_the_wrap(analysis: ScriptAnalysis, model: str, anchor: cst.BaseSt
         return "unfrozen"
     always = any(_runs_whenever(analysis, change.statement, stmt) for stmt, change in freezes)
     return "always" if always else "sometimes"
+
+
+def _statements_from_creation(analysis: ScriptAnalysis, model: str) -> list[cst.BaseStatement]:
+    """The statements of the block that creates the model, from its first creation (outside the branches it sits
+    in) on: where its wrap may go. Empty where the model is created in no block the migration can write in."""
+    creations = [analysis.statement(target) for target in _model_targets(analysis, model)]
+    if not creations:
+        return []
+    first = analysis.outside_its_branches(creations[0])
+    block = analysis.parent(first)
+    body = list(statements_of(block)) if isinstance(block, (cst.IndentedBlock, cst.Module)) else []
+    return body[body.index(first) :] if first in body else []
 
 
 def _runs_whenever(analysis: ScriptAnalysis, node: cst.CSTNode, statement: cst.BaseStatement) -> bool:

@@ -9,15 +9,14 @@ import libcst as cst
 from . import names
 from .analysis import ScriptAnalysis, call_method_name, dotted_name, keyword_argument, leaves_early, walk
 from .analysis.script import (
-    ITERATION_WRAPPERS,
     PROCESS_EXITS,
     backward_loss,
-    callee_name,
     exits_with_success,
     is_parameter_group,
     may_set_a_learning_rate,
     sets_learning_rate,
     subscript_key,
+    unwrap_iterable,
 )
 from .analysis.per_rank import PerRankValues, per_rank_values
 from .analysis.ranks import Kind, calls_feeding_the_losses, rank_facts, seeds_alike
@@ -383,7 +382,7 @@ def _read_by_the_training(analysis: ScriptAnalysis, decision: cst.CSTNode, names
     function = analysis.enclosing_function(decision)
     scope = function if function is not None else analysis.module
     training_loops = [loop for loop in analysis.for_loops if analysis.is_inside(loop, scope) and analysis.reaches_backward(loop)]
-    iterated = {name for loop in training_loops if (name := dotted_name(_unwrapped_iter(loop.iter))) is not None}
+    iterated = {name for loop in training_loops if (name := dotted_name(unwrap_iterable(loop.iter))) is not None}
     feeding: frozenset[cst.Call] | None = None
     for node in analysis.nodes_below(scope):
         if type(node) not in (cst.Name, cst.Attribute) or dotted_name(node) not in names_ or analysis.is_inside(node, decision):  # type: ignore[arg-type]
@@ -413,13 +412,6 @@ def _read_by_the_training(analysis: ScriptAnalysis, decision: cst.CSTNode, names
                 if ancestor in feeding and any(analysis.is_inside(node, loop) for loop in training_loops):
                     return name, "the training loss is computed with"  # type: ignore[return-value]
     return None
-
-
-def _unwrapped_iter(expr: cst.BaseExpression) -> cst.BaseExpression:
-    """``loader`` of ``enumerate(loader)``, ``tqdm(loader)``."""
-    while type(expr) is cst.Call and expr.args and callee_name(expr) in ITERATION_WRAPPERS:  # type: ignore[arg-type]
-        expr = expr.args[0].value  # type: ignore[attr-defined]
-    return expr
 
 
 def _loop_syncs(analysis: ScriptAnalysis, branch: cst.If) -> bool:

@@ -7,7 +7,7 @@ from typing import Iterator
 import libcst as cst
 
 from .analysis import ScriptAnalysis, dotted_name, loader_argument
-from .analysis.script import ITERATION_WRAPPERS, callee_name
+from .analysis.script import unwrap_iterable
 from .analysis.per_rank import per_rank_values
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
 from .edits import Edits, code_of, expression
@@ -269,9 +269,7 @@ def _loader_iterated_over(analysis: ScriptAnalysis, dataset: cst.BaseExpression,
     for loop in analysis.nodes_below(function):
         if type(loop) is not cst.For:
             continue
-        iterated = loop.iter  # type: ignore[attr-defined]
-        while type(iterated) is cst.Call and callee_name(iterated) in ITERATION_WRAPPERS and iterated.args:  # (``enumerate(loader)``)
-            iterated = iterated.args[0].value  # type: ignore[attr-defined]
+        iterated = unwrap_iterable(loop.iter)  # type: ignore[attr-defined]  (``enumerate(loader)``)
         name = dotted_name(iterated)
         if name is None:
             continue

@@ -200,7 +200,7 @@ total = nn.functional.l1_loss(a, b, reduction="sum")
         for node in _loss_terms(analysis, expr):
             if not isinstance(node, cst.Call):
                 continue
-            if _sum_reduction(node) or any(isinstance(o, cst.Call) and _sum_reduction(o) for o in analysis.origins(node.func)):
+            if _sums_its_loss(analysis, node):
                 found = True
                 break
             returned = self._returns_sum(analysis, node, depth)
@@ -403,10 +403,8 @@ def _means_over_batch_weights(analysis: ScriptAnalysis, feeding: frozenset[cst.C
     for node in analysis.preorder:
         if type(node) is not cst.BinaryOperation or type(node.operator) is not cst.Divide:  # type: ignore[attr-defined]
             continue
-        summed = _sums_something(node.left) or (  # type: ignore[attr-defined]
-            type(node.left) is cst.Call  # type: ignore[attr-defined]
-            and (_sum_reduction(node.left) or any(isinstance(o, cst.Call) and _sum_reduction(o) for o in analysis.origins(node.left.func)))  # type: ignore[attr-defined]
-        )  # (``criterion(out, y) / lengths.sum()`` of ``criterion = CrossEntropyLoss(reduction="sum")``)
+        # (``criterion(out, y) / lengths.sum()`` of ``criterion = CrossEntropyLoss(reduction="sum")``)
+        summed = _sums_something(node.left) or (type(node.left) is cst.Call and _sums_its_loss(analysis, node.left))  # type: ignore[attr-defined, arg-type]
         if not summed or not (_of_this_batch(analysis, node.right) or _counts_joined_targets(analysis, node.right)):  # type: ignore[attr-defined]
             continue
         statement = analysis.statement(node)
@@ -568,6 +566,12 @@ def _loss_terms(analysis: ScriptAnalysis, expr: cst.BaseExpression) -> Iterator[
         stack.extend(reversed(tree.children(node)))
 
 
+def _sums_its_loss(analysis: ScriptAnalysis, call: cst.Call) -> bool:
+    """Whether the call is a loss with ``reduction="sum"``, or runs a loss module built so (``criterion(out, y)`` of
+    ``criterion = nn.MSELoss(reduction="sum")``)."""
+    return _sum_reduction(call) or any(isinstance(o, cst.Call) and _sum_reduction(o) for o in analysis.origins(call.func))
+
+
 def _added_terms(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
     """The terms a loss adds up (``a + b - c``: a, b and c; a parenthesised sum is one term of a product)."""
     if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.Add, cst.Subtract)) and not expr.lpar:
@@ -683,7 +687,9 @@ def _of_this_batch(analysis: ScriptAnalysis, divisor: cst.BaseExpression) -> boo
     """Whether a divisor is computed from this process's batch (``mask.sum()``, ``p.sum() + t.sum()``)."""
     values = per_rank_values(analysis)
     # (a loader left unsharded for a human: its batches are still this process's own, bound by the loop)
-    batch_names = {name for loop in analysis.loader_loops for _, name in analysis.names_in_target(loop.loop.target)}
+    batch_names = analysis.derived(
+        "names loader loops bind", lambda module: {name for loop in module.loader_loops for _, name in module.names_in_target(loop.loop.target)}
+    )
 
     def of_the_batch(expr: cst.BaseExpression) -> bool:
         return (values is not None and values.mention(expr) is not None) or any(

@@ -276,16 +276,9 @@ def _seed_for(analysis: ScriptAnalysis, call: cst.Call) -> str | None:
     """The seed of the generator the fix gives a draw: ``0``, or in a loop over ``range(...)`` its counter
     (``for epoch in range(n):`` draws a fresh subset each epoch, alike on every rank: a fixed seed there
     would draw the same subset every time); ``None`` in another loop (no counter to seed from)."""
-    function = analysis.enclosing_function(call)
-    for ancestor in analysis.ancestors(call):
-        if ancestor is function:
-            break
-        if type(ancestor) is cst.While:
-            return None
-        if type(ancestor) is cst.For:
-            loop_range = ancestor.iter  # type: ignore[attr-defined]
-            counter = ancestor.target  # type: ignore[attr-defined]
-            if type(loop_range) is cst.Call and callee_name(loop_range) == "range" and type(counter) is cst.Name:
-                return counter.value
-            return None
-    return "0"
+    loop = analysis.nearest_loop(call)
+    if loop is None:
+        return "0"
+    if type(loop) is cst.For and type(loop.iter) is cst.Call and callee_name(loop.iter) == "range" and type(loop.target) is cst.Name:  # type: ignore[attr-defined]
+        return loop.target.value  # type: ignore[attr-defined]
+    return None

@@ -10,7 +10,7 @@ import libcst as cst
 from . import names
 from .analysis import WRAPPER_ATTRIBUTES, ScriptAnalysis, call_method_name, dotted_name, walk
 from .analysis.loaders import without_gradients
-from .analysis.script import backward_loss, callee_name, keyword_argument
+from .analysis.script import SELF_RETURNING_METHODS, backward_loss, callee_name, keyword_argument
 from .analysis.ranks import Kind, rank_facts
 from .analysis.trainable import wrapped_model_methods
 from .base import Change, Example, FixResult, FixSafety, Match, Options, Phase, Rule, Valid
@@ -1146,7 +1146,7 @@ def _untraced_model_method_calls(analysis: ScriptAnalysis) -> Iterator[_Case]:
 
 
 #: Methods of a module that return the module itself (``model.eval()(x)`` runs the model's forward).
-_RETURNING_THE_MODEL = frozenset({"eval", "train", "to", "cuda", "cpu", "float", "half", "double", "requires_grad_"})
+_RETURNING_THE_MODEL = SELF_RETURNING_METHODS | {"requires_grad_"}
 
 
 #: A training step's model method called on some processes only: DDP's forward there would wait for the others.

@@ -6,7 +6,7 @@ from __future__ import annotations
 import libcst as cst
 
 from .. import names
-from .script import ScriptAnalysis, dotted_name, walk
+from .script import SELF_RETURNING_METHODS, ScriptAnalysis, dotted_name, walk
 
 Builder = cst.ClassDef | cst.FunctionDef
 
@@ -45,20 +45,20 @@ def _builders(analysis: ScriptAnalysis) -> set[Builder]:
 def _aliased_batchnorm_calls(analysis: ScriptAnalysis) -> frozenset[cst.Call]:
     """Calls of a name bound to a BatchNorm class (``norm = nn.BatchNorm1d``, ``norm = nn.BatchNorm2d if bn else
     nn.Identity``; then ``norm(8)``); read once per module."""
-    cache = analysis.__dict__.setdefault("_aliased_batchnorm_calls", {})
-    if "found" not in cache:
-        cache["found"] = frozenset(
+    return analysis.derived(
+        "aliased batchnorm calls",
+        lambda module: frozenset(
             call
-            for call in analysis.calls
+            for call in module.calls
             if type(call.func) is cst.Name
             and any(
-                not analysis.qualified_names(part).isdisjoint(names.BATCH_NORM)  # type: ignore[arg-type]
-                for value in analysis.flows_into(call.func, call.func.value)  # type: ignore[attr-defined]
+                not module.qualified_names(part).isdisjoint(names.BATCH_NORM)  # type: ignore[arg-type]
+                for value in module.flows_into(call.func, call.func.value)  # type: ignore[attr-defined]
                 for part in ([value.body, value.orelse] if type(value) is cst.IfExp else [value])  # type: ignore[attr-defined]
                 if type(part) in (cst.Name, cst.Attribute)
             )
-        )
-    return cache["found"]
+        ),
+    )
 
 
 def _built_by(analysis: ScriptAnalysis, call: cst.Call) -> Builder | None:
@@ -112,7 +112,7 @@ def _seen_into(analysis: ScriptAnalysis, origin: cst.CSTNode, depth: int = 0) ->
     for node in walk(origin):
         if type(node) is cst.Call:
             if _built_by(analysis, node) is None and not any(q.startswith(("torch.", "ddp_migrate.")) for q in analysis.qualified_names(node.func)):  # type: ignore[attr-defined]
-                if not (type(node.func) is cst.Attribute and node.func.attr.value in ("to", "cuda", "cpu", "float", "double", "half")):  # type: ignore[attr-defined]
+                if not (type(node.func) is cst.Attribute and node.func.attr.value in SELF_RETURNING_METHODS):  # type: ignore[attr-defined]
                     return False
         elif type(node) is cst.Name and node is not origin.func and not _names_a_callee(analysis, node):
             home = analysis.shared.analysis_of(node) or analysis

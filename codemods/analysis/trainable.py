@@ -55,35 +55,32 @@ def requires_grad_changes(analysis: ScriptAnalysis) -> list[RequiresGradChange]:
 def _changes(analysis: ScriptAnalysis) -> list[RequiresGradChange]:
     found = []
     for node in analysis.preorder:
-        kind = type(node)
-        receiver = None
-        if kind is cst.AssignTarget and type(node.target) is cst.Attribute and node.target.attr.value == "requires_grad":  # type: ignore[attr-defined]
-            receiver = node.target.value  # type: ignore[attr-defined]
-        elif kind is cst.Call and call_method_name(node) == "requires_grad_":  # type: ignore[arg-type]
-            receiver = node.func.value  # type: ignore[attr-defined]
-        elif kind is cst.Call and call_method_name(node) == "apply" and node.args and _freezes_what_it_is_given(analysis, node.args[0].value):  # type: ignore[arg-type, attr-defined]
+        receiver = _requires_grad_written(node)
+        if receiver is None and type(node) is cst.Call and call_method_name(node) == "apply" and node.args and _freezes_what_it_is_given(analysis, node.args[0].value):  # type: ignore[arg-type, attr-defined]
             receiver = node.func.value  # type: ignore[attr-defined]  (``model.backbone.apply(freeze_bn)``)
         if receiver is not None and holds_model_state(analysis, receiver):
             found.append(RequiresGradChange(node, analysis.statement(node), receiver))
     return found
 
 
+def _requires_grad_written(node: cst.CSTNode) -> cst.BaseExpression | None:
+    """What a node writes ``requires_grad`` of: ``x`` of ``x.requires_grad = ...`` or ``x.requires_grad_(...)``."""
+    kind = type(node)
+    if kind is cst.AssignTarget and type(node.target) is cst.Attribute and node.target.attr.value == "requires_grad":  # type: ignore[attr-defined]
+        return node.target.value  # type: ignore[attr-defined, no-any-return]
+    if kind is cst.Call and call_method_name(node) == "requires_grad_":  # type: ignore[arg-type]
+        return node.func.value  # type: ignore[attr-defined, no-any-return]
+    return None
+
+
 def _freezes_what_it_is_given(analysis: ScriptAnalysis, function: cst.BaseExpression) -> bool:
     """Whether a function handed to ``Module.apply`` is one of the program's that writes ``requires_grad`` (a
     ``freeze_bn(m)`` setting ``m.weight.requires_grad = False``): it changes the modules it is applied to."""
-    name = dotted_name(function)
-    if name is None:
-        return False
-    found = next((f for f in analysis.functions if f.name.value == name and analysis.enclosing_class(f) is None), None)
-    found = found or analysis.imported_definition(name)
-    if not isinstance(found, cst.FunctionDef):
-        return False
-    home = analysis.shared.analysis_of(found) or analysis
-    for node in home.nodes_below(found.body):
-        if type(node) is cst.AssignTarget and type(node.target) is cst.Attribute and node.target.attr.value == "requires_grad":  # type: ignore[attr-defined]
-            return True
-        if type(node) is cst.Call and call_method_name(node) == "requires_grad_":  # type: ignore[arg-type]
-            return True
+    for found in analysis.origins(function):
+        if type(found) is cst.FunctionDef:
+            home = analysis.shared.analysis_of(found) or analysis
+            if any(_requires_grad_written(node) is not None for node in home.nodes_below(found.body)):  # type: ignore[attr-defined]
+                return True
     return False
 
 
